@@ -1,0 +1,1 @@
+"""One module per question about attention; each entry point returns a tidy DataFrame."""

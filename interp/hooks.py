@@ -1,0 +1,110 @@
+"""Hook names, the attention sites of any supported model, and hook hygiene.
+
+An *attention site* is one attention layer seen through its hooks: which hook carries q, k,
+v (batch, pos, head, d_head), attn_scores and pattern (batch, head, query, key), z
+(batch, pos, head, d_head) and result (batch, pos, head, d_model). Analyses ask
+`attention_sites(model)` for these names and never spell hook strings themselves.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Literal, get_args
+
+from torch import nn
+
+Role = Literal["q", "k", "v", "attn_scores", "pattern", "z", "result"]
+ROLES: tuple[str, ...] = get_args(Role)
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One attention layer: its index in forward order, its module path and its hook names."""
+
+    layer: int  # 0-based index in forward order
+    module: str  # path of the attention module, e.g. "blocks.0.attn"
+    n_heads: int
+    d_head: int
+    causal: bool | None  # True causal, False bidirectional, None unknown
+    hooks: dict[str, str] = field(default_factory=dict)  # role -> full hook name
+
+    def hook(self, role: Role) -> str:
+        """Full hook name for a role; a clear error if this site does not expose it."""
+        if role not in self.hooks:
+            raise KeyError(
+                f"attention site {self.module!r} has no {role!r} hook; it exposes {sorted(self.hooks)}."
+            )
+        return self.hooks[role]
+
+    def label(self, head: int) -> str:
+        return f"L{self.layer}H{head}"
+
+
+def _block_sites(model: nn.Module) -> list[AttentionSite]:
+    """Sites of models laid out as TransformerLens lays them out: blocks[l].attn.hook_*."""
+    cfg = model.cfg
+    causal = getattr(cfg, "causal", None)
+    if causal is None:
+        causal = getattr(cfg, "is_causal", None)
+    sites = []
+    for layer, block in enumerate(model.blocks):
+        attn = getattr(block, "attn", None)
+        if attn is None:
+            continue
+        prefix = f"blocks.{layer}.attn"
+        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+    return sites
+
+
+SiteFinder = Callable[[nn.Module], "list[AttentionSite] | None"]
+_SITE_FINDERS: list[SiteFinder] = []
+
+
+def register_site_finder(finder: SiteFinder) -> SiteFinder:
+    """Teach `attention_sites` a new kind of model: `finder` returns its sites, or None if not its kind."""
+    _SITE_FINDERS.append(finder)
+    return finder
+
+
+def attention_sites(model: nn.Module) -> list[AttentionSite]:
+    """The attention sites of a supported model, in forward order."""
+    for finder in _SITE_FINDERS:
+        sites = finder(model)
+        if sites is not None:
+            return sites
+    if hasattr(model, "blocks") and hasattr(model, "cfg") and hasattr(model, "hook_dict"):
+        return _block_sites(model)
+    raise TypeError(
+        f"cannot find attention hooks in a {type(model).__name__}; pass a HookedGPT, HookedEncoder, "
+        "a TransformerBridge, or a model using nn.MultiheadAttention wrapped by interp.hook_attention(model)."
+    )
+
+
+def check_hook_names(model: nn.Module, names: Iterable[str]) -> None:
+    """Raise a KeyError naming unknown hooks and the closest real ones."""
+    known = list(model.hook_dict)
+    for name in names:
+        if name not in model.hook_dict:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f" Did you mean {close}?" if close else f" The model has {len(known)} hooks; see model.hook_dict."
+            raise KeyError(f"unknown hook name {name!r}.{hint}")
+
+
+@contextlib.contextmanager
+def hooked(model: nn.Module, fwd_hooks: Iterable[tuple[str, Callable]] = (), bwd_hooks: Iterable[tuple[str, Callable]] = ()) -> Iterator[nn.Module]:
+    """Attach hooks for the duration of a `with` block; they are removed even if the body raises.
+
+    Hook names are checked first (with close-match suggestions), so a typo never silently
+    attaches nothing.
+    """
+    fwd_hooks, bwd_hooks = list(fwd_hooks), list(bwd_hooks)
+    check_hook_names(model, [name for name, _ in fwd_hooks + bwd_hooks if isinstance(name, str)])
+    with model.hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks, reset_hooks_end=True):
+        yield model
+
+
+def live_hooks(model: nn.Module) -> list[str]:
+    """Names of hook points that currently have a forward or backward hook attached."""
+    return [name for name, hp in model.hook_dict.items() if hp.fwd_hooks or hp.bwd_hooks or hp._forward_hooks]

@@ -1,0 +1,127 @@
+"""Model configurations, with fields named as TransformerLens names them.
+
+A config is plain data: it serialises to JSON beside a checkpoint's safetensors file and
+converts to and from `transformer_lens.config.TransformerBridgeConfig` where that makes sense.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+ActFn = Literal["gelu", "relu", "silu"]
+NormType = Literal["LN", None]
+PosEmbedType = Literal["standard", "rotary"]
+
+
+def _check_choice(name: str, value: Any, literal: Any) -> None:
+    allowed = get_args(literal)
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not supported; expected one of {list(allowed)}.")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape and behaviour of a `HookedGPT` (a causal decoder)."""
+
+    n_layers: int = 2  # number of transformer blocks
+    n_heads: int = 4  # attention heads per layer
+    d_model: int = 64  # width of the residual stream
+    d_head: int | None = None  # width of one head; default d_model // n_heads
+    n_ctx: int = 128  # longest sequence the model accepts
+    d_vocab: int = 64  # number of token ids
+    attn_only: bool = False  # True: no MLPs (the induction-circuit setting of Olsson et al.)
+    d_mlp: int | None = None  # MLP hidden width; default 4 * d_model
+    act_fn: ActFn = "gelu"  # MLP non-linearity
+    normalization_type: NormType = "LN"  # "LN" (pre-norm LayerNorm) or None
+    positional_embedding_type: PosEmbedType = "standard"  # learned absolute or rotary
+    rotary_base: float = 10000.0  # rotary frequency base (rotary only)
+    layer_norm_eps: float = 1e-5  # LayerNorm epsilon
+    init_range: float = 0.02  # std of the normal initialisation of weights
+    seed: int | None = None  # seed for weight initialisation; None uses torch's global RNG
+    model_name: str = "HookedGPT"  # label used in reports
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer.")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "pass d_head explicitly."
+                )
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
+        if self.d_mlp is None:
+            object.__setattr__(self, "d_mlp", 4 * self.d_model)
+        _check_choice("act_fn", self.act_fn, ActFn)
+        _check_choice("normalization_type", self.normalization_type, NormType)
+        _check_choice("positional_embedding_type", self.positional_embedding_type, PosEmbedType)
+        if self.positional_embedding_type == "rotary" and self.d_head % 2:
+            raise ValueError(f"rotary embeddings need an even d_head, got {self.d_head}.")
+
+    causal = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"architecture": type(self).__name__, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        data = dict(data)
+        arch = data.pop("architecture", cls.__name__)
+        if arch != cls.__name__:
+            raise ValueError(f"config describes a {arch}, not a {cls.__name__}.")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} fields {unknown}; expected a subset of {sorted(fields)}."
+            )
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_bridge_config(self):
+        """The matching `TransformerBridgeConfig`, e.g. for `TransformerBridge.boot_native`."""
+        from transformer_lens.config import TransformerBridgeConfig
+
+        return TransformerBridgeConfig(
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_model=self.d_model,
+            d_head=self.d_head,
+            n_ctx=self.n_ctx,
+            d_vocab=self.d_vocab,
+            d_mlp=self.d_mlp,
+            act_fn=self.act_fn,
+            attn_only=self.attn_only,
+            normalization_type=self.normalization_type,
+            positional_embedding_type=self.positional_embedding_type,
+        )
+
+    @classmethod
+    def from_bridge_config(cls, bridge_cfg, **overrides):
+        """Read the shared fields of a TransformerLens config (bridge or legacy)."""
+        names = ("n_layers", "n_heads", "d_model", "d_head", "n_ctx", "d_vocab", "d_mlp", "act_fn",
+                 "attn_only", "normalization_type", "positional_embedding_type")
+        values = {n: getattr(bridge_cfg, n) for n in names if getattr(bridge_cfg, n, None) is not None}
+        if values.get("act_fn") not in get_args(ActFn):
+            values.pop("act_fn", None)
+        if values.get("normalization_type") not in get_args(NormType):
+            values["normalization_type"] = "LN"
+        if values.get("positional_embedding_type") not in get_args(PosEmbedType):
+            values.pop("positional_embedding_type", None)
+        return cls(**{**values, **overrides})
+
+
+@dataclass(frozen=True)
+class EncoderConfig(GPTConfig):
+    """Shape of a `HookedEncoder`: bidirectional attention with a padding mask (BERT-style)."""
+
+    pad_token_id: int = 0  # token id used to fill padded positions
+    model_name: str = "HookedEncoder"
+
+    causal = False

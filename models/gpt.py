@@ -1,0 +1,181 @@
+"""HookedGPT: a small causal decoder whose every attention step carries a TransformerLens hook.
+
+Built on `transformer_lens.HookedRootModule`, so `run_with_cache`, `run_with_hooks`,
+`hooks()`, `ActivationCache`, `head_detector` and `patching` work on it unchanged.
+Hook names per layer `l` (shapes in the comments of `models.components`):
+`blocks.{l}.hook_resid_pre`, `blocks.{l}.attn.hook_q|hook_k|hook_v`, `hook_attn_scores`,
+`hook_pattern`, `hook_z`, `hook_result`, `blocks.{l}.hook_attn_out`, `blocks.{l}.hook_resid_mid`,
+`blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`; plus `hook_embed`, `hook_pos_embed`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from models.components import Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed, init_weights
+from models.config import GPTConfig
+
+ReturnType = Literal["logits", "loss", "both", None]
+
+
+class HookedGPT(HookedRootModule):
+    """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
+
+    config_class = GPTConfig
+
+    def __init__(self, cfg: GPTConfig | None = None, **overrides):
+        super().__init__()
+        if cfg is None:
+            cfg = self.config_class(**overrides)
+        if not isinstance(cfg, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(cfg).__name__}.")
+        # a private copy: the runtime device and dtype are written onto it
+        self.cfg = dataclasses.replace(cfg, **overrides)
+        self.embed = Embed(cfg)
+        self.hook_embed = HookPoint()  # (batch, pos, d_model)
+        if cfg.positional_embedding_type == "standard":
+            self.pos_embed = PosEmbed(cfg)
+            self.hook_pos_embed = HookPoint()  # (batch, pos, d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=cfg.causal) for _ in range(cfg.n_layers))
+        self.ln_final = LayerNorm(cfg) if cfg.normalization_type == "LN" else nn.Identity()
+        self.unembed = Unembed(cfg)
+        init_weights(self, cfg)
+        self.setup()
+        self._apply(lambda t: t)  # records device and dtype on cfg
+
+    # TransformerLens's tools read cfg.device and cfg.dtype
+    @property
+    def device(self) -> torch.device:
+        return self.embed.W_E.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.W_E.dtype
+
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        object.__setattr__(self.cfg, "device", self.embed.W_E.device)
+        object.__setattr__(self.cfg, "dtype", self.embed.W_E.dtype)
+        return module
+
+    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        """As TransformerLens's `run_with_cache`, returning an `ActivationCache` by default."""
+        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if not return_cache_object:
+            return out, cache_dict
+        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+
+    def to_tokens(self, tokens) -> torch.Tensor:
+        """Tokens as a (batch, pos) LongTensor; a string needs `model.tokenizer` (e.g. a CharTokenizer)."""
+        if isinstance(tokens, str):
+            tokenizer = getattr(self, "tokenizer", None)
+            if tokenizer is None:
+                raise ValueError(
+                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[:30]!r}; "
+                    "pass token ids as a LongTensor, or set model.tokenizer."
+                )
+            tokens = tokenizer.encode(tokens)
+        tokens = torch.as_tensor(tokens)
+        return tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
+
+    def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Validate a (batch, pos) batch of token ids; raise an error that says how to fix it."""
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"tokens must be a torch.LongTensor of shape (batch, pos), got {type(tokens).__name__}.")
+        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise TypeError(
+                f"tokens must be integer ids (torch.long), got dtype {tokens.dtype}; "
+                "convert with tokens.long() if they are ids stored as floats."
+            )
+        if tokens.ndim == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must have shape (batch, pos), got shape {tuple(tokens.shape)} (rank {tokens.ndim}).")
+        batch, n_pos = tokens.shape
+        if batch == 0 or n_pos == 0:
+            raise ValueError(f"tokens is empty (shape {tuple(tokens.shape)}); pass at least one token in one sequence.")
+        if n_pos > self.cfg.n_ctx:
+            raise ValueError(
+                f"sequence length {n_pos} exceeds the model's context n_ctx={self.cfg.n_ctx}; "
+                f"truncate to tokens[:, :{self.cfg.n_ctx}]."
+            )
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= self.cfg.d_vocab:
+            bad = low if low < 0 else high
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.cfg.d_vocab}); check the tokenizer.")
+        return tokens.long().to(self.device)
+
+    def embed_tokens(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream at layer 0, and the position ids (padding-aware, as Hugging Face does)."""
+        if attention_mask is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape)
+        else:
+            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        resid = self.hook_embed(self.embed(tokens))
+        if self.cfg.positional_embedding_type == "standard":
+            resid = resid + self.hook_pos_embed(self.pos_embed(positions))
+        return resid, positions  # (batch, pos, d_model), (batch, pos)
+
+    def check_attention_mask(self, attention_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
+        if attention_mask is None:
+            return None
+        attention_mask = torch.as_tensor(attention_mask, device=tokens.device)
+        if attention_mask.shape != tokens.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but tokens have shape "
+                f"{tuple(tokens.shape)}; pass one 0/1 entry per token (1 = real, 0 = padding)."
+            )
+        return attention_mask.bool()
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        return_type: ReturnType = "logits",
+        *,
+        attention_mask: torch.Tensor | None = None,
+        stop_at_layer: int | None = None,
+        loss_per_token: bool = False,
+    ):
+        """tokens (batch, pos) -> logits (batch, pos, d_vocab), next-token loss, both, or None.
+
+        `stop_at_layer=n` runs only blocks 0..n-1 and returns the residual stream after them:
+        analyses that read early layers stop there. `attention_mask` (batch, pos) marks real
+        tokens with 1 and padding with 0; padded keys are masked out.
+        """
+        if return_type not in get_args(ReturnType):
+            raise ValueError(f"return_type={return_type!r}; expected one of {list(get_args(ReturnType))}.")
+        tokens = self.check_tokens(tokens)
+        attention_mask = self.check_attention_mask(attention_mask, tokens)
+        resid, positions = self.embed_tokens(tokens, attention_mask)
+        for block in self.blocks[:stop_at_layer]:
+            resid = block(resid, attention_mask, positions)
+        if stop_at_layer is not None:
+            return resid
+        if return_type is None:
+            return None
+        logits = self.unembed(self.ln_final(resid))
+        if return_type == "logits":
+            return logits
+        loss = self.loss(logits, tokens, attention_mask, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits, loss)
+
+    @staticmethod
+    def loss(
+        logits: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, per_token: bool = False
+    ) -> torch.Tensor:
+        """Next-token cross-entropy: mean, or (batch, pos - 1) with `per_token=True`."""
+        per = F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none"
+        ).view(tokens.shape[0], -1)
+        if per_token:
+            return per
+        if attention_mask is None:
+            return per.mean()
+        weights = attention_mask[:, 1:].float()
+        return (per * weights).sum() / weights.sum().clamp(min=1.0)
