@@ -7,7 +7,7 @@ A `PromptSet` holds `tokens` (n_prompts, pos) and, for padded text, an `attentio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal, get_args
 
 import torch
 
@@ -122,3 +122,249 @@ def shuffled(prompts: PromptSet, *, seed: int = 0, keep_first: bool | None = Non
         tokens[row, movable] = tokens[row, movable[torch.randperm(len(movable), generator=generator)]]
     meta = {**prompts.meta, "kind": f"shuffled({prompts.kind})", "shuffle_seed": seed}
     return replace(prompts, tokens=tokens, meta=meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text: a character tokenizer, the shipped corpus, tokenised and padded prompt sets
+# ---------------------------------------------------------------------------------------------
+
+PaddingSide = Literal["right", "left"]
+UnknownPolicy = Literal["error", "unk"]
+
+PAD_TOKEN, UNK_TOKEN = "<pad>", "<unk>"
+
+
+class CharTokenizer:
+    """One token per character, for character-level language models.
+
+    Ids: 0 is `<pad>`, 1 is `<unk>`, then the alphabet's characters in sorted order, so the
+    vocabulary depends only on the set of characters. A character outside the alphabet
+    raises a ValueError naming it (`unknown="error"`, the default: a silent `<unk>` hides
+    a wrong corpus) or maps to id 1 (`unknown="unk"`). `decode` drops `<pad>` and writes
+    `<unk>` as U+FFFD.
+    """
+
+    pad_token_id = 0
+    unk_token_id = 1
+
+    def __init__(self, alphabet: str, *, unknown: UnknownPolicy = "error"):
+        if unknown not in get_args(UnknownPolicy):
+            raise ValueError(f"unknown={unknown!r}; expected one of {list(get_args(UnknownPolicy))}.")
+        chars = sorted(set(alphabet))
+        if not chars:
+            raise ValueError("CharTokenizer needs a non-empty alphabet; pass the training text or its characters.")
+        self.unknown = unknown
+        self.alphabet = "".join(chars)
+        self._ids = {char: i + 2 for i, char in enumerate(chars)}
+        self._chars = [PAD_TOKEN, UNK_TOKEN, *chars]
+
+    @classmethod
+    def from_text(cls, text: str, *, unknown: UnknownPolicy = "error") -> "CharTokenizer":
+        """The tokenizer whose alphabet is every character of `text`."""
+        return cls(text, unknown=unknown)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._chars)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size}, unknown={self.unknown!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CharTokenizer) and (self.alphabet, self.unknown) == (other.alphabet, other.unknown)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, one per character."""
+        if self.unknown == "unk":
+            return [self._ids.get(char, self.unk_token_id) for char in text]
+        try:
+            return [self._ids[char] for char in text]
+        except KeyError as error:
+            char = error.args[0]
+            raise ValueError(
+                f"character {char!r} (U+{ord(char):04X}) is not in this CharTokenizer's alphabet of "
+                f"{len(self.alphabet)} characters; build the tokenizer from text that contains it, "
+                "or pass unknown='unk' to map it to <unk>."
+            ) from None
+
+    def decode(self, ids) -> str:
+        """Text of a sequence of ids (a list or a 1-D tensor); padding is dropped."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        out = []
+        for i in ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"token id {i} is outside this CharTokenizer's vocabulary [0, {self.vocab_size}).")
+            if i == self.pad_token_id:
+                continue
+            out.append("\ufffd" if i == self.unk_token_id else self._chars[i])
+        return "".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, e.g. for a checkpoint's JSON metadata."""
+        return {"kind": "char", "alphabet": self.alphabet, "unknown": self.unknown}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CharTokenizer":
+        return cls(data["alphabet"], unknown=data.get("unknown", "error"))
+
+
+def corpus_text() -> str:
+    """The small English corpus shipped in `models/data/*.txt` (original prose, public-domain style)."""
+    from importlib.resources import files
+
+    folder = files("models").joinpath("data")
+    parts = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".txt")), key=lambda e: e.name)
+    if not parts:
+        raise FileNotFoundError(f"no .txt files in {folder}; the package data models/data/*.txt is missing (reinstall).")
+    return "\n\n".join(part.read_text(encoding="utf-8").strip() for part in parts)
+
+
+_DEFAULT_TOKENIZER: CharTokenizer | None = None
+
+
+def corpus_tokenizer() -> CharTokenizer:
+    """The CharTokenizer of `corpus_text()` (built once): what `char_prompts` uses by default."""
+    global _DEFAULT_TOKENIZER
+    if _DEFAULT_TOKENIZER is None:
+        _DEFAULT_TOKENIZER = CharTokenizer.from_text(corpus_text())
+    return _DEFAULT_TOKENIZER
+
+
+def _check_padding_side(padding_side: str) -> None:
+    if padding_side not in get_args(PaddingSide):
+        raise ValueError(f"padding_side={padding_side!r}; expected one of {list(get_args(PaddingSide))}.")
+
+
+def _check_n_ctx(prompts: PromptSet, n_ctx: int | None) -> PromptSet:
+    if n_ctx is not None and prompts.n_pos > n_ctx:
+        raise ValueError(
+            f"prompts are {prompts.n_pos} tokens long but the model's context is n_ctx={n_ctx}; "
+            f"pass max_len={n_ctx} (or shorter texts)."
+        )
+    return prompts
+
+
+def pad(
+    sequences,
+    *,
+    pad_id: int = 0,
+    padding_side: PaddingSide = "right",
+    max_len: int | None = None,
+    n_ctx: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> PromptSet:
+    """A padded PromptSet from sequences of different lengths (lists or 1-D tensors of ids).
+
+    `attention_mask` marks real tokens with 1. Sequences longer than `max_len` are truncated
+    (keeping their start); `n_ctx`, when given, is checked after truncation. A set with no
+    padding at all gets `attention_mask=None`, so models keep their unmasked fast path.
+    """
+    _check_padding_side(padding_side)
+    rows = [torch.as_tensor(s, dtype=torch.long).flatten() for s in sequences]
+    if not rows:
+        raise ValueError("pad() got no sequences; a prompt set needs at least one prompt.")
+    if max_len is not None:
+        if max_len < 1:
+            raise ValueError(f"max_len={max_len} must be at least 1.")
+        rows = [row[:max_len] for row in rows]
+    empty = [i for i, row in enumerate(rows) if len(row) == 0]
+    if empty:
+        raise ValueError(f"sequences {empty[:5]} are empty; every prompt needs at least one token.")
+    width = max(len(row) for row in rows)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (prompt, pos)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)  # (prompt, pos)
+    for i, row in enumerate(rows):
+        span = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
+        tokens[i, span], mask[i, span] = row, 1
+    meta = {"kind": "padded", "padding_side": padding_side, "pad_id": pad_id, **(meta or {})}
+    prompts = PromptSet(tokens, None if bool(mask.all()) else mask, meta)
+    return _check_n_ctx(prompts, n_ctx)
+
+
+def text_prompts(
+    texts,
+    tokenizer,
+    *,
+    max_len: int | None = None,
+    padding_side: PaddingSide = "right",
+    n_ctx: int | None = None,
+) -> PromptSet:
+    """Tokenise `texts` (one prompt each) into a padded PromptSet.
+
+    `tokenizer` is a `CharTokenizer` or a Hugging Face tokenizer (e.g.
+    `transformers.AutoTokenizer.from_pretrained(folder)`; its special tokens such as [CLS] and
+    [SEP] are added as the model expects). `max_len` truncates; `n_ctx` checks the result fits
+    the model. The mask is None when no text needed padding.
+    """
+    _check_padding_side(padding_side)
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = list(texts)
+    if not texts:
+        raise ValueError("text_prompts got no texts; pass a non-empty list of strings.")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t]
+    if bad:
+        raise ValueError(f"texts {bad[:5]} are empty or not strings; every prompt must be a non-empty string.")
+    meta = {"kind": "text", "n_texts": len(texts), "max_len": max_len}
+    if isinstance(tokenizer, CharTokenizer):
+        meta["tokenizer"] = "char"
+        return pad([tokenizer.encode(t) for t in texts], pad_id=tokenizer.pad_token_id, padding_side=padding_side,
+                   max_len=max_len, n_ctx=n_ctx, meta=meta)
+    if not callable(tokenizer):
+        raise TypeError(
+            f"tokenizer must be a CharTokenizer or a Hugging Face tokenizer, got {type(tokenizer).__name__}."
+        )
+    previous_side = getattr(tokenizer, "padding_side", None)
+    try:
+        tokenizer.padding_side = padding_side
+        encoded = tokenizer(texts, padding=True, truncation=max_len is not None, max_length=max_len, return_tensors="pt")
+    finally:
+        if previous_side is not None:
+            tokenizer.padding_side = previous_side
+    mask = encoded["attention_mask"].long()
+    meta.update(tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__), padding_side=padding_side,
+                pad_id=tokenizer.pad_token_id)
+    prompts = PromptSet(encoded["input_ids"].long(), None if bool(mask.all()) else mask, meta)
+    return _check_n_ctx(prompts, n_ctx)
+
+
+def char_prompts(
+    n: int, seq_len: int, *, seed: int = 0, tokenizer: CharTokenizer | None = None, text: str | None = None
+) -> PromptSet:
+    """`n` windows of `seq_len` characters at seeded random offsets into `text` (default: the corpus).
+
+    Windows may overlap (the corpus is a few KB); all have the same length, so there is no mask.
+    """
+    _check_counts(n, seq_len=seq_len)
+    text = corpus_text() if text is None else text
+    tokenizer = corpus_tokenizer() if tokenizer is None else tokenizer
+    if len(text) < seq_len:
+        raise ValueError(f"seq_len={seq_len} is longer than the text ({len(text)} characters); pass a shorter seq_len.")
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)  # (char,)
+    starts = torch.randint(0, len(text) - seq_len + 1, (n,), generator=_generator(seed))
+    tokens = ids[starts[:, None] + torch.arange(seq_len)]  # (prompt, pos)
+    return PromptSet(tokens, meta={"kind": "char", "seed": seed, "seq_len": seq_len, "vocab_size": tokenizer.vocab_size})
+
+
+def check_prompts(prompts: PromptSet, *, n_ctx: int | None = None, d_vocab: int | None = None) -> PromptSet:
+    """Raise a clear error for an empty set, prompts longer than `n_ctx`, ids outside [0, d_vocab)."""
+    if not isinstance(prompts, PromptSet):
+        raise TypeError(
+            f"expected a PromptSet, got {type(prompts).__name__}; build one with interp.data.random_tokens, "
+            "repeated_tokens, text_prompts or pad."
+        )
+    if len(prompts) == 0 or prompts.n_pos == 0:
+        raise ValueError(f"the prompt set is empty (tokens shape {tuple(prompts.tokens.shape)}); pass at least one prompt.")
+    _check_n_ctx(prompts, n_ctx)
+    if d_vocab is not None:
+        # padding ids too: the model embeds every position
+        low, high = int(prompts.tokens.min()), int(prompts.tokens.max())
+        if low < 0 or high >= d_vocab:
+            raise ValueError(
+                f"token id {low if low < 0 else high} is outside the model's vocabulary [0, {d_vocab}); "
+                "build the prompts with the model's d_vocab or tokenizer."
+            )
+    return prompts

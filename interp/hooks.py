@@ -70,6 +70,9 @@ def register_site_finder(finder: SiteFinder) -> SiteFinder:
 
 def attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention sites of a supported model, in forward order."""
+    import interp.load  # noqa: F401  registers the TransformerBridge site finder
+    import interp.mha  # noqa: F401  registers the hooked-MultiheadAttention site finder
+
     for finder in _SITE_FINDERS:
         sites = finder(model)
         if sites is not None:

@@ -110,6 +110,7 @@ class GPTConfig:
         values = {n: getattr(bridge_cfg, n) for n in names if getattr(bridge_cfg, n, None) is not None}
         if values.get("act_fn") not in get_args(ActFn):
             values.pop("act_fn", None)
+        values["normalization_type"] = getattr(bridge_cfg, "normalization_type", "LN")  # None (no norm) is a value
         if values.get("normalization_type") not in get_args(NormType):
             values["normalization_type"] = "LN"
         if values.get("positional_embedding_type") not in get_args(PosEmbedType):

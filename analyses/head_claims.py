@@ -1,0 +1,771 @@
+"""Built-in head claims, the evidence that tests them, and `scan`, which proposes and tests claims for every head.
+
+A claim here is an `interp.claims.Claim` whose evidence functions read the metrics of
+`analyses.positional` and `analyses.induction` and intervene with `interp.interventions`.
+Presets (each cites where its threshold comes from):
+
+  previous_token   more than half of the attention on query - 1          (Clark et al. 2019)
+  next_token       more than half on query + 1 (bidirectional models)    (Clark et al. 2019)
+  self_token       more than half on the query's own position            (Clark et al. 2019)
+  first_token      more than half on the first position (a sink head)    (Clark et al. 2019; Xiao et al. 2023)
+  local_window     more than half within `window` positions of the query (Clark et al. 2019's rule)
+  induction        more than half on the token after an earlier occurrence of the current token,
+                   on repeated random tokens, with a copying OV circuit   (Olsson et al. 2022)
+  duplicate_token  more than half on earlier occurrences of the current token (Olsson et al. 2022;
+                   Wang et al. 2022)
+  positional       the maximum weight sits at one relative offset (or on the first position) for
+                   at least 90% of queries, and still does on shuffled tokens (Voita et al. 2019)
+
+Evidence (the kinds of `interp.claims`), as implemented here:
+- observational: the metric per prompt, mean and bootstrap CI against the threshold;
+- control_shuffled: the metric on shuffled-token prompts (`interp.data.shuffled`). Every
+  metric here is defined relative to what the claim says the head tracks (an offset, or the
+  tokens themselves: the induction target is recomputed from the shuffled tokens), so a true
+  claim keeps its metric above the threshold. A head that copies from a fixed offset looks like
+  an induction head on repeated prompts of one length, and fails this control (its target moves
+  with the tokens, its attention does not); conversely a `positional` claim at that offset holds
+  on the repeated prompts and fails on shuffled ones when the head really does induction;
+- control_random_init: the metric on a randomly initialised model of the same shape
+  (`type(model)(dataclasses.replace(model.cfg, seed=...))`) must be below the threshold and
+  below the trained model's (paired per prompt); a random model that clears the threshold shows
+  the metric is an artefact of architecture or prompt length, and refutes the claim;
+- necessity: mean-ablating the head raises the behaviour loss more than mean-ablating a
+  comparable head (the mean over the other heads of its layer), paired per prompt. The
+  behaviour is the next-token loss on the repeated copies for prompts with repeats
+  (`meta["prefix_len"]`), otherwise on every position;
+- sufficiency: substituting the idealised pattern recovers the behaviour: fraction of loss
+  recovered (L_ablated - L_substituted) / (L_ablated - L_clean), against a threshold of 0.5
+  ("most"); Olsson et al. 2022 report about 99% for the previous-token heads of 2-layer
+  attention-only models;
+- faithfulness: replacing the head's pattern by a uniform one and by its own weights permuted
+  among the allowed keys both raise the loss (per prompt, the smaller of the two increases);
+  a pattern that can be swapped freely explains nothing;
+- stability (`interp.claims.Stability`, on demand): the observational outcome and the head
+  ranking survive random halves of the prompts, another batch composition, and bfloat16.
+
+References: Clark et al. 2019, "What does BERT look at? An analysis of BERT's attention";
+Voita et al. 2019, "Analyzing multi-head self-attention: specialized heads do the heavy lifting";
+Elhage et al. 2021, "A mathematical framework for transformer circuits"; Olsson et al. 2022,
+"In-context learning and induction heads"; Wang et al. 2022, "Interpretability in the wild";
+Xiao et al. 2023, "Efficient streaming language models with attention sinks".
+
+Limits: the copying score (`analyses.induction.copying_scores`) is read from the weights, with
+no interval; necessity compares with the *mean* of the other heads of the layer, so two
+redundant heads can each pass while either alone is dispensable (see analyses.redundancy);
+a positional claim without an offset takes the modal offset of the prompts it is tested on.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence, get_args
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
+from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
+from interp.capture import BatchContext, PerPromptAccumulator, stream
+from interp.claims import (
+    Claim,
+    Context,
+    Evidence,
+    Inconclusive,
+    Stability,
+    Threshold,
+    difference_evidence,
+    ratio_evidence,
+    test_claims,
+    threshold_evidence,
+)
+from interp.data import PromptSet, shuffled
+from interp.hooks import attention_sites
+from interp.interventions import ablate, reference_activations, substitute_pattern
+
+ClaimKind = Literal[
+    "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
+    "positional",
+]
+CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)
+ShuffleExpect = Literal["stay", "drop"]
+
+# short citations (the titles are in the module docstring's references)
+CLARK = "Clark et al. 2019"
+VOITA = "Voita et al. 2019"
+OLSSON = "Olsson et al. 2022"
+SINK = "Clark et al. 2019; Xiao et al. 2023"
+DUPLICATE = "Olsson et al. 2022; Wang et al. 2022"
+ELHAGE = "Elhage et al. 2021; Olsson et al. 2022"
+SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
+INDUCTION_METRICS = ("induction", "duplicate_token")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _keep(ctx: Context, obj: Any) -> Any:
+    """Hold `obj` for the life of the context, so `id(obj)` keys in the memo stay unique."""
+    ctx.memo.setdefault(("keep",), []).append(obj)
+    return obj
+
+
+def _shuffled(ctx: Context, prompts: PromptSet) -> PromptSet:
+    """The shuffled-token control of `prompts` (seeded by the context); repeat bookkeeping dropped,
+    since after shuffling the repeats are wherever the tokens went."""
+    def make():
+        control = shuffled(prompts, seed=ctx.seed)
+        meta = {k: v for k, v in control.meta.items() if k not in ("prefix_len", "offset", "n_repeats")}
+        return _keep(ctx, dataclasses.replace(control, meta=meta))
+    return ctx.cached(("shuffled", id(prompts)), make)
+
+
+def random_init_model(model: nn.Module, seed: int) -> nn.Module:
+    """A freshly initialised model of the same class and shape (our models: a new seed in the config)."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not dataclasses.is_dataclass(cfg):
+        raise Inconclusive(
+            f"cannot build a randomly initialised {type(model).__name__}: it has no dataclass config to "
+            "re-seed; the random-init control applies to HookedGPT / HookedEncoder models."
+        )
+    try:
+        fresh = type(model)(dataclasses.replace(cfg, seed=seed))
+    except (TypeError, ValueError) as error:
+        raise Inconclusive(f"cannot build a randomly initialised {type(model).__name__}: {error}") from None
+    parameter = next(model.parameters())
+    return fresh.to(device=parameter.device, dtype=parameter.dtype).eval()
+
+
+def _random_model(ctx: Context) -> nn.Module:
+    return ctx.cached(("random_init", id(ctx.model)), lambda: _keep(ctx, random_init_model(ctx.model, ctx.seed + 7919)))
+
+
+def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
+    """pattern (batch, head, query, key) -> per relative offset k - q: how many scored queries have their
+    maximum there ("hits", ties split evenly, as in `analyses.positional`) and how many could ("count"),
+    each (batch, head, 2 * pos - 1); and the same for the first position ("first_hits", "first_count":
+    (batch, head)). Scored queries are those with at least two allowed keys."""
+    pattern = pattern.float()
+    batch, n_heads, n, _ = pattern.shape
+    allowed = ctx.allowed  # (batch, 1, query, key)
+    scored = allowed.sum(-1) >= 2  # (batch, 1, query)
+    valid = allowed & scored[..., None]  # (batch, 1, query, key)
+    row_max = pattern.amax(-1, keepdim=True)
+    is_max = (pattern >= row_max - TIE_TOLERANCE) & allowed  # (batch, head, query, key)
+    share = is_max.float() / is_max.sum(-1, keepdim=True).clamp(min=1) * valid  # (batch, head, query, key)
+    position = torch.arange(n, device=pattern.device)
+    index = (position[None, :] - position[:, None] + n - 1).flatten()  # (query * key,): offset k - q, shifted
+    hits = pattern.new_zeros(batch, n_heads, 2 * n - 1).scatter_add_(-1, index.expand(batch, n_heads, -1), share.flatten(-2))
+    count = pattern.new_zeros(batch, 1, 2 * n - 1).scatter_add_(-1, index.expand(batch, 1, -1), valid.flatten(-2).float())
+    first = ctx.first_real[:, None, None, None].expand(batch, n_heads, n, 1)
+    first_hits = share.gather(-1, first).squeeze(-1).sum(-1)  # (batch, head)
+    first_count = scored.float().sum(-1).expand(batch, n_heads)  # (batch, head)
+    return {"hits": hits, "count": count.expand(-1, n_heads, -1).contiguous(),
+            "first_hits": first_hits, "first_count": first_count.contiguous()}
+
+
+def argmax_offsets_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> dict[str, torch.Tensor]:
+    """{"hits", "count": (prompt, layer, head, offset), "first_hits", "first_count": (prompt, layer, head)}."""
+    acc = stream(model, prompts, reduce_argmax_offsets, batch_size=batch_size, accumulator=PerPromptAccumulator())
+    return acc.result()
+
+
+def offset_index(n_pos: int, offset: int) -> int:
+    return offset + n_pos - 1
+
+
+def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, prompts: PromptSet | None = None) -> torch.Tensor:
+    """Per-prompt metric (prompt, layer, head) for every head, memoised per (model, prompts).
+
+    `metric`: one of `analyses.positional.POSITIONAL_METRICS`, `induction`, `duplicate_token`, or
+    `argmax_at:K` (fraction of queries whose maximum weight sits at relative offset K; K may be
+    `first`). Raises Inconclusive when the prompts cannot define it.
+    """
+    model = ctx.model if model is None else model
+    prompts = ctx.prompts if prompts is None else prompts
+    if metric in POSITIONAL_METRICS:
+        values = ctx.cached(("focus", id(model), id(prompts)),
+                            lambda: focus_per_prompt(model, prompts, batch_size=ctx.batch_size))[metric]
+    elif metric in INDUCTION_METRICS:
+        def induction():
+            try:
+                return scores_per_prompt(model, prompts, batch_size=ctx.batch_size)
+            except NoRepeats as error:
+                raise Inconclusive(f"the prompts lack what an {metric} claim needs: {error}") from None
+        values = ctx.cached(("induction", id(model), id(prompts)), induction)[metric]
+    elif metric.startswith("argmax_at:"):
+        offset = metric.split(":", 1)[1]
+        counts = ctx.cached(("argmax", id(model), id(prompts)),
+                            lambda: argmax_offsets_per_prompt(model, prompts, batch_size=ctx.batch_size))
+        if offset == "first":
+            values = counts["first_hits"] / counts["first_count"]
+        else:
+            k = int(offset)
+            index = offset_index(prompts.n_pos, k)
+            if not 0 <= index < counts["hits"].shape[-1]:
+                raise Inconclusive(f"offset {k} does not fit prompts of {prompts.n_pos} positions.")
+            values = counts["hits"][..., index] / counts["count"][..., index]
+    else:
+        known = list(POSITIONAL_METRICS) + list(INDUCTION_METRICS) + ["argmax_at:K"]
+        raise ValueError(f"unknown head metric {metric!r}; expected one of {known}.")
+    if torch.isnan(values).all():
+        raise Inconclusive(f"{metric} is undefined on these prompts (e.g. next_token on a causal model, or "
+                           "an offset longer than every prompt).")
+    if torch.isnan(values).any():
+        raise Inconclusive(f"{metric} is undefined on some prompts (too short or fully padded); drop them.")
+    return values
+
+
+# --------------------------------------------------------------------------- evidence functions
+
+
+def _claim_metric(claim: Claim, ctx: Context) -> str:
+    metric = claim.params["metric"]
+    if metric == "argmax_at:auto":
+        return f"argmax_at:{modal_offset(ctx, claim.layer, claim.head)}"
+    return metric
+
+
+def modal_offset(ctx: Context, layer: int, head: int) -> str:
+    """The relative offset (or "first") where the head's maximum most often sits, pooled over the context's prompts."""
+    def compute():
+        counts = ctx.cached(("argmax", id(ctx.model), id(ctx.prompts)),
+                            lambda: argmax_offsets_per_prompt(ctx.model, ctx.prompts, batch_size=ctx.batch_size))
+        return _modal_offsets(counts, ctx.prompts.n_pos)
+    return ctx.cached(("modal_offset", id(ctx.model), id(ctx.prompts)), compute)[layer][head]
+
+
+def _modal_offsets(counts: dict[str, torch.Tensor], n_pos: int, min_coverage: float = 0.25) -> list[list[str]]:
+    """Per (layer, head): the offset with the highest pooled argmax rate among offsets that at least
+    `min_coverage` of the scored queries have (so a rare long offset cannot win by chance)."""
+    hits, count = counts["hits"].sum(0), counts["count"].sum(0)  # (layer, head, offset)
+    first = counts["first_hits"].sum(0) / counts["first_count"].sum(0)  # (layer, head)
+    rate = torch.where(count >= min_coverage * counts["first_count"].sum(0)[..., None], hits / count.clamp(min=1), -1.0)
+    best = rate.argmax(-1)  # (layer, head)
+    out = []
+    for l in range(rate.shape[0]):
+        row = []
+        for h in range(rate.shape[1]):
+            b = int(best[l, h])
+            row.append("first" if float(first[l, h]) > float(rate[l, h, b]) else str(b - (n_pos - 1)))
+        out.append(row)
+    return out
+
+
+@dataclass(frozen=True)
+class Observational:
+    """The claim's metric on the prompts, against its observational threshold; for induction claims
+    also the copying OV circuit (a head that matches prefixes but does not copy is not an induction head)."""
+
+    def values(self, claim: Claim, ctx: Context, *, model=None, prompts=None) -> torch.Tensor:
+        return head_metric(ctx, _claim_metric(claim, ctx), model=model, prompts=prompts)[:, claim.layer, claim.head]
+
+    def head_scores(self, claim: Claim, ctx: Context) -> np.ndarray:
+        """(layer, head) mean metric: the head ranking that stability compares."""
+        return head_metric(ctx, _claim_metric(claim, ctx)).double().mean(0).numpy()
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        metric = _claim_metric(claim, ctx)
+        evidence = threshold_evidence("observational", self.values(claim, ctx), claim.thresholds["observational"], ctx,
+                                      what=f"{claim.label} {metric}", decisive=True)
+        copy_threshold = claim.thresholds.get("copying")
+        if copy_threshold is None:
+            return evidence
+        try:
+            copying = float(ctx.cached(("copying", id(ctx.model)), lambda: copying_scores(ctx.model))[claim.layer, claim.head])
+        except TypeError as error:
+            return dataclasses.replace(evidence, detail=evidence.detail + f"; copying not checked ({error})")
+        detail = evidence.detail + f"; OV copying score {copying:.3f} (needs > {copy_threshold.value:g})"
+        extra = {**evidence.extra, "copying": copying}
+        if math.isfinite(copying) and copying > copy_threshold.value:
+            return dataclasses.replace(evidence, detail=detail, extra=extra)
+        return dataclasses.replace(evidence, passed=False, detail=detail + ": the head does not copy", extra=extra)
+
+
+@dataclass(frozen=True)
+class ShuffledControl:
+    """The metric on shuffled-token prompts. expect="stay": it must still clear the threshold (the
+    metric follows what the claim says the head tracks); expect="drop": it must fall below the
+    threshold and below the original (paired), for a metric tied to the original token order."""
+
+    expect: ShuffleExpect = "stay"
+    decisive: bool = True
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        if self.expect not in get_args(ShuffleExpect):
+            raise ValueError(f"expect={self.expect!r}; expected one of {list(get_args(ShuffleExpect))}.")
+        observe = claim.evidence["observational"]
+        control = _shuffled(ctx, ctx.prompts)
+        values = observe.values(claim, ctx, prompts=control)
+        threshold = claim.thresholds["observational"]
+        if self.expect == "stay":
+            ev = threshold_evidence("control_shuffled", values, threshold, ctx, decisive=self.decisive,
+                                    what=f"{claim.label} {_claim_metric(claim, ctx)} on shuffled tokens")
+            return ev
+        original = observe.values(claim, ctx)
+        below = Threshold(threshold.value, threshold.source, "below" if threshold.direction == "above" else "above")
+        level = threshold_evidence("control_shuffled", values, below, ctx, decisive=self.decisive, label="shuffled-level",
+                                   what=f"{claim.label} {_claim_metric(claim, ctx)} on shuffled tokens")
+        drop = difference_evidence("control_shuffled", original, values, ctx, what="drop from shuffling", label="shuffled-drop")
+        passed = True if (level.passed and drop.passed) else False if level.passed is False else None
+        return dataclasses.replace(level, passed=passed, p_value=max(level.p_value, drop.p_value),
+                                   rule=f"shuffled {below.rule()} and drop CI > 0",
+                                   detail=f"{level.detail}; {drop.detail}", extra={"drop": drop.effect})
+
+
+@dataclass(frozen=True)
+class RandomInitControl:
+    """The metric on a randomly initialised model of the same shape: must be below the threshold and
+    below the trained model's (paired per prompt). A random model clearing the threshold refutes."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        observe = claim.evidence["observational"]
+        random_model = _random_model(ctx)
+        trained = observe.values(claim, ctx)
+        random = observe.values(claim, ctx, model=random_model)
+        threshold = claim.thresholds["observational"]
+        sign = 1.0 if threshold.direction == "above" else -1.0
+        below = Threshold(threshold.value, threshold.source, "below" if threshold.direction == "above" else "above")
+        level = threshold_evidence("control_random_init", random, below, ctx, decisive=True, label="random-level",
+                                   what=f"{claim.label} {_claim_metric(claim, ctx)} at random init")
+        gap = difference_evidence("control_random_init", sign * trained, sign * random, ctx, label="random-gap",
+                                  what="trained minus random-init")
+        if level.passed is False:
+            passed = False  # the architecture alone clears the threshold
+        elif level.passed and gap.passed:
+            passed = True
+        else:
+            passed = None
+        return Evidence("control_random_init", gap.effect, gap.ci_low, gap.ci_high, max(level.p_value, gap.p_value),
+                        f"random-init {below.rule()} and trained - random CI > 0", passed, True, len(trained),
+                        f"{level.detail}; {gap.detail}", {"random_init": level.effect})
+
+
+# --------------------------------------------------------------------------- behaviour losses
+
+
+Part = Literal["behaviour", "first_copy"]
+
+
+def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.Tensor, str]:
+    """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1), and its name.
+
+    part="behaviour": for prompts with repeats (`meta["prefix_len"]`), the predictions of the second
+    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); otherwise every
+    prediction of a real token. part="first_copy": the same predictions inside the first copy
+    (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
+    the repeated copies' loss advantage is measured.
+    """
+    if part not in get_args(Part):
+        raise ValueError(f"part={part!r}; expected one of {list(get_args(Part))}.")
+    n = prompts.n_pos
+    real = torch.ones(len(prompts), n, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
+    mask = real[:, 1:] & real[:, :-1]  # (prompt, pos - 1)
+    prefix_len = prompts.meta.get("prefix_len")
+    query = torch.arange(n - 1)
+    if prefix_len is None:
+        if part == "first_copy":
+            raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
+        return mask, "next-token loss on every position"
+    offset = prompts.meta.get("offset", 0)
+    start = offset + prefix_len
+    if start > n - 2:
+        raise Inconclusive(f"prompts of {n} positions have no repeated copy to predict (prefix_len={prefix_len}).")
+    if part == "first_copy":
+        return mask & (query >= offset) & (query <= start - 2), "next-token loss on the first copy"
+    return mask & (query >= start), "next-token loss on the repeated copies"
+
+
+@torch.no_grad()
+def behaviour_loss(
+    ctx: Context, key: tuple, intervene: Callable[[PromptSet], contextlib.AbstractContextManager] | None = None,
+    *, part: Part = "behaviour",
+) -> torch.Tensor:
+    """Per-prompt mean loss (prompt,) over `behaviour_mask(part)` under an intervention (a context
+    manager per batch), memoised by `key`."""
+    model, prompts = ctx.model, ctx.prompts
+
+    def compute() -> torch.Tensor:
+        mask, _ = behaviour_mask(prompts, part)
+        out = []
+        start = 0
+        device = next(model.parameters()).device
+        for batch in prompts.batches(ctx.batch_size):
+            manager = contextlib.nullcontext() if intervene is None else intervene(batch)
+            kwargs = {k: v.to(device) for k, v in batch.model_kwargs().items()}
+            tokens = batch.tokens.to(device)
+            with manager:
+                logits = model(tokens, **kwargs)
+            per_token = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
+            per_token = per_token.view(len(batch), -1).cpu().double()  # (batch, pos - 1)
+            m = mask[start:start + len(batch)].double()
+            out.append((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0))
+            start += len(batch)
+        return torch.cat(out)
+
+    return ctx.cached(("loss", id(model), id(prompts), part) + key, compute)
+
+
+def _reference(ctx: Context):
+    return ctx.cached(("reference", id(ctx.model), id(ctx.prompts)),
+                      lambda: reference_activations(ctx.model, ctx.prompts, batch_size=ctx.batch_size))
+
+
+def _clean_loss(ctx: Context) -> torch.Tensor:
+    return behaviour_loss(ctx, ("clean",))
+
+
+def _ablated_loss(ctx: Context, layer: int, head: int) -> torch.Tensor:
+    reference = _reference(ctx)
+    return behaviour_loss(ctx, ("ablate", layer, head),
+                          lambda batch: ablate(ctx.model, [(layer, head)], "mean", reference=reference, seed=ctx.seed))
+
+
+def comparable_heads(model: nn.Module, layer: int, head: int) -> list[tuple[int, int]]:
+    """The other heads of the same layer (all other heads when the layer has only one)."""
+    from interp.interventions import all_heads
+
+    heads = all_heads(model)
+    same = [(l, h) for l, h in heads if l == layer and h != head]
+    return same or [(l, h) for l, h in heads if (l, h) != (layer, head)]
+
+
+@dataclass(frozen=True)
+class Necessity:
+    """Mean-ablating the head raises the behaviour loss more than mean-ablating a comparable head:
+    per prompt, dL(head) - mean over comparable heads of dL(other), with a sign-flip test."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        mask, behaviour = behaviour_mask(ctx.prompts)
+        clean = _clean_loss(ctx)
+        layer, head = claim.layer, claim.head
+        delta = _ablated_loss(ctx, layer, head) - clean  # (prompt,)
+        others = comparable_heads(ctx.model, layer, head)
+        if not others:
+            raise Inconclusive("the model has a single head: nothing to compare the ablation with.")
+        delta_others = torch.stack([_ablated_loss(ctx, l, h) - clean for l, h in others]).mean(0)
+        extra = {"delta_loss": float(delta.mean()), "delta_loss_comparable": float(delta_others.mean()),
+                 "loss_clean": float(clean.mean())}
+        advantage = ""
+        if "prefix_len" in ctx.prompts.meta:
+            # how much of the repeated copies' advantage over the first copy the ablation removes
+            first = behaviour_loss(ctx, ("clean",), part="first_copy")
+            gap = float(first.mean() - clean.mean())
+            extra.update(loss_first_copy=float(first.mean()), advantage_removed=float(delta.mean()) / gap if gap > 0 else math.nan)
+            advantage = f"; removes {extra['advantage_removed']:.0%} of the repeat advantage" if gap > 0 else ""
+        ev = difference_evidence("necessity", delta, delta_others, ctx, what=f"ablating {claim.label} minus comparable heads",
+                                 extra=extra)
+        return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (dL {float(delta.mean()):.4g} vs "
+                                              f"{float(delta_others.mean()):.4g} for {len(others)} comparable heads{advantage})")
+
+
+def ideal_for(claim: Claim, causal: bool = True) -> Callable[[PromptSet], Any]:
+    """The idealised pattern the claim describes, as batch -> a `substitute_pattern` pattern (a name,
+    a callable n_pos -> (query, key), or a (batch, query, key) tensor built from the batch's tokens)."""
+    kind = claim.params.get("ideal")
+    if kind in ("previous_token", "first_token", "self"):
+        return lambda batch: kind
+    if kind == "next_token":
+        def shift(n_pos: int) -> torch.Tensor:
+            q = torch.arange(n_pos)
+            return F.one_hot((q + 1).clamp(max=n_pos - 1), n_pos).float()  # (query, key); the last query: itself
+        return lambda batch: shift
+    if kind == "local_window":
+        window = claim.params["window"]
+
+        def band(n_pos: int) -> torch.Tensor:
+            q = torch.arange(n_pos)
+            distance = q[:, None] - q[None, :]  # (query, key): q - k
+            allowed = (distance.abs() <= window) & ((distance >= 0) if causal else True)
+            return allowed.float() / allowed.float().sum(-1, keepdim=True)
+        return lambda batch: band
+    if kind in ("induction", "duplicate_token"):
+        return lambda batch: content_pattern(batch, kind)
+    raise Inconclusive(f"claim {claim.name!r} describes no idealised pattern to substitute.")
+
+
+def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
+    """(batch, query, key) ideal induction / duplicate-token pattern from the tokens: uniform over the
+    targets (the token after each earlier occurrence / each earlier occurrence); no target: the first real key."""
+    tokens = batch.tokens
+    real = torch.ones_like(tokens, dtype=torch.bool) if batch.attention_mask is None else batch.attention_mask.bool()
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    target = same.tril(diagonal=-1)  # (batch, query, key): earlier occurrences
+    if kind == "induction":
+        shifted = torch.zeros_like(target)
+        shifted[..., 1:] = target[..., :-1]
+        target = shifted & real[:, None, :]
+    first = real.long().argmax(-1)  # (batch,)
+    fallback = F.one_hot(first, tokens.shape[1]).bool()[:, None, :].expand_as(target)
+    target = torch.where(target.any(-1, keepdim=True), target, fallback & real[:, :, None])
+    pattern = target.float()
+    return pattern / pattern.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple,
+                 permute: bool = False) -> torch.Tensor:
+    """Behaviour loss with the claim's head's pattern replaced by `pattern(batch)` (optionally permuted among keys)."""
+    layer, head = claim.layer, claim.head
+    return behaviour_loss(ctx, ("substitute", layer, head) + tag, lambda batch: substitute_pattern(
+        ctx.model, layer, head, pattern(batch), permute_keys=permute, seed=ctx.seed))
+
+
+@dataclass(frozen=True)
+class Sufficiency:
+    """Substituting the idealised pattern recovers the behaviour: fraction of loss recovered
+    (L_ablated - L_substituted) / (L_ablated - L_clean), against the claim's sufficiency threshold."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        _, behaviour = behaviour_mask(ctx.prompts)
+        pattern = ideal_for(claim, causal=attention_sites(ctx.model)[claim.layer].causal is not False)
+        clean = _clean_loss(ctx)
+        ablated = _ablated_loss(ctx, claim.layer, claim.head)
+        substituted = _substituted(ctx, claim, pattern, ("ideal", claim.params.get("ideal")))
+        denominator = ablated - clean
+        extra = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
+                 "loss_substituted": float(substituted.mean())}
+        scale = max(float(clean.mean().abs()), 1e-3)
+        if float(denominator.mean()) <= 1e-3 * scale:
+            return Evidence("sufficiency", math.nan, math.nan, math.nan, math.nan, claim.thresholds["sufficiency"].rule(),
+                            None, False, len(clean),
+                            f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
+                            "so the fraction recovered is undefined", extra)
+        ev = ratio_evidence("sufficiency", ablated - substituted, denominator, claim.thresholds["sufficiency"], ctx,
+                            what=f"fraction of loss recovered by the ideal {claim.params.get('ideal')} pattern in {claim.label}",
+                            extra=extra)
+        return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4f}, "
+                                              f"ablated {extra['loss_ablated']:.4f}, substituted {extra['loss_substituted']:.4f})")
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    """Swapping the head's pattern for a uniform one, and for its own weights permuted among the allowed
+    keys, both raise the behaviour loss (per prompt, the smaller increase, must have CI > 0). If the loss
+    does not move, the pattern explains nothing (fails, not decisive)."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        _, behaviour = behaviour_mask(ctx.prompts)
+        clean = _clean_loss(ctx)
+        uniform = _substituted(ctx, claim, lambda batch: "uniform", ("uniform",))
+        permuted = _substituted(ctx, claim, lambda batch: None, ("permuted",), permute=True)
+        d_uniform, d_permuted = uniform - clean, permuted - clean
+        effect = torch.minimum(d_uniform, d_permuted)
+        ev = difference_evidence("faithfulness", effect, torch.zeros_like(effect), ctx, fail_below=1e-6,
+                                 what=f"smaller loss increase when {claim.label}'s pattern is swapped",
+                                 extra={"delta_loss_uniform": float(d_uniform.mean()),
+                                        "delta_loss_permuted": float(d_permuted.mean())})
+        note = " (the pattern explains nothing: swapping it leaves the loss unchanged)" if ev.passed is False else ""
+        return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail}; uniform +{float(d_uniform.mean()):.4g}, "
+                                              f"permuted +{float(d_permuted.mean()):.4g}{note}")
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def _pattern_claim(name: str, layer: int, head: int, statement: str, metric: str, threshold: Threshold,
+                   ideal: str | None, shuffle: ShuffledControl, sufficiency: float, **params) -> Claim:
+    evidence: dict[str, Any] = {
+        "observational": Observational(),
+        "control_shuffled": shuffle,
+        "control_random_init": RandomInitControl(),
+        "necessity": Necessity(),
+        "faithfulness": Faithfulness(),
+        "stability": Stability(),
+    }
+    thresholds = {"observational": threshold}
+    if ideal is not None:
+        evidence["sufficiency"] = Sufficiency()
+        thresholds["sufficiency"] = Threshold(sufficiency, SUFFICIENCY)
+    return Claim(name, ((layer, head),), statement, {"metric": metric, "ideal": ideal, **params}, thresholds, evidence)
+
+
+def previous_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
+    """More than `threshold` of the head's attention on the previous token (Clark et al. 2019: > 0.5)."""
+    return _pattern_claim("previous_token", layer, head,
+                          f"{_label(layer, head)} attends to the previous token (> {threshold:g} of its attention)",
+                          "prev_token", Threshold(threshold, CLARK), "previous_token", ShuffledControl("stay", decisive=False),
+                          sufficiency)
+
+
+def next_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
+    """More than `threshold` of the attention on the next token (Clark et al. 2019: > 0.5). Defined for
+    bidirectional models only: on a causal model the metric is undefined and the verdict inconclusive."""
+    return _pattern_claim("next_token", layer, head,
+                          f"{_label(layer, head)} attends to the next token (> {threshold:g} of its attention)",
+                          "next_token", Threshold(threshold, CLARK), "next_token", ShuffledControl("stay", decisive=False),
+                          sufficiency)
+
+
+def self_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
+    """More than `threshold` of the attention on the query's own position (Clark et al. 2019's rule)."""
+    return _pattern_claim("self_token", layer, head,
+                          f"{_label(layer, head)} attends to its own position (> {threshold:g} of its attention)",
+                          "self_token", Threshold(threshold, CLARK), "self", ShuffledControl("stay", decisive=False),
+                          sufficiency)
+
+
+def first_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
+    """A sink head: more than `threshold` of the attention on the first position (Clark et al. 2019's
+    [CLS] heads; Xiao et al. 2023's attention sinks)."""
+    return _pattern_claim("first_token", layer, head,
+                          f"{_label(layer, head)} attends to the first position, a sink (> {threshold:g} of its attention)",
+                          "first_token", Threshold(threshold, SINK), "first_token", ShuffledControl("stay", decisive=False),
+                          sufficiency)
+
+
+def local_window_head(layer: int, head: int, *, threshold: float = 0.5, window: int = 3, sufficiency: float = 0.5) -> Claim:
+    """More than `threshold` of the attention within `window` positions of the query (|q - k| <= window),
+    Clark et al. 2019's majority rule applied to a band. The random-init control matters most here:
+    on short prompts even a uniform head puts most of its weight near the query."""
+    if window != 3:
+        raise ValueError(f"window={window}: analyses.positional measures local_window with window=3; use window=3.")
+    return _pattern_claim("local_window", layer, head,
+                          f"{_label(layer, head)} attends within {window} positions of the query (> {threshold:g} of its attention)",
+                          "local_window", Threshold(threshold, CLARK), "local_window",
+                          ShuffledControl("stay", decisive=False), sufficiency, window=window)
+
+
+def induction_head(layer: int, head: int, *, threshold: float = 0.5, copying: float = 0.0, sufficiency: float = 0.5) -> Claim:
+    """An induction head (Olsson et al. 2022): on repeated random tokens, more than `threshold` of the
+    attention of repeat queries on the token after the earlier occurrence of the current token
+    (prefix matching), an OV circuit that copies (eigenvalue copying score > `copying`), and the same
+    on shuffled tokens, where the repeats sit at random distances (so copying from a fixed offset fails)."""
+    claim = _pattern_claim("induction", layer, head,
+                           f"{_label(layer, head)} is an induction head (prefix matching > {threshold:g}, copying OV)",
+                           "induction", Threshold(threshold, OLSSON), "induction", ShuffledControl("stay", decisive=True),
+                           sufficiency)
+    thresholds = {**claim.thresholds, "copying": Threshold(copying, ELHAGE)}
+    return dataclasses.replace(claim, thresholds=thresholds)
+
+
+def duplicate_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
+    """More than `threshold` of the attention of repeat queries on earlier occurrences of the current token
+    (Olsson et al. 2022; Wang et al. 2022), also on shuffled tokens."""
+    return _pattern_claim("duplicate_token", layer, head,
+                          f"{_label(layer, head)} attends to earlier occurrences of the current token (> {threshold:g})",
+                          "duplicate_token", Threshold(threshold, DUPLICATE), "duplicate_token",
+                          ShuffledControl("stay", decisive=True), sufficiency)
+
+
+def positional_head(layer: int, head: int, *, offset: int | str | None = None, threshold: float = 0.9) -> Claim:
+    """Positional, not content-based (Voita et al. 2019): the maximum weight sits at relative offset
+    `offset` (an int k - q, or "first" for position 0) for at least `threshold` of the queries, and still
+    does on shuffled tokens. `offset=None` takes the modal offset of the prompts under test."""
+    if offset is not None and offset != "first":
+        offset = int(offset)
+    where = ("the first position" if offset == "first" else "one relative offset" if offset is None
+             else f"relative offset {offset}")
+    metric = "argmax_at:auto" if offset is None else f"argmax_at:{offset}"
+    evidence = {
+        "observational": Observational(),
+        "control_shuffled": ShuffledControl("stay", decisive=True),
+        "control_random_init": RandomInitControl(),
+        "stability": Stability(),
+    }
+    return Claim("positional", ((layer, head),),
+                 f"{_label(layer, head)} is positional: its maximum weight sits at {where} for >= {threshold:.0%} of queries, "
+                 "whatever the tokens",
+                 {"metric": metric, "offset": offset}, {"observational": Threshold(threshold, VOITA)}, evidence)
+
+
+PRESETS: dict[str, Callable[..., Claim]] = {
+    "previous_token": previous_token_head,
+    "next_token": next_token_head,
+    "self_token": self_token_head,
+    "first_token": first_token_head,
+    "local_window": local_window_head,
+    "induction": induction_head,
+    "duplicate_token": duplicate_token_head,
+    "positional": positional_head,
+}
+
+
+def make_claim(kind: str, layer: int, head: int, **params) -> Claim:
+    """A preset claim by kind name (`CLAIM_KINDS`), e.g. make_claim("induction", 1, 2)."""
+    if kind not in PRESETS:
+        raise ValueError(f"unknown claim kind {kind!r}; expected one of {list(CLAIM_KINDS)}.")
+    return PRESETS[kind](layer, head, **params)
+
+
+# --------------------------------------------------------------------------- scan
+
+
+def _has_repeats(prompts: PromptSet) -> bool:
+    from analyses.induction import repeat_queries
+
+    return bool(repeat_queries(prompts).any(-1).all())
+
+
+def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> list[Claim]:
+    """Claims suggested by the metrics on `prompts`: for every head, each preset whose point estimate
+    clears its threshold; a head that clears none gets its closest preset (so every head is tested)."""
+    ctx = Context(model, prompts, batch_size=batch_size)
+    kinds = ["previous_token", "self_token", "first_token", "local_window"]
+    if attention_sites(model)[0].causal is False:
+        kinds.insert(1, "next_token")
+    metrics = {kind: PRESETS[kind](0, 0).params["metric"] for kind in kinds}
+    if _has_repeats(prompts):
+        kinds += ["induction", "duplicate_token"]
+        metrics.update(induction="induction", duplicate_token="duplicate_token")
+    means = {kind: head_metric(ctx, metrics[kind]).double().mean(0) for kind in kinds}  # (layer, head)
+    counts = ctx.cached(("argmax", id(model), id(prompts)), lambda: argmax_offsets_per_prompt(model, prompts, batch_size=batch_size))
+    modes = _modal_offsets(counts, prompts.n_pos)
+    claims: list[Claim] = []
+    n_layers, n_heads = next(iter(means.values())).shape
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            chosen = []
+            ratios = {}
+            for kind in kinds:
+                threshold = PRESETS[kind](layer, head).thresholds["observational"].value
+                ratios[kind] = float(means[kind][layer, head]) / threshold
+                if ratios[kind] > 1:
+                    chosen.append(PRESETS[kind](layer, head))
+            mode = modes[layer][head]
+            rate = _rate_at(counts, prompts.n_pos, layer, head, mode)
+            if rate >= 0.9:
+                chosen.append(positional_head(layer, head, offset=mode if mode == "first" else int(mode)))
+            if not chosen:
+                best = max(ratios, key=ratios.get)
+                chosen.append(PRESETS[best](layer, head))
+            claims.extend(chosen)
+    return claims
+
+
+def _rate_at(counts: dict[str, torch.Tensor], n_pos: int, layer: int, head: int, mode: str) -> float:
+    if mode == "first":
+        return float(counts["first_hits"][:, layer, head].sum() / counts["first_count"][:, layer, head].sum())
+    i = offset_index(n_pos, int(mode))
+    return float(counts["hits"][:, layer, head, i].sum() / counts["count"][:, layer, head, i].sum().clamp(min=1))
+
+
+def scan(
+    model: nn.Module,
+    prompts: PromptSet,
+    *,
+    seed: int = 0,
+    alpha: float = 0.05,
+    evidence: Sequence[str] | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Propose claims for every head on one half of the prompts and test them on the other half.
+
+    Claims are never tested on the prompts that proposed them. Returns the verdict table of
+    `interp.claims.test_claims` (one row per proposed claim, p-values corrected over all of them),
+    with `proposed_on` / `tested_on` prompt counts.
+    """
+    propose_half, test_half = prompts.split(0.5, seed=seed)
+    claims = propose(model, propose_half, batch_size=batch_size)
+    table = test_claims(model, claims, test_half, alpha=alpha, seed=seed, evidence=evidence, batch_size=batch_size,
+                        progress=progress)
+    table.insert(table.columns.get_loc("n_prompts"), "proposed_on", len(propose_half))
+    return table

@@ -1,0 +1,173 @@
+"""Induction, duplicate-token and copying scores per head (Olsson et al. 2022; Elhage et al. 2021).
+
+On a prompt with repeats, a query token t at position q whose token also occurred earlier
+at position j < q:
+- `duplicate_token`: weight on the earlier occurrences j of the same token;
+- `induction` (prefix matching): weight on the tokens right after them, j + 1 (<= q).
+Per prompt, each is the mean over *repeat queries*. With `meta["prefix_len"]` (from
+`interp.data.repeated_tokens`) they are the positions of the second and later copies,
+p >= meta["offset"] + prefix_len, which repeat by construction (accidental collisions inside
+the first copy do not count); otherwise, every real position whose token occurred before.
+Targets always include every earlier occurrence, as in TransformerLens.
+
+Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
+"duplicate_token_head", error_measure="mul")` on one unpadded prompt of length T: its
+detection pattern is the same set of target keys, but it divides by all T queries, so
+detect_head = score * n_repeat_queries / T.
+
+`copying` is a property of the weights, not of prompts: the OV-circuit eigenvalue score of
+Elhage et al. (2021, "A mathematical framework for transformer circuits"),
+sum(eigenvalues) / sum(|eigenvalues|) of the token-to-logit map W_E W_V^h W_O^h W_U, in
+[-1, 1]; +1 means the head raises the logit of the token it attends to (a copying head), and
+a head whose OV circuit does not reach the logits at all scores 0.
+LayerNorms are folded as fixed affine maps (centering times their weights; the per-token
+scale is ignored), and biases are dropped. It has no confidence interval (its CI columns are
+NaN): there is no sampling over prompts to be uncertain about.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from transformer_lens import FactoredMatrix
+
+from analyses.positional import nan_aware_frame
+from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
+from interp.data import PromptSet
+from interp.hooks import attention_sites
+
+INDUCTION_METRICS = ("induction", "duplicate_token")
+
+
+class NoRepeats(ValueError):
+    """The prompts contain no repeated tokens, so induction and duplicate-token scores are undefined."""
+
+
+def repeat_queries(prompts: PromptSet) -> torch.Tensor:
+    """(prompt, pos) bool: the queries the scores average over (see the module docstring)."""
+    tokens = prompts.tokens
+    real = torch.ones_like(tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
+    prefix_len = prompts.meta.get("prefix_len")
+    if prefix_len is not None:
+        start = prompts.meta.get("offset", 0) + prefix_len
+        queries = torch.zeros_like(real)
+        queries[:, start:] = True
+        return queries & real
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (prompt, query, key)
+    earlier = same.tril(diagonal=-1)
+    return earlier.any(-1) & real
+
+
+def _check_repeats(prompts: PromptSet) -> torch.Tensor:
+    queries = repeat_queries(prompts)
+    none = (~queries.any(-1)).nonzero().flatten().tolist()
+    if none:
+        source = f"meta prefix_len={prompts.meta['prefix_len']}" if "prefix_len" in prompts.meta else "no token occurs twice"
+        raise NoRepeats(
+            f"prompts {none[:5]} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
+            "induction needs repeats: use interp.data.repeated_tokens(n, prefix_len, d_vocab)."
+        )
+    return queries
+
+
+def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
+    """pattern (batch, head, query, key) -> {"induction", "duplicate_token": (batch, head)}."""
+    pattern = pattern.float()
+    tokens, real = ctx.tokens, ctx.real
+    batch = PromptSet(tokens.cpu(), None if ctx.attention_mask is None else ctx.attention_mask.long().cpu(), ctx.meta)
+    queries = repeat_queries(batch).to(pattern.device)[:, None, :]  # (batch, 1, query)
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    duplicate = same.tril(diagonal=-1)[:, None]  # (batch, 1, query, key): earlier occurrences
+    induction = torch.zeros_like(duplicate)
+    induction[..., 1:] = duplicate[..., :-1]  # the token after each earlier occurrence (key <= query)
+    induction &= real[:, None, None, :]
+    return {
+        "induction": masked_mean((pattern * induction).sum(-1), queries),
+        "duplicate_token": masked_mean((pattern * duplicate).sum(-1), queries),
+    }
+
+
+def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, layers=None) -> dict[str, torch.Tensor]:
+    """{"induction", "duplicate_token": (prompt, layer, head)}; a `NoRepeats` error if a prompt has none."""
+    _check_repeats(prompts)
+    acc = stream(model, prompts, reduce_induction, layers=layers, batch_size=batch_size, accumulator=PerPromptAccumulator())
+    return acc.result()
+
+
+def _weight(module: nn.Module, *paths: str) -> torch.Tensor | None:
+    for path in paths:
+        obj = module
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if isinstance(obj, torch.Tensor):
+            return obj
+    return None
+
+
+def _centered_ln(module: nn.Module | None) -> tuple[bool, torch.Tensor | None]:
+    """(centers, weight) of a LayerNorm-like module: ours (w), torch's (weight), or none."""
+    if module is None or isinstance(module, nn.Identity):
+        return False, None
+    weight = _weight(module, "w", "weight")
+    return True, weight
+
+
+def copying_scores(model: nn.Module) -> torch.Tensor:
+    """(layer, head) OV-circuit eigenvalue copying score from the weights (see the module docstring)."""
+    W_E = _weight(model, "embed.W_E", "W_E")
+    W_U = _weight(model, "unembed.W_U", "W_U")
+    blocks = getattr(model, "blocks", None)
+    if W_E is None or W_U is None or blocks is None:
+        raise TypeError(
+            f"cannot read W_E / W_U / blocks[l].attn.W_V, W_O from a {type(model).__name__}; the copying score "
+            "needs per-head weights. Pass copying=False to scores()."
+        )
+    sites = attention_sites(model)
+    with torch.no_grad():
+        W_U = W_U.detach().double()
+        centers, w_final = _centered_ln(getattr(model, "ln_final", None))
+        out_map = torch.eye(W_U.shape[0], dtype=torch.float64)
+        if centers:
+            out_map = out_map - out_map.mean(0, keepdim=True)
+            if w_final is not None:
+                out_map = out_map * w_final.detach().double()
+        scores = torch.full((len(sites), sites[0].n_heads), float("nan"), dtype=torch.float64)
+        for i, site in enumerate(sites):
+            attn = blocks[site.layer].attn
+            W_V, W_O = _weight(attn, "W_V"), _weight(attn, "W_O")
+            if W_V is None or W_O is None:
+                raise TypeError(f"{site.module} has no per-head W_V / W_O; pass copying=False to scores().")
+            embed = W_E.detach().double()
+            centers, w_in = _centered_ln(getattr(blocks[site.layer], "ln1", None))
+            if centers:
+                embed = embed - embed.mean(-1, keepdim=True)
+                if w_in is not None:
+                    embed = embed * w_in.detach().double()
+            left = embed @ W_V.detach().double()  # (head, d_vocab, d_head)
+            right = W_O.detach().double() @ out_map @ W_U  # (head, d_head, d_vocab)
+            eigenvalues = FactoredMatrix(left, right).eigenvalues  # (head, d_head) complex
+            total = eigenvalues.abs().sum(-1)
+            # a circuit the unembedding cannot see (all eigenvalues ~0) copies nothing: score 0
+            zero = total <= 1e-9 * (left.norm(dim=(-2, -1)) * right.norm(dim=(-2, -1))).clamp(min=1e-30)
+            scores[i] = torch.where(zero, 0.0, eigenvalues.real.sum(-1) / total.clamp(min=1e-300))
+    return scores.float()
+
+
+def scores(
+    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None
+) -> pd.DataFrame:
+    """One row per (layer, head): `induction`, `duplicate_token` (with bootstrap CIs over prompts),
+    `copying` (weights only; its CI columns are NaN), and `n_prompts`."""
+    per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
+    frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)
+    if copying:
+        values = copying_scores(model)  # (layer, head)
+        frame["copying"] = values.numpy()[frame["layer"].to_numpy(), frame["head"].to_numpy()]
+        frame["copying_ci_low"] = np.nan
+        frame["copying_ci_high"] = np.nan
+        frame = frame[[c for c in frame.columns if c != "n_prompts"] + ["n_prompts"]]
+    return frame

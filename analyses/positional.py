@@ -1,0 +1,251 @@
+"""Positional focus: where each head puts its attention, relative to the query's position.
+
+Per head and prompt, each metric is a mean over the prompt's *scored queries*: real
+(non-padding) queries with at least two keys they may attend to (so in a causal model the
+first position, which can only attend to itself, is never scored), and for the offset
+metrics only queries whose target key exists (a previous token for `prev_token`, a next
+token for `next_token`). Positions are indices among real tokens: with left or right
+padding the real tokens are contiguous, so "previous" means the previous real token and
+"first" means the first real token.
+
+Metrics (weights are the post-softmax `pattern`):
+- `prev_token`, `self_token`, `next_token`, `first_token`: weight on the key at offset -1,
+  0, +1, and on the first position. `next_token*` is NaN for causal models (no query may
+  see its next token).
+- `local_window`: weight on keys within `window` positions of the query (|q - k| <= window).
+- `mean_distance`: expected |q - k| under the pattern.
+- `entropy`: entropy of the pattern divided by log(number of allowed keys): 1 for a uniform
+  head, 0 for a one-hot head.
+- `*_argmax`: fraction of scored queries whose maximum weight sits on that key (ties split
+  evenly among the tied keys, so a uniform head is not credited to any one offset). Voita
+  et al. (2019, "Analyzing multi-head self-attention") call a head positional when its
+  maximum sits at the same relative offset for at least 90% of queries.
+
+`prev_token` relates to `transformer_lens.head_detector.detect_head(model, tokens,
+"previous_token_head", error_measure="mul")` on one unpadded prompt of length T by
+detect_head = prev_token * (T - 1) / T: detect_head divides by all T queries, including
+the first, which has no previous token. With `exclude_bos=True` detect_head also drops the
+first key from numerator and denominator; `prev_token` never does.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, masked_mean, stream
+from interp.data import PromptSet
+from interp.stats import head_frame
+
+POSITIONAL_METRICS = (
+    "prev_token", "self_token", "first_token", "next_token", "local_window", "mean_distance", "entropy",
+    "prev_token_argmax", "self_token_argmax", "next_token_argmax", "first_token_argmax",
+)
+CAUSAL_UNDEFINED = ("next_token", "next_token_argmax")
+TIE_TOLERANCE = 1e-6  # weights within this of a row's maximum count as tied maxima
+
+
+def _at_offset(x: torch.Tensor, offset: int) -> torch.Tensor:
+    """x (..., query, key) -> (..., query): x[q, q + offset], zero/False where that key is out of range."""
+    diagonal = torch.diagonal(x, offset=offset, dim1=-2, dim2=-1)  # (..., query - |offset|)
+    pad = (abs(offset), 0) if offset < 0 else (0, offset)
+    if diagonal.dtype == torch.bool:
+        return F.pad(diagonal.to(torch.uint8), pad).bool()
+    return F.pad(diagonal, pad)
+
+
+def _at_first(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """x (batch, head, query, key), first (batch,) -> (batch, head, query): the weight on each prompt's first key."""
+    index = first[:, None, None, None].expand(x.shape[0], x.shape[1], x.shape[2], 1)
+    return x.gather(-1, index).squeeze(-1)
+
+
+def _check_lengths(prompts: PromptSet, need: int = 2) -> None:
+    lengths = prompts.tokens.new_full((len(prompts),), prompts.n_pos) if prompts.attention_mask is None \
+        else prompts.attention_mask.long().sum(-1)
+    short = (lengths < need).nonzero().flatten().tolist()
+    if short:
+        raise ValueError(
+            f"prompts {short[:5]} have fewer than {need} real tokens; positional metrics need at least {need} "
+            "(drop them or use longer prompts)."
+        )
+
+
+def _window_mass(pattern: torch.Tensor, window: int) -> torch.Tensor:
+    """(batch, head, query): weight on keys with |q - k| <= window, summed diagonal by diagonal."""
+    n = pattern.shape[-1]
+    total = torch.zeros(pattern.shape[:-1], dtype=pattern.dtype, device=pattern.device)
+    for offset in range(-min(window, n - 1), min(window, n - 1) + 1):
+        total += _at_offset(pattern, offset)
+    return total
+
+
+class FocusReducer:
+    """Reduces one batch's pattern (batch, head, query, key) to {metric: (batch, head)}.
+
+    Keeps two scratch buffers the size of one pattern and reuses them across batches and
+    layers: on a CPU, allocating a fresh 16 MB temporary per operation costs more (page
+    faults) than the arithmetic. Not thread-safe; one reducer per stream.
+    """
+
+    def __init__(self, window: int = 3):
+        self.window = window
+        self._scratch: dict[str, torch.Tensor] = {}
+
+    def _buffer(self, name: str, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        buffer = self._scratch.get(name)
+        if buffer is None or buffer.shape != like.shape or buffer.device != like.device:
+            buffer = self._scratch[name] = torch.empty(like.shape, dtype=dtype, device=like.device)
+        return buffer
+
+    def __call__(self, pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
+        pattern = pattern.float()
+        allowed = ctx.allowed  # (batch, 1, query, key)
+        n_allowed = allowed.sum(-1, dtype=torch.float32)  # (batch, 1, query)
+        scored = n_allowed >= 2  # (batch, 1, query)
+        n = pattern.shape[-1]
+        position = torch.arange(n, device=pattern.device, dtype=torch.float32)
+        prev_ok = scored & _at_offset(allowed, -1)
+        next_ok = scored & _at_offset(allowed, 1)
+        scratch = self._buffer("float", pattern, torch.float32)
+
+        if ctx.causal:
+            # keys k <= q only: sum_k p_k (q - k) = q * sum_k p_k - sum_k p_k k, one matrix-vector product
+            distance = position[:, None] * pattern.sum(-1, keepdim=True).squeeze(-1) - pattern @ position
+        else:
+            table = (position[:, None] - position[None, :]).abs()  # (query, key)
+            distance = torch.mul(pattern, table, out=scratch).sum(-1)
+        out = {
+            "prev_token": masked_mean(_at_offset(pattern, -1), prev_ok),
+            "self_token": masked_mean(_at_offset(pattern, 0), scored),
+            "first_token": masked_mean(_at_first(pattern, ctx.first_real), scored),
+            "next_token": masked_mean(_at_offset(pattern, 1), next_ok),
+            "local_window": masked_mean(_window_mass(pattern, self.window), scored),
+            "mean_distance": masked_mean(distance, scored),
+        }
+        # entropy: -sum p log p, with 0 log 0 = 0 through the clamp; in place in the scratch buffer
+        torch.clamp_min(pattern, 1e-30, out=scratch).log_().mul_(pattern)
+        entropy = -scratch.sum(-1)  # (batch, head, query)
+        out["entropy"] = masked_mean(entropy / n_allowed.clamp(min=2).log(), scored)
+
+        # argmax with ties split evenly: a target's share is 1 / (number of keys tied at the max).
+        # Keys a real query may not see have weight 0 < its row max, so they never tie.
+        threshold = pattern.amax(-1) - TIE_TOLERANCE  # (batch, head, query)
+        tied = torch.ge(pattern, threshold[..., None], out=self._buffer("bool", pattern, torch.bool))
+        n_max = tied.view(torch.uint8).sum(-1, dtype=torch.int32).clamp(min=1).float()  # (batch, head, query)
+
+        def share(weight: torch.Tensor) -> torch.Tensor:  # weight at the target, (batch, head, query)
+            return (weight >= threshold).float() / n_max
+
+        out["prev_token_argmax"] = masked_mean(share(_at_offset(pattern, -1)), prev_ok)
+        out["self_token_argmax"] = masked_mean(share(_at_offset(pattern, 0)), scored)
+        out["next_token_argmax"] = masked_mean(share(_at_offset(pattern, 1)), next_ok)
+        out["first_token_argmax"] = masked_mean(share(_at_first(pattern, ctx.first_real)), scored)
+        return out
+
+
+def reduce_focus(pattern: torch.Tensor, ctx: BatchContext, window: int = 3) -> dict[str, torch.Tensor]:
+    """pattern (batch, head, query, key) -> {metric: (batch, head)}: per-prompt means over scored queries."""
+    return FocusReducer(window)(pattern, ctx)
+
+
+def focus_per_prompt(
+    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, layers=None
+) -> dict[str, torch.Tensor]:
+    """{metric: (prompt, layer, head)} for every metric in `POSITIONAL_METRICS` (see the module docstring).
+
+    Streams in batches and stops after the last layer asked for. On causal models
+    `next_token` and `next_token_argmax` are all NaN (kept, so every model gives the same keys).
+    """
+    if window < 0:
+        raise ValueError(f"window={window} must be >= 0 (0 is the query's own position).")
+    _check_lengths(prompts)
+    acc = stream(model, prompts, FocusReducer(window), layers=layers,
+                 batch_size=batch_size, accumulator=PerPromptAccumulator())
+    return acc.result()
+
+
+def nan_aware_frame(per_prompt: dict[str, torch.Tensor], *, seed: int = 0, layers=None) -> pd.DataFrame:
+    """`interp.stats.head_frame`, but a metric undefined for a whole head (NaN on every prompt)
+    gets NaN columns instead of an error. A metric NaN on only some prompts of a head is an error."""
+    defined, undefined = {}, {}
+    for name, values in per_prompt.items():
+        nan = torch.isnan(values)  # (prompt, layer, head)
+        if not nan.any():
+            defined[name] = values
+            continue
+        partial = nan.any(0) & ~nan.all(0)
+        if partial.any():
+            layer, head = partial.nonzero()[0].tolist()
+            prompts = nan[:, layer, head].nonzero().flatten().tolist()
+            raise ValueError(
+                f"metric {name!r} is undefined on prompts {prompts[:5]} but defined on others for L{layer}H{head}; "
+                "those prompts are too short or fully padded: drop them."
+            )
+        defined[name] = values.nan_to_num(0.0)
+        undefined[name] = nan.all(0)  # (layer, head)
+    frame = head_frame(defined, seed=seed)
+    for name, mask in undefined.items():
+        flat = mask.flatten().numpy()
+        for column in (name, f"{name}_ci_low", f"{name}_ci_high"):
+            frame.loc[flat, column] = np.nan
+    ordered = ["layer", "head"] + [c for name in per_prompt for c in (name, f"{name}_ci_low", f"{name}_ci_high")] + ["n_prompts"]
+    frame = frame[ordered]
+    if layers is not None:
+        frame["layer"] = np.asarray(sorted(set(layers)))[frame["layer"].to_numpy()]
+    return frame
+
+
+def focus(
+    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, seed: int = 0, layers=None
+) -> pd.DataFrame:
+    """One row per (layer, head): each positional metric with a bootstrap CI over prompts, and `n_prompts`.
+
+    Columns: `layer`, `head`, then for each of `POSITIONAL_METRICS` the value, `_ci_low`,
+    `_ci_high`; `next_token*` columns are NaN for causal models. CIs are 95% percentile
+    bootstraps over prompts (`interp.stats.head_frame`).
+    """
+    per_prompt = focus_per_prompt(model, prompts, window=window, batch_size=batch_size, layers=layers)
+    return nan_aware_frame(per_prompt, seed=seed, layers=layers)
+
+
+def reduce_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
+    """pattern (batch, head, query, key) -> {"weight": (batch, head, offset)}: each prompt's mean weight
+    at each relative offset k - q in [-(T-1), T-1], NaN where no scored query has that offset."""
+    batch, n_heads, n, _ = pattern.shape
+    position = torch.arange(n, device=pattern.device)
+    index = (position[None, :] - position[:, None] + n - 1).flatten()  # (query * key,)
+    allowed = ctx.allowed & (ctx.allowed.sum(-1, keepdim=True) >= 2)  # (batch, 1, query, key) scored
+    weights = (pattern.float() * allowed).flatten(-2)  # (batch, head, query * key)
+    sums = pattern.new_zeros(batch, n_heads, 2 * n - 1, dtype=torch.float32)
+    sums.scatter_add_(-1, index.expand(batch, n_heads, -1), weights)
+    counts = pattern.new_zeros(batch, 1, 2 * n - 1, dtype=torch.float32)
+    counts.scatter_add_(-1, index.expand(batch, 1, -1), allowed.flatten(-2).float())
+    return {"weight": sums / counts}  # 0/0 -> NaN: offset absent in that prompt
+
+
+def offset_profile(
+    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, confidence: float = 0.95, layers=None
+) -> pd.DataFrame:
+    """Long frame (layer, head, offset, weight, weight_ci_low, weight_ci_high, n_prompts), for plots.
+
+    `weight` is the mean over prompts of the prompt's mean weight at relative offset
+    k - q (negative: earlier keys); offsets no prompt has are absent (positive offsets in
+    causal models). Streams into a `MomentAccumulator`, so memory does not depend on the
+    number of prompts; the CI is therefore a normal approximation over prompts (not a
+    bootstrap; optimistic below ~30 prompts).
+    """
+    _check_lengths(prompts)
+    acc = stream(model, prompts, reduce_offsets, layers=layers, batch_size=batch_size, accumulator=MomentAccumulator())
+    stats = acc.result(confidence)["weight"]  # each (layer, head, offset)
+    n_layers, n_heads, n_offsets = stats["mean"].shape
+    layer_ids = np.arange(n_layers) if layers is None else np.asarray(sorted(set(layers)))
+    layer, head, offset = np.meshgrid(layer_ids, np.arange(n_heads), np.arange(n_offsets) - (n_offsets - 1) // 2, indexing="ij")
+    frame = pd.DataFrame({
+        "layer": layer.ravel(), "head": head.ravel(), "offset": offset.ravel(),
+        "weight": stats["mean"].numpy().ravel(), "weight_ci_low": stats["ci_low"].numpy().ravel(),
+        "weight_ci_high": stats["ci_high"].numpy().ravel(), "n_prompts": stats["n"].numpy().ravel().astype(int),
+    })
+    return frame[frame["n_prompts"] > 0].reset_index(drop=True)

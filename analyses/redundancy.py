@@ -1,0 +1,1182 @@
+"""Head redundancy: which heads do the same work, which back each other up, which can go.
+
+Questions and entry points (each returns a tidy DataFrame; per-prompt values are reduced to a
+mean and a percentile-bootstrap CI over prompts, the prompt being the unit of statistics):
+
+- `pattern_similarity`: Jensen-Shannon divergence (bits, in [0, 1]) between two heads'
+  attention distributions at the same query, averaged over queries and prompts, for every
+  pair of heads within and across layers. Streaming: one batch's patterns alive at a time.
+- `output_similarity`: how alike two heads' writes to the residual stream (`hook_result`)
+  are: mean per-position cosine, and linear CKA over positions (Kornblith et al. 2019).
+- `importance`: the loss change when a head alone is ablated (zero / mean / resample), for
+  every head, and the first-order head-mask estimate of it (Michel et al. 2019), with the
+  Spearman rank correlation between estimate and truth in `frame.attrs`.
+- `joint_ablation`: loss change of ablating two heads together against the sum of each alone;
+  `interaction = delta_both - delta_a - delta_b` > 0 means the pair matters together more
+  than apart (redundancy / backup). Pairs given, or suggested by `suggest_pairs`.
+- `compensation`: per head the direct effect (only its direct path to the logits removed) vs
+  its total effect (ablated everywhere): self-repair = direct - total (the hydra effect,
+  McGrath et al. 2023); and the compensation matrix: how much each later head's direct effect
+  grows when an earlier head is ablated (backup heads, Wang et al. 2022).
+- `pruning_curve`: loss as heads are removed, least important first (by the estimate) vs in
+  random order; how many can go before the loss rises by `margin`.
+- Claims (`interp.claims` objects, tested with `interp.claims.test_claims`):
+  `redundant_claim(a, b)`, `dispensable_claim(a)`, `backup_claim(a, b)`; `redundancy_claims`
+  tests a batch of them.
+
+Losses are per prompt: by default next-token cross-entropy averaged over a prompt's real
+positions (`lm_loss`, equal to `model(tokens, return_type="loss", loss_per_token=True).mean(-1)`);
+pass `loss_fn(logits, prompts) -> (prompt,)` for anything else (`induction_loss` scores only the
+repeated half of `repeated_tokens` prompts). A NaN loss raises.
+
+Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs), `label`
+(`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
+`{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`.
+
+Minimal recomputation (`importance`, `joint_ablation`, `pruning_curve`, `compensation` on
+HookedGPT-like models): the clean forward runs once per batch, caching each layer's `z` and
+mid-block residual stream; ablating heads whose earliest layer is `l` adds their change in
+output (new z - clean z) @ W_O to the cached residual and resumes from layer `l`'s MLP. No work
+before the ablated head's layer is repeated, and layer `l`'s attention is never recomputed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Literal, Sequence, get_args
+
+import einops
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from scipy.stats import spearmanr
+from torch import nn
+from transformer_lens.utilities.statistics import derive_generator
+
+from interp.capture import stream
+from interp.claims import (
+    Claim,
+    Context,
+    Evidence,
+    Inconclusive,
+    Threshold,
+    difference_evidence,
+    test_claims,
+    threshold_evidence,
+)
+from interp.data import PromptSet, check_prompts
+from interp.hooks import attention_sites, hooked
+from interp.interventions import (
+    ABLATION_KINDS,
+    AblationKind,
+    AblationValues,
+    Head,
+    HeadLike,
+    ReferenceActivations,
+    all_heads,
+    check_heads,
+    head_label,
+    parse_head,
+    reference_activations,
+)
+from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap, sign_flip_test
+from models.gpt import HookedGPT
+
+LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,)
+SuggestBy = Literal["pattern", "output", "second_order"]
+OrderBy = Literal["gradient", "ablation"]
+DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
+MARGIN_SOURCE = ("cheap-removal margin in nats/token (toolkit default; Michel et al. 2019 prune heads "
+                 "whose removal barely moves the loss)")
+
+
+# ---------------------------------------------------------------------------------------------
+# losses
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """float32 for half-precision logits (a stable softmax); float32 and float64 unchanged."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
+def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
+    tokens = prompts.tokens.to(logits.device)
+    per = F.cross_entropy(_upcast(logits[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    per = per.view(tokens.shape[0], -1)  # (batch, pos - 1)
+    if prompts.attention_mask is None:
+        return per.mean(-1)
+    weights = prompts.attention_mask[:, 1:].to(per.device).float()
+    return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+
+
+def induction_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """Next-token cross-entropy per prompt over the repeated copies only (from `repeated_tokens`).
+
+    Targets are the tokens at positions >= offset + prefix_len + 1: those an induction head can
+    predict (the first token of the second copy follows a token never seen before).
+    """
+    prefix_len = prompts.meta.get("prefix_len")
+    if prefix_len is None:
+        raise ValueError(
+            f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); got kind {prompts.kind!r}."
+        )
+    first = prompts.meta.get("offset", 0) + prefix_len + 1
+    if first >= prompts.n_pos:
+        raise ValueError(f"the prompts ({prompts.n_pos} tokens) have no repeated token to predict after position {first}.")
+    tokens = prompts.tokens.to(logits.device)
+    per = F.cross_entropy(_upcast(logits[:, first - 1 : -1]).flatten(0, 1), tokens[:, first:].flatten(), reduction="none")
+    return per.view(tokens.shape[0], -1).mean(-1)
+
+
+FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
+
+
+def _token_weights(loss_fn: LossFn, prompts: PromptSet) -> torch.Tensor | None:
+    """(batch, pos - 1) weights of each next-token target in a built-in loss (rows sum to one); None otherwise."""
+    n, n_pos = prompts.tokens.shape
+    if loss_fn is lm_loss:
+        weights = torch.ones(n, n_pos - 1) if prompts.attention_mask is None else prompts.attention_mask[:, 1:].float()
+    elif loss_fn is induction_loss:
+        if prompts.meta.get("prefix_len") is None:
+            return None  # induction_loss itself raises the clear error
+        first = prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] + 1
+        if first >= n_pos:
+            return None
+        weights = torch.zeros(n, n_pos - 1)
+        weights[:, first - 1 :] = 1.0
+    else:
+        return None
+    return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+def _check_loss(values: torch.Tensor, n: int, what: str) -> torch.Tensor:
+    if not isinstance(values, torch.Tensor) or values.shape != (n,):
+        shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"loss_fn must return one loss per prompt, shape ({n},); got {shape}.")
+    if not torch.isfinite(values).all():
+        bad = (~torch.isfinite(values)).nonzero().flatten()[:5].tolist()
+        raise ValueError(
+            f"the loss is NaN or inf ({what}) for prompts at batch rows {bad}; check the model's weights "
+            "(interp.verify_hooks), the prompts and the loss_fn."
+        )
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics helpers
+
+
+def _check_n(prompts: PromptSet) -> None:
+    if len(prompts) < MIN_PROMPTS:
+        raise TooFewPrompts(
+            f"redundancy analyses need at least {MIN_PROMPTS} prompts for a confidence interval, got {len(prompts)}; "
+            "pass more prompts (>= 8 for a usable interval)."
+        )
+
+
+def _ci(values: torch.Tensor, *, seed: int, label: str, chunk: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and bootstrap CI of (prompt, k) values, k columns at a time (bounds the bootstrap's memory)."""
+    values = values.double().reshape(values.shape[0], -1)
+    parts = [bootstrap(values[:, i : i + chunk], seed=seed, label=f"{label}/{i}") for i in range(0, values.shape[1], chunk)]
+    return tuple(torch.cat([p[j] for p in parts]).numpy() for j in range(3))
+
+
+def _label(head: Head) -> str:
+    return head_label(head)
+
+
+def to_matrix(frame: pd.DataFrame, metric: str | None = None, *, diagonal: float | None = None) -> pd.DataFrame:
+    """A pair frame (layer_a, head_a, layer_b, head_b, metric) as a symmetric labelled square frame.
+
+    Rows and columns are `L{l}H{h}` in forward order, ready for a heat map. `metric` defaults to
+    the frame's main metric (`frame.attrs["metric"]`); the diagonal is `diagonal` (default: the
+    metric's value for identical heads, from `frame.attrs["diagonal"]`).
+    """
+    metric = metric or frame.attrs.get("metric")
+    if metric not in frame.columns:
+        raise KeyError(f"metric {metric!r} is not a column; choose one of {list(frame.columns)}.")
+    labels_a = [_label(h) for h in zip(frame.layer_a, frame.head_a)]
+    labels_b = [_label(h) for h in zip(frame.layer_b, frame.head_b)]
+    order = sorted(set(labels_a) | set(labels_b), key=lambda s: parse_head(s))
+    square = pd.DataFrame(np.nan, index=pd.Index(order, name="head"), columns=pd.Index(order, name="head"))
+    for a, b, value in zip(labels_a, labels_b, frame[metric]):
+        square.loc[a, b] = value
+        square.loc[b, a] = value
+    fill = frame.attrs.get("diagonal", np.nan) if diagonal is None else diagonal
+    for label in order:
+        square.loc[label, label] = fill
+    return square
+
+
+def _pairs_frame(pairs: Sequence[tuple[Head, Head]], metrics: dict[str, torch.Tensor], n_prompts: int, *,
+                 main: str, seed: int, diagonal: float = np.nan) -> pd.DataFrame:
+    """One row per pair: layer_a, head_a, layer_b, head_b, labels, metrics with CIs, n_prompts."""
+    columns: dict[str, object] = {
+        "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
+        "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
+        "label_a": [_label(a) for a, _ in pairs], "label_b": [_label(b) for _, b in pairs],
+    }
+    for name, values in metrics.items():
+        mean, low, high = _ci(values, seed=seed, label=name)
+        columns[name] = mean
+        columns["ci_low" if name == main else f"{name}_ci_low"] = low
+        columns["ci_high" if name == main else f"{name}_ci_high"] = high
+    columns["n_prompts"] = n_prompts
+    frame = pd.DataFrame(columns)
+    frame.attrs.update(metric=main, diagonal=diagonal)
+    return frame
+
+
+def _heads_frame(heads: Sequence[Head], metrics: dict[str, torch.Tensor], n_prompts: int, *, main: str, seed: int) -> pd.DataFrame:
+    """One row per head: layer, head, label, metrics with CIs (main: ci_low / ci_high), n_prompts."""
+    columns: dict[str, object] = {"layer": [h[0] for h in heads], "head": [h[1] for h in heads],
+                                  "label": [_label(h) for h in heads]}
+    for name, values in metrics.items():
+        mean, low, high = _ci(values, seed=seed, label=name)
+        columns[name] = mean
+        columns["ci_low" if name == main else f"{name}_ci_low"] = low
+        columns["ci_high" if name == main else f"{name}_ci_high"] = high
+    columns["n_prompts"] = n_prompts
+    frame = pd.DataFrame(columns)
+    frame.attrs["metric"] = main
+    return frame
+
+
+def _all_pairs(heads: Sequence[Head]) -> list[tuple[Head, Head]]:
+    return [(heads[i], heads[j]) for i in range(len(heads)) for j in range(i + 1, len(heads))]
+
+
+# ---------------------------------------------------------------------------------------------
+# pattern similarity
+
+
+class _PairwiseJS:
+    """Accumulator for `interp.capture.stream`: per-prompt mean JS divergence of every head pair.
+
+    Per query, JS(p, q) = H(m) - (H(p) + H(q)) / 2 with m = (p + q) / 2 (entropies in bits);
+    averaged over a prompt's real queries, which only needs per-prompt sums of entropy terms.
+    The largest tensor is one batch's patterns of every head at the allowed (query, key) entries.
+    """
+
+    def __init__(self, causal: bool, pair_chunk: int = 32):
+        self.causal, self.pair_chunk = causal, pair_chunk
+        self.chunks: list[torch.Tensor] = []
+        self.n_prompts = 0
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        pattern = batch["pattern"]  # (batch, layer, head, query, key)
+        real = batch["real"][:, 0, 0]  # (batch, pos)
+        n_pos = pattern.shape[-1]
+        flat = einops.rearrange(pattern.float(), "batch layer head query key -> batch (layer head) query key")
+        if self.causal:
+            query, key = torch.tril_indices(n_pos, n_pos, device=flat.device)
+            flat = flat[..., query, key]  # (batch, head_all, entry): causal zeros never enter
+        else:
+            flat = flat.flatten(-2)  # (batch, head_all, entry)
+        n_queries = real.sum(-1).double().clamp(min=1)  # (batch,)
+        entropy = torch.special.entr(flat).sum(-1).double()  # (batch, head_all): H(p) summed over queries, nats
+        mass = flat.sum(-1).double()  # (batch, head_all): number of non-empty query rows
+        n_heads = flat.shape[1]
+        js = torch.empty(flat.shape[0], n_heads * (n_heads - 1) // 2, dtype=torch.float64)
+        done = 0
+        for i in range(n_heads - 1):
+            for start in range(i + 1, n_heads, self.pair_chunk):
+                stop = min(start + self.pair_chunk, n_heads)
+                both = flat[:, i : i + 1] + flat[:, start:stop]  # (batch, pairs, entry) = 2 m
+                # H(m) = H(2m) / 2 + log(2) * mass(m): one pass of entr over 2m, no halving pass
+                mixture = 0.5 * torch.special.entr(both).sum(-1).double() + 0.5 * math.log(2) * (
+                    mass[:, i : i + 1] + mass[:, start:stop])
+                gap = mixture - 0.5 * (entropy[:, i : i + 1] + entropy[:, start:stop])  # nats, summed over queries
+                js[:, done : done + stop - start] = gap / math.log(2) / n_queries[:, None]
+                done += stop - start
+        self.chunks.append(js.clamp(min=0.0))
+        self.n_prompts += flat.shape[0]
+
+    def result(self) -> torch.Tensor:
+        return torch.cat(self.chunks)  # (prompt, pair)
+
+
+def pattern_similarity(
+    model: nn.Module,
+    prompts: PromptSet,
+    *,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Jensen-Shannon divergence (bits) between the attention patterns of every pair of heads.
+
+    One row per unordered pair (within and across layers): `js_divergence` (0 = identical
+    distributions at every query, 1 = disjoint supports), `ci_low`, `ci_high`, `n_prompts`,
+    and `similarity` = 1 - JS. `to_matrix(frame)` gives the labelled square form.
+    Memory does not grow with the number of prompts beyond one float per prompt and pair.
+    Limits: it compares *where* heads look, not what they read or write (see output_similarity).
+    """
+    _check_n(prompts)
+    sites = attention_sites(model)
+    causal = all(site.causal is True for site in sites)
+
+    def reduce(pattern: torch.Tensor, ctx) -> dict[str, torch.Tensor]:  # (batch, head, query, key)
+        return {"pattern": pattern, "real": einops.repeat(ctx.real, "batch pos -> batch head pos", head=pattern.shape[1])}
+
+    accumulator = stream(model, prompts, reduce, role="pattern", batch_size=batch_size, accumulator=_PairwiseJS(causal))
+    heads = all_heads(model)
+    js = accumulator.result()  # (prompt, pair)
+    frame = _pairs_frame(_all_pairs(heads), {"js_divergence": js, "similarity": 1 - js}, len(prompts),
+                         main="js_divergence", seed=seed, diagonal=0.0)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# output similarity
+
+
+WRITE_FLOOR = 1e-6  # a head "writes nothing" at a position where its norm is below this fraction of its largest
+
+
+class _OutputSimilarity:
+    """Accumulator: per-prompt mean per-position cosine and linear CKA over positions, every head pair."""
+
+    def __init__(self):
+        self.cosine: list[torch.Tensor] = []
+        self.cka: list[torch.Tensor] = []
+        self.n_prompts = 0
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        result = einops.rearrange(batch["result"].float(), "batch layer head pos d -> batch (layer head) pos d")
+        real = batch["real"][:, 0, 0].float()  # (batch, pos)
+        n_real = real.sum(-1).clamp(min=1)  # (batch,)
+        norm = result.norm(dim=-1)  # (batch, head, pos)
+        # a position where a head writes (next to) nothing has no direction: left out of that pair's mean
+        writes = (norm > WRITE_FLOOR * norm.amax(-1, keepdim=True)) & (norm > 0) & real[:, None, :].bool()
+        unit = torch.where(writes[..., None], result / norm.clamp(min=1e-30)[..., None], 0.0)  # (batch, head, pos, d)
+        writes = writes.float()
+        both = einops.einsum(writes, writes, "batch i pos, batch j pos -> batch i j")
+        cosine = einops.einsum(unit, unit, "batch i pos d, batch j pos d -> batch i j") / both.clamp(min=1)
+        centred = result - (result * real[:, None, :, None]).sum(2, keepdim=True) / n_real[:, None, None, None]
+        centred = centred * real[:, None, :, None]
+        gram = einops.einsum(centred, centred, "batch head p d, batch head q d -> batch head p q").flatten(2)
+        hsic = einops.einsum(gram.double(), gram.double(), "batch i e, batch j e -> batch i j")
+        norms = hsic.diagonal(dim1=1, dim2=2).clamp(min=1e-30).sqrt()  # (batch, head)
+        cka = hsic / (norms[:, :, None] * norms[:, None, :])
+        n = result.shape[1]
+        rows, cols = torch.triu_indices(n, n, offset=1)
+        self.cosine.append(cosine[:, rows, cols].double().cpu())
+        self.cka.append(cka[:, rows, cols].cpu())
+        self.n_prompts += result.shape[0]
+
+
+def output_similarity(
+    model: nn.Module,
+    prompts: PromptSet,
+    *,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """How alike every pair of heads' writes to the residual stream (`hook_result`) are.
+
+    Per prompt: `cosine` = mean over real positions of the cosine between the two heads'
+    result vectors (positions where either head writes nothing, below `WRITE_FLOOR` of its largest
+    write in the prompt, are left out; 0 if none remain); `cka` = linear CKA of the two
+    (position x d_model) matrices, centred over positions (Kornblith et al. 2019: invariant
+    to rotation and scale of either head's output, 1 = same geometry over positions).
+    One row per pair with CIs (`ci_low`/`ci_high` for cosine, `cka_ci_low`/`cka_ci_high`).
+    """
+    _check_n(prompts)
+
+    def reduce(result: torch.Tensor, ctx) -> dict[str, torch.Tensor]:  # (batch, pos, head, d_model)
+        return {"result": einops.rearrange(result, "batch pos head d -> batch head pos d"),
+                "real": einops.repeat(ctx.real, "batch pos -> batch head pos", head=result.shape[2])}
+
+    acc = stream(model, prompts, reduce, role="result", batch_size=batch_size, accumulator=_OutputSimilarity())
+    heads = all_heads(model)
+    return _pairs_frame(_all_pairs(heads), {"cosine": torch.cat(acc.cosine), "cka": torch.cat(acc.cka)},
+                        len(prompts), main="cosine", seed=seed, diagonal=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the ablation engine: per-prompt losses under ablations, resuming from the cached clean run
+
+
+def resumable(model: nn.Module) -> bool:
+    """Whether the forward can be resumed mid-model (HookedGPT / HookedEncoder layout)."""
+    return isinstance(model, HookedGPT)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@dataclass
+class _CleanBatch:
+    """One batch's clean run: what resuming needs."""
+
+    prompts: PromptSet
+    tokens: torch.Tensor  # (batch, pos)
+    mask: torch.Tensor | None  # (batch, pos) bool
+    positions: torch.Tensor  # (batch, pos)
+    z: dict[int, torch.Tensor]  # layer -> (batch, pos, head, d_head)
+    resid_mid: dict[int, torch.Tensor]  # layer -> (batch, pos, d_model)
+    resid_final: torch.Tensor  # (batch, pos, d_model), before ln_final
+    loss: torch.Tensor  # (batch,)
+
+
+class AblationEngine:
+    """Per-prompt losses of a model under head ablations, with as little recomputation as possible.
+
+    Built once per (model, prompts, method); `losses(head_sets)` returns the clean loss
+    (prompt,) and the loss with each set ablated (set, prompt). On a HookedGPT the clean run
+    is cached per batch and each ablation resumes from its earliest layer (`fast=True`);
+    otherwise (or with `fast=False`) each ablation is one full forward with hooks.
+    Ablation values come from `interp.interventions` (mean / resample over `reference`,
+    default the prompts themselves), so numbers equal `with ablate(...): model(...)`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        prompts: PromptSet,
+        method: AblationKind = "mean",
+        *,
+        reference: PromptSet | ReferenceActivations | None = None,
+        loss_fn: LossFn | None = None,
+        batch_size: int = 16,
+        seed: int = 0,
+        fast: bool = True,
+    ):
+        if method not in ABLATION_KINDS:
+            raise ValueError(f"method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
+        if not isinstance(prompts, PromptSet):
+            raise TypeError(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
+        cfg = getattr(model, "cfg", None)
+        check_prompts(prompts, n_ctx=getattr(cfg, "n_ctx", None), d_vocab=getattr(cfg, "d_vocab", None))
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1.")
+        self.model, self.prompts, self.method = model, prompts, method
+        self.loss_fn = lm_loss if loss_fn is None else loss_fn
+        self.batch_size, self.seed = batch_size, seed
+        self.fast = fast and resumable(model)
+        self.sites = {site.layer: site for site in attention_sites(model)}
+        if method == "zero":
+            self.reference = None
+        elif isinstance(reference, ReferenceActivations):
+            self.reference = reference
+        else:
+            self.reference = reference_activations(model, prompts if reference is None else reference, site="z",
+                                                   keep_samples=method == "resample", batch_size=batch_size)
+
+    # -- values and hooks
+
+    def values(self) -> AblationValues:
+        """A fresh source of ablation values (resampling streams seeded per head, as `ablate` does)."""
+        return AblationValues(self.method, self.reference, self.seed)
+
+    def hooks(self, heads: Iterable[Head], values: AblationValues) -> list[tuple[str, Callable]]:
+        by_layer: dict[int, list[int]] = {}
+        for layer, index in heads:
+            by_layer.setdefault(layer, []).append(index)
+
+        def make_hook(layer: int, indices: list[int]):
+            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
+                z = z.clone()
+                for index in indices:
+                    z[:, :, index] = values(layer, index, z[:, :, index])
+                return z
+            return hook
+
+        return [(self.sites[layer].hook("z"), make_hook(layer, idx)) for layer, idx in sorted(by_layer.items())]
+
+    # -- clean run
+
+    @torch.no_grad()
+    def clean(self, batch: PromptSet) -> _CleanBatch:
+        model = self.model
+        tokens = batch.tokens.to(_device(model))
+        mask = None if batch.attention_mask is None else batch.attention_mask.to(tokens.device).bool()
+        _, positions = model.embed_tokens(tokens, mask)
+        names = {}
+        for layer, block in enumerate(model.blocks):
+            names[self.sites[layer].hook("z")] = ("z", layer)
+            names[block.hook_resid_mid.name] = ("mid", layer)
+        final, cache = model.run_with_cache(tokens, attention_mask=mask, stop_at_layer=len(model.blocks),
+                                            names_filter=lambda n: n in names, return_cache_object=False)
+        z = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "z"}
+        mid = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "mid"}
+        loss = self.loss_from_resid(final, batch, "clean run")
+        return _CleanBatch(batch, tokens, mask, positions, z, mid, final, loss)
+
+    # -- resumed runs
+
+    @torch.no_grad()
+    def resume(self, clean: _CleanBatch, heads: Sequence[Head], values: AblationValues,
+               capture: Sequence[str] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Final residual stream (before ln_final) and captured activations, with `heads` ablated."""
+        model = self.model
+        start = min(layer for layer, _ in heads)
+        block = model.blocks[start]
+        attn = block.attn
+        z_clean = clean.z[start]
+        delta = torch.zeros_like(clean.resid_mid[start])
+        for layer, index in heads:
+            if layer == start:
+                change = values(layer, index, z_clean[:, :, index]) - z_clean[:, :, index]  # (batch, pos, d_head)
+                delta += einops.einsum(change, attn.W_O[index], "batch pos d_head, d_head d_model -> batch pos d_model")
+        resid = clean.resid_mid[start] + delta
+        if not block.cfg.attn_only:
+            resid = resid + block.mlp(block.ln2(resid))
+        later = [(layer, index) for layer, index in heads if layer > start]
+        captured: dict[str, torch.Tensor] = {}
+
+        def keep(act, hook):
+            captured[hook.name] = act
+            return None
+
+        hooks = self.hooks(later, values) + [(name, keep) for name in capture]
+        with hooked(model, hooks):
+            for block in model.blocks[start + 1 :]:
+                resid = block(resid, clean.mask, clean.positions)
+        return resid, captured
+
+    @torch.no_grad()
+    def loss_from_resid(self, resid: torch.Tensor, batch: PromptSet, what: str) -> torch.Tensor:
+        """Per-prompt loss from the final residual stream (batch, pos, d_model).
+
+        For the built-in token losses (`lm_loss`, `induction_loss`) the unembedding and
+        cross-entropy run fused, a block of positions at a time and only at scored positions,
+        so the (batch, pos, d_vocab) logits never exist (about 2x faster here, equal to 1e-6).
+        """
+        model = self.model
+        weights = _token_weights(self.loss_fn, batch)
+        if weights is None:
+            return _check_loss(self.loss_fn(model.unembed(model.ln_final(resid)), batch), len(batch), what)
+        weights = weights.to(resid.device)  # (batch, pos - 1), each row summing to one
+        rows = weights.nonzero(as_tuple=True)
+        x = model.ln_final(resid[:, :-1][rows])  # (scored, d_model)
+        targets = batch.tokens.to(resid.device)[:, 1:][rows]  # (scored,)
+        dtype = torch.promote_types(resid.dtype, torch.float32)
+        per = torch.empty(len(targets), dtype=dtype, device=resid.device)
+        for start in range(0, len(targets), FUSED_CHUNK):
+            part = slice(start, start + FUSED_CHUNK)
+            logits = model.unembed(x[part]).to(dtype)  # (chunk, d_vocab)
+            per[part] = torch.logsumexp(logits, -1) - logits.gather(-1, targets[part, None])[:, 0]
+        loss = torch.zeros(len(batch), dtype=dtype, device=resid.device)
+        loss.index_add_(0, rows[0], per * weights[rows])
+        return _check_loss(loss, len(batch), what)
+
+    @torch.no_grad()
+    def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
+        tokens = batch.tokens.to(_device(self.model))
+        kwargs = {k: v.to(tokens.device) for k, v in batch.model_kwargs().items()}
+        with hooked(self.model, self.hooks(heads, values)):
+            return self.model(tokens, **kwargs)
+
+    def losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt)."""
+        head_sets = [check_heads(self.model, heads) for heads in head_sets]
+        sources = [self.values() for _ in head_sets]
+        clean_parts, ablated_parts = [], []
+        for batch in self.prompts.batches(self.batch_size):
+            if self.fast:
+                clean = self.clean(batch)
+                clean_loss = clean.loss
+            else:
+                with torch.no_grad():
+                    tokens = batch.tokens.to(_device(self.model))
+                    logits = self.model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
+                clean_loss = _check_loss(self.loss_fn(logits, batch), len(batch), "clean run")
+            rows = []
+            for heads, values in zip(head_sets, sources):
+                what = f"ablating {'+'.join(map(_label, heads))}"
+                if self.fast:
+                    rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what))
+                else:
+                    rows.append(_check_loss(self.loss_fn(self._full(batch, heads, values), batch), len(batch), what))
+            clean_parts.append(clean_loss.detach().double().cpu())
+            ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
+        return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# importance
+
+
+def gradient_importance(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Head-mask gradient (Michel et al. 2019), per prompt: (prompt, layer, head).
+
+    Each head's z is written z' = base + m (z - base), base being its ablated value (0 for
+    zero ablation, as Michel et al.); at m = 1 the model is unchanged and -dL/dm is the
+    first-order estimate of the loss change when m goes to 0 (the head is ablated).
+    Returns that signed estimate; Michel et al.'s importance is its absolute value.
+    """
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    sites = list(engine.sites.values())
+    n_heads = max(site.n_heads for site in sites)
+    values = engine.values()
+    out = []
+    for batch in prompts.batches(batch_size):
+        tokens = batch.tokens.to(_device(model))
+        mask = torch.ones(len(batch), len(sites), n_heads, device=tokens.device, requires_grad=True)
+
+        def make_hook(layer: int, heads: int):
+            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
+                with torch.no_grad():
+                    base = torch.stack([values(layer, h, z[:, :, h].detach()) for h in range(heads)], dim=2)
+                scale = einops.rearrange(mask[:, layer, :heads], "batch head -> batch 1 head 1")
+                return base + scale * (z - base)
+            return hook
+
+        hooks = [(site.hook("z"), make_hook(site.layer, site.n_heads)) for site in sites]
+        with torch.enable_grad(), hooked(model, hooks):
+            logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
+            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "head-mask gradient")
+            (grad,) = torch.autograd.grad(loss.sum(), mask)
+        out.append(-grad.detach().double().cpu())
+    return torch.cat(out)
+
+
+def importance(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    gradient: bool = True,
+    batch_size: int = 16,
+    seed: int = 0,
+    fast: bool = True,
+) -> pd.DataFrame:
+    """Loss change when each head alone is ablated, and its gradient estimate, one row per head.
+
+    Columns: `delta_loss` (ablated - clean, nats; > 0 = the head helps), `ci_low`, `ci_high`,
+    `p_value` (sign-flip test that the head helps), `clean_loss`; with `gradient=True` also
+    `grad_estimate` (first-order estimate of delta_loss) and `grad_abs` (Michel et al.'s
+    importance, |dL/dm|), each with CIs. `frame.attrs["spearman"]`: rank correlation over heads
+    between `grad_estimate` and `delta_loss` (and `spearman_abs`: `grad_abs` vs |delta_loss|).
+    Limits: a first-order estimate misses interactions (it is exact only for linear effects),
+    which is what joint_ablation measures.
+    """
+    _check_n(prompts)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
+                            batch_size=batch_size, seed=seed, fast=fast)
+    heads = all_heads(model)
+    clean, ablated = engine.losses([[h] for h in heads])
+    delta = (ablated - clean).T  # (prompt, head)
+    metrics = {"delta_loss": delta}
+    if gradient:
+        estimate = gradient_importance(model, prompts, method, reference=engine.reference, loss_fn=loss_fn,
+                                       batch_size=batch_size, seed=seed)
+        estimate = torch.stack([estimate[:, l, h] for l, h in heads], dim=1)  # (prompt, head)
+        metrics.update(grad_estimate=estimate, grad_abs=estimate.abs())
+    frame = _heads_frame(heads, metrics, len(prompts), main="delta_loss", seed=seed)
+    frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
+                 sign_flip_test(delta, alternative="greater", seed=seed, label="importance").numpy())
+    frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
+    frame.attrs.update(method=method, loss=getattr(engine.loss_fn, "__name__", "loss_fn"))
+    if gradient:
+        frame.attrs["spearman"] = _spearman(frame.grad_estimate, frame.delta_loss)
+        frame.attrs["spearman_abs"] = _spearman(frame.grad_abs, frame.delta_loss.abs())
+    return frame
+
+
+def _spearman(a, b) -> float:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(spearmanr(a, b).statistic)
+
+
+def second_order(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Second-order head-mask estimate of every pair's interaction: d2L / dm_a dm_b (mean over prompts).
+
+    With the head mask m of `gradient_importance`, a Taylor expansion gives
+    delta_both - delta_a - delta_b ~ d2L/dm_a dm_b: positive = redundant (together worse than
+    apart). One row per pair, column `interaction_estimate`; no CI (computed on the mean loss).
+    One extra backward per head: meant for small models.
+    """
+    _check_n(prompts)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    sites = list(engine.sites.values())
+    heads = all_heads(model)
+    values = engine.values()
+    hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)
+    index = {h: i for i, h in enumerate(heads)}
+    for batch in prompts.batches(batch_size):
+        tokens = batch.tokens.to(_device(model))
+        mask = torch.ones(len(heads), device=tokens.device, requires_grad=True)
+
+        def make_hook(site):
+            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:
+                with torch.no_grad():
+                    base = torch.stack([values(site.layer, h, z[:, :, h].detach()) for h in range(site.n_heads)], dim=2)
+                scale = torch.stack([mask[index[(site.layer, h)]] for h in range(site.n_heads)])
+                return base + einops.rearrange(scale, "head -> 1 1 head 1") * (z - base)
+            return hook
+
+        # the explicit attention path (a no-op pattern hook) keeps every op twice differentiable
+        hooks = [(site.hook("z"), make_hook(site)) for site in sites] + [(site.hook("pattern"), lambda p, hook: None) for site in sites]
+        with torch.enable_grad(), hooked(model, hooks):
+            logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
+            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "second-order estimate").sum()
+            (grad,) = torch.autograd.grad(loss, mask, create_graph=True)
+            for i in range(len(heads)):
+                (row,) = torch.autograd.grad(grad[i], mask, retain_graph=True)
+                hessian[i] += row.detach().double().cpu()
+    hessian /= len(prompts)
+    pairs = _all_pairs(heads)
+    frame = pd.DataFrame({
+        "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
+        "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
+        "label_a": [_label(a) for a, _ in pairs], "label_b": [_label(b) for _, b in pairs],
+        "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
+        "n_prompts": len(prompts),
+    })
+    frame.attrs.update(metric="interaction_estimate", diagonal=np.nan)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# joint ablation
+
+
+def suggest_pairs(
+    model: nn.Module, prompts: PromptSet, k: int = 5, *, by: SuggestBy = "second_order", method: AblationKind = "mean",
+    loss_fn: LossFn | None = None, batch_size: int = 16, seed: int = 0,
+) -> list[tuple[Head, Head]]:
+    """The k pairs most likely to be redundant: most similar patterns (lowest JS), most similar
+    outputs (highest CKA), or largest second-order interaction estimate."""
+    if by not in get_args(SuggestBy):
+        raise ValueError(f"by={by!r}; expected one of {list(get_args(SuggestBy))}.")
+    if k < 1:
+        raise ValueError(f"k={k} must be at least 1.")
+    if by == "pattern":
+        frame = pattern_similarity(model, prompts, batch_size=batch_size, seed=seed).nsmallest(k, "js_divergence")
+    elif by == "output":
+        frame = output_similarity(model, prompts, batch_size=batch_size, seed=seed).nlargest(k, "cka")
+    else:
+        frame = second_order(model, prompts, method, loss_fn=loss_fn, batch_size=batch_size, seed=seed).nlargest(k, "interaction_estimate")
+    return [((int(r.layer_a), int(r.head_a)), (int(r.layer_b), int(r.head_b))) for r in frame.itertuples()]
+
+
+def _parse_pairs(model: nn.Module, pairs) -> list[tuple[Head, Head]]:
+    out = []
+    for pair in pairs:
+        try:
+            a, b = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"pair {pair!r} is not two heads, e.g. ((0, 1), (1, 2)) or ('L0H1', 'L1H2').") from None
+        a, b = check_heads(model, [a])[0], check_heads(model, [b])[0]
+        if a == b:
+            raise ValueError(f"pair ({_label(a)}, {_label(b)}) names the same head twice; pass two different heads.")
+        out.append((a, b))
+    if not out:
+        raise ValueError("no pairs given; pass pairs=[((l, h), (l, h)), ...] or pairs=k to have k suggested.")
+    return out
+
+
+def joint_ablation(
+    model: nn.Module,
+    prompts: PromptSet,
+    pairs: Sequence[tuple[HeadLike, HeadLike]] | int = 5,
+    method: AblationKind = "mean",
+    *,
+    suggest_by: SuggestBy = "second_order",
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+    fast: bool = True,
+) -> pd.DataFrame:
+    """Loss change of ablating both heads of a pair against the sum of each alone.
+
+    `pairs`: a list of head pairs, or an int k for the top-k pairs of `suggest_pairs(by=suggest_by)`.
+    One row per pair: `delta_a`, `delta_b`, `delta_both` and `interaction` = delta_both -
+    delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip, interaction > 0),
+    `n_prompts`. interaction > 0: the pair matters together more than apart (redundancy,
+    backup); < 0: removing one already removes most of what the other adds.
+    """
+    _check_n(prompts)
+    if isinstance(pairs, int) and not isinstance(pairs, bool):
+        pairs = suggest_pairs(model, prompts, pairs, by=suggest_by, method=method, loss_fn=loss_fn,
+                              batch_size=batch_size, seed=seed)
+    pairs = _parse_pairs(model, pairs)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
+                            batch_size=batch_size, seed=seed, fast=fast)
+    singles = sorted({h for pair in pairs for h in pair})
+    sets = [[h] for h in singles] + [list(pair) for pair in pairs]
+    clean, ablated = engine.losses(sets)
+    single = {h: ablated[i] - clean for i, h in enumerate(singles)}
+    both = ablated[len(singles):] - clean  # (pair, prompt)
+    delta_a = torch.stack([single[a] for a, _ in pairs])
+    delta_b = torch.stack([single[b] for _, b in pairs])
+    interaction = both - delta_a - delta_b
+    metrics = {"interaction": interaction.T, "delta_a": delta_a.T, "delta_b": delta_b.T, "delta_both": both.T}
+    frame = _pairs_frame(pairs, metrics, len(prompts), main="interaction", seed=seed)
+    frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
+                 sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy())
+    frame.attrs.update(method=method, clean_loss=float(clean.mean()))
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# compensation: direct vs total effects, and backup
+
+
+@dataclass(frozen=True)
+class CompensationResult:
+    """`effects`: one row per head (direct_effect, total_effect, self_repair with CIs);
+    `matrix`: one row per (ablated head, later head) with `compensation` and `alignment`.
+    `square()` gives the labelled ablated x compensating frame for a heat map."""
+
+    effects: pd.DataFrame
+    matrix: pd.DataFrame
+    per_prompt: dict = field(default_factory=dict, repr=False, compare=False)  # (A, C) -> {metric: (prompt,)}
+
+    def square(self, metric: str = "compensation") -> pd.DataFrame:
+        return self.matrix.pivot(index="label_a", columns="label_b", values=metric).rename_axis(
+            index="ablated", columns="compensating")
+
+
+def _result_of(model: nn.Module, layer: int, head: int, z: torch.Tensor) -> torch.Tensor:
+    """A head's write to the residual stream from its z (batch, pos, d_head) -> (batch, pos, d_model)."""
+    return einops.einsum(z, model.blocks[layer].attn.W_O[head], "batch pos d_head, d_head d_model -> batch pos d_model")
+
+
+def compensation(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    heads: Sequence[HeadLike] | None = None,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> CompensationResult:
+    """Direct vs total effect per head, and how later heads compensate when a head is ablated.
+
+    direct effect of C: loss change when only C's direct path to the logits is ablated (its
+    ablated write replaces its write in the final residual stream; every other head sees the
+    clean C). total effect: C ablated everywhere (= `importance`). self_repair = direct - total:
+    > 0 when the rest of the model makes up for part of C's loss (McGrath et al. 2023).
+    compensation[A, C] (C in a later layer than A) = C's direct effect with A ablated minus C's
+    clean direct effect: > 0 when C matters more once A is gone (C backs A up, as the backup
+    name movers of Wang et al. 2022). alignment[A, C]: cosine (over positions and d_model) between
+    C's change in output when A is ablated and A's own clean-minus-ablated write: > 0 when C moves
+    toward A's role. `heads` limits the ablated heads A (default all).
+    Cost: one resumed forward per A and one unembedding per (A, C): meant for small models.
+    """
+    _check_n(prompts)
+    if not resumable(model):
+        raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    everything = all_heads(model)
+    ablated_heads = everything if heads is None else check_heads(model, heads)
+    later = {a: [c for c in everything if c[0] > a[0]] for a in ablated_heads}
+    result_names = {site.layer: site.hook("result") for site in engine.sites.values()}
+    sources_total = {h: engine.values() for h in everything}
+    sources_direct = {h: engine.values() for h in everything}
+    sources_a = {a: engine.values() for a in ablated_heads}
+    direct, total = [], []
+    comp: dict[tuple[Head, Head], list[torch.Tensor]] = {}
+    align: dict[tuple[Head, Head], list[torch.Tensor]] = {}
+    for batch in prompts.batches(batch_size):
+        clean = engine.clean(batch)
+
+        def loss_from(resid: torch.Tensor) -> torch.Tensor:
+            return engine.loss_from_resid(resid, batch, "direct effect")
+
+        with torch.no_grad():
+            # clean direct effect and ablated write of every head
+            clean_de, write_change = {}, {}
+            for c in everything:
+                z = clean.z[c[0]][:, :, c[1]]
+                change = _result_of(model, c[0], c[1], sources_direct[c](c[0], c[1], z) - z)  # ablated - clean write
+                write_change[c] = change
+                clean_de[c] = loss_from(clean.resid_final + change) - clean.loss
+            direct.append(torch.stack([clean_de[c] for c in everything]))
+            total.append(torch.stack([
+                loss_from(engine.resume(clean, [c], sources_total[c])[0]) - clean.loss for c in everything]))
+            for a in ablated_heads:
+                if not later[a]:
+                    continue
+                capture = sorted({result_names[c[0]] for c in later[a]})
+                resid, captured = engine.resume(clean, [a], sources_a[a], capture=capture)
+                loss_a = loss_from(resid)
+                role = -write_change[a]  # A's clean write minus its ablated write: what A contributes
+                for c in later[a]:
+                    result_c = captured[result_names[c[0]]][:, :, c[1]]  # (batch, pos, d_model), A ablated
+                    z_clean_c = clean.z[c[0]][:, :, c[1]]
+                    result_c_clean = _result_of(model, c[0], c[1], z_clean_c)
+                    # C's direct path ablated on top of A's ablation: its ablated value replaces its new write
+                    ablated_c = result_c_clean + write_change[c]
+                    de = loss_from(resid - result_c + ablated_c) - loss_a
+                    comp.setdefault((a, c), []).append(de - clean_de[c])
+                    moved = (result_c - result_c_clean).flatten(1)
+                    align.setdefault((a, c), []).append(F.cosine_similarity(moved, role.flatten(1), dim=-1, eps=1e-12))
+    direct_t, total_t = torch.cat(direct, 1).T.double().cpu(), torch.cat(total, 1).T.double().cpu()  # (prompt, head)
+    effects = _heads_frame(everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t, "total_effect": total_t},
+                           len(prompts), main="self_repair", seed=seed)
+    pairs = list(comp)
+    if pairs:
+        matrix = _pairs_frame(pairs, {"compensation": torch.stack([torch.cat(comp[p]) for p in pairs], 1).double().cpu(),
+                                      "alignment": torch.stack([torch.cat(align[p]) for p in pairs], 1).double().cpu()},
+                              len(prompts), main="compensation", seed=seed)
+    else:
+        matrix = pd.DataFrame(columns=["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation",
+                                       "ci_low", "ci_high", "alignment", "alignment_ci_low", "alignment_ci_high", "n_prompts"])
+    matrix.attrs.update(metric="compensation", method=method)
+    per_prompt = {p: {"compensation": torch.cat(comp[p]).double().cpu(), "alignment": torch.cat(align[p]).double().cpu()}
+                  for p in pairs}
+    return CompensationResult(effects, matrix, per_prompt)
+
+
+# ---------------------------------------------------------------------------------------------
+# pruning curve
+
+
+def pruning_curve(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    order_by: OrderBy = "gradient",
+    margin: float = DEFAULT_MARGIN,
+    n_random: int = 3,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Loss as heads are removed one by one, least important first vs in random orders.
+
+    `order_by`: "gradient" (the head-mask estimate, cheap) or "ablation" (true single-head loss
+    changes). Rows: `order` ("importance" / "random"), `n_removed` (0..n_heads), `removed` (the
+    head removed at that step; for random orders, which differ, empty), `loss` with `ci_low`,
+    `ci_high` (random: each prompt's loss averaged over `n_random` orders), `rise` = loss - clean
+    loss with its CI, `n_prompts`. `frame.attrs["n_removable"]` = {order: the largest number of
+    heads removed with the rise's upper CI still below `margin`}.
+    """
+    _check_n(prompts)
+    if order_by not in get_args(OrderBy):
+        raise ValueError(f"order_by={order_by!r}; expected one of {list(get_args(OrderBy))}.")
+    if n_random < 1:
+        raise ValueError(f"n_random={n_random} must be at least 1.")
+    heads = all_heads(model)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    if order_by == "gradient":
+        estimate = gradient_importance(model, prompts, method, reference=engine.reference, loss_fn=loss_fn,
+                                       batch_size=batch_size, seed=seed).mean(0)
+        scores = [float(estimate[l, h]) for l, h in heads]
+    else:
+        clean, ablated = engine.losses([[h] for h in heads])
+        scores = (ablated - clean).mean(1).tolist()
+    order = [heads[i] for i in np.argsort(scores, kind="stable")]
+    generator = derive_generator(seed, "pruning-random-order")
+    random_orders = [[heads[i] for i in torch.randperm(len(heads), generator=generator).tolist()] for _ in range(n_random)]
+    sets = [order[:k] for k in range(1, len(heads) + 1)]
+    sets += [o[:k] for o in random_orders for k in range(1, len(heads) + 1)]
+    clean, ablated = engine.losses(sets)
+    n = len(heads)
+    by_order = {
+        "importance": torch.cat([clean[None], ablated[:n]]),  # (n_removed, prompt)
+        "random": torch.cat([clean[None], ablated[n:].view(n_random, n, -1).mean(0)]),
+    }
+    rows = []
+    n_removable = {}
+    for name, losses in by_order.items():
+        loss_mean, loss_low, loss_high = _ci(losses.T, seed=seed, label=f"pruning/{name}")
+        rise = (losses - clean).T
+        rise_mean, rise_low, rise_high = _ci(rise, seed=seed, label=f"pruning-rise/{name}")
+        ok = rise_high < margin
+        n_removable[name] = int(np.argmin(ok)) - 1 if not ok.all() else n
+        for k in range(n + 1):
+            removed = _label(order[k - 1]) if (name == "importance" and k) else ""
+            rows.append({"order": name, "n_removed": k, "removed": removed, "loss": loss_mean[k], "ci_low": loss_low[k],
+                         "ci_high": loss_high[k], "rise": rise_mean[k], "rise_ci_low": rise_low[k],
+                         "rise_ci_high": rise_high[k], "n_prompts": len(prompts)})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
+                       importance_order=[_label(h) for h in order])
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# claims
+
+
+@dataclass(frozen=True)
+class _AblationDeltas:
+    """Evidence gatherer base: per-prompt loss changes of ablating head sets, memoised in the claim context."""
+
+    method: AblationKind = "mean"
+    loss_fn: LossFn | None = field(default=None, compare=False)
+    batch_size: int = 16
+
+    def deltas(self, ctx: Context, head_sets: Sequence[tuple[Head, ...]]) -> list[torch.Tensor]:
+        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), self.batch_size)
+        engine = ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
+                                                         batch_size=self.batch_size, seed=ctx.seed))
+        out = []
+        for heads in head_sets:
+            heads = tuple(sorted(heads))
+            clean, ablated = ctx.cached(key + ("losses", heads), lambda heads=heads: engine.losses([heads]))
+            out.append(ablated[0] - clean)
+        return out
+
+
+@dataclass(frozen=True)
+class _EachAloneCheap(_AblationDeltas):
+    """sufficiency: removing either head alone leaves the behaviour (max of the two deltas < margin)."""
+
+    margin: float = DEFAULT_MARGIN
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        a, b = claim.heads
+        delta_a, delta_b = self.deltas(ctx, [(a,), (b,)])
+        worst = torch.maximum(delta_a, delta_b)
+        return threshold_evidence("sufficiency", worst, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
+                                  what=f"worse of the loss changes ablating {_label(a)} alone, {_label(b)} alone",
+                                  decisive=True, extra={"delta_a": float(delta_a.mean()), "delta_b": float(delta_b.mean())})
+
+
+@dataclass(frozen=True)
+class _BothCostly(_AblationDeltas):
+    """necessity: removing both heads together costs more than the margin."""
+
+    margin: float = DEFAULT_MARGIN
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        (both,) = self.deltas(ctx, [tuple(claim.heads)])
+        return threshold_evidence("necessity", both, Threshold(self.margin, MARGIN_SOURCE, "above"), ctx,
+                                  what=f"loss change ablating {claim.label} together", decisive=True)
+
+
+@dataclass(frozen=True)
+class _Superadditive(_AblationDeltas):
+    """observational: the pair costs more together than the sum of each alone (interaction > 0)."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        a, b = claim.heads
+        delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
+        return difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
+                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})")
+
+
+@dataclass(frozen=True)
+class _Cheap(_AblationDeltas):
+    """observational: ablating the head alone costs less than the margin."""
+
+    margin: float = DEFAULT_MARGIN
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        (delta,) = self.deltas(ctx, [tuple(claim.heads)])
+        return threshold_evidence("observational", delta, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
+                                  what=f"loss change ablating {claim.label}", decisive=True)
+
+
+@dataclass(frozen=True)
+class _Compensates:
+    """observational: A's direct effect grows when B is ablated, and A's output moves toward B's write."""
+
+    method: AblationKind = "mean"
+    loss_fn: LossFn | None = field(default=None, compare=False)
+    batch_size: int = 16
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        a, b = claim.heads
+        if a[0] <= b[0]:
+            return Evidence("observational", math.nan, math.nan, math.nan, math.nan, "A after B", False, True,
+                            len(ctx.prompts), f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
+                            f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
+        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), self.batch_size, b)
+        result = ctx.cached(key, lambda: compensation(ctx.model, ctx.prompts, self.method, heads=[b], loss_fn=self.loss_fn,
+                                                      batch_size=self.batch_size, seed=ctx.seed))
+        per_prompt = result.per_prompt[(b, a)]
+        return difference_evidence("observational", per_prompt["compensation"], torch.zeros_like(per_prompt["compensation"]),
+                                   ctx, margin=0.0, decisive=True,
+                                   what=f"growth of {_label(a)}'s direct effect when {_label(b)} is ablated",
+                                   extra={"alignment": float(per_prompt["alignment"].mean())})
+
+
+def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
+                    loss_fn: LossFn | None = None, batch_size: int = 16) -> Claim:
+    """"A and B are redundant": each alone is cheap to remove (sufficiency, CI < margin), both together
+    are not (necessity, CI > margin), and together they cost more than the sum of each alone
+    (observational, interaction CI > 0). Any of these failing clearly refutes the claim."""
+    a, b = parse_head(a), parse_head(b)
+    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size)
+    return Claim(
+        "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
+        params={"margin": margin, "method": method},
+        thresholds={"sufficiency": Threshold(margin, MARGIN_SOURCE, "below"),
+                    "necessity": Threshold(margin, MARGIN_SOURCE, "above")},
+        evidence={"observational": _Superadditive(**common), "necessity": _BothCostly(**common, margin=margin),
+                  "sufficiency": _EachAloneCheap(**common, margin=margin)},
+    )
+
+
+def dispensable_claim(a: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
+                      loss_fn: LossFn | None = None, batch_size: int = 16) -> Claim:
+    """"A is dispensable": ablating it alone changes the loss by less than `margin` (CI wholly below)."""
+    a = parse_head(a)
+    return Claim("dispensable", (a,), f"{_label(a)} is dispensable", params={"margin": margin, "method": method},
+                 thresholds={"observational": Threshold(margin, MARGIN_SOURCE, "below")},
+                 evidence={"observational": _Cheap(method=method, loss_fn=loss_fn, batch_size=batch_size, margin=margin)})
+
+
+def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", loss_fn: LossFn | None = None,
+                 batch_size: int = 16) -> Claim:
+    """"A backs up B": A (in a later layer) has a larger direct effect when B is ablated (CI > 0).
+
+    The alignment of A's change in output with B's write is reported beside it. A head in the
+    same or an earlier layer cannot react to B's ablation: the claim is refuted outright.
+    """
+    a, b = parse_head(a), parse_head(b)
+    return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
+                 evidence={"observational": _Compensates(method=method, loss_fn=loss_fn, batch_size=batch_size)})
+
+
+def redundancy_claims(
+    model: nn.Module,
+    prompts: PromptSet,
+    *,
+    pairs: Sequence[tuple[HeadLike, HeadLike]] = (),
+    heads: Sequence[HeadLike] = (),
+    backups: Sequence[tuple[HeadLike, HeadLike]] = (),
+    margin: float = DEFAULT_MARGIN,
+    method: AblationKind = "mean",
+    loss_fn: LossFn | None = None,
+    alpha: float = 0.05,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> pd.DataFrame:
+    """Test "redundant" for `pairs`, "dispensable" for `heads`, "backs up" for `backups` (A, B):
+    one row per claim from `interp.claims.test_claims` (verdict, p_adjusted, reasons, evidence)."""
+    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size)
+    claims = [redundant_claim(a, b, margin=margin, **common) for a, b in _parse_pairs(model, pairs)] if pairs else []
+    claims += [dispensable_claim(h, margin=margin, **common) for h in check_heads(model, heads)] if heads else []
+    claims += [backup_claim(a, b, **common) for a, b in _parse_pairs(model, backups)] if backups else []
+    if not claims:
+        raise ValueError("no claims to test; pass pairs=, heads= or backups=.")
+    return test_claims(model, claims, prompts, alpha=alpha, seed=seed, batch_size=batch_size,
+                       evidence=("observational", "necessity", "sufficiency"))

@@ -1,0 +1,49 @@
+"""Run every benchmarks/bench_*.py module's `main()`: `python -m benchmarks [name ...]`.
+
+Names select modules (`forward` or `bench_forward`); with none, all run, in name order.
+A benchmark that fails is reported and the others still run; the exit code is 1 if any failed.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def discover() -> list[str]:
+    """Module names of the benchmarks, `bench_*`, sorted."""
+    folder = Path(__file__).resolve().parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if m.name.startswith("bench_"))
+
+
+def run(names: list[str]) -> int:
+    available = discover()
+    wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in names] or available
+    unknown = [n for n in wanted if n not in available]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; available: {available}", file=sys.stderr)
+        return 2
+    failed = []
+    for name in wanted:
+        print(f"\n=== benchmarks.{name} ===", flush=True)
+        start = time.perf_counter()
+        try:
+            module = importlib.import_module(f"benchmarks.{name}")
+            main = getattr(module, "main")
+            # mains that parse their own arguments get none from this command line
+            main([]) if inspect.signature(main).parameters else main()
+        except Exception:  # one broken benchmark must not hide the others' figures
+            traceback.print_exc()
+            failed.append(name)
+        print(f"=== {name}: {time.perf_counter() - start:.1f} s ===", flush=True)
+    if failed:
+        print(f"\nfailed: {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

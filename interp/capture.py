@@ -1,0 +1,319 @@
+"""Streaming capture: run a model over a PromptSet in batches and keep only per-prompt statistics.
+
+The flow of every observational analysis: for each batch, hooks sit on the attention sites
+an analysis needs and nowhere else (other layers keep the fused SDPA fast path); inside each
+hook a *reducer* turns the batch's tensor (e.g. the pattern, (batch, head, query, key)) into
+per-prompt statistics (batch, head, ...); the forward stops after the last needed site; the
+batch's statistics, stacked to (batch, layer, head, ...), go into an *accumulator*.
+Nothing of size (prompts x layers x heads x T x T) is ever kept: the largest tensor alive is
+one batch's pattern at one layer.
+
+Accumulators are mergeable: `a.merge(b)` after streaming two shards equals streaming both in
+one pass. `PerPromptAccumulator` keeps one row per prompt (what bootstrap CIs need; memory is
+n_prompts x layers x heads scalars per metric). `MomentAccumulator` keeps sums, sums of squares
+and counts, so its memory does not depend on the number of prompts at all.
+
+Across processes (torch.distributed), with every rank streaming its own shard:
+- `MomentAccumulator`: `for t in acc.tensors(): dist.all_reduce(t)` (sum), then `acc.result()`;
+- `PerPromptAccumulator`: `parts = [None] * world; dist.all_gather_object(parts, acc.result())`,
+  then merge them in rank order with `PerPromptAccumulator.from_result(part)`.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal, get_args
+
+import torch
+from torch import nn
+
+from interp.data import PromptSet, check_prompts
+from interp.hooks import AttentionSite, Role, attention_sites, hooked
+
+EarlyStop = Literal["auto", "stop_at_layer", "exception", "none"]
+Reducer = Callable[[torch.Tensor, "BatchContext"], "dict[str, torch.Tensor]"]
+
+
+class StopForward(Exception):
+    """Raised by a capture hook after the last site it needs; caught by `stream`, never seen by users."""
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a reducer knows about the batch besides the hooked tensor.
+
+    `tokens` (batch, pos) and `attention_mask` (batch, pos) bool (None: no padding) are on
+    the model's device. Real tokens of a prompt must be contiguous (right or left padding).
+    """
+
+    site: AttentionSite
+    tokens: torch.Tensor  # (batch, pos)
+    attention_mask: torch.Tensor | None  # (batch, pos) bool, True = real token
+    causal: bool
+    meta: dict  # the PromptSet's meta (prefix_len, offset, ...)
+
+    @functools.cached_property
+    def real(self) -> torch.Tensor:
+        """(batch, pos) bool: True at real (non-padding) tokens."""
+        if self.attention_mask is None:
+            return torch.ones(self.tokens.shape, dtype=torch.bool, device=self.tokens.device)
+        return self.attention_mask
+
+    @functools.cached_property
+    def allowed(self) -> torch.Tensor:
+        """(batch, 1, query, key) bool: the query is real and may attend to the key."""
+        real = self.real
+        allowed = real[:, None, :, None] & real[:, None, None, :]
+        if self.causal:
+            n = real.shape[1]
+            allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=real.device).tril()
+        return allowed
+
+    @functools.cached_property
+    def first_real(self) -> torch.Tensor:
+        """(batch,) index of each prompt's first real token (0 unless left-padded)."""
+        return self.real.long().argmax(-1)
+
+
+def _device(model: nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def _model_limits(model: nn.Module) -> dict[str, int | None]:
+    cfg = getattr(model, "cfg", None)
+    return {"n_ctx": getattr(cfg, "n_ctx", None), "d_vocab": getattr(cfg, "d_vocab", None)}
+
+
+def _supports_stop_at_layer(model: nn.Module) -> bool:
+    from models.gpt import HookedGPT
+
+    return isinstance(model, HookedGPT)
+
+
+def select_sites(model: nn.Module, layers: Iterable[int] | None = None) -> list[AttentionSite]:
+    """The model's attention sites, restricted to `layers` (None: all), in forward order."""
+    sites = attention_sites(model)
+    if layers is None:
+        return sites
+    wanted = sorted(set(int(layer) for layer in layers))
+    known = {site.layer: site for site in sites}
+    missing = [layer for layer in wanted if layer not in known]
+    if missing or not wanted:
+        raise ValueError(
+            f"layers {missing or wanted} do not exist; this model has attention layers {sorted(known)}."
+        )
+    return [known[layer] for layer in wanted]
+
+
+def _infer_causal(pattern: torch.Tensor) -> bool:
+    """For sites that do not say: causal when no weight sits above the diagonal."""
+    return bool(torch.triu(pattern.detach().float(), diagonal=1).abs().max() == 0)
+
+
+def stream(
+    model: nn.Module,
+    prompts: PromptSet,
+    reduce: Reducer,
+    *,
+    layers: Iterable[int] | None = None,
+    role: Role = "pattern",
+    batch_size: int = 32,
+    accumulator=None,
+    early_stop: EarlyStop = "auto",
+    forward: Callable[[nn.Module, PromptSet], object] | None = None,
+):
+    """Run `model` over `prompts` in batches; `reduce` each batch at each site; accumulate.
+
+    `reduce(tensor, ctx)` gets the hooked tensor (for role "pattern": (batch, head, query,
+    key)) and a `BatchContext`, and returns {metric: (batch, head, ...)}; those are stacked
+    over the chosen layers into (batch, layer, head, ...) and passed to
+    `accumulator.update` (default: a new `PerPromptAccumulator`), which is returned.
+
+    `early_stop`: "exception" raises `StopForward` from the hook of the last needed site
+    (caught here; hooks are always removed), so nothing after that hook runs, not even the
+    rest of its own layer; "stop_at_layer" passes `stop_at_layer` to a HookedGPT /
+    HookedEncoder (the rest of the last layer runs, the unembedding does not); "auto" does
+    both on our models and "exception" on others; "none" runs the whole forward. `forward(model, batch)` overrides how a
+    batch is fed to the model (default `model(batch.tokens, **batch.model_kwargs())`).
+    """
+    if early_stop not in get_args(EarlyStop):
+        raise ValueError(f"early_stop={early_stop!r}; expected one of {list(get_args(EarlyStop))}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be at least 1.")
+    check_prompts(prompts, **_model_limits(model))
+    sites = select_sites(model, layers)
+    names = [site.hook(role) for site in sites]
+    ours = _supports_stop_at_layer(model)
+    use_stop_at_layer = early_stop == "stop_at_layer" or (early_stop == "auto" and ours)
+    raise_after_last = early_stop in ("exception", "auto")
+    if early_stop == "stop_at_layer" and not ours:
+        raise ValueError(
+            f"early_stop='stop_at_layer' needs a HookedGPT or HookedEncoder, got {type(model).__name__}; "
+            "use early_stop='exception' or 'auto'."
+        )
+    accumulator = PerPromptAccumulator() if accumulator is None else accumulator
+    device = _device(model)
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in prompts.batches(batch_size):
+            tokens = batch.tokens.to(device)
+            mask = None if batch.attention_mask is None else batch.attention_mask.to(device).bool()
+            outputs: dict[int, dict[str, torch.Tensor]] = {}
+
+            def make_hook(site: AttentionSite, last: bool):
+                def hook(tensor: torch.Tensor, hook=None):
+                    causal = site.causal if site.causal is not None else _infer_causal(tensor)
+                    context = BatchContext(site, tokens, mask, causal, batch.meta)
+                    outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
+                    if last and raise_after_last:
+                        raise StopForward
+                    return None
+
+                return hook
+
+            fwd_hooks = [(name, make_hook(site, i == len(sites) - 1)) for i, (name, site) in enumerate(zip(names, sites))]
+            device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta)
+            try:
+                with torch.no_grad(), hooked(model, fwd_hooks):
+                    if forward is not None:
+                        forward(model, device_batch)
+                    elif use_stop_at_layer:
+                        model(tokens, stop_at_layer=sites[-1].layer + 1, **device_batch.model_kwargs())
+                    else:
+                        model(tokens, **device_batch.model_kwargs())
+            except StopForward:
+                pass
+            missing = [name for name, site in zip(names, sites) if site.layer not in outputs]
+            if missing:
+                raise RuntimeError(
+                    f"hooks {missing} never fired during the forward pass; the model does not run through "
+                    "them (check attention_sites(model) and the `forward` argument)."
+                )
+            metrics = outputs[sites[0].layer].keys()
+            accumulator.update({
+                metric: torch.stack([outputs[site.layer][metric] for site in sites], dim=1)  # (batch, layer, head, ...)
+                for metric in metrics
+            })
+    finally:
+        model.train(was_training)
+    return accumulator
+
+
+class PerPromptAccumulator:
+    """Keeps every prompt's statistics, in prompt order: {metric: (prompt, ...)} on the CPU.
+
+    Memory grows by one (layer, head, ...) row per prompt and metric, never by T x T.
+    `merge(other)` appends `other`'s prompts after this one's.
+    """
+
+    def __init__(self):
+        self._chunks: dict[str, list[torch.Tensor]] = {}
+        self.n_prompts = 0
+
+    @classmethod
+    def from_result(cls, result: dict[str, torch.Tensor]) -> "PerPromptAccumulator":
+        acc = cls()
+        acc.update(result)
+        return acc
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        """Add a batch: {metric: (batch, ...)}; every metric must have the same batch size."""
+        sizes = {name: value.shape[0] for name, value in batch.items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"metrics disagree on the batch size: {sizes}.")
+        if self._chunks and set(batch) != set(self._chunks):
+            raise ValueError(f"batch has metrics {sorted(batch)}, expected {sorted(self._chunks)}.")
+        for name, value in batch.items():
+            self._chunks.setdefault(name, []).append(value.detach().float().cpu())
+        self.n_prompts += next(iter(sizes.values()))
+
+    def merge(self, other: "PerPromptAccumulator") -> "PerPromptAccumulator":
+        """Append `other`'s prompts (in place); returns self."""
+        if other.n_prompts == 0:
+            return self
+        if self._chunks and set(other._chunks) != set(self._chunks):
+            raise ValueError(f"cannot merge metrics {sorted(other._chunks)} into {sorted(self._chunks)}.")
+        for name, chunks in other._chunks.items():
+            self._chunks.setdefault(name, []).extend(chunks)
+        self.n_prompts += other.n_prompts
+        return self
+
+    def state_numel(self) -> int:
+        """Number of stored scalars (grows with prompts, never with T)."""
+        return sum(chunk.numel() for chunks in self._chunks.values() for chunk in chunks)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        """{metric: (prompt, ...)}."""
+        if self.n_prompts == 0:
+            raise ValueError("the accumulator is empty; stream at least one prompt first.")
+        return {name: torch.cat(chunks) for name, chunks in self._chunks.items()}
+
+
+class MomentAccumulator:
+    """Sum, sum of squares and count of per-prompt values: memory independent of the number of prompts.
+
+    NaN marks a value a prompt does not have (e.g. an offset longer than the prompt); it is
+    skipped and not counted. `result()` gives the mean and a normal-approximation interval
+    mean +- z * sd / sqrt(n) (sd with Bessel's correction; fine for n >= ~30, optimistic below).
+    """
+
+    def __init__(self):
+        self._state: dict[str, list[torch.Tensor]] = {}  # metric -> [sum, sum_sq, count], float64
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        for name, value in batch.items():
+            value = value.detach().double().cpu()
+            present = ~torch.isnan(value)
+            value = value.nan_to_num(0.0)
+            parts = [value.sum(0), value.pow(2).sum(0), present.sum(0).double()]
+            if name not in self._state:
+                self._state[name] = parts
+            else:
+                if self._state[name][0].shape != parts[0].shape:
+                    raise ValueError(
+                        f"metric {name!r}: batch shape {tuple(parts[0].shape)} differs from {tuple(self._state[name][0].shape)}."
+                    )
+                for total, part in zip(self._state[name], parts):
+                    total += part
+
+    def merge(self, other: "MomentAccumulator") -> "MomentAccumulator":
+        """Add `other`'s sums (in place); returns self."""
+        for name, parts in other._state.items():
+            if name not in self._state:
+                self._state[name] = [p.clone() for p in parts]
+            else:
+                for total, part in zip(self._state[name], parts):
+                    total += part
+        return self
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The state tensors, in a fixed order: all-reduce each with SUM to combine ranks."""
+        return [t for name in sorted(self._state) for t in self._state[name]]
+
+    def state_numel(self) -> int:
+        return sum(t.numel() for t in self.tensors())
+
+    def result(self, confidence: float = 0.95) -> dict[str, dict[str, torch.Tensor]]:
+        """{metric: {"mean", "ci_low", "ci_high", "n"}} (NaN where n == 0; zero-width CI where n == 1)."""
+        if not self._state:
+            raise ValueError("the accumulator is empty; stream at least one prompt first.")
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence={confidence} must be in (0, 1).")
+        z = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + confidence / 2)).item()
+        out = {}
+        for name, (total, total_sq, n) in self._state.items():
+            mean = total / n  # NaN where n == 0
+            var = ((total_sq - n * mean.pow(2)) / (n - 1).clamp(min=1)).clamp(min=0)
+            half = z * var.sqrt() / n.sqrt()
+            out[name] = {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n}
+        return out
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of values (..., query) over positions where mask (broadcastable) is True; NaN where none."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(-1) / mask.sum(-1)  # 0/0 -> NaN by design
+

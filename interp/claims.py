@@ -1,0 +1,590 @@
+"""Claims: a head interpretation is a hypothesis, tested with evidence, never assumed.
+
+Vocabulary, used the same way everywhere in the toolkit:
+- a `Claim` names its subject heads (`L{layer}H{head}`), says in words what it asserts
+  ("L0H3 attends to the previous token"), carries the hypothesis's parameters and its
+  thresholds (each with the citation it comes from), and maps each *evidence kind* that applies
+  to a small evidence-function object that knows how to gather that evidence;
+- an `Evidence` is one test of the claim: an effect size, a confidence interval over prompts
+  (the prompt is the unit of statistics), a one-sided p-value for "the requirement holds", the
+  pass rule in words and `passed` (True / False / None = undecided), plus whether a failure is
+  `decisive` (refutes the claim) or only withholds support;
+- a `Verdict` is supported / refuted / inconclusive, with the reasons and the evidence table.
+
+Evidence kinds (`EvidenceKind`):
+  observational        the metric on held-out prompts clears its threshold
+  control_shuffled     the same metric on shuffled-token prompts (content vs position)
+  control_random_init  the same metric on a randomly initialised model of the same shape
+  necessity            ablating the head hurts the behaviour it serves, more than comparable heads
+  sufficiency          substituting the idealised pattern keeps the behaviour (loss recovered)
+  faithfulness         replacing the head's pattern by a uniform / permuted one changes the loss
+  stability            verdict and head ranking hold across prompt seeds, batches and dtypes
+
+Verdict rules (`decide`):
+  supported     every evidence that ran passed, and the claim's Benjamini-Hochberg adjusted
+                p-value clears `alpha`;
+  refuted       a decisive evidence failed clearly (the observational CI lies wholly on the wrong
+                side of the threshold, or a decisive control fails);
+  inconclusive  otherwise, with the reason (too few prompts, a CI straddling the threshold, a
+                prompt set lacking what the claim needs, evidence that did not pass...).
+
+A claim's p-value is the largest p-value among its evidence (an intersection-union test: the
+claim needs every requirement, so it is only as strong as its weakest one); the p-values of all
+claims tested together are corrected with Benjamini-Hochberg (`interp.stats`).
+
+Concrete claims live beside the metrics they use (`analyses.head_claims`); this module is the
+machinery, and knows nothing of any particular metric.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, get_args
+
+import numpy as np
+import pandas as pd
+import torch
+from transformer_lens.utilities.statistics import derive_generator
+
+from interp.data import PromptSet
+from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test
+
+EvidenceKind = Literal[
+    "observational",
+    "control_shuffled",
+    "control_random_init",
+    "necessity",
+    "sufficiency",
+    "faithfulness",
+    "stability",
+]
+EVIDENCE_KINDS: tuple[str, ...] = get_args(EvidenceKind)
+# stability reruns the observational test under several conditions: costly, so asked for explicitly
+DEFAULT_EVIDENCE: tuple[str, ...] = tuple(k for k in EVIDENCE_KINDS if k != "stability")
+VerdictName = Literal["supported", "refuted", "inconclusive"]
+Direction = Literal["above", "below"]
+MIN_PROMPTS_FOR_VERDICT = 8  # fewer prompts give intervals too wide and skewed to decide on
+
+
+class Inconclusive(Exception):
+    """Raised by an evidence function that cannot decide, with the reason (e.g. no repeats in the prompts)."""
+
+
+# --------------------------------------------------------------------------- the objects
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A pass threshold on an effect, with the citation it comes from."""
+
+    value: float  # the number the effect must clear
+    source: str  # where the number comes from, e.g. "Clark et al. 2019, What does BERT look at?"
+    direction: Direction = "above"  # "above": effect > value passes; "below": effect < value passes
+
+    def __post_init__(self) -> None:
+        if self.direction not in get_args(Direction):
+            raise ValueError(f"Threshold direction={self.direction!r}; expected one of {list(get_args(Direction))}.")
+        if not math.isfinite(self.value):
+            raise ValueError(f"Threshold value={self.value} must be finite.")
+
+    def judge(self, low: float, high: float) -> bool | None:
+        """True if the whole interval clears the threshold, False if it lies wholly on the wrong side."""
+        if self.direction == "above":
+            return True if low > self.value else False if high < self.value else None
+        return True if high < self.value else False if low > self.value else None
+
+    def rule(self, what: str = "CI") -> str:
+        sign = ">" if self.direction == "above" else "<"
+        return f"{what} {sign} {self.value:g}"
+
+
+class EvidenceFn(Protocol):
+    """Gathers one kind of evidence for a claim: (claim, context) -> Evidence; raises Inconclusive to abstain."""
+
+    def __call__(self, claim: "Claim", ctx: "Context") -> "Evidence": ...
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A hypothesis about one or more heads, and how to test it.
+
+    `evidence` maps each evidence kind that applies to the object that gathers it; kinds not in
+    it do not apply to this claim. Build claims with the presets of `analyses.head_claims`
+    (e.g. `previous_token_head(0, 3)`) or write your own evidence functions.
+    """
+
+    name: str  # claim kind, e.g. "previous_token"
+    heads: tuple[tuple[int, int], ...]  # subject heads as (layer, head), 0-based; () for a whole-model claim
+    statement: str  # what is asserted, in words: "L0H3 attends to the previous token"
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)  # the hypothesis's parameters
+    thresholds: Mapping[str, Threshold] = field(default_factory=dict, hash=False)  # evidence kind -> threshold
+    evidence: Mapping[str, EvidenceFn] = field(default_factory=dict, hash=False, repr=False)  # kind -> gatherer
+
+    def __post_init__(self) -> None:
+        try:
+            heads = tuple((int(l), int(h)) for l, h in self.heads)
+        except (TypeError, ValueError):
+            raise ValueError(f"claim {self.name!r}: heads={self.heads!r} must be (layer, head) pairs of integers, "
+                             "e.g. ((0, 3),); pass () for a claim about the whole model.") from None
+        object.__setattr__(self, "heads", heads)
+        unknown = [k for k in self.evidence if k not in EVIDENCE_KINDS]
+        if unknown:
+            raise ValueError(f"claim {self.name!r}: unknown evidence kind {unknown[0]!r}; expected some of {list(EVIDENCE_KINDS)}.")
+        if "observational" not in self.evidence:
+            raise ValueError(f"claim {self.name!r} has no observational evidence; every claim needs one to be refutable.")
+
+    @property
+    def label(self) -> str:
+        """Heads as `L{layer}H{head}`, several joined by ' ~ '; "model" for a whole-model claim."""
+        return " ~ ".join(f"L{l}H{h}" for l, h in self.heads) or "model"
+
+    @property
+    def layer(self) -> int | None:
+        """Layer of the first subject head (None for a whole-model claim)."""
+        return self.heads[0][0] if self.heads else None
+
+    @property
+    def head(self) -> int | None:
+        return self.heads[0][1] if self.heads else None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Evidence kinds that apply, in the canonical order."""
+        return tuple(k for k in EVIDENCE_KINDS if k in self.evidence)
+
+    def spec(self) -> dict[str, Any]:
+        """Plain data (for reports and JSON): kind, heads, statement, parameters, thresholds."""
+        return {
+            "claim": self.name,
+            "heads": [list(h) for h in self.heads],
+            "statement": self.statement,
+            "params": dict(self.params),
+            "thresholds": {k: {"value": t.value, "direction": t.direction, "source": t.source} for k, t in self.thresholds.items()},
+            "evidence": list(self.kinds),
+        }
+
+    def __str__(self) -> str:
+        return self.statement
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One test of a claim: effect, CI over prompts, p-value, the pass rule and whether it passed."""
+
+    kind: str  # an EvidenceKind
+    effect: float  # effect size (a mean metric, a difference, a fraction of loss recovered...)
+    ci_low: float  # confidence interval over prompts (NaN when none applies)
+    ci_high: float
+    p_value: float  # one-sided p-value against "the requirement fails"; NaN when no test applies
+    rule: str  # the pass rule in words, e.g. "CI > 0.5"
+    passed: bool | None  # True / False / None (undecided)
+    decisive: bool = False  # whether a failure refutes the claim (else it only withholds support)
+    n_prompts: int = 0
+    detail: str = ""  # what was measured, in a sentence
+    extra: Mapping[str, float] = field(default_factory=dict, hash=False)  # further numbers for reports
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "effect": self.effect, "ci_low": self.ci_low, "ci_high": self.ci_high,
+            "p_value": self.p_value, "rule": self.rule, "passed": self.passed, "decisive": self.decisive,
+            "n_prompts": self.n_prompts, "detail": self.detail, **dict(self.extra),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of testing one claim: supported / refuted / inconclusive, why, and the evidence."""
+
+    claim: Claim
+    verdict: VerdictName
+    reasons: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    p_value: float  # the claim's p-value: the largest among its evidence
+    p_adjusted: float  # Benjamini-Hochberg over all claims tested together
+    n_prompts: int
+
+    def table(self) -> pd.DataFrame:
+        """The evidence table: one row per evidence kind."""
+        columns = ["kind", "effect", "ci_low", "ci_high", "p_value", "rule", "passed", "decisive", "n_prompts", "detail"]
+        return pd.DataFrame([e.row() for e in self.evidence], columns=None if self.evidence else columns)
+
+    def get(self, kind: str) -> Evidence | None:
+        return next((e for e in self.evidence if e.kind == kind), None)
+
+
+# --------------------------------------------------------------------------- the context
+
+
+@dataclass
+class Context:
+    """What evidence functions share while a batch of claims is tested: the model, the prompts,
+    the settings, and a memo so that claims about many heads reuse one forward pass."""
+
+    model: torch.nn.Module
+    prompts: PromptSet
+    seed: int = 0
+    alpha: float = 0.05
+    n_permutations: int = 2000
+    batch_size: int = 32
+    memo: dict = field(default_factory=dict, repr=False)
+
+    def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """Compute once per key. Keys holding `id(obj)` stay valid because `keep` holds the object."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def derive(self, **changes) -> "Context":
+        """A context with some fields changed and a fresh memo (e.g. another model or prompt set)."""
+        return replace(self, memo={}, **changes)
+
+
+# --------------------------------------------------------------------------- evidence helpers
+
+
+def _floats(*values) -> list[float]:
+    return [float(v) for v in values]
+
+
+def threshold_evidence(
+    kind: str,
+    values: torch.Tensor,
+    threshold: Threshold,
+    ctx: Context,
+    *,
+    what: str,
+    decisive: bool = True,
+    label: str | None = None,
+    extra: Mapping[str, float] | None = None,
+) -> Evidence:
+    """Per-prompt values (prompt,) against a threshold: mean, bootstrap CI, one-sided sign-flip p-value.
+
+    Passes when the whole CI clears the threshold, fails when it lies wholly on the wrong side,
+    and is undecided (None) when it straddles it.
+    """
+    label = label or kind
+    values = torch.as_tensor(values).double().flatten()
+    mean, low, high = _floats(*bootstrap(values, seed=ctx.seed, label=label))
+    margin = values - threshold.value if threshold.direction == "above" else threshold.value - values
+    p = float(sign_flip_test(margin, alternative="greater", n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
+    passed = threshold.judge(low, high)
+    verb = {True: "clears", False: "misses", None: "straddles"}[passed]
+    detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
+    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}))
+
+
+def difference_evidence(
+    kind: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    ctx: Context,
+    *,
+    what: str,
+    margin: float = 0.0,
+    decisive: bool = False,
+    fail_below: float | None = None,
+    label: str | None = None,
+    extra: Mapping[str, float] | None = None,
+) -> Evidence:
+    """Paired per-prompt difference a - b (prompt,) must exceed `margin`: CI and sign-flip p-value.
+
+    Passes when the CI of the mean difference lies above `margin`. Fails when it lies wholly
+    below `fail_below` (default: `margin`); in between, undecided.
+    """
+    label = label or kind
+    diff = (torch.as_tensor(a) - torch.as_tensor(b)).double().flatten()
+    mean, low, high = _floats(*bootstrap(diff, seed=ctx.seed, label=label))
+    p = float(sign_flip_test(diff - margin, alternative="greater", n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
+    fail_below = margin if fail_below is None else fail_below
+    passed = True if low > margin else False if high < fail_below else None
+    detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
+    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}))
+
+
+def ratio_evidence(
+    kind: str,
+    numerator: torch.Tensor,
+    denominator: torch.Tensor,
+    threshold: Threshold,
+    ctx: Context,
+    *,
+    what: str,
+    decisive: bool = False,
+    n_resamples: int = 1000,
+    label: str | None = None,
+    extra: Mapping[str, float] | None = None,
+) -> Evidence:
+    """Ratio of means sum(num) / sum(den) over prompts (e.g. fraction of loss recovered) against a threshold.
+
+    The CI is a percentile bootstrap of the ratio of means (resampling prompts); the p-value is a
+    sign-flip test of the linearised requirement num - threshold * den > 0 per prompt, which is
+    equivalent to the ratio clearing the threshold when the denominator is positive.
+    """
+    label = label or kind
+    num, den = torch.as_tensor(numerator).double().flatten(), torch.as_tensor(denominator).double().flatten()
+    n = len(num)
+    if n < 2:
+        raise TooFewPrompts(f"{kind} needs at least 2 prompts, got {n}; pass more prompts.")
+    ratio = float(num.mean() / den.mean())
+    idx = torch.randint(0, n, (n_resamples, n), generator=derive_generator(ctx.seed, label))  # (resample, prompt)
+    draws = num[idx].mean(1) / den[idx].mean(1)
+    draws = draws[torch.isfinite(draws)]
+    low, high = _floats(torch.quantile(draws, 0.025), torch.quantile(draws, 0.975)) if len(draws) else (math.nan, math.nan)
+    sign = 1.0 if threshold.direction == "above" else -1.0
+    p = float(sign_flip_test(sign * (num - threshold.value * den), alternative="greater",
+                             n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
+    passed = threshold.judge(low, high) if math.isfinite(low) else None
+    detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
+    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}))
+
+
+def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:
+    """Evidence that could not be gathered: undecided, with the reason."""
+    return Evidence(kind, math.nan, math.nan, math.nan, math.nan, rule, None, False, n_prompts, reason)
+
+
+# --------------------------------------------------------------------------- running claims
+
+
+def check_heads(model: torch.nn.Module, claims: Iterable[Claim]) -> None:
+    """Raise a ValueError naming any claimed head the model does not have."""
+    from interp.hooks import attention_sites
+
+    sites = attention_sites(model)
+    for claim in claims:
+        for layer, head in claim.heads:
+            if not 0 <= layer < len(sites):
+                raise ValueError(
+                    f"claim {claim.name!r} names head L{layer}H{head}, but the model has {len(sites)} attention "
+                    f"layers (0..{len(sites) - 1}); pick a layer in that range."
+                )
+            n_heads = sites[layer].n_heads
+            if not 0 <= head < n_heads:
+                raise ValueError(
+                    f"claim {claim.name!r} names head L{layer}H{head}, but layer {layer} has {n_heads} heads "
+                    f"(0..{n_heads - 1}); pick a head in that range."
+                )
+
+
+def _check_evidence_kinds(evidence: Sequence[str] | None) -> tuple[str, ...]:
+    if evidence is None:
+        return DEFAULT_EVIDENCE
+    if isinstance(evidence, str):
+        evidence = [evidence]
+    unknown = [k for k in evidence if k not in EVIDENCE_KINDS]
+    if unknown:
+        raise ValueError(f"unknown evidence kind {unknown[0]!r}; expected some of {list(EVIDENCE_KINDS)}.")
+    if "observational" not in evidence:
+        raise ValueError(f"evidence={list(evidence)} leaves out 'observational'; every test needs it, add it.")
+    return tuple(k for k in EVIDENCE_KINDS if k in evidence)
+
+
+def gather(claim: Claim, ctx: Context, kinds: Sequence[str]) -> tuple[Evidence, ...]:
+    """Run the claim's evidence functions for the requested kinds that apply; abstentions become undecided evidence."""
+    out = []
+    for kind in kinds:
+        if kind not in claim.evidence:
+            continue
+        try:
+            out.append(claim.evidence[kind](claim, ctx))
+        except (Inconclusive, TooFewPrompts) as reason:
+            out.append(abstain(kind, str(reason), len(ctx.prompts)))
+            if kind == "observational":
+                break  # prompts that cannot show the claim's metric cannot test the rest either
+    return tuple(out)
+
+
+def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prompts: int,
+           min_prompts: int = MIN_PROMPTS_FOR_VERDICT) -> tuple[VerdictName, tuple[str, ...]]:
+    """The verdict rules (see the module docstring): returns the verdict and its reasons."""
+    if n_prompts < min_prompts:
+        return "inconclusive", (f"too few prompts: {n_prompts} < {min_prompts} needed for a usable confidence interval; "
+                                "pass more prompts.",)
+    failed = [e for e in evidence if e.passed is False]
+    decisive = [e for e in failed if e.decisive]
+    if decisive:
+        return "refuted", tuple(f"{e.kind} failed: {e.detail}" for e in decisive)
+    reasons = [f"{e.kind} failed (not decisive): {e.detail}" if e.passed is False else f"{e.kind} undecided: {e.detail}"
+               for e in evidence if e.passed is not True]
+    if reasons:
+        return "inconclusive", tuple(reasons)
+    if not math.isfinite(p_adjusted) or p_adjusted > alpha:
+        return "inconclusive", (f"every evidence passed but the adjusted p-value {p_adjusted:.3g} does not clear "
+                                f"alpha={alpha:g} after correcting for all claims tested; pass more prompts.",)
+    return "supported", tuple(f"{e.kind} passed: {e.detail}" for e in evidence)
+
+
+def evaluate_claims(
+    model: torch.nn.Module,
+    claims: Sequence[Claim],
+    prompts: PromptSet,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
+    evidence: Sequence[str] | None = None,
+    batch_size: int = 32,
+    min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
+    progress: bool = False,
+) -> list[Verdict]:
+    """Test many claims at once; one `Verdict` each, with p-values corrected over all of them.
+
+    `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not
+    define is skipped for that claim.
+    """
+    claims = list(claims)
+    if not claims:
+        raise ValueError("no claims to test; pass a list of Claim objects (see analyses.head_claims).")
+    bad = [c for c in claims if not isinstance(c, Claim)]
+    if bad:
+        raise TypeError(f"expected Claim objects, got {type(bad[0]).__name__}; build claims with analyses.head_claims.")
+    if not isinstance(prompts, PromptSet):
+        raise TypeError(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
+    if len(prompts) == 0:
+        raise ValueError("the prompt set is empty; pass at least one prompt.")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha={alpha} must be in (0, 1).")
+    kinds = _check_evidence_kinds(evidence)
+    check_heads(model, claims)
+    # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
+    n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
+    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        claims_iter = tqdm(claims, desc="testing claims", unit="claim")
+    else:
+        claims_iter = claims
+    gathered = [gather(claim, ctx, kinds) for claim in claims_iter]
+    p_values = np.array([_claim_p(ev) for ev in gathered])
+    _, p_adjusted = benjamini_hochberg(p_values, alpha)
+    verdicts = []
+    for claim, ev, p, p_adj in zip(claims, gathered, p_values, p_adjusted):
+        verdict, reasons = decide(ev, float(p_adj), alpha, len(prompts), min_prompts)
+        verdicts.append(Verdict(claim, verdict, reasons, ev, float(p), float(p_adj), len(prompts)))
+    return verdicts
+
+
+def _claim_p(evidence: Sequence[Evidence]) -> float:
+    """Intersection-union p-value: the largest p among the evidence that has one."""
+    ps = [e.p_value for e in evidence if math.isfinite(e.p_value)]
+    return max(ps) if ps else math.nan
+
+
+def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
+    """One row per claim: claim, statement, heads, verdict, p-values, reasons, and per evidence kind
+    `{kind}` (effect), `{kind}_ci_low`, `{kind}_ci_high`, `{kind}_passed`; then `n_prompts`."""
+    rows = []
+    kinds_seen = [k for k in EVIDENCE_KINDS if any(v.get(k) for v in verdicts)]
+    for v in verdicts:
+        row: dict[str, Any] = {
+            "claim": v.claim.name, "label": v.claim.label, "layer": v.claim.layer, "head": v.claim.head,
+            "statement": v.claim.statement, "verdict": v.verdict, "p_value": v.p_value, "p_adjusted": v.p_adjusted,
+            "reasons": "; ".join(v.reasons),
+        }
+        for kind in kinds_seen:
+            e = v.get(kind)
+            row[kind] = e.effect if e else math.nan
+            row[f"{kind}_ci_low"] = e.ci_low if e else math.nan
+            row[f"{kind}_ci_high"] = e.ci_high if e else math.nan
+            row[f"{kind}_passed"] = e.passed if e else None
+        row["n_prompts"] = v.n_prompts
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.attrs["verdicts"] = list(verdicts)  # the full objects, for evidence tables
+    return frame
+
+
+def test_claims(
+    model: torch.nn.Module,
+    claims: Sequence[Claim],
+    prompts: PromptSet,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
+    evidence: Sequence[str] | None = None,
+    batch_size: int = 32,
+    min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Test claims on prompts: one row per claim with its verdict, adjusted p-value, reasons and evidence columns.
+
+    Example::
+
+        from analyses.head_claims import previous_token_head, induction_head
+        table = test_claims(model, [previous_token_head(0, 1), induction_head(1, 2)], prompts)
+
+    `table.attrs["verdicts"]` holds the `Verdict` objects (`.table()` gives each evidence table).
+    Test on prompts that did not suggest the claims (`analyses.head_claims.scan` does the split).
+    """
+    return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,
+                                         batch_size=batch_size, min_prompts=min_prompts, progress=progress))
+
+
+test_claims.__test__ = False  # not a pytest test, despite its name
+
+
+# --------------------------------------------------------------------------- stability (generic)
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Rerun another evidence kind (default observational) under perturbed conditions and compare.
+
+    Conditions: `n_splits` random halves of the prompts (prompt seeds), the prompts in another
+    order with another batch size (batch composition), and the model in bfloat16. Passes when the
+    base evidence's outcome agrees in every condition and, where the base evidence function has a
+    `head_scores(claim, ctx) -> (layer, head) array`, the Spearman correlation of the head ranking
+    with the original is at least `min_rank_corr` everywhere. Not decisive: an unstable verdict
+    withholds support. Costly (one full rerun per condition), so off by default.
+    """
+
+    base: str = "observational"
+    n_splits: int = 3
+    min_rank_corr: float = 0.9
+    dtypes: tuple[str, ...] = ("bfloat16",)
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        import copy
+
+        base_fn = claim.evidence[self.base]
+        reference = base_fn(claim, ctx)
+        ranks = getattr(base_fn, "head_scores", None)
+        ref_scores = None if ranks is None else np.asarray(ranks(claim, ctx))
+        conditions: dict[str, Context] = {}
+        for s in range(1, self.n_splits + 1):
+            half, _ = ctx.prompts.split(0.5, seed=ctx.seed + s)
+            conditions[f"prompt half seed {ctx.seed + s}"] = ctx.derive(prompts=half)
+        order = torch.randperm(len(ctx.prompts), generator=torch.Generator().manual_seed(ctx.seed + 101))
+        conditions["prompts reordered, batch size 7"] = ctx.derive(prompts=ctx.prompts[order], batch_size=7)
+        for name in self.dtypes:
+            dtype = getattr(torch, name)
+            conditions[f"model in {name}"] = ctx.derive(model=copy.deepcopy(ctx.model).to(dtype))
+        agree, corrs, notes = [], [], []
+        for name, sub in conditions.items():
+            try:
+                ev = base_fn(claim, sub)
+            except (Inconclusive, TooFewPrompts) as reason:
+                agree.append(False)
+                notes.append(f"{name}: undecided ({reason})")
+                continue
+            agree.append(ev.passed == reference.passed)
+            corr = math.nan
+            if ref_scores is not None:
+                corr = _spearman(ref_scores, np.asarray(ranks(claim, sub)))
+                corrs.append(corr)
+            notes.append(f"{name}: {ev.effect:.3f} passed={ev.passed}" + (f", rank corr {corr:.3f}" if math.isfinite(corr) else ""))
+        rate = float(np.mean(agree))
+        min_corr = float(np.nanmin(corrs)) if corrs and not np.all(np.isnan(corrs)) else math.nan
+        passed = all(agree) and (math.isnan(min_corr) or min_corr >= self.min_rank_corr)
+        rule = f"outcome agrees in every condition; head-rank Spearman >= {self.min_rank_corr:g}"
+        detail = (f"{self.base} outcome (passed={reference.passed}) agrees in {sum(agree)}/{len(agree)} conditions"
+                  + (f", lowest rank corr {min_corr:.3f}" if math.isfinite(min_corr) else "") + ": " + "; ".join(notes))
+        return Evidence("stability", rate, math.nan, math.nan, math.nan, rule, passed, False, len(ctx.prompts), detail,
+                        {"min_rank_corr": min_corr})
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = pd.Series(np.ravel(a)), pd.Series(np.ravel(b))
+    if a.nunique() < 2 or b.nunique() < 2:
+        return 1.0 if np.allclose(a, b, atol=1e-3) else math.nan
+    return float(a.corr(b, method="spearman"))

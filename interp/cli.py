@@ -1,0 +1,551 @@
+"""The `interp` command: one console script, one subcommand per job.
+
+    interp report [SPEC]            per-head pattern report (HTML, CSV, Markdown, PNG)
+    interp audit-leakage SPEC       does any output depend on a later token?
+    interp claims [SPEC] FILE       test the claims written in a TOML claims file
+    interp scan [SPEC]              propose a claim for every head and test it on held-out prompts
+    interp heads [SPEC]             per-head positional and induction metrics with CIs
+    interp verify [SPEC]            prove that the model's hooks carry what their names say
+    interp train [ARGS...]          train a model (wraps `python -m models.train`)
+    interp demo                     `interp report` on the embedded default, then the highlights
+
+SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default), a
+checkpoint (NAME.safetensors + NAME.json), `package.module:factory`, or a local Hugging Face
+model folder.
+
+Exit codes: 0 ok; 1 a finding (a leak, a failed hook check, a refuted claim with --strict);
+2 a usage or input error (message on stderr, no traceback; set INTERP_DEBUG=1 for one);
+3 an internal error (a bug: the traceback is printed).
+
+Parsing flags imports neither torch nor transformer_lens (about 3 s here): every handler
+imports what it needs when it runs, so `interp --help` answers at once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+DEFAULT_SPEC = "toy-induction"
+EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class InputError(Exception):
+    """Bad input from the user: printed without a traceback, exit code 2."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _stderr_console(quiet: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=quiet, highlight=False)
+
+
+def _out_console(args) -> Any:
+    """Where human-readable results go: stdout, or stderr when JSON is written to stdout."""
+    from rich.console import Console
+
+    to_stderr = getattr(args, "json", None) == "-"
+    return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=120)
+
+
+def _load(spec: str | None, quiet: bool = False):
+    """interp.load with its input errors turned into InputError."""
+    spec = spec or DEFAULT_SPEC
+    console = _stderr_console(quiet)
+    with console.status(f"loading {spec} ...", spinner="dots"):
+        import interp
+
+        try:
+            return interp.load(spec)
+        except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
+            raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
+
+
+def _load_black_box(spec: str, quiet: bool = False):
+    """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
+    (the leakage audit needs only tokens -> outputs)."""
+    try:
+        return _load(spec, quiet)
+    except InputError as error:
+        module_name, _, attribute = spec.partition(":")
+        if not attribute or "no hooks" not in str(error):
+            raise
+        import importlib
+
+        factory = getattr(importlib.import_module(module_name), attribute)
+        model = factory()
+        if hasattr(model, "eval"):
+            model.eval()
+        return model
+
+
+def _message(error: BaseException) -> str:
+    text = str(error)
+    if isinstance(error, KeyError) and text.startswith(("'", '"')):
+        text = text[1:-1]
+    return text or type(error).__name__
+
+
+def _write_json(target: str | None, payload: Any) -> None:
+    if target is None:
+        return
+    text = json.dumps(payload, indent=2, sort_keys=True, default=_json_default) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise InputError(f"cannot write JSON to {target}: {error.strerror or error}") from None
+
+
+def _json_default(value: Any) -> Any:
+    for caster in (float, str):
+        try:
+            return caster(value)
+        except (TypeError, ValueError):
+            continue
+    return repr(value)
+
+
+def _frame_records(frame) -> list[dict[str, Any]]:
+    """A DataFrame as JSON-ready records (NaN -> null)."""
+    return json.loads(frame.to_json(orient="records", double_precision=6, default_handler=str))
+
+
+def _cell(column: str, value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return ""
+        if column.startswith("p_") or column in ("max_influence", "influence"):
+            return f"{value:.3g}"
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)):
+        return "; ".join(map(str, value))
+    return str(value)
+
+
+def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80):
+    """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), verdicts coloured."""
+    from rich.table import Table
+
+    columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for column in columns:
+        table.add_column(str(column), overflow="fold", max_width=70 if column == "reasons" else None)
+    colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
+    for _, row in frame.head(max_rows).iterrows():
+        cells = []
+        for column in columns:
+            text = _cell(column, row[column])
+            colour = colours.get(text)
+            cells.append(f"[{colour}]{text}[/{colour}]" if colour else text)
+        table.add_row(*cells)
+    if len(frame) > max_rows:
+        table.caption = f"{len(frame) - max_rows} more rows; use --json for all of them"
+    return table
+
+
+def _prompt_spec(args):
+    from interp.specs import PromptSpec
+
+    return PromptSpec.parse(getattr(args, "prompts", None), n=getattr(args, "n", None), seed=getattr(args, "seed", 0),
+                            prefix_len=getattr(args, "prefix_len", None))
+
+
+def _prompts(model, args, default_n: int = 64):
+    from interp.specs import build_prompts
+
+    return build_prompts(model, _prompt_spec(args), default_n=default_n)
+
+
+def _select(args):
+    from interp.specs import parse_heads_flag, parse_layers_flag
+
+    return parse_layers_flag(getattr(args, "layers", None)), parse_heads_flag(getattr(args, "heads", None))
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def cmd_report(args) -> int:
+    from analyses import report
+
+    layers, heads = _select(args)
+    prompt_spec = _prompt_spec(args)  # bad flags fail before the model loads
+    spec = args.spec or DEFAULT_SPEC
+    out = Path(args.out) if args.out else Path("reports") / _slug(spec)
+    report.check_out_dir(out, args.force)
+    claims = None
+    if args.claims:
+        from interp.testing import read_claims
+
+        claims = read_claims(args.claims)
+    model = _load(spec, args.quiet)
+    result = report.build_report(
+        model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
+        seed=args.seed, force=args.force, progress=not args.quiet,
+    )
+    console = _out_console(args)
+    console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
+    console.print(_frame_table(result.highlights, title="Strongest findings"))
+    _write_json(args.json, result.to_json())
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    """`interp report` on the embedded default; replaces an earlier demo report, never other files."""
+    from analyses import report
+
+    out = Path(args.out)
+    force = report.is_report_dir(out)  # a previous report may be replaced; anything else is refused
+    args_report = argparse.Namespace(
+        spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
+        layers=None, heads=None, claims=None, quiet=args.quiet, json=None,
+    )
+    return cmd_report(args_report)
+
+
+def cmd_audit_leakage(args) -> int:
+    from analyses import leakage
+
+    model = _load_black_box(args.spec, args.quiet)
+    kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
+    if args.max_len is not None:
+        kwargs["max_len"] = args.max_len
+    if args.n is not None:
+        kwargs["n_prompts"] = args.n
+    if args.tol is not None:
+        kwargs["tol"] = args.tol
+    result = leakage.audit(model, **kwargs)
+    console = _out_console(args)
+    console.print(_verdict_table(result, args.spec))
+    if result.leaks and len(result.table):
+        top = result.table.sort_values("influence", ascending=False)
+        console.print(_frame_table(top[top["influence"] > result.tol], title="Largest influences", max_rows=10,
+                                   columns=["method", "site", "length", "query_pos", "source_pos", "influence"]))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if args.json is not None:
+        _write_json(args.json, json.loads(result.to_json()))
+    return result.exit_code
+
+
+def _verdict_table(result, spec: str):
+    """The audit's verdict as a rich table: one row per method, status coloured."""
+    from rich.table import Table
+
+    words = {"exact_zero": ("causal: no output moved", "green"),
+             "numerical_noise": (f"causal: float rounding only (<= tol {result.tol:g})", "green"),
+             "leak": (f"LEAK ({', '.join(result.leaks)})", "red"),
+             "bidirectional": ("bidirectional by design; padding audited" + (f"; LEAK ({', '.join(result.leaks)})" if result.leaks else ""),
+                               "red" if result.leaks else "cyan")}
+    text, colour = words[result.verdict]
+    caption = f"lengths {list(result.lengths)}, {result.n_prompts} prompts, {result.seconds:.1f} s"
+    if result.first_leaking_site:
+        caption = f"first leaking site: {result.first_leaking_site}; " + caption
+    table = Table(title=f"Leakage audit of {spec}: [bold {colour}]{text}[/bold {colour}]", caption=caption, header_style="bold")
+    for column in ("method", "status", "max influence", "where"):
+        table.add_column(column)
+    status_colours = {"leak": "red", "exact zero": "green", "noise": "green", "triangular": "green",
+                      "weight above diagonal": "yellow", "bidirectional": "cyan", "skipped": "dim"}
+    for row in result.summary_rows():
+        status = row["status"]
+        value = "-" if row["max_influence"] is None else f"{row['max_influence']:.3g}"
+        c = status_colours.get(status, "white")
+        table.add_row(row["method"], f"[{c}]{status}[/{c}]", value, row["where"])
+    return table
+
+
+def cmd_claims(args) -> int:
+    from interp.testing import read_claims, run_claims
+
+    if len(args.paths) == 1:
+        spec, claims_path = None, args.paths[0]
+    elif len(args.paths) == 2:
+        spec, claims_path = args.paths
+    else:
+        raise InputError(f"expected [SPEC] FILE, got {len(args.paths)} arguments: {args.paths}.")
+    claims_file = read_claims(claims_path)
+    spec = spec or claims_file.model
+    if spec is None:
+        raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
+    model = _load(spec, args.quiet)
+    overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
+    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
+    console = _out_console(args)
+    shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
+    console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
+                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"]))
+    n_failed = int((~frame["passed"]).sum())
+    console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
+    _write_json(args.json, {"model": spec, "file": str(claims_path), "claims": _frame_records(frame)})
+    return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _short_reasons(reasons: str, passed: bool) -> str:
+    """All the reasons of a claim that missed its expected verdict; the first one of a claim that got it."""
+    reasons = str(reasons)
+    return reasons if not passed else reasons.split("; ")[0] + (" ..." if "; " in reasons else "")
+
+
+def cmd_scan(args) -> int:
+    from analyses import head_claims
+
+    _prompt_spec(args)  # bad flags fail before the model loads
+    model = _load(args.spec, args.quiet)
+    prompts = _prompts(model, args, default_n=args.n or 64)
+    frame = head_claims.scan(model, prompts, seed=args.seed, progress=not args.quiet)
+    if args.supported_only:
+        frame = frame[frame["verdict"] == "supported"]
+    console = _out_console(args)
+    columns = ["claim", "layer", "head", "verdict", "p_adjusted", "reasons"]
+    console.print(_frame_table(frame, title=f"Scan of {args.spec or DEFAULT_SPEC} ({prompts.kind} prompts)", columns=columns))
+    _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
+    return EXIT_OK
+
+
+def cmd_heads(args) -> int:
+    from analyses import report
+
+    _prompt_spec(args)  # bad flags fail before the model loads
+    layers, heads = _select(args)
+    model = _load(args.spec, args.quiet)
+    prompts = _prompts(model, args)
+    frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
+    console = _out_console(args)
+    shown = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high", "_argmax")) and c not in ("layer", "head")
+             and not frame[c].isna().all()]
+    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
+                               "(means; CIs in --json)", columns=shown))
+    _write_json(args.json, _frame_records(frame))
+    return EXIT_OK
+
+
+def cmd_verify(args) -> int:
+    import interp
+
+    model = _load(args.spec, args.quiet)
+    frame = interp.verify_hooks(model)
+    passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
+    console = _out_console(args)
+    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}"))
+    _write_json(args.json, _frame_records(frame))
+    if passed is None:
+        return EXIT_OK
+    n_failed = int((~passed).sum())
+    console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
+    return EXIT_FINDING if n_failed else EXIT_OK
+
+
+def cmd_train(args) -> int:
+    import importlib
+
+    try:
+        train = importlib.import_module("models.train")
+    except ModuleNotFoundError as error:
+        raise InputError(f"models.train is not available ({error}).") from None
+    argv = [a for a in args.train_args if a != "--"]
+    entry = getattr(train, "main", None)
+    if entry is None:
+        import runpy
+
+        sys.argv = ["models.train", *argv]
+        runpy.run_module("models.train", run_name="__main__")
+        return EXIT_OK
+    try:
+        code = entry(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return int(code or 0)
+
+
+def _slug(spec: str) -> str:
+    name = Path(spec.split(":")[-1]).name if spec else DEFAULT_SPEC
+    name = name.removesuffix(".safetensors").removesuffix(".json")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "model"
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and examples."""
+
+
+def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = True, seed: bool = True) -> None:
+    if seed:
+        p.add_argument("--seed", type=int, default=0, help="seed of every random choice (prompts, resampling); default 0")
+    if n:
+        p.add_argument("--n", type=_positive_int, default=None, metavar="N", help="number of prompts (default: per command)")
+    if json_:
+        p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+
+
+def _add_prompts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompts", metavar="KIND|FILE", default=None,
+                   help="prompt kind (repeated, random, text) or a file (.txt one text a line, .json token-id lists); default: repeated")
+    p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="repeated prompts: length of the repeated block")
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layers", metavar="L,L|A-B", default=None, help="only these layers, e.g. 0,1 or 0-3")
+    p.add_argument("--heads", metavar="LxHy,...", default=None, help="only these heads, e.g. L0H1,L1H2")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
+
+
+SPEC_HELP = f"model spec: built-in name, checkpoint path, package.module:factory or HF folder (default: {DEFAULT_SPEC})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="interp",
+        description="Look inside attention, and test what you think you see.",
+        epilog=(
+            "examples:\n"
+            "  interp report                         # report on the embedded toy-induction model\n"
+            "  interp audit-leakage my_pkg.models:gpt --json -\n"
+            "  interp claims toy-induction examples/claims.toml --strict\n\n"
+            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n"
+            "Run `interp COMMAND --help` for each command's options."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, handler: Callable, summary: str, example: str, description: str = "") -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name, help=summary, description=f"{summary}.\n\n{description}".rstrip(),
+            epilog=f"example:\n  {example}", formatter_class=_Formatter,
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("report", cmd_report, "Write a per-head pattern report (HTML, CSV, Markdown, PNG)",
+                "interp report toy-induction --n 64 --out reports/toy --force",
+                "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage\n"
+                "verdict, head similarity and importance, redundancy findings and a methods section.")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    _add_selection(p)
+    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
+    _add_common(p)
+
+    p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
+                "interp audit-leakage toy-induction --max-len 64 --json audit.json",
+                "Perturbation, gradient and pattern checks at every hook site; batch mixing and padding.\n"
+                "Exit 0: causal; 1: a leak was found; 2: bad input.")
+    p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
+    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
+    p.add_argument("--tol", type=_positive_float, default=None, metavar="X", help="relative influence below which a change is numerical noise")
+    _add_common(p)
+
+    p = command("claims", cmd_claims, "Test the claims written in a TOML claims file",
+                "interp claims toy-induction examples/claims.toml --strict --json -",
+                "FILE format (see interp/specs.py):\n"
+                "  model = \"toy-induction\"      # optional when SPEC is given\n"
+                "  [prompts]\n  kind = \"repeated\"\n  n = 64\n"
+                "  [claims]\n  L1H2 = \"induction\"\n  L0H1 = [\"previous_token\", \"not induction\"]\n"
+                "  \"L0H1 ~ L0H3\" = \"redundant\"")
+    p.usage = "interp claims [options] [SPEC] FILE"
+    p.add_argument("paths", nargs="+", metavar="[SPEC] FILE", help="model spec (optional when the file names one) and the claims file")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
+    p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
+    p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
+    _add_common(p, seed=False)
+
+    p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
+                "interp scan toy-induction --n 128 --supported-only")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    p.add_argument("--supported-only", action="store_true", help="show only supported claims")
+    _add_common(p)
+
+    p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",
+                "interp heads toy-induction --prompts repeated --n 64 --json heads.json")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    _add_selection(p)
+    _add_common(p)
+
+    p = command("verify", cmd_verify, "Prove the model's hooks carry what their names say",
+                "interp verify toy-induction",
+                "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the\n"
+                "attention output, an edit at each hook changes the output. Exit 1 if a check fails.")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_common(p, n=False, seed=False)
+
+    p = command("train", cmd_train, "Train a model (wraps python -m models.train; arguments pass through)",
+                "interp train -- --help")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for models.train")
+
+    p = command("demo", cmd_demo, "Report on the embedded default model and print the strongest findings",
+                "interp demo --out reports/toy-induction",
+                "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
+    p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
+    _add_common(p, json_=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    debug = bool(os.environ.get("INTERP_DEBUG"))
+    try:
+        return args.handler(args)
+    except (InputError, ValueError, KeyError, OSError) as error:
+        # the toolkit raises ValueError / KeyError / FileNotFoundError for bad input, with a message
+        # that names the value and the fix; a traceback would only hide it
+        if debug or isinstance(error, BrokenPipeError):
+            if isinstance(error, BrokenPipeError):
+                return EXIT_OK
+            raise
+        print(f"interp {args.command}: error: {_message(error)}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"interp {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # a bug, not bad input: show where
+        import traceback
+
+        traceback.print_exc()
+        print(f"interp {args.command}: internal error ({type(error).__name__}); please report it with the traceback above.",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,562 @@
+"""Interventions on attention heads: ablations and pattern substitution, as small named objects.
+
+Vocabulary (as in `models.components`): a head is `(layer, head)`, labelled `L{layer}H{head}`;
+`z` (batch, pos, head, d_head) is pattern @ v, `result` (batch, pos, head, d_model) is a head's
+write to the residual stream, `pattern` (batch, head, query, key) is the post-softmax weights.
+
+- `HeadAblation(heads, kind, site)`: replace the heads' `z` (or `result`) by zero, by their
+  per-position mean over reference prompts, or by their value on another reference prompt
+  (resampling). `spec()` is plain data for reports; `hooks(model, reference)` gives
+  `(hook_name, fn)` pairs for `run_with_hooks`; `ablate(...)` is the context manager.
+- `substitute_pattern(model, layer, head, pattern)`: replace one head's pattern (an ideal one
+  from `ideal_pattern`, any tensor or callable, or the head's own weights permuted among the
+  allowed keys: the faithfulness control "does it matter *where* the head looks?").
+- `batched_head_ablations`: many single-head ablations in one forward by expanding the batch.
+  On a GPU that is the usual win; on these CPUs it measured about 2x *slower* than one
+  forward per head (FACTS.md), so analyses do not rely on it there.
+
+Hook names always come from `interp.hooks.attention_sites(model)`; every context manager
+removes its hooks in `finally` (through `interp.hooks.hooked`).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Literal, Sequence, Union, get_args
+
+import einops
+import torch
+from torch import nn
+from transformer_lens.utilities.statistics import derive_generator
+
+from interp.data import PromptSet
+from interp.hooks import AttentionSite, attention_sites, hooked
+
+Head = tuple[int, int]  # (layer, head)
+HeadLike = Union[Head, str]  # (layer, head) or a label "L1H3"
+AblationKind = Literal["zero", "mean", "resample"]
+AblationSite = Literal["z", "result"]
+IdealPattern = Literal["previous_token", "first_token", "self", "uniform"]
+PatternSpec = Union[torch.Tensor, Callable[[int], torch.Tensor], str, None]
+
+ABLATION_KINDS: tuple[str, ...] = get_args(AblationKind)
+ABLATION_SITES: tuple[str, ...] = get_args(AblationSite)
+IDEAL_PATTERNS: tuple[str, ...] = get_args(IdealPattern)
+ROW_SUM_TOLERANCE = 1e-4  # a substituted pattern's rows must sum to one within this
+
+_LABEL = re.compile(r"^L(\d+)H(\d+)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# heads
+
+
+def head_label(head: Head) -> str:
+    return f"L{head[0]}H{head[1]}"
+
+
+def parse_head(head: HeadLike) -> Head:
+    """(layer, head) from a pair or an `L{l}H{h}` label; a clear error for anything else."""
+    if isinstance(head, str):
+        match = _LABEL.match(head.strip())
+        if not match:
+            raise ValueError(f"head label {head!r} is not of the form 'L{{layer}}H{{head}}' (e.g. 'L1H3').")
+        return int(match.group(1)), int(match.group(2))
+    try:
+        layer, index = head
+        if isinstance(layer, bool) or isinstance(index, bool):
+            raise TypeError
+        return int(layer), int(index)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"head {head!r} is not a (layer, head) pair of integers or an 'L{{layer}}H{{head}}' label."
+        ) from None
+
+
+def parse_heads(heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
+    """A tuple of (layer, head) from one head or many (pairs or labels), duplicates removed, order kept."""
+    if isinstance(heads, str) or (
+        isinstance(heads, (tuple, list)) and len(heads) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in heads)
+    ):
+        heads = [heads]
+    parsed = tuple(dict.fromkeys(parse_head(h) for h in heads))
+    if not parsed:
+        raise ValueError("no heads given; pass at least one (layer, head) pair or 'L{layer}H{head}' label.")
+    return parsed
+
+
+def all_heads(model: nn.Module) -> tuple[Head, ...]:
+    """Every (layer, head) of the model, in forward order."""
+    return tuple((site.layer, h) for site in attention_sites(model) for h in range(site.n_heads))
+
+
+def check_heads(model: nn.Module, heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
+    """Parse heads and check each exists in `model`; the error says which heads do."""
+    parsed = parse_heads(heads)
+    sites = {site.layer: site for site in attention_sites(model)}
+    for layer, index in parsed:
+        site = sites.get(layer)
+        if site is None or not 0 <= index < site.n_heads:
+            shape = ", ".join(f"layer {s.layer}: heads 0..{s.n_heads - 1}" for s in sites.values())
+            raise ValueError(
+                f"head {head_label((layer, index))} = ({layer}, {index}) does not exist in this "
+                f"{type(model).__name__}; it has {len(sites)} attention layers ({shape})."
+            )
+    return parsed
+
+
+def _sites_by_layer(model: nn.Module) -> dict[int, AttentionSite]:
+    return {site.layer: site for site in attention_sites(model)}
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not supported; expected one of {list(allowed)}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# running a model over prompts
+
+
+def as_prompts(prompts: PromptSet | torch.Tensor) -> PromptSet:
+    """A PromptSet from a PromptSet or a (prompt, pos) token tensor."""
+    if isinstance(prompts, PromptSet):
+        if len(prompts) == 0:
+            raise ValueError("the prompt set is empty; pass at least one prompt.")
+        return prompts
+    if isinstance(prompts, torch.Tensor):
+        return PromptSet(prompts if prompts.ndim == 2 else prompts.unsqueeze(0))
+    raise TypeError(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
+
+
+def _accepts(model: nn.Module, argument: str) -> bool:
+    try:
+        return argument in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def run_stopping_after(model: nn.Module, prompts: PromptSet, last_layer: int) -> None:
+    """Forward `prompts` through the model, stopping after block `last_layer` where the model allows it."""
+    kwargs = prompts.model_kwargs()
+    tokens = prompts.tokens.to(getattr(model, "device", prompts.tokens.device))
+    kwargs = {k: v.to(tokens.device) for k, v in kwargs.items()}
+    if _accepts(model, "stop_at_layer"):
+        model(tokens, stop_at_layer=last_layer + 1, **kwargs)
+    else:
+        model(tokens, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# reference activations
+
+
+@dataclass(frozen=True)
+class ReferenceActivations:
+    """Activations of heads over reference prompts, for mean and resample ablation.
+
+    `means[layer]`: (pos, head, d) per-position mean over the reference prompts (padding
+    excluded; a position no prompt reaches is 0). `samples[layer]`: (prompt, pos, head, d), kept
+    only for resampling. Computed once, reused by every ablation that shares the reference.
+    """
+
+    site: AblationSite
+    means: dict[int, torch.Tensor]
+    samples: dict[int, torch.Tensor] | None
+    n_prompts: int
+
+    @property
+    def n_pos(self) -> int:
+        return next(iter(self.means.values())).shape[0]
+
+
+@torch.no_grad()
+def reference_activations(
+    model: nn.Module,
+    reference: PromptSet | torch.Tensor,
+    *,
+    layers: Iterable[int] | None = None,
+    site: AblationSite = "z",
+    keep_samples: bool = False,
+    batch_size: int = 32,
+) -> ReferenceActivations:
+    """Per-position means (and, with `keep_samples`, every prompt's values) of all heads' `site`."""
+    _check_choice("site", site, ABLATION_SITES)
+    reference = as_prompts(reference)
+    sites = _sites_by_layer(model)
+    layers = sorted(set(sites) if layers is None else set(layers))
+    sums: dict[int, torch.Tensor] = {}
+    samples: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    counts = torch.zeros(reference.n_pos, dtype=torch.float64)
+    current_mask: list[torch.Tensor | None] = [None]
+
+    def make_hook(layer: int):
+        def hook(act: torch.Tensor, hook=None):  # (batch, pos, head, d)
+            act = act.detach()
+            mask = current_mask[0]
+            weights = (torch.ones(act.shape[:2], dtype=torch.float64) if mask is None else mask.double()).to(act.device)
+            total = einops.einsum(act.double(), weights, "batch pos head d, batch pos -> pos head d")
+            sums[layer] = total if layer not in sums else sums[layer] + total
+            if keep_samples:
+                samples[layer].append(act.cpu().clone())
+            return None
+        return hook
+
+    hooks = [(sites[layer].hook(site), make_hook(layer)) for layer in layers]
+    with hooked(model, hooks):
+        for batch in reference.batches(batch_size):
+            current_mask[0] = batch.attention_mask
+            weights = torch.ones(batch.tokens.shape) if batch.attention_mask is None else batch.attention_mask.double()
+            counts += weights.sum(0).double()
+            run_stopping_after(model, batch, max(layers))
+    denominator = einops.rearrange(counts.clamp(min=1.0), "pos -> pos 1 1")
+    means = {layer: (sums[layer].cpu() / denominator).float() for layer in layers}
+    kept = {layer: torch.cat(samples[layer]) for layer in layers} if keep_samples else None
+    return ReferenceActivations(site, means, kept, len(reference))
+
+
+# ---------------------------------------------------------------------------------------------
+# ablation
+
+
+class AblationValues:
+    """Values that replace one head's activation (batch, pos, d) under an ablation kind."""
+
+    def __init__(self, kind: str, reference: ReferenceActivations | None, seed: int):
+        self.kind, self.reference, self.seed = kind, reference, seed
+        self.generators: dict[Head, torch.Generator] = {}
+
+    def __call__(self, layer: int, head: int, clean: torch.Tensor) -> torch.Tensor:
+        batch, n_pos = clean.shape[:2]
+        if self.kind == "zero":
+            return torch.zeros_like(clean)
+        ref = self.reference
+        if n_pos > ref.n_pos:
+            raise ValueError(
+                f"the prompts have {n_pos} positions but the reference prompts only {ref.n_pos}; "
+                "pass reference prompts at least as long as the prompts being ablated."
+            )
+        if self.kind == "mean":
+            mean = ref.means[layer][:n_pos, head].to(device=clean.device, dtype=clean.dtype)  # (pos, d)
+            return einops.repeat(mean, "pos d -> batch pos d", batch=batch)
+        # resample: each prompt gets the head's value on a random reference prompt, a different
+        # one from the prompt itself wherever that is possible
+        pool = ref.samples[layer][:, :n_pos, head]  # (ref_prompt, pos, d)
+        n_ref = pool.shape[0]
+        gen = self.generators.setdefault((layer, head), derive_generator(self.seed, "resample", layer, head))
+        index = torch.randint(0, n_ref, (batch,), generator=gen)
+        chosen = pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
+        same = (chosen == clean).flatten(1).all(1).cpu()
+        if n_ref > 1 and bool(same.any()):
+            shift = torch.randint(1, n_ref, (int(same.sum()),), generator=gen)
+            index[same] = (index[same] + shift) % n_ref
+            chosen = pool[index].to(device=clean.device, dtype=clean.dtype)
+        return chosen
+
+
+def _resolve_reference(model, heads, kind, site, reference) -> ReferenceActivations | None:
+    if kind == "zero":
+        return None
+    if reference is None:
+        raise ValueError(
+            f"{kind} ablation needs reference prompts (reference=PromptSet) to take the heads' "
+            f"{'mean' if kind == 'mean' else 'values'} from; pass reference=..., or use kind='zero'."
+        )
+    layers = sorted({layer for layer, _ in heads})
+    if isinstance(reference, ReferenceActivations):
+        if reference.site != site:
+            raise ValueError(f"reference activations were taken at site {reference.site!r}, not {site!r}; recompute them.")
+        missing = [layer for layer in layers if layer not in reference.means]
+        if missing:
+            raise ValueError(f"reference activations lack layers {missing}; recompute them with those layers.")
+        if kind == "resample" and reference.samples is None:
+            raise ValueError("resample ablation needs per-prompt reference values; recompute with keep_samples=True.")
+        return reference
+    return reference_activations(model, reference, layers=layers, site=site, keep_samples=kind == "resample")
+
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """Replace some heads' `z` (or `result`) by zero, their reference mean, or a resampled value.
+
+    Zero-ablating at `z` equals zeroing the heads' rows of W_O. Mean ablation uses the
+    per-position mean over reference prompts (the model keeps the head's average, position
+    dependent write, and loses only its prompt-specific information). Resampling gives each
+    prompt the head's value on another, randomly chosen reference prompt (seeded per head).
+    """
+
+    heads: tuple[Head, ...]
+    kind: AblationKind = "mean"
+    site: AblationSite = "z"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", parse_heads(self.heads))
+        _check_choice("kind", self.kind, ABLATION_KINDS)
+        _check_choice("site", self.site, ABLATION_SITES)
+
+    def spec(self) -> dict:
+        """Plain, JSON-serialisable description, e.g. {"heads": [[1, 3]], "kind": "mean", "site": "z"}."""
+        return {"heads": [list(h) for h in self.heads], "kind": self.kind, "site": self.site}
+
+    @property
+    def label(self) -> str:
+        return "+".join(head_label(h) for h in self.heads)
+
+    def hooks(
+        self, model: nn.Module, reference: PromptSet | ReferenceActivations | None = None, seed: int = 0
+    ) -> list[tuple[str, Callable]]:
+        """`(hook_name, fn)` pairs for `model.run_with_hooks` / `interp.hooks.hooked`."""
+        check_heads(model, self.heads)
+        replacer = AblationValues(self.kind, _resolve_reference(model, self.heads, self.kind, self.site, reference), seed)
+        sites = _sites_by_layer(model)
+        by_layer: dict[int, list[int]] = {}
+        for layer, index in self.heads:
+            by_layer.setdefault(layer, []).append(index)
+
+        def make_hook(layer: int, indices: list[int]):
+            def hook(act: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d)
+                act = act.clone()  # clone: never edit a tensor another hook or cache may hold
+                for index in indices:
+                    act[:, :, index] = replacer(layer, index, act[:, :, index])
+                return act
+            return hook
+
+        return [(sites[layer].hook(self.site), make_hook(layer, indices)) for layer, indices in sorted(by_layer.items())]
+
+
+@contextlib.contextmanager
+def ablate(
+    model: nn.Module,
+    heads: HeadLike | Iterable[HeadLike],
+    kind: AblationKind = "mean",
+    *,
+    reference: PromptSet | ReferenceActivations | None = None,
+    site: AblationSite = "z",
+    seed: int = 0,
+) -> Iterator[nn.Module]:
+    """`with ablate(model, [(1, 3)], "mean", reference=prompts): model(tokens)`; hooks removed on exit."""
+    ablation = HeadAblation(parse_heads(heads), kind, site)
+    with hooked(model, ablation.hooks(model, reference, seed)):
+        yield model
+
+
+# ---------------------------------------------------------------------------------------------
+# patterns
+
+
+def ideal_pattern(kind: IdealPattern, n_pos: int, *, causal: bool = True) -> torch.Tensor:
+    """An idealised (query, key) pattern whose rows sum to one.
+
+    previous_token: all weight on query - 1 (query 0, which has no previous token: on itself);
+    first_token: all on key 0; self: all on the query; uniform: equal on every allowed key.
+    """
+    _check_choice("kind", kind, IDEAL_PATTERNS)
+    if n_pos < 1:
+        raise ValueError(f"n_pos={n_pos} must be at least 1.")
+    query = torch.arange(n_pos)
+    pattern = torch.zeros(n_pos, n_pos)  # (query, key)
+    if kind == "previous_token":
+        pattern[query, (query - 1).clamp(min=0)] = 1.0
+    elif kind == "first_token":
+        pattern[:, 0] = 1.0
+    elif kind == "self":
+        pattern[query, query] = 1.0
+    else:
+        allowed = torch.ones(n_pos, n_pos).tril() if causal else torch.ones(n_pos, n_pos)
+        pattern = allowed / allowed.sum(-1, keepdim=True)
+    return pattern
+
+
+def _allowed_keys(original: torch.Tensor, causal: bool | None) -> torch.Tensor:
+    """(batch, query, key) True where a key may be attended: causally allowed and not padding.
+
+    Padding is read off the head's own pattern: a key that no head and no query gives any
+    weight to was masked (masked keys get exactly 0 after softmax of -inf).
+    """
+    batch, _, n_query, n_key = original.shape
+    allowed = torch.ones(batch, n_query, n_key, dtype=torch.bool, device=original.device)
+    if causal:
+        allowed &= torch.ones(n_query, n_key, dtype=torch.bool, device=original.device).tril()
+    padded = original.sum(dim=(1, 2)) == 0  # (batch, key)
+    allowed &= ~einops.rearrange(padded, "batch key -> batch 1 key")
+    return allowed
+
+
+def permute_among_allowed(pattern: torch.Tensor, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Shuffle each row's weights among its allowed keys: (batch, query, key) -> same shape, same row sums."""
+    n_key = pattern.shape[-1]
+    position = torch.arange(n_key, dtype=torch.float32, device=pattern.device).expand(pattern.shape)
+    inf = torch.tensor(float("inf"), device=pattern.device)
+    in_order = torch.where(allowed, position, inf).argsort(dim=-1)  # allowed keys first, ascending
+    noise = torch.rand(pattern.shape, generator=generator).to(pattern.device)
+    shuffled = torch.where(allowed, noise, inf).argsort(dim=-1)  # allowed keys first, random order
+    # positions past the allowed count pair disallowed keys with disallowed keys: zeros stay zeros
+    return torch.zeros_like(pattern).scatter(-1, in_order, pattern.gather(-1, shuffled))
+
+
+def check_pattern_rows(pattern: torch.Tensor, what: str = "pattern") -> None:
+    """Every row sums to one (or is all zero, a padded query); raise naming the worst row otherwise."""
+    if not torch.isfinite(pattern).all():
+        raise ValueError(f"{what} contains NaN or inf.")
+    if (pattern < 0).any():
+        raise ValueError(f"{what} has negative weights (min {pattern.min().item():.3g}); attention weights are >= 0.")
+    sums = pattern.sum(-1)
+    bad = ((sums - 1).abs() > ROW_SUM_TOLERANCE) & (sums != 0)
+    if bad.any():
+        worst = (sums - 1).abs().masked_fill(~bad, -1).argmax()
+        row = tuple(int(i) for i in torch.unravel_index(worst, sums.shape))
+        raise ValueError(
+            f"{what}: row {row} sums to {sums.flatten()[worst].item():.6f}, not 1; "
+            "attention rows must sum to one over the keys (normalise with p / p.sum(-1, keepdim=True))."
+        )
+
+
+@contextlib.contextmanager
+def substitute_pattern(
+    model: nn.Module,
+    layer: int,
+    head: int,
+    pattern: PatternSpec = None,
+    *,
+    permute_keys: bool = False,
+    seed: int = 0,
+) -> Iterator[nn.Module]:
+    """Replace one head's post-softmax pattern at `hook_pattern` for the duration of the block.
+
+    `pattern`: a (query, key) tensor (every prompt), a (batch, query, key) tensor, a callable
+    `n_pos -> (query, key)`, a name for `ideal_pattern` ("uniform" is uniform over the keys the
+    model actually allows, padding excluded), or None for the head's own pattern (useful with
+    `permute_keys`). `permute_keys=True` shuffles each row's weights among the allowed keys:
+    same weights, random places. Rows must sum to one; a causal model refuses weight on future keys.
+    """
+    check_heads(model, [(layer, head)])
+    site = _sites_by_layer(model)[layer]
+    if isinstance(pattern, str):
+        _check_choice("pattern", pattern, IDEAL_PATTERNS)
+    elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
+        raise TypeError(
+            f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
+            f"got {type(pattern).__name__}."
+        )
+    if isinstance(pattern, torch.Tensor):
+        if pattern.ndim not in (2, 3):
+            raise ValueError(f"pattern has shape {tuple(pattern.shape)}; expected (query, key) or (batch, query, key).")
+        check_pattern_rows(pattern, f"pattern for {head_label((layer, head))}")
+    generator = torch.Generator().manual_seed(seed)
+
+    def hook(original: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, head, query, key)
+        batch, _, n_query, n_key = original.shape
+        allowed = _allowed_keys(original, site.causal)  # (batch, query, key)
+        if pattern is None:
+            new = original[:, head]
+        elif isinstance(pattern, str) and pattern == "uniform":
+            new = allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
+        elif isinstance(pattern, str):
+            new = ideal_pattern(pattern, n_query, causal=bool(site.causal))
+        elif isinstance(pattern, torch.Tensor):
+            new = pattern
+        else:
+            new = torch.as_tensor(pattern(n_query))
+            check_pattern_rows(new, f"pattern({n_query}) for {head_label((layer, head))}")
+        new = new.to(device=original.device, dtype=original.dtype)
+        if new.shape[-2:] != (n_query, n_key) or (new.ndim == 3 and new.shape[0] != batch):
+            raise ValueError(
+                f"substituted pattern for {head_label((layer, head))} has shape {tuple(new.shape)}, but the "
+                f"head's pattern is (batch={batch}, query={n_query}, key={n_key}); pass a (query, key) tensor "
+                "for this sequence length, or a callable n_pos -> (query, key)."
+            )
+        new = new.expand(batch, n_query, n_key)
+        if site.causal and bool((new.masked_fill(allowed, 0) > 1e-6).any()) and pattern is not None:
+            raise ValueError(
+                f"substituted pattern for {head_label((layer, head))} puts weight on future (or padded) keys, "
+                "which this causal model cannot attend to; use a lower-triangular pattern (e.g. ideal_pattern(..., causal=True))."
+            )
+        if permute_keys:
+            new = permute_among_allowed(new, allowed, generator)
+        out = original.clone()  # clone: the caller's cache may hold `original`
+        out[:, head] = new
+        return out
+
+    with hooked(model, [(site.hook("pattern"), hook)]):
+        yield model
+
+
+def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0):
+    """Context manager: the head keeps its own weights, shuffled among the allowed keys of each row."""
+    return substitute_pattern(model, layer, head, None, permute_keys=True, seed=seed)
+
+
+def uniform_pattern(model: nn.Module, layer: int, head: int):
+    """Context manager: the head attends uniformly to every allowed key."""
+    return substitute_pattern(model, layer, head, "uniform")
+
+
+# ---------------------------------------------------------------------------------------------
+# many single-head ablations in one forward
+
+
+@torch.no_grad()
+def batched_head_ablations(
+    model: nn.Module,
+    tokens: torch.Tensor | PromptSet,
+    heads: Sequence[HeadLike] | None = None,
+    kind: AblationKind = "mean",
+    *,
+    reference: PromptSet | ReferenceActivations | None = None,
+    site: AblationSite = "z",
+    seed: int = 0,
+    chunk_size: int | None = None,
+    **forward_kwargs,
+) -> torch.Tensor:
+    """Output of the model with each head ablated alone: (ablation, batch, ...), one forward per chunk.
+
+    The batch is expanded to one copy per ablated head (`chunk_size` heads per forward, default
+    all). `forward_kwargs` go to the model (e.g. `return_type="loss", loss_per_token=True`);
+    the output must keep a batch axis. Equal to one forward per head to float tolerance.
+    Measured on these CPUs (FACTS.md) as about 2x slower than the sequential loop: use it on a GPU.
+    """
+    prompts = as_prompts(tokens)
+    heads = all_heads(model) if heads is None else check_heads(model, heads)
+    _check_choice("kind", kind, ABLATION_KINDS)
+    _check_choice("site", site, ABLATION_SITES)
+    resolved = _resolve_reference(model, heads, kind, site, reference)
+    sites = _sites_by_layer(model)
+    batch = len(prompts)
+    chunk_size = len(heads) if chunk_size is None else chunk_size
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size} must be at least 1.")
+    outputs = []
+    for start in range(0, len(heads), chunk_size):
+        chunk = heads[start : start + chunk_size]
+        replacer = AblationValues(kind, resolved, seed)
+        # each head draws its own resampling stream, as the sequential ablation does
+        by_layer: dict[int, list[tuple[int, int]]] = {}
+        for copy, (layer, index) in enumerate(chunk):
+            by_layer.setdefault(layer, []).append((copy, index))
+
+        def make_hook(layer: int, members: list[tuple[int, int]]):
+            def hook(act: torch.Tensor, hook=None) -> torch.Tensor:  # (copy * batch, pos, head, d)
+                act = act.clone()
+                for copy, index in members:
+                    rows = slice(copy * batch, (copy + 1) * batch)
+                    act[rows, :, index] = replacer(layer, index, act[rows, :, index])
+                return act
+            return hook
+
+        hooks = [(sites[layer].hook(site), make_hook(layer, members)) for layer, members in by_layer.items()]
+        expanded = einops.repeat(prompts.tokens, "batch pos -> (copy batch) pos", copy=len(chunk))
+        kwargs = dict(forward_kwargs)
+        if prompts.attention_mask is not None:
+            kwargs["attention_mask"] = einops.repeat(prompts.attention_mask, "batch pos -> (copy batch) pos", copy=len(chunk))
+        with hooked(model, hooks):
+            out = model(expanded.to(getattr(model, "device", expanded.device)), **kwargs)
+        if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(chunk) * batch:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"the model output ({shape}) has no batch axis of size {len(chunk) * batch} to split per ablation; "
+                "ask for a per-prompt output (e.g. return_type='logits', or return_type='loss', loss_per_token=True)."
+            )
+        outputs.append(einops.rearrange(out, "(copy batch) ... -> copy batch ...", copy=len(chunk)))
+    return torch.cat(outputs)

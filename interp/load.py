@@ -1,0 +1,201 @@
+"""`load(spec)`: one function from a model spec to a hooked model that every analysis accepts.
+
+Accepted specs, tried in this order:
+- an `nn.Module`: returned as is if it already has hooks (a HookedRootModule, e.g. HookedGPT
+  or a TransformerBridge); a model using `nn.MultiheadAttention` is hooked in place by
+  `interp.hook_attention`;
+- a built-in name (`BUILTINS`, e.g. "toy-induction"), a checkpoint shipped under
+  `models/checkpoints/`;
+- a checkpoint of ours: `NAME`, `NAME.safetensors` or `NAME.json` (safetensors weights + JSON
+  config; never unpickled);
+- a local Hugging Face model folder (a directory with `config.json`), wrapped by
+  `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline;
+- `package.module:factory`: imported with importlib (never `eval`), called with no
+  arguments, and its `nn.Module` loaded as above.
+
+A bridge whose Hugging Face folder holds only the base model (e.g. MiniLM-L6, "BertModel")
+gets a task head that transformers initialises randomly on every load; such a model has
+`head_is_random = True` and a note in `load_notes`: measure it on the final residual stream,
+not on its logits.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import os
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from interp.hooks import ROLES, AttentionSite, register_site_finder
+from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
+# built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json)
+BUILTINS: dict[str, str] = {
+    "toy-induction": "toy-induction",
+}
+SPEC_KINDS = (
+    "a built-in name ({names})",
+    "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
+    "a local Hugging Face model folder containing config.json",
+    "'package.module:factory' naming a function that returns an nn.Module",
+    "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention)",
+)
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# Hugging Face model types whose attention is bidirectional unless config.is_decoder is set
+_ENCODER_TYPES = {
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "mpnet",
+    "camembert", "ernie", "megatron-bert", "nomic_bert", "modernbert", "bigbird", "roformer", "rembert",
+}
+
+
+def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
+    """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `models.io.save_checkpoint`)."""
+    return save_checkpoint(model, path, metadata)
+
+
+def builtin_path(name: str) -> Path:
+    """Checkpoint path of a built-in model; a clear error if it is unknown or not yet built."""
+    if name not in BUILTINS:
+        raise KeyError(f"{name!r} is not a built-in model; built-in names are {sorted(BUILTINS)}.")
+    weights, _ = checkpoint_paths(CHECKPOINT_DIR / BUILTINS[name])
+    if not weights.exists():
+        raise FileNotFoundError(
+            f"built-in model {name!r} expects its checkpoint at {weights}, which does not exist. "
+            "It is built by training (see models/checkpoints/README.md, or `make demo`); "
+            "or pass the path of a checkpoint you saved with interp.save."
+        )
+    return weights
+
+
+def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
+    """A hooked model from a spec (see the module docstring for the kinds of spec); eval mode."""
+    if isinstance(spec, nn.Module):
+        return _from_module(spec).to(device)
+    if not isinstance(spec, (str, os.PathLike)):
+        raise TypeError(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
+    text = os.fspath(spec)
+    if text in BUILTINS:
+        return load_checkpoint(builtin_path(text), device=device)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if (path / "config.json").exists():
+            return load_hf_folder(path, device=device)
+        raise ValueError(f"{path} is a folder without config.json, so neither a Hugging Face model nor a checkpoint. {_accepted()}")
+    weights, config = checkpoint_paths(path)
+    if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
+        return load_checkpoint(path, device=device)
+    if _FACTORY.match(text):
+        return _from_module(_call_factory(text)).to(device)
+    close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
+    hint = f" Did you mean {close}?" if close else ""
+    raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
+
+
+def _accepted() -> str:
+    kinds = "; ".join(k.format(names=", ".join(sorted(BUILTINS))) for k in SPEC_KINDS)
+    return f"Accepted specs: {kinds}."
+
+
+def _call_factory(spec: str) -> nn.Module:
+    module_name, attr = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"factory spec {spec!r}: cannot import module {module_name!r} ({error}).") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"factory spec {spec!r}: {module_name} has no callable {attr!r}.")
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
+    return model
+
+
+def _from_module(model: nn.Module) -> nn.Module:
+    from transformer_lens import HookedRootModule
+
+    from interp.mha import HookedMultiheadAttention, hook_attention
+
+    has_mha = any(isinstance(m, nn.MultiheadAttention) and not isinstance(m, HookedMultiheadAttention) for m in model.modules())
+    if has_mha:
+        return hook_attention(model).eval()
+    if isinstance(model, HookedRootModule) or hasattr(model, "hook_dict"):
+        return model.eval()
+    raise ValueError(
+        f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook. {_accepted()}"
+    )
+
+
+def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
+    """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline."""
+    folder = Path(folder).resolve()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder must never trigger a download
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    loaded = type(bridge.original_model).__name__
+    bridge.head_is_random = bool(declared) and loaded not in declared
+    bridge.load_notes = []
+    if bridge.head_is_random:
+        bridge.load_notes.append(
+            f"{folder.name} holds a {declared} checkpoint but the bridge built a {loaded}: its task head is "
+            "randomly initialised on every load, so logits and loss mean nothing. Measure the final residual "
+            "stream (e.g. run_with_cache(...)['blocks.<last>.hook_resid_post'])."
+        )
+    return bridge.eval()
+
+
+def _bridge_causal(bridge: nn.Module) -> bool | None:
+    """Causal or not, from the Hugging Face config the bridge wraps (None if it cannot tell)."""
+    hf_config = getattr(getattr(bridge, "original_model", None), "config", None)
+    if hf_config is None:
+        causal = getattr(bridge.cfg, "is_causal", None)
+        return True if causal is None and getattr(bridge.cfg, "original_architecture", None) is None else causal
+    if getattr(hf_config, "model_type", None) in _ENCODER_TYPES:
+        return bool(getattr(hf_config, "is_decoder", False))
+    architectures = getattr(hf_config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures) or getattr(hf_config, "is_decoder", False):
+        return True
+    return None
+
+
+@register_site_finder
+def _bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
+    """Sites of a TransformerBridge: blocks.{l}.attn.hook_{role}.
+
+    `hook_result` only fires when `cfg.use_attn_result` is on (`bridge.set_use_attn_result(True)`),
+    so the role is listed only then.
+    """
+    if type(model).__name__ != "TransformerBridge" or not hasattr(model, "blocks"):
+        return None
+    cfg = model.cfg
+    causal = _bridge_causal(model)
+    sites = []
+    for layer in range(len(model.blocks)):
+        prefix = f"blocks.{layer}.attn"
+        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
+        if not getattr(cfg, "use_attn_result", False):
+            hooks.pop("result", None)
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+    return sites
+
+
+class _CallableModule(types.ModuleType):
+    """`interp.load(spec)` must work even after `import interp.load` has bound the name
+    `interp.load` to this module (Python sets a package attribute per imported submodule)."""
+
+    def __call__(self, spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
+        return load(spec, device=device)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,366 @@
+"""Hook any model built on `torch.nn.MultiheadAttention`, without changing what it computes.
+
+`hook_attention(model)` swaps every `nn.MultiheadAttention` inside `model` for a
+`HookedMultiheadAttention` that shares the same parameters (same objects, same state-dict
+keys) and exposes the toolkit's per-head hooks under module-path names, e.g.
+`layers.0.self_attn.hook_pattern`:
+
+- `hook_q`, `hook_k`, `hook_v`: (batch, pos, head, d_head), after the input projections;
+- `hook_attn_scores`: (batch, head, query, key), q k^T / sqrt(d_head) plus the masks, masked
+  entries -inf, before softmax;
+- `hook_pattern`: (batch, head, query, key), softmax of the scores (before attention dropout);
+- `hook_z`: (batch, pos, head, d_head), pattern @ v;
+- `hook_result`: (batch, pos, head, d_model), each head's slice of `out_proj` applied to its z;
+  the heads sum, plus `out_proj.bias`, to the module's output.
+
+Design: the model itself becomes the hook root. Its class is swapped for a subclass that
+also inherits `transformer_lens.HookedRootModule` (`isinstance(model, OriginalClass)` stays
+true, `state_dict` keys do not change), so `model.hook_dict`, `run_with_hooks`,
+`run_with_cache`, `hooks()` and every toolkit function work on it directly, with hook names
+that are the module paths the user already knows. A wrapper object around the model would
+have prefixed every name ("model.layers.0...") and hidden the user's own attributes.
+`unhook_attention(model)` puts the original modules and class back. The swapped class is made
+at run time, so `torch.save(model)` (pickling the whole object) fails while hooked: save the
+state dict (its keys are unchanged), or unhook first. `copy.deepcopy` works.
+
+Masks are honoured as `nn.MultiheadAttention` honours them: `attn_mask` (bool, True = not
+allowed, or float, added), `key_padding_mask` (bool, True = padding, or float), the
+`is_causal` hint (which, as in torch, needs the mask too), `need_weights` and
+`average_attn_weights`, `batch_first` either way, unbatched inputs, `kdim`/`vdim`,
+`add_bias_kv` and `add_zero_attn` (their extra key appears as a last key position in
+k, v, scores and pattern).
+
+Fast paths: with no hook on q, k, v, scores or pattern live and `need_weights=False`, the
+module runs `F.scaled_dot_product_attention`. `nn.TransformerEncoderLayer` bypasses its
+attention module entirely in eval mode (`torch._transformer_encoder_layer_fwd`) but turns
+that off by itself whenever a forward hook is attached below it, i.e. whenever someone is
+watching; `nn.TransformerEncoder`'s nested-tensor path (taken with a padding mask in eval
+mode) is switched off while hooked, so padded output positions are no longer zero-filled
+(real positions are unchanged).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import einops
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from interp.hooks import ROLES, AttentionSite, register_site_finder
+
+_EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
+# attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)
+_COPIED_ATTRIBUTES = (
+    "embed_dim", "kdim", "vdim", "_qkv_same_embed_dim", "num_heads", "dropout", "batch_first",
+    "head_dim", "add_zero_attn",
+)
+
+
+def _is_live(hook: HookPoint) -> bool:
+    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks or hook._forward_pre_hooks)
+
+
+def _additive(mask: torch.Tensor | None, dtype: torch.dtype, name: str) -> torch.Tensor | None:
+    """A bool mask (True = not allowed) or float mask as an additive float mask (-inf where masked)."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+    if not torch.is_floating_point(mask):
+        raise TypeError(f"{name} must be a bool or float tensor, got dtype {mask.dtype}; use mask.bool().")
+    return mask.to(dtype)
+
+
+class HookedMultiheadAttention(HookedRootModule):
+    """`nn.MultiheadAttention` with per-head hooks; shares the wrapped module's parameters.
+
+    Build it with `HookedMultiheadAttention(mha)`; `.original` gives the wrapped module back.
+    It is a `HookedRootModule` itself, so a bare attention module (the lesson's example) can be
+    hooked and cached on its own.
+    """
+
+    def __init__(self, original: nn.MultiheadAttention):
+        super().__init__()
+        if not isinstance(original, nn.MultiheadAttention):
+            raise TypeError(f"HookedMultiheadAttention wraps an nn.MultiheadAttention, got {type(original).__name__}.")
+        # kept outside the module tree: its parameters are registered below under their own names
+        object.__setattr__(self, "_original", original)
+        for name in _COPIED_ATTRIBUTES:
+            setattr(self, name, getattr(original, name))
+        # the same Parameter objects under the same names: the state dict is unchanged
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "bias_k", "bias_v"):
+            param = getattr(original, name, None)
+            if isinstance(param, nn.Parameter) or param is None:
+                self.register_parameter(name, param)
+            else:
+                setattr(self, name, param)
+        self.out_proj = original.out_proj
+        self.train(original.training)
+        self.hook_q = HookPoint()  # (batch, pos, head, d_head)
+        self.hook_k = HookPoint()  # (batch, pos, head, d_head)
+        self.hook_v = HookPoint()  # (batch, pos, head, d_head)
+        self.hook_attn_scores = HookPoint()  # (batch, head, query, key)
+        self.hook_pattern = HookPoint()  # (batch, head, query, key)
+        self.hook_z = HookPoint()  # (batch, pos, head, d_head)
+        self.hook_result = HookPoint()  # (batch, pos, head, d_model)
+        self.setup()
+
+    @property
+    def original(self) -> nn.MultiheadAttention:
+        return self._original
+
+    # torch's TransformerEncoderLayer fast path calls this on its attention module
+    merge_masks = nn.MultiheadAttention.merge_masks
+
+    def explicit_needed(self) -> bool:
+        return any(_is_live(getattr(self, name)) for name in _EXPLICIT_ROLES)
+
+    def _project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor):
+        """Input projections, each (batch, pos, embed_dim)."""
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q = b_k = b_v = None
+        if self.in_proj_bias is not None:
+            b_q, b_k, b_v = self.in_proj_bias.chunk(3)
+        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: torch.Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Same signature and return values as `nn.MultiheadAttention.forward`."""
+        if query.is_nested:
+            raise ValueError(
+                "HookedMultiheadAttention got a nested tensor; per-head hooks need padded tensors. "
+                "Pass a padded batch with key_padding_mask instead."
+            )
+        batched = query.dim() == 3
+        if not batched:  # unbatched (pos, embed_dim) inputs
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:
+            query, key, value = (einops.rearrange(t, "pos batch d -> batch pos d") for t in (query, key, value))
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                "Need attn_mask if specifying the is_causal hint (as nn.MultiheadAttention does); "
+                "build one with nn.Transformer.generate_square_subsequent_mask(n_pos)."
+            )
+        batch, n_query, _ = query.shape
+        n_heads, d_head = self.num_heads, self.head_dim
+
+        q, k, v = self._project(query, key, value)  # (batch, pos, embed_dim)
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.reshape(1, 1, -1).expand(batch, 1, -1)], dim=1)
+            v = torch.cat([v, self.bias_v.reshape(1, 1, -1).expand(batch, 1, -1)], dim=1)
+        q = einops.rearrange(q, "batch pos (head d_head) -> batch pos head d_head", head=n_heads)
+        k = einops.rearrange(k, "batch pos (head d_head) -> batch pos head d_head", head=n_heads)
+        v = einops.rearrange(v, "batch pos (head d_head) -> batch pos head d_head", head=n_heads)
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(batch, 1, n_heads, d_head)], dim=1)
+            v = torch.cat([v, v.new_zeros(batch, 1, n_heads, d_head)], dim=1)
+        n_key = k.shape[1]
+
+        # one additive mask broadcasting to (batch, head, query, key), as torch merges them
+        mask = _additive(attn_mask, q.dtype, "attn_mask")
+        if mask is not None:
+            if mask.dim() == 2:
+                mask = einops.rearrange(mask, "query key -> 1 1 query key")
+            else:
+                mask = einops.rearrange(mask, "(batch head) query key -> batch head query key", head=n_heads)
+        padding = _additive(key_padding_mask, q.dtype, "key_padding_mask")
+        if padding is not None:
+            padding = einops.rearrange(padding, "batch key -> batch 1 1 key")
+            mask = padding if mask is None else mask + padding
+        if mask is not None and mask.shape[-1] < n_key:  # the bias_kv / zero-attention key is never masked
+            mask = F.pad(mask, (0, n_key - mask.shape[-1]))
+        dropout_p = self.dropout if self.training else 0.0
+
+        weights = None
+        if self.explicit_needed() or need_weights:
+            q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+            scores = einops.einsum(
+                q, k, "batch query head d_head, batch key head d_head -> batch head query key"
+            ) / math.sqrt(d_head)
+            if mask is not None:
+                scores = scores + mask
+            scores = self.hook_attn_scores(scores)
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+            weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
+            z = einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
+        else:
+            causal_only = is_causal and key_padding_mask is None
+            fused = F.scaled_dot_product_attention(
+                einops.rearrange(q, "batch pos head d_head -> batch head pos d_head"),
+                einops.rearrange(k, "batch pos head d_head -> batch head pos d_head"),
+                einops.rearrange(v, "batch pos head d_head -> batch head pos d_head"),
+                attn_mask=None if causal_only else mask,
+                dropout_p=dropout_p,
+                is_causal=causal_only,
+            )
+            z = einops.rearrange(fused, "batch head pos d_head -> batch pos head d_head")
+        z = self.hook_z(z)
+
+        w_o = einops.rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=n_heads)
+        if _is_live(self.hook_result):
+            result = self.hook_result(einops.einsum(
+                z, w_o, "batch pos head d_head, head d_head d_model -> batch pos head d_model"
+            ))
+            out = result.sum(dim=2)
+        else:
+            out = einops.einsum(z, w_o, "batch pos head d_head, head d_head d_model -> batch pos d_model")
+        if self.out_proj.bias is not None:
+            out = out + self.out_proj.bias  # (batch, pos, d_model)
+
+        if need_weights and average_attn_weights:
+            weights = weights.mean(dim=1)  # (batch, query, key)
+        if not batched:
+            out = out.squeeze(0)
+            weights = weights.squeeze(0) if weights is not None else None
+        elif not self.batch_first:
+            out = einops.rearrange(out, "batch pos d -> pos batch d")
+        return out, (weights if need_weights else None)
+
+
+class AttentionHookedModel(HookedRootModule):
+    """Mixin given to a user's model by `hook_attention`: makes it a TransformerLens hook root.
+
+    Never instantiated directly; `hook_attention` swaps a model's class for
+    `type(name, (OriginalClass, AttentionHookedModel), {})`.
+    """
+
+    _interp_original_class: type
+
+    def setup(self) -> None:
+        """Index the hook points by module path (and, unlike TransformerLens, leave the names of
+        the user's own modules alone)."""
+        self.mod_dict, self.hook_dict = {}, {}
+        for name, module in self.named_modules():
+            if name and isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+                self.mod_dict[name] = module
+
+    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        """TransformerLens's `run_with_cache`; the cache is an `ActivationCache` (use `cache[name]`)."""
+        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if not return_cache_object:
+            return out, cache_dict
+        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+
+
+_HOOKED_CLASSES: dict[type, type] = {}
+
+
+def _hooked_class(cls: type) -> type:
+    if cls not in _HOOKED_CLASSES:
+        _HOOKED_CLASSES[cls] = type(
+            f"AttentionHooked{cls.__name__}", (cls, AttentionHookedModel),
+            {"_interp_original_class": cls, "__module__": cls.__module__},
+        )
+    return _HOOKED_CLASSES[cls]
+
+
+def _replace(root: nn.Module, path: str, new: nn.Module) -> None:
+    parent_path, _, leaf = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, leaf, new)
+
+
+def hook_attention(model: nn.Module) -> nn.Module:
+    """Give every `nn.MultiheadAttention` in `model` per-head hooks; returns the hooked model.
+
+    The model is changed in place (its attention modules replaced, its class given the
+    `HookedRootModule` methods) and returned; outputs are unchanged to float tolerance.
+    A bare `nn.MultiheadAttention` comes back as a `HookedMultiheadAttention` (hooks named
+    `hook_q` ... at the root). Calling it twice is harmless. Undo with `unhook_attention`.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"hook_attention needs an nn.Module, got {type(model).__name__}.")
+    if isinstance(model, HookedMultiheadAttention):
+        return model
+    if isinstance(model, nn.MultiheadAttention):
+        return HookedMultiheadAttention(model)
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)]
+    already = any(isinstance(m, HookedMultiheadAttention) for m in model.modules())
+    if not targets and not already:
+        raise ValueError(
+            f"{type(model).__name__} contains no torch.nn.MultiheadAttention module, so there is nothing to hook. "
+            "Models written with their own attention need HookPoints of their own (see models.components.Attention)."
+        )
+    for name, mha in targets:
+        _replace(model, name, HookedMultiheadAttention(mha))
+    for module in model.modules():
+        # the nested-tensor path would feed the attention modules nested tensors, which have no per-head view
+        if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
+            module._interp_use_nested_tensor = module.use_nested_tensor
+            module.use_nested_tensor = False
+    if not isinstance(model, AttentionHookedModel):
+        if isinstance(model, HookedRootModule):  # already a hook root (its own class): re-index only
+            model.setup()
+            return model
+        model.__class__ = _hooked_class(type(model))
+        model.is_caching, model.context_level = False, 0
+    model.setup()
+    return model
+
+
+def unhook_attention(model: nn.Module) -> nn.Module:
+    """Undo `hook_attention`: the original attention modules and class come back; returns the model."""
+    if isinstance(model, HookedMultiheadAttention):
+        model.reset_hooks(including_permanent=True)
+        return model.original.train(model.training)
+    hooked = [(name, m) for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)]
+    if not hooked:
+        raise ValueError(f"{type(model).__name__} has no hooked attention module; was it passed to hook_attention?")
+    for name, module in hooked:
+        module.reset_hooks(including_permanent=True)
+        _replace(model, name, module.original.train(module.training))
+    for module in model.modules():
+        if hasattr(module, "_interp_use_nested_tensor"):
+            module.use_nested_tensor = module._interp_use_nested_tensor
+            del module._interp_use_nested_tensor
+    if isinstance(model, AttentionHookedModel):
+        model.__class__ = model._interp_original_class
+        for attr in ("hook_dict", "mod_dict", "is_caching", "context_level"):
+            model.__dict__.pop(attr, None)
+    elif isinstance(model, HookedRootModule):
+        model.setup()
+    return model
+
+
+@register_site_finder
+def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
+    """Sites of a hooked MultiheadAttention model, in module-registration order.
+
+    Registration order is forward order for `nn.TransformerEncoder` and the usual
+    `nn.ModuleList` of blocks; `causal` is None because a MultiheadAttention module is causal
+    only when the caller passes a causal mask.
+    """
+    if not isinstance(model, (AttentionHookedModel, HookedMultiheadAttention)):
+        return None
+    sites = []
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)]
+    for layer, (name, module) in enumerate(modules):
+        prefix = f"{name}." if name else ""
+        hooks = {role: f"{prefix}hook_{role}" for role in ROLES}
+        sites.append(AttentionSite(layer, name, module.num_heads, module.head_dim, None, hooks))
+    return sites
+
+
+def hooked_modules(model: nn.Module) -> dict[str, Any]:
+    """Module path -> HookedMultiheadAttention, for inspection."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)}

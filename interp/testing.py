@@ -1,0 +1,276 @@
+"""Assertions for users' own test suites (and, below, a pytest plugin for claims files).
+
+`assert_causal(model)` runs `analyses.leakage.audit` and raises an AssertionError that says
+where the leak enters and how large it is. This module is loaded by pytest as a plugin
+(entry point `interp_claims`), so it imports nothing heavy at import time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _leak_message(report: Any) -> str:
+    """What an AssertionError says: the verdict, the first leaking site, the worst rows."""
+    kinds = ", ".join(report.leaks) or "none"
+    lines = [
+        f"{report.model_name} is not causal: verdict {report.verdict!r}, leaks found: {kinds}; "
+        f"max influence {report.max_influence:.3g} of the output scale (tol {report.tol:g}).",
+    ]
+    if report.bidirectional:
+        lines.append("The model is bidirectional by design (an encoder): every position reads later ones.")
+    if report.first_leaking_site:
+        lines.append(f"First leaking site (forward order): {report.first_leaking_site}.")
+    table = report.table
+    worst = table[(table["influence"] > report.tol) & (table["method"] != "pattern")]
+    if not report.bidirectional or "padding" in report.leaks:
+        if report.bidirectional:
+            worst = worst[worst["method"] == "padding"]
+        for _, row in worst.nlargest(5, "influence").iterrows():
+            source = "" if row["source_pos"] is None or str(row["source_pos"]) == "<NA>" else f", from position {int(row['source_pos'])}"
+            lines.append(
+                f"  {row['method']}: output at position {int(row['query_pos'])} (length {int(row['length'])}) "
+                f"moved by {row['influence']:.3g}{source} [{row['detail']}]"
+            )
+    lines.append("Full report: analyses.leakage.audit(model) (print it, or .to_json()).")
+    return "\n".join(lines)
+
+
+def assert_causal(model: Any, **audit_kwargs: Any):
+    """Raise an AssertionError unless `model` is causal (no position reads a later token, no
+    example reads another, padding is inert); return the `LeakageReport` otherwise.
+
+    Keyword arguments go to `analyses.leakage.audit` (max_len, vocab_size, tol, lengths, ...).
+    """
+    from analyses.leakage import audit
+
+    report = audit(model, **audit_kwargs)
+    if not report.causal:
+        raise AssertionError(_leak_message(report))
+    return report
+
+
+# =============================================================================================
+# Claims files: `interp claims SPEC FILE` and a pytest plugin that collects them as tests
+# =============================================================================================
+#
+# A claims file (format: `interp.specs`) pins interpretations of a model's heads, e.g.
+#
+#     model = "toy-induction"
+#     [prompts]
+#     kind = "repeated"
+#     n = 64
+#     [claims]
+#     L1H2 = "induction"
+#     L0H0 = "not induction"
+#
+# `read_claims(path)` parses one (errors give FILE:LINE:COLUMN); `run_claims(model, file)` tests
+# every claim of the file at once (one Benjamini-Hochberg correction over the file) and returns
+# one row per claim with `expect` and `passed`. As a pytest plugin (entry point `pytest11`,
+# name `interp_claims`), files named `claims*.toml` or `*.claims.toml` become test files with
+# one item per claim; an item fails with the verdict's reasons. The model comes from
+# `--interp-model SPEC`, else the file's `model`, else the ini option `interp_model`.
+
+import fnmatch as _fnmatch
+
+from interp.specs import ClaimEntry, ClaimsFile, ClaimsFileError, PromptSpec, build_prompts, read_claims_file
+
+CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
+MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in [claims])
+
+
+def head_claim_kinds() -> dict[str, object]:
+    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `analyses.head_claims`, and "dispensable"."""
+    from analyses import head_claims, redundancy
+
+    return {**head_claims.PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
+
+
+def pair_claim_kinds() -> dict[str, object]:
+    """Claim kind -> factory `((l, h), (l, h)) -> Claim` for pairs of heads ("L0H1 ~ L0H3")."""
+    from analyses import redundancy
+
+    return {"redundant": redundancy.redundant_claim, "backs_up": redundancy.backup_claim}
+
+
+def claim_kinds() -> list[str]:
+    """Every kind a claims file may name."""
+    return sorted({*head_claim_kinds(), *pair_claim_kinds(), *MODEL_CLAIM_KINDS})
+
+
+def read_claims(path) -> ClaimsFile:
+    """Parse a claims file, checking its claim kinds against those the toolkit knows."""
+    claims_file = read_claims_file(path, valid_kinds=claim_kinds())
+    pair, single = set(pair_claim_kinds()), set(head_claim_kinds())
+    for entry in claims_file.claims:
+        where = f"{claims_file.path}:{entry.line or '?'}:1"
+        if entry.kind in MODEL_CLAIM_KINDS and entry.heads:
+            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about the whole model; write it as model = \"{entry.kind}\".")
+        if entry.kind in pair and len(entry.heads) != 2:
+            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about a pair of heads; write \"L0H1 ~ L0H3\" = \"{entry.kind}\".")
+        if entry.kind in single and len(entry.heads) != 1:
+            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about one head; write L1H2 = \"{entry.kind}\".")
+    return claims_file
+
+
+def _claim_object(entry: ClaimEntry):
+    if len(entry.heads) == 2:
+        return pair_claim_kinds()[entry.kind](*entry.heads)
+    layer, head = entry.heads[0]
+    return head_claim_kinds()[entry.kind](layer, head)
+
+
+def run_claims(
+    model,
+    claims_file: ClaimsFile,
+    *,
+    prompts=None,
+    prompt_overrides: dict | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+):
+    """Test every claim of a claims file on `model`: one row per claim, in file order.
+
+    Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
+    `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
+    of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
+    `prompt_overrides` changes some of its fields (n, seed, prefix_len).
+    """
+    import dataclasses
+
+    import pandas as pd
+
+    from interp.claims import test_claims
+
+    if prompts is None:
+        spec = claims_file.prompts
+        if prompt_overrides:
+            spec = dataclasses.replace(spec, **prompt_overrides)
+        prompts = build_prompts(model, spec, default_n=64)
+    seed = claims_file.prompts.seed if seed is None else seed
+    head_entries = [e for e in claims_file.claims if e.heads]
+    rows = []
+    if head_entries:
+        frame = test_claims(model, [_claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed)
+        for entry, (_, row) in zip(head_entries, frame.iterrows()):
+            rows.append({**_entry_columns(entry), **row.to_dict()})
+    for entry in claims_file.claims:
+        if not entry.heads:
+            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed, progress=progress)})
+    order = {entry.name: i for i, entry in enumerate(claims_file.claims)}
+    frame = pd.DataFrame(rows)
+    frame["passed"] = frame["verdict"] == frame["expect"]
+    frame = frame.sort_values("name", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    front = ["name", "claim", "label", "layer", "head", "expect", "verdict", "passed", "p_adjusted", "reasons", "line"]
+    return frame[[c for c in front if c in frame.columns] + [c for c in frame.columns if c not in front]]
+
+
+def _entry_columns(entry: ClaimEntry) -> dict:
+    return {"name": entry.name, "expect": entry.expect, "line": entry.line}
+
+
+def _model_claim(model, entry: ClaimEntry, *, seed: int, progress: bool) -> dict:
+    """The whole-model claim "causal", tested by the leakage audit."""
+    from analyses.leakage import audit
+
+    report = audit(model, seed=seed, progress=False)
+    verdict = "supported" if report.causal else "refuted"
+    return {"claim": entry.kind, "label": "model", "layer": None, "head": None, "verdict": verdict,
+            "statement": "the model is causal: no output depends on a later token", "p_adjusted": float("nan"),
+            "reasons": str(report).strip().splitlines()[0] if report.causal else str(report).strip()}
+
+
+def claim_failure_message(row) -> str:
+    """Why a claim did not get its expected verdict, for a test report."""
+    expected = "supported" if row["expect"] == "supported" else "refuted"
+    reasons = str(row.get("reasons", "")).replace("; ", "\n  - ")
+    return (f"claim {row['name']!r} expected {expected}, got {row['verdict']} "
+            f"(adjusted p = {row.get('p_adjusted', float('nan')):.3g}):\n  - {reasons}")
+
+
+try:  # the plugin half needs pytest; the CLI half above does not
+    import pytest as _pytest
+except ImportError:  # pragma: no cover
+    _pytest = None
+
+if _pytest is not None:
+
+    class ClaimFailed(AssertionError):
+        """A claim did not get its expected verdict."""
+
+    _MODELS = _pytest.StashKey[dict]()
+
+    def pytest_addoption(parser):
+        group = parser.getgroup("interp", "interp claims files (claims*.toml, *.claims.toml)")
+        group.addoption("--interp-model", action="store", default=None, metavar="SPEC",
+                        help="model spec to test claims files against (overrides the files' model = ...)")
+        parser.addini("interp_model", "default model spec for claims files that name none", default=None)
+
+    def pytest_collect_file(file_path, parent):
+        if file_path.suffix == ".toml" and any(_fnmatch.fnmatch(file_path.name, p) for p in CLAIMS_FILE_PATTERNS):
+            return ClaimsTomlFile.from_parent(parent, path=file_path)
+        return None
+
+    class ClaimsTomlFile(_pytest.File):
+        """A claims file: one item per claim; the claims run together, once, on first use."""
+
+        def collect(self):
+            self.claims_file = read_claims(self.path)
+            self._outcome = None
+            for entry in self.claims_file.claims:
+                yield ClaimItem.from_parent(self, name=entry.name.replace(": ", "-").replace(" ", "-"), entry=entry)
+
+        def model_spec(self) -> str:
+            config = self.config
+            spec = config.getoption("interp_model") or self.claims_file.model or config.getini("interp_model")
+            if not spec:
+                raise _pytest.UsageError(
+                    f"{self.path} names no model: add model = \"...\" to it, pass --interp-model SPEC, "
+                    "or set interp_model in the pytest ini file."
+                )
+            return spec
+
+        def outcome(self):
+            """The claims' result frame (computed once), or the exception computing it raised."""
+            if self._outcome is None:
+                try:
+                    spec = self.model_spec()
+                    models = self.config.stash.setdefault(_MODELS, {})
+                    if spec not in models:
+                        from interp.load import load
+
+                        models[spec] = load(spec)
+                    self._outcome = run_claims(models[spec], self.claims_file)
+                except Exception as error:  # every item of the file reports the same failure
+                    self._outcome = error
+            return self._outcome
+
+        def repr_failure(self, excinfo):
+            if isinstance(excinfo.value, ClaimsFileError):
+                return str(excinfo.value)
+            return super().repr_failure(excinfo)
+
+    class ClaimItem(_pytest.Item):
+        """One claim of a claims file."""
+
+        def __init__(self, *, entry: ClaimEntry, **kwargs):
+            super().__init__(**kwargs)
+            self.entry = entry
+
+        def runtest(self):
+            outcome = self.parent.outcome()
+            if isinstance(outcome, BaseException):
+                raise outcome
+            row = outcome[outcome["name"] == self.entry.name].iloc[0]
+            if not bool(row["passed"]):
+                raise ClaimFailed(claim_failure_message(row))
+
+        def repr_failure(self, excinfo):
+            error = excinfo.value
+            if isinstance(error, ClaimFailed):
+                return f"{self.path}:{self.entry.line}: {error}"
+            if isinstance(error, (ValueError, KeyError, FileNotFoundError, _pytest.UsageError)):
+                return f"{self.path}:{self.entry.line}: could not test the claims: {type(error).__name__}: {error}"
+            return super().repr_failure(excinfo)
+
+        def reportinfo(self):
+            return self.path, max(0, self.entry.line - 1), f"claim {self.entry.name}"

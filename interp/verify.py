@@ -1,0 +1,273 @@
+"""`verify_hooks(model)`: prove that each attention hook carries what its name promises.
+
+A hook's name is a claim. For every attention site of a supported model (see
+`interp.attention_sites`) one cached forward pass checks:
+
+- `hooks_present`: the site exposes all seven roles (q, k, v, attn_scores, pattern, z, result);
+- `scores_qk`: attn_scores == q k^T / sqrt(d_head) at every unmasked entry;
+- `scores_masked_inf`: masked entries are -inf, not a large finite number (`finfo.min`), and a
+  causal site masks everything above the diagonal;
+- `pattern_softmax`: pattern == softmax(attn_scores) over the key axis;
+- `rows_sum_to_one`: every pattern row with an allowed key sums to one;
+- `z_pattern_v`: z == pattern @ v;
+- `result_sum`: the heads' results sum to the attention module's output up to one constant
+  vector (the output bias), which equals `b_O` / `out_proj.bias` where the model has one;
+and two extra forwards per hook check `edit_<role>`: adding noise at the hook changes the
+model's output at all (compared with an identity hook at the same point, so both runs take
+the same code path) (a hook whose edits are discarded is a read-only copy, not an intervention point).
+
+Limits: the checks use the model's own default forward (no padding, no additive float
+masks such as ALiBi, which `scores_qk` would report as a mismatch); tolerances are
+absolute 1e-4 plus relative 1e-4 in float32.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import einops
+import pandas as pd
+import torch
+from torch import nn
+
+from interp.hooks import ROLES, AttentionSite, attention_sites
+
+ATOL, RTOL = 1e-4, 1e-4
+
+
+def _first(output: Any) -> torch.Tensor:
+    """The main tensor of a model or module output (logits, hidden states, (out, weights)...)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output:
+        return _first(output[0])
+    for name in ("logits", "last_hidden_state"):
+        if hasattr(output, name):
+            return getattr(output, name)
+    raise TypeError(f"cannot find a tensor in a model output of type {type(output).__name__}.")
+
+
+def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple, dict]:
+    """A small, seeded input for the model: token ids if it has a vocabulary, else embeddings."""
+    generator = torch.Generator().manual_seed(0)
+    cfg = getattr(model, "cfg", None)
+    d_vocab = getattr(cfg, "d_vocab", None)
+    if d_vocab:
+        n_pos = min(8, getattr(cfg, "n_ctx", 8) or 8)
+        low = 1000 if d_vocab > 2000 else 0  # skip special tokens of real vocabularies
+        return (torch.randint(low, d_vocab, (2, n_pos), generator=generator),), {}
+    from interp.mha import HookedMultiheadAttention
+
+    first = next((m for m in model.modules() if isinstance(m, HookedMultiheadAttention)), None)
+    if first is None:
+        raise ValueError(
+            f"verify_hooks cannot guess an input for a {type(model).__name__}; pass tokens=... "
+            "(a tensor, or a tuple of positional arguments for the model's forward)."
+        )
+    shape = (2, 6, first.embed_dim) if first.batch_first else (6, 2, first.embed_dim)
+    x = torch.randn(shape, generator=generator)
+    if isinstance(model, HookedMultiheadAttention):
+        return (x, x, x), {}
+    return (x,), {}
+
+
+def _device(model: nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str]:
+    if actual.shape != expected.shape:
+        return False, f"shape {tuple(actual.shape)} vs expected {tuple(expected.shape)}"
+    a, e = actual.double().nan_to_num(0.0, 0.0, 0.0), expected.double().nan_to_num(0.0, 0.0, 0.0)
+    err = (a - e).abs().max().item() if a.numel() else 0.0
+    ok = bool(torch.allclose(a, e, atol=ATOL, rtol=RTOL))
+    return ok, f"max abs error {err:.2e}"
+
+
+def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out: torch.Tensor | None, bias) -> list[dict]:
+    rows: list[dict] = []
+
+    def row(check: str, passed: bool, detail: str) -> None:
+        rows.append({"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail})
+
+    missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
+    row("hooks_present", not missing, f"missing {missing}" if missing else "all 7 roles fire")
+    got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
+
+    if {"q", "k", "attn_scores"} <= set(got):
+        q, k, scores = got["q"], got["k"], got["attn_scores"]
+        expected = einops.einsum(
+            q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
+        ) / math.sqrt(site.d_head)
+        finite = torch.isfinite(scores)
+        if expected.shape != scores.shape:
+            row("scores_qk", False, f"scores shape {tuple(scores.shape)} vs q k^T shape {tuple(expected.shape)}")
+        else:
+            ok, detail = _close(scores[finite], expected[finite].to(scores.dtype))
+            if not ok and scores.min() >= 0 and torch.allclose(scores.sum(-1), torch.ones_like(scores.sum(-1)), atol=1e-4):
+                detail += "; the tensor is non-negative with rows summing to one: post-softmax weights, not scores"
+            row("scores_qk", ok, detail)
+        finite_min = torch.finfo(scores.dtype).min
+        near_min = int((finite & (scores <= finite_min / 2)).sum())
+        n_inf = int((scores == float("-inf")).sum())
+        ok, detail = near_min == 0, f"{n_inf} entries -inf, {near_min} entries at a finite minimum"
+        if site.causal:
+            n_q, n_k = scores.shape[-2:]
+            above = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(1 + n_k - n_q)
+            not_inf = int((scores[..., above] != float("-inf")).sum())
+            ok = ok and not_inf == 0
+            detail += f"; {not_inf} entries above the diagonal not -inf"
+        row("scores_masked_inf", ok, detail)
+
+    if {"attn_scores", "pattern"} <= set(got):
+        ok, detail = _close(got["pattern"], torch.softmax(got["attn_scores"].double(), dim=-1).to(got["pattern"].dtype))
+        row("pattern_softmax", ok, detail)
+    if "pattern" in got:
+        pattern = got["pattern"]
+        sums = pattern.double().sum(-1)
+        has_key = sums > 0.5 if "attn_scores" not in got else torch.isfinite(got["attn_scores"]).any(-1)
+        ok, detail = _close(sums[has_key], torch.ones_like(sums[has_key]))
+        row("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}")
+    if {"pattern", "v", "z"} <= set(got):
+        expected = einops.einsum(
+            got["pattern"].double(), got["v"].double(), "batch head query key, batch key head d_head -> batch query head d_head"
+        )
+        ok, detail = _close(got["z"], expected.to(got["z"].dtype))
+        row("z_pattern_v", ok, detail)
+    if "result" in got and module_out is not None:
+        summed = got["result"].double().sum(dim=2)  # (batch, pos, d_model)
+        out = module_out.detach().double()
+        if out.shape != summed.shape and out.ndim == 3 and out.transpose(0, 1).shape == summed.shape:
+            out = out.transpose(0, 1)  # a (pos, batch, d_model) module output
+        if out.shape != summed.shape:
+            row("result_sum", False, f"module output shape {tuple(out.shape)} vs summed results {tuple(summed.shape)}")
+        else:
+            offset = out - summed
+            constant = offset.reshape(-1, offset.shape[-1]).mean(0)
+            ok, detail = _close(summed + constant, out)
+            if bias is not None:
+                ok_b, detail_b = _close(constant, bias.detach().double().to(constant.device))
+                ok, detail = ok and ok_b, f"{detail}; offset vs output bias {detail_b}"
+            row("result_sum", ok, detail)
+    return rows
+
+
+def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:
+    handles = []
+    for site in sites:
+        try:
+            module = model.get_submodule(site.module) if site.module else model
+        except AttributeError:
+            continue
+
+        def keep(_module, _args, output, name=site.module):
+            store[name] = _first(output)
+
+        handles.append(module.register_forward_hook(keep))
+    return handles
+
+
+def _output_bias(model: nn.Module, site: AttentionSite):
+    try:
+        module = model.get_submodule(site.module) if site.module else model
+    except AttributeError:
+        return None
+    if isinstance(getattr(module, "b_O", None), torch.Tensor):
+        return module.b_O
+    out_proj = getattr(module, "out_proj", None) or getattr(module, "o", None)
+    bias = getattr(out_proj, "bias", None)
+    return bias if isinstance(bias, torch.Tensor) else None
+
+
+def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.DataFrame:
+    """Check every attention hook of `model`; returns a DataFrame (layer, site, check, passed, detail).
+
+    `tokens` is the model input: a tensor, or a tuple of positional arguments (default: a
+    small seeded batch of token ids, or of embeddings for a hooked MultiheadAttention model);
+    `forward_kwargs` go to the forward pass (e.g. `attention_mask=`). The model is run in
+    eval mode under `torch.no_grad()`; no hook stays attached afterwards.
+    """
+    sites = attention_sites(model)
+    if not sites:
+        raise ValueError(f"{type(model).__name__} has no attention sites to verify.")
+    if tokens is None:
+        args, kwargs = _default_inputs(model, sites)
+    else:
+        args, kwargs = (tokens if isinstance(tokens, tuple) else (tokens,)), {}
+    device = _device(model)
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    kwargs.update(forward_kwargs)
+    names = [name for site in sites for name in site.hooks.values()]
+    was_training = model.training
+    model.eval()
+    rows: list[dict] = []
+    try:
+        with torch.no_grad():
+            module_out: dict[str, torch.Tensor] = {}
+            handles = _module_output_hooks(model, sites, module_out)
+            cache: dict[str, torch.Tensor] = {}
+
+            def saver(name: str) -> Callable:
+                # keyed by the name asked for: a bridge's alias (hook_q) fires as its target (q.hook_out)
+                def save(tensor, hook):
+                    cache[name] = tensor.detach()
+
+                return save
+
+            try:
+                with model.hooks(fwd_hooks=[(name, saver(name)) for name in names], reset_hooks_end=True):
+                    model(*args, **kwargs)
+            except TypeError as error:
+                if tokens is not None:
+                    raise
+                raise ValueError(
+                    f"verify_hooks guessed an input of shape {[tuple(a.shape) for a in args]} for a "
+                    f"{type(model).__name__}, and its forward refused it ({error}); pass tokens=... "
+                    "(a tensor, or a tuple of positional arguments)."
+                ) from error
+            finally:
+                for handle in handles:
+                    handle.remove()
+            for site in sites:
+                rows += _site_checks(site, cache, module_out.get(site.module), _output_bias(model, site))
+                rows += _edit_checks(model, site, args, kwargs)
+    finally:
+        model.train(was_training)
+    return pd.DataFrame(rows, columns=["layer", "site", "check", "passed", "detail"])
+
+
+def _noise_hook(seed: int) -> Callable:
+    def add_noise(tensor: torch.Tensor, hook) -> torch.Tensor:
+        generator = torch.Generator(device=tensor.device).manual_seed(seed)
+        noise = torch.randn(tensor.shape, generator=generator, device=tensor.device, dtype=tensor.dtype)
+        scale = tensor[torch.isfinite(tensor)].float().std().clamp(min=0.1).item() if tensor.numel() > 1 else 1.0
+        return tensor + noise * scale
+
+    return add_noise
+
+
+def _identity(tensor: torch.Tensor, hook) -> torch.Tensor:
+    return tensor
+
+
+def _edit_checks(model: nn.Module, site: AttentionSite, args: tuple, kwargs: dict) -> list[dict]:
+    """Noise at each hook must move the output. The reference run has an identity hook at the same
+    point, so both runs take the same code path and a discarded edit shows as exactly zero change."""
+    rows = []
+    for offset, (role, name) in enumerate(sorted(site.hooks.items())):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with model.hooks(fwd_hooks=[(name, _identity)], reset_hooks_end=True):
+                base = _first(model(*args, **kwargs)).detach()
+            with model.hooks(fwd_hooks=[(name, _noise_hook(1000 + offset))], reset_hooks_end=True):
+                edited = _first(model(*args, **kwargs)).detach()
+        change = (edited.double() - base.double()).nan_to_num(0.0).abs().max().item()
+        scale = base.double().nan_to_num(0.0).abs().max().item()
+        detail = f"noise at {name} moved the output by up to {change:.2e} (output scale {scale:.2e})"
+        said = [str(w.message) for w in caught if "hook" in str(w.message)]
+        if said:  # e.g. TransformerLens's bridge announcing that it discards the edit
+            detail += f"; the model warned: {said[0]}"
+        rows.append({"layer": site.layer, "site": site.module, "check": f"edit_{role}", "passed": change > 0, "detail": detail})
+    return rows

@@ -1,0 +1,131 @@
+"""Training tasks for the small models, and the measurements their checkpoint cards record.
+
+`InductionTask`: sequences of random tokens in which a random *prefix* of random length is
+repeated. A sequence is `[BOS?] [offset random tokens] [prefix] [prefix] [prefix]...` cut to
+`n_pos`; the prefix length, the offset and the BOS are drawn anew for every sequence, and some
+lengths are held out. Varying them is what makes real induction form: trained on one fixed
+prefix length (and position), a 2-layer model can predict the repeats by copying from a fixed
+offset instead, and fails on any other length (see `fixed_prefix_task`).
+
+`evaluate_induction` measures a model on prompts `[BOS?] [offset tokens] [prefix] [prefix]`:
+the next-token loss on the first and on the second copy (the same L-1 predictions each:
+x_1..x_{L-1}), and per head the previous-token score (mean attention from query q to q-1, over
+q >= 1) and the induction score (mean attention from each query in the second copy to the token
+after the earlier occurrence of its token, Olsson et al. 2022).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+TASKS = ("induction",)
+
+
+@dataclass(frozen=True)
+class InductionTask:
+    """Repeated random tokens with varied prefix length, offset and BOS."""
+
+    d_vocab: int = 64  # token ids are drawn uniformly from [0, d_vocab)
+    n_pos: int = 128  # length of every training sequence
+    prefix_lens: tuple[int, ...] = tuple(n for n in range(4, 33) if n not in (7, 16, 25))  # drawn uniformly
+    held_out_prefix_lens: tuple[int, ...] = (7, 16, 25)  # never trained on; evaluated
+    max_offset: int = 32  # random tokens before the first copy: uniform in [0, max_offset]
+    bos_token: int | None = -1  # id put at position 0 with probability bos_prob; negative counts from the end
+    # of the vocabulary (-1: d_vocab - 1); the id also occurs as an ordinary token
+    bos_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.prefix_lens:
+            raise ValueError("prefix_lens is empty; give at least one prefix length to train on.")
+        overlap = sorted(set(self.prefix_lens) & set(self.held_out_prefix_lens))
+        if overlap:
+            raise ValueError(f"prefix lengths {overlap} are both trained on and held out; remove them from one.")
+        longest = 1 + self.max_offset + 2 * max(self.prefix_lens)
+        if longest > self.n_pos:
+            raise ValueError(
+                f"n_pos={self.n_pos} cannot hold two copies of the longest prefix ({max(self.prefix_lens)}) "
+                f"after BOS and max_offset={self.max_offset} tokens (needs {longest}); lower them or raise n_pos."
+            )
+        if self.bos_token is not None and self.bos_token < 0:
+            object.__setattr__(self, "bos_token", self.d_vocab + self.bos_token)
+        if self.bos_token is not None and not 0 <= self.bos_token < self.d_vocab:
+            raise ValueError(f"bos_token={self.bos_token} is outside the vocabulary [0, {self.d_vocab}).")
+        if not 0.0 <= self.bos_prob <= 1.0:
+            raise ValueError(f"bos_prob={self.bos_prob} must be a probability in [0, 1].")
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """A (batch, n_pos) batch of token ids; deterministic given the generator's state."""
+        lens = torch.tensor(self.prefix_lens)[torch.randint(len(self.prefix_lens), (batch_size,), generator=generator)]
+        offsets = torch.randint(0, self.max_offset + 1, (batch_size,), generator=generator)
+        has_bos = torch.rand(batch_size, generator=generator) < self.bos_prob
+        noise = torch.randint(0, self.d_vocab, (batch_size, self.n_pos), generator=generator)  # (batch, pos)
+        tokens = noise.clone()
+        pos = torch.arange(self.n_pos)
+        for row in range(batch_size):
+            start = int(offsets[row]) + int(has_bos[row] and self.bos_token is not None)
+            prefix_len = int(lens[row])
+            repeats = pos[start:]
+            # from `start` on, the token at p repeats the one at start + (p - start) % prefix_len
+            tokens[row, repeats] = noise[row, start + (repeats - start) % prefix_len]
+            if start > int(offsets[row]):
+                tokens[row, 0] = self.bos_token
+        return tokens
+
+    def to_dict(self) -> dict:
+        return {"task": "induction", "d_vocab": self.d_vocab, "n_pos": self.n_pos,
+                "prefix_lens": list(self.prefix_lens), "held_out_prefix_lens": list(self.held_out_prefix_lens),
+                "max_offset": self.max_offset, "bos_token": self.bos_token, "bos_prob": self.bos_prob}
+
+
+def fixed_prefix_task(prefix_len: int, d_vocab: int = 64, bos_token: int | None = -1) -> InductionTask:
+    """The control: always BOS + prefix + prefix, one length, no offset (the setting that fools)."""
+    return InductionTask(d_vocab=d_vocab, n_pos=1 + 2 * prefix_len, prefix_lens=(prefix_len,),
+                         held_out_prefix_lens=(), max_offset=0, bos_token=bos_token,
+                         bos_prob=1.0 if bos_token is not None else 0.0)
+
+
+def repeated_prompts(n: int, prefix_len: int, d_vocab: int, *, offset: int = 0, bos: int | None = None,
+                     seed: int = 0) -> tuple[torch.Tensor, int]:
+    """`[bos?] [offset random tokens] [prefix] [prefix]` as (n, pos), and where the first copy starts."""
+    if n < 1 or prefix_len < 2 or offset < 0:
+        raise ValueError(f"need n >= 1, prefix_len >= 2 and offset >= 0; got n={n}, prefix_len={prefix_len}, offset={offset}.")
+    generator = torch.Generator().manual_seed(seed)
+    filler = torch.randint(0, d_vocab, (n, offset), generator=generator)
+    prefix = torch.randint(0, d_vocab, (n, prefix_len), generator=generator)
+    parts = ([torch.full((n, 1), bos)] if bos is not None else []) + [filler, prefix, prefix]
+    start = offset + (bos is not None)
+    return torch.cat(parts, dim=1), start
+
+
+@torch.no_grad()
+def evaluate_induction(model, prefix_len: int, *, offset: int = 0, bos: int | None = None,
+                       n: int = 64, seed: int = 1234, d_vocab: int | None = None) -> dict:
+    """Losses on the first and second copy, and per-head previous-token and induction scores.
+
+    Returns {"prefix_len", "offset", "bos", "loss_first", "loss_second",
+    "prev_token": {"L0H0": ...}, "induction": {...}}.
+    """
+    d_vocab = d_vocab or model.cfg.d_vocab
+    tokens, start = repeated_prompts(n, prefix_len, d_vocab, offset=offset, bos=bos, seed=seed)
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f"prompts of {tokens.shape[1]} tokens exceed n_ctx={model.cfg.n_ctx}; "
+                         "lower prefix_len or offset.")
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    per = model.loss(logits, tokens, per_token=True)  # (n, pos - 1): per[:, p] predicts token p + 1
+    first = per[:, start : start + prefix_len - 1]  # predicting x_1 .. x_{L-1} of the first copy
+    second = per[:, start + prefix_len : start + 2 * prefix_len - 1]  # ... of the second copy
+    query = torch.arange(1, tokens.shape[1])
+    repeat_query = torch.arange(start + prefix_len, start + 2 * prefix_len)  # tokens of the second copy
+    prev, induction = {}, {}
+    for layer, name in enumerate(names):
+        pattern = cache[name]  # (n, head, query, key)
+        prev_score = pattern[:, :, query, query - 1].mean(dim=(0, 2))  # (head,)
+        ind_score = pattern[:, :, repeat_query, repeat_query - prefix_len + 1].mean(dim=(0, 2))  # (head,)
+        for head in range(model.cfg.n_heads):
+            prev[f"L{layer}H{head}"] = round(float(prev_score[head]), 4)
+            induction[f"L{layer}H{head}"] = round(float(ind_score[head]), 4)
+    return {"prefix_len": prefix_len, "offset": offset, "bos": bos,
+            "loss_first": round(float(first.mean()), 4), "loss_second": round(float(second.mean()), 4),
+            "prev_token": prev, "induction": induction}

@@ -1,0 +1,244 @@
+"""The claims machinery (interp.claims) with hand-made evidence: verdict rules, p-value correction, errors."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from interp.claims import (
+    DEFAULT_EVIDENCE,
+    EVIDENCE_KINDS,
+    Claim,
+    Context,
+    Evidence,
+    Inconclusive,
+    Threshold,
+    decide,
+    difference_evidence,
+    evaluate_claims,
+    ratio_evidence,
+    test_claims as run_test_claims,
+    threshold_evidence,
+    verdict_frame,
+)
+from interp.data import random_tokens
+from interp.stats import benjamini_hochberg
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Evidence from fixed per-prompt values against the claim's threshold for `kind`."""
+
+    kind: str
+    values: tuple[float, ...]
+    decisive: bool = True
+
+    def __call__(self, claim, ctx):
+        values = torch.tensor(self.values[: len(ctx.prompts)], dtype=torch.float64)
+        return threshold_evidence(self.kind, values, claim.thresholds[self.kind], ctx, what="fixed", decisive=self.decisive)
+
+
+@dataclass(frozen=True)
+class Abstains:
+    reason: str
+
+    def __call__(self, claim, ctx):
+        raise Inconclusive(self.reason)
+
+
+def make_claim(observed, *, head=(0, 0), controls=None, threshold=0.5, name="toy") -> Claim:
+    evidence = {"observational": Fixed("observational", tuple(observed))}
+    thresholds = {"observational": Threshold(threshold, "test")}
+    for kind, (values, decisive) in (controls or {}).items():
+        evidence[kind] = Fixed(kind, tuple(values), decisive)
+        thresholds[kind] = Threshold(threshold, "test")
+    return Claim(name, (head,), f"L{head[0]}H{head[1]} is a {name} head", {}, thresholds, evidence)
+
+
+def spread(center: float, n: int = 32, width: float = 0.02, seed: int = 0) -> list[float]:
+    generator = torch.Generator().manual_seed(seed)
+    return (center + width * torch.randn(n, generator=generator, dtype=torch.float64)).tolist()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return random_tokens(32, 12, 40, seed=0)
+
+
+@pytest.fixture()
+def ctx(tiny_gpt, prompts):
+    return Context(tiny_gpt, prompts, seed=0)
+
+
+def test_threshold_judges_intervals():
+    above = Threshold(0.5, "x")
+    assert above.judge(0.6, 0.9) is True
+    assert above.judge(0.1, 0.4) is False
+    assert above.judge(0.4, 0.6) is None
+    below = Threshold(0.5, "x", "below")
+    assert below.judge(0.1, 0.4) is True
+    assert below.judge(0.6, 0.9) is False
+    with pytest.raises(ValueError, match="direction='sideways'"):
+        Threshold(0.5, "x", "sideways")
+
+
+def test_threshold_evidence_passes_fails_and_straddles(ctx):
+    threshold = Threshold(0.5, "test")
+    high = threshold_evidence("observational", torch.tensor(spread(0.8), dtype=torch.float64), threshold, ctx, what="m")
+    low = threshold_evidence("observational", torch.tensor(spread(0.2), dtype=torch.float64), threshold, ctx, what="m")
+    mid = threshold_evidence("observational", torch.tensor(spread(0.5, width=0.3), dtype=torch.float64), threshold, ctx, what="m")
+    assert high.passed is True and high.p_value < 0.01 and high.ci_low > 0.5
+    assert abs(high.effect - float(np.mean(spread(0.8)))) < 1e-12
+    assert low.passed is False and low.p_value > 0.99
+    assert mid.passed is None and mid.ci_low < 0.5 < mid.ci_high
+    assert high.n_prompts == 32 and high.rule == "CI > 0.5"
+
+
+def test_difference_and_ratio_evidence_known_answers(ctx):
+    a, b = torch.tensor(spread(1.0), dtype=torch.float64), torch.tensor(spread(0.0, seed=1), dtype=torch.float64)
+    diff = difference_evidence("necessity", a, b, ctx, what="d")
+    assert diff.passed is True and abs(diff.effect - float((a - b).mean())) < 1e-12
+    flat = difference_evidence("faithfulness", torch.zeros(32), torch.zeros(32), ctx, what="d", fail_below=1e-6)
+    assert flat.passed is False and flat.effect == 0.0
+    den = torch.tensor(spread(2.0, width=0.3), dtype=torch.float64)
+    ratio = ratio_evidence("sufficiency", 0.9 * den, den, Threshold(0.5, "test"), ctx, what="r")
+    assert abs(ratio.effect - 0.9) < 1e-12 and abs(ratio.ci_low - 0.9) < 1e-9 and ratio.passed is True
+    assert ratio.p_value < 0.01
+
+
+def test_verdict_rules():
+    def ev(kind, passed, decisive=True, p=0.001):
+        return Evidence(kind, 1.0, 0.9, 1.1, p, "CI > 0.5", passed, decisive, 32, f"{kind} detail")
+
+    assert decide([ev("observational", True), ev("necessity", True)], 0.01, 0.05, 32)[0] == "supported"
+    verdict, reasons = decide([ev("observational", False), ev("necessity", True)], 0.01, 0.05, 32)
+    assert verdict == "refuted" and "observational failed" in reasons[0]
+    verdict, reasons = decide([ev("observational", True), ev("control_shuffled", False)], 0.01, 0.05, 32)
+    assert verdict == "refuted" and "control_shuffled" in reasons[0]
+    verdict, reasons = decide([ev("observational", True), ev("necessity", False, decisive=False)], 0.01, 0.05, 32)
+    assert verdict == "inconclusive" and "not decisive" in reasons[0]
+    verdict, reasons = decide([ev("observational", None)], 0.01, 0.05, 32)
+    assert verdict == "inconclusive" and "undecided" in reasons[0]
+    verdict, reasons = decide([ev("observational", True)], 0.2, 0.05, 32)
+    assert verdict == "inconclusive" and "adjusted p-value" in reasons[0]
+    verdict, reasons = decide([ev("observational", False)], 0.01, 0.05, 5)
+    assert verdict == "inconclusive" and "too few prompts" in reasons[0]
+
+
+def test_evaluate_claims_verdicts_and_bh(tiny_gpt, prompts):
+    claims = [
+        make_claim(spread(0.9), head=(0, 0), controls={"control_shuffled": (spread(0.9, seed=3), True)}),
+        make_claim(spread(0.1), head=(0, 1)),
+        make_claim(spread(0.9), head=(1, 0), controls={"control_shuffled": (spread(0.1, seed=4), True)}),
+        make_claim(spread(0.9), head=(1, 1), controls={"necessity": (spread(0.1, seed=5), False)}),
+        make_claim(spread(0.52, width=0.3), head=(1, 2)),
+    ]
+    verdicts = evaluate_claims(tiny_gpt, claims, prompts, alpha=0.05)
+    assert [v.verdict for v in verdicts] == ["supported", "refuted", "refuted", "inconclusive", "inconclusive"]
+    # a claim's p-value is the largest of its evidence's (intersection-union), then BH over all claims
+    for v in verdicts:
+        assert v.p_value == max(e.p_value for e in v.evidence)
+    _, adjusted = benjamini_hochberg(np.array([v.p_value for v in verdicts]), 0.05)
+    np.testing.assert_allclose([v.p_adjusted for v in verdicts], adjusted)
+    table = verdicts[0].table()
+    assert list(table["kind"]) == ["observational", "control_shuffled"]
+    assert table["passed"].tolist() == [True, True]
+
+
+def test_test_claims_frame_columns(tiny_gpt, prompts):
+    claims = [make_claim(spread(0.9), controls={"control_shuffled": (spread(0.9, seed=3), True)}), make_claim(spread(0.1), head=(1, 3))]
+    frame = run_test_claims(tiny_gpt, claims, prompts)
+    for column in ("claim", "layer", "head", "verdict", "p_value", "p_adjusted", "reasons", "observational",
+                   "observational_ci_low", "observational_ci_high", "control_shuffled", "n_prompts"):
+        assert column in frame.columns
+    assert frame["layer"].tolist() == [0, 1] and frame["head"].tolist() == [0, 3]
+    assert frame["n_prompts"].tolist() == [32, 32]
+    assert math.isnan(frame.loc[1, "control_shuffled"])  # evidence the second claim does not define
+    assert len(frame.attrs["verdicts"]) == 2
+    assert run_test_claims.__test__ is False
+
+
+def test_evidence_selection_skips_kinds(tiny_gpt, prompts):
+    claim = make_claim(spread(0.9), controls={"control_shuffled": (spread(0.1, seed=4), True)})
+    full = evaluate_claims(tiny_gpt, [claim], prompts)[0]
+    only = evaluate_claims(tiny_gpt, [claim], prompts, evidence=["observational"])[0]
+    assert full.verdict == "refuted" and only.verdict == "supported"
+    assert [e.kind for e in only.evidence] == ["observational"]
+    with pytest.raises(ValueError, match="unknown evidence kind 'necesity'"):
+        evaluate_claims(tiny_gpt, [claim], prompts, evidence=["observational", "necesity"])
+    with pytest.raises(ValueError, match="leaves out 'observational'"):
+        evaluate_claims(tiny_gpt, [claim], prompts, evidence=["necessity"])
+
+
+def test_abstaining_evidence_makes_inconclusive(tiny_gpt, prompts):
+    claim = make_claim(spread(0.9))
+    claim = Claim(claim.name, claim.heads, claim.statement, {}, claim.thresholds,
+                  {**claim.evidence, "necessity": Abstains("the prompts have no repeats")})
+    verdict = evaluate_claims(tiny_gpt, [claim], prompts)[0]
+    assert verdict.verdict == "inconclusive"
+    assert "no repeats" in verdict.reasons[0]
+    assert verdict.get("necessity").passed is None
+
+
+def test_too_few_prompts_is_inconclusive(tiny_gpt):
+    verdict = evaluate_claims(tiny_gpt, [make_claim(spread(0.9, n=4))], random_tokens(4, 12, 40))[0]
+    assert verdict.verdict == "inconclusive" and "too few prompts" in verdict.reasons[0]
+    one = evaluate_claims(tiny_gpt, [make_claim([0.9])], random_tokens(1, 12, 40))[0]
+    assert one.verdict == "inconclusive" and one.get("observational").passed is None
+
+
+def test_heads_that_do_not_exist(tiny_gpt, prompts):
+    with pytest.raises(ValueError, match=r"L5H0.*2 attention layers"):
+        run_test_claims(tiny_gpt, [make_claim(spread(0.9), head=(5, 0))], prompts)
+    with pytest.raises(ValueError, match=r"L1H9.*4 heads"):
+        run_test_claims(tiny_gpt, [make_claim(spread(0.9), head=(1, 9))], prompts)
+
+
+def test_bad_claims_and_inputs(tiny_gpt, prompts):
+    with pytest.raises(ValueError, match=r"heads=\['L0H1'\] must be \(layer, head\) pairs"):
+        Claim("x", ["L0H1"], "s", {}, {}, {"observational": Fixed("observational", (1.0,))})
+    with pytest.raises(ValueError, match="unknown evidence kind 'vibes'"):
+        Claim("x", ((0, 0),), "s", {}, {}, {"observational": Fixed("observational", (1.0,)), "vibes": Fixed("vibes", (1.0,))})
+    with pytest.raises(ValueError, match="no observational evidence"):
+        Claim("x", ((0, 0),), "s", {}, {}, {"necessity": Fixed("necessity", (1.0,))})
+    with pytest.raises(ValueError, match="no claims"):
+        run_test_claims(tiny_gpt, [], prompts)
+    with pytest.raises(TypeError, match="Claim objects"):
+        run_test_claims(tiny_gpt, ["L0H0 is induction"], prompts)
+    with pytest.raises(ValueError, match="alpha=1.5"):
+        run_test_claims(tiny_gpt, [make_claim(spread(0.9))], prompts, alpha=1.5)
+
+
+def test_whole_model_claim(tiny_gpt, prompts):
+    claim = Claim("causal", (), "the model is causal", {}, {"observational": Threshold(0.5, "test")},
+                  {"observational": Fixed("observational", tuple(spread(0.9)))})
+    frame = run_test_claims(tiny_gpt, [claim], prompts)
+    assert frame.loc[0, "label"] == "model" and frame.loc[0, "verdict"] == "supported"
+    assert frame.loc[0, "layer"] is None
+
+
+def test_claim_spec_and_labels():
+    claim = make_claim(spread(0.9), head=(1, 2))
+    spec = claim.spec()
+    assert spec["claim"] == "toy" and spec["heads"] == [[1, 2]] and spec["evidence"] == ["observational"]
+    assert spec["thresholds"]["observational"] == {"value": 0.5, "direction": "above", "source": "test"}
+    assert claim.label == "L1H2" and str(claim) == "L1H2 is a toy head"
+    assert set(DEFAULT_EVIDENCE) == set(EVIDENCE_KINDS) - {"stability"}
+
+
+def test_many_claims_keep_small_p_values_reachable(tiny_gpt, prompts):
+    """With 60 true claims, the permutation resolution must let BH still support them all."""
+    claims = [make_claim(spread(0.9, seed=i), head=(i % 2, i % 4)) for i in range(60)]
+    frame = run_test_claims(tiny_gpt, claims, prompts)
+    assert (frame["verdict"] == "supported").all()
+    assert frame["p_adjusted"].max() <= 0.05
+
+
+def test_verdict_frame_passed_column(tiny_gpt, prompts):
+    verdicts = evaluate_claims(tiny_gpt, [make_claim(spread(0.9))], prompts)
+    frame = verdict_frame(verdicts)
+    assert frame["observational_passed"].tolist() == [True]
+    assert frame["verdict"].tolist() == ["supported"]

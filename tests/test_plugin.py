@@ -1,0 +1,166 @@
+"""Claims files: the TOML format, `interp claims`, and the pytest plugin that collects them as tests."""
+import json
+import textwrap
+
+import pytest
+
+from interp import cli
+from interp.specs import ClaimsFileError, parse_claims_text
+from interp.testing import claim_kinds, read_claims, run_claims
+
+pytest_plugins = ["pytester"]
+
+CONSTRUCTED = "models.constructed:induction_circuit"
+GOOD = textwrap.dedent(f"""\
+    model = "{CONSTRUCTED}"
+
+    [prompts]
+    kind = "repeated"
+    n = 16
+    prefix_len = 8
+
+    [claims]
+    L0H0 = "previous_token"
+    L1H0 = ["induction", "not previous_token"]
+    """)
+WRONG = GOOD + 'L0H3 = "induction"\n'  # L0H3 is a uniform head
+
+
+# --------------------------------------------------------------------------- the format
+
+
+def test_table_form_with_lists_negations_pairs_and_model_claims():
+    parsed = parse_claims_text(textwrap.dedent("""\
+        model = "toy-induction"
+        alpha = 0.01
+        [prompts]
+        kind = "random"
+        n = 12
+        [claims]
+        L1H2 = "induction"
+        L0H1 = ["previous_token", "not positional"]
+        "L0H1 ~ L0H3" = "redundant"
+        model = "causal"
+        """), "f.toml", valid_kinds=claim_kinds())
+    assert parsed.model == "toy-induction" and parsed.alpha == 0.01
+    assert parsed.prompts.kind == "random" and parsed.prompts.n == 12
+    assert [(c.name, c.heads, c.expect, c.line) for c in parsed.claims] == [
+        ("L1H2: induction", ((1, 2),), "supported", 7),
+        ("L0H1: previous_token", ((0, 1),), "supported", 8),
+        ("L0H1: not positional", ((0, 1),), "refuted", 8),
+        ("L0H1 ~ L0H3: redundant", ((0, 1), (0, 3)), "supported", 9),
+        ("model: causal", (), "supported", 10),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[claims]\nL0H0 = "previous_token\n', r"^f\.toml:2:\d+: TOML syntax error"),
+        ('[claims]\n\nL0H0 = "inductoin"\n', r"^f\.toml:3:1: L0H0: unknown claim kind 'inductoin'.*Did you mean 'induction'"),
+        ('[claims]\nLayer0 = "induction"\n', r"^f\.toml:2:1: 'Layer0' is not a head label"),
+        ('modle = "x"\n[claims]\nL0H0 = "induction"\n', r"^f\.toml:1:1: unknown top-level key 'modle'"),
+        ('[prompts]\nkind = "repeatd"\n[claims]\nL0H0 = "induction"\n', r"^f\.toml:2:1: unknown prompt kind 'repeatd'"),
+        ('[prompts]\nlength = 3\n[claims]\nL0H0 = "induction"\n', r"^f\.toml:2:1: unknown prompts key 'length'"),
+        ('model = "m"\n', r"^f\.toml:\?:\?: no claims"),
+        ('[claims]\nL0H0 = ["induction", "induction"]\n', r"^f\.toml:2:1: 'L0H0: induction' is claimed twice"),
+        ('[claims]\nL0H0 = 3\n', r"^f\.toml:2:1: L0H0 = 3: expected a claim kind"),
+        ('alpha = 2\n[claims]\nL0H0 = "induction"\n', r"^f\.toml:1:1: alpha = 2 must be a number in \(0, 1\)"),
+    ],
+)
+def test_errors_give_file_line_column_and_the_fix(text, message):
+    with pytest.raises(ClaimsFileError, match=message):
+        parse_claims_text(text, "f.toml", valid_kinds=claim_kinds())
+
+
+def test_claim_arity_is_checked(tmp_path):
+    path = tmp_path / "claims.toml"
+    path.write_text('[claims]\n"L0H0 ~ L0H1" = "induction"\n')
+    with pytest.raises(ClaimsFileError, match=r"claims\.toml:2:1: 'induction' is a claim about one head"):
+        read_claims(path)
+    path.write_text('[claims]\nL0H0 = "redundant"\n')
+    with pytest.raises(ClaimsFileError, match="a claim about a pair of heads"):
+        read_claims(path)
+
+
+def test_run_claims_gives_expected_verdicts_on_the_constructed_circuit(tmp_path):
+    path = tmp_path / "claims.toml"
+    path.write_text(WRONG)
+    from interp.load import load
+
+    frame = run_claims(load(CONSTRUCTED), read_claims(path))
+    assert list(frame.name) == ["L0H0: previous_token", "L1H0: induction", "L1H0: not previous_token", "L0H3: induction"]
+    assert list(frame.verdict) == ["supported", "supported", "refuted", "refuted"]
+    assert list(frame.passed) == [True, True, True, False]
+    assert "L0H3 induction = 0.0" in frame.reasons[3]
+
+
+# --------------------------------------------------------------------------- interp claims
+
+
+def test_cli_claims_exit_codes_and_json(tmp_path, capsys):
+    good, wrong = tmp_path / "good.toml", tmp_path / "wrong.toml"
+    good.write_text(GOOD)
+    wrong.write_text(WRONG)
+    assert cli.main(["claims", str(good), "--strict", "-q"]) == 0
+    capsys.readouterr()
+    assert cli.main(["claims", str(wrong), "-q"]) == 0  # a refuted claim is a finding only with --strict
+    capsys.readouterr()
+    assert cli.main(["claims", CONSTRUCTED, str(wrong), "--strict", "-q", "--json", "-"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert [c["passed"] for c in document["claims"]] == [True, True, True, False]
+
+
+def test_cli_claims_input_errors_exit_2(tmp_path, capsys):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[claims]\nL0H0 = "previous_token"\nL1H0 = induction\n')
+    assert cli.main(["claims", CONSTRUCTED, str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}:3:" in err and "Traceback" not in err
+    nameless = tmp_path / "nameless.toml"
+    nameless.write_text('[claims]\nL0H0 = "previous_token"\n')
+    assert cli.main(["claims", str(nameless)]) == 2
+    assert "names no model" in capsys.readouterr().err
+    assert cli.main(["claims", CONSTRUCTED, str(tmp_path / "missing.toml")]) == 2
+    assert "claims file not found" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the pytest plugin
+
+
+def test_plugin_collects_one_item_per_claim_and_fails_with_reasons(pytester):
+    pytester.makefile(".toml", claims_constructed=WRONG)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "*claims_constructed.toml::L0H0-previous_token PASSED*",
+        "*claims_constructed.toml::L1H0-not-previous_token PASSED*",
+        "*claims_constructed.toml::L0H3-induction FAILED*",
+        "*claims_constructed.toml:11: claim 'L0H3: induction' expected supported, got refuted*",
+        "*observational failed: L0H3 induction = 0.0*",
+    ])
+
+
+def test_plugin_model_option_and_file_name_patterns(pytester):
+    nameless = GOOD.replace(f'model = "{CONSTRUCTED}"\n', "")
+    (pytester.path / "pinned.claims.toml").write_text(nameless)
+    (pytester.path / "other.toml").write_text(nameless)  # not a claims file name: not collected
+    result = pytester.runpytest("-p", "no:cacheprovider", "--interp-model", CONSTRUCTED)
+    result.assert_outcomes(passed=3)
+    without = pytester.runpytest("-p", "no:cacheprovider")
+    without.assert_outcomes(failed=3)
+    without.stdout.fnmatch_lines(["*names no model: add model = * pass --interp-model SPEC*"])
+
+
+def test_plugin_reports_syntax_errors_with_line_and_column(pytester):
+    pytester.makefile(".toml", claims_bad='[claims]\nL0H0 = "previous_token\n')
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*claims_bad.toml:2:*: TOML syntax error*"])
+
+
+def test_plugin_reports_a_model_that_does_not_load(pytester):
+    pytester.makefile(".toml", claims_x=GOOD.replace(CONSTRUCTED, "no-such-model"))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*could not test the claims*no-such-model*"])

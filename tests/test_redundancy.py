@@ -1,0 +1,313 @@
+"""Known-answer tests for analyses.redundancy on constructed models, plus what toy-induction shows."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from analyses import redundancy as R
+from interp.data import PromptSet, random_tokens, repeated_tokens
+from interp.hooks import hooked, live_hooks
+from interp.interventions import ablate, all_heads
+from interp.stats import TooFewPrompts
+from models import GPTConfig, HookedGPT
+from models.constructed import _Builder, pattern_heads, redundant_pair
+
+D_VOCAB, N_CTX = 16, 32
+
+
+@pytest.fixture(scope="module")
+def pair_model():
+    return redundant_pair(d_vocab=D_VOCAB, n_ctx=N_CTX)
+
+
+@pytest.fixture(scope="module")
+def period2():
+    """Period-2 sequences after a BOS: the constructed models' task."""
+    return repeated_tokens(16, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=0)
+
+
+@pytest.fixture(scope="module")
+def backup_model():
+    """L0H0 copies the previous token to the logits; L1H0 does the same, but only when L0H0's write is
+    missing: its query reads the `out` subspace and, when anything is there, attends to BOS (which
+    writes nothing) by a score of 80 against the previous token's 40. A zero-ablated L0H0 is fully
+    made up for by L1H0: the backup behaviour of Wang et al. 2022, exactly."""
+    b = _Builder(2, 1, D_VOCAB, N_CTX, "constructed-backup")
+    b.set_pattern(0, 0, "previous_token")
+    b.set_copy(0, 0, "out")
+    b.set_pattern(1, 0, "previous_token")
+    b.set_copy(1, 0, "out")
+    with torch.no_grad():
+        real = torch.arange(D_VOCAB - 1)
+        b.model.blocks[1].attn.W_Q[0, b.dim("out", real), 0] = 2 * b.gain  # key 0 (BOS) is basis vector 0
+    return b.finish(task="period-2: next = previous token, with a backup head")
+
+
+# ---------------------------------------------------------------------------------------------
+# losses and the ablation engine
+
+
+def test_lm_loss_equals_the_models_loss(tiny_gpt):
+    prompts = random_tokens(4, 10, tiny_gpt.cfg.d_vocab, seed=0)
+    logits, loss = tiny_gpt(prompts.tokens, return_type="both", loss_per_token=True)
+    torch.testing.assert_close(R.lm_loss(logits, prompts), loss.mean(-1))
+    mask = torch.ones_like(prompts.tokens)
+    mask[0, 6:] = 0
+    padded = PromptSet(prompts.tokens, mask)
+    torch.testing.assert_close(R.lm_loss(logits, padded)[0], loss[0, :5].mean())
+
+
+@pytest.mark.parametrize("loss_fn", [R.lm_loss, R.induction_loss])
+def test_fused_loss_equals_loss_on_logits(tiny_gpt, loss_fn):
+    prompts = repeated_tokens(5, 6, tiny_gpt.cfg.d_vocab, seed=3)
+    engine = R.AblationEngine(tiny_gpt, prompts, "zero", loss_fn=loss_fn)
+    resid = tiny_gpt(prompts.tokens, stop_at_layer=tiny_gpt.cfg.n_layers)
+    fused = engine.loss_from_resid(resid, prompts, "test")
+    torch.testing.assert_close(fused, loss_fn(tiny_gpt(prompts.tokens), prompts), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["zero", "mean", "resample"])
+def test_resuming_engine_equals_hooked_forwards(tiny_gpt, method):
+    prompts = random_tokens(6, 12, tiny_gpt.cfg.d_vocab, seed=1)
+    sets = [[(0, 1)], [(1, 3)], [(0, 0), (1, 2)], [(1, 0), (1, 1)], all_heads(tiny_gpt)]
+    fast = R.AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2)
+    slow = R.AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2, fast=False)
+    assert fast.fast and not slow.fast
+    clean_f, ablated_f = fast.losses(sets)
+    clean_s, ablated_s = slow.losses(sets)
+    torch.testing.assert_close(clean_f, clean_s, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ablated_f, ablated_s, atol=1e-5, rtol=1e-5)
+    # and both equal the plain context manager
+    for heads, row in zip(sets, ablated_f):
+        if method == "resample":
+            continue  # resampling draws per batch; batch sizes differ from a single forward
+        with ablate(tiny_gpt, heads, method, reference=prompts):
+            expected = tiny_gpt(prompts.tokens, return_type="loss", loss_per_token=True).mean(-1)
+        torch.testing.assert_close(row, expected.double(), atol=1e-5, rtol=1e-5)
+    assert live_hooks(tiny_gpt) == []
+
+
+def test_custom_loss_fn_takes_the_logits_path(tiny_gpt):
+    prompts = random_tokens(6, 12, tiny_gpt.cfg.d_vocab, seed=1)
+    fused = R.importance(tiny_gpt, prompts, gradient=False)
+    custom = R.importance(tiny_gpt, prompts, gradient=False, loss_fn=lambda logits, p: R.lm_loss(logits, p))
+    torch.testing.assert_close(torch.tensor(fused.delta_loss.values), torch.tensor(custom.delta_loss.values), atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# importance and its gradient estimate
+
+
+def test_importance_on_the_redundant_pair(pair_model, period2):
+    frame = R.importance(pair_model, period2)
+    by = frame.set_index("label")
+    assert list(frame.columns[:6]) == ["layer", "head", "label", "delta_loss", "ci_low", "ci_high"]
+    assert (frame.n_prompts == 16).all()
+    # the scratch writers change nothing at all
+    assert by.loc["L0H2", "delta_loss"] == 0 and by.loc["L0H3", "delta_loss"] == 0
+    # one of the pair alone: the other keeps a 15-logit lead, loss ~ (d_vocab - 2) e^-15 per position
+    for label in ("L0H0", "L0H1"):
+        assert 0 < by.loc[label, "delta_loss"] < 1e-4
+    assert by.loc["L0H0", "delta_loss"] == pytest.approx(by.loc["L0H1", "delta_loss"], rel=1e-6)
+    assert frame.attrs["spearman"] == pytest.approx(1.0)
+
+
+def test_gradient_estimate_matches_finite_differences(tiny_gpt):
+    """-dL/dm at m = 1 against (L(1 - eps) - L(1)) / eps, with z' = mean + m (z - mean)."""
+    prompts = random_tokens(4, 10, tiny_gpt.cfg.d_vocab, seed=4)
+    estimate = R.gradient_importance(tiny_gpt, prompts, "mean")  # (prompt, layer, head)
+    engine = R.AblationEngine(tiny_gpt, prompts, "mean")
+    means = engine.reference.means
+    eps = 1e-3
+    for layer, head in [(0, 2), (1, 1)]:
+        def scaled(z, hook, layer=layer, head=head):
+            z = z.clone()
+            base = means[layer][: z.shape[1], head]
+            z[:, :, head] = base + (1 - eps) * (z[:, :, head] - base)
+            return z
+        clean = R.lm_loss(tiny_gpt(prompts.tokens), prompts)
+        with hooked(tiny_gpt, [(f"blocks.{layer}.attn.hook_z", scaled)]):
+            nudged = R.lm_loss(tiny_gpt(prompts.tokens), prompts)
+        torch.testing.assert_close(estimate[:, layer, head], ((nudged - clean) / eps).double(), atol=2e-3, rtol=2e-2)
+
+
+def test_second_order_estimate_matches_finite_differences():
+    """d2L/dm_a dm_b against a mixed finite difference, in float64 on a model with sizeable effects."""
+    model = HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=16, init_range=0.3, seed=1)).double().eval()
+    prompts = random_tokens(4, 10, 40, seed=5)
+    frame = R.second_order(model, prompts, "zero", batch_size=2)
+    a, b, eps = (0, 1), (1, 2), 1e-4
+
+    def loss_at(scale_a, scale_b):
+        def hook_for(head, scale):
+            def hook(z, hook):
+                z = z.clone()
+                z[:, :, head[1]] = z[:, :, head[1]] * scale
+                return z
+            return (f"blocks.{head[0]}.attn.hook_z", hook)
+        with torch.no_grad(), hooked(model, [hook_for(a, scale_a), hook_for(b, scale_b)]):
+            return R.lm_loss(model(prompts.tokens), prompts).mean()
+
+    finite = (loss_at(1 - eps, 1 - eps) - loss_at(1 - eps, 1) - loss_at(1, 1 - eps) + loss_at(1, 1)) / eps**2
+    row = frame[(frame.label_a == "L0H1") & (frame.label_b == "L1H2")]
+    assert abs(float(finite)) > 1e-3  # a real interaction to compare against
+    assert float(row.interaction_estimate.iloc[0]) == pytest.approx(float(finite), rel=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# joint ablation and claims on the constructed models
+
+
+def test_joint_ablation_on_the_redundant_pair(pair_model, period2):
+    frame = R.joint_ablation(pair_model, period2, [("L0H0", "L0H1"), ((0, 2), (0, 3))], "zero")
+    pair, scratch = frame.iloc[0], frame.iloc[1]
+    # both zero-ablated: ln(d_vocab - 1) at each of the 10 predictable targets of 12 (clean loss there ~1e-12)
+    expected_both = 10 / 12 * math.log(D_VOCAB - 1)
+    assert pair.delta_both == pytest.approx(expected_both, rel=1e-3)
+    assert pair.interaction == pytest.approx(pair.delta_both - pair.delta_a - pair.delta_b)
+    assert pair.ci_low > 1.0 and pair.p_value < 0.01
+    assert scratch.interaction == 0 and scratch.delta_both == 0
+
+
+def test_redundancy_verdicts_on_constructed_models(pair_model, period2):
+    table = R.redundancy_claims(
+        pair_model, period2, pairs=[("L0H0", "L0H1"), ("L0H2", "L0H3"), ("L0H0", "L0H2")],
+        heads=["L0H2", "L0H3"], backups=[("L0H1", "L0H0")],
+    )
+    verdicts = dict(zip(table.claim + ":" + table.label, table.verdict))
+    assert verdicts == {
+        "redundant:L0H0 ~ L0H1": "supported",
+        "redundant:L0H2 ~ L0H3": "refuted",  # both together cost nothing: dispensable, not redundant
+        "redundant:L0H0 ~ L0H2": "refuted",
+        "dispensable:L0H2": "supported",
+        "dispensable:L0H3": "supported",
+        "backs_up:L0H1 ~ L0H0": "refuted",  # same layer: L0H1 cannot react to L0H0's ablation
+    }
+    reasons = dict(zip(table.claim + ":" + table.label, table.reasons))
+    assert "necessity failed" in reasons["redundant:L0H2 ~ L0H3"]
+    assert "not in a later layer" in reasons["backs_up:L0H1 ~ L0H0"]
+
+
+def test_essential_head_is_not_dispensable():
+    model = pattern_heads(d_vocab=D_VOCAB, n_ctx=N_CTX)
+    prompts = repeated_tokens(12, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
+    table = R.redundancy_claims(model, prompts, heads=["L0H0", "L0H4"], pairs=[("L0H4", "L0H5")])
+    assert dict(zip(table.label, table.verdict)) == {"L0H0": "refuted", "L0H4": "supported", "L0H4 ~ L0H5": "refuted"}
+
+
+def test_few_prompts_make_claims_inconclusive(pair_model, period2):
+    table = R.redundancy_claims(pair_model, period2[:4], pairs=[("L0H0", "L0H1")])
+    assert table.verdict.iloc[0] == "inconclusive" and "too few prompts" in table.reasons.iloc[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# similarity
+
+
+def test_pattern_similarity_known_answers(pair_model, period2):
+    frame = R.pattern_similarity(pair_model, period2)
+    assert len(frame) == 6 and (frame.n_prompts == 16).all()
+    by = frame.set_index(["label_a", "label_b"])
+    assert by.loc[("L0H0", "L0H1"), "js_divergence"] == pytest.approx(0.0, abs=1e-6)  # identical heads
+    # previous-token vs first-token heads: same distribution only at queries 0 and 1 of 13 -> 11/13 bits
+    assert by.loc[("L0H0", "L0H2"), "js_divergence"] == pytest.approx(11 / 13, abs=1e-5)
+    square = R.to_matrix(frame)
+    assert list(square.index) == ["L0H0", "L0H1", "L0H2", "L0H3"]
+    assert (square.values == square.values.T).all() and (square.values.diagonal() == 0).all()
+
+
+def test_pattern_similarity_equals_direct_js(tiny_gpt):
+    prompts = random_tokens(5, 9, tiny_gpt.cfg.d_vocab, seed=6)
+    frame = R.pattern_similarity(tiny_gpt, prompts, batch_size=2)
+    _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    patterns = torch.cat([cache[f"blocks.{l}.attn.hook_pattern"] for l in range(2)], dim=1).double()  # (prompt, head, q, k)
+
+    def js(p, q):
+        m = (p + q) / 2
+        kl = lambda a, b: (torch.special.xlogy(a, a) - torch.special.xlogy(a, b)).sum(-1)
+        return ((kl(p, m) + kl(q, m)) / 2 / math.log(2)).mean(-1).mean(0)  # mean over queries, then prompts
+
+    for row in frame.sample(6, random_state=0).itertuples():
+        i, j = row.layer_a * 4 + row.head_a, row.layer_b * 4 + row.head_b
+        assert row.js_divergence == pytest.approx(float(js(patterns[:, i], patterns[:, j])), abs=1e-5)
+        assert row.ci_low <= row.js_divergence <= row.ci_high
+
+
+def test_output_similarity_known_answers(pair_model, period2, tiny_gpt):
+    frame = R.output_similarity(pair_model, period2).set_index(["label_a", "label_b"])
+    assert frame.loc[("L0H0", "L0H1"), "cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert frame.loc[("L0H0", "L0H1"), "cka"] == pytest.approx(1.0, abs=1e-6)
+    assert frame.loc[("L0H0", "L0H2"), "cosine"] == pytest.approx(0.0, abs=1e-6)  # out vs scratch subspaces
+    # against a direct computation on a random model
+    prompts = random_tokens(3, 7, tiny_gpt.cfg.d_vocab, seed=7)
+    result = R.output_similarity(tiny_gpt, prompts).set_index(["label_a", "label_b"])
+    _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_result"))
+    x, y = cache["blocks.0.attn.hook_result"][:, :, 1].double(), cache["blocks.1.attn.hook_result"][:, :, 3].double()
+    cosine = torch.nn.functional.cosine_similarity(x, y, dim=-1).mean()
+    xc, yc = x - x.mean(1, keepdim=True), y - y.mean(1, keepdim=True)
+    hsic = lambda a, b: (a.transpose(1, 2) @ b).pow(2).sum((1, 2))
+    cka = (hsic(xc, yc) / (hsic(xc, xc) * hsic(yc, yc)).sqrt()).mean()
+    assert result.loc[("L0H1", "L1H3"), "cosine"] == pytest.approx(float(cosine), abs=1e-5)
+    assert result.loc[("L0H1", "L1H3"), "cka"] == pytest.approx(float(cka), abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# compensation, backup, pruning
+
+
+def test_backup_head_compensates_exactly(backup_model, period2):
+    result = R.compensation(backup_model, period2, "zero")
+    effects = result.effects.set_index("label")
+    # L0H0's direct path carries the whole prediction; ablated everywhere, L1H0 takes over
+    assert effects.loc["L0H0", "direct_effect"] == pytest.approx(10 / 12 * math.log(D_VOCAB - 1), rel=1e-3)
+    assert abs(effects.loc["L0H0", "total_effect"]) < 1e-4
+    assert effects.loc["L0H0", "ci_low"] > 1.0  # self-repair
+    row = result.matrix.iloc[0]
+    assert (row.label_a, row.label_b) == ("L0H0", "L1H0")
+    assert row.ci_low > 1.0 and row.alignment > 0.99  # L1H0 writes what L0H0 wrote
+    assert result.square().loc["L0H0", "L1H0"] == row.compensation
+    table = R.redundancy_claims(backup_model, period2, backups=[("L1H0", "L0H0")], heads=["L0H0"], method="zero")
+    assert dict(zip(table.claim, table.verdict)) == {"backs_up": "supported", "dispensable": "supported"}
+
+
+def test_pruning_curve_on_the_redundant_pair(pair_model, period2):
+    frame = R.pruning_curve(pair_model, period2, "zero", order_by="ablation", n_random=2)
+    ordered = frame[frame.order == "importance"]
+    assert list(ordered.n_removed) == [0, 1, 2, 3, 4]
+    assert set(ordered.removed.iloc[1:3]) == {"L0H2", "L0H3"}  # the free heads go first
+    assert frame.attrs["n_removable"]["importance"] == 3
+    assert ordered.rise.iloc[-1] == pytest.approx(10 / 12 * math.log(D_VOCAB - 1), rel=1e-3)
+    assert frame.attrs["n_removable"]["random"] <= 3
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_errors(pair_model, period2):
+    with pytest.raises(ValueError, match="L0H7 = \\(0, 7\\) does not exist"):
+        R.joint_ablation(pair_model, period2, [("L0H0", "L0H7")])
+    with pytest.raises(ValueError, match="same head twice"):
+        R.joint_ablation(pair_model, period2, [("L0H0", (0, 0))])
+    with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample'\]"):
+        R.importance(pair_model, period2, "median")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        R.importance(pair_model, period2, loss_fn=lambda logits, p: torch.full((len(p),), float("nan")), gradient=False)
+    with pytest.raises(ValueError, match="one loss per prompt"):
+        R.importance(pair_model, period2, loss_fn=lambda logits, p: logits.mean(), gradient=False)
+    with pytest.raises(TooFewPrompts):
+        R.importance(pair_model, period2[:1])
+    with pytest.raises(TooFewPrompts):
+        R.pattern_similarity(pair_model, period2[:1])
+    with pytest.raises(ValueError, match="by='vibes'"):
+        R.suggest_pairs(pair_model, period2, by="vibes")
+    with pytest.raises(ValueError, match="induction_loss needs prompts from interp.data.repeated_tokens"):
+        R.importance(pair_model, random_tokens(4, 8, D_VOCAB), loss_fn=R.induction_loss, gradient=False)
+    assert live_hooks(pair_model) == []
+
+
+def test_suggested_pairs_find_the_duplicate(pair_model, period2):
+    assert R.suggest_pairs(pair_model, period2, 1, by="pattern") == [((0, 0), (0, 1))]
+    assert R.suggest_pairs(pair_model, period2, 1, by="output") == [((0, 0), (0, 1))]
+    assert R.suggest_pairs(pair_model, period2, 1, by="second_order") == [((0, 0), (0, 1))]

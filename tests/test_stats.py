@@ -1,0 +1,133 @@
+"""interp.stats: coverage, null calibration and hand-computed answers for the lead's statistics."""
+import numpy as np
+import pytest
+import torch
+
+from interp.stats import (
+    TooFewPrompts,
+    benjamini_hochberg,
+    bootstrap,
+    head_frame,
+    permutation_test,
+    sign_flip_test,
+)
+
+
+def test_bootstrap_mean_and_shape():
+    values = torch.arange(12.0).reshape(4, 3)  # (prompt, head)
+    mean, low, high = bootstrap(values, seed=0)
+    torch.testing.assert_close(mean, values.double().mean(0))
+    assert low.shape == high.shape == (3,) and (low <= mean).all() and (mean <= high).all()
+    again = bootstrap(values, seed=0)
+    assert torch.equal(again[1], low) and torch.equal(again[2], high)
+
+
+@pytest.mark.parametrize("distribution", ["normal", "exponential"])
+def test_bootstrap_coverage(distribution):
+    """400 independent samples of 40 prompts each (vectorised on the trailing axis): a 95%
+    percentile bootstrap should contain the true mean ~95% of the time (a little less for skewed data)."""
+    generator = torch.Generator().manual_seed(11)
+    if distribution == "normal":
+        values, true_mean = torch.randn(40, 400, generator=generator) * 2 + 1, 1.0
+    else:
+        values, true_mean = torch.empty(40, 400).exponential_(1.0, generator=generator), 1.0
+    _, low, high = bootstrap(values, n_resamples=1000, seed=0)
+    coverage = ((low <= true_mean) & (true_mean <= high)).double().mean().item()
+    assert 0.88 <= coverage <= 0.99, coverage
+    # a 50% interval covers about half as often
+    _, low50, high50 = bootstrap(values, confidence=0.5, seed=0)
+    coverage50 = ((low50 <= true_mean) & (true_mean <= high50)).double().mean().item()
+    assert 0.38 <= coverage50 <= 0.62, coverage50
+
+
+def test_benjamini_hochberg_hand_computed():
+    p = [0.01, 0.04, 0.03, 0.20, 0.005]
+    # sorted: 0.005 0.01 0.03 0.04 0.20 -> * 5 / rank: 0.025 0.025 0.05 0.05 0.20 (already monotone)
+    reject, adjusted = benjamini_hochberg(p, alpha=0.05)
+    np.testing.assert_allclose(adjusted, [0.025, 0.05, 0.05, 0.20, 0.025])
+    assert reject.tolist() == [True, True, True, False, True]
+    # step-up: a later small ratio pulls earlier ones down
+    _, adjusted = benjamini_hochberg([0.02, 0.03, 0.035], alpha=0.05)
+    np.testing.assert_allclose(adjusted, [0.035, 0.035, 0.035])
+
+
+def test_benjamini_hochberg_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    if not hasattr(stats, "false_discovery_control"):
+        pytest.skip("scipy too old for false_discovery_control")
+    p = np.random.default_rng(0).uniform(size=(6, 7)) ** 3
+    _, adjusted = benjamini_hochberg(p)
+    np.testing.assert_allclose(adjusted, stats.false_discovery_control(p.ravel()).reshape(6, 7), rtol=1e-12)
+
+
+def test_benjamini_hochberg_nan_and_errors():
+    reject, adjusted = benjamini_hochberg([0.01, np.nan, 0.02])
+    assert np.isnan(adjusted[1]) and not reject[1]
+    np.testing.assert_allclose(adjusted[[0, 2]], [0.02, 0.02])  # m counts only the valid tests
+    with pytest.raises(ValueError, match="alpha=1.5"):
+        benjamini_hochberg([0.1], alpha=1.5)
+
+
+def _uniformity(p: torch.Tensor) -> float:
+    from scipy.stats import kstest
+
+    return kstest(p.numpy().ravel(), "uniform").pvalue
+
+
+def test_permutation_test_null_is_roughly_uniform():
+    pytest.importorskip("scipy")
+    generator = torch.Generator().manual_seed(3)
+    a, b = torch.randn(15, 300, generator=generator), torch.randn(20, 300, generator=generator)
+    p = permutation_test(a, b, n_permutations=400, seed=1)
+    assert p.shape == (300,) and (p > 0).all() and (p <= 1).all()
+    assert _uniformity(p) > 0.001
+    assert 0.02 <= (p <= 0.05).double().mean().item() <= 0.09
+    shifted = permutation_test(a + 1.5, b, n_permutations=400, seed=1)
+    assert (shifted < 0.05).double().mean() > 0.95  # power against a clear shift
+    less = permutation_test(a + 1.5, b, alternative="less", n_permutations=200, seed=1)
+    assert (less > 0.5).all()
+
+
+def test_sign_flip_test_null_is_roughly_uniform():
+    pytest.importorskip("scipy")
+    generator = torch.Generator().manual_seed(4)
+    effects = torch.randn(25, 300, generator=generator)
+    p = sign_flip_test(effects, n_permutations=400, seed=2)
+    assert _uniformity(p) > 0.001
+    assert (sign_flip_test(effects + 1.0, n_permutations=400) < 0.05).double().mean() > 0.95
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: bootstrap(v),
+    lambda v: sign_flip_test(v),
+    lambda v: permutation_test(v, torch.ones(5, 2)),
+])
+def test_too_few_prompts_and_nan(fn):
+    with pytest.raises(TooFewPrompts, match="at least 2 prompts, got 1"):
+        fn(torch.ones(1, 2))
+    bad = torch.ones(5, 2)
+    bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        fn(bad)
+
+
+def test_bad_alternative():
+    with pytest.raises(ValueError, match="alternative='bigger'"):
+        sign_flip_test(torch.ones(4, 2), alternative="bigger")
+
+
+def test_head_frame():
+    generator = torch.Generator().manual_seed(0)
+    per_prompt = {"a": torch.rand(10, 2, 3, generator=generator), "b": torch.rand(10, 2, 3, generator=generator)}
+    frame = head_frame(per_prompt, seed=0)
+    assert list(frame.columns) == ["layer", "head", "a", "a_ci_low", "a_ci_high", "b", "b_ci_low", "b_ci_high", "n_prompts"]
+    assert len(frame) == 6 and (frame["n_prompts"] == 10).all()
+    row = frame[(frame["layer"] == 1) & (frame["head"] == 2)].iloc[0]
+    assert row["a"] == pytest.approx(per_prompt["a"][:, 1, 2].double().mean().item())
+    assert row["a_ci_low"] <= row["a"] <= row["a_ci_high"]
+    single = head_frame({"a": torch.rand(1, 2, 3)})
+    assert single["a_ci_low"].isna().all() and (single["n_prompts"] == 1).all()
+    with pytest.raises(ValueError, match="shape"):
+        head_frame({"a": torch.rand(4, 2, 3), "b": torch.rand(4, 2, 2)})
+    with pytest.raises(ValueError, match="at least one metric"):
+        head_frame({})
