@@ -18,13 +18,14 @@ Presets (each cites where its threshold comes from):
 
 Evidence (the kinds of `interp.claims`), as implemented here:
 - observational: the metric per prompt, mean and bootstrap CI against the threshold;
-- control_shuffled: the metric on shuffled-token prompts (`interp.data.shuffled`). Every
-  metric here is defined relative to what the claim says the head tracks (an offset, or the
-  tokens themselves: the induction target is recomputed from the shuffled tokens), so a true
-  claim keeps its metric above the threshold. A head that copies from a fixed offset looks like
-  an induction head on repeated prompts of one length, and fails this control (its target moves
-  with the tokens, its attention does not); conversely a `positional` claim at that offset holds
-  on the repeated prompts and fails on shuffled ones when the head really does induction;
+- control_shuffled: shuffled-token prompts (`interp.data.shuffled`). Positional claims: the
+  metric, recomputed there, must still clear the threshold (position does not care which tokens
+  sit where). Content claims (induction, duplicate-token), on prompts with a known repeat
+  structure: the head's attention to where the repeat target *was* (a fixed relative offset) must
+  drop below the threshold, since the tokens have moved. A head that copies from a fixed offset
+  looks like an induction head on repeats of one length, keeps that attention, and is refuted;
+  conversely a `positional` claim at the repeat distance can hold on the repeated prompts and is
+  refuted on shuffled ones when the head really does induction;
 - control_random_init: the metric on a randomly initialised model of the same shape
   (`type(model)(dataclasses.replace(model.cfg, seed=...))`) must be below the threshold and
   below the trained model's (paired per prompt); a random model that clears the threshold shows
@@ -70,7 +71,7 @@ from torch import nn
 
 from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
-from interp.capture import BatchContext, PerPromptAccumulator, stream
+from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
     Claim,
     Context,
@@ -103,6 +104,7 @@ DUPLICATE = "Olsson et al. 2022; Wang et al. 2022"
 ELHAGE = "Elhage et al. 2021; Olsson et al. 2022"
 SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
 INDUCTION_METRICS = ("induction", "duplicate_token")
+REPEAT_POSITION_METRICS = ("induction_position", "duplicate_position")
 
 
 # --------------------------------------------------------------------------- metrics
@@ -114,14 +116,17 @@ def _keep(ctx: Context, obj: Any) -> Any:
     return obj
 
 
-def _shuffled(ctx: Context, prompts: PromptSet) -> PromptSet:
-    """The shuffled-token control of `prompts` (seeded by the context); repeat bookkeeping dropped,
-    since after shuffling the repeats are wherever the tokens went."""
+def _shuffled(ctx: Context, prompts: PromptSet, *, keep_repeats: bool = False) -> PromptSet:
+    """The shuffled-token control of `prompts` (seeded by the context). By default the repeat
+    bookkeeping (`meta["prefix_len"]`...) is dropped, since after shuffling the repeats are wherever
+    the tokens went; `keep_repeats=True` keeps it, to measure attention to where the repeats *were*."""
     def make():
         control = shuffled(prompts, seed=ctx.seed)
+        if keep_repeats:
+            return _keep(ctx, control)
         meta = {k: v for k, v in control.meta.items() if k not in ("prefix_len", "offset", "n_repeats")}
         return _keep(ctx, dataclasses.replace(control, meta=meta))
-    return ctx.cached(("shuffled", id(prompts)), make)
+    return ctx.cached(("shuffled", id(prompts), keep_repeats), make)
 
 
 def random_init_model(model: nn.Module, seed: int) -> nn.Module:
@@ -168,6 +173,24 @@ def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str,
             "first_hits": first_hits, "first_count": first_count.contiguous()}
 
 
+def reduce_repeat_positions(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
+    """pattern (batch, head, query, key) -> (batch, head): mean weight of the repeat queries
+    (q >= offset + prefix_len, from the prompts' meta) on the key prefix_len - 1 back
+    ("induction_position": where the induction target sits in an unshuffled repeat) and prefix_len
+    back ("duplicate_position"). Fixed relative offsets: they do not follow the tokens."""
+    prefix_len, offset = ctx.meta["prefix_len"], ctx.meta.get("offset", 0)
+    n = pattern.shape[-1]
+    queries = ctx.real.clone()  # (batch, query)
+    queries[:, : offset + prefix_len] = False
+    out = {}
+    for name, back in (("induction_position", prefix_len - 1), ("duplicate_position", prefix_len)):
+        weight = pattern.float().diagonal(offset=-back, dim1=-2, dim2=-1)  # (batch, head, query - back)
+        weight = F.pad(weight, (back, 0))  # (batch, head, query): 0 where the key would be before position 0
+        mask = queries[:, None, :].float()
+        out[name] = (weight * mask).sum(-1) / mask.sum(-1)
+    return out
+
+
 def argmax_offsets_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> dict[str, torch.Tensor]:
     """{"hits", "count": (prompt, layer, head, offset), "first_hits", "first_count": (prompt, layer, head)}."""
     acc = stream(model, prompts, reduce_argmax_offsets, batch_size=batch_size, accumulator=PerPromptAccumulator())
@@ -197,6 +220,14 @@ def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, pr
             except NoRepeats as error:
                 raise Inconclusive(f"the prompts lack what an {metric} claim needs: {error}") from None
         values = ctx.cached(("induction", id(model), id(prompts)), induction)[metric]
+    elif metric in REPEAT_POSITION_METRICS:
+        if "prefix_len" not in prompts.meta:
+            raise Inconclusive(f"{metric} needs prompts with a known repeat structure (meta prefix_len, from "
+                               "interp.data.repeated_tokens); these prompts have none.")
+        if prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] >= prompts.n_pos:
+            raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={prompts.meta['prefix_len']}).")
+        values = ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(
+            model, prompts, reduce_repeat_positions, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result())[metric]
     elif metric.startswith("argmax_at:"):
         offset = metric.split(":", 1)[1]
         counts = ctx.cached(("argmax", id(model), id(prompts)),
@@ -210,7 +241,7 @@ def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, pr
                 raise Inconclusive(f"offset {k} does not fit prompts of {prompts.n_pos} positions.")
             values = counts["hits"][..., index] / counts["count"][..., index]
     else:
-        known = list(POSITIONAL_METRICS) + list(INDUCTION_METRICS) + ["argmax_at:K"]
+        known = list(POSITIONAL_METRICS) + list(INDUCTION_METRICS) + list(REPEAT_POSITION_METRICS) + ["argmax_at:K"]
         raise ValueError(f"unknown head metric {metric!r}; expected one of {known}.")
     if torch.isnan(values).all():
         raise Inconclusive(f"{metric} is undefined on these prompts (e.g. next_token on a causal model, or "
@@ -288,9 +319,18 @@ class Observational:
 
 @dataclass(frozen=True)
 class ShuffledControl:
-    """The metric on shuffled-token prompts. expect="stay": it must still clear the threshold (the
-    metric follows what the claim says the head tracks); expect="drop": it must fall below the
-    threshold and below the original (paired), for a metric tied to the original token order."""
+    """The claim's metric on shuffled-token prompts (`interp.data.shuffled`, seeded by the context).
+
+    expect="stay" (positional claims): the metric, recomputed on the shuffled prompts, must still
+    clear the threshold: attention tied to position does not care which tokens sit there.
+    expect="drop" (content claims, on prompts with a known repeat structure): the head's attention
+    to where the repeat *was* before shuffling (`claim.params["position_metric"]`, e.g. the key
+    prefix_len - 1 back for induction) must fall below the threshold, and below its value on the
+    original prompts (paired). A head that copies from a fixed offset keeps it and is refuted.
+    The token-defined metric on the shuffled prompts (does the head follow the moved repeats?) is
+    reported beside it, as `follows_tokens`, not judged: shuffled sequences are off the training
+    distribution, so real heads weaken there.
+    """
 
     expect: ShuffleExpect = "stay"
     decisive: bool = True
@@ -299,22 +339,29 @@ class ShuffledControl:
         if self.expect not in get_args(ShuffleExpect):
             raise ValueError(f"expect={self.expect!r}; expected one of {list(get_args(ShuffleExpect))}.")
         observe = claim.evidence["observational"]
-        control = _shuffled(ctx, ctx.prompts)
-        values = observe.values(claim, ctx, prompts=control)
         threshold = claim.thresholds["observational"]
+        metric = _claim_metric(claim, ctx)
         if self.expect == "stay":
-            ev = threshold_evidence("control_shuffled", values, threshold, ctx, decisive=self.decisive,
-                                    what=f"{claim.label} {_claim_metric(claim, ctx)} on shuffled tokens")
-            return ev
-        original = observe.values(claim, ctx)
+            values = observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts))
+            return threshold_evidence("control_shuffled", values, threshold, ctx, decisive=self.decisive,
+                                      what=f"{claim.label} {metric} on shuffled tokens")
+        position_metric = claim.params.get("position_metric")
+        if position_metric is None:
+            raise ValueError(f"claim {claim.name!r} has no params['position_metric'] for expect='drop'; "
+                             f"use one of {list(REPEAT_POSITION_METRICS)}.")
+        layer, head = claim.layer, claim.head
+        original = head_metric(ctx, position_metric)[:, layer, head]
+        values = head_metric(ctx, position_metric, prompts=_shuffled(ctx, ctx.prompts, keep_repeats=True))[:, layer, head]
         below = Threshold(threshold.value, threshold.source, "below" if threshold.direction == "above" else "above")
         level = threshold_evidence("control_shuffled", values, below, ctx, decisive=self.decisive, label="shuffled-level",
-                                   what=f"{claim.label} {_claim_metric(claim, ctx)} on shuffled tokens")
+                                   what=f"{claim.label} attention where the repeat was ({position_metric}) on shuffled tokens")
         drop = difference_evidence("control_shuffled", original, values, ctx, what="drop from shuffling", label="shuffled-drop")
+        follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
         passed = True if (level.passed and drop.passed) else False if level.passed is False else None
-        return dataclasses.replace(level, passed=passed, p_value=max(level.p_value, drop.p_value),
-                                   rule=f"shuffled {below.rule()} and drop CI > 0",
-                                   detail=f"{level.detail}; {drop.detail}", extra={"drop": drop.effect})
+        return dataclasses.replace(
+            level, passed=passed, p_value=max(level.p_value, drop.p_value), rule=f"shuffled {below.rule()} and drop CI > 0",
+            detail=f"{level.detail}; {drop.detail}; {metric} following the shuffled tokens = {follows:.3f}",
+            extra={"drop": drop.effect, "follows_tokens": follows})
 
 
 @dataclass(frozen=True)
@@ -425,42 +472,66 @@ def _ablated_loss(ctx: Context, layer: int, head: int) -> torch.Tensor:
                           lambda batch: ablate(ctx.model, [(layer, head)], "mean", reference=reference, seed=ctx.seed))
 
 
-def comparable_heads(model: nn.Module, layer: int, head: int) -> list[tuple[int, int]]:
-    """The other heads of the same layer (all other heads when the layer has only one)."""
+def comparable_heads(model: nn.Module, layer: int, head: int, has_role: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """Heads to compare an ablation with: those of the same layer that do not share the claimed role
+    (`has_role`: (layer, head) bool from the claim's metric); failing that, such heads in later layers.
+    Earlier layers are never used: they may feed the head (an induction head needs its previous-token
+    head), so their ablation effect is not a fair baseline. Empty when every candidate shares the role."""
     from interp.interventions import all_heads
 
-    heads = all_heads(model)
-    same = [(l, h) for l, h in heads if l == layer and h != head]
-    return same or [(l, h) for l, h in heads if (l, h) != (layer, head)]
+    lacks = (lambda l, h: True) if has_role is None else (lambda l, h: not bool(has_role[l, h]))
+    heads = [(l, h) for l, h in all_heads(model) if (l, h) != (layer, head) and lacks(l, h)]
+    same = [(l, h) for l, h in heads if l == layer]
+    return same or [(l, h) for l, h in heads if l > layer]
 
 
 @dataclass(frozen=True)
 class Necessity:
-    """Mean-ablating the head raises the behaviour loss more than mean-ablating a comparable head:
-    per prompt, dL(head) - mean over comparable heads of dL(other), with a sign-flip test."""
+    """Mean-ablating the head raises the behaviour loss more than mean-ablating a comparable head: per
+    prompt, dL(head) - mean over comparable heads of dL(other), with a sign-flip test. Comparable heads
+    lack the claimed role (`comparable_heads`); when every head of the layer shares it (redundant
+    heads), the comparison is with zero, and the detail says so. With several heads in the role, the
+    loss when they are ablated together is reported too (`delta_loss_role_group`)."""
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
-        mask, behaviour = behaviour_mask(ctx.prompts)
+        _, behaviour = behaviour_mask(ctx.prompts)
         clean = _clean_loss(ctx)
         layer, head = claim.layer, claim.head
         delta = _ablated_loss(ctx, layer, head) - clean  # (prompt,)
-        others = comparable_heads(ctx.model, layer, head)
-        if not others:
-            raise Inconclusive("the model has a single head: nothing to compare the ablation with.")
-        delta_others = torch.stack([_ablated_loss(ctx, l, h) - clean for l, h in others]).mean(0)
+        observe = claim.evidence["observational"]
+        scores = observe.head_scores(claim, ctx) if hasattr(observe, "head_scores") else None
+        threshold = claim.thresholds["observational"]
+        has_role = None if scores is None else np.vectorize(lambda v: threshold.judge(v, v) is True)(scores)
+        others = comparable_heads(ctx.model, layer, head, has_role)
+        if others:
+            delta_others = torch.stack([_ablated_loss(ctx, l, h) - clean for l, h in others]).mean(0)
+            against = f"{float(delta_others.mean()):.4g} for {len(others)} comparable heads without the role"
+        else:
+            delta_others = torch.zeros_like(delta)
+            against = "0 (every other head of this layer and later shares the role: compared with no effect)"
         extra = {"delta_loss": float(delta.mean()), "delta_loss_comparable": float(delta_others.mean()),
                  "loss_clean": float(clean.mean())}
-        advantage = ""
+        group = [(layer, h) for h in range(len(has_role[layer])) if has_role[layer, h]] if has_role is not None else []
+        if (layer, head) in group and len(group) > 1:
+            reference = _reference(ctx)
+            together = behaviour_loss(ctx, ("ablate-group",) + tuple(group), lambda batch: ablate(
+                ctx.model, group, "mean", reference=reference, seed=ctx.seed)) - clean
+            extra["delta_loss_role_group"] = float(together.mean())
+        notes = ""
         if "prefix_len" in ctx.prompts.meta:
             # how much of the repeated copies' advantage over the first copy the ablation removes
             first = behaviour_loss(ctx, ("clean",), part="first_copy")
             gap = float(first.mean() - clean.mean())
-            extra.update(loss_first_copy=float(first.mean()), advantage_removed=float(delta.mean()) / gap if gap > 0 else math.nan)
-            advantage = f"; removes {extra['advantage_removed']:.0%} of the repeat advantage" if gap > 0 else ""
+            if gap > 0:
+                extra.update(loss_first_copy=float(first.mean()), advantage_removed=extra["delta_loss"] / gap)
+                notes = f"; removes {extra['advantage_removed']:.0%} of the repeat advantage"
+                if "delta_loss_role_group" in extra:
+                    extra["advantage_removed_role_group"] = extra["delta_loss_role_group"] / gap
+                    labels = "+".join(f"L{l}H{h}" for l, h in group)
+                    notes += f", {labels} together {extra['advantage_removed_role_group']:.0%}"
         ev = difference_evidence("necessity", delta, delta_others, ctx, what=f"ablating {claim.label} minus comparable heads",
                                  extra=extra)
-        return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (dL {float(delta.mean()):.4g} vs "
-                                              f"{float(delta_others.mean()):.4g} for {len(others)} comparable heads{advantage})")
+        return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (dL {extra['delta_loss']:.4g} vs {against}{notes})")
 
 
 def ideal_for(claim: Claim, causal: bool = True) -> Callable[[PromptSet], Any]:
@@ -517,7 +588,13 @@ def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any]
 @dataclass(frozen=True)
 class Sufficiency:
     """Substituting the idealised pattern recovers the behaviour: fraction of loss recovered
-    (L_ablated - L_substituted) / (L_ablated - L_clean), against the claim's sufficiency threshold."""
+    (L_ablated - L_substituted) / (L_ablated - L_clean), against the claim's sufficiency threshold.
+
+    Beside it (extra `recovered_by_mean_pattern`, not judged): the fraction recovered by the head's
+    own average pattern over the prompts, a content-free version of what it really does. When the
+    idealised pattern fails but the average one recovers, the head's role is positional but not the
+    exact one the claim describes (e.g. a 'previous-token' head whose readers need its mix of
+    previous, current and earlier tokens)."""
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         _, behaviour = behaviour_mask(ctx.prompts)
@@ -534,11 +611,31 @@ class Sufficiency:
                             None, False, len(clean),
                             f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
                             "so the fraction recovered is undefined", extra)
+        note = ""
+        mean_pattern = _mean_pattern(ctx, claim.layer, claim.head)
+        if mean_pattern is not None:
+            averaged = _substituted(ctx, claim, lambda batch: mean_pattern, ("mean-pattern",))
+            extra["recovered_by_mean_pattern"] = float((ablated - averaged).mean() / denominator.mean())
+            note = f"; the head's own average pattern recovers {extra['recovered_by_mean_pattern']:.3f}"
         ev = ratio_evidence("sufficiency", ablated - substituted, denominator, claim.thresholds["sufficiency"], ctx,
                             what=f"fraction of loss recovered by the ideal {claim.params.get('ideal')} pattern in {claim.label}",
                             extra=extra)
         return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4f}, "
-                                              f"ablated {extra['loss_ablated']:.4f}, substituted {extra['loss_substituted']:.4f})")
+                                              f"ablated {extra['loss_ablated']:.4f}, substituted {extra['loss_substituted']:.4f}){note}")
+
+
+def _mean_pattern(ctx: Context, layer: int, head: int) -> torch.Tensor | None:
+    """The head's (query, key) pattern averaged over the prompts; None for padded prompts, whose
+    positions do not line up."""
+    if ctx.prompts.attention_mask is not None:
+        return None
+
+    def compute() -> torch.Tensor:
+        acc = stream(ctx.model, ctx.prompts, lambda pattern, _: {"pattern": pattern.float()}, layers=[layer],
+                     batch_size=ctx.batch_size, accumulator=MomentAccumulator())
+        mean = acc.result()["pattern"]["mean"][0].float()  # (head, query, key)
+        return mean / mean.sum(-1, keepdim=True)  # renormalise away float error
+    return ctx.cached(("mean-pattern", id(ctx.model), id(ctx.prompts), layer), compute)[head]
 
 
 @dataclass(frozen=True)
@@ -636,23 +733,23 @@ def local_window_head(layer: int, head: int, *, threshold: float = 0.5, window: 
 def induction_head(layer: int, head: int, *, threshold: float = 0.5, copying: float = 0.0, sufficiency: float = 0.5) -> Claim:
     """An induction head (Olsson et al. 2022): on repeated random tokens, more than `threshold` of the
     attention of repeat queries on the token after the earlier occurrence of the current token
-    (prefix matching), an OV circuit that copies (eigenvalue copying score > `copying`), and the same
-    on shuffled tokens, where the repeats sit at random distances (so copying from a fixed offset fails)."""
+    (prefix matching), an OV circuit that copies (eigenvalue copying score > `copying`), and no such
+    attention to where the target *was* once the tokens are shuffled (copying from a fixed offset fails)."""
     claim = _pattern_claim("induction", layer, head,
                            f"{_label(layer, head)} is an induction head (prefix matching > {threshold:g}, copying OV)",
-                           "induction", Threshold(threshold, OLSSON), "induction", ShuffledControl("stay", decisive=True),
-                           sufficiency)
+                           "induction", Threshold(threshold, OLSSON), "induction", ShuffledControl("drop", decisive=True),
+                           sufficiency, position_metric="induction_position")
     thresholds = {**claim.thresholds, "copying": Threshold(copying, ELHAGE)}
     return dataclasses.replace(claim, thresholds=thresholds)
 
 
 def duplicate_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """More than `threshold` of the attention of repeat queries on earlier occurrences of the current token
-    (Olsson et al. 2022; Wang et al. 2022), also on shuffled tokens."""
+    (Olsson et al. 2022; Wang et al. 2022), not to where they *were* once the tokens are shuffled."""
     return _pattern_claim("duplicate_token", layer, head,
                           f"{_label(layer, head)} attends to earlier occurrences of the current token (> {threshold:g})",
                           "duplicate_token", Threshold(threshold, DUPLICATE), "duplicate_token",
-                          ShuffledControl("stay", decisive=True), sufficiency)
+                          ShuffledControl("drop", decisive=True), sufficiency, position_metric="duplicate_position")
 
 
 def positional_head(layer: int, head: int, *, offset: int | str | None = None, threshold: float = 0.9) -> Claim:

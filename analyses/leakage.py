@@ -26,7 +26,12 @@ time leaks with no attention at all), so the verdict rests on what the outputs d
 Vocabulary: a *cut* t splits a sequence into observed positions <= t and changed positions > t;
 *influence* is the largest absolute change of an observed output divided by the root mean square
 of the outputs (so 1e-4 means a change of 1e-4 of the output scale); it is 0.0 exactly when
-nothing moved. Influences at or below `tol` are float rounding ("numerical noise").
+nothing moved. Influences at or below `tol` (default 2e-5) are float rounding ("numerical
+noise"): on 190 audits of the zoo's correct models rounding reached 2.4e-6 and on the 4-layer
+benchmark model 4.3e-6 (comparing different lengths runs different kernels), while the
+smallest planted leak (about 1e-4 of the output) measured 9e-5 or more. A decoder that numbers
+positions from the start of a left-padded row (Hugging Face GPT-2 without position_ids) gets a
+note, not a leak: no information flows from the pads, which the pad-content test checks.
 Bidirectional encoders (cfg.causal False, or Hugging Face attention modules with is_causal
 False) are reported as bidirectional by design; their padding mask is audited instead.
 """
@@ -57,6 +62,8 @@ METHOD_KIND: dict[str, str] = {
 TRUSTED = ("truncation", "perturbation", "gradient", "batch", "padding")  # "pattern" never decides alone
 TABLE_COLUMNS = ["method", "site", "length", "query_pos", "source_pos", "influence", "detail"]
 MAX_ROWS_PER_METHOD = 200
+DEFAULT_TOL = 2e-5  # float32: rounding measured <= 4.3e-6, the smallest planted leak >= 9e-5
+HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +166,7 @@ class ModelAdapter:
         self.max_rows: int | None = None
         params = list(self.module.parameters()) if self.module is not None else []
         self.device = params[0].device if params else torch.device("cpu")
+        self.dtype = params[0].dtype if params else torch.float32
 
     def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                  finite_where: torch.Tensor | None = None, check_finite: bool = True) -> torch.Tensor:
@@ -183,7 +191,7 @@ class ModelAdapter:
                 f"per position, shaped (batch, seq, ...) = ({batch}, {n_pos}, ...).{hint} Wrap the model, e.g. "
                 "`audit(lambda tokens: model(tokens).logits)`."
             )
-        out = out.reshape(batch, n_pos, -1).float()
+        out = out.reshape(batch, n_pos, -1).float().cpu()  # comparisons run on the CPU, in float32
         if check_finite:
             watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
             if not torch.isfinite(watched).all():
@@ -397,7 +405,7 @@ def gradient(adapter: ModelAdapter, embed: nn.Module, prompt: torch.Tensor, tol:
             project = torch.randn(out.shape, generator=generator).to(out.device)
             project = project * (torch.arange(n_pos) == mine[:, None]).to(out.device)[..., None]
             (grad,) = torch.autograd.grad((out * project).sum(), leaves[0])
-        norms = grad.detach().flatten(2).norm(dim=-1).cpu()  # (copy, source)
+        norms = grad.detach().float().flatten(2).norm(dim=-1).cpu()  # (copy, source)
         earlier = torch.arange(n_pos) <= mine[:, None]  # (copy, source)
         allowed = norms.masked_fill(~earlier, 0.0).amax(dim=-1, keepdim=True).clamp_min(1e-30)
         influence[mine] = (norms / allowed).masked_fill(earlier, math.nan)
@@ -656,7 +664,7 @@ class LeakageReport:
     table: pd.DataFrame
     sites: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["kind", "order", "site", "influence", "query_pos", "leaks"]))
     first_leaking_sites: dict[str, str | None] = field(default_factory=dict)  # per leak kind
-    tol: float = 2e-5
+    tol: float = DEFAULT_TOL
     lengths: tuple[int, ...] = ()
     n_prompts: int = 0
     methods: tuple[str, ...] = ()
@@ -776,6 +784,22 @@ def _resolve_sizes(model: Any, max_len: int | None, vocab_size: int | None,
     return max_len, vocab, lengths
 
 
+def _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts, draws, max_cuts, grad_len) -> int:
+    """Progress-bar steps: one per truncation prefix, perturbation or gradient chunk, other method."""
+    steps = 1 + sum(m in methods for m in ("batch", "padding"))  # + localisation
+    if bidirectional:
+        return steps
+    steps += max_len - 1 if "truncation" in methods else 0
+    steps += "pattern" in methods
+    if "perturbation" in methods:
+        for length in lengths:
+            cuts = length - 1 if max_cuts is None else min(length - 1, max_cuts)
+            steps += math.ceil(n_prompts * cuts * draws / adapter.rows_per_forward(length))
+    if "gradient" in methods:
+        steps += math.ceil((grad_len - 1) / adapter.rows_per_forward(grad_len))
+    return steps
+
+
 def _localisation_length(found: dict[int, torch.Tensor]) -> int:
     odd = [length for length in found if length % 2 and length >= 5]
     return max(odd) if odd else max(found)
@@ -788,7 +812,7 @@ def audit(
     vocab_size: int | None = None,
     n_prompts: int = 2,
     seed: int = 0,
-    tol: float = 2e-5,
+    tol: float | None = None,
     lengths: Sequence[int] | None = None,
     methods: Sequence[str] = METHODS,
     draws: int = 2,
@@ -804,7 +828,10 @@ def audit(
     max_len: longest length audited (default cfg.n_ctx); lengths: the lengths perturbed (default
     max_len, an odd middle length and 5; truncation always covers every length up to max_len);
     draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all; truncation and the
-    gradient cover every cut regardless); gradient_len: length of the Jacobian test.
+    gradient cover every cut regardless); gradient_len: length of the Jacobian test; tol: largest
+    influence called rounding (default 2e-5, or 2e-2 for float16 / bfloat16 models). Cost: the
+    truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
+    long contexts pass a smaller max_len or watch `progress=True`.
     """
     start = time.perf_counter()
     if isinstance(model, (str, os.PathLike)):
@@ -814,19 +841,21 @@ def audit(
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; expected a subset of {list(METHODS)}.")
+    adapter = ModelAdapter(model)
+    if tol is None:  # rounding of the model's own precision: half-precision models round 1e3 times coarser
+        tol = HALF_PRECISION_TOL if adapter.dtype in (torch.float16, torch.bfloat16) else DEFAULT_TOL
     if not (isinstance(tol, (int, float)) and tol > 0):
         raise ValueError(f"tol={tol!r} must be a positive number (an influence relative to the output scale), e.g. 2e-5.")
     if n_prompts < 1 or draws < 1:
         raise ValueError(f"n_prompts={n_prompts} and draws={draws} must both be at least 1.")
-    adapter = ModelAdapter(model)
     max_len, vocab, lengths = _resolve_sizes(model, max_len, vocab_size, lengths)
     methods = tuple(m for m in METHODS if m in methods)
     bidirectional = declared_bidirectional(model)
     pad_id = pad_token_id if pad_token_id is not None else getattr(_config(model), "pad_token_id", None) or 0
 
     n_rows = max(n_prompts, 2)
-    total = len(methods) + (max_len if "truncation" in methods and not bidirectional else 0) + 3 * len(lengths)
-    tick = _Progress(progress, total)
+    tick = _Progress(progress, _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts, draws,
+                                               max_cuts, min(gradient_len, max_len)))
     rows: list[dict] = []
     notes: list[str] = []
     site_tables: list[pd.DataFrame] = []

@@ -43,6 +43,9 @@ from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 
 MARKER = ".interp-report"  # a file in every report directory: `interp demo` may replace such a directory
+# evidence for models without a meaningful loss (encoders, random task heads): ablation evidence
+# would measure a random head's logits, and a bridge cannot be rebuilt at random initialisation
+NO_LOSS_EVIDENCE = ("observational", "control_shuffled")
 MAX_CARDS = 64  # more heads than this make an unreadable page: narrow with layers= / heads=
 DEFAULT_N = 64  # prompts for the observational metrics
 TOP_PAIRS = 3  # most similar head pairs tested by joint ablation
@@ -342,7 +345,8 @@ def compute(
         patterns = run.run("mean patterns", lambda: mean_patterns(model, prompts, chosen_layers))
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
         offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
-        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen))
+        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
+                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE))
         similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
         importance = run.run("importance", lambda: _importance(model, prompts, seed=seed) if has_loss else None)
         redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed) if has_loss else None)
@@ -379,12 +383,12 @@ def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
     }
 
 
-def _claims(model, prompts, claims_file, *, seed: int, chosen) -> pd.DataFrame:
+def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) -> pd.DataFrame:
     """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims."""
     from analyses import head_claims
 
     frames = []
-    scan = head_claims.scan(model, prompts, seed=seed)
+    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence)
     frames.append(scan.assign(source="scan"))
     if claims_file is not None:
         from interp.testing import run_claims
@@ -464,7 +468,7 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
     kind = meta.get("kind", "tokens")
     desc = f"{len(prompts)} {kind} prompts of {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
     if kind == "repeated":
-        desc += f", a random block of {meta.get('prefix_len')} tokens repeated twice"
+        desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
     desc += ")"
     lines = [
         f"Prompts: {desc}. The prompt is the unit of statistics: every interval is a 95% percentile bootstrap "
@@ -474,20 +478,25 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         "Claims: `analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
         "it on the other half, never on the prompts that proposed it. Each claim needs observational evidence "
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
-        "shuffled-token prompts (position vs content) and on a randomly initialised model of the same shape"
-        + ("; necessity (ablation) and sufficiency (idealised pattern substitution) on the next-token loss" if has_loss else "")
+        "shuffled-token prompts (position vs content)"
+        + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
+           "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
+           "(uniform or permuted pattern) on the next-token loss" if has_loss else "")
         + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected over all "
         f"{len(claims)} claims tested (alpha 0.05).",
     ]
     if has_loss:
+        target = "on the repeated copies (what induction can predict)" if kind == "repeated" else "at every position"
         lines.append(
-            "Importance: the increase of the next-token loss when a head's output is replaced by its mean "
+            f"Importance: the increase of the next-token loss {target} when a head's output (z) is replaced by its "
+            "per-position mean over the prompts "
             f"(mean ablation). Joint ablation of the {TOP_PAIRS} most similar pairs: the pair's loss change against "
             "the sum of each alone (redundancy = together more than apart)."
         )
     else:
-        lines.append("Importance and ablations were skipped: the model has no meaningful next-token loss "
-                     "(a bidirectional encoder, or a task head initialised at random).")
+        lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
+                     "faithfulness) were skipped: the model has no meaningful next-token loss (a bidirectional "
+                     f"encoder, or a task head initialised at random); claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
     if leakage is not None:
         lines.append(
             f"Leakage audit (`analyses.leakage.audit`, sequences up to {leakage_len} tokens, seed {seed}): "
@@ -506,22 +515,56 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
         lk = data.leakage
         finding = {"exact_zero": "causal (no output moved)", "numerical_noise": "causal (float rounding only)",
                    "leak": "causal leak", "bidirectional": "bidirectional by design"}.get(lk["verdict"], lk["verdict"])
-        rows.append({"finding": finding, "heads": "model",
-                     "evidence": f"max influence {lk['max_influence']:.2g}" if lk.get("max_influence") is not None else "",
-                     "verdict": lk["verdict"]})
+        if lk["verdict"] == "bidirectional":
+            evidence = "padding " + (f"LEAK ({', '.join(lk['leaks'])})" if lk.get("leaks") else "inert")
+        elif lk.get("max_influence") is not None:
+            evidence = f"max influence {lk['max_influence']:.2g}" + (f" at {lk['first_leaking_site']}" if lk.get("first_leaking_site") else "")
+        else:
+            evidence = ""
+        rows.append({"finding": finding, "heads": "model", "evidence": evidence, "verdict": lk["verdict"]})
     claims = data.claims
     if len(claims):
-        supported = claims[claims["verdict"] == "supported"].sort_values(["p_adjusted", "label", "claim"])
-        for _, row in supported.head(limit).iterrows():
-            effect = row.get("observational")
-            low, high = row.get("observational_ci_low"), row.get("observational_ci_high")
-            evidence = f"{effect:.2f} [{low:.2f}, {high:.2f}], p_adj {row['p_adjusted']:.2g}" if _finite(effect) else f"p_adj {row['p_adjusted']:.2g}"
-            rows.append({"finding": str(row["claim"]), "heads": row["label"], "evidence": evidence, "verdict": "supported"})
+        ordered = claims.sort_values(["p_adjusted", "label", "claim"], kind="stable")
+        supported: dict[str, list] = {}
+        for _, row in ordered[ordered["verdict"] == "supported"].iterrows():
+            supported.setdefault(row["label"], []).append(row)
+        for label, group in list(supported.items())[:limit]:
+            rows.append({"finding": ", ".join(str(r["claim"]) for r in group), "heads": label,
+                         "evidence": _observed(group[0]) + f", p_adj {group[0]['p_adjusted']:.2g}", "verdict": "supported"})
+        # heads whose interpretation holds observationally but failed another test: worth a look, not a claim
+        if "observational_passed" in ordered.columns:
+            partial = ordered[(ordered["verdict"] == "inconclusive") & (ordered["observational_passed"] == True)]  # noqa: E712
+            partial = partial[~partial["label"].isin(list(supported))].drop_duplicates("label")
+            for _, row in partial.head(max(0, limit - len(supported))).iterrows():
+                rows.append({"finding": f"{row['claim']} (observational only)", "heads": row["label"],
+                             "evidence": f"{_observed(row)}; {_first_problem(row['reasons'])}", "verdict": "inconclusive"})
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
         rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
                      "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats", "verdict": "measured"})
+    if data.redundancy is not None and len(data.redundancy):
+        decided = data.redundancy[(data.redundancy["ci_low"] > 0) | (data.redundancy["ci_high"] < 0)]
+        if len(decided):
+            top = decided.loc[decided["interaction"].abs().idxmax()]
+            kind = "together more than apart (backup)" if top["interaction"] > 0 else "overlapping (together less than apart)"
+            rows.append({"finding": f"pair {kind}", "heads": f"{top['label_a']} ~ {top['label_b']}",
+                         "evidence": f"interaction {top['interaction']:+.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats",
+                         "verdict": "measured"})
     return pd.DataFrame(rows, columns=["finding", "heads", "evidence", "verdict"])
+
+
+def _observed(row) -> str:
+    effect, low, high = (row.get(k) for k in ("observational", "observational_ci_low", "observational_ci_high"))
+    return f"{row['claim']} {effect:.2f} [{low:.2f}, {high:.2f}]" if _finite(effect) else str(row["claim"])
+
+
+def _first_problem(reasons: str) -> str:
+    """'necessity undecided' from a claim's reasons: the first evidence that did not pass."""
+    for part in str(reasons).split("; "):
+        kind, _, rest = part.partition(" ")
+        if rest.startswith(("failed", "undecided")):
+            return f"{kind} {rest.split(':')[0]}"
+    return "not all tests passed"
 
 
 def _finite(value) -> bool:
@@ -734,11 +777,12 @@ def _html_table(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> st
 
 
 def _metric_rows(row: pd.Series) -> str:
-    names = [c for c in row.index if f"{c}_ci_low" in row.index]
+    names = [c for c in row.index if f"{c}_ci_low" in row.index and _finite(row[c])]  # NaN: undefined here
     rows = []
     for name in names:
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{_esc(row[name])}</td>"
-                    f"<td>[{_esc(row[name + '_ci_low'])}, {_esc(row[name + '_ci_high'])}]</td></tr>")
+        low, high = row[name + "_ci_low"], row[name + "_ci_high"]
+        interval = f"[{_esc(low)}, {_esc(high)}]" if _finite(low) else "(no interval: read from the weights)"
+        rows.append(f"<tr><td>{html.escape(name)}</td><td>{_esc(row[name])}</td><td>{interval}</td></tr>")
     return ("<table><thead><tr><th>metric</th><th>mean</th><th>95% CI</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 
@@ -753,11 +797,11 @@ def _claim_rows(claims: pd.DataFrame, label: str) -> str:
     for _, row in mine.iterrows():
         verdict = str(row["verdict"])
         statement = row.get("statement", row["claim"])
-        reasons = str(row.get("reasons", ""))
+        reasons = "".join(f"<li>{html.escape(r)}</li>" for r in str(row.get("reasons", "")).split("; ") if r)
         items.append(f'<li><span class="{html.escape(verdict)}">{html.escape(verdict)}</span> '
                      f'{html.escape(str(statement))} <span class="muted">({html.escape(str(row.get("source", "")))}, '
                      f'p<sub>adj</sub> {_esc(row["p_adjusted"])})</span>'
-                     f'<div class="reasons">{html.escape(reasons)}</div></li>')
+                     f'<ul class="reasons">{reasons}</ul></li>')
     return "<ul>" + "".join(items) + "</ul>"
 
 

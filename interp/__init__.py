@@ -40,6 +40,10 @@ _EXPORTS = {
     "Threshold": "interp.claims",
     "test_claims": "interp.claims",
     "evaluate_claims": "interp.claims",
+    "PromptSpec": "interp.specs",
+    "build_prompts": "interp.specs",
+    "read_claims": "interp.testing",
+    "run_claims": "interp.testing",
 }
 
 __all__ = sorted(_EXPORTS)

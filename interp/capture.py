@@ -135,8 +135,9 @@ def stream(
     (caught here; hooks are always removed), so nothing after that hook runs, not even the
     rest of its own layer; "stop_at_layer" passes `stop_at_layer` to a HookedGPT /
     HookedEncoder (the rest of the last layer runs, the unembedding does not); "auto" does
-    both on our models and "exception" on others; "none" runs the whole forward. `forward(model, batch)` overrides how a
-    batch is fed to the model (default `model(batch.tokens, **batch.model_kwargs())`).
+    both on our models and "exception" on others; "none" runs the whole forward.
+    `forward(model, batch)` overrides how a batch is fed to the model (default
+    `model(batch.tokens, **batch.model_kwargs())`; the batch is already on the model's device).
     """
     if early_stop not in get_args(EarlyStop):
         raise ValueError(f"early_stop={early_stop!r}; expected one of {list(get_args(EarlyStop))}.")

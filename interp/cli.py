@@ -140,7 +140,7 @@ def _frame_table(frame, title: str | None = None, columns: list[str] | None = No
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     table = Table(title=title, show_lines=False, header_style="bold")
     for column in columns:
-        table.add_column(str(column), overflow="fold", max_width=70 if column == "reasons" else None)
+        table.add_column(str(column), overflow="fold", max_width=70 if column in ("reasons", "reason") else None)
     colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
     for _, row in frame.head(max_rows).iterrows():
         cells = []
@@ -297,6 +297,15 @@ def _short_reasons(reasons: str, passed: bool) -> str:
     return reasons if not passed else reasons.split("; ")[0] + (" ..." if "; " in reasons else "")
 
 
+def _brief_reason(reasons: str, verdict: str, width: int = 110) -> str:
+    """The reason that decided a verdict: the first passed evidence if supported, else the first failure."""
+    parts = str(reasons).split("; ")
+    if verdict != "supported":
+        parts = [p for p in parts if "failed" in p or "undecided" in p or "too few" in p] or parts
+    text = parts[0]
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def cmd_scan(args) -> int:
     from analyses import head_claims
 
@@ -307,8 +316,13 @@ def cmd_scan(args) -> int:
     if args.supported_only:
         frame = frame[frame["verdict"] == "supported"]
     console = _out_console(args)
-    columns = ["claim", "layer", "head", "verdict", "p_adjusted", "reasons"]
-    console.print(_frame_table(frame, title=f"Scan of {args.spec or DEFAULT_SPEC} ({prompts.kind} prompts)", columns=columns))
+    shown = frame.assign(reason=[_brief_reason(r, v) for r, v in zip(frame["reasons"], frame["verdict"])])
+    columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
+    console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
+                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns))
+    counts = frame["verdict"].value_counts()
+    console.print(", ".join(f"{counts.get(v, 0)} {v}" for v in ("supported", "refuted", "inconclusive"))
+                  + " (full reasons in --json)")
     _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
     return EXIT_OK
 
@@ -519,7 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "train":
+        args.train_args = [*unknown, *args.train_args]  # models.train parses its own flags
+    elif unknown:
+        parser.parse_args(argv)  # the usual "unrecognized arguments" error, exit 2
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_INPUT

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal, Sequence, Union, get_args
 
 import einops
@@ -336,7 +336,12 @@ def ablate(
     site: AblationSite = "z",
     seed: int = 0,
 ) -> Iterator[nn.Module]:
-    """`with ablate(model, [(1, 3)], "mean", reference=prompts): model(tokens)`; hooks removed on exit."""
+    """`with ablate(model, [(1, 3)], "mean", reference=prompts): model(tokens)`; hooks removed on exit.
+
+    `reference` is a PromptSet (its activations are computed on entry: one forward over it) or
+    the `ReferenceActivations` of `reference_activations(model, prompts)`, to share them
+    between many ablations.
+    """
     ablation = HeadAblation(parse_heads(heads), kind, site)
     with hooked(model, ablation.hooks(model, reference, seed)):
         yield model

@@ -50,8 +50,12 @@ def bootstrap(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean over prompts and its percentile-bootstrap interval: values (prompt, ...) -> three (...) tensors."""
     values = _check_prompts(values, "bootstrap")
+    # chunk so one chunk of resamples holds ~4M doubles whatever the prompt count: memory stays flat
+    cells = max(1, values[0].numel())
+    chunk_size = max(1, min(256, 2**22 // (values.shape[0] * cells)))
     low, high = _tl_bootstrap_ci(
-        values, dim=0, confidence=confidence, n_resamples=n_resamples, generator=derive_generator(seed, label)
+        values, dim=0, confidence=confidence, n_resamples=n_resamples, generator=derive_generator(seed, label),
+        chunk_size=chunk_size,
     )
     return values.mean(0), low, high
 

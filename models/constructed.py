@@ -199,7 +199,8 @@ def pattern_heads(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     right on period-2 sequences), L0H1 first_token, L0H2 self_token, L0H3 uniform, L0H4 and
     L0H5 identical local_window heads (same W_Q, W_K, W_V, W_O). L0H1..L0H5 write to the
     `scratch` subspace, which nothing reads: each is dispensable (ablating it changes the loss
-    by exactly 0), and L0H0 is essential.
+    by exactly 0), and L0H0 is essential. L0H4 and L0H5 are identical but *not* redundant:
+    ablating both is as cheap as ablating one (a trap for redundancy claims read off similarity).
     """
     b = _Builder(1, 6, d_vocab, n_ctx, "constructed-pattern-heads")
     for head, role in enumerate(["previous_token", "first_token", "self_token", "uniform",
@@ -258,7 +259,9 @@ def induction_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     i.e. the position after an earlier occurrence of t, and its OV copies that key's token to
     the logits. With no earlier occurrence it attends to the BOS at position 0 and writes
     nothing. The other heads are dispensable (they write to `scratch`): L0H1 first_token,
-    L0H2 self_token, L0H3 uniform, L1H1 first_token, L1H2 self_token, L1H3 uniform.
+    L0H2 self_token, L0H3 uniform, L1H1 first_token, L1H2 self_token, L1H3 uniform
+    (L0Hk and L1Hk, k = 1..3, have identical weights and write identical outputs, yet are
+    not redundant: removing both costs nothing).
 
     On `repeated_tokens(n, L, d_vocab - 1, bos=d_vocab - 1)` whose prefix has no repeated token,
     the loss is ln(d_vocab - 1) on the first copy and ~0 on the second (all but the first

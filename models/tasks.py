@@ -28,9 +28,9 @@ class InductionTask:
 
     d_vocab: int = 64  # token ids are drawn uniformly from [0, d_vocab)
     n_pos: int = 128  # length of every training sequence
-    prefix_lens: tuple[int, ...] = tuple(n for n in range(4, 33) if n not in (7, 16, 25))  # drawn uniformly
-    held_out_prefix_lens: tuple[int, ...] = (7, 16, 25)  # never trained on; evaluated
-    max_offset: int = 32  # random tokens before the first copy: uniform in [0, max_offset]
+    prefix_lens: tuple[int, ...] = tuple(n for n in range(4, 56) if n not in (7, 16, 25, 37, 49))  # drawn uniformly
+    held_out_prefix_lens: tuple[int, ...] = (7, 16, 25, 37, 49)  # never trained on; evaluated
+    max_offset: int = 16  # random tokens before the first copy: uniform in [0, max_offset]
     bos_token: int | None = -1  # id put at position 0 with probability bos_prob; negative counts from the end
     # of the vocabulary (-1: d_vocab - 1); the id also occurs as an ordinary token
     bos_prob: float = 0.5

@@ -45,9 +45,9 @@ class TrainConfig:
 
     task: TaskName = "induction"  # which task in models.tasks
     seed: int = 0  # seeds the weight initialisation and the batch generator
-    steps: int = 1500  # optimiser steps
+    steps: int = 3000  # optimiser steps
     batch_size: int = 32  # sequences per step
-    lr: float = 1e-3  # peak AdamW learning rate
+    lr: float = 2e-3  # peak AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay
     warmup_steps: int = 100  # linear warm-up, then cosine decay to 10% of lr
     grad_clip: float = 1.0  # max gradient norm
@@ -117,8 +117,10 @@ def evaluation_grid(task: InductionTask) -> list[dict]:
     trained = [dict(prefix_len=12, offset=0, bos=bos), dict(prefix_len=20, offset=0, bos=None),
                dict(prefix_len=30, offset=10, bos=bos)]
     held_out = [dict(prefix_len=n, offset=0, bos=None) for n in task.held_out_prefix_lens]
-    longer = [dict(prefix_len=40, offset=0, bos=bos), dict(prefix_len=50, offset=0, bos=None)]
-    far = [dict(prefix_len=20, offset=task.max_offset + 8, bos=bos), dict(prefix_len=30, offset=60, bos=None)]
+    longest = max(task.prefix_lens)
+    longer = [dict(prefix_len=longest + 3, offset=0, bos=bos), dict(prefix_len=longest + 5, offset=0, bos=None)]
+    far = [dict(prefix_len=20, offset=40, bos=bos), dict(prefix_len=30, offset=60, bos=None),
+           dict(prefix_len=12, offset=100, bos=None)]
     rows = []
     for kind, settings in (("trained", trained), ("held-out length", held_out),
                            ("longer than trained", longer), ("unseen offset", far)):
@@ -212,8 +214,9 @@ heads formed. Every figure below was measured by the command that wrote this fil
 
 - seed {train_md['seed']}, {train_md['steps']} steps of batch {train_md['batch_size']} x {metadata['task']['n_pos']} tokens,
   AdamW lr {train_md['lr']} (warm-up {train_md['warmup_steps']}, cosine to 10%), weight decay {train_md['weight_decay']}
-- training took {metadata['train_seconds']:.0f} s on {metadata['threads']} torch thread(s)
-  ({metadata['machine']}; torch {metadata['torch']}); the whole command {metadata['total_seconds']:.0f} s
+- training took {metadata['train_seconds']:.0f} s wall, {metadata['train_cpu_seconds']:.0f} s CPU, on {metadata['threads']} torch
+  thread(s) ({metadata['machine']}; torch {metadata['torch']}; the machine's 2 cores were shared with other jobs,
+  so wall time exceeds CPU time); the whole command {metadata['total_seconds']:.0f} s wall, {metadata['total_cpu_seconds']:.0f} s CPU
 - task: a random prefix of length drawn from {min(metadata['task']['prefix_lens'])}..{max(metadata['task']['prefix_lens'])}
   (except the held-out {metadata['task']['held_out_prefix_lens']}), after 0..{metadata['task']['max_offset']} random
   tokens, repeated to fill {metadata['task']['n_pos']} positions; BOS id {metadata['task']['bos_token']} at
@@ -231,7 +234,9 @@ each (`models.tasks.evaluate_induction`; uniform guessing is ln {metadata['confi
 
 Previous-token score: mean attention from query q to q-1. Induction score: mean attention
 from a token of the second copy to the token after its earlier occurrence. Both averaged over
-the prompt settings above. Threshold {roles['thresholds']['prev_token']} for both.
+the prompt settings above. Threshold {roles['thresholds']['prev_token']} for both. Offsets of 60 and 100
+random tokens put chance repeats of prefix tokens before the prefix, which real induction
+also follows (hence the higher losses there).
 
 - previous-token heads: {', '.join(roles['previous_token_heads']) or 'none'}
 - induction heads: {', '.join(roles['induction_heads']) or 'none'}
@@ -247,8 +252,11 @@ second-copy loss {ablation['loss_second_intact']:.3f} -> {ablation['loss_second_
 ## Control: one fixed repeat length (not shipped)
 
 The same model shape trained for {control['steps']} steps (seed {control['seed']}) on BOS + prefix + prefix with
-the prefix length fixed at {control['prefix_len']} and no offset. It fits its training data but not other lengths
-or offsets, so a claim checked only there cannot tell induction from copying at a fixed offset:
+the prefix length fixed at {control['prefix_len']} and no offset (final training loss {control['final_train_loss']:.3f}).
+It fits its training length but fails on every other length: it copies from the fixed relative
+offset {control['prefix_len'] - 1} instead of matching tokens (with rotary position embeddings a relative
+offset works at any absolute position, so a shifted start still works). A claim checked only on
+the training length cannot tell this from induction; other lengths can:
 
 {_table(control['evaluation'])}
 
@@ -285,14 +293,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     train_cfg = TrainConfig(task=args.task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr)
     model_cfg = toy_induction_config(seed=args.seed, model_name=Path(args.out).name)
     task = InductionTask(d_vocab=model_cfg.d_vocab, n_pos=model_cfg.n_ctx)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     model, losses = train(model_cfg, train_cfg, task, progress=not args.no_progress)
-    train_seconds = time.perf_counter() - t0
+    train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
     results = measure(model, evaluation_grid(task))
     roles = head_roles(results)
     ablation = ablation_check(model, roles["previous_token_heads"] + roles["induction_heads"])
@@ -323,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {platform.system()}",
         "torch": torch.__version__,
         "train_seconds": round(train_seconds, 1),
+        "train_cpu_seconds": round(train_cpu_seconds, 1),
         "final_train_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "evaluation": results,
         "head_roles": roles,
@@ -330,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "control": control,
     }
     metadata["total_seconds"] = round(time.perf_counter() - started, 1)
+    metadata["total_cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     out = Path(args.out)
     save_checkpoint(model, out, metadata=metadata)
     write_card(out.with_name(out.name + ".md"), metadata)

@@ -210,3 +210,18 @@ def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
     assert cli.main(["audit-leakage", "models.constructed:induction_circuit", "--max-len", "4096", "-q"]) == 2
     err = capsys.readouterr().err
     assert "exceeds the model's context" in err and "Traceback" not in err
+
+
+def test_scan_json_lists_verdicts_for_every_head(capsys):
+    assert cli.main(["scan", "models.constructed:induction_circuit", "--n", "24", "-q", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    verdicts = {(r["label"], r["claim"]): r["verdict"] for r in rows}
+    assert verdicts[("L0H0", "previous_token")] == "supported"
+    assert verdicts[("L1H0", "induction")] == "supported"
+    assert {r["label"] for r in rows} == {f"L{l}H{h}" for l in range(2) for h in range(4)}
+
+
+def test_train_passes_its_arguments_through(capsys):
+    assert cli.main(["train", "--", "--help"]) == 0
+    assert "python -m models.train" in capsys.readouterr().out
+    assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # models.train's own usage error

@@ -20,7 +20,7 @@ from interp.interventions import (
     substitute_pattern,
     uniform_pattern,
 )
-from models import GPTConfig, HookedGPT
+from models import HookedGPT
 from models.constructed import redundant_pair, single_head
 
 

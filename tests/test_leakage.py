@@ -1,10 +1,8 @@
 """The leakage audit finds every planted leak where it enters, and passes every correct model."""
 import json
 import math
-import os
 import warnings
 
-import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -102,6 +100,12 @@ def test_hooked_encoder_is_bidirectional_with_inert_padding(tiny_encoder):
     assert "fully masked row" in " ".join(report.table["detail"])
     with pytest.raises(AssertionError, match="bidirectional by design"):
         assert_causal(tiny_encoder, max_len=16)
+
+
+def test_assert_causal_is_exported_lazily():
+    import interp
+
+    assert interp.assert_causal is assert_causal
 
 
 def test_assert_causal_says_where_and_how_much():

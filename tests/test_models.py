@@ -94,7 +94,11 @@ def test_fast_path_and_explicit_path_agree(kind, name, padded):
     with torch.no_grad():
         fast = model(tokens, **kwargs)
         assert not model.blocks[0].attn.explicit_needed()
-        explicit = model.run_with_hooks(tokens, fwd_hooks=[(lambda n: n.endswith("hook_pattern"), _noop)], **kwargs)
+        # a live hook on the pattern forces the explicit attention path, one on hook_normalized
+        # the hand-written LayerNorm
+        explicit = model.run_with_hooks(
+            tokens, fwd_hooks=[(lambda n: n.endswith(("hook_pattern", "hook_normalized")), _noop)], **kwargs
+        )
     torch.testing.assert_close(fast, explicit, atol=1e-5, rtol=1e-5)
 
 

@@ -164,3 +164,33 @@ def test_plugin_reports_a_model_that_does_not_load(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(["*could not test the claims*no-such-model*"])
+
+
+# --------------------------------------------------------------------------- the shipped examples, pinned
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def test_shipped_claims_files_pass_on_their_models(pytester):
+    for name in ("claims.toml", "constructed.claims.toml"):
+        (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=8 + 8)
+
+
+def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
+    """The team's use: pin toy-induction's interpretation, then point the pins at a new checkpoint."""
+    import dataclasses
+
+    import interp
+    from models import HookedGPT
+
+    trained = interp.load("toy-induction")
+    untrained = HookedGPT(dataclasses.replace(trained.cfg, seed=123)).eval()  # same shape, never trained
+    interp.save(untrained, tmp_path / "untrained", metadata=trained.metadata)
+    (pytester.path / "claims.toml").write_text((ROOT / "examples" / "claims.toml").read_text())
+    result = pytester.runpytest("-p", "no:cacheprovider", "--interp-model", str(tmp_path / "untrained"))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 4  # every induction pin fails
+    result.stdout.fnmatch_lines(["*claim 'L1H0: induction' expected supported, got *", "*L1H0 induction = 0.0*"])

