@@ -282,10 +282,12 @@ class _Stages:
 
     def __enter__(self):
         if self.enabled:
+            from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            # on stderr: stdout may carry JSON (--json -)
             self._progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                      TimeElapsedColumn(), transient=False)
+                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
             self._progress.__enter__()
             self._task = self._progress.add_task("report", total=len(self.names))
         return self
@@ -360,6 +362,12 @@ def compute(
                       redundancy, leakage, methods, settings, dict(run.timings))
 
 
+def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
+    """The evidence kinds claims about `model` should gather: all (None) when it has a meaningful
+    next-token loss, else the observational test and the shuffled-token control only."""
+    return None if _has_meaningful_loss(model) else NO_LOSS_EVIDENCE
+
+
 def _has_meaningful_loss(model: nn.Module) -> bool:
     """Importance and ablations are measured on the next-token loss; an encoder or a random LM head has none."""
     if getattr(model, "head_is_random", False):
@@ -393,11 +401,12 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) ->
     if claims_file is not None:
         from interp.testing import run_claims
 
-        frames.append(run_claims(model, claims_file, prompts=prompts, seed=seed).assign(source="claims file"))
+        # the file's claims run on the file's own [prompts]: they were written for them
+        frames.append(run_claims(model, claims_file).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
     frame = pd.concat(frames, ignore_index=True, sort=False)
     if "label" not in frame.columns:
         frame["label"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
-    keep = {f"L{l}H{h}" for l, h in chosen}
+    keep = {f"L{l}H{h}" for l, h in chosen} | {"model"}
     frame = frame[[any(part.strip() in keep for part in str(lbl).split("~")) for lbl in frame["label"]]]
     return frame.reset_index(drop=True)
 
@@ -529,7 +538,7 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
         for _, row in ordered[ordered["verdict"] == "supported"].iterrows():
             supported.setdefault(row["label"], []).append(row)
         for label, group in list(supported.items())[:limit]:
-            rows.append({"finding": ", ".join(str(r["claim"]) for r in group), "heads": label,
+            rows.append({"finding": ", ".join(dict.fromkeys(str(r["claim"]) for r in group)), "heads": label,
                          "evidence": _observed(group[0]) + f", p_adj {group[0]['p_adjusted']:.2g}", "verdict": "supported"})
         # heads whose interpretation holds observationally but failed another test: worth a look, not a claim
         if "observational_passed" in ordered.columns:
@@ -798,9 +807,14 @@ def _claim_rows(claims: pd.DataFrame, label: str) -> str:
         verdict = str(row["verdict"])
         statement = row.get("statement", row["claim"])
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in str(row.get("reasons", "")).split("; ") if r)
+        expect = row.get("expect")
+        pinned = ""
+        if isinstance(expect, str):  # a claims-file claim: it says which verdict it expected
+            outcome = "as expected" if bool(row.get("passed")) else "NOT as expected"
+            pinned = f"; expected {html.escape(expect)}: {outcome}"
         items.append(f'<li><span class="{html.escape(verdict)}">{html.escape(verdict)}</span> '
                      f'{html.escape(str(statement))} <span class="muted">({html.escape(str(row.get("source", "")))}, '
-                     f'p<sub>adj</sub> {_esc(row["p_adjusted"])})</span>'
+                     f'p<sub>adj</sub> {_esc(row["p_adjusted"])}{pinned})</span>'
                      f'<ul class="reasons">{reasons}</ul></li>')
     return "<ul>" + "".join(items) + "</ul>"
 
@@ -838,7 +852,7 @@ def _html(data: ReportData, table: pd.DataFrame, images: dict[str, str]) -> str:
     else:
         parts.append('<p class="muted">No joint ablation (fewer than two heads, or no meaningful loss).</p>')
     parts.append("<h2 id=\"claims\">All claims</h2>" + _html_table(
-        data.claims, ["label", "claim", "verdict", "p_adjusted", "source", "reasons"]))
+        data.claims, ["label", "claim", "verdict", "p_adjusted", "source", "expect", "passed", "reasons"]))
     parts.append("<h2 id=\"methods\">Methods</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in data.methods) + "</ul>")
     parts.append(f'<p class="muted">Stage timings (s): {html.escape(", ".join(f"{k} {v:.1f}" for k, v in data.timings.items()))}</p>')
     parts.append("</body></html>\n")

@@ -51,7 +51,9 @@ def _out_console(args) -> Any:
     from rich.console import Console
 
     to_stderr = getattr(args, "json", None) == "-"
-    return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=120)
+    stream = sys.stderr if to_stderr else sys.stdout
+    width = None if stream.isatty() else 120  # a terminal's own width; 120 columns in files and pipes
+    return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
 
 
 def _load(spec: str | None, quiet: bool = False):
@@ -108,6 +110,8 @@ def _write_json(target: str | None, payload: Any) -> None:
 
 
 def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy / torch scalars keep their type (bool stays bool)
+        return value.item()
     for caster in (float, str):
         try:
             return caster(value)
@@ -266,14 +270,20 @@ def _verdict_table(result, spec: str):
 
 
 def cmd_claims(args) -> int:
-    from interp.testing import read_claims, run_claims
+    from interp.testing import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
 
+    if args.list_kinds:
+        print("claim kinds (prefix with 'not ' to expect a refutation):")
+        print("  one head (L1H2 = ...):        " + ", ".join(sorted(head_claim_kinds())))
+        print("  a pair (\"L0H1 ~ L0H3\" = ...): " + ", ".join(sorted(pair_claim_kinds())))
+        print("  the model (model = ...):      " + ", ".join(MODEL_CLAIM_KINDS))
+        return EXIT_OK
     if len(args.paths) == 1:
         spec, claims_path = None, args.paths[0]
     elif len(args.paths) == 2:
         spec, claims_path = args.paths
     else:
-        raise InputError(f"expected [SPEC] FILE, got {len(args.paths)} arguments: {args.paths}.")
+        raise InputError(f"expected [SPEC] FILE (or --list-kinds), got {len(args.paths)} arguments: {args.paths}.")
     claims_file = read_claims(claims_path)
     spec = spec or claims_file.model
     if spec is None:
@@ -312,7 +322,9 @@ def cmd_scan(args) -> int:
     _prompt_spec(args)  # bad flags fail before the model loads
     model = _load(args.spec, args.quiet)
     prompts = _prompts(model, args, default_n=args.n or 64)
-    frame = head_claims.scan(model, prompts, seed=args.seed, progress=not args.quiet)
+    from analyses.report import claim_evidence_for
+
+    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
     if args.supported_only:
         frame = frame[frame["verdict"] == "supported"]
     console = _out_console(args)
@@ -492,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "  [claims]\n  L1H2 = \"induction\"\n  L0H1 = [\"previous_token\", \"not induction\"]\n"
                 "  \"L0H1 ~ L0H3\" = \"redundant\"")
     p.usage = "interp claims [options] [SPEC] FILE"
-    p.add_argument("paths", nargs="+", metavar="[SPEC] FILE", help="model spec (optional when the file names one) and the claims file")
+    p.add_argument("paths", nargs="*", metavar="[SPEC] FILE", help="model spec (optional when the file names one) and the claims file")
+    p.add_argument("--list-kinds", action="store_true", help="list the claim kinds a claims file may use, and exit")
     p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
     p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")

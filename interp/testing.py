@@ -72,7 +72,7 @@ def assert_causal(model: Any, **audit_kwargs: Any):
 
 import fnmatch as _fnmatch
 
-from interp.specs import ClaimEntry, ClaimsFile, ClaimsFileError, PromptSpec, build_prompts, read_claims_file
+from interp.specs import ClaimEntry, ClaimsFile, ClaimsFileError, build_prompts, read_claims_file
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
 MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in [claims])
@@ -133,7 +133,9 @@ def run_claims(
     Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
     `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
     of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
-    `prompt_overrides` changes some of its fields (n, seed, prefix_len).
+    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model without a
+    meaningful next-token loss (an encoder, a random task head) gets the observational test and
+    the shuffled-token control only (`analyses.report.claim_evidence_for`).
     """
     import dataclasses
 
@@ -150,12 +152,15 @@ def run_claims(
     head_entries = [e for e in claims_file.claims if e.heads]
     rows = []
     if head_entries:
-        frame = test_claims(model, [_claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed)
+        from analyses.report import claim_evidence_for
+
+        frame = test_claims(model, [_claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed,
+                            evidence=claim_evidence_for(model), progress=progress)
         for entry, (_, row) in zip(head_entries, frame.iterrows()):
             rows.append({**_entry_columns(entry), **row.to_dict()})
     for entry in claims_file.claims:
         if not entry.heads:
-            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed, progress=progress)})
+            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed)})
     order = {entry.name: i for i, entry in enumerate(claims_file.claims)}
     frame = pd.DataFrame(rows)
     frame["passed"] = frame["verdict"] == frame["expect"]
@@ -168,7 +173,7 @@ def _entry_columns(entry: ClaimEntry) -> dict:
     return {"name": entry.name, "expect": entry.expect, "line": entry.line}
 
 
-def _model_claim(model, entry: ClaimEntry, *, seed: int, progress: bool) -> dict:
+def _model_claim(model, entry: ClaimEntry, *, seed: int) -> dict:
     """The whole-model claim "causal", tested by the leakage audit."""
     from analyses.leakage import audit
 

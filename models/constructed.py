@@ -174,6 +174,9 @@ class _Builder:
         return model
 
 
+HeadBuilder = _Builder  # public name for building further hand-set models (tests/test_redundancy.py uses it)
+
+
 def single_head(role: HeadRole, *, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     """One layer, one head with the exact pattern `role`; its OV copies the attended token to the logits.
 

@@ -186,15 +186,17 @@ def ablation_check(model: HookedGPT, heads: list[str], prefix_len: int = 25, n: 
 
 
 def _table(results: list[dict]) -> str:
-    lines = ["| prompts | prefix length | offset | BOS | loss, first copy | loss, second copy |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| prompts | prefix length | offset | BOS | loss, first copy | loss, second copy | top induction score |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
+        top = max(r["induction"], key=r["induction"].get)
         lines.append(f"| {r['kind']} | {r['prefix_len']} | {r['offset']} | {'yes' if r['bos'] is not None else 'no'} "
-                     f"| {r['loss_first']:.3f} | {r['loss_second']:.3f} |")
+                     f"| {r['loss_first']:.3f} | {r['loss_second']:.3f} | {r['induction'][top]:.2f} ({top}) |")
     return "\n".join(lines)
 
 
 def write_card(path: Path, metadata: dict) -> None:
+    """The checkpoint's card (markdown), written only from the metadata the run recorded."""
     roles, control, train_md = metadata["head_roles"], metadata.get("control"), metadata["training"]
     score_lines = ["| head | previous-token score | induction score |", "|---|---|---|"]
     for label in roles["mean_prev_token_score"]:
@@ -256,7 +258,8 @@ the prefix length fixed at {control['prefix_len']} and no offset (final training
 It fits its training length but fails on every other length: it copies from the fixed relative
 offset {control['prefix_len'] - 1} instead of matching tokens (with rotary position embeddings a relative
 offset works at any absolute position, so a shifted start still works). A claim checked only on
-the training length cannot tell this from induction; other lengths can:
+the training length cannot tell this from induction (there its induction score looks high);
+other lengths can:
 
 {_table(control['evaluation'])}
 

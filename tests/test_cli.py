@@ -225,3 +225,21 @@ def test_train_passes_its_arguments_through(capsys):
     assert cli.main(["train", "--", "--help"]) == 0
     assert "python -m models.train" in capsys.readouterr().out
     assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # models.train's own usage error
+
+
+def test_demo_reports_on_the_embedded_default_and_replaces_its_own_report(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--out", str(out), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert f"report written to {out}" in text.replace("\n", "") and "Strongest findings" in text
+    assert "induction" in text  # toy-induction's induction heads are among the findings
+    assert (out / "report.html").is_file() and (out / "heads.csv").is_file()
+    assert cli.main(["demo", "--out", str(out), "-q"]) == 0  # a second demo replaces the first report
+
+
+def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
+    result = run_cli("report", "--out", str(tmp_path / "r"), "--n", "24", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # progress bars and tables went to stderr
+    assert document["leakage"]["causal"] is True
+    assert document["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "report.html").is_file()

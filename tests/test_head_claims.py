@@ -11,7 +11,7 @@ from analyses import head_claims as hc
 from analyses.positional import focus_per_prompt
 from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
-from models.constructed import induction_circuit, pattern_heads, single_head
+from models.constructed import fixed_offset_copier, induction_circuit, pattern_heads
 
 D_VOCAB, N_CTX, PREFIX = 32, 64, 12
 BOS = D_VOCAB - 1
@@ -110,23 +110,10 @@ def test_period_two_induction_illusion_is_refuted(heads_model):
     assert verdict.verdict == "refuted"
 
 
-def fixed_offset_model(offset: int):
-    """One head whose pattern is one-hot at relative offset -offset (uniform before that), copying the token."""
-    model = single_head("previous_token", d_vocab=D_VOCAB, n_ctx=N_CTX)
-    pos = model.metadata["subspaces"]["pos"][0]
-    gain = model.metadata["score_gap"] * math.sqrt(model.cfg.d_head)
-    with torch.no_grad():
-        W_Q = model.blocks[0].attn.W_Q
-        W_Q[0].zero_()
-        for q in range(offset, N_CTX):
-            W_Q[0, pos + q, q - offset] = gain
-    return model
-
-
 def test_fixed_offset_copier_is_not_an_induction_head(repeated):
     """A head that copies from the repeat distance looks like induction on repeats of that length:
     the claims tell them apart (its target moves with shuffled tokens, its attention does not)."""
-    model = fixed_offset_model(PREFIX - 1)
+    model = fixed_offset_copier(PREFIX, d_vocab=D_VOCAB, n_ctx=N_CTX)
     frame = run_test_claims(model, [hc.induction_head(0, 0), hc.positional_head(0, 0, offset=-(PREFIX - 1)),
                                     hc.positional_head(0, 0)], repeated)
     rows = frame.set_index(["claim", frame.index])
@@ -145,7 +132,7 @@ def test_shuffled_control_stay_rule_on_content(repeated):
     shuffled tokens, collapses, so a claim that it should stay fails that control too."""
     import dataclasses
 
-    model = fixed_offset_model(PREFIX - 1)
+    model = fixed_offset_copier(PREFIX, d_vocab=D_VOCAB, n_ctx=N_CTX)
     base = hc.induction_head(0, 0)
     claim = dataclasses.replace(base, evidence={**base.evidence, "control_shuffled": hc.ShuffledControl("stay")})
     control = evaluate_claims(model, [claim], repeated, evidence=["observational", "control_shuffled"])[0].get("control_shuffled")

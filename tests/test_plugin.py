@@ -1,9 +1,16 @@
 """Claims files: the TOML format, `interp claims`, and the pytest plugin that collects them as tests."""
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
+# imported here, before any in-process pytester run: pytester restores sys.modules after each run,
+# and transformer_lens (through datasets/pyarrow) cannot be imported a second time in one process
+import analyses.head_claims  # noqa: F401
+import analyses.leakage  # noqa: F401
+import analyses.redundancy  # noqa: F401
+import interp.load  # noqa: F401
 from interp import cli
 from interp.specs import ClaimsFileError, parse_claims_text
 from interp.testing import claim_kinds, read_claims, run_claims
@@ -169,14 +176,14 @@ def test_plugin_reports_a_model_that_does_not_load(pytester):
 # --------------------------------------------------------------------------- the shipped examples, pinned
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_claims_files_pass_on_their_models(pytester):
     for name in ("claims.toml", "constructed.claims.toml"):
         (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
     result = pytester.runpytest("-p", "no:cacheprovider", "-q")
-    result.assert_outcomes(passed=8 + 8)
+    result.assert_outcomes(passed=8 + 9)  # every claim of both files
 
 
 def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
@@ -194,3 +201,11 @@ def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 4  # every induction pin fails
     result.stdout.fnmatch_lines(["*claim 'L1H0: induction' expected supported, got *", "*L1H0 induction = 0.0*"])
+
+
+def test_cli_lists_the_claim_kinds(capsys):
+    assert cli.main(["claims", "--list-kinds"]) == 0
+    out = capsys.readouterr().out
+    for kind in ("induction", "previous_token", "positional", "dispensable", "redundant", "causal"):
+        assert kind in out
+    assert cli.main(["claims"]) == 2

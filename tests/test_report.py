@@ -2,7 +2,6 @@
 import json
 import os
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -28,11 +27,23 @@ def built(model, tmp_path_factory):
 class _Collector(HTMLParser):
     """Every referenced resource (img src, link href, script src) and whether scripts/styles load from elsewhere."""
 
+    VOID = {"img", "meta", "link", "br", "hr", "input"}
+
     def __init__(self):
         super().__init__()
         self.images, self.links, self.scripts, self.ids = [], [], [], set()
+        self.open: list[str] = []
+        self.mismatched: list[str] = []
+
+    def handle_endtag(self, tag):
+        if not self.open or self.open[-1] != tag:
+            self.mismatched.append(f"</{tag}> while {self.open[-3:]} open")
+        else:
+            self.open.pop()
 
     def handle_starttag(self, tag, attrs):
+        if tag not in self.VOID:
+            self.open.append(tag)
         attrs = dict(attrs)
         if "id" in attrs:
             self.ids.add(attrs["id"])
@@ -55,6 +66,7 @@ def test_html_is_self_contained_and_every_image_exists(built):
     html = (built.out_dir / "report.html").read_text()
     parser = _Collector()
     parser.feed(html)
+    assert parser.mismatched == [] and parser.open == []  # every element closed, in order
     assert parser.scripts == [] and parser.links == []  # no CDN, no external CSS or JS
     assert "http://" not in html and "https://" not in html
     assert len(parser.images) == 8 + 2  # one card per head, similarity and importance
@@ -187,8 +199,6 @@ def test_cli_report_refuses_a_non_empty_dir_before_loading_anything(tmp_path, ca
 
 
 def test_mean_patterns_ignore_padded_queries(model):
-    import torch
-
     from interp.data import pad
 
     prompts = pad([[63, 1, 2, 3, 1, 2, 3], [63, 4, 5]], pad_id=0)
@@ -196,3 +206,17 @@ def test_mean_patterns_ignore_padded_queries(model):
     # query 4 is real only in the first prompt: its row is that prompt's row, not halved by padding
     assert means[0][0, 4].sum() == pytest.approx(1.0, abs=1e-6)
     assert means[0][0, 4, 3] == pytest.approx(1.0, abs=1e-6)  # L0H0 is an exact previous-token head
+
+
+def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
+    from interp.testing import read_claims
+
+    path = tmp_path / "claims.toml"
+    path.write_text('[prompts]\nn = 12\nprefix_len = 10\n[claims]\nL1H0 = "induction"\nL0H3 = "not previous_token"\n')
+    result = report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=12, prefix_len=10),
+                                 heads=[(0, 3), (1, 0)], claims_file=read_claims(path))
+    claims = pd.read_csv(result.out_dir / "claims.csv")
+    pinned = claims[claims.source == "claims file claims.toml"]
+    assert list(zip(pinned.label, pinned.claim, pinned.expect, pinned.passed)) == [
+        ("L1H0", "induction", "supported", True), ("L0H3", "previous_token", "refuted", True)]
+    assert "expected refuted: as expected" in (result.out_dir / "report.html").read_text()
