@@ -102,12 +102,16 @@ def rotary_tables(n_ctx: int, d_head: int, base: float) -> tuple[torch.Tensor, t
 
 
 def apply_rotary(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x of shape (batch, pos, head, d_head) by its positions (GPT-NeoX convention)."""
+    """Rotate x of shape (batch, head, pos, d_head) by its positions (batch, pos) (GPT-NeoX convention)."""
     first, second = x.chunk(2, dim=-1)
     rotated = torch.cat([-second, first], dim=-1)
-    cos = einops.rearrange(cos[positions], "batch pos d_head -> batch pos 1 d_head")
-    sin = einops.rearrange(sin[positions], "batch pos d_head -> batch pos 1 d_head")
+    cos = einops.rearrange(cos[positions], "batch pos d_head -> batch 1 pos d_head")
+    sin = einops.rearrange(sin[positions], "batch pos d_head -> batch 1 pos d_head")
     return x * cos + rotated * sin
+
+
+TO_POS = "batch head pos d_head -> batch pos head d_head"  # the layout hooks see
+TO_HEAD = "batch pos head d_head -> batch head pos d_head"  # the layout matmuls use
 
 
 class Attention(nn.Module):
@@ -133,6 +137,9 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
         self.b_O = nn.Parameter(torch.zeros(d_model))
         self.scale = 1.0 / math.sqrt(d_head)
+        if causal:
+            mask = torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool).tril()
+            self.register_buffer("causal_mask", mask, persistent=False)
         if cfg.positional_embedding_type == "rotary":
             cos, sin = rotary_tables(cfg.n_ctx, d_head, cfg.rotary_base)
             self.register_buffer("rotary_cos", cos, persistent=False)
@@ -149,11 +156,9 @@ class Attention(nn.Module):
         watched = (self.hook_q, self.hook_k, self.hook_v, self.hook_attn_scores, self.hook_pattern)
         return any(hook_is_live(h) for h in watched)
 
-    def mask(self, n_query: int, n_key: int, key_mask: torch.Tensor | None, device) -> torch.Tensor | None:
+    def mask(self, n_pos: int, key_mask: torch.Tensor | None) -> torch.Tensor | None:
         """Boolean mask, True where a query may attend to a key; broadcasts to (batch, head, query, key)."""
-        allowed = None
-        if self.causal:
-            allowed = torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril()
+        allowed = self.causal_mask[:n_pos, :n_pos] if self.causal else None
         if key_mask is not None:
             keys = einops.rearrange(key_mask.bool(), "batch key -> batch 1 1 key")
             allowed = keys if allowed is None else allowed & keys
@@ -164,45 +169,44 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x: (batch, pos, d_model); key_mask: (batch, pos), 1 for real tokens, 0 for padding;
         positions: (batch, pos) position ids, used by rotary embeddings."""
+        q, k, v = self.project_qkv(x, positions)  # each (batch, head, pos, d_head)
         if self.explicit_needed():
-            z = self.explicit_z(x, key_mask, positions)
+            z = self.explicit_z(q, k, v, key_mask)
+        elif key_mask is None:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         else:
-            z = self.fused_z(x, key_mask, positions)
-        if hook_is_live(self.hook_z) or hook_is_live(self.hook_result):
-            z = self.hook_z(einops.rearrange(z, "batch head pos d_head -> batch pos head d_head"))
-            if hook_is_live(self.hook_result):
-                result = self.hook_result(einops.einsum(
-                    z, self.W_O, "batch pos head d_head, head d_head d_model -> batch pos head d_model"
-                ))
-                return result.sum(dim=2) + self.b_O
-            return einops.einsum(z, self.W_O, "batch pos head d_head, head d_head d_model -> batch pos d_model") + self.b_O
-        return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
+            # nan_to_num: a query whose every key is padding attends to nothing
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(x.shape[1], key_mask)).nan_to_num(0.0)
+        # z: (batch, head, pos, d_head)
+        if not (hook_is_live(self.hook_z) or hook_is_live(self.hook_result)):
+            return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
+        z = einops.rearrange(self.hook_z(einops.rearrange(z, TO_POS)), TO_HEAD)
+        if not hook_is_live(self.hook_result):
+            return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
+        result = self.hook_result(einops.rearrange(z @ self.W_O, TO_POS))  # (batch, pos, head, d_model)
+        return result.sum(dim=2) + self.b_O
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None, head_major: bool):
-        if self.cfg.positional_embedding_type != "rotary":
-            return q, k
-        if positions is None:
-            n_pos = q.shape[2] if head_major else q.shape[1]
-            positions = torch.arange(n_pos, device=q.device).expand(q.shape[0], n_pos)
-        if head_major:
-            to_pos = "batch head pos d_head -> batch pos head d_head"
-            q, k = einops.rearrange(q, to_pos), einops.rearrange(k, to_pos)
-        q = apply_rotary(q, positions, self.rotary_cos, self.rotary_sin)
-        k = apply_rotary(k, positions, self.rotary_cos, self.rotary_sin)
-        if head_major:
-            to_head = "batch pos head d_head -> batch head pos d_head"
-            q, k = einops.rearrange(q, to_head), einops.rearrange(k, to_head)
-        return q, k
+    def project_qkv(self, x: torch.Tensor, positions: torch.Tensor | None):
+        """q, k, v through one fused projection, each (batch, head, pos, d_head); rotary applied."""
+        w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V])  # (3 * head, d_model, d_head)
+        b_qkv = einops.rearrange(torch.cat([self.b_Q, self.b_K, self.b_V]), "head d_head -> head 1 d_head")
+        qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head") + b_qkv
+        q, k, v = qkv.chunk(3, dim=1)
+        if self.cfg.positional_embedding_type == "rotary":
+            if positions is None:
+                positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], x.shape[1])
+            q = apply_rotary(q, positions, self.rotary_cos, self.rotary_sin)
+            k = apply_rotary(k, positions, self.rotary_cos, self.rotary_sin)
+        return q, k, v
 
-    def explicit_z(self, x, key_mask, positions) -> torch.Tensor:
-        """The lesson's steps, each hooked; returns z as (batch, head, pos, d_head)."""
-        q = einops.einsum(x, self.W_Q, "batch pos d_model, head d_model d_head -> batch pos head d_head") + self.b_Q
-        k = einops.einsum(x, self.W_K, "batch pos d_model, head d_model d_head -> batch pos head d_head") + self.b_K
-        v = einops.einsum(x, self.W_V, "batch pos d_model, head d_model d_head -> batch pos head d_head") + self.b_V
-        q, k = self.rotate(q, k, positions, head_major=False)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        scores = einops.einsum(q, k, "batch query head d_head, batch key head d_head -> batch head query key") * self.scale
-        allowed = self.mask(x.shape[1], x.shape[1], key_mask, x.device)
+    def explicit_z(self, q, k, v, key_mask) -> torch.Tensor:
+        """The lesson's steps, each hooked. Hooks see q, k, v as (batch, pos, head, d_head) views,
+        and whatever a hook returns is what the next step uses."""
+        q = einops.rearrange(self.hook_q(einops.rearrange(q, TO_POS)), TO_HEAD)
+        k = einops.rearrange(self.hook_k(einops.rearrange(k, TO_POS)), TO_HEAD)
+        v = einops.rearrange(self.hook_v(einops.rearrange(v, TO_POS)), TO_HEAD)
+        scores = (q @ k.transpose(-1, -2)) * self.scale  # (batch, head, query, key)
+        allowed = self.mask(q.shape[2], key_mask)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
@@ -211,19 +215,7 @@ class Attention(nn.Module):
             # a query whose every key is padding attends to nothing, rather than to NaN
             pattern = pattern.nan_to_num(0.0)
         pattern = self.hook_pattern(pattern)
-        return einops.einsum(pattern, v, "batch head query key, batch key head d_head -> batch head query d_head")
-
-    def fused_z(self, x, key_mask, positions) -> torch.Tensor:
-        """Same maths through one QKV projection and `scaled_dot_product_attention`; (batch, head, pos, d_head)."""
-        w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V])  # (3 * head, d_model, d_head)
-        b_qkv = einops.rearrange(torch.cat([self.b_Q, self.b_K, self.b_V]), "head d_head -> head 1 d_head")
-        qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head") + b_qkv
-        q, k, v = qkv.chunk(3, dim=1)  # each (batch, head, pos, d_head)
-        q, k = self.rotate(q, k, positions, head_major=True)
-        if key_mask is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        allowed = self.mask(x.shape[1], x.shape[1], key_mask, x.device)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).nan_to_num(0.0)
+        return pattern @ v  # (batch, head, query, d_head)
 
 
 class TransformerBlock(nn.Module):

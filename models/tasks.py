@@ -34,6 +34,9 @@ class InductionTask:
     bos_token: int | None = -1  # id put at position 0 with probability bos_prob; negative counts from the end
     # of the vocabulary (-1: d_vocab - 1); the id also occurs as an ordinary token
     bos_prob: float = 0.5
+    distinct_prefix: bool = False  # draw a prefix's tokens without replacement (no token twice in one copy):
+    # a token then has one earlier occurrence to match, so matching the previous token alone is exact and
+    # blurring the previous-token head over neighbours (to match bigrams against chance repeats) buys nothing
 
     def __post_init__(self) -> None:
         if not self.prefix_lens:
@@ -53,6 +56,9 @@ class InductionTask:
             raise ValueError(f"bos_token={self.bos_token} is outside the vocabulary [0, {self.d_vocab}).")
         if not 0.0 <= self.bos_prob <= 1.0:
             raise ValueError(f"bos_prob={self.bos_prob} must be a probability in [0, 1].")
+        if self.distinct_prefix and max(self.prefix_lens) > self.d_vocab:
+            raise ValueError(f"distinct_prefix=True needs d_vocab >= the longest prefix ({max(self.prefix_lens)}), "
+                             f"got d_vocab={self.d_vocab}; shorten the prefixes or set distinct_prefix=False.")
 
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
         """A (batch, n_pos) batch of token ids; deterministic given the generator's state."""
@@ -60,6 +66,8 @@ class InductionTask:
         offsets = torch.randint(0, self.max_offset + 1, (batch_size,), generator=generator)
         has_bos = torch.rand(batch_size, generator=generator) < self.bos_prob
         noise = torch.randint(0, self.d_vocab, (batch_size, self.n_pos), generator=generator)  # (batch, pos)
+        # (batch, d_vocab): a random order of the vocabulary per row, the source of distinct prefixes
+        order = torch.rand(batch_size, self.d_vocab, generator=generator).argsort(-1) if self.distinct_prefix else None
         tokens = noise.clone()
         pos = torch.arange(self.n_pos)
         for row in range(batch_size):
@@ -67,7 +75,8 @@ class InductionTask:
             prefix_len = int(lens[row])
             repeats = pos[start:]
             # from `start` on, the token at p repeats the one at start + (p - start) % prefix_len
-            tokens[row, repeats] = noise[row, start + (repeats - start) % prefix_len]
+            source = noise[row, start:] if order is None else order[row]  # the prefix is source[:prefix_len]
+            tokens[row, repeats] = source[(repeats - start) % prefix_len]
             if start > int(offsets[row]):
                 tokens[row, 0] = self.bos_token
         return tokens
@@ -75,7 +84,8 @@ class InductionTask:
     def to_dict(self) -> dict:
         return {"task": "induction", "d_vocab": self.d_vocab, "n_pos": self.n_pos,
                 "prefix_lens": list(self.prefix_lens), "held_out_prefix_lens": list(self.held_out_prefix_lens),
-                "max_offset": self.max_offset, "bos_token": self.bos_token, "bos_prob": self.bos_prob}
+                "max_offset": self.max_offset, "bos_token": self.bos_token, "bos_prob": self.bos_prob,
+                "distinct_prefix": self.distinct_prefix}
 
 
 def fixed_prefix_task(prefix_len: int, d_vocab: int = 64, bos_token: int | None = -1) -> InductionTask:

@@ -63,11 +63,24 @@ class TrainConfig:
 
 
 def toy_induction_config(seed: int = 0, **overrides) -> GPTConfig:
-    """The shape of `toy-induction`: 2 attention-only layers of 4 heads, d_model 64, vocab 64."""
-    fields = dict(n_layers=2, n_heads=4, d_model=64, n_ctx=128, d_vocab=64, attn_only=True,
+    """The shape of `toy-induction`: 2 attention-only layers of 4 heads, d_model 64, vocab 256.
+
+    The vocabulary is 256 (not 64) so that chance repeats inside a prompt are rare; with the distinct
+    prefixes of `toy_induction_task` this gives a sharp previous-token head (see that function)."""
+    fields = dict(n_layers=2, n_heads=4, d_model=64, n_ctx=128, d_vocab=256, attn_only=True,
                   normalization_type="LN", positional_embedding_type="rotary", init_range=0.8 / math.sqrt(64),
                   seed=seed, model_name="toy-induction")
     return GPTConfig(**{**fields, **overrides})
+
+
+def toy_induction_task(model_cfg: GPTConfig) -> InductionTask:
+    """The task `toy-induction` is trained on: varied prefix lengths and offsets, prefixes drawn without
+    replacement. Measured (seed 0, 3000 steps): with prefixes drawn with replacement the layer-0
+    previous-token head blurs over two back / itself (0.61 previous at vocab 64, 0.67 at vocab 256) so
+    that the induction heads match bigrams, and substituting the exact one-hot previous-token pattern
+    recovers only 2% (vocab 64) or 46% (vocab 256) of the ablation's loss; with distinct prefixes one
+    earlier occurrence is all there is to match, the head sharpens and the exact pattern recovers most."""
+    return InductionTask(d_vocab=model_cfg.d_vocab, n_pos=model_cfg.n_ctx, distinct_prefix=True)
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -203,6 +216,8 @@ def write_card(path: Path, metadata: dict) -> None:
         score_lines.append(f"| {label} | {roles['mean_prev_token_score'][label]:.3f} "
                            f"| {roles['mean_induction_score'][label]:.3f} |")
     ablation = metadata["ablation"]
+    distinct = (", the prefix's tokens drawn without replacement (no token twice in one copy, so each has\n"
+                "  one earlier occurrence to match)") if metadata["task"].get("distinct_prefix") else ""
     text = f"""# {metadata['name']}
 
 A 2-layer attention-only HookedGPT (d_model {metadata['config']['d_model']}, {metadata['config']['n_heads']} heads
@@ -222,7 +237,7 @@ heads formed. Every figure below was measured by the command that wrote this fil
 - task: a random prefix of length drawn from {min(metadata['task']['prefix_lens'])}..{max(metadata['task']['prefix_lens'])}
   (except the held-out {metadata['task']['held_out_prefix_lens']}), after 0..{metadata['task']['max_offset']} random
   tokens, repeated to fill {metadata['task']['n_pos']} positions; BOS id {metadata['task']['bos_token']} at
-  position 0 in half the sequences (the id also occurs as an ordinary token). Tokens uniform in [0, {metadata['config']['d_vocab']}).
+  position 0 in half the sequences (the id also occurs as an ordinary token). Tokens uniform in [0, {metadata['config']['d_vocab']}){distinct}.
 - final training loss (mean of the last 50 steps): {metadata['final_train_loss']:.3f}
 
 ## Induction on prompts `[BOS?] [offset random tokens] [prefix] [prefix]`
@@ -299,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     started, cpu_started = time.perf_counter(), time.process_time()
     train_cfg = TrainConfig(task=args.task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr)
     model_cfg = toy_induction_config(seed=args.seed, model_name=Path(args.out).name)
-    task = InductionTask(d_vocab=model_cfg.d_vocab, n_pos=model_cfg.n_ctx)
+    task = toy_induction_task(model_cfg)
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     model, losses = train(model_cfg, train_cfg, task, progress=not args.no_progress)
