@@ -245,11 +245,13 @@ for _, row in verdicts.iterrows():
     if row.verdict != "supported":
         print("  why: " + row.reasons.replace("; ", "\\n       ")[:700])""", "reasons"),
     md("""
-## Redundancy: why one induction head is not *necessary*
+## Several induction heads: alone and together
 
-If several heads do induction, removing one leaves the others: the necessity test (this head
-hurts more than the other heads of its layer) cannot pass for any of them. Ablating them one at
-a time and all together shows it: loss on the repeated half, in nats per token.
+The scan finds more than one induction head. Do they back each other up? Ablate each one alone,
+then all of them together, and compare the loss on the repeated half (nats per token): when the
+heads together cost much more than the sum of each alone, any one can stand in for the others
+(and the necessity test of a single head becomes hard to pass); when together costs about the
+sum, each carries its own share.
 """),
     code("""
 from interp.interventions import ablate
@@ -268,7 +270,8 @@ with ablate(model, induction_heads, "mean", reference=test_prompts):
     together = repeated_half_loss() - clean
 print(f"clean loss {clean:.3f}; each induction head alone: "
       + ", ".join(f"{k} +{v:.3f}" for k, v in alone.items()))
-print(f"all {len(induction_heads)} induction heads together: +{together:.3f} nats")""", "joint"),
+print(f"all {len(induction_heads)} induction heads together: +{together:.3f} nats "
+      f"(sum of each alone +{sum(alone.values()):.3f})")""", "joint"),
     md("""
 ## Does it generalise? Repeat lengths the model was not trained on
 

@@ -311,30 +311,29 @@ def test_toy_induction_heads_supported(toy, toy_table):
         label = f"L{layer}H{head}"
         row = rows.loc[(label, "induction")]
         assert row["verdict"] == "supported", (label, row["reasons"])
-        assert row["sufficiency"] > 0.5 and row["necessity"] > 0
+        assert row["sufficiency"] > 0.9 and row["necessity"] > 0  # measured 1.02-1.03
         necessity = verdicts[(label, "induction")].get("necessity")
         if "advantage_removed_role_group" in necessity.extra:
             assert necessity.extra["advantage_removed_role_group"] > 0.8
 
 
 def test_toy_previous_token_heads(toy, toy_table):
-    """The previous-token head(s) the induction heads rely on: the pattern claims hold (observational,
-    controls, necessity, faithfulness; positional at offset -1). Sufficiency of the *exact* one-hot
-    previous-token pattern is measured and decides between supported and inconclusive by the rules;
-    the head's own average pattern must recover the loss (its role is positional)."""
+    """The previous-token head(s) the induction heads rely on are supported with every default
+    evidence, sufficiency included: substituting the *exact* one-hot previous-token pattern recovers
+    most of the loss its ablation costs (measured on L0H2: 0.950 [0.945, ...]; Olsson et al. 2022
+    report 99% for 2-layer attention-only models), and the head's own average pattern recovers it
+    all. Positional at offset -1 too."""
     verdicts = {(v.claim.label, v.claim.name): v for v in toy_table.attrs["verdicts"]}
     _, prev, _ = toy
     for layer, head in prev:
         verdict = verdicts[(f"L{layer}H{head}", "previous_token")]
-        for kind in ("observational", "control_shuffled", "control_random_init", "necessity", "faithfulness"):
+        for kind in ("observational", "control_shuffled", "control_random_init", "necessity", "faithfulness",
+                     "sufficiency"):
             assert verdict.get(kind).passed is True, (kind, verdict.get(kind).detail)
+        assert verdict.verdict == "supported", verdict.reasons
         sufficiency = verdict.get("sufficiency")
-        assert sufficiency.extra["recovered_by_mean_pattern"] > 0.9
-        if sufficiency.passed:
-            assert verdict.verdict == "supported"
-        else:
-            assert verdict.verdict == "inconclusive"
-            assert all(reason.startswith("sufficiency") for reason in verdict.reasons)
+        assert sufficiency.effect > 0.9 and sufficiency.ci_low > 0.8, sufficiency.detail
+        assert sufficiency.extra["recovered_by_mean_pattern"] > 0.95
         positional = run_test_claims(toy[0], [hc.positional_head(layer, head, offset=-1)], toy_prompts(toy[0], 20))
         assert positional.loc[0, "verdict"] == "supported"
 

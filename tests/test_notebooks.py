@@ -131,12 +131,14 @@ def test_induction_generalises_to_unseen_repeat_lengths(induction):
     assert table.count("supported") == 2, table
 
 
-def test_induction_pattern_substitution_is_measured(induction):
+def test_induction_pattern_substitution_recovers_most_of_the_loss(induction):
     text = induction["substitution"]
     clean, ablated, substituted = map(float, re.search(
         r"clean ([\d.]+), L\dH\d+ ablated ([\d.]+), exact previous-token pattern ([\d.]+)", text).groups())
     assert ablated > clean + 0.5  # the previous-token head matters
-    assert re.search(r"recovered by the idealised pattern: -?[\d.]+%", text)
+    recovered = float(re.search(r"recovered by the idealised pattern: (-?[\d.]+)%", text).group(1))
+    assert recovered > 50.0  # the checkpoint's card: the exact pattern recovers most of the loss (Olsson et al.: ~99%)
+    assert substituted < ablated
 
 
 @pytest.mark.real

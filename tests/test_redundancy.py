@@ -338,56 +338,53 @@ def toy():
     import interp
 
     model = interp.load("toy-induction")
-    prompts = repeated_tokens(64, 20, 63, bos=63, seed=11)  # BOS + prefix of 20 + its repeat
+    bos = model.cfg.d_vocab - 1  # 255
+    prompts = repeated_tokens(64, 20, bos, bos=bos, seed=11)  # BOS + prefix of 20 + its repeat
     return model, prompts
 
 
 def test_toy_induction_redundancy_report(toy):
     """Measured on 64 prompts (BOS + 20 random tokens, repeated), loss on the repeated half
-    (`induction_loss`, clean 0.586 nats), mean ablation, 95% bootstrap CIs:
+    (`induction_loss`, clean 0.497 nats), mean ablation, 95% bootstrap CIs:
 
-    - No head is dispensable: ablating any one costs between 0.20 [0.12, 0.28] (L0H2) and
-      2.11 [2.05, 2.17] nats (L0H0, the previous-token head); all 8 "dispensable" claims refuted.
-    - No pair is redundant in the strict sense (each alone cheap, both costly): all 28 refuted,
-      because no head alone is cheap. But there is partial redundancy (super-additive pairs):
-      L0H0 + L0H1 (the two heads with previous-token attention) interact by +0.90 [0.80, 1.01],
-      and the induction head L1H0 with each of L1H1, L1H2, L1H3 by +0.38..+0.41 (CIs > 0.34).
-      Layer-0 previous-token heads with the induction heads they feed are sub-additive
-      (L0H0 + L1H1: -0.90 [-0.96, -0.83]): once L0H0 is gone the induction heads add little.
-    - Layer-0 heads act only through composition: direct effects |DE| < 0.01 nats, total
-      effects 0.20-2.11, so direct - total is strongly negative (no self-repair to speak of).
-    - Backup: only "L1H0 backs up L0H2" is supported (L1H0's direct effect grows by 0.14
-      [0.08, 0.19] nats and its output moves along L0H2's write); L1H1, L1H2, L1H3 back up no
-      layer-0 head (refuted: their direct effects shrink when a layer-0 head is ablated).
-    - The first-order head-mask estimate (Michel et al. 2019) ranks heads badly at convergence:
-      Spearman with the true ablation -0.14 (signed), 0.45 (|.|), so pruning is ordered by true
-      single-head ablation: removing L0H2 then L0H3 costs 0.13 [0.10, 0.16] nats against 1.64
-      for random pairs; no head can go within a 0.05-nat margin.
-    - Patterns: the induction heads resemble each other (JS 0.26-0.51 bits) more than any
-      layer-0 head (0.60-0.89); L0H0 ~ L0H1 is the most similar pair (0.12).
+    - No head is dispensable: ablating any one costs between 0.35 [0.26, 0.42] (L0H1) and
+      4.99 [4.91, 5.07] nats (L0H2, the previous-token head); all 8 "dispensable" claims refuted.
+      L0H0 (previous-token score 0.08) costs 3.71 [3.61, 3.81]: the induction heads need it too.
+    - No pair is redundant (each alone cheap, both costly): all 28 refuted, because no head alone
+      is cheap. Only one pair is super-additive (partial redundancy): the induction heads L1H1 +
+      L1H3, +0.42 [0.35, 0.49]. Layer-0 heads with the induction heads they feed are sub-additive
+      (L0H2 + L1H0: -1.75 [-1.86, -1.63]): once L0H2 is gone the induction heads add little; and
+      L0H0 + L0H2 by -3.61 [-3.71, -3.50] (either alone breaks the circuit).
+    - Layer-0 heads act only through composition: direct effects |DE| < 0.03 nats, total
+      effects 0.35-4.99, so direct - total is strongly negative (no self-repair to speak of).
+    - Backup: no induction head backs up any layer-0 head (all 16 refuted).
+    - The first-order head-mask estimate (Michel et al. 2019) gets the signs wrong at convergence:
+      Spearman with the true ablation 0.10 (signed), though 0.93 on magnitudes.
+    - Patterns: the induction heads resemble each other (JS 0.18-0.31 bits) more than any
+      layer-0 head (0.78-0.92).
     """
     model, prompts = toy
     margin = 0.05
     imp = R.importance(model, prompts, loss_fn=R.induction_loss).set_index("label")
     assert (imp.ci_low > margin).all()
-    assert imp.delta_loss.idxmax() == "L0H0" and imp.loc["L0H0", "ci_low"] > 1.5
+    assert imp.delta_loss.idxmax() == "L0H2" and imp.loc["L0H2", "ci_low"] > 4.5
+    assert imp.loc["L0H0", "ci_low"] > 3.0  # the other layer-0 head the induction heads read
     assert imp.attrs["spearman"] < 0.5  # the gradient estimate misranks heads here
 
     heads = [f"L{l}H{h}" for l in range(2) for h in range(4)]
     pairs = [(heads[i], heads[j]) for i in range(8) for j in range(i + 1, 8)]
     joint = R.joint_ablation(model, prompts, pairs, loss_fn=R.induction_loss).set_index(["label_a", "label_b"])
-    for pair in [("L0H0", "L0H1"), ("L1H0", "L1H1"), ("L1H0", "L1H2"), ("L1H0", "L1H3")]:
-        assert joint.loc[pair, "ci_low"] > 0.2, pair  # super-additive: partial redundancy
-    for pair in [("L0H0", "L1H1"), ("L0H0", "L1H2"), ("L0H0", "L1H3"), ("L0H1", "L1H1")]:
-        assert joint.loc[pair, "ci_high"] < 0, pair  # sub-additive: the induction heads need L0H0/L0H1
+    assert joint.loc[("L1H1", "L1H3"), "ci_low"] > 0.2  # super-additive: partial redundancy
+    super_additive = joint[joint.ci_low > 0].index.tolist()
+    assert super_additive == [("L1H1", "L1H3")], super_additive
+    for pair in [("L0H2", "L1H0"), ("L0H2", "L1H1"), ("L0H2", "L1H2"), ("L0H2", "L1H3"), ("L0H0", "L0H2")]:
+        assert joint.loc[pair, "ci_high"] < 0, pair  # sub-additive: the induction heads need L0H2
 
     backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
     table = R.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, loss_fn=R.induction_loss)
     verdicts = table.groupby("claim").verdict.agg(lambda v: sorted(set(v)))
     assert verdicts["redundant"] == ["refuted"] and verdicts["dispensable"] == ["refuted"]
-    backup = dict(zip(table[table.claim == "backs_up"].label, table[table.claim == "backs_up"].verdict))
-    assert backup["L1H0 ~ L0H2"] == "supported"
-    assert all(backup[f"L1H{h} ~ L0H{g}"] == "refuted" for h in (1, 2, 3) for g in range(4))
+    assert verdicts["backs_up"] == ["refuted"]
 
     effects = R.compensation(model, prompts, loss_fn=R.induction_loss).effects.set_index("label")
     layer0 = effects.loc[["L0H0", "L0H1", "L0H2", "L0H3"]]

@@ -1,4 +1,5 @@
 """Training loop, tasks, and the shipped toy-induction checkpoint (models/train.py, models/tasks.py)."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -55,6 +56,24 @@ def test_bos_is_placed_with_its_probability():
     always = InductionTask(d_vocab=16, n_pos=32, prefix_lens=(4,), held_out_prefix_lens=(), max_offset=4, bos_prob=1.0)
     assert (always.sample(16, torch.Generator().manual_seed(0))[:, 0] == 15).all()
     assert always.bos_token == 15  # -1 counts from the end of the vocabulary
+
+
+def test_distinct_prefix_draws_each_prefix_without_replacement():
+    task = InductionTask(d_vocab=16, n_pos=32, prefix_lens=(4, 8, 12), held_out_prefix_lens=(), max_offset=4,
+                         bos_prob=0.0, distinct_prefix=True)
+    tokens = task.sample(64, torch.Generator().manual_seed(0))
+    for row in tokens:
+        # the copy starts after 0..4 noise tokens; some (start, length) repeats with a duplicate-free prefix
+        matches = [(start, n) for n in task.prefix_lens for start in range(task.max_offset + 1)
+                   if torch.equal(row[start + n :], row[start : len(row) - n])
+                   and len(set(row[start : start + n].tolist())) == n]
+        assert matches, f"row {row.tolist()} repeats no duplicate-free prefix"
+    # 64 prefixes of 4..12 tokens out of 16 drawn with replacement would repeat a token almost surely
+    plain = dataclasses.replace(task, distinct_prefix=False).sample(64, torch.Generator().manual_seed(0))
+    assert any(len(set(row[4:8].tolist())) < 4 for row in plain)
+    with pytest.raises(ValueError, match="distinct_prefix=True needs d_vocab >= the longest prefix \\(12\\)"):
+        InductionTask(d_vocab=8, n_pos=32, prefix_lens=(4, 12), held_out_prefix_lens=(), max_offset=4,
+                      distinct_prefix=True)
 
 
 def test_fixed_prefix_task_is_bos_prefix_prefix():
@@ -186,7 +205,7 @@ def test_shipped_checkpoint_is_small_and_documented(shipped):
     assert shipped.cfg.n_layers == 2 and shipped.cfg.attn_only
 
 
-@pytest.mark.parametrize("prefix_len,offset,bos", [(25, 0, None), (37, 0, 63), (49, 3, None), (20, 40, None)])
+@pytest.mark.parametrize("prefix_len,offset,bos", [(25, 0, None), (37, 0, 255), (49, 3, None), (20, 40, None)])
 def test_shipped_model_does_induction_on_untrained_lengths_and_offsets(shipped, prefix_len, offset, bos):
     assert prefix_len in shipped.metadata["task"]["held_out_prefix_lens"] or offset > shipped.metadata["task"]["max_offset"]
     result = evaluate_induction(shipped, prefix_len, offset=offset, bos=bos, n=32, seed=7)
