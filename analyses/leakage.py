@@ -107,7 +107,7 @@ def declared_bidirectional(model: Any) -> bool:
         if isinstance(value, bool):
             return not value
     if isinstance(model, nn.Module) and hasattr(model, "hook_dict"):
-        import interp.load  # noqa: F401  (registers the TransformerBridge site finder)
+        import interp.loading  # noqa: F401  (registers the TransformerBridge site finder)
         from interp.hooks import attention_sites
 
         try:
@@ -835,7 +835,7 @@ def audit(
     """
     start = time.perf_counter()
     if isinstance(model, (str, os.PathLike)):
-        from interp.load import load
+        from interp.loading import load
 
         model = load(model)
     unknown = sorted(set(methods) - set(METHODS))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "load": "interp.load",
-    "save": "interp.load",
+    "load": "interp.loading",
+    "save": "interp.loading",
     "attention_sites": "interp.hooks",
     "AttentionSite": "interp.hooks",
     "hooked": "interp.hooks",

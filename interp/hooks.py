@@ -70,7 +70,7 @@ def register_site_finder(finder: SiteFinder) -> SiteFinder:
 
 def attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention sites of a supported model, in forward order."""
-    import interp.load  # noqa: F401  registers the TransformerBridge site finder
+    import interp.loading  # noqa: F401  registers the TransformerBridge site finder
     import interp.mha  # noqa: F401  registers the hooked-MultiheadAttention site finder
 
     for finder in _SITE_FINDERS:

@@ -241,7 +241,7 @@ if _pytest is not None:
                     spec = self.model_spec()
                     models = self.config.stash.setdefault(_MODELS, {})
                     if spec not in models:
-                        from interp.load import load
+                        from interp.loading import load
 
                         models[spec] = load(spec)
                     self._outcome = run_claims(models[spec], self.claims_file)

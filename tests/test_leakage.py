@@ -126,7 +126,7 @@ def test_planted_hooked_gpt_leak_and_pattern_check():
 
 
 def test_mha_model_through_interp_load_gets_a_pattern_check():
-    from interp.load import load
+    from interp.loading import load
 
     report = audit(load(build("mha_causal", 0)))  # nn.MultiheadAttention swapped for a hooked copy
     assert report.causal
@@ -175,7 +175,7 @@ def test_bert_is_reported_bidirectional(quiet_transformers):
 
 
 def test_transformer_bridge_models(tmp_path, quiet_transformers, monkeypatch):
-    from interp.load import load
+    from interp.loading import load
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _hf_gpt2().save_pretrained(tmp_path / "gpt2")
@@ -211,7 +211,7 @@ def test_torch_transformer_encoder_with_and_without_causal_mask():
 
 
 def test_checkpoint_spec_loads(tmp_path):
-    from interp.load import save
+    from interp.loading import save
 
     save(HookedGPT(GPTConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=12, seed=0)), tmp_path / "tiny")
     assert audit(str(tmp_path / "tiny")).causal

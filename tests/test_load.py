@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import interp
-from interp import load as load_module
+from interp import loading as load_module
 from interp.hooks import attention_sites
-from interp.load import load, save
+from interp.loading import load, save
 from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
 
 
@@ -152,8 +152,8 @@ def test_bad_spec_types_and_folders(tmp_path):
 
 def test_lazy_exports():
     assert interp.save is save
-    # `import interp.load` binds the module to the name interp.load; the module is callable
-    importlib.import_module("interp.load")
+    # importing the submodule must not shadow the function: the module is `interp.loading`
+    importlib.import_module("interp.loading")
 
     model = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=30, n_ctx=12, seed=1))
     assert interp.load(model) is model

@@ -10,7 +10,7 @@ import pytest
 import analyses.head_claims  # noqa: F401
 import analyses.leakage  # noqa: F401
 import analyses.redundancy  # noqa: F401
-import interp.load  # noqa: F401
+import interp.loading  # noqa: F401
 from interp import cli
 from interp.specs import ClaimsFileError, parse_claims_text
 from interp.testing import claim_kinds, read_claims, run_claims
@@ -93,7 +93,7 @@ def test_claim_arity_is_checked(tmp_path):
 def test_run_claims_gives_expected_verdicts_on_the_constructed_circuit(tmp_path):
     path = tmp_path / "claims.toml"
     path.write_text(WRONG)
-    from interp.load import load
+    from interp.loading import load
 
     frame = run_claims(load(CONSTRUCTED), read_claims(path))
     assert list(frame.name) == ["L0H0: previous_token", "L1H0: induction", "L1H0: not previous_token", "L0H3: induction"]

@@ -204,7 +204,7 @@ def test_minilm_positional_heads():
     from transformers import AutoTokenizer
 
     from interp.data import corpus_text, text_prompts
-    from interp.load import load_hf_folder
+    from interp.loading import load_hf_folder
 
     folder = get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

