@@ -107,8 +107,13 @@ def select_sites(model: nn.Module, layers: Iterable[int] | None = None) -> list[
     return [known[layer] for layer in wanted]
 
 
-def _infer_causal(pattern: torch.Tensor) -> bool:
-    """For sites that do not say: causal when no weight sits above the diagonal."""
+def _infer_causal(pattern: torch.Tensor, role: str = "pattern") -> bool:
+    """For sites that do not say: causal when no weight sits above the diagonal of the pattern."""
+    if role != "pattern":
+        raise ValueError(
+            f"this attention site does not say whether it is causal, and a {role!r} tensor cannot show it; "
+            "stream role='pattern' for such models, or pass a model whose sites declare causality."
+        )
     return bool(torch.triu(pattern.detach().float(), diagonal=1).abs().max() == 0)
 
 
@@ -166,7 +171,7 @@ def stream(
 
             def make_hook(site: AttentionSite, last: bool):
                 def hook(tensor: torch.Tensor, hook=None):
-                    causal = site.causal if site.causal is not None else _infer_causal(tensor)
+                    causal = site.causal if site.causal is not None else _infer_causal(tensor, role)
                     context = BatchContext(site, tokens, mask, causal, batch.meta)
                     outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
                     if last and raise_after_last:
@@ -286,6 +291,11 @@ class MomentAccumulator:
             if name not in self._state:
                 self._state[name] = [p.clone() for p in parts]
             else:
+                if self._state[name][0].shape != parts[0].shape:
+                    raise ValueError(
+                        f"cannot merge metric {name!r} of shape {tuple(parts[0].shape)} into "
+                        f"{tuple(self._state[name][0].shape)}: the shards measured different models or layers."
+                    )
                 for total, part in zip(self._state[name], parts):
                     total += part
         return self

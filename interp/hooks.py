@@ -14,6 +14,8 @@ from typing import Callable, Iterable, Iterator, Literal, get_args
 
 from torch import nn
 
+from models.components import hook_is_live
+
 Role = Literal["q", "k", "v", "attn_scores", "pattern", "z", "result"]
 ROLES: tuple[str, ...] = get_args(Role)
 
@@ -110,4 +112,4 @@ def hooked(model: nn.Module, fwd_hooks: Iterable[tuple[str, Callable]] = (), bwd
 
 def live_hooks(model: nn.Module) -> list[str]:
     """Names of hook points that currently have a forward or backward hook attached."""
-    return [name for name, hp in model.hook_dict.items() if hp.fwd_hooks or hp.bwd_hooks or hp._forward_hooks]
+    return [name for name, hp in model.hook_dict.items() if hook_is_live(hp)]

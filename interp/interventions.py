@@ -450,10 +450,18 @@ def substitute_pattern(
             raise ValueError(f"pattern has shape {tuple(pattern.shape)}; expected (query, key) or (batch, query, key).")
         check_pattern_rows(pattern, f"pattern for {head_label((layer, head))}")
     generator = torch.Generator().manual_seed(seed)
+    masked: dict[str, torch.Tensor] = {}
+
+    def read_mask(scores: torch.Tensor, hook=None) -> None:  # (batch, head, query, key)
+        # masked keys are -inf in the scores; a near-one-hot head's real keys can be exactly 0 after softmax
+        if bool(scores.isneginf().any()) or not site.causal:
+            masked["allowed"] = ~scores[:, head].isneginf()
 
     def hook(original: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, head, query, key)
         batch, _, n_query, n_key = original.shape
-        allowed = _allowed_keys(original, site.causal)  # (batch, query, key)
+        allowed = masked.pop("allowed", None)  # (batch, query, key)
+        if allowed is None:  # no scores hook, or one carrying weights (some bridges): read it off the pattern
+            allowed = _allowed_keys(original, site.causal)
         if pattern is None:
             new = original[:, head]
         elif isinstance(pattern, str) and pattern == "uniform":
@@ -484,7 +492,10 @@ def substitute_pattern(
         out[:, head] = new
         return out
 
-    with hooked(model, [(site.hook("pattern"), hook)]):
+    hooks = [(site.hook("pattern"), hook)]
+    if "attn_scores" in site.hooks:
+        hooks.insert(0, (site.hook("attn_scores"), read_mask))
+    with hooked(model, hooks):
         yield model
 
 

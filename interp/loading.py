@@ -20,6 +20,7 @@ not on its logits.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import json
@@ -132,14 +133,31 @@ def _from_module(model: nn.Module) -> nn.Module:
     )
 
 
+@contextlib.contextmanager
+def _hub_offline():
+    """Hub offline for the duration of a load: a local folder must never trigger a download.
+
+    huggingface_hub reads HF_HUB_OFFLINE once at import (transformer_lens has imported it by
+    now), so the environment variable would come too late; its module constant is what
+    `is_offline_mode()` (used by transformers too) returns.
+    """
+    import huggingface_hub.constants as hub
+
+    previous = hub.HF_HUB_OFFLINE
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = previous
+
+
 def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
     """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline."""
     folder = Path(folder).resolve()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder must never trigger a download
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from transformer_lens.model_bridge import TransformerBridge
 
-    bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+    with _hub_offline():
+        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
     declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
     loaded = type(bridge.original_model).__name__
     bridge.head_is_random = bool(declared) and loaded not in declared

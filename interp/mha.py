@@ -51,6 +51,7 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.hooks import ROLES, AttentionSite, register_site_finder
+from models.components import hook_is_live
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 # attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)
@@ -58,10 +59,6 @@ _COPIED_ATTRIBUTES = (
     "embed_dim", "kdim", "vdim", "_qkv_same_embed_dim", "num_heads", "dropout", "batch_first",
     "head_dim", "add_zero_attn",
 )
-
-
-def _is_live(hook: HookPoint) -> bool:
-    return bool(hook.fwd_hooks or hook.bwd_hooks or hook._forward_hooks or hook._forward_pre_hooks)
 
 
 def _additive(mask: torch.Tensor | None, dtype: torch.dtype, name: str) -> torch.Tensor | None:
@@ -117,7 +114,7 @@ class HookedMultiheadAttention(HookedRootModule):
     merge_masks = nn.MultiheadAttention.merge_masks
 
     def explicit_needed(self) -> bool:
-        return any(_is_live(getattr(self, name)) for name in _EXPLICIT_ROLES)
+        return any(hook_is_live(getattr(self, name)) for name in _EXPLICIT_ROLES)
 
     def _project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor):
         """Input projections, each (batch, pos, embed_dim)."""
@@ -202,7 +199,8 @@ class HookedMultiheadAttention(HookedRootModule):
             weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
             z = einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
         else:
-            causal_only = is_causal and key_padding_mask is None
+            # is_causal aligns the mask top-left: right only when keys and queries correspond one to one
+            causal_only = is_causal and key_padding_mask is None and k.shape[1] == q.shape[1]
             fused = F.scaled_dot_product_attention(
                 einops.rearrange(q, "batch pos head d_head -> batch head pos d_head"),
                 einops.rearrange(k, "batch pos head d_head -> batch head pos d_head"),
@@ -215,7 +213,7 @@ class HookedMultiheadAttention(HookedRootModule):
         z = self.hook_z(z)
 
         w_o = einops.rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=n_heads)
-        if _is_live(self.hook_result):
+        if hook_is_live(self.hook_result):
             result = self.hook_result(einops.einsum(
                 z, w_o, "batch pos head d_head, head d_head d_model -> batch pos head d_model"
             ))
@@ -359,8 +357,3 @@ def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
         hooks = {role: f"{prefix}hook_{role}" for role in ROLES}
         sites.append(AttentionSite(layer, name, module.num_heads, module.head_dim, None, hooks))
     return sites
-
-
-def hooked_modules(model: nn.Module) -> dict[str, Any]:
-    """Module path -> HookedMultiheadAttention, for inspection."""
-    return {name: m for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)}

@@ -80,7 +80,13 @@ def _device(model: nn.Module) -> torch.device:
 def _close(actual: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str]:
     if actual.shape != expected.shape:
         return False, f"shape {tuple(actual.shape)} vs expected {tuple(expected.shape)}"
-    a, e = actual.double().nan_to_num(0.0, 0.0, 0.0), expected.double().nan_to_num(0.0, 0.0, 0.0)
+    actual, expected = actual.double(), expected.double()
+    # -inf must match -inf exactly (masked scores); NaN anywhere is a failure, never a zero
+    if actual.isnan().any() or expected.isnan().any():
+        return False, f"NaN in {int(actual.isnan().sum())} hooked and {int(expected.isnan().sum())} recomputed entries"
+    if not torch.equal(actual.isinf(), expected.isinf()) or not torch.equal(actual[actual.isinf()], expected[expected.isinf()]):
+        return False, "infinite entries differ (the mask is not what the hook claims)"
+    a, e = actual.nan_to_num(0.0, 0.0, 0.0), expected.nan_to_num(0.0, 0.0, 0.0)
     err = (a - e).abs().max().item() if a.numel() else 0.0
     ok = bool(torch.allclose(a, e, atol=ATOL, rtol=RTOL))
     return ok, f"max abs error {err:.2e}"
@@ -181,6 +187,13 @@ def _output_bias(model: nn.Module, site: AttentionSite):
     return bias if isinstance(bias, torch.Tensor) else None
 
 
+def _weights_row(model: nn.Module) -> dict:
+    """Non-finite weights make every other check meaningless (and the fused kernel can hide them)."""
+    bad = [name for name, param in model.named_parameters() if not torch.isfinite(param).all()]
+    detail = f"NaN or inf in {bad[:5]}" if bad else "all parameters finite"
+    return {"layer": None, "site": "model", "check": "weights_finite", "passed": not bad, "detail": detail}
+
+
 def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.DataFrame:
     """Check every attention hook of `model`; returns a DataFrame (layer, site, check, passed, detail).
 
@@ -202,7 +215,7 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
     names = [name for site in sites for name in site.hooks.values()]
     was_training = model.training
     model.eval()
-    rows: list[dict] = []
+    rows: list[dict] = [_weights_row(model)]
     try:
         with torch.no_grad():
             module_out: dict[str, torch.Tensor] = {}

@@ -175,8 +175,10 @@ class Attention(nn.Module):
         elif key_mask is None:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         else:
-            # nan_to_num: a query whose every key is padding attends to nothing
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(x.shape[1], key_mask)).nan_to_num(0.0)
+            # a query whose every key is padding attends to nothing (the kernel gives NaN there)
+            allowed = self.mask(x.shape[1], key_mask)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            z = z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         # z: (batch, head, pos, d_head)
         if not (hook_is_live(self.hook_z) or hook_is_live(self.hook_result)):
             return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
@@ -213,7 +215,7 @@ class Attention(nn.Module):
         pattern = torch.softmax(scores, dim=-1)
         if key_mask is not None:
             # a query whose every key is padding attends to nothing, rather than to NaN
-            pattern = pattern.nan_to_num(0.0)
+            pattern = pattern.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         pattern = self.hook_pattern(pattern)
         return pattern @ v  # (batch, head, query, d_head)
 

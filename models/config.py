@@ -100,21 +100,23 @@ class GPTConfig:
             attn_only=self.attn_only,
             normalization_type=self.normalization_type,
             positional_embedding_type=self.positional_embedding_type,
+            rotary_base=self.rotary_base,
+            eps=self.layer_norm_eps,
         )
 
     @classmethod
     def from_bridge_config(cls, bridge_cfg, **overrides):
-        """Read the shared fields of a TransformerLens config (bridge or legacy)."""
+        """Read the shared fields of a TransformerLens config; raise on a setting we cannot build."""
         names = ("n_layers", "n_heads", "d_model", "d_head", "n_ctx", "d_vocab", "d_mlp", "act_fn",
-                 "attn_only", "normalization_type", "positional_embedding_type")
+                 "attn_only", "positional_embedding_type", "rotary_base")
         values = {n: getattr(bridge_cfg, n) for n in names if getattr(bridge_cfg, n, None) is not None}
-        if values.get("act_fn") not in get_args(ActFn):
-            values.pop("act_fn", None)
         values["normalization_type"] = getattr(bridge_cfg, "normalization_type", "LN")  # None (no norm) is a value
-        if values.get("normalization_type") not in get_args(NormType):
-            values["normalization_type"] = "LN"
-        if values.get("positional_embedding_type") not in get_args(PosEmbedType):
-            values.pop("positional_embedding_type", None)
+        if getattr(bridge_cfg, "eps", None) is not None:
+            values["layer_norm_eps"] = bridge_cfg.eps
+        for name, literal in (("act_fn", ActFn), ("normalization_type", NormType),
+                              ("positional_embedding_type", PosEmbedType)):
+            if name in values and name not in overrides:
+                _check_choice(name, values[name], literal)
         return cls(**{**values, **overrides})
 
 

@@ -18,7 +18,7 @@ class HookedEncoder(HookedGPT):
 
     config_class = EncoderConfig
 
-    def forward(self, tokens: torch.Tensor, return_type="logits", *, attention_mask=None, stop_at_layer=None, **kwargs):
+    def forward(self, tokens: torch.Tensor, return_type="logits", *, attention_mask=None, stop_at_layer=None):
         """tokens (batch, pos) -> logits (batch, pos, d_vocab); the loss is undefined here."""
         if return_type in ("loss", "both"):
             raise ValueError(

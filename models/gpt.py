@@ -36,7 +36,7 @@ class HookedGPT(HookedRootModule):
         if not isinstance(cfg, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(cfg).__name__}.")
         # a private copy: the runtime device and dtype are written onto it
-        self.cfg = dataclasses.replace(cfg, **overrides)
+        self.cfg = cfg = dataclasses.replace(cfg, **overrides)
         self.embed = Embed(cfg)
         self.hook_embed = HookPoint()  # (batch, pos, d_model)
         if cfg.positional_embedding_type == "standard":
@@ -131,7 +131,19 @@ class HookedGPT(HookedRootModule):
                 f"attention_mask has shape {tuple(attention_mask.shape)} but tokens have shape "
                 f"{tuple(tokens.shape)}; pass one 0/1 entry per token (1 = real, 0 = padding)."
             )
+        if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+            bad = attention_mask[(attention_mask != 0) & (attention_mask != 1)].flatten()[0].item()
+            raise ValueError(
+                f"attention_mask holds {bad}; expected 1 for real tokens and 0 for padding. An additive "
+                "mask (0 = keep, -inf = drop) converts with `(mask == 0).long()`."
+            )
         return attention_mask.bool()
+
+    def check_weights(self) -> None:
+        """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output)."""
+        bad = [name for name, param in self.named_parameters() if not torch.isfinite(param).all()]
+        if bad:
+            raise ValueError(f"non-finite weights (NaN or inf) in {bad[:8]}; fix or re-train the model before analysing it.")
 
     def forward(
         self,
@@ -151,6 +163,10 @@ class HookedGPT(HookedRootModule):
         if return_type not in get_args(ReturnType):
             raise ValueError(f"return_type={return_type!r}; expected one of {list(get_args(ReturnType))}.")
         tokens = self.check_tokens(tokens)
+        if stop_at_layer is not None and not 0 <= stop_at_layer <= self.cfg.n_layers:
+            raise ValueError(f"stop_at_layer={stop_at_layer}; expected 0..{self.cfg.n_layers} (the number of blocks to run).")
+        if return_type in ("loss", "both") and tokens.shape[1] < 2:
+            raise ValueError("the next-token loss needs sequences of at least 2 tokens; got 1.")
         attention_mask = self.check_attention_mask(attention_mask, tokens)
         resid, positions = self.embed_tokens(tokens, attention_mask)
         for block in self.blocks[:stop_at_layer]:

@@ -90,5 +90,6 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
             "Re-save the model with models.io.save_checkpoint, or fix the config."
         )
     model.load_state_dict(state)
+    model.check_weights()
     model.metadata = document.get("metadata", {})
     return model.to(device).eval()

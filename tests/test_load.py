@@ -175,9 +175,6 @@ def minilm():
 
 @pytest.mark.real
 def test_minilm_folder_boots_offline_and_is_described(minilm):
-    import os
-
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"
     assert type(minilm).__name__ == "TransformerBridge" and not minilm.training
     assert minilm.cfg.n_layers == 6 and minilm.cfg.n_heads == 12 and minilm.cfg.d_head == 32
     # the folder holds a BertModel; the masked-LM head the bridge adds is random
@@ -207,3 +204,23 @@ def test_boot_native_bridge_sites_are_causal():
     sites = attention_sites(bridge)
     assert [s.layer for s in sites] == [0, 1] and all(s.causal for s in sites)
     assert "result" not in sites[0].hooks  # hook_result only fires with cfg.use_attn_result
+
+
+def test_hf_folder_loads_with_the_hub_offline_and_restores_the_setting(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hub
+    from transformer_lens.model_bridge import TransformerBridge
+
+    seen = []
+
+    def fake_boot(folder, device="cpu"):
+        seen.append(hub.HF_HUB_OFFLINE)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", staticmethod(fake_boot))
+    (tmp_path / "config.json").write_text("{}")
+    from interp.loading import load_hf_folder
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        load_hf_folder(tmp_path)
+    assert seen == [True] and hub.HF_HUB_OFFLINE is False

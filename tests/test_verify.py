@@ -17,8 +17,10 @@ def assert_all_pass(report: pd.DataFrame, n_sites: int):
     assert list(report.columns) == ["layer", "site", "check", "passed", "detail"]
     failed = report[~report.passed]
     assert failed.empty, failed.to_string()
-    assert sorted(report.check.unique()) == sorted(CHECKS)
-    assert len(report) == n_sites * len(CHECKS)
+    assert report.check.iloc[0] == "weights_finite" and report.site.iloc[0] == "model"
+    sites = report.iloc[1:]
+    assert sorted(sites.check.unique()) == sorted(CHECKS)
+    assert len(sites) == n_sites * len(CHECKS)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"positional_embedding_type": "rotary"}, {"attn_only": True, "normalization_type": None}])
@@ -26,7 +28,7 @@ def test_passes_on_hooked_gpt(overrides):
     model = HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=16, seed=0, **overrides)).eval()
     report = verify_hooks(model)
     assert_all_pass(report, 2)
-    assert report.site.unique().tolist() == ["blocks.0.attn", "blocks.1.attn"]
+    assert report.site.unique().tolist() == ["model", "blocks.0.attn", "blocks.1.attn"]
     assert not model.hook_dict["blocks.0.attn.hook_q"].fwd_hooks  # nothing left attached
 
 
@@ -135,7 +137,7 @@ def test_boot_native_bridge_observed_facts():
     assert bridge_summary(report) == {
         "hooks_present": False, "scores_qk": False, "scores_masked_inf": False, "pattern_softmax": False,
         "rows_sum_to_one": True, "z_pattern_v": True, "edit_attn_scores": False, "edit_pattern": True,
-        "edit_q": True, "edit_k": True, "edit_v": True, "edit_z": True,
+        "edit_q": True, "edit_k": True, "edit_v": True, "edit_z": True, "weights_finite": True,
     }
     scores_qk = report[report.check == "scores_qk"].detail
     assert scores_qk.str.contains("post-softmax weights, not scores").all()
@@ -157,14 +159,26 @@ def test_minilm_bridge_observed_facts(minilm):
     (the HF module computes attention itself; the bridge warns so). q, k, v and z are live;
     z == pattern @ v holds; hook_result is unavailable for this attention class."""
     report = verify_hooks(minilm)
-    assert len(report.site.unique()) == 6
+    assert len(report.site.unique()) == 7  # six sites and the model-wide weights check
     assert bridge_summary(report) == {
         "hooks_present": False, "scores_qk": False, "scores_masked_inf": True, "pattern_softmax": False,
         "rows_sum_to_one": True, "z_pattern_v": True, "edit_attn_scores": False, "edit_pattern": False,
-        "edit_q": True, "edit_k": True, "edit_v": True, "edit_z": True,
+        "edit_q": True, "edit_k": True, "edit_v": True, "edit_z": True, "weights_finite": True,
     }
     edit_pattern = report[report.check == "edit_pattern"].detail
     assert edit_pattern.str.contains("moved the output by up to 0.00e+00 ", regex=False).all()
     assert edit_pattern.str.contains("The edit is discarded").all()
     with pytest.raises(NotImplementedError, match="use_attn_result"):
         minilm.set_use_attn_result(True)
+
+
+def test_non_finite_weights_fail_the_weights_check_and_nan_never_passes():
+    model = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=30, n_ctx=8, seed=0)).eval()
+    with torch.no_grad():
+        model.blocks[0].attn.W_K[0, 0, 0] = float("nan")
+    report = verify_hooks(model)
+    weights = report[report.check == "weights_finite"].iloc[0]
+    assert not weights.passed and "blocks.0.attn.W_K" in weights.detail
+    assert not report[report.check == "z_pattern_v"].passed.all()  # NaN is a failure, never a match
+    with pytest.raises(ValueError, match="non-finite weights"):
+        model.check_weights()
