@@ -755,7 +755,16 @@ def duplicate_token_head(layer: int, head: int, *, threshold: float = 0.5, suffi
 def positional_head(layer: int, head: int, *, offset: int | str | None = None, threshold: float = 0.9) -> Claim:
     """Positional, not content-based (Voita et al. 2019): the maximum weight sits at relative offset
     `offset` (an int k - q, or "first" for position 0) for at least `threshold` of the queries, and still
-    does on shuffled tokens. `offset=None` takes the modal offset of the prompts under test."""
+    does on shuffled tokens. `offset=None` takes the modal offset of the prompts under test.
+
+    Choosing the offset on the tested prompts does not inflate the test when threshold > 0.5:
+    each query has one maximum, so the offsets' argmax rates sum to one and at most one offset
+    can pass; "the modal offset passes" is then the same event as "some offset passes"."""
+    if offset is None and threshold <= 0.5:
+        raise ValueError(
+            f"positional_head with offset=None needs threshold > 0.5 (got {threshold}): below that, several "
+            "offsets could pass and picking one on the tested prompts would bias the test; name the offset."
+        )
     if offset is not None and offset != "first":
         offset = int(offset)
     where = ("the first position" if offset == "first" else "one relative offset" if offset is None

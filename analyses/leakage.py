@@ -38,6 +38,7 @@ False) are reported as bidirectional by design; their padding mask is audited in
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import math
@@ -63,6 +64,9 @@ TRUSTED = ("truncation", "perturbation", "gradient", "batch", "padding")  # "pat
 TABLE_COLUMNS = ["method", "site", "length", "query_pos", "source_pos", "influence", "detail"]
 MAX_ROWS_PER_METHOD = 200
 DEFAULT_TOL = 2e-5  # float32: rounding measured <= 4.3e-6, the smallest planted leak >= 9e-5
+SPREAD_FLOOR = 1e-2  # the scale is the outputs' spread, but at least this fraction of their RMS
+FUTURE_METHODS = ("truncation", "perturbation", "gradient")  # the trusted methods that can show a future leak
+ONES_MASK_DETAIL = " [attention_mask all ones]"  # appended to the detail of runs made with a mask of ones
 HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
 
 
@@ -164,6 +168,7 @@ class ModelAdapter:
         self.takes_mask = _accepts_attention_mask(model)
         self.max_tokens = max_tokens
         self.max_rows: int | None = None
+        self.ones_mask = False  # pass attention_mask=ones when a call gives none (see `with_ones_mask`)
         params = list(self.module.parameters()) if self.module is not None else []
         self.device = params[0].device if params else torch.device("cpu")
         self.dtype = params[0].dtype if params else torch.float32
@@ -179,6 +184,8 @@ class ModelAdapter:
                 for i in range(0, tokens.shape[0], step)
             ])
         tokens = tokens.to(self.device)
+        if attention_mask is None and self.ones_mask:
+            attention_mask = torch.ones_like(tokens)
         kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device).long()}
         out = _first_tensor(self.model(tokens, **kwargs))
         batch, n_pos = tokens.shape
@@ -201,6 +208,14 @@ class ModelAdapter:
                     "cause: fill it with zeros), or audit a smaller max_len."
                 )
         return out
+
+    def with_ones_mask(self) -> "ModelAdapter":
+        """A copy that passes an all-ones attention_mask wherever a call gives none: a model may take
+        another code path when it is handed a mask (a fast path that drops the causal mask when no
+        position is padded), and that path must be audited too."""
+        other = copy.copy(self)
+        other.ones_mask = True
+        return other
 
     def rows_per_forward(self, n_pos: int) -> int:
         rows = max(1, self.max_tokens // max(n_pos, 1))
@@ -236,9 +251,20 @@ def _resample(tokens: torch.Tensor, vocab: int, generator: torch.Generator) -> t
 
 
 def _scale(out: torch.Tensor) -> float:
-    """Root mean square of the outputs: the unit influences are measured in."""
-    value = float(out.detach().pow(2).mean().sqrt())
-    return value if value > 0 else 1.0
+    """The unit influences are measured in: the outputs' spread, i.e. the root mean square of
+    `out` minus each feature's mean over batch and position (last axis = features).
+
+    A common offset carries no information, so it must not dilute a leak (a leak of 1e-3 under an
+    offset of -300 is 2e-3 of the spread but 3e-6 of the RMS). The spread is floored at
+    SPREAD_FLOOR of the RMS: below that the offset's own float rounding (one ulp is 1.2e-7 of it)
+    would approach tol; 1.0 when the outputs are all zero.
+    """
+    x = out.detach().float()
+    flat = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)  # (sample, feature)
+    rms = float(flat.pow(2).mean().sqrt())
+    spread = float((flat - flat.mean(dim=0, keepdim=True)).pow(2).mean().sqrt())
+    value = max(spread, SPREAD_FLOOR * rms)
+    return value if value > 0 and math.isfinite(value) else 1.0
 
 
 def _change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -789,15 +815,15 @@ def _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts
     steps = 1 + sum(m in methods for m in ("batch", "padding"))  # + localisation
     if bidirectional:
         return steps
-    steps += max_len - 1 if "truncation" in methods else 0
+    future = max_len - 1 if "truncation" in methods else 0
     steps += "pattern" in methods
     if "perturbation" in methods:
         for length in lengths:
             cuts = length - 1 if max_cuts is None else min(length - 1, max_cuts)
-            steps += math.ceil(n_prompts * cuts * draws / adapter.rows_per_forward(length))
+            future += math.ceil(n_prompts * cuts * draws / adapter.rows_per_forward(length))
     if "gradient" in methods:
-        steps += math.ceil((grad_len - 1) / adapter.rows_per_forward(grad_len))
-    return steps
+        future += math.ceil((grad_len - 1) / adapter.rows_per_forward(grad_len))
+    return steps + future * (2 if adapter.takes_mask else 1)  # with a mask of ones too
 
 
 def _localisation_length(found: dict[int, torch.Tensor]) -> int:
@@ -853,6 +879,10 @@ def audit(
     bidirectional = declared_bidirectional(model)
     pad_id = pad_token_id if pad_token_id is not None else getattr(_config(model), "pad_token_id", None) or 0
 
+    embed = embedding_module(model, vocab) if "gradient" in methods and not bidirectional else None
+    if not bidirectional and not ({"truncation", "perturbation"} & set(methods)) and embed is None:
+        reason = ["gradient skipped: no input embedding found (a black-box callable)"] if "gradient" in methods else []
+        raise ValueError(_no_future_method_message(methods, reason))
     n_rows = max(n_prompts, 2)
     tick = _Progress(progress, _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts, draws,
                                                max_cuts, min(gradient_len, max_len)))
@@ -880,7 +910,7 @@ def audit(
                     adapter.max_rows = 1  # from here on one example per forward: mixing must not pose as a leak
                     notes.append("the model mixes examples of a batch: the other tests ran one example per forward pass")
 
-            future_found: dict[int, torch.Tensor] = {}
+            future_found: dict[bool, dict[int, torch.Tensor]] = {False: {}, True: {}}  # ones mask? -> length -> influence
             if bidirectional:
                 short = lengths[0]
                 perturbed, _ = perturbation(adapter, _prompts(n_prompts, short, vocab, seed), vocab, tol,
@@ -888,25 +918,29 @@ def audit(
                 rows += perturbed
                 notes.append("declared bidirectional (an encoder): future dependence is by design and not counted")
             else:
-                if "truncation" in methods:
-                    rows += truncation(adapter, long_prompts[:n_prompts], tol, progress=tick)
-                if "perturbation" in methods:
-                    for length in lengths:
-                        found, influence = perturbation(adapter, _prompts(n_prompts, length, vocab, seed), vocab, tol,
-                                                        draws=draws, seed=seed, max_cuts=max_cuts, progress=tick)
-                        rows += found
-                        if float(influence.nan_to_num(0.0).max()) > tol:
-                            future_found[length] = influence
-                if "gradient" in methods:
-                    embed = embedding_module(model, vocab)
-                    if embed is None:
-                        notes.append("gradient skipped: no input embedding found (a black-box callable)")
-                    else:
-                        grad_rows = gradient(adapter, embed, _prompts(1, min(gradient_len, max_len), vocab, seed)[0],
+                # a model taking a mask is audited twice: as called without one, and with a mask of ones
+                variants = [adapter, adapter.with_ones_mask()] if adapter.takes_mask else [adapter]
+                for variant in variants:
+                    suffix = ONES_MASK_DETAIL if variant.ones_mask else ""
+                    if "truncation" in methods:
+                        rows += _tagged(truncation(variant, long_prompts[:n_prompts], tol, progress=tick), suffix)
+                    if "perturbation" in methods:
+                        for length in lengths:
+                            found, influence = perturbation(variant, _prompts(n_prompts, length, vocab, seed), vocab,
+                                                            tol, draws=draws, seed=seed, max_cuts=max_cuts, progress=tick)
+                            rows += _tagged(found, suffix)
+                            if float(influence.nan_to_num(0.0).max()) > tol:
+                                future_found[variant.ones_mask][length] = influence
+                    if "gradient" in methods and embed is not None:
+                        grad_rows = gradient(variant, embed, _prompts(1, min(gradient_len, max_len), vocab, seed)[0],
                                              tol, seed=seed, progress=tick)
-                        if not grad_rows:
+                        if not grad_rows and not variant.ones_mask:
                             notes.append("gradient skipped: the embedding output is not (batch, seq, d_model)")
-                        rows += grad_rows
+                        rows += _tagged(grad_rows, suffix)
+                if "gradient" in methods and embed is None:
+                    notes.append("gradient skipped: no input embedding found (a black-box callable)")
+                if not any(row["method"] in FUTURE_METHODS for row in rows):
+                    raise ValueError(_no_future_method_message(methods, notes))
                 if "pattern" in methods:
                     pattern_rows, note = pattern_check(model, adapter, _prompts(n_prompts, max_len, vocab, seed), tol)
                     rows += pattern_rows
@@ -938,8 +972,14 @@ def audit(
         leaks = tuple(sorted({METHOD_KIND[m] for m in trusted.loc[trusted["influence"] > tol, "method"]},
                              key=lambda k: get_args(LeakKind).index(k)))
         if "future" in leaks and sites:
+            future_rows = trusted[trusted["method"].isin(FUTURE_METHODS) & (trusted["influence"] > tol)]
+            masked = bool(future_rows["detail"].str.endswith(ONES_MASK_DETAIL).all())  # seen only with a mask of ones
+            if masked:
+                notes.append("the future leak appears only when the model is given an all-ones attention_mask")
             with torch.no_grad():
-                located = _localise_future(adapter, sites, future_found, table, max_len, vocab, seed, tol)
+                located = _localise_future(adapter.with_ones_mask() if masked else adapter, sites, future_found[masked],
+                                           future_rows[future_rows["detail"].str.endswith(ONES_MASK_DETAIL) == masked],
+                                           max_len, vocab, seed, tol)
             site_tables.append(located.assign(kind="future"))
             first_sites["future"] = _first(located)
             if first_sites["future"] is None:
@@ -974,6 +1014,22 @@ def audit(
     )
 
 
+def _tagged(rows: list[dict], suffix: str) -> list[dict]:
+    """Rows with `suffix` appended to their detail (marks runs made with an all-ones mask)."""
+    return [{**row, "detail": row["detail"] + suffix} for row in rows]
+
+
+def _no_future_method_message(methods: Sequence[str], notes: Sequence[str]) -> str:
+    why = "; ".join(note for note in notes if "skipped" in note)
+    return (
+        f"methods={tuple(methods)} cannot show a dependence on later tokens for this model"
+        + (f" ({why})" if why else "")
+        + ": a causal verdict needs at least one of 'truncation' or 'perturbation' (any model) or 'gradient' "
+        "(models with an nn.Embedding or hook_embed); 'pattern' is never trusted alone. Include them, e.g. "
+        "methods=('truncation', 'perturbation', 'gradient'), or leave methods at its default."
+    )
+
+
 def _odd_length(max_len: int) -> int:
     return max_len if max_len % 2 or max_len < 5 else max_len - 1
 
@@ -984,13 +1040,17 @@ def _first(located: pd.DataFrame) -> str | None:
 
 
 def _localise_future(adapter, sites, future_found, table, max_len, vocab, seed, tol) -> pd.DataFrame:
-    """Localise a future leak with perturbation pairs at the cuts where it was seen (at most 4)."""
+    """Localise a future leak with perturbation pairs at the cuts where it was seen (at most 4).
+
+    `table` holds the future-method rows above tol that `adapter` (plain or with a mask of ones) produced."""
     if future_found:
         length = _localisation_length(future_found)
         per_cut = future_found[length].nan_to_num(0.0).amax(dim=1)  # (cut,)
         cuts = [int(c) for c in per_cut.argsort(descending=True)[:4] if float(per_cut[c]) > tol]
     else:  # seen only by truncation or the gradient: cuts from the table
         leaking = table[(table["method"].isin(["truncation", "gradient"])) & (table["influence"] > tol)]
+        if leaking.empty:
+            return localise(adapter, sites, [], tol)
         length = int(leaking["length"].max())
         mine = leaking[leaking["length"] == length].nlargest(4, "influence")
         cuts = sorted({int(s) - 1 if m == "truncation" else int(q)

@@ -54,7 +54,6 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from scipy.stats import spearmanr
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
@@ -83,7 +82,7 @@ from interp.interventions import (
     parse_head,
     reference_activations,
 )
-from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap, sign_flip_test
+from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 from models.gpt import HookedGPT
 
 LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,)
@@ -687,16 +686,9 @@ def importance(
     frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
     frame.attrs.update(method=method, loss=getattr(engine.loss_fn, "__name__", "loss_fn"))
     if gradient:
-        frame.attrs["spearman"] = _spearman(frame.grad_estimate, frame.delta_loss)
-        frame.attrs["spearman_abs"] = _spearman(frame.grad_abs, frame.delta_loss.abs())
+        frame.attrs["spearman"] = spearman(frame.grad_estimate, frame.delta_loss)
+        frame.attrs["spearman_abs"] = spearman(frame.grad_abs, frame.delta_loss.abs())
     return frame
-
-
-def _spearman(a, b) -> float:
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return math.nan
-    return float(spearmanr(a, b).statistic)
 
 
 def second_order(
@@ -811,15 +803,19 @@ def joint_ablation(
 ) -> pd.DataFrame:
     """Loss change of ablating both heads of a pair against the sum of each alone.
 
-    `pairs`: a list of head pairs, or an int k for the top-k pairs of `suggest_pairs(by=suggest_by)`.
-    One row per pair: `delta_a`, `delta_b`, `delta_both` and `interaction` = delta_both -
-    delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip, interaction > 0),
-    `n_prompts`. interaction > 0: the pair matters together more than apart (redundancy,
-    backup); < 0: removing one already removes most of what the other adds.
+    `pairs`: a list of head pairs, or an int k for the top-k pairs of `suggest_pairs(by=suggest_by)`,
+    suggested on one half of the prompts and measured on the other (never on the prompts that
+    chose them). One row per pair: `delta_a`, `delta_b`, `delta_both` and `interaction` =
+    delta_both - delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip,
+    interaction > 0), `p_adjusted` (Benjamini-Hochberg over the pairs), `n_prompts`.
+    interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
+    removing one already removes most of what the other adds.
     """
     _check_n(prompts)
     if isinstance(pairs, int) and not isinstance(pairs, bool):
-        pairs = suggest_pairs(model, prompts, pairs, by=suggest_by, method=method, loss_fn=loss_fn,
+        proposing, prompts = prompts.split(0.5, seed=seed)
+        _check_n(prompts)
+        pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, loss_fn=loss_fn,
                               batch_size=batch_size, seed=seed)
     pairs = _parse_pairs(model, pairs)
     engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
@@ -834,8 +830,9 @@ def joint_ablation(
     interaction = both - delta_a - delta_b
     metrics = {"interaction": interaction.T, "delta_a": delta_a.T, "delta_b": delta_b.T, "delta_both": both.T}
     frame = _pairs_frame(pairs, metrics, len(prompts), main="interaction", seed=seed)
-    frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
-                 sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy())
+    p_value = sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy()
+    frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
+    frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
     frame.attrs.update(method=method, clean_loss=float(clean.mean()))
     return frame
 

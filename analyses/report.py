@@ -480,10 +480,11 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
     desc += ")"
     lines = [
-        f"Prompts: {desc}. The prompt is the unit of statistics: every interval is a 95% percentile bootstrap "
+        f"Prompts: {desc}. The prompt is the unit of statistics: metric intervals are 95% percentile bootstraps "
         f"over prompts (1,000 resamples, seed {seed}).",
         "Mean patterns average each query position over the prompts where it is a real token; the offset "
-        "profile is the mean weight at each relative offset key - query (-1 = previous token).",
+        "profile is the mean weight at each relative offset key - query (-1 = previous token), its band a "
+        "normal-approximation 95% interval from streamed moments (no per-prompt values are kept for it).",
         "Claims: `analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
         "it on the other half, never on the prompts that proposed it. Each claim needs observational evidence "
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
@@ -491,8 +492,9 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
            "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
            "(uniform or permuted pattern) on the next-token loss" if has_loss else "")
-        + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected over all "
-        f"{len(claims)} claims tested (alpha 0.05).",
+        + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected "
+        "(alpha 0.05) within each family tested together: the scan's claims over every head, and the claims "
+        f"file's claims, separately; {len(claims)} claims about the heads shown appear here.",
     ]
     if has_loss:
         target = "on the repeated copies (what induction can predict)" if kind == "repeated" else "at every position"

@@ -47,7 +47,7 @@ import torch
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.data import PromptSet
-from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test
+from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
 EvidenceKind = Literal[
     "observational",
@@ -584,7 +584,8 @@ class Stability:
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = pd.Series(np.ravel(a)), pd.Series(np.ravel(b))
-    if a.nunique() < 2 or b.nunique() < 2:
-        return 1.0 if np.allclose(a, b, atol=1e-3) else math.nan
-    return float(a.corr(b, method="spearman"))
+    """Rank agreement for stability: two identical constant rankings agree (1.0)."""
+    a, b = np.ravel(a), np.ravel(b)
+    if (np.ptp(a) == 0 or np.ptp(b) == 0) and np.allclose(a, b, atol=1e-3):
+        return 1.0
+    return spearman(a, b)

@@ -137,6 +137,16 @@ def benjamini_hochberg(p_values, alpha: float = 0.05) -> tuple[np.ndarray, np.nd
     return reject.reshape(p.shape), adjusted.reshape(p.shape)
 
 
+def spearman(a, b) -> float:
+    """Spearman rank correlation of two equal-length sequences; NaN with < 3 values or a constant one."""
+    a, b = pd.Series(np.ravel(np.asarray(a, dtype=float))), pd.Series(np.ravel(np.asarray(b, dtype=float)))
+    if len(a) != len(b):
+        raise ValueError(f"spearman needs sequences of equal length, got {len(a)} and {len(b)}.")
+    if len(a) < 3 or a.nunique() < 2 or b.nunique() < 2:
+        return float("nan")
+    return float(a.corr(b, method="spearman"))
+
+
 def head_frame(
     per_prompt: dict[str, torch.Tensor], *, seed: int = 0, confidence: float = 0.95, n_resamples: int = 1000
 ) -> pd.DataFrame:

@@ -193,3 +193,20 @@ def test_accumulator_errors():
         acc.update({"b": torch.zeros(2, 1, 1)})
     with pytest.raises(ValueError, match="batch size"):
         PerPromptAccumulator().update({"a": torch.zeros(2, 1), "b": torch.zeros(3, 1)})
+
+
+def test_moment_merge_refuses_mismatched_shapes():
+    a, b = MomentAccumulator(), MomentAccumulator()
+    a.update({"m": torch.ones(4, 2, 3)})
+    b.update({"m": torch.ones(4, 1, 3)})
+    with pytest.raises(ValueError, match="cannot merge metric 'm'"):
+        a.merge(b)
+
+
+def test_causality_is_inferred_only_from_patterns():
+    from interp.capture import _infer_causal
+
+    z = torch.randn(2, 5, 3, 4)  # (batch, pos, head, d_head): no diagonal to read
+    with pytest.raises(ValueError, match="role='pattern'"):
+        _infer_causal(z, "z")
+    assert _infer_causal(torch.ones(1, 2, 3, 3).tril(), "pattern")

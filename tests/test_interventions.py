@@ -265,3 +265,19 @@ def test_redundant_pair_ablations():
         both = loss()
     assert clean < 1e-6 and one < 1e-4
     assert both == pytest.approx(torch.log(torch.tensor(15.0)).item(), abs=1e-4)
+
+
+def test_substitution_reads_masked_keys_from_scores_even_for_a_one_hot_head():
+    from models.constructed import single_head
+
+    model = single_head("previous_token")
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q *= 10  # softmax underflows to exact zeros on real keys
+    tokens = repeated_tokens(2, 5, model.cfg.d_vocab - 1, bos=model.cfg.d_vocab - 1).tokens
+    with substitute_pattern(model, 0, 0, "uniform"):
+        _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
+    row = cache["pattern", 0][0, 0, 3]
+    torch.testing.assert_close(row[:4], torch.full((4,), 0.25))
+    assert row[4:].abs().max() == 0
+    with substitute_pattern(model, 0, 0, "self"):  # a valid causal pattern is accepted
+        model(tokens)

@@ -264,3 +264,16 @@ def test_deepcopy_of_a_hooked_model_keeps_hooks_and_shared_parameters():
     assert "layers.0.self_attn.hook_pattern" in cache
     unhook_attention(twin)
     assert type(twin.layers[0].self_attn) is nn.MultiheadAttention
+
+
+@pytest.mark.parametrize("options", [{"add_zero_attn": True}, {"add_bias_kv": True}, {}])
+def test_fast_and_explicit_paths_agree_with_is_causal_and_extra_keys(options):
+    torch.manual_seed(0)
+    mha = hook_attention(nn.MultiheadAttention(8, 2, batch_first=True, **options)).eval()
+    x = torch.randn(2, 5, 8)
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+    with torch.no_grad():
+        fast, _ = mha(x, x, x, attn_mask=mask, is_causal=True, need_weights=False)
+        with hooked(mha, [("hook_pattern", lambda t, hook: t)]):
+            explicit, _ = mha(x, x, x, attn_mask=mask, is_causal=True, need_weights=False)
+    torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=1e-5)

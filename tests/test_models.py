@@ -245,3 +245,38 @@ def test_config_is_frozen_and_validates():
         cfg.n_layers = 3
     with pytest.raises(ValueError, match="act_fn='tanh'"):
         GPTConfig(act_fn="tanh")
+
+
+def test_constructor_overrides_build_the_layers_they_describe():
+    model = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=30, n_ctx=8, seed=0), n_layers=3, n_ctx=32)
+    assert model.cfg.n_layers == len(model.blocks) == 3
+    assert model.pos_embed.W_pos.shape[0] == 32
+    assert model(torch.zeros(1, 20, dtype=torch.long)).shape == (1, 20, 30)
+
+
+def test_additive_float_masks_are_refused_not_reversed(tiny_gpt):
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"\(mask == 0\)\.long\(\)"):
+        tiny_gpt(tokens, attention_mask=torch.tensor([[float("-inf"), 0.0, 0.0, 0.0]]))
+
+
+def test_forward_edge_inputs_are_refused(tiny_gpt, tiny_encoder):
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        tiny_gpt(tokens[:, :1], return_type="loss")
+    for bad in (-1, 7):
+        with pytest.raises(ValueError, match=r"stop_at_layer"):
+            tiny_gpt(tokens, stop_at_layer=bad)
+    with pytest.raises(TypeError):
+        tiny_encoder(tokens, bogus=1)
+
+
+def test_fully_padded_rows_are_zero_but_nan_weights_still_show_on_the_padded_fast_path(tiny_encoder):
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    assert torch.isfinite(tiny_encoder(tokens, attention_mask=mask)).all()
+    broken = HookedEncoder(tiny_encoder.cfg).eval()
+    broken.load_state_dict(tiny_encoder.state_dict())
+    with torch.no_grad():
+        broken.blocks[0].attn.W_V[0, 0, 0] = float("nan")
+    assert broken(tokens, attention_mask=mask)[0].isnan().any()  # not silently zeroed

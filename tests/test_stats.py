@@ -1,4 +1,6 @@
 """interp.stats: coverage, null calibration and hand-computed answers for the lead's statistics."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -131,3 +133,14 @@ def test_head_frame():
         head_frame({"a": torch.rand(4, 2, 3), "b": torch.rand(4, 2, 2)})
     with pytest.raises(ValueError, match="at least one metric"):
         head_frame({})
+
+
+def test_spearman_known_answers_and_degenerate_cases():
+    from interp.stats import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))  # a constant ranking carries no order
+    assert math.isnan(spearman([1, 2], [2, 1]))  # too few values
+    with pytest.raises(ValueError, match="equal length"):
+        spearman([1, 2, 3], [1, 2])
