@@ -234,7 +234,7 @@ def cmd_audit_leakage(args) -> int:
     console.print(_verdict_table(result, args.spec))
     if result.leaks and len(result.table):
         top = result.table.sort_values("influence", ascending=False)
-        console.print(_frame_table(top[top["influence"] > result.tol], title="Largest influences", max_rows=10,
+        console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
                                    columns=["method", "site", "length", "query_pos", "source_pos", "influence"]))
     for note in result.notes:
         console.print(f"note: {note}")

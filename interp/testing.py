@@ -21,7 +21,9 @@ def _leak_message(report: Any) -> str:
     if report.first_leaking_site:
         lines.append(f"First leaking site (forward order): {report.first_leaking_site}.")
     table = report.table
-    worst = table[(table["influence"] > report.tol) & (table["method"] != "pattern")]
+    from analyses.leakage import above_threshold
+
+    worst = table[above_threshold(table, report.tol) & (table["method"] != "pattern")]
     if not report.bidirectional or "padding" in report.leaks:
         if report.bidirectional:
             worst = worst[worst["method"] == "padding"]

@@ -39,9 +39,15 @@ AttentionKind = Literal[
     "view_bug",  # (batch, seq) -> (seq, batch) by .view instead of .transpose: mixes the batch
     "encoder",  # bidirectional, padded keys masked: correct for an encoder
     "encoder_pad_bug",  # bidirectional, the padding mask applied to queries instead of keys
+    "fast_path",  # correct, except that an all-ones padding mask takes a "fast path" with no causal mask
+    "masked_pool",  # correct, except that given a padding mask it adds the mean over every real position
+    "small",  # correct attention plus a leak of SMALL_LEAK (about 2e-3 of the output's spread)
 ]
 SINGLE_PAIR = (2, 5)  # (query, source) that the "single_pair" mask lets through
 TINY_LEAK = 5e-5  # weight of the future mean in the "tiny" mixer: about 1e-4 of the output scale
+SMALL_LEAK = 1e-3  # weight of the future mean in the "small" mixer: about 2e-3 of the output's spread
+OFFSET = -300.0  # unembedding bias of the "offset" models: a common offset 100x the logits' spread
+POOL_WEIGHT = 1e-2  # weight of the masked mean in the "masked_pool" mixer
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,11 @@ class Attention(nn.Module):
         causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).tril()  # (query, key)
         keys = None if key_mask is None else einops.rearrange(key_mask.bool(), "batch key -> batch 1 1 key")
         kind = self.kind
-        if kind in ("masked_fill", "sdpa", "tiny", "single_pair", "off_by_one", "none", "encoder", "view_bug"):
+        if kind == "fast_path" and key_mask is not None and bool(key_mask.all()):
+            # BUG (deliberate): "nothing is padded, so no mask is needed" drops the causal mask as well
+            kind = "none"
+        if kind in ("masked_fill", "sdpa", "tiny", "small", "single_pair", "off_by_one", "none", "encoder",
+                    "view_bug", "fast_path", "masked_pool"):
             allowed = {
                 "none": torch.ones_like(causal),
                 "encoder": torch.ones_like(causal),
@@ -133,11 +143,17 @@ class Attention(nn.Module):
         else:
             raise AssertionError(f"unhandled attention kind {kind!r}")  # unreachable: kinds checked in __init__
         z = einops.einsum(pattern, v, "batch head query key, batch head key d -> batch head query d")
-        if kind == "tiny":
-            # mean of the values at strictly later positions, scaled down: a 1e-4-sized leak
+        if kind in ("tiny", "small"):
+            # mean of the values at strictly later positions, scaled down: a 1e-4- (or 2e-3-) sized leak
             future = torch.ones_like(causal).triu(diagonal=1).to(v.dtype)  # (query, key)
             future = future / future.sum(-1, keepdim=True).clamp_min(1.0)
-            z = z + TINY_LEAK * einops.einsum(future, v, "query key, batch head key d -> batch head query d")
+            weight = TINY_LEAK if kind == "tiny" else SMALL_LEAK
+            z = z + weight * einops.einsum(future, v, "query key, batch head key d -> batch head query d")
+        if kind == "masked_pool" and key_mask is not None:
+            # BUG (deliberate): a pooled summary over every real position, the future included
+            real = einops.rearrange(key_mask.to(v.dtype), "batch key -> batch 1 key 1")
+            pooled = (v * real).sum(dim=2, keepdim=True) / real.sum(dim=2, keepdim=True).clamp_min(1.0)
+            z = z + POOL_WEIGHT * pooled  # (batch, head, 1, d) broadcast over queries
         return z
 
 
@@ -249,7 +265,7 @@ def _seeded(seed: int) -> torch.Generator:
 
 
 def _build(seed: int, mixers: list[Callable], *, causal: bool = True, n_layers: int | None = None,
-           norm: Callable | None = None, context: Callable | None = None) -> ZooModel:
+           norm: Callable | None = None, context: Callable | None = None, offset: float = 0.0) -> ZooModel:
     """A ZooModel whose weights all come from one seeded generator."""
     cfg = ZooConfig(causal=causal, n_layers=n_layers or len(mixers))
     generator = _seeded(seed)
@@ -262,7 +278,7 @@ def _build(seed: int, mixers: list[Callable], *, causal: bool = True, n_layers: 
         for module in (model.embed, model.pos_embed):
             module.weight.copy_(torch.randn(module.weight.shape, generator=generator))
         model.unembed.weight.copy_(torch.randn(model.unembed.weight.shape, generator=generator) / math.sqrt(cfg.d_model))
-        model.unembed.bias.zero_()
+        model.unembed.bias.fill_(offset)  # a common offset of every logit (0 but for the "offset" models)
     return model.eval()
 
 
@@ -332,6 +348,14 @@ def _entries() -> list[ZooEntry]:
                  description="correct attention plus a future mean weighted 5e-5 (about 1e-4 of the output scale)"),
         ZooEntry("hooked_gpt_unmasked_layer", lambda s: hooked_gpt(s, leaky_layer=1), False, "future",
                  "blocks.1.attn.hook_attn_scores", description="HookedGPT whose layer 1 attention lost its mask"),
+        ZooEntry("offset_causal", lambda s: _build(s, [attn("masked_fill")], offset=OFFSET), True,
+                 description=f"correct attention, every logit offset by {OFFSET:g} (100x the logits' spread)"),
+        ZooEntry("offset_small_leak", lambda s: _build(s, [attn("small")], offset=OFFSET), False, "future",
+                 "blocks.0.mixer", description=f"a leak of about 2e-3 of the logits' spread under an offset of {OFFSET:g}"),
+        ZooEntry("mask_fast_path", lambda s: _build(s, [attn("fast_path")]), False, "future", "blocks.0.mixer",
+                 description="causal, except that an all-ones attention_mask takes a fast path without the causal mask"),
+        ZooEntry("masked_pooling", lambda s: _build(s, [attn("masked_pool")]), False, "future", "blocks.0.mixer",
+                 description="causal, except that given an attention_mask it adds the mean over every real position"),
         ZooEntry("encoder_padding_bug", lambda s: _build(s, [attn("encoder_pad_bug")], causal=False), False, "padding",
                  "blocks.0.mixer", bidirectional=True,
                  description="encoder whose padding mask hides padded queries instead of padded keys"),

@@ -9,6 +9,9 @@ from torch import nn
 
 from analyses.leakage import (
     METHODS,
+    ONES_MASK_DETAIL,
+    SPREAD_FLOOR,
+    _scale,
     LeakageReport,
     ModelAdapter,
     audit,
@@ -59,6 +62,65 @@ def test_each_future_method_alone_finds_the_hard_leaks_every_time(name, method):
     for seed in range(4):
         report = audit(build(name, 0), seed=seed, methods=(method,), draws=1, n_prompts=1, localise_leaks=False)
         assert report.leaks == ("future",), f"seed {seed}: {report}"
+
+
+@pytest.mark.parametrize("method", ["truncation", "perturbation", "gradient"])
+def test_each_future_method_alone_finds_the_mask_fast_path(method):
+    report = audit(build("mask_fast_path", 0), methods=(method,), draws=1, n_prompts=1, localise_leaks=False)
+    assert report.leaks == ("future",), str(report)
+    leaking = report.table[report.table["influence"] > report.tol]
+    assert leaking["detail"].str.endswith(ONES_MASK_DETAIL).all()  # seen only with a mask of ones
+
+
+def test_mask_only_leak_is_a_future_leak_located_with_the_mask():
+    report = audit(build("masked_pooling", 0))
+    assert "future" in report.leaks and report.first_leaking_sites["future"] == "blocks.0.mixer"
+    assert any("all-ones attention_mask" in note for note in report.notes)
+    plain = report.table[report.table["method"].isin(["truncation", "perturbation", "gradient"])
+                         & ~report.table["detail"].str.endswith(ONES_MASK_DETAIL)]
+    assert plain["influence"].max() <= report.tol  # without a mask it is causal
+
+
+def test_a_model_without_a_mask_argument_runs_the_future_methods_once():
+    report = audit(lambda tokens: build("masked_fill", 0)(tokens), max_len=8, vocab_size=13)
+    assert report.causal and not report.table["detail"].str.endswith(ONES_MASK_DETAIL).any()
+
+
+@pytest.mark.parametrize("methods", [("gradient",), ("pattern",), ("padding",), ("batch", "pattern")])
+def test_methods_that_cannot_show_a_future_leak_are_refused(methods):
+    torch.manual_seed(0)
+    table = torch.randn(13, 4)
+
+    def reverse_cumsum(tokens):  # reads the whole future; a black box (no embedding for the gradient)
+        return table[tokens].flip(1).cumsum(1).flip(1)
+
+    with pytest.raises(ValueError, match="'truncation' or 'perturbation'"):
+        audit(reverse_cumsum, max_len=8, vocab_size=13, methods=methods)
+    with pytest.raises(ValueError, match="'truncation' or 'perturbation'"):
+        assert_causal(reverse_cumsum, max_len=8, vocab_size=13, methods=methods)
+
+
+def test_gradient_alone_is_enough_where_there_is_an_embedding():
+    assert audit(build("off_by_one", 0), methods=("gradient",)).leaks == ("future",)
+    assert audit(build("encoder", 0), methods=("padding",)).verdict == "bidirectional"  # encoders need none
+
+
+def test_scale_is_the_spread_floored_by_the_rms():
+    out = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0))
+    assert _scale(out + 40.0) == pytest.approx(_scale(out), rel=1e-4)  # a common offset does not count
+    per_feature = out + torch.arange(5.0) * 3  # per-feature offsets do not count either
+    assert _scale(per_feature) == pytest.approx(_scale(out), rel=1e-4)
+    assert _scale(out + 1e4) == pytest.approx(SPREAD_FLOOR * 1e4, rel=1e-3)  # spread < 1e-2 of the RMS: floored
+    assert _scale(torch.zeros(2, 3, 4)) == 1.0
+    assert _scale(torch.full((2, 3, 4), 5.0)) == pytest.approx(SPREAD_FLOOR * 5.0)
+
+
+def test_a_leak_under_a_large_offset_is_found_at_its_size():
+    report = audit(build("offset_small_leak", 0))
+    future = report.table[report.table["method"].isin(["truncation", "perturbation"])]
+    assert "future" in report.leaks and 5e-4 < future["influence"].max() < 1e-2  # (its future mean reads pads too)
+    clean = audit(build("offset_causal", 0))  # rounding of the offset itself stays below tol
+    assert clean.causal and clean.max_influence <= clean.tol
 
 
 def test_single_pair_is_located_exactly_by_the_gradient():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from models.zoo import SINGLE_PAIR, ZOO, ZooEntry, build
+from models.zoo import OFFSET, SINGLE_PAIR, ZOO, ZooEntry, build
 
 
 def _future_change(model, cut: int, n_pos: int = 16, batch: int = 1, seed: int = 0) -> float:
@@ -41,7 +41,11 @@ def test_correct_models_ignore_the_future_exactly(name):
     assert all(_future_change(model, cut) == 0.0 for cut in (0, 7, 14))
 
 
-@pytest.mark.parametrize("name", [n for n, e in ZOO.items() if e.leak == "future" and n not in ("single_pair", "tiny_leak")])
+MASK_ONLY = ("mask_fast_path", "masked_pooling")  # leak only when given an attention_mask
+SMALL = ("single_pair", "tiny_leak", "offset_small_leak")
+
+
+@pytest.mark.parametrize("name", [n for n, e in ZOO.items() if e.leak == "future" and n not in SMALL + MASK_ONLY])
 def test_future_leaks_are_large(name):
     assert max(_future_change(build(name, 0), cut) for cut in (3, 8)) > 1e-2
 
@@ -99,3 +103,39 @@ def test_encoder_padding_bug_reads_pad_content():
 def test_unknown_names_are_refused():
     with pytest.raises(KeyError, match="no zoo model 'nope'"):
         build("nope")
+
+
+@pytest.mark.parametrize("name", MASK_ONLY)
+def test_mask_only_leaks_are_causal_without_a_mask_and_leak_with_ones(name):
+    model = build(name, 0)
+    assert _future_change(model, 7) == 0.0  # called without a mask: exactly causal
+    tokens = torch.randint(0, 13, (1, 12), generator=torch.Generator().manual_seed(0))
+    changed = tokens.clone()
+    changed[0, 6:] = (changed[0, 6:] + 1) % 13
+    ones = torch.ones_like(tokens)
+    with torch.no_grad():
+        moved = (model(tokens, ones)[0, :6] - model(changed, ones)[0, :6]).abs().max()
+    assert moved > 1e-3
+
+
+def test_fast_path_keeps_the_causal_mask_when_something_is_padded():
+    model = build("mask_fast_path", 0)
+    tokens = torch.randint(1, 13, (1, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(tokens)
+    mask[0, -1] = 0  # one pad: the slow, correct path
+    changed = tokens.clone()
+    changed[0, 6:11] = (changed[0, 6:11] + 1) % 13
+    with torch.no_grad():
+        assert torch.equal(model(tokens, mask)[0, :6], model(changed, mask)[0, :6])
+
+
+def test_offset_models_share_a_large_offset_and_only_one_leaks():
+    good, bad = build("offset_causal", 0), build("offset_small_leak", 0)
+    tokens = torch.randint(0, 13, (4, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = good(tokens)
+    spread = float((logits - logits.mean(dim=(0, 1))).pow(2).mean().sqrt())
+    assert abs(float(logits.mean()) - OFFSET) < 5 and spread < abs(OFFSET) / 100
+    assert _future_change(good, 7) == 0.0
+    relative = _future_change(bad, 7) / spread
+    assert 2e-4 < relative < 2e-2  # about 2e-3 of the spread, 1e-5 of the offset
