@@ -47,11 +47,11 @@ import einops
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.hooks import ROLES, AttentionSite, register_site_finder
-from models.components import hook_is_live
+from models.components import CachingRoot, hook_is_live
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 # attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)
@@ -233,7 +233,7 @@ class HookedMultiheadAttention(HookedRootModule):
         return out, (weights if need_weights else None)
 
 
-class AttentionHookedModel(HookedRootModule):
+class AttentionHookedModel(CachingRoot):
     """Mixin given to a user's model by `hook_attention`: makes it a TransformerLens hook root.
 
     Never instantiated directly; `hook_attention` swaps a model's class for
@@ -251,13 +251,6 @@ class AttentionHookedModel(HookedRootModule):
                 module.name = name
                 self.hook_dict[name] = module
                 self.mod_dict[name] = module
-
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """TransformerLens's `run_with_cache`; the cache is an `ActivationCache` (use `cache[name]`)."""
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
 
 _HOOKED_CLASSES: dict[type, type] = {}

@@ -19,9 +19,21 @@ import einops
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from models.config import GPTConfig
+
+
+class CachingRoot(HookedRootModule):
+    """A TransformerLens hook root whose `run_with_cache` returns an `ActivationCache` by default
+    (the base class returns a plain dict), so `cache["pattern", 0]` works on every hooked model."""
+
+    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if not return_cache_object:
+            return out, cache_dict
+        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
 
 def hook_is_live(hook: HookPoint) -> bool:

@@ -15,16 +15,15 @@ from typing import Literal, get_args
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from models.components import Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed, init_weights
+from models.components import CachingRoot, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed, init_weights
 from models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class HookedGPT(HookedRootModule):
+class HookedGPT(CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
     config_class = GPTConfig
@@ -63,13 +62,6 @@ class HookedGPT(HookedRootModule):
         object.__setattr__(self.cfg, "device", self.embed.W_E.device)
         object.__setattr__(self.cfg, "dtype", self.embed.W_E.dtype)
         return module
-
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """As TransformerLens's `run_with_cache`, returning an `ActivationCache` by default."""
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
     def to_tokens(self, tokens) -> torch.Tensor:
         """Tokens as a (batch, pos) LongTensor; a string needs `model.tokenizer` (e.g. a CharTokenizer)."""
