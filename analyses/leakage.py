@@ -56,6 +56,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp.modelinfo import context_length, model_config, vocab_size
+
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
 METHODS: tuple[str, ...] = get_args(Method)
 Verdict = Literal["exact_zero", "numerical_noise", "leak", "bidirectional"]
@@ -81,31 +83,11 @@ HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot
 # ---------------------------------------------------------------------------------------------
 
 def _config(model: Any) -> Any:
-    return getattr(model, "cfg", None) or getattr(model, "config", None)
+    return model_config(model)
 
 
-def infer_vocab_size(model: Any) -> int | None:
-    """cfg.d_vocab, a Hugging Face config's vocab_size, or the largest nn.Embedding's rows."""
-    cfg = _config(model)
-    for name in ("d_vocab", "vocab_size"):
-        value = getattr(cfg, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    if isinstance(model, nn.Module):
-        sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
-        if sizes:
-            return max(sizes)
-    return None
-
-
-def infer_n_ctx(model: Any) -> int | None:
-    """cfg.n_ctx, or a Hugging Face config's n_positions / max_position_embeddings."""
-    cfg = _config(model)
-    for name in ("n_ctx", "n_positions", "max_position_embeddings"):
-        value = getattr(cfg, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+infer_vocab_size = vocab_size  # the one helper lives in interp.modelinfo
+infer_n_ctx = context_length
 
 
 def declared_bidirectional(model: Any) -> bool:
