@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.components import CachingRoot, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed, init_weights
+from models.components import CachingRoot, Embed, PosEmbed, TransformerBlock, Unembed, init_weights, make_norm
 from models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
@@ -41,12 +41,29 @@ class HookedGPT(CachingRoot):
         if cfg.positional_embedding_type == "standard":
             self.pos_embed = PosEmbed(cfg)
             self.hook_pos_embed = HookPoint()  # (batch, pos, d_model)
+        self.build_embedding_extras(cfg)
         self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=cfg.causal) for _ in range(cfg.n_layers))
-        self.ln_final = LayerNorm(cfg) if cfg.normalization_type == "LN" else nn.Identity()
-        self.unembed = Unembed(cfg)
+        # a post-norm model's last block already ends in a norm
+        self.ln_final = nn.Identity() if cfg.post_norm else make_norm(cfg)
+        self.build_head(cfg)
         init_weights(self, cfg)
         self.setup()
         self._apply(lambda t: t)  # records device and dtype on cfg
+
+    def build_embedding_extras(self, cfg: GPTConfig) -> None:
+        """Embeddings beyond token and position (an encoder adds token types and a norm)."""
+
+    def embed_extras(self, resid: torch.Tensor, tokens: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if token_type_ids is not None:
+            raise ValueError(f"{type(self).__name__} has no token-type embeddings; drop token_type_ids.")
+        return resid
+
+    def build_head(self, cfg: GPTConfig) -> None:
+        self.unembed = Unembed(cfg)
+
+    def head(self, resid: torch.Tensor) -> torch.Tensor:
+        """Final residual stream (batch, pos, d_model) -> logits (batch, pos, d_vocab)."""
+        return self.unembed(self.ln_final(resid))
 
     # TransformerLens's tools read cfg.device and cfg.dtype
     @property
@@ -103,7 +120,9 @@ class HookedGPT(CachingRoot):
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.cfg.d_vocab}); check the tokenizer.")
         return tokens.long().to(self.device)
 
-    def embed_tokens(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed_tokens(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Residual stream at layer 0, and the position ids (padding-aware, as Hugging Face does)."""
         if attention_mask is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape)
@@ -112,7 +131,7 @@ class HookedGPT(CachingRoot):
         resid = self.hook_embed(self.embed(tokens))
         if self.cfg.positional_embedding_type == "standard":
             resid = resid + self.hook_pos_embed(self.pos_embed(positions))
-        return resid, positions  # (batch, pos, d_model), (batch, pos)
+        return self.embed_extras(resid, tokens, token_type_ids), positions  # (batch, pos, d_model), (batch, pos)
 
     def check_attention_mask(self, attention_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
         if attention_mask is None:
@@ -145,6 +164,7 @@ class HookedGPT(CachingRoot):
         attention_mask: torch.Tensor | None = None,
         stop_at_layer: int | None = None,
         loss_per_token: bool = False,
+        token_type_ids: torch.Tensor | None = None,
     ):
         """tokens (batch, pos) -> logits (batch, pos, d_vocab), next-token loss, both, or None.
 
@@ -160,14 +180,14 @@ class HookedGPT(CachingRoot):
         if return_type in ("loss", "both") and tokens.shape[1] < 2:
             raise ValueError("the next-token loss needs sequences of at least 2 tokens; got 1.")
         attention_mask = self.check_attention_mask(attention_mask, tokens)
-        resid, positions = self.embed_tokens(tokens, attention_mask)
+        resid, positions = self.embed_tokens(tokens, attention_mask, token_type_ids)
         for block in self.blocks[:stop_at_layer]:
             resid = block(resid, attention_mask, positions)
         if stop_at_layer is not None:
             return resid
         if return_type is None:
             return None
-        logits = self.unembed(self.ln_final(resid))
+        logits = self.head(resid)
         if return_type == "logits":
             return logits
         loss = self.loss(logits, tokens, attention_mask, per_token=loss_per_token)
