@@ -1,0 +1,196 @@
+"""Native conversion of Hugging Face models: each family equals Hugging Face's eager forward
+within 1e-4 (with and without padding), its hooks pass `verify_hooks`, the leakage audit calls
+it what it is, and bad input gets a clear error."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from interp import verify_hooks  # noqa: E402
+from models.convert import ConversionError, UnsupportedArchitecture, convert_folder, convert_model  # noqa: E402
+
+TOL = 1e-4
+VOCAB, N_CTX, N_POS = 50, 32, 10
+
+
+def _randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every weight random (norm gains around one), so biases, norms and heads all matter."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator) * 0.15
+            gain = param.ndim == 1 and name.endswith("weight") and "embed" not in name
+            param.copy_(noise + 1.0 if gain else noise)
+    return model.eval()
+
+
+def _gpt2(tied: bool, act: str = "gelu_new", n_inner: int | None = None):
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=N_CTX, n_embd=24, n_layer=2, n_head=3,
+                                     n_inner=n_inner, activation_function=act, tie_word_embeddings=tied)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _neox(rotary: float, parallel: bool, bias: bool):
+    config = transformers.GPTNeoXConfig(vocab_size=VOCAB, max_position_embeddings=N_CTX, hidden_size=40,
+                                        num_hidden_layers=2, num_attention_heads=5, intermediate_size=56,
+                                        use_parallel_residual=parallel, attention_bias=bias,
+                                        rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": rotary,
+                                                         "rope_type": "default"})
+    return transformers.GPTNeoXForCausalLM(config)
+
+
+def _llama(kind: str, heads: int, kv: int, *, bias: bool = False, tied: bool = False, window: int | None = None,
+           theta: float = 10000.0):
+    common = dict(vocab_size=VOCAB, max_position_embeddings=N_CTX, hidden_size=heads * 8, num_hidden_layers=2,
+                  num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=40,
+                  tie_word_embeddings=tied, rope_parameters={"rope_theta": theta, "rope_type": "default"})
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, attention_bias=bias, mlp_bias=bias))
+    if kind == "mistral":
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=window))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+
+
+def _bert(mlm: bool):
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                     intermediate_size=40, max_position_embeddings=N_CTX, type_vocab_size=2)
+    return (transformers.BertForMaskedLM if mlm else transformers.BertModel)(config)
+
+
+CASES = {
+    "gpt2-tied-3heads": lambda: _gpt2(tied=True),
+    "gpt2-untied-gelu": lambda: _gpt2(tied=False, act="gelu", n_inner=40),
+    "neox-partial-rotary-parallel": lambda: _neox(0.25, parallel=True, bias=True),
+    "neox-half-rotary-sequential-nobias": lambda: _neox(0.5, parallel=False, bias=False),
+    "llama-gqa-3groups-biases": lambda: _llama("llama", 6, 2, bias=True, theta=500000.0),
+    "llama-mha-tied": lambda: _llama("llama", 3, 3, tied=True),
+    "mistral-gqa-sliding-window": lambda: _llama("mistral", 6, 3, window=4),
+    "qwen2-gqa-odd-heads": lambda: _llama("qwen2", 3, 1),
+    "bert-base": lambda: _bert(mlm=False),
+    "bert-mlm": lambda: _bert(mlm=True),
+}
+
+
+def _build(case: str):
+    torch.manual_seed(0)
+    hf = CASES[case]()
+    hf.config._attn_implementation = "eager"
+    hf = _randomise(hf, seed=len(case))
+    return hf, convert_model(hf)
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def pair(request):
+    return (request.param, *_build(request.param))
+
+
+def _hf_out(hf, tokens, mask=None):
+    kwargs = {}
+    if mask is not None:
+        kwargs = {"attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    with torch.no_grad():
+        out = hf(tokens, **kwargs)
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _ours(model, tokens, mask=None, hooks=()):
+    with torch.no_grad():
+        return model.run_with_hooks(tokens, attention_mask=mask, fwd_hooks=list(hooks))
+
+
+def _padded(side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(1, VOCAB, (3, N_POS), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(3, N_POS, dtype=torch.long)
+    lengths = [N_POS, N_POS - 3, N_POS - 6]
+    for row, length in enumerate(lengths):
+        if side == "right":
+            mask[row, length:] = 0
+        else:
+            mask[row, : N_POS - length] = 0
+    return tokens, mask
+
+
+def _keep(tensor, hook):  # a live hook on the pattern forces the explicit attention path
+    return tensor
+
+
+@pytest.mark.parametrize("path", ["fused", "explicit"])
+@pytest.mark.parametrize("padding", [None, "right", "left"])
+def test_converted_equals_hugging_face_eager(pair, padding, path):
+    case, hf, model = pair
+    hooks = [(lambda name: name.endswith("hook_pattern"), _keep)] if path == "explicit" else []
+    if padding is None:
+        tokens, mask = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1)), None
+    else:
+        tokens, mask = _padded(padding)
+    expected, got = _hf_out(hf, tokens, mask), _ours(model, tokens, mask, hooks)
+    real = torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.bool()
+    diff = (expected - got).abs()[real].max().item()
+    assert expected.abs().max() > 0.1  # a meaningful scale, not a vanishing output
+    assert diff <= TOL, f"{case} ({padding or 'no'} padding, {path}): max abs difference {diff:.2e}"
+
+
+def test_converted_config_says_where_it_came_from(pair):
+    case, hf, model = pair
+    assert model.cfg.original_architecture == type(hf).__name__
+    assert model.cfg.n_heads == hf.config.num_attention_heads
+    if "gqa" in case:
+        assert model.cfg.n_kv_heads == hf.config.num_key_value_heads < model.cfg.n_heads
+
+
+def test_verify_hooks_passes_on_every_converted_model(pair):
+    case, _, model = pair
+    report = verify_hooks(model)
+    failed = report[~report.passed]
+    assert failed.empty, f"{case}: {failed[['site', 'check', 'detail']].to_string()}"
+
+
+def test_grouped_query_hooks_carry_key_value_heads(pair):
+    case, _, model = pair
+    if "gqa" not in case:
+        pytest.skip("not grouped-query")
+    tokens = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
+    _, cache = model.run_with_cache(tokens)
+    cfg = model.cfg
+    assert cache["blocks.0.attn.hook_k"].shape == (1, 6, cfg.n_kv_heads, cfg.d_head)
+    assert cache["blocks.0.attn.hook_q"].shape == (1, 6, cfg.n_heads, cfg.d_head)
+    assert cache["blocks.0.attn.hook_pattern"].shape == (1, cfg.n_heads, 6, 6)
+    attn = model.blocks[0].attn
+    assert attn.W_K.shape == (cfg.n_heads, cfg.d_model, cfg.d_head)
+    group = cfg.n_heads // cfg.n_kv_heads
+    assert torch.equal(attn.W_K[cfg.n_heads - 1], attn._W_K[(cfg.n_heads - 1) // group])
+
+
+def test_leakage_audit_calls_causal_models_causal_and_encoders_bidirectional(pair):
+    from analyses import leakage
+
+    case, _, model = pair
+    report = leakage.audit(model, max_len=8, n_prompts=1, draws=1, max_cuts=4, gradient_len=8, localise_leaks=False)
+    if case.startswith("bert"):
+        assert report.verdict == "bidirectional" and "padding" not in report.leaks, str(report)
+    else:
+        assert report.causal, str(report)
+
+
+def test_verify_hooks_catches_a_wrong_query_to_key_value_head_mapping():
+    """If attention paired query head h with kv head h % n_kv (tiling) instead of h // group,
+    verify_hooks must say so: the mapping it checks is the one the site declares."""
+    _, model = _build("llama-gqa-3groups-biases")
+    attn = model.blocks[0].attn
+    attn.per_query_head = lambda kv: kv.repeat(1, attn.group, 1, 1)  # wrong: head h reads kv head h % n_kv
+    report = verify_hooks(model)
+    failed = set(report[~report.passed].check)
+    assert "scores_qk" in failed and "z_pattern_v" in failed
+
+
+def test_attention_site_maps_query_heads_to_key_value_heads():
+    from interp.hooks import attention_sites
+
+    _, model = _build("mistral-gqa-sliding-window")
+    site = attention_sites(model)[0]
+    assert (site.n_heads, site.n_kv_heads) == (6, 3)
+    assert [site.kv_head(h) for h in range(6)] == [0, 0, 1, 1, 2, 2]
