@@ -56,7 +56,7 @@ def _out_console(args) -> Any:
     return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
 
 
-def _load(spec: str | None, quiet: bool = False):
+def _load(spec: str | None, quiet: bool = False, backend: str = "auto"):
     """interp.load with its input errors turned into InputError."""
     spec = spec or DEFAULT_SPEC
     console = _stderr_console(quiet)
@@ -64,16 +64,16 @@ def _load(spec: str | None, quiet: bool = False):
         import interp
 
         try:
-            return interp.load(spec)
+            return interp.load(spec, backend=backend)
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
             raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
 
 
-def _load_black_box(spec: str, quiet: bool = False):
+def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto"):
     """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
     (the leakage audit needs only tokens -> outputs)."""
     try:
-        return _load(spec, quiet)
+        return _load(spec, quiet, backend)
     except InputError as error:
         module_name, _, attribute = spec.partition(":")
         if not attribute or "no hooks" not in str(error):
@@ -193,7 +193,7 @@ def cmd_report(args) -> int:
         from interp.testing import read_claims
 
         claims = read_claims(args.claims)
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, args.backend)
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet,
@@ -221,7 +221,7 @@ def cmd_demo(args) -> int:
 def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet)
+    model = _load_black_box(args.spec, args.quiet, args.backend)
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -288,7 +288,7 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, args.backend)
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
     console = _out_console(args)
@@ -320,7 +320,7 @@ def cmd_scan(args) -> int:
     from analyses import head_claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, args.backend)
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
@@ -344,7 +344,7 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, args.backend)
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
@@ -359,7 +359,7 @@ def cmd_heads(args) -> int:
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, args.backend)
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     console = _out_console(args)
@@ -415,6 +415,9 @@ def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = Tru
     if json_:
         p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+    p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
+                   help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
+                        "TransformerLens bridge; auto (default) converts natively when it can")
 
 
 def _add_prompts(p: argparse.ArgumentParser) -> None:

