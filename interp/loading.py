@@ -308,7 +308,7 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
         model.tokenizer = _folder_tokenizer(folder, model.load_notes)
         return model.to(device)
     bridge = load_hf_folder(folder, device=device)
-    bridge.load_notes.insert(0, f"loaded through the bridge (backend='bridge'); {BRIDGE_LIMITS}")
+    bridge.load_notes.append(f"loaded through the bridge (backend='bridge'); {BRIDGE_LIMITS}")
     return bridge
 
 

@@ -66,7 +66,8 @@ class Unembed(nn.Module):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:
-        return residual @ self.W_U + self.b_U  # (batch, pos, d_vocab)
+        # the bias added inside the product: one pass over the (batch, pos, d_vocab) logits, not two
+        return F.linear(residual, self.W_U.T, self.b_U)  # (batch, pos, d_vocab)
 
 
 class LayerNorm(nn.Module):
@@ -101,8 +102,8 @@ class MLP(nn.Module):
         self.hook_post = HookPoint()  # (batch, pos, d_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.hook_pre(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act_fn(pre)) @ self.W_out + self.b_out
+        pre = self.hook_pre(F.linear(x, self.W_in.T, self.b_in))
+        return F.linear(self.hook_post(self.act_fn(pre)), self.W_out.T, self.b_out)
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -132,9 +133,11 @@ class GatedMLP(nn.Module):
         self.hook_post = HookPoint()  # (batch, pos, d_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.hook_pre(x @ self.W_gate + self.b_gate)
-        linear = self.hook_pre_linear(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act_fn(gate) * linear) @ self.W_out + self.b_out
+        # F.linear adds each bias inside the matrix product (one pass over the d_mlp-wide
+        # activations instead of two), as Hugging Face's nn.Linear layers do
+        gate = self.hook_pre(F.linear(x, self.W_gate.T, self.b_gate))
+        linear = self.hook_pre_linear(F.linear(x, self.W_in.T, self.b_in))
+        return F.linear(self.hook_post(self.act_fn(gate) * linear), self.W_out.T, self.b_out)
 
 
 class RMSNorm(nn.Module):
@@ -437,6 +440,9 @@ class TransformerBlock(nn.Module):
 
 def init_weights(model: nn.Module, cfg: GPTConfig) -> None:
     """Normal(0, init_range) for matrices, zeros for biases, ones for norm gains; seeded."""
+    first = next(model.parameters(), None)
+    if first is not None and first.is_meta:
+        return  # built on the meta device to be filled by a converter: nothing to draw
     generator = torch.Generator().manual_seed(cfg.seed) if cfg.seed is not None else None
     for name, param in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1].lstrip("_")  # grouped-query key/value weights are `_W_K`, `_W_V`

@@ -152,7 +152,9 @@ class HookedGPT(CachingRoot):
 
     def check_weights(self) -> None:
         """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output)."""
-        bad = [name for name, param in self.named_parameters() if not torch.isfinite(param).all()]
+        # a sum is NaN or inf if any entry is (or, rarely, if it overflows): only then look closer
+        bad = [name for name, param in self.named_parameters()
+               if not torch.isfinite(param.detach().sum()) and not torch.isfinite(param).all()]
         if bad:
             raise ValueError(f"non-finite weights (NaN or inf) in {bad[:8]}; fix or re-train the model before analysing it.")
 

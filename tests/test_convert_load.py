@@ -107,7 +107,6 @@ def test_unsupported_architecture_native_names_the_supported_ones(tmp_path):
         load(tmp_path / "opt", backend="native")
 
 
-@pytest.mark.slow
 def test_unsupported_architecture_falls_back_to_the_bridge_with_a_note(tmp_path):
     config = transformers.OPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                     ffn_dim=32, max_position_embeddings=16, word_embed_proj_dim=16)
