@@ -221,7 +221,8 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
         "causal": {True: "yes (decoder)", False: "no (bidirectional encoder)", None: "unknown"}[sites[0].causal if sites else None],
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
-    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type"):
+    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type", "original_architecture",
+                 "n_key_value_heads"):
         value = getattr(cfg, name, None)
         if value is not None:
             summary[name] = value
@@ -229,6 +230,9 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
     for key in ("trained_with", "command", "seed", "final_loss", "description"):
         if key in metadata and not isinstance(metadata[key], (dict, list)):
             summary[f"card: {key}"] = metadata[key]
+    # how the model was loaded (native conversion, or the bridge and what does not work there)
+    for index, note in enumerate(getattr(model, "load_notes", None) or []):
+        summary[f"load note {index + 1}"] = note
     return summary
 
 

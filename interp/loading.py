@@ -363,5 +363,6 @@ def _bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
         hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
         if not getattr(cfg, "use_attn_result", False):
             hooks.pop("result", None)
-        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+        n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks, n_kv_heads=n_kv))
     return sites

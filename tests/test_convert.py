@@ -149,10 +149,9 @@ def test_verify_hooks_passes_on_every_converted_model(pair):
     assert failed.empty, f"{case}: {failed[['site', 'check', 'detail']].to_string()}"
 
 
-def test_grouped_query_hooks_carry_key_value_heads(pair):
-    case, _, model = pair
-    if "gqa" not in case:
-        pytest.skip("not grouped-query")
+@pytest.mark.parametrize("case", sorted(c for c in CASES if "gqa" in c))
+def test_grouped_query_hooks_carry_key_value_heads(case):
+    _, model = _build(case)
     tokens = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
     _, cache = model.run_with_cache(tokens)
     cfg = model.cfg
@@ -230,3 +229,15 @@ def test_minilm_native_hooks_all_hold(minilm_pair):
     _, model, _ = minilm_pair
     report = verify_hooks(model)
     assert report.passed.all(), report[~report.passed].to_string()
+
+
+def test_sliding_window_matters_at_this_length():
+    """The Mistral case is long enough for its window to change the output, so its equality test
+    checks the window rather than passing with or without it."""
+    import dataclasses
+
+    hf, model = _build("mistral-gqa-sliding-window")
+    tokens = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1))
+    for block in model.blocks:
+        block.attn.cfg = dataclasses.replace(block.attn.cfg, window_size=None)
+    assert (_hf_out(hf, tokens) - _ours(model, tokens)).abs().max() > 0.1
