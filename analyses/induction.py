@@ -161,12 +161,16 @@ def scores(
     model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None
 ) -> pd.DataFrame:
     """One row per (layer, head): `induction`, `duplicate_token` (with bootstrap CIs over prompts),
-    `copying` (weights only; its CI columns are NaN), and `n_prompts`."""
+    `copying` (weights only; its CI columns are NaN; all NaN for a model without an unembedding,
+    e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`."""
     per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
     frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)
     if copying:
-        values = copying_scores(model)  # (layer, head)
-        frame["copying"] = values.numpy()[frame["layer"].to_numpy(), frame["head"].to_numpy()]
+        if _weight(model, "unembed.W_U", "W_U") is None and _weight(model, "embed.W_E", "W_E") is not None:
+            frame["copying"] = np.nan  # no unembedding: nothing to copy into
+        else:
+            values = copying_scores(model)  # (layer, head)
+            frame["copying"] = values.numpy()[frame["layer"].to_numpy(), frame["head"].to_numpy()]
         frame["copying_ci_low"] = np.nan
         frame["copying_ci_high"] = np.nan
         frame = frame[[c for c in frame.columns if c != "n_prompts"] + ["n_prompts"]]

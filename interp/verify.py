@@ -57,7 +57,9 @@ def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple
     cfg = getattr(model, "cfg", None)
     d_vocab = getattr(cfg, "d_vocab", None)
     if d_vocab:
-        n_pos = min(8, getattr(cfg, "n_ctx", 8) or 8)
+        from interp.modelinfo import context_length
+
+        n_pos = min(8, context_length(model) or 8)
         low = 1000 if d_vocab > 2000 else 0  # skip special tokens of real vocabularies
         return (torch.randint(low, d_vocab, (2, n_pos), generator=generator),), {}
     from interp.mha import HookedMultiheadAttention
