@@ -193,7 +193,7 @@ def cmd_report(args) -> int:
         from interp.testing import read_claims
 
         claims = read_claims(args.claims)
-    model = _load(spec, args.quiet, args.backend)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet,
@@ -221,7 +221,7 @@ def cmd_demo(args) -> int:
 def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet, args.backend)
+    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -288,7 +288,7 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
-    model = _load(spec, args.quiet, args.backend)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
     console = _out_console(args)
@@ -320,7 +320,7 @@ def cmd_scan(args) -> int:
     from analyses import head_claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet, args.backend)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
@@ -344,7 +344,7 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet, args.backend)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
@@ -359,7 +359,7 @@ def cmd_heads(args) -> int:
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet, args.backend)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     console = _out_console(args)
