@@ -213,11 +213,9 @@ def _load_with_backend(spec: Any, backend: str, device) -> nn.Module:
                 "Save a Hugging Face model with save_pretrained(folder) first, or use backend='native'."
             )
         return load_hf(folder, device=device, backend="bridge")
+    _sdpa_module()  # refuse before loading anything if the backend is missing
     if folder is not None:
-        from transformers import AutoModel
-
-        with _hub_offline():
-            spec = AutoModel.from_pretrained(str(folder), local_files_only=True)
+        spec = _hf_from_folder(folder)
     elif not isinstance(spec, nn.Module):
         text = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else ""
         if not _FACTORY.match(text):
@@ -226,16 +224,29 @@ def _load_with_backend(spec: Any, backend: str, device) -> nn.Module:
     return _sdpa(spec).to(device)
 
 
-def _sdpa(model: nn.Module) -> nn.Module:
-    """The sdpa backend: hooks a model's own scaled_dot_product_attention calls (interp.sdpa)."""
+def _hf_from_folder(folder: Path) -> nn.Module:
+    """The Hugging Face model a folder declares (its task head included), built by transformers offline."""
+    import transformers
+
+    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    model_class = getattr(transformers, declared[0], None) if declared else None
+    with _hub_offline():
+        return (model_class or transformers.AutoModel).from_pretrained(str(folder), local_files_only=True).eval()
+
+
+def _sdpa_module():
     try:
-        sdpa = importlib.import_module("interp.sdpa")
+        return importlib.import_module("interp.sdpa")
     except ModuleNotFoundError:
         raise BadInput(
             "the sdpa backend is not available in this installation (interp.sdpa is missing); "
             "use backend='native', 'bridge' or 'auto'."
         ) from None
-    return sdpa.hook_sdpa(model)
+
+
+def _sdpa(model: nn.Module) -> nn.Module:
+    """The sdpa backend: hooks a model's own scaled_dot_product_attention calls (interp.sdpa)."""
+    return _sdpa_module().hook_sdpa(model)
 
 
 def _hf_model(model: nn.Module, backend: str) -> nn.Module:

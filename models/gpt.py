@@ -6,6 +6,10 @@ Hook names per layer `l` (shapes in the comments of `models.components`):
 `blocks.{l}.hook_resid_pre`, `blocks.{l}.attn.hook_q|hook_k|hook_v`, `hook_attn_scores`,
 `hook_pattern`, `hook_z`, `hook_result`, `blocks.{l}.hook_attn_out`, `blocks.{l}.hook_resid_mid`,
 `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`; plus `hook_embed`, `hook_pos_embed`.
+Variants (converted Hugging Face models, `models.convert`) add only what their components need:
+`blocks.{l}.mlp.hook_pre_linear` (gated MLP), no `hook_pos_embed` (rotary), no `hook_resid_mid`
+(parallel attention + MLP); `hook_k` / `hook_v` carry the key/value heads under grouped-query
+attention (see `models.components.Attention`).
 """
 from __future__ import annotations
 

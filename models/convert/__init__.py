@@ -201,7 +201,8 @@ def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:
     model.load_state_dict({k: t.contiguous() for k, t in state.items()}, assign=True)
     for module in model.modules():  # non-persistent buffers are still on meta
         if hasattr(module, "rotary_inv_freq"):
-            module.rotary_inv_freq = rotary_frequencies(cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
+            inv_freq = rotary_frequencies(cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
+            module.rotary_inv_freq = inv_freq.to(module.W_Q.device)
     model._apply(lambda t: t)  # record the real device and dtype on cfg
     model.check_weights()
     return model.eval()
