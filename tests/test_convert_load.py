@@ -147,3 +147,15 @@ def test_every_supported_field_is_in_the_module_docstring():
               bert.ACCEPTED]
     missing = [name for table in tables for name in table if f"`{name}`" not in doc]
     assert not missing
+
+
+def test_llama_folder_without_tokenizer_loads(tmp_path):
+    """A Llama folder saved without tokenizer files (the bridge fails there building a tokenizer)."""
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=24, max_position_embeddings=16)).eval()
+    hf.save_pretrained(tmp_path / "llama")
+    model = load(tmp_path / "llama")
+    assert model.tokenizer is None and model.cfg.n_kv_heads == 2
+    assert _equal_to_hf(model, hf) <= 1e-4
