@@ -241,3 +241,45 @@ def test_sliding_window_matters_at_this_length():
     for block in model.blocks:
         block.attn.cfg = dataclasses.replace(block.attn.cfg, window_size=None)
     assert (_hf_out(hf, tokens) - _ours(model, tokens)).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("case", ["llama-gqa-3groups-biases", "bert-base", "neox-partial-rotary-parallel"])
+def test_converted_model_saves_and_loads_bit_exactly(case, tmp_path):
+    from interp.loading import load, save
+
+    _, model = _build(case)
+    save(model, tmp_path / "converted")
+    loaded = load(tmp_path / "converted")
+    assert loaded.cfg == model.cfg and type(loaded) is type(model)
+    tokens = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))
+
+
+def test_variant_configs_refuse_impossible_settings():
+    from models import GPTConfig
+
+    with pytest.raises(ValueError, match="n_key_value_heads=3 must be a positive divisor of n_heads=4"):
+        GPTConfig(n_heads=4, d_model=32, n_key_value_heads=3)
+    with pytest.raises(ValueError, match="rotary_dim=3 must be an even integer"):
+        GPTConfig(n_heads=4, d_model=32, positional_embedding_type="rotary", rotary_dim=3)
+    with pytest.raises(ValueError, match="parallel_attn_mlp needs an MLP and pre-norm blocks"):
+        GPTConfig(parallel_attn_mlp=True, post_norm=True)
+
+
+def test_grouped_key_value_weights_are_stored_once_and_read_per_query_head():
+    from models import GPTConfig, HookedGPT
+
+    model = HookedGPT(GPTConfig(n_layers=1, n_heads=6, d_model=24, n_key_value_heads=2, d_vocab=20, n_ctx=8,
+                                positional_embedding_type="rotary", seed=0)).eval()
+    attn = model.blocks[0].attn
+    assert attn._W_K.shape == (2, 24, 4) and "blocks.0.attn._W_K" in model.state_dict()
+    assert "blocks.0.attn.W_K" not in model.state_dict()  # the per-query-head view is not stored
+    assert [torch.equal(attn.W_K[h], attn._W_K[h // 3]) for h in range(6)] == [True] * 6
+    tokens = torch.randint(0, 20, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(tokens)
+        attn._W_K[1] += 0.5  # kv head 1 serves query heads 3, 4, 5
+        _, cache = model.run_with_cache(tokens)
+    assert not torch.equal(model(tokens), before)
+    assert cache["blocks.0.attn.hook_k"].shape == (1, 8, 2, 4)
