@@ -61,6 +61,13 @@ def _bert(mlm: bool):
     return (transformers.BertForMaskedLM if mlm else transformers.BertModel)(config)
 
 
+def _roberta(mlm: bool):
+    config = transformers.RobertaConfig(vocab_size=VOCAB, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
+                                        intermediate_size=40, max_position_embeddings=N_CTX + 2, type_vocab_size=1,
+                                        layer_norm_eps=1e-5, pad_token_id=1)
+    return (transformers.RobertaForMaskedLM if mlm else transformers.RobertaModel)(config)
+
+
 CASES = {
     "gpt2-tied-3heads": lambda: _gpt2(tied=True),
     "gpt2-untied-gelu": lambda: _gpt2(tied=False, act="gelu", n_inner=40),
@@ -72,6 +79,8 @@ CASES = {
     "qwen2-gqa-odd-heads": lambda: _llama("qwen2", 3, 1),
     "bert-base": lambda: _bert(mlm=False),
     "bert-mlm": lambda: _bert(mlm=True),
+    "roberta-base": lambda: _roberta(mlm=False),
+    "roberta-mlm": lambda: _roberta(mlm=True),
 }
 
 
@@ -89,9 +98,13 @@ def pair(request):
 
 
 def _hf_out(hf, tokens, mask=None):
-    kwargs = {}
+    """Hugging Face's output, given the position ids our models use (padding-aware; RoBERTa's
+    table offset by pad_token_id + 1)."""
+    offset = hf.config.pad_token_id + 1 if hf.config.model_type == "roberta" else 0
+    positions = torch.arange(tokens.shape[1]).expand(tokens.shape) if mask is None else (mask.cumsum(-1) - 1).clamp(min=0)
+    kwargs = {"position_ids": positions + offset}
     if mask is not None:
-        kwargs = {"attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+        kwargs["attention_mask"] = mask
     with torch.no_grad():
         out = hf(tokens, **kwargs)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
@@ -169,7 +182,7 @@ def test_leakage_audit_calls_causal_models_causal_and_encoders_bidirectional(pai
 
     case, _, model = pair
     report = leakage.audit(model, max_len=8, n_prompts=1, draws=1, max_cuts=4, gradient_len=8, localise_leaks=False)
-    if case.startswith("bert"):
+    if case.startswith(("bert", "roberta")):
         assert report.verdict == "bidirectional" and "padding" not in report.leaks, str(report)
     else:
         assert report.causal, str(report)
@@ -283,3 +296,15 @@ def test_grouped_key_value_weights_are_stored_once_and_read_per_query_head():
         _, cache = model.run_with_cache(tokens)
     assert not torch.equal(model(tokens), before)
     assert cache["blocks.0.attn.hook_k"].shape == (1, 8, 2, 4)
+
+
+def test_roberta_positions_match_hugging_face_own_defaults():
+    """Real RoBERTa input: pad tokens carry pad_token_id and Hugging Face derives the positions
+    itself (from the token ids, offset by pad_token_id + 1); ours come from the mask."""
+    hf, model = _build("roberta-base")
+    tokens, mask = _padded("right")
+    tokens = tokens.clamp(min=2).masked_fill(mask == 0, hf.config.pad_token_id)
+    with torch.no_grad():
+        expected = hf(tokens, attention_mask=mask).last_hidden_state
+    got = _ours(model, tokens, mask)
+    assert (expected - got).abs()[mask.bool()].max() <= TOL

@@ -108,7 +108,9 @@ Qwen2 (`Qwen2ForCausalLM`, `Qwen2Model`): q/k/v biases always, no output or MLP 
 | `max_window_layers` | ignored while use_sliding_window is False |
 | `layer_types` | must all be 'full_attention' |
 
-BERT (`BertModel`: no head, forward returns the last hidden state; `BertForMaskedLM`: lm_head='mlm')
+BERT and RoBERTa (`BertModel`, `RobertaModel`: no head, forward returns the last hidden state;
+`BertForMaskedLM`, `RobertaForMaskedLM`: lm_head='mlm'; RoBERTa's position table starts at
+pad_token_id + 1, so n_ctx = max_position_embeddings - pad_token_id - 1)
 
 | Hugging Face field | becomes |
 |---|---|
@@ -118,11 +120,11 @@ BERT (`BertModel`: no head, forward returns the last hidden state; `BertForMaske
 | `num_attention_heads` | n_heads (d_head = hidden_size // num_attention_heads) |
 | `intermediate_size` | d_mlp |
 | `hidden_act` | act_fn (gelu, gelu_new, gelu_pytorch_tanh, relu, silu) |
-| `max_position_embeddings` | n_ctx |
+| `max_position_embeddings` | n_ctx (RoBERTa: minus pad_token_id + 1) |
 | `type_vocab_size` | n_token_types |
 | `layer_norm_eps` | layer_norm_eps |
 | `pad_token_id` | pad_token_id |
-| `tie_word_embeddings` | MLM head: W_U = W_E^T when cls.predictions.decoder.weight is absent |
+| `tie_word_embeddings` | MLM head: W_U = W_E^T when the decoder weight is absent |
 | `position_embedding_type` | must be 'absolute' |
 | `is_decoder` | must be False |
 | `add_cross_attention` | must be False |
@@ -151,10 +153,12 @@ ARCHITECTURES: dict[str, tuple[str, Any]] = {
     "MistralForCausalLM": ("mistral", llama), "MistralModel": ("mistral", llama),
     "Qwen2ForCausalLM": ("qwen2", llama), "Qwen2Model": ("qwen2", llama),
     "BertModel": ("bert", bert), "BertForMaskedLM": ("bert", bert),
+    "RobertaModel": ("roberta", bert), "RobertaForMaskedLM": ("roberta", bert),
 }
 # the class a folder is converted as when config.json names no architecture
 _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "llama": "LlamaForCausalLM",
-               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "bert": "BertModel"}
+               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "bert": "BertModel",
+               "roberta": "RobertaModel"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 __all__ = ["ARCHITECTURES", "ConversionError", "UnsupportedArchitecture", "UnsupportedField", "architecture_of", "convert",
