@@ -200,6 +200,22 @@ def rotary_frequencies(rotary_dim: int, base: float) -> torch.Tensor:
     return 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
 
 
+def model_rotary_frequencies(cfg: GPTConfig) -> torch.Tensor:
+    """The inverse frequencies a model's config asks for: plain, or Llama 3's NTK-by-parts scaling
+    (low frequencies divided by the factor, high ones kept, a smooth blend between)."""
+    inv_freq = rotary_frequencies(cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
+    if not cfg.use_NTK_by_parts_rope:
+        return inv_freq
+    factor, old_ctx = cfg.NTK_by_parts_factor, cfg.NTK_original_ctx_len
+    low, high = cfg.NTK_by_parts_low_freq_factor, cfg.NTK_by_parts_high_freq_factor
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > old_ctx / low, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelength < old_ctx / high) * ~(wavelength > old_ctx / low)
+    return torch.where(medium, blended, scaled)
+
+
 def rotary_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin, each (batch, 1, pos, rotary_dim), for position ids (batch, pos).
 
@@ -261,8 +277,7 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.zeros(d_model))
         self.scale = 1.0 / math.sqrt(d_head)
         if cfg.positional_embedding_type == "rotary":
-            inv_freq = rotary_frequencies(cfg.rotary_dim or d_head, cfg.rotary_base)
-            self.register_buffer("rotary_inv_freq", inv_freq, persistent=False)
+            self.register_buffer("rotary_inv_freq", model_rotary_frequencies(cfg), persistent=False)
         self.hook_q = HookPoint()  # (batch, pos, head, d_head)
         self.hook_k = HookPoint()  # (batch, pos, kv_head, d_head); query head h reads kv head h // group
         self.hook_v = HookPoint()  # (batch, pos, kv_head, d_head); query head h reads kv head h // group

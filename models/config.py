@@ -51,6 +51,12 @@ class GPTConfig:
     window_size: int | None = None  # sliding-window attention: a query sees its last window_size keys (Mistral)
     post_norm: bool = False  # norm after each residual add (BERT) instead of before each sublayer
     original_architecture: str | None = None  # the Hugging Face class a converted model came from
+    # Llama 3's rotary scaling ("NTK by parts", rope_type "llama3"): low frequencies divided by the factor
+    use_NTK_by_parts_rope: bool = False
+    NTK_by_parts_factor: float = 8.0  # divisor of the low frequencies
+    NTK_by_parts_low_freq_factor: float = 1.0  # wavelengths above NTK_original_ctx_len / this are scaled
+    NTK_by_parts_high_freq_factor: float = 4.0  # wavelengths below NTK_original_ctx_len / this are kept
+    NTK_original_ctx_len: int = 8192  # the context length the model was pretrained with
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab"):

@@ -44,10 +44,10 @@ def _neox(rotary: float, parallel: bool, bias: bool):
 
 
 def _llama(kind: str, heads: int, kv: int, *, bias: bool = False, tied: bool = False, window: int | None = None,
-           theta: float = 10000.0):
+           theta: float = 10000.0, rope: dict | None = None):
     common = dict(vocab_size=VOCAB, max_position_embeddings=N_CTX, hidden_size=heads * 8, num_hidden_layers=2,
-                  num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=40,
-                  tie_word_embeddings=tied, rope_parameters={"rope_theta": theta, "rope_type": "default"})
+                  num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=40, tie_word_embeddings=tied,
+                  rope_parameters={"rope_theta": theta, **(rope or {"rope_type": "default"})})
     if kind == "llama":
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, attention_bias=bias, mlp_bias=bias))
     if kind == "mistral":
@@ -75,6 +75,9 @@ CASES = {
     "neox-half-rotary-sequential-nobias": lambda: _neox(0.5, parallel=False, bias=False),
     "llama-gqa-3groups-biases": lambda: _llama("llama", 6, 2, bias=True, theta=500000.0),
     "llama-mha-tied": lambda: _llama("llama", 3, 3, tied=True),
+    "llama3-rope-scaling-gqa": lambda: _llama("llama", 4, 2, theta=500000.0, rope={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8}),
     "mistral-gqa-sliding-window": lambda: _llama("mistral", 6, 3, window=4),
     "qwen2-gqa-odd-heads": lambda: _llama("qwen2", 3, 1),
     "bert-base": lambda: _bert(mlm=False),
@@ -308,3 +311,14 @@ def test_roberta_positions_match_hugging_face_own_defaults():
         expected = hf(tokens, attention_mask=mask).last_hidden_state
     got = _ours(model, tokens, mask)
     assert (expected - got).abs()[mask.bool()].max() <= TOL
+
+
+def test_llama3_rope_scaling_matters_in_its_case():
+    """Without the NTK-by-parts frequencies the llama3 case would not match: its test checks them."""
+    from models.components import rotary_frequencies
+
+    hf, model = _build("llama3-rope-scaling-gqa")
+    tokens = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1))
+    for block in model.blocks:
+        block.attn.rotary_inv_freq = rotary_frequencies(model.cfg.d_head, model.cfg.rotary_base)
+    assert (_hf_out(hf, tokens) - _ours(model, tokens)).abs().max() > 1e-3

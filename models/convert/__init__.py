@@ -64,7 +64,7 @@ Llama (`LlamaForCausalLM`, `LlamaModel`)
 | `hidden_act` | act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu) |
 | `max_position_embeddings` | n_ctx |
 | `rms_norm_eps` | layer_norm_eps (normalization_type='RMS') |
-| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default' only |
+| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default', or 'llama3' (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings -> use_NTK_by_parts_rope and the NTK_* fields) |
 | `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
 | `attention_bias` | q/k/v/o biases present (else zeros) |
 | `mlp_bias` | gate/up/down biases present (else zeros) |
@@ -83,7 +83,7 @@ Mistral (`MistralForCausalLM`, `MistralModel`)
 | `hidden_act` | act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu) |
 | `max_position_embeddings` | n_ctx |
 | `rms_norm_eps` | layer_norm_eps (normalization_type='RMS') |
-| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default' only |
+| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default', or 'llama3' (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings -> use_NTK_by_parts_rope and the NTK_* fields) |
 | `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
 | `sliding_window` | window_size (None: full causal attention) |
 
@@ -101,7 +101,7 @@ Qwen2 (`Qwen2ForCausalLM`, `Qwen2Model`): q/k/v biases always, no output or MLP 
 | `hidden_act` | act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu) |
 | `max_position_embeddings` | n_ctx |
 | `rms_norm_eps` | layer_norm_eps (normalization_type='RMS') |
-| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default' only |
+| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default', or 'llama3' (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings -> use_NTK_by_parts_rope and the NTK_* fields) |
 | `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
 | `use_sliding_window` | must be False (sliding layers do not convert yet) |
 | `sliding_window` | ignored while use_sliding_window is False |
@@ -143,7 +143,7 @@ from models.convert import bert, gpt2, llama, neox
 from models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField
 from models.encoder import HookedEncoder
 from models.gpt import HookedGPT
-from models.components import rotary_frequencies
+from models.components import model_rotary_frequencies
 
 # Hugging Face class -> (model_type, converter module)
 ARCHITECTURES: dict[str, tuple[str, Any]] = {
@@ -205,8 +205,7 @@ def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:
     model.load_state_dict({k: t.contiguous() for k, t in state.items()}, assign=True)
     for module in model.modules():  # non-persistent buffers are still on meta
         if hasattr(module, "rotary_inv_freq"):
-            inv_freq = rotary_frequencies(cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
-            module.rotary_inv_freq = inv_freq.to(module.W_Q.device)
+            module.rotary_inv_freq = model_rotary_frequencies(cfg).to(module.W_Q.device)
     model._apply(lambda t: t)  # record the real device and dtype on cfg
     model.check_weights()
     return model.eval()

@@ -69,16 +69,25 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def rope(hf_config: Any, family: str, *, partial: bool) -> tuple[float, float]:
-    """(rope_theta, partial_rotary_factor) of a default (unscaled) rotary config; raise on scaling."""
+LLAMA3_ROPE = {"factor": "NTK_by_parts_factor", "low_freq_factor": "NTK_by_parts_low_freq_factor",
+               "high_freq_factor": "NTK_by_parts_high_freq_factor", "original_max_position_embeddings": "NTK_original_ctx_len"}
+
+
+def rope(hf_config: Any, family: str, *, partial: bool, scaled: dict | None = None) -> tuple[float, float]:
+    """(rope_theta, partial_rotary_factor) of a rotary config; raise on a scaling we do not convert.
+
+    With `scaled` (a dict), Llama 3's rope_type 'llama3' is accepted and its parameters are
+    written into `scaled` under our config's field names."""
     params = dict(getattr(hf_config, "rope_parameters", None) or {})
     rope_type = params.pop("rope_type", "default")
     theta = float(params.pop("rope_theta", 10000.0))
     factor = float(params.pop("partial_rotary_factor", 1.0))
-    if rope_type != "default":
+    if rope_type == "llama3" and scaled is not None and all(k in params for k in LLAMA3_ROPE):
+        scaled.update({ours: params.pop(theirs) for theirs, ours in LLAMA3_ROPE.items()}, use_NTK_by_parts_rope=True)
+    elif rope_type != "default":
         raise UnsupportedField(
             f"unsupported {family} config field rope_parameters.rope_type={rope_type!r}: only unscaled rotary "
-            "('default') converts natively. Load with backend='bridge' instead."
+            f"('default'){' and llama3' if scaled is not None else ''} convert natively. Load with backend='bridge' instead."
         )
     if params or (factor != 1.0 and not partial):
         extra = params or {"partial_rotary_factor": factor}

@@ -22,7 +22,9 @@ FIELDS = {
     "hidden_act": "act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu)",
     "max_position_embeddings": "n_ctx",
     "rms_norm_eps": "layer_norm_eps (normalization_type='RMS')",
-    "rope_parameters": "rotary_base = rope_theta (rope_theta in older configs); rope_type 'default' only",
+    "rope_parameters": "rotary_base = rope_theta (rope_theta in older configs); rope_type 'default', or "
+                       "'llama3' (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings -> "
+                       "use_NTK_by_parts_rope and the NTK_* fields)",
     "tie_word_embeddings": "W_U = W_E^T when lm_head.weight is absent",
 }
 FAMILY_FIELDS = {
@@ -40,7 +42,8 @@ NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
 def config(hf: Any, name: str) -> GPTConfig:
     family = NAMES[hf.model_type]
     check_fields(hf, family, {**FIELDS, **FAMILY_FIELDS[hf.model_type]}, {})
-    theta, _ = rope(hf, family, partial=False)
+    scaling: dict = {}
+    theta, _ = rope(hf, family, partial=False, scaled=scaling)
     window = None
     if hf.model_type == "mistral":
         window = hf.sliding_window
@@ -59,7 +62,7 @@ def config(hf: Any, name: str) -> GPTConfig:
         n_ctx=hf.max_position_embeddings, d_vocab=hf.vocab_size, d_mlp=hf.intermediate_size,
         act_fn=activation(hf.hidden_act, family, "hidden_act"), normalization_type="RMS",
         layer_norm_eps=hf.rms_norm_eps, positional_embedding_type="rotary", rotary_base=theta,
-        gated_mlp=True, window_size=window, model_name=name, original_architecture=name,
+        gated_mlp=True, window_size=window, model_name=name, original_architecture=name, **scaling,
     )
 
 
