@@ -159,3 +159,13 @@ def test_llama_folder_without_tokenizer_loads(tmp_path):
     model = load(tmp_path / "llama")
     assert model.tokenizer is None and model.cfg.n_kv_heads == 2
     assert _equal_to_hf(model, hf) <= 1e-4
+
+
+def test_a_bert_decoder_or_cross_attention_is_not_converted_as_an_encoder():
+    config = transformers.BertConfig(vocab_size=40, hidden_size=12, num_hidden_layers=1, num_attention_heads=3,
+                                     intermediate_size=16, is_decoder=True)
+    with pytest.raises(models.convert.UnsupportedField, match="is_decoder=True"):
+        models.convert.convert(config, {}, "BertModel")
+    config = transformers.GPT2Config(vocab_size=40, n_positions=16, n_embd=12, n_layer=1, n_head=3, add_cross_attention=True)
+    with pytest.raises(models.convert.UnsupportedField, match="add_cross_attention=True"):
+        models.convert.convert(config, {}, "GPT2LMHeadModel")

@@ -13,7 +13,8 @@ inputs match it when it is given the same `position_ids`.
 Every config field of a family is either read (the tables below), one of the no-ops of an
 eval forward (dropout, token ids, labels, bookkeeping), or must hold its default: any other
 value raises `ConversionError` naming the field and its value, because a silently ignored
-field would make a different model.
+field would make a different model. In every family `is_encoder_decoder`, `add_cross_attention`
+and `tie_encoder_decoder` must be False; the decoders accept either value of `is_decoder`.
 
 GPT-2 (`GPT2LMHeadModel`, `GPT2Model`)
 

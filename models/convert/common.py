@@ -26,9 +26,11 @@ _IGNORED = {
     "output_hidden_states", "output_attentions", "return_dict", "id2label", "label2id", "problem_type",
     "use_cache", "initializer_range", "gradient_checkpointing", "tokenizer_class", "prefix",
     "task_specific_params", "finetuning_task", "chunk_size_feed_forward", "_attn_implementation_autoset",
-    "use_return_dict", "transformers.js_config", "tie_encoder_decoder", "is_decoder", "add_cross_attention",
-    "is_encoder_decoder",
+    "use_return_dict", "transformers.js_config",
 }
+# allowed only at these values in every family (cross-attention and encoder-decoder models are other models)
+_ACCEPTED_ALL = {"is_encoder_decoder": (False,), "add_cross_attention": (False,), "tie_encoder_decoder": (False,)}
+DECODER = {"is_decoder": (True, False)}  # a causal decoder is one whatever this flag says
 _IGNORED_PATTERN = re.compile(r"(dropout|pdrop|_token_id$|token_ids$|^summary_|initializer|^classifier)")
 
 
@@ -41,6 +43,7 @@ def check_fields(hf_config: Any, family: str, supported: dict[str, str], accepte
     token ids, labels, bookkeeping)."""
     values = hf_config.to_dict()
     defaults = type(hf_config)().to_dict()
+    accepted = {**_ACCEPTED_ALL, **accepted}
     for name, value in sorted(values.items()):
         if name in supported:
             continue

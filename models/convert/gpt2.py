@@ -7,7 +7,7 @@ import einops
 import torch
 
 from models.config import GPTConfig
-from models.convert.common import ConversionError, UnsupportedField, Weights, activation, check_fields
+from models.convert.common import DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields
 
 FIELDS = {
     "vocab_size": "d_vocab",
@@ -26,7 +26,7 @@ ACCEPTED = {"scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (F
 
 
 def config(hf: Any, name: str) -> GPTConfig:
-    check_fields(hf, "GPT-2", FIELDS, ACCEPTED)
+    check_fields(hf, "GPT-2", FIELDS, {**ACCEPTED, **DECODER})
     legacy_ctx = hf.to_dict().get("n_ctx")
     if legacy_ctx is not None and legacy_ctx != hf.n_positions:
         raise UnsupportedField(f"unsupported GPT-2 config: n_ctx={legacy_ctx} differs from n_positions={hf.n_positions}.")

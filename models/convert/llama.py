@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from models.config import GPTConfig
-from models.convert.common import (ConversionError, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
+from models.convert.common import (DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
                                    per_head_bias, per_head_in, per_head_out, rope)
 from models.convert.gpt2 import unembedding
 
@@ -41,7 +41,7 @@ NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
 
 def config(hf: Any, name: str) -> GPTConfig:
     family = NAMES[hf.model_type]
-    check_fields(hf, family, {**FIELDS, **FAMILY_FIELDS[hf.model_type]}, {})
+    check_fields(hf, family, {**FIELDS, **FAMILY_FIELDS[hf.model_type]}, DECODER)
     scaling: dict = {}
     theta, _ = rope(hf, family, partial=False, scaled=scaling)
     window = None

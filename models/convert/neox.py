@@ -7,7 +7,7 @@ import einops
 import torch
 
 from models.config import GPTConfig
-from models.convert.common import ConversionError, Weights, activation, check_fields, rope
+from models.convert.common import DECODER, ConversionError, Weights, activation, check_fields, rope
 from models.convert.gpt2 import unembedding
 
 FIELDS = {
@@ -28,7 +28,7 @@ FIELDS = {
 
 
 def config(hf: Any, name: str) -> GPTConfig:
-    check_fields(hf, "GPT-NeoX", FIELDS, {})
+    check_fields(hf, "GPT-NeoX", FIELDS, DECODER)
     theta, factor = rope(hf, "GPT-NeoX", partial=True)
     if hf.hidden_size % hf.num_attention_heads:
         raise ConversionError(f"GPT-NeoX hidden_size={hf.hidden_size} is not divisible by num_attention_heads.")
