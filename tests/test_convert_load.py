@@ -169,3 +169,43 @@ def test_a_bert_decoder_or_cross_attention_is_not_converted_as_an_encoder():
     config = transformers.GPT2Config(vocab_size=40, n_positions=16, n_embd=12, n_layer=1, n_head=3, add_cross_attention=True)
     with pytest.raises(models.convert.UnsupportedField, match="add_cross_attention=True"):
         models.convert.convert(config, {}, "GPT2LMHeadModel")
+
+
+# config.json files shaped like published checkpoints (fields as older transformers wrote them)
+PUBLISHED_CONFIGS = {
+    "pythia-70m": ("GPTNeoXConfig", {
+        "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
+        "hidden_size": 512, "intermediate_size": 2048, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+        "model_type": "gpt_neox", "num_attention_heads": 8, "num_hidden_layers": 6, "rotary_emb_base": 10000,
+        "rotary_pct": 0.25, "tie_word_embeddings": False, "torch_dtype": "float16", "use_parallel_residual": True,
+        "vocab_size": 50304}, {"rotary_dim": 16, "parallel_attn_mlp": True}),
+    "qwen2.5-0.5b": ("Qwen2Config", {
+        "architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 896, "intermediate_size": 4864,
+        "max_position_embeddings": 32768, "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+        "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "sliding_window": 32768, "tie_word_embeddings": True, "use_sliding_window": False, "vocab_size": 151936,
+        "use_mrope": False}, {"n_key_value_heads": 2, "rotary_base": 1e6, "window_size": None}),
+    "llama-3.2-1b": ("LlamaConfig", {
+        "architectures": ["LlamaForCausalLM"], "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+        "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+        "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                                "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": True, "vocab_size": 128256},
+        {"use_NTK_by_parts_rope": True, "NTK_by_parts_factor": 32.0, "n_ctx": 131072}),
+    "mistral-7b": ("MistralConfig", {
+        "architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+        "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+        "tie_word_embeddings": False, "vocab_size": 32000}, {"window_size": 4096, "n_key_value_heads": 8}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CONFIGS))
+def test_configs_shaped_like_published_checkpoints_convert(name):
+    class_name, fields, expected = PUBLISHED_CONFIGS[name]
+    hf_config = getattr(transformers, class_name).from_dict(fields)
+    architecture = models.convert.architecture_of(hf_config)
+    family = models.convert.ARCHITECTURES[architecture][1]
+    cfg = family.config(hf_config, architecture)
+    assert {k: getattr(cfg, k) for k in expected} == expected

@@ -58,6 +58,8 @@ def check_fields(hf_config: Any, family: str, supported: dict[str, str], accepte
             continue
         if name in defaults and _same(value, defaults[name]):
             continue
+        if name not in defaults and (value is None or value is False):
+            continue  # a switch this version of the config does not know, left off (e.g. Qwen2's use_mrope)
         raise UnsupportedField(
             f"unsupported {family} config field {name}={value!r} (default {defaults.get(name, 'absent')!r}): "
             f"the native converter reads {sorted(supported)} and cannot honour this one. "
