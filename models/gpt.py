@@ -85,15 +85,25 @@ class HookedGPT(CachingRoot):
         return module
 
     def to_tokens(self, tokens) -> torch.Tensor:
-        """Tokens as a (batch, pos) LongTensor; a string needs `model.tokenizer` (e.g. a CharTokenizer)."""
+        """Tokens as a (batch, pos) LongTensor; strings need `model.tokenizer` (a CharTokenizer, or a
+        converted model's Hugging Face tokenizer). Several strings must encode to one length: a padded
+        batch needs its attention mask, which `interp.data.text_prompts` builds."""
         if isinstance(tokens, str):
+            return self.to_tokens([tokens])
+        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
             tokenizer = getattr(self, "tokenizer", None)
             if tokenizer is None:
                 raise ValueError(
-                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[:30]!r}; "
+                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[0][:30]!r}; "
                     "pass token ids as a LongTensor, or set model.tokenizer."
                 )
-            tokens = tokenizer.encode(tokens)
+            encoded = [list(tokenizer.encode(text)) for text in tokens]
+            if len({len(ids) for ids in encoded}) > 1:
+                raise ValueError(
+                    f"the {len(tokens)} strings encode to lengths {sorted({len(ids) for ids in encoded})}; a padded "
+                    "batch needs an attention mask: use interp.data.text_prompts(texts, model.tokenizer)."
+                )
+            tokens = encoded
         tokens = torch.as_tensor(tokens)
         return tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
 

@@ -322,3 +322,13 @@ def test_llama3_rope_scaling_matters_in_its_case():
     for block in model.blocks:
         block.attn.rotary_inv_freq = rotary_frequencies(model.cfg.d_head, model.cfg.rotary_base)
     assert (_hf_out(hf, tokens) - _ours(model, tokens)).abs().max() > 1e-3
+
+
+@pytest.mark.real
+def test_minilm_native_to_tokens_uses_its_tokenizer(minilm_pair):
+    _, model, _ = minilm_pair
+    tokens = model.to_tokens(["the cat sat on the mat", "a dog ran in the park"])
+    assert tokens.shape == (2, 8) and (tokens[:, 0] == model.tokenizer.cls_token_id).all()
+    assert torch.equal(model.to_tokens("the cat sat on the mat"), tokens[:1])
+    with pytest.raises(ValueError, match="use interp.data.text_prompts"):
+        model.to_tokens(["short", "a much longer sentence than that"])
