@@ -50,6 +50,8 @@ def _llama(kind: str, heads: int, kv: int, *, bias: bool = False, tied: bool = F
                   rope_parameters={"rope_theta": theta, **(rope or {"rope_type": "default"})})
     if kind == "llama":
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, attention_bias=bias, mlp_bias=bias))
+    if kind == "gemma":
+        return transformers.GemmaForCausalLM(transformers.GemmaConfig(**common, head_dim=10, attention_bias=bias))
     if kind == "mistral":
         return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=window))
     return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
@@ -80,6 +82,7 @@ CASES = {
         "original_max_position_embeddings": 8}),
     "mistral-gqa-sliding-window": lambda: _llama("mistral", 6, 3, window=4),
     "qwen2-gqa-odd-heads": lambda: _llama("qwen2", 3, 1),
+    "gemma-mqa-tied-wide-heads": lambda: _llama("gemma", 3, 1, tied=True, bias=True),
     "bert-base": lambda: _bert(mlm=False),
     "bert-mlm": lambda: _bert(mlm=True),
     "roberta-base": lambda: _roberta(mlm=False),

@@ -109,6 +109,25 @@ Qwen2 (`Qwen2ForCausalLM`, `Qwen2Model`): q/k/v biases always, no output or MLP 
 | `max_window_layers` | ignored while use_sliding_window is False |
 | `layer_types` | must all be 'full_attention' |
 
+Gemma (`GemmaForCausalLM`, `GemmaModel`; Gemma 1: no soft-capping): norm gains 1 + w, embeddings
+scaled by sqrt(hidden_size), gelu_pytorch_tanh gated MLP
+
+| Hugging Face field | becomes |
+|---|---|
+| `vocab_size` | d_vocab |
+| `hidden_size` | d_model |
+| `num_hidden_layers` | n_layers |
+| `num_attention_heads` | n_heads |
+| `num_key_value_heads` | n_key_value_heads (None: num_attention_heads) |
+| `head_dim` | d_head (None: hidden_size // num_attention_heads) |
+| `intermediate_size` | d_mlp (gated_mlp=True) |
+| `hidden_act` | act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu) |
+| `max_position_embeddings` | n_ctx |
+| `rms_norm_eps` | layer_norm_eps (normalization_type='RMS') |
+| `rope_parameters` | rotary_base = rope_theta (rope_theta in older configs); rope_type 'default', or 'llama3' (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings -> use_NTK_by_parts_rope and the NTK_* fields) |
+| `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
+| `attention_bias` | q/k/v/o biases present (else zeros) |
+
 BERT and RoBERTa (`BertModel`, `RobertaModel`: no head, forward returns the last hidden state;
 `BertForMaskedLM`, `RobertaForMaskedLM`: lm_head='mlm'; RoBERTa's position table starts at
 pad_token_id + 1, so n_ctx = max_position_embeddings - pad_token_id - 1)
@@ -153,12 +172,13 @@ ARCHITECTURES: dict[str, tuple[str, Any]] = {
     "LlamaForCausalLM": ("llama", llama), "LlamaModel": ("llama", llama),
     "MistralForCausalLM": ("mistral", llama), "MistralModel": ("mistral", llama),
     "Qwen2ForCausalLM": ("qwen2", llama), "Qwen2Model": ("qwen2", llama),
+    "GemmaForCausalLM": ("gemma", llama), "GemmaModel": ("gemma", llama),
     "BertModel": ("bert", bert), "BertForMaskedLM": ("bert", bert),
     "RobertaModel": ("roberta", bert), "RobertaForMaskedLM": ("roberta", bert),
 }
 # the class a folder is converted as when config.json names no architecture
 _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "llama": "LlamaForCausalLM",
-               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "bert": "BertModel",
+               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "bert": "BertModel",
                "roberta": "RobertaModel"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 

@@ -1,5 +1,7 @@
-"""Llama, Mistral and Qwen2: RMSNorm, SwiGLU MLP, rotary, grouped-query attention; Qwen2's q/k/v
-biases; Mistral's sliding window."""
+"""Llama, Mistral, Qwen2 and Gemma: RMSNorm, gated MLP, rotary, grouped-query attention; Qwen2's
+q/k/v biases; Mistral's sliding window; Gemma's norm gains stored as w - 1 (converted to 1 + w) and
+its embeddings scaled by sqrt(hidden_size) (folded into W_E; the tied unembedding keeps the
+unscaled matrix)."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,12 +33,13 @@ FAMILY_FIELDS = {
     "llama": {"attention_bias": "q/k/v/o biases present (else zeros)",
               "mlp_bias": "gate/up/down biases present (else zeros)"},
     "mistral": {"sliding_window": "window_size (None: full causal attention)"},
+    "gemma": {"attention_bias": "q/k/v/o biases present (else zeros)"},
     "qwen2": {"use_sliding_window": "must be False (sliding layers do not convert yet)",
               "sliding_window": "ignored while use_sliding_window is False",
               "max_window_layers": "ignored while use_sliding_window is False",
               "layer_types": "must all be 'full_attention'"},
 }
-NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gemma": "Gemma"}
 
 
 def config(hf: Any, name: str) -> GPTConfig:
@@ -72,6 +75,8 @@ def _biases(hf: Any) -> tuple[bool, bool, bool]:
         return True, False, False
     if hf.model_type == "llama":
         return bool(hf.attention_bias), bool(hf.attention_bias), bool(hf.mlp_bias)
+    if hf.model_type == "gemma":
+        return bool(hf.attention_bias), bool(hf.attention_bias), False
     return False, False, False
 
 
@@ -98,9 +103,9 @@ def _layer(w: Weights, hf: Any, cfg: GPTConfig, layer: int) -> dict[str, torch.T
     why = f"hidden_size={d}, intermediate_size={d_mlp}"
     mlp_bias = _biases(hf)[2]
     out = {
-        "ln1.w": w.take(p + "input_layernorm.weight", (d,), why),
+        "ln1.w": _norm_gain(w, hf, p + "input_layernorm.weight", d, why),
         **_attention(w, hf, cfg, p),
-        "ln2.w": w.take(p + "post_attention_layernorm.weight", (d,), why),
+        "ln2.w": _norm_gain(w, hf, p + "post_attention_layernorm.weight", d, why),
         "mlp.W_gate": w.take(p + "mlp.gate_proj.weight", (d_mlp, d), why).T,
         "mlp.b_gate": optional_bias(w, p + "mlp.gate_proj.bias", d_mlp, mlp_bias, why),
         "mlp.W_in": w.take(p + "mlp.up_proj.weight", (d_mlp, d), why).T,
@@ -111,14 +116,22 @@ def _layer(w: Weights, hf: Any, cfg: GPTConfig, layer: int) -> dict[str, torch.T
     return {f"blocks.{layer}.{k}": t for k, t in out.items()}
 
 
+def _norm_gain(w: Weights, hf: Any, name: str, d: int, why: str) -> torch.Tensor:
+    """An RMSNorm gain; Gemma stores w - 1 and multiplies by (1 + w), in float32."""
+    gain = w.take(name, (d,), why)
+    return 1.0 + gain if hf.model_type == "gemma" else gain
+
+
 def state_dict(hf: Any, cfg: GPTConfig, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    w = Weights(tensors, "model.", ignorable=(r"rotary_emb\.inv_freq$",))
+    w = Weights(tensors, "model.", ignorable=(r"rotary_emb\.inv_freq$", r"embed_tokens\.embed_scale$"))
     why = f"vocab_size={cfg.d_vocab}, hidden_size={cfg.d_model}"
     W_E = w.take("embed_tokens.weight", (cfg.d_vocab, cfg.d_model), why)
-    out = {"embed.W_E": W_E}
+    # Gemma multiplies the looked-up embeddings by sqrt(hidden_size) (a float32 scalar): the same product here
+    scale = torch.tensor(cfg.d_model ** 0.5, dtype=W_E.dtype) if hf.model_type == "gemma" else None
+    out = {"embed.W_E": W_E * scale if scale is not None else W_E}
     for layer in range(cfg.n_layers):
         out.update(_layer(w, hf, cfg, layer))
-    out["ln_final.w"] = w.take("norm.weight", (cfg.d_model,), why)
+    out["ln_final.w"] = _norm_gain(w, hf, "norm.weight", cfg.d_model, why)
     out["unembed.W_U"] = unembedding(w, "lm_head.weight", W_E, hf.tie_word_embeddings, cfg, why)
     out["unembed.b_U"] = torch.zeros(cfg.d_vocab)
     w.check_all_used()
