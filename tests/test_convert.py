@@ -52,6 +52,10 @@ def _llama(kind: str, heads: int, kv: int, *, bias: bool = False, tied: bool = F
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, attention_bias=bias, mlp_bias=bias))
     if kind == "gemma":
         return transformers.GemmaForCausalLM(transformers.GemmaConfig(**common, head_dim=10, attention_bias=bias))
+    if kind == "phi3":
+        common["rope_parameters"]["partial_rotary_factor"] = 0.5
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(**common, sliding_window=5, pad_token_id=0,
+                                                                    eos_token_id=0))
     if kind == "mistral":
         return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=window))
     return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
@@ -83,6 +87,7 @@ CASES = {
     "mistral-gqa-sliding-window": lambda: _llama("mistral", 6, 3, window=4),
     "qwen2-gqa-odd-heads": lambda: _llama("qwen2", 3, 1),
     "gemma-mqa-tied-wide-heads": lambda: _llama("gemma", 3, 1, tied=True, bias=True),
+    "phi3-gqa-fused-partial-rotary-window": lambda: _llama("phi3", 4, 2),
     "bert-base": lambda: _bert(mlm=False),
     "bert-mlm": lambda: _bert(mlm=True),
     "roberta-base": lambda: _roberta(mlm=False),

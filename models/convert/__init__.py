@@ -128,6 +128,25 @@ scaled by sqrt(hidden_size), gelu_pytorch_tanh gated MLP
 | `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
 | `attention_bias` | q/k/v/o biases present (else zeros) |
 
+Phi-3 (`Phi3ForCausalLM`, `Phi3Model`): fused qkv_proj and gate_up_proj split into their parts
+
+| Hugging Face field | becomes |
+|---|---|
+| `vocab_size` | d_vocab |
+| `hidden_size` | d_model |
+| `num_hidden_layers` | n_layers |
+| `num_attention_heads` | n_heads |
+| `num_key_value_heads` | n_key_value_heads (None: num_attention_heads) |
+| `head_dim` | d_head (None: hidden_size // num_attention_heads) |
+| `intermediate_size` | d_mlp (gated_mlp=True) |
+| `hidden_act` | act_fn (silu, gelu, gelu_new, gelu_pytorch_tanh, relu) |
+| `max_position_embeddings` | n_ctx |
+| `rms_norm_eps` | layer_norm_eps (normalization_type='RMS') |
+| `rope_parameters` | rotary_base = rope_theta; rotary_dim = int(d_head * partial_rotary_factor); rope_type 'default' or 'llama3' |
+| `tie_word_embeddings` | W_U = W_E^T when lm_head.weight is absent |
+| `sliding_window` | window_size (None: full causal attention) |
+| `original_max_position_embeddings` | read only by scaled rotary variants, which do not convert |
+
 BERT and RoBERTa (`BertModel`, `RobertaModel`: no head, forward returns the last hidden state;
 `BertForMaskedLM`, `RobertaForMaskedLM`: lm_head='mlm'; RoBERTa's position table starts at
 pad_token_id + 1, so n_ctx = max_position_embeddings - pad_token_id - 1)
@@ -173,12 +192,14 @@ ARCHITECTURES: dict[str, tuple[str, Any]] = {
     "MistralForCausalLM": ("mistral", llama), "MistralModel": ("mistral", llama),
     "Qwen2ForCausalLM": ("qwen2", llama), "Qwen2Model": ("qwen2", llama),
     "GemmaForCausalLM": ("gemma", llama), "GemmaModel": ("gemma", llama),
+    "Phi3ForCausalLM": ("phi3", llama), "Phi3Model": ("phi3", llama),
     "BertModel": ("bert", bert), "BertForMaskedLM": ("bert", bert),
     "RobertaModel": ("roberta", bert), "RobertaForMaskedLM": ("roberta", bert),
 }
 # the class a folder is converted as when config.json names no architecture
 _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "llama": "LlamaForCausalLM",
-               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "bert": "BertModel",
+               "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM",
+               "bert": "BertModel",
                "roberta": "RobertaModel"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 

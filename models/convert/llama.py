@@ -1,7 +1,8 @@
-"""Llama, Mistral, Qwen2 and Gemma: RMSNorm, gated MLP, rotary, grouped-query attention; Qwen2's
+"""Llama, Mistral, Qwen2, Gemma and Phi-3: RMSNorm, gated MLP, rotary, grouped-query attention; Qwen2's
 q/k/v biases; Mistral's sliding window; Gemma's norm gains stored as w - 1 (converted to 1 + w) and
 its embeddings scaled by sqrt(hidden_size) (folded into W_E; the tied unembedding keeps the
-unscaled matrix)."""
+unscaled matrix); Phi-3's fused qkv_proj and gate_up_proj split into their parts, its partial
+rotary and sliding window."""
 from __future__ import annotations
 
 from typing import Any
@@ -34,21 +35,25 @@ FAMILY_FIELDS = {
               "mlp_bias": "gate/up/down biases present (else zeros)"},
     "mistral": {"sliding_window": "window_size (None: full causal attention)"},
     "gemma": {"attention_bias": "q/k/v/o biases present (else zeros)"},
+    "phi3": {"rope_parameters": "rotary_base = rope_theta; rotary_dim = int(d_head * partial_rotary_factor); "
+                                "rope_type 'default' or 'llama3'",
+             "sliding_window": "window_size (None: full causal attention)",
+             "original_max_position_embeddings": "read only by scaled rotary variants, which do not convert"},
     "qwen2": {"use_sliding_window": "must be False (sliding layers do not convert yet)",
               "sliding_window": "ignored while use_sliding_window is False",
               "max_window_layers": "ignored while use_sliding_window is False",
               "layer_types": "must all be 'full_attention'"},
 }
-NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gemma": "Gemma"}
+NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gemma": "Gemma", "phi3": "Phi-3"}
 
 
 def config(hf: Any, name: str) -> GPTConfig:
     family = NAMES[hf.model_type]
     check_fields(hf, family, {**FIELDS, **FAMILY_FIELDS[hf.model_type]}, DECODER)
     scaling: dict = {}
-    theta, _ = rope(hf, family, partial=False, scaled=scaling)
+    theta, partial = rope(hf, family, partial=hf.model_type == "phi3", scaled=scaling)
     window = None
-    if hf.model_type == "mistral":
+    if hf.model_type in ("mistral", "phi3"):
         window = hf.sliding_window
     if hf.model_type == "qwen2":
         layer_types = set(getattr(hf, "layer_types", None) or ["full_attention"])
@@ -66,6 +71,7 @@ def config(hf: Any, name: str) -> GPTConfig:
         act_fn=activation(hf.hidden_act, family, "hidden_act"), normalization_type="RMS",
         layer_norm_eps=hf.rms_norm_eps, positional_embedding_type="rotary", rotary_base=theta,
         gated_mlp=True, window_size=window, model_name=name, original_architecture=name, **scaling,
+        rotary_dim=int(d_head * partial) if partial != 1.0 else None,
     )
 
 
@@ -86,10 +92,14 @@ def _attention(w: Weights, hf: Any, cfg: GPTConfig, p: str) -> dict[str, torch.T
     qkv_bias, o_bias, _ = _biases(hf)
     W_K, W_V, b_K, b_V = kv_names(h // kv)
     a = p + "self_attn."
+    if hf.model_type == "phi3":  # one fused projection: query rows, then key rows, then value rows
+        q, k, v = w.take(a + "qkv_proj.weight", ((h + 2 * kv) * dh, d), why).split([h * dh, kv * dh, kv * dh])
+    else:
+        q, k, v = (w.take(a + f"{x}_proj.weight", (n * dh, d), why) for x, n in (("q", h), ("k", kv), ("v", kv)))
     return {
-        "attn.W_Q": per_head_in(w.take(a + "q_proj.weight", (h * dh, d), why), h),
-        f"attn.{W_K}": per_head_in(w.take(a + "k_proj.weight", (kv * dh, d), why), kv),
-        f"attn.{W_V}": per_head_in(w.take(a + "v_proj.weight", (kv * dh, d), why), kv),
+        "attn.W_Q": per_head_in(q, h),
+        f"attn.{W_K}": per_head_in(k, kv),
+        f"attn.{W_V}": per_head_in(v, kv),
         "attn.b_Q": per_head_bias(optional_bias(w, a + "q_proj.bias", h * dh, qkv_bias, why), h),
         f"attn.{b_K}": per_head_bias(optional_bias(w, a + "k_proj.bias", kv * dh, qkv_bias, why), kv),
         f"attn.{b_V}": per_head_bias(optional_bias(w, a + "v_proj.bias", kv * dh, qkv_bias, why), kv),
@@ -102,13 +112,17 @@ def _layer(w: Weights, hf: Any, cfg: GPTConfig, layer: int) -> dict[str, torch.T
     d, d_mlp, p = cfg.d_model, cfg.d_mlp, f"layers.{layer}."
     why = f"hidden_size={d}, intermediate_size={d_mlp}"
     mlp_bias = _biases(hf)[2]
+    if hf.model_type == "phi3":  # gate rows first, then the linear branch (Phi-3 chunks them in that order)
+        gate, up = w.take(p + "mlp.gate_up_proj.weight", (2 * d_mlp, d), why).split([d_mlp, d_mlp])
+    else:
+        gate, up = w.take(p + "mlp.gate_proj.weight", (d_mlp, d), why), w.take(p + "mlp.up_proj.weight", (d_mlp, d), why)
     out = {
         "ln1.w": _norm_gain(w, hf, p + "input_layernorm.weight", d, why),
         **_attention(w, hf, cfg, p),
         "ln2.w": _norm_gain(w, hf, p + "post_attention_layernorm.weight", d, why),
-        "mlp.W_gate": w.take(p + "mlp.gate_proj.weight", (d_mlp, d), why).T,
+        "mlp.W_gate": gate.T,
         "mlp.b_gate": optional_bias(w, p + "mlp.gate_proj.bias", d_mlp, mlp_bias, why),
-        "mlp.W_in": w.take(p + "mlp.up_proj.weight", (d_mlp, d), why).T,
+        "mlp.W_in": up.T,
         "mlp.b_in": optional_bias(w, p + "mlp.up_proj.bias", d_mlp, mlp_bias, why),
         "mlp.W_out": w.take(p + "mlp.down_proj.weight", (d, d_mlp), why).T,
         "mlp.b_out": optional_bias(w, p + "mlp.down_proj.bias", d, mlp_bias, why),
