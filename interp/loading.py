@@ -9,8 +9,8 @@ Accepted specs, tried in this order:
 - a checkpoint of ours: `NAME`, `NAME.safetensors` or `NAME.json` (safetensors weights + JSON
   config; never unpickled);
 - a local Hugging Face model folder (a directory with `config.json`): converted natively into a
-  HookedGPT / HookedEncoder when `models.convert` supports its architecture (GPT-2, GPT-NeoX,
-  Llama, Mistral, Qwen2, BERT; `model.cfg.original_architecture` says which), otherwise wrapped
+  HookedGPT / HookedEncoder when `models.convert` supports its architecture (GPT-2, GPT-NeoX, Gemma, Phi-3,
+  Llama, Mistral, Qwen2, BERT, RoBERTa; `model.cfg.original_architecture` says which), otherwise wrapped
   by `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline and a
   load note naming what will not work there. The tokenizer is optional;
 - an instantiated Hugging Face model (`transformers.PreTrainedModel`): converted natively;
