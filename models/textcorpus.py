@@ -145,3 +145,95 @@ def ngram_bits(train_stream: torch.Tensor, windows: torch.Tensor) -> dict:
 
 def bits_per_byte(mean_nats: float) -> float:
     return mean_nats / math.log(2)
+
+
+# ---------------------------------------------------------------- prompts of held-out text
+
+
+def clean_starts(stream: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Start offsets of every window of `seq_len` tokens that contains no file separator."""
+    is_separator = (stream == SEPARATOR[0]).long()
+    separators_before = torch.cat([torch.zeros(1, dtype=torch.long), is_separator.cumsum(0)])  # (n + 1,)
+    starts = torch.arange(stream.numel() - seq_len + 1)
+    inside = separators_before[starts + seq_len] - separators_before[starts]  # separators in each window
+    return starts[inside == 0]
+
+
+def text_windows(stream: torch.Tensor, n: int, seq_len: int, *, seed: int = 0) -> torch.Tensor:
+    """(n, seq_len) windows of one file each, at seeded random offsets of `stream` (e.g. the held-out bytes)."""
+    if n < 1 or seq_len < 2:
+        raise ValueError(f"need n >= 1 and seq_len >= 2; got n={n}, seq_len={seq_len}.")
+    starts = clean_starts(stream, seq_len)
+    if starts.numel() == 0:
+        raise ValueError(f"no window of {seq_len} bytes lies inside one file; use a shorter seq_len.")
+    chosen = starts[torch.randint(0, starts.numel(), (n,), generator=torch.Generator().manual_seed(seed))]
+    return stream[chosen[:, None] + torch.arange(seq_len)]  # (n, seq_len)
+
+
+def planted_repeats(stream: torch.Tensor, n: int, prefix_len: int, offset: int, *, seed: int = 0) -> torch.Tensor:
+    """(n, offset + 2 * prefix_len): `offset` bytes of text, then a span of `prefix_len` bytes from
+    elsewhere in the stream, then the same span again: a planted repeat of real text, whose second
+    copy is predictable only by looking back (the induction test on natural text)."""
+    if prefix_len < 2 or offset < 0:
+        raise ValueError(f"need prefix_len >= 2 and offset >= 0; got prefix_len={prefix_len}, offset={offset}.")
+    before = text_windows(stream, n, max(offset, 2), seed=seed)[:, :offset]  # (n, offset)
+    span = text_windows(stream, n, prefix_len, seed=seed + 1)  # (n, prefix_len)
+    return torch.cat([before, span, span], dim=1)
+
+
+def decode(tokens) -> str:
+    """Byte ids back to text (invalid UTF-8 shown as U+FFFD)."""
+    return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+def encode(text: str) -> torch.Tensor:
+    """Text as its UTF-8 byte ids, a 1-D LongTensor."""
+    return as_tensor(text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------- the shipped corpus vs the one found
+
+
+def compare_corpus(recorded: dict, found: TextCorpus) -> str | None:
+    """None when the corpus found is the one a card recorded (same checksum); otherwise what differs."""
+    if recorded.get("checksum") == found.checksum:
+        return None
+    return (f"the corpus found differs from the one the model was trained and measured on: "
+            f"{len(found.train_files) + len(found.held_out_files)} files, {found.n_bytes:,} bytes, checksum "
+            f"{found.checksum[:12]}... (Python {found.python_version}, {found.root}) versus "
+            f"{recorded.get('n_files')} files, {recorded.get('n_bytes', 0):,} bytes, checksum "
+            f"{str(recorded.get('checksum'))[:12]}... (Python {recorded.get('python_version')}). Held-out figures "
+            "measured here are on the corpus found, not the card's.")
+
+
+@dataclass(frozen=True)
+class HeldOutReport:
+    """Held-out bits per byte of a model and of the n-gram baselines on the corpus found here."""
+
+    bits_per_byte: float
+    unigram_bits: float
+    bigram_bits: float
+    n_windows: int
+    n_predicted: int
+    corpus_matches_card: bool
+    note: str | None  # what differs from the card's corpus, if anything
+
+    @property
+    def ratio_to_bigram(self) -> float:
+        return self.bits_per_byte / self.bigram_bits
+
+
+def held_out_report(model, recorded_corpus: dict, *, n_windows: int = 256, corpus: TextCorpus | None = None,
+                    batch_size: int = 64) -> HeldOutReport:
+    """Measure `model` on `n_windows` evenly spaced held-out windows of the corpus found here (the
+    card's figures used 2048), with unigram / bigram baselines on the same bytes, and say whether
+    that corpus is the one the card recorded."""
+    from models.tasks import evaluate_text
+
+    corpus = corpus or load_corpus()
+    windows = eval_windows(as_tensor(corpus.held_out), model.cfg.n_ctx, n_windows)
+    found = evaluate_text(model, windows, batch_size=batch_size)
+    baselines = ngram_bits(as_tensor(corpus.train), windows)
+    note = compare_corpus(recorded_corpus, corpus)
+    return HeldOutReport(found["bits"], baselines["unigram_bits"], baselines["bigram_bits"], found["n_windows"],
+                         found["n_predicted"], note is None, note)
