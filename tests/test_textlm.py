@@ -301,3 +301,22 @@ def test_notebook_runs_and_concludes_from_its_results(shipped):
     assert sum(counts) == 10, conclusion  # every tested claim is accounted for, read from the tables
     # the false claims (induction for the previous-token head, previous-token for the induction head) never hold
     assert all(verdict != "supported" for _, _, verdict in verdicts[3:5] + verdicts[8:10]), out["reasons"]
+
+
+@pytest.mark.slow
+def test_retraining_reproduces_the_first_point_of_the_shipped_curve(shipped, corpus):
+    """The first 100 steps are all warm-up, so their learning rates do not depend on the total step count:
+    100 steps of the card's recipe (same seed, one thread) must give the curve's first held-out figure."""
+    meta = shipped.metadata
+    if compare_corpus(meta["corpus"], corpus) is not None or meta["torch"] != torch.__version__ or meta["threads"] != 1:
+        pytest.skip("another corpus, torch build or thread count: the figures may differ in rounding")
+    training = meta["training"]
+    first = meta["curve"][0]
+    assert first["step"] == training["warmup_steps"] == 100
+    torch.set_num_threads(1)
+    task = TextTask(as_tensor(corpus.train), n_pos=shipped.cfg.n_ctx)
+    cfg = TrainConfig(task="stdlib-bytes", seed=training["seed"], steps=first["step"], batch_size=training["batch_size"],
+                      lr=training["lr"], warmup_steps=training["warmup_steps"])
+    model, _ = train(text_lm_config(seed=training["seed"]), cfg, task, progress=False)
+    windows = eval_windows(as_tensor(corpus.held_out), shipped.cfg.n_ctx, 32)
+    assert evaluate_text(model, windows)["bits"] == pytest.approx(first["held_out_bits"], abs=1e-3)
