@@ -356,7 +356,10 @@ class ShuffledControl:
         level = threshold_evidence("control_shuffled", values, below, ctx, decisive=self.decisive, label="shuffled-level",
                                    what=f"{claim.label} attention where the repeat was ({position_metric}) on shuffled tokens")
         drop = difference_evidence("control_shuffled", original, values, ctx, what="drop from shuffling", label="shuffled-drop")
-        follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        try:
+            follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        except Inconclusive:  # e.g. n-gram repeats (meta match_len) rarely survive shuffling: nothing to follow
+            follows = math.nan
         passed = True if (level.passed and drop.passed) else False if level.passed is False else None
         return dataclasses.replace(
             level, passed=passed, p_value=max(level.p_value, drop.p_value), rule=f"shuffled {below.rule()} and drop CI > 0",

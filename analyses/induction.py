@@ -12,8 +12,10 @@ Targets always include every earlier occurrence, as in TransformerLens.
 
 Natural text (e.g. bytes of source code) repeats single tokens everywhere, so a one-token match
 says little; `meta["match_len"] = k` makes the repeat a k-gram: the earlier occurrences of a
-query q are the positions j < q whose k tokens ending at j equal the k tokens ending at q
-(`ngram_targets`), and the repeat queries are the positions that have one (within the repeated
+query q are the positions j <= q - k whose k tokens ending at j equal the k tokens ending at q
+(`ngram_targets`; the two n-grams do not overlap, so a run such as eight spaces does not make
+the previous position an "earlier occurrence" and its successor, the query itself, an
+induction target), and the repeat queries are the positions that have one (within the repeated
 copies when `prefix_len` is also given). k = 1 is the definition above.
 
 Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
@@ -51,8 +53,8 @@ class NoRepeats(ValueError):
 
 
 def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) -> torch.Tensor:
-    """(batch, query, key) bool: keys j < q whose `match_len` tokens ending at j equal those ending at q
-    (all real); match_len=1: the earlier occurrences of the query's token."""
+    """(batch, query, key) bool: keys j <= q - match_len whose `match_len` tokens ending at j equal those
+    ending at q (all real; the n-grams do not overlap); match_len=1: the earlier occurrences of the query's token."""
     if not isinstance(match_len, int) or match_len < 1:
         raise ValueError(f"match_len={match_len!r} must be a positive integer (the n-gram length of a repeat).")
     same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
@@ -61,7 +63,7 @@ def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) 
         shifted = torch.zeros_like(same)
         shifted[:, back:, back:] = same[:, :-back, :-back]
         matched &= shifted
-    return matched.tril(diagonal=-1)
+    return matched.tril(diagonal=-match_len)
 
 
 def repeat_queries(prompts: PromptSet) -> torch.Tensor:

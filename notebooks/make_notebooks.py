@@ -470,9 +470,9 @@ print(f"held-out here: {found.bits_per_byte:.3f} bits/byte; unigram {found.unigr
 
 **Natural repeats.** Windows of 128 bytes of held-out files. On bytes, single tokens repeat
 everywhere (spaces, `e`), so a repeat is defined as a prompt-set property, `meta["match_len"] = 4`:
-a position is a *repeat query* when the 4 bytes ending there occurred earlier in the prompt; its
-duplicate-token targets are the earlier positions where those 4 bytes ended, its induction targets
-the bytes right after them (`analyses.induction.ngram_targets`). Necessity and sufficiency then
+a position is a *repeat query* when the 4 bytes ending there occurred earlier in the prompt (not
+overlapping them); its duplicate-token targets are the earlier positions where those 4 bytes
+ended, its induction targets the bytes right after them (`analyses.induction.ngram_targets`). Necessity and sufficiency then
 measure the loss of the predictions right after a repeated 4-gram.
 
 **Planted repeats.** 32 bytes of held-out text, then a 40-byte span of held-out text from
@@ -484,8 +484,8 @@ Each set is split in halves: one picks the candidate heads, the other tests the 
     code("""
 MATCH_LEN, OFFSET, SPAN = 4, 32, 40
 held_out = as_tensor(corpus.held_out)
-natural = PromptSet(text_windows(held_out, 32, 128, seed=0), meta={"kind": "held-out text", "match_len": MATCH_LEN})
-planted = PromptSet(planted_repeats(held_out, 32, SPAN, OFFSET, seed=1),
+natural = PromptSet(text_windows(held_out, 64, 128, seed=0), meta={"kind": "held-out text", "match_len": MATCH_LEN})
+planted = PromptSet(planted_repeats(held_out, 64, SPAN, OFFSET, seed=1),
                     meta={"kind": "planted repeat", "match_len": MATCH_LEN, "prefix_len": SPAN, "offset": OFFSET})
 natural_scan, natural_test = natural.split(0.5, seed=0)
 planted_scan, planted_test = planted.split(0.5, seed=0)

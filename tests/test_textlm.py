@@ -184,6 +184,10 @@ def test_ngram_repeats_define_queries_and_targets():
     assert queries[0].nonzero().flatten().tolist() == [7, 8, 9]
     with pytest.raises(ValueError, match="positive integer"):
         ngram_targets(tokens, real, 0)
+    # a run of spaces: the 4-gram ending at q also ends at q - 1, but overlapping matches do not count
+    run = encode("a" + " " * 9).unsqueeze(0)
+    targets = ngram_targets(run, torch.ones_like(run, dtype=torch.bool), 4)[0]
+    assert targets[9].nonzero().flatten().tolist() == [4, 5]  # 4-grams ending at 4 and 5 end 4+ back
 
 
 def test_behaviour_mask_and_ideal_pattern_follow_natural_repeats():
