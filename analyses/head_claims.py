@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
+from analyses.induction import NoRepeats, copying_scores, ngram_targets, repeat_queries, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
@@ -356,7 +356,10 @@ class ShuffledControl:
         level = threshold_evidence("control_shuffled", values, below, ctx, decisive=self.decisive, label="shuffled-level",
                                    what=f"{claim.label} attention where the repeat was ({position_metric}) on shuffled tokens")
         drop = difference_evidence("control_shuffled", original, values, ctx, what="drop from shuffling", label="shuffled-drop")
-        follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        try:
+            follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        except Inconclusive:  # e.g. n-gram repeats (meta match_len) rarely survive shuffling: nothing to follow
+            follows = math.nan
         passed = True if (level.passed and drop.passed) else False if level.passed is False else None
         return dataclasses.replace(
             level, passed=passed, p_value=max(level.p_value, drop.p_value), rule=f"shuffled {below.rule()} and drop CI > 0",
@@ -402,8 +405,9 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1), and its name.
 
     part="behaviour": for prompts with repeats (`meta["prefix_len"]`), the predictions of the second
-    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); otherwise every
-    prediction of a real token. part="first_copy": the same predictions inside the first copy
+    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); for natural
+    repeats (`meta["match_len"]` without prefix_len) the predictions right after a repeated n-gram
+    (`analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
     (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
     the repeated copies' loss advantage is measured.
     """
@@ -417,6 +421,8 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     if prefix_len is None:
         if part == "first_copy":
             raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
+        if "match_len" in prompts.meta:  # natural repeats: the predictions right after a repeated n-gram
+            return mask & repeat_queries(prompts)[:, :-1], f"next-token loss after a repeated {prompts.meta['match_len']}-gram"
         return mask, "next-token loss on every position"
     offset = prompts.meta.get("offset", 0)
     start = offset + prefix_len
@@ -564,8 +570,7 @@ def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
     targets (the token after each earlier occurrence / each earlier occurrence); no target: the first real key."""
     tokens = batch.tokens
     real = torch.ones_like(tokens, dtype=torch.bool) if batch.attention_mask is None else batch.attention_mask.bool()
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
-    target = same.tril(diagonal=-1)  # (batch, query, key): earlier occurrences
+    target = ngram_targets(tokens, real, batch.meta.get("match_len", 1))  # (batch, query, key): earlier occurrences
     if kind == "induction":
         shifted = torch.zeros_like(target)
         shifted[..., 1:] = target[..., :-1]

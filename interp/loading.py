@@ -50,6 +50,7 @@ CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoint
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json)
 BUILTINS: dict[str, str] = {
     "toy-induction": "toy-induction",
+    "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
 }
 SPEC_KINDS = (
     "a built-in name ({names})",
