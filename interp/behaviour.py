@@ -161,7 +161,7 @@ def next_token_loss(positions: Positions = "auto") -> Behaviour:
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
 
     def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-        per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
+        per = next_token_cross_entropy(logits, prompts.tokens).double()  # (batch, pos - 1); float64 sums
         weights = next_token_mask(prompts, positions).to(per.device, per.dtype)
         return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
 
