@@ -161,9 +161,10 @@ def next_token_loss(positions: Positions = "auto") -> Behaviour:
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
 
     def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-        per = next_token_cross_entropy(logits, prompts.tokens).double()  # (batch, pos - 1); float64 sums
-        weights = next_token_mask(prompts, positions).to(per.device, per.dtype)
-        return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+        per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
+        weights = next_token_mask(prompts, positions).to(per.device, torch.float64)
+        mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)  # summed in float64
+        return mean.to(per.dtype)
 
     where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
              "all": "at every real position", "repeats": "on the repeated copies"}[positions]
