@@ -661,7 +661,8 @@ def importance(
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
                  sign_flip_test(delta, alternative="greater", seed=seed, label="importance").numpy())
     frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
-    frame.attrs.update(method=method, loss=engine.behaviour.name, behaviour=engine.behaviour.describe(prompts))
+    frame.attrs.update(method=method, loss=engine.behaviour.name, behaviour=engine.behaviour.describe(prompts),
+                       unit=engine.behaviour.unit)
     if gradient:
         frame.attrs["spearman"] = spearman(frame.grad_estimate, frame.delta_loss)
         frame.attrs["spearman_abs"] = spearman(frame.grad_abs, frame.delta_loss.abs())

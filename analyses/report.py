@@ -321,11 +321,12 @@ def compute(
     leakage_len: int = 32,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    behaviour=None,
 ) -> ReportData:
     """Run every analysis the report shows; no files are written."""
     from interp.specs import PromptSpec, build_prompts
 
-    chosen = select_heads(model, layers, heads)
+    chosen = chosen_heads = select_heads(model, layers, heads)
     if len(chosen) > max_cards:
         n_layers = len(attention_sites(model))
         raise ReportTooLarge(
@@ -339,6 +340,7 @@ def compute(
     chosen_layers = sorted({l for l, _ in chosen})
     causal = bool(attention_sites(model)[0].causal)
     has_loss = _has_meaningful_loss(model)
+    chosen = report_behaviour(model, prompts, behaviour)
 
     stages = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
               "head similarity", "importance", "joint ablation"]
@@ -347,33 +349,61 @@ def compute(
         patterns = run.run("mean patterns", lambda: mean_patterns(model, prompts, chosen_layers))
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
         offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
-        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
-                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE))
+        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen_heads,
+                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE, behaviour=chosen))
         similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
-        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed) if has_loss else None)
-        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed) if has_loss else None)
+        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed, behaviour=chosen) if has_loss else None)
+        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed, behaviour=chosen)
+                             if has_loss else None)
 
     heads_frame = _heads_table(metrics, importance, claims)
     methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
                        leakage_len=leakage_len, claims=claims)
+    methods.insert(1, behaviour_method(chosen, prompts, has_loss))
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": [f"L{l}H{h}" for l, h in chosen]}
-    return ReportData(model_summary(model, spec), heads_frame, claims, patterns, offsets, similarity, importance,
+                "heads": [f"L{l}H{h}" for l, h in chosen_heads],
+                "behaviour": {**chosen.spec(), "measured": chosen.describe(prompts) if has_loss else None}}
+    summary = model_summary(model, spec)
+    summary["behaviour"] = chosen.describe(prompts) if has_loss else f"{chosen.describe(prompts)} (not measured: {NOT_MEASURED})"
+    return ReportData(summary, heads_frame, claims, patterns, offsets, similarity, importance,
                       redundancy, leakage, methods, settings, dict(run.timings))
 
 
 def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
-    """The evidence kinds claims about `model` should gather: all (None) when it has a meaningful
-    next-token loss, else the observational test and the shuffled-token control only."""
+    """The evidence kinds claims about `model` should gather: all (None) when its interventions take
+    effect and its behaviour can be measured, else the observational test and the shuffled-token control only."""
     return None if _has_meaningful_loss(model) else NO_LOSS_EVIDENCE
 
 
+NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "
+                "pattern edits are discarded and no random-init twin can be built; convert it natively")
+
+
 def _has_meaningful_loss(model: nn.Module) -> bool:
-    """Importance and ablations are measured on the next-token loss; an encoder or a random LM head has none."""
-    if getattr(model, "head_is_random", False):
-        return False
+    """Whether ablation evidence means something here. Every hooked model of ours has a behaviour
+    (`interp.behaviour.default_behaviour`: next-token loss, or the embedding change for an encoder or a
+    random head); an encoder or random-head model through the TransformerLens bridge does not take
+    pattern edits (FACTS.md), so its causal evidence would silently measure nothing."""
+    if type(model).__name__ != "TransformerBridge":
+        return True
     sites = attention_sites(model)
-    return bool(sites and sites[0].causal)
+    return not getattr(model, "head_is_random", False) and bool(sites and sites[0].causal)
+
+
+def report_behaviour(model: nn.Module, prompts: PromptSet, behaviour=None):
+    """The behaviour a report measures: the one given, else the model's; a next-token loss scores the
+    repeated copies of repeated prompts, else every position (as the report always has)."""
+    from interp.behaviour import as_behaviour
+
+    return as_behaviour(behaviour, model, positions="repeats" if prompts.meta.get("kind") == "repeated" else "all")
+
+
+def behaviour_method(behaviour, prompts: PromptSet, measured: bool) -> str:
+    """The Methods line that names the behaviour."""
+    text = (f"Behaviour: {behaviour.describe(prompts)} ({behaviour.description}; reads the final "
+            f"{'logits' if behaviour.reads == 'logits' else 'hidden state, never the LM head'}). Importance, joint "
+            "ablation and the claims' necessity, sufficiency and faithfulness measure its change.")
+    return text if measured else text + f" It was not measured: {NOT_MEASURED}."
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
@@ -391,18 +421,19 @@ def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
     }
 
 
-def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) -> pd.DataFrame:
+def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> pd.DataFrame:
     """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims."""
     from analyses import head_claims
 
     frames = []
-    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence)
+    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
     frames.append(scan.assign(source="scan"))
     if claims_file is not None:
         from interp.testing import run_claims
 
         # the file's claims run on the file's own [prompts]: they were written for them
-        frames.append(run_claims(model, claims_file).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
+        frames.append(run_claims(model, claims_file, behaviour=behaviour).assign(
+            source=f"claims file {Path(str(claims_file.path)).name}"))
     frame = pd.concat(frames, ignore_index=True, sort=False)
     if "label" not in frame.columns:
         frame["label"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
@@ -422,20 +453,14 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
     return matrix.loc[labels, labels]
 
 
-def _importance(model, prompts, *, seed: int) -> pd.DataFrame:
+def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
     from analyses import redundancy
 
-    return redundancy.importance(model, prompts, "mean", loss_fn=_loss_fn(prompts), seed=seed, gradient=False)
+    behaviour = behaviour or report_behaviour(model, prompts)
+    return redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False)
 
 
-def _loss_fn(prompts: PromptSet):
-    """The behaviour the ablations measure: loss on the repeated copy for repeated prompts, else every position."""
-    from analyses import redundancy
-
-    return redundancy.induction_loss if prompts.meta.get("kind") == "repeated" else None
-
-
-def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.DataFrame | None:
+def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:
     from analyses import redundancy
 
     if similarity is None or len(similarity) < 2:
@@ -446,7 +471,8 @@ def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.
     pairs = [p for p in pairs if math.isfinite(p[0])]
     pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
     top = [(a, b) for _, a, b in pairs[:TOP_PAIRS]]
-    return redundancy.joint_ablation(model, prompts, top, "mean", loss_fn=_loss_fn(prompts), seed=seed)
+    return redundancy.joint_ablation(model, prompts, top, "mean", behaviour=behaviour or report_behaviour(model, prompts),
+                                     seed=seed)
 
 
 def _heads_table(metrics: pd.DataFrame, importance: pd.DataFrame | None, claims: pd.DataFrame) -> pd.DataFrame:
@@ -491,23 +517,21 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         "shuffled-token prompts (position vs content)"
         + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
            "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
-           "(uniform or permuted pattern) on the next-token loss" if has_loss else "")
+           "(uniform or permuted pattern) on the behaviour below" if has_loss else "")
         + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected "
         "(alpha 0.05) within each family tested together: the scan's claims over every head, and the claims "
         f"file's claims, separately; {len(claims)} claims about the heads shown appear here.",
     ]
     if has_loss:
-        target = "on the repeated copies (what induction can predict)" if kind == "repeated" else "at every position"
         lines.append(
-            f"Importance: the increase of the next-token loss {target} when a head's output (z) is replaced by its "
+            f"Importance: the increase of the behaviour's loss when a head's output (z) is replaced by its "
             "per-position mean over the prompts "
             f"(mean ablation). Joint ablation of the {TOP_PAIRS} most similar pairs: the pair's loss change against "
             "the sum of each alone (redundancy = together more than apart)."
         )
     else:
         lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
-                     "faithfulness) were skipped: the model has no meaningful next-token loss (a bidirectional "
-                     f"encoder, or a task head initialised at random); claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
+                     f"faithfulness) were skipped: {NOT_MEASURED}; claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
     if leakage is not None:
         lines.append(
             f"Leakage audit (`analyses.leakage.audit`, sequences up to {leakage_len} tokens, seed {seed}): "
@@ -552,7 +576,8 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
         rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
-                     "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats", "verdict": "measured"})
+                     "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] "
+                                 f"{data.importance.attrs.get('unit') or 'nats'}", "verdict": "measured"})
     if data.redundancy is not None and len(data.redundancy):
         decided = data.redundancy[(data.redundancy["ci_low"] > 0) | (data.redundancy["ci_high"] < 0)]
         if len(decided):
@@ -599,17 +624,20 @@ def build_report(
     force: bool = False,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    behaviour=None,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
     `prompt_spec` (an `interp.specs.PromptSpec`) or `prompts` choose the prompts (default: 64
-    repeated random-token prompts); `layers` / `heads` narrow the cards.
+    repeated random-token prompts); `layers` / `heads` narrow the cards. `behaviour` (a name,
+    an `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance,
+    joint ablation and the claims' causal evidence measure; the report states it.
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
         seed = getattr(prompt_spec, "seed", 0) or 0
     data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
-                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards)
+                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards, behaviour=behaviour)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:

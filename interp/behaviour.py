@@ -99,10 +99,12 @@ class Behaviour:
         return self.summarise(output, prompts) if self.compares_to_clean else None
 
     def describe(self, prompts: PromptSet | None = None) -> str:
-        """The behaviour in words, for these prompts where it depends on them."""
-        if self.name == "next_token_loss" and prompts is not None:
-            return next_token_description(prompts, dict(self.params).get("positions", "auto"))
-        return self.description or self.name
+        """The behaviour's short name, for these prompts where it depends on them (the next-token loss
+        says which predictions it scores); `description` has the long form."""
+        positions = dict(self.params).get("positions")
+        if self.name == "next_token_loss" and prompts is not None and positions in get_args(Positions):
+            return next_token_description(prompts, positions)
+        return self.name
 
     def spec(self) -> dict[str, Any]:
         """Plain data for reports and JSON."""
