@@ -326,7 +326,7 @@ def compute(
     """Run every analysis the report shows; no files are written."""
     from interp.specs import PromptSpec, build_prompts
 
-    chosen = chosen_heads = select_heads(model, layers, heads)
+    chosen = select_heads(model, layers, heads)
     if len(chosen) > max_cards:
         n_layers = len(attention_sites(model))
         raise ReportTooLarge(
@@ -340,7 +340,7 @@ def compute(
     chosen_layers = sorted({l for l, _ in chosen})
     causal = bool(attention_sites(model)[0].causal)
     has_loss = _has_meaningful_loss(model)
-    chosen = report_behaviour(model, prompts, behaviour)
+    measured = report_behaviour(model, prompts, behaviour)
 
     stages = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
               "head similarity", "importance", "joint ablation"]
@@ -349,22 +349,23 @@ def compute(
         patterns = run.run("mean patterns", lambda: mean_patterns(model, prompts, chosen_layers))
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
         offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
-        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen_heads,
-                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE, behaviour=chosen))
+        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
+                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE, behaviour=measured))
         similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
-        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed, behaviour=chosen) if has_loss else None)
-        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed, behaviour=chosen)
+        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed, behaviour=measured) if has_loss else None)
+        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed, behaviour=measured)
                              if has_loss else None)
 
     heads_frame = _heads_table(metrics, importance, claims)
     methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
                        leakage_len=leakage_len, claims=claims)
-    methods.insert(1, behaviour_method(chosen, prompts, has_loss))
+    methods.insert(1, behaviour_method(measured, prompts, has_loss))
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": [f"L{l}H{h}" for l, h in chosen_heads],
-                "behaviour": {**chosen.spec(), "measured": chosen.describe(prompts) if has_loss else None}}
+                "heads": [f"L{l}H{h}" for l, h in chosen],
+                "behaviour": {**measured.spec(), "measured": measured.describe(prompts) if has_loss else None}}
     summary = model_summary(model, spec)
-    summary["behaviour"] = chosen.describe(prompts) if has_loss else f"{chosen.describe(prompts)} (not measured: {NOT_MEASURED})"
+    summary["behaviour"] = (measured.describe(prompts) if has_loss
+                            else f"{measured.describe(prompts)} (not measured: {NOT_MEASURED})")
     return ReportData(summary, heads_frame, claims, patterns, offsets, similarity, importance,
                       redundancy, leakage, methods, settings, dict(run.timings))
 
@@ -517,7 +518,7 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         "shuffled-token prompts (position vs content)"
         + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
            "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
-           "(uniform or permuted pattern) on the behaviour below" if has_loss else "")
+           "(uniform or permuted pattern) on the behaviour named above" if has_loss else "")
         + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected "
         "(alpha 0.05) within each family tested together: the scan's claims over every head, and the claims "
         f"file's claims, separately; {len(claims)} claims about the heads shown appear here.",
