@@ -32,10 +32,13 @@ Evidence (the kinds of `interp.claims`), as implemented here:
   the metric is an artefact of architecture or prompt length, and refutes the claim;
 - necessity: mean-ablating the head raises the behaviour loss more than mean-ablating a
   comparable head (the mean over the other heads of its layer), paired per prompt. The
-  behaviour is the next-token loss on the repeated copies for prompts with repeats
-  (`meta["prefix_len"]`), otherwise on every position;
+  behaviour (`interp.behaviour`, `resolve_behaviour`) is the one passed to `test_claims` /
+  `scan`, else the model's own: for a causal LM the next-token loss on the repeated copies for
+  prompts with repeats (`meta["prefix_len"]`), otherwise on every position; for an encoder the
+  change of the mean-pooled sentence embedding (cosine distance from the clean run). Every
+  causal evidence names it (`extra["behaviour"]`, the verdict table's `behaviour` column);
 - sufficiency: substituting the idealised pattern recovers the behaviour: fraction of loss
-  recovered (L_ablated - L_substituted) / (L_ablated - L_clean), against a threshold of 0.5
+  (the behaviour's value) recovered (L_ablated - L_substituted) / (L_ablated - L_clean), against a threshold of 0.5
   ("most"); Olsson et al. 2022 report about 99% for the previous-token heads of 2-layer
   attention-only models;
 - faithfulness: replacing the head's pattern by a uniform one and by its own weights permuted

@@ -136,9 +136,10 @@ def run_claims(
     Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
     `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
     of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
-    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model without a
-    meaningful next-token loss (an encoder, a random task head) gets the observational test and
-    the shuffled-token control only (`analyses.report.claim_evidence_for`). `behaviour`: what causal
+    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model whose
+    interventions would measure nothing (an encoder or random-head model through the
+    TransformerLens bridge) gets the observational test and the shuffled-token control only
+    (`analyses.report.claim_evidence_for`). `behaviour`: what causal
     evidence measures (`interp.behaviour`; default: the model's own), named in the `behaviour` column.
     """
     import dataclasses
