@@ -425,3 +425,38 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
         out.append(values.detach().double().cpu())
         start += len(batch)
     return torch.cat(out)
+
+
+@torch.no_grad()
+def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: str = "mean", *,
+                            reference=None, seed: int = 0, batch_size: int = 32,
+                            chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
+    `interp.interventions.batched_head_ablations` (one expanded forward per chunk of heads: the GPU path).
+
+    For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
+    resample values come from `reference` (default: the prompts the model reads), as in `ablate`.
+    """
+    from interp.interventions import all_heads, batched_head_ablations, check_heads, reference_activations
+
+    heads = all_heads(model) if heads is None else check_heads(model, heads)
+    if reference is None and kind != "zero":
+        reference = reference_activations(model, behaviour.model_prompts(prompts), keep_samples=kind == "resample",
+                                          batch_size=batch_size)
+    stop = behaviour.reads == "hidden" and isinstance(model, HookedGPT)
+    if behaviour.reads == "hidden" and not stop:
+        raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
+                       f"{type(model).__name__}; use analyses.redundancy.AblationEngine(..., fast=False).")
+    kwargs = {"stop_at_layer": len(model.blocks)} if stop else {}
+    clean_parts, ablated_parts = [], []
+    for batch in prompts.batches(batch_size):
+        run = behaviour.model_prompts(batch)
+        output = final_output(model, run, behaviour.reads)
+        summary = behaviour.clean_summary(output, batch)
+        clean_parts.append(check_values(behaviour(output, batch, summary), len(batch), "clean run", behaviour).double().cpu())
+        outputs = batched_head_ablations(model, run, heads, kind, reference=reference, seed=seed, chunk_size=chunk_size,
+                                         **kwargs)  # (head, batch, ...)
+        rows = [behaviour(model.ln_final(out) if stop else out, batch, summary) for out in outputs]
+        ablated_parts.append(torch.stack([check_values(r, len(batch), "a batched ablation", behaviour) for r in rows])
+                             .double().cpu())
+    return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)

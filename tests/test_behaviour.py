@@ -321,3 +321,15 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
     real = mask.bool()
     torch.testing.assert_close(hidden[real], expected[real], atol=1e-4, rtol=1e-4)
     assert float(B.measure(model, prompts, B.embedding_change()).abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("name", ["embedding", "next-token"])
+def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
+    behaviour = B.as_behaviour(name, circuit)
+    heads = [(0, 0), (0, 2), (1, 0), (1, 3)]
+    clean, ablated = B.batched_ablation_values(circuit, repeated, behaviour, heads, "mean", batch_size=5, chunk_size=3)
+    engine_clean, engine_ablated = R.AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5).losses(
+        [[h] for h in heads])
+    torch.testing.assert_close(clean, engine_clean, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ablated, engine_ablated, atol=1e-5, rtol=1e-5)
+    assert live_hooks(circuit) == []
