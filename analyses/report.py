@@ -350,7 +350,7 @@ def compute(
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
         offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
         claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
-                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE, behaviour=measured))
+                                                   evidence=claim_evidence_for(model), behaviour=measured))
         similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
         importance = run.run("importance", lambda: _importance(model, prompts, seed=seed, behaviour=measured) if has_loss else None)
         redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed, behaviour=measured)
@@ -360,6 +360,8 @@ def compute(
     methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
                        leakage_len=leakage_len, claims=claims)
     methods.insert(1, behaviour_method(measured, prompts, has_loss))
+    if bridge_method(model):
+        methods.insert(2, bridge_method(model))
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
                 "heads": [f"L{l}H{h}" for l, h in chosen],
                 "behaviour": {**measured.spec(), "measured": measured.describe(prompts) if has_loss else None}}
@@ -370,25 +372,34 @@ def compute(
                       redundancy, leakage, methods, settings, dict(run.timings))
 
 
-def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
-    """The evidence kinds claims about `model` should gather: all (None) when its interventions take
-    effect and its behaviour can be measured, else the observational test and the shuffled-token control only."""
-    return None if _has_meaningful_loss(model) else NO_LOSS_EVIDENCE
-
-
+# an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked
+# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/test_behaviour.py), edits of
+# the pattern are discarded (FACTS.md) and no random-init twin can be built: necessity and importance only
+BRIDGE_ENCODER_EVIDENCE = ("observational", "control_shuffled", "necessity")
 NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "
-                "pattern edits are discarded and no random-init twin can be built; convert it natively")
+                "pattern edits are discarded and no random-init twin can be built, so sufficiency, faithfulness and "
+                "the random-init control were not run; convert the model natively for them")
+
+
+def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
+    """The evidence kinds claims about `model` should gather: all (None) where pattern edits take effect;
+    on an encoder or random-head model through the bridge, the observational test, the shuffled-token
+    control and necessity (z ablation), measured on its behaviour (`interp.behaviour`)."""
+    return BRIDGE_ENCODER_EVIDENCE if _bridge_without_pattern_edits(model) else None
+
+
+def _bridge_without_pattern_edits(model: nn.Module) -> bool:
+    if type(model).__name__ != "TransformerBridge":
+        return False
+    sites = attention_sites(model)
+    return bool(getattr(model, "head_is_random", False)) or not (sites and sites[0].causal)
 
 
 def _has_meaningful_loss(model: nn.Module) -> bool:
-    """Whether ablation evidence means something here. Every hooked model of ours has a behaviour
-    (`interp.behaviour.default_behaviour`: next-token loss, or the embedding change for an encoder or a
-    random head); an encoder or random-head model through the TransformerLens bridge does not take
-    pattern edits (FACTS.md), so its causal evidence would silently measure nothing."""
-    if type(model).__name__ != "TransformerBridge":
-        return True
-    sites = attention_sites(model)
-    return not getattr(model, "head_is_random", False) and bool(sites and sites[0].causal)
+    """Whether ablations measure something: every model has a behaviour now (`interp.behaviour.default_behaviour`:
+    the next-token loss, or the sentence-embedding change for an encoder or a random head), and z ablations
+    take effect even through the bridge."""
+    return True
 
 
 def report_behaviour(model: nn.Module, prompts: PromptSet, behaviour=None):
@@ -405,6 +416,11 @@ def behaviour_method(behaviour, prompts: PromptSet, measured: bool) -> str:
             f"{'logits' if behaviour.reads == 'logits' else 'hidden state, never the LM head'}). Importance, joint "
             "ablation and the claims' necessity, sufficiency and faithfulness measure its change.")
     return text if measured else text + f" It was not measured: {NOT_MEASURED}."
+
+
+def bridge_method(model: nn.Module) -> str | None:
+    """The Methods line that says which evidence a bridge encoder could not give."""
+    return f"Causal evidence: necessity only; {NOT_MEASURED}." if _bridge_without_pattern_edits(model) else None
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:

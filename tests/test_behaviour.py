@@ -310,7 +310,7 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
 
     model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
     assert B.default_behaviour(model).name == "embedding_change"
-    assert report.claim_evidence_for(model) == report.NO_LOSS_EVIDENCE
+    assert report.claim_evidence_for(model) == ("observational", "control_shuffled", "necessity")
     tokens = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 2023, 2003, 2307, 1012, 102, 0]])
     mask = (tokens != 0).long()
     prompts = PromptSet(tokens, mask)
@@ -321,6 +321,26 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
     real = mask.bool()
     torch.testing.assert_close(hidden[real], expected[real], atol=1e-4, rtol=1e-4)
     assert float(B.measure(model, prompts, B.embedding_change()).abs().max()) == 0.0
+    # z ablation through the bridge takes effect: it equals zeroing the head in Hugging Face's own attention
+    layer, head = 5, 1
+    measured = B.measure(model, prompts, B.embedding_change(), intervene=lambda batch: ablate(model, [(layer, head)], "zero"))
+    d_head = model.cfg.d_head
+
+    def zero_head(module, args, out):
+        context = out[0].clone()
+        context[..., head * d_head:(head + 1) * d_head] = 0
+        return (context,) + tuple(out[1:])
+
+    bert = model.original_model.bert
+    handle = bert.encoder.layer[layer].attention.self.register_forward_hook(zero_head)
+    try:
+        with torch.no_grad():
+            ablated = bert(tokens, attention_mask=mask).last_hidden_state
+    finally:
+        handle.remove()
+    expected = B.cosine_distance(B.mean_pool(ablated, prompts), B.mean_pool(expected, prompts)).double()
+    torch.testing.assert_close(measured, expected, atol=1e-5, rtol=1e-4)
+    assert float(measured.min()) > 1e-4
 
 
 @pytest.mark.parametrize("name", ["embedding", "next-token"])
