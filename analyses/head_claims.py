@@ -74,7 +74,7 @@ from torch import nn
 
 from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
-from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, measure, next_token_loss
+from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
     Claim,

@@ -818,7 +818,8 @@ def joint_ablation(
     p_value = sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy()
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
     frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
-    frame.attrs.update(method=method, clean_loss=float(clean.mean()), behaviour=engine.behaviour.describe(prompts))
+    frame.attrs.update(method=method, clean_loss=float(clean.mean()), behaviour=engine.behaviour.describe(prompts),
+                       unit=engine.behaviour.unit)
     return frame
 
 

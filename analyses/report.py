@@ -359,15 +359,10 @@ def compute(
     heads_frame = _heads_table(metrics, importance, claims)
     methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
                        leakage_len=leakage_len, claims=claims)
-    methods.insert(1, behaviour_method(measured, prompts, has_loss))
-    if bridge_method(model):
-        methods.insert(2, bridge_method(model))
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": [f"L{l}H{h}" for l, h in chosen],
-                "behaviour": {**measured.spec(), "measured": measured.describe(prompts) if has_loss else None}}
+                "heads": [f"L{l}H{h}" for l, h in chosen]}
     summary = model_summary(model, spec)
-    summary["behaviour"] = (measured.describe(prompts) if has_loss
-                            else f"{measured.describe(prompts)} (not measured: {NOT_MEASURED})")
+    _name_behaviour(model, measured, prompts, methods, settings, summary)
     return ReportData(summary, heads_frame, claims, patterns, offsets, similarity, importance,
                       redundancy, leakage, methods, settings, dict(run.timings))
 
@@ -410,17 +405,22 @@ def report_behaviour(model: nn.Module, prompts: PromptSet, behaviour=None):
     return as_behaviour(behaviour, model, positions="repeats" if prompts.meta.get("kind") == "repeated" else "all")
 
 
-def behaviour_method(behaviour, prompts: PromptSet, measured: bool) -> str:
+def behaviour_method(behaviour, prompts: PromptSet) -> str:
     """The Methods line that names the behaviour."""
-    text = (f"Behaviour: {behaviour.describe(prompts)} ({behaviour.description}; reads the final "
+    return (f"Behaviour: {behaviour.describe(prompts)} ({behaviour.description}; reads the final "
             f"{'logits' if behaviour.reads == 'logits' else 'hidden state, never the LM head'}). Importance, joint "
             "ablation and the claims' necessity, sufficiency and faithfulness measure its change.")
-    return text if measured else text + f" It was not measured: {NOT_MEASURED}."
 
 
-def bridge_method(model: nn.Module) -> str | None:
-    """The Methods line that says which evidence a bridge encoder could not give."""
-    return f"Causal evidence: necessity only; {NOT_MEASURED}." if _bridge_without_pattern_edits(model) else None
+def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: list[str], settings: dict,
+                    summary: dict) -> None:
+    """State the behaviour in the Methods (and which evidence a bridge encoder could not give), the
+    model summary (HTML and Markdown) and the settings (report.json)."""
+    methods.insert(1, behaviour_method(behaviour, prompts))
+    if _bridge_without_pattern_edits(model):
+        methods.insert(2, f"Causal evidence: necessity only; {NOT_MEASURED}.")
+    settings["behaviour"] = {**behaviour.spec(), "measured": behaviour.describe(prompts)}
+    summary["behaviour"] = behaviour.describe(prompts)
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
@@ -593,17 +593,26 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
         rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
-                     "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] "
-                                 f"{data.importance.attrs.get('unit') or 'nats'}", "verdict": "measured"})
+                     "evidence": "loss " + _interval_text(top['delta_loss'], top['ci_low'], top['ci_high'],
+                                                              data.importance.attrs.get("unit")),
+                     "verdict": "measured"})
     if data.redundancy is not None and len(data.redundancy):
         decided = data.redundancy[(data.redundancy["ci_low"] > 0) | (data.redundancy["ci_high"] < 0)]
         if len(decided):
             top = decided.loc[decided["interaction"].abs().idxmax()]
             kind = "together more than apart (backup)" if top["interaction"] > 0 else "overlapping (together less than apart)"
             rows.append({"finding": f"pair {kind}", "heads": f"{top['label_a']} ~ {top['label_b']}",
-                         "evidence": f"interaction {top['interaction']:+.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats",
+                         "evidence": "interaction " + _interval_text(top["interaction"], top["ci_low"], top["ci_high"],
+                                                                     data.redundancy.attrs.get("unit")),
                          "verdict": "measured"})
     return pd.DataFrame(rows, columns=["finding", "heads", "evidence", "verdict"])
+
+
+def _interval_text(value: float, low: float, high: float, unit: str | None) -> str:
+    """'+0.123 [0.100, 0.150] nats'; three significant digits for other units (cosine distances are small)."""
+    unit = unit or "nats"
+    f = ".3f" if unit == "nats" else ".3g"
+    return f"{value:+{f}} [{low:{f}}, {high:{f}}] {unit}"
 
 
 def _observed(row) -> str:

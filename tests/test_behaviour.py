@@ -289,7 +289,7 @@ def test_report_names_the_behaviour(circuit, repeated, tiny_encoder):
 
     chosen = report.report_behaviour(circuit, repeated)
     assert chosen.describe(repeated) == "next-token loss on the repeated copies"
-    line = report.behaviour_method(report.report_behaviour(tiny_encoder, repeated), repeated, True)
+    line = report.behaviour_method(report.report_behaviour(tiny_encoder, repeated), repeated)
     assert line.startswith("Behaviour: embedding_change") and "never the LM head" in line
     assert report.claim_evidence_for(tiny_encoder) is None  # an encoder of ours now gets causal evidence
 
