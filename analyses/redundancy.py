@@ -1034,11 +1034,20 @@ class _AblationDeltas:
     batch_size: int = 16
     behaviour: BehaviourLike = field(default=None, compare=False)  # what the loss is; default: the model's own
 
+    def engine(self, ctx: Context) -> AblationEngine:
+        """One engine per context and settings; the behaviour is the claim's, else the test's (`ctx.behaviour`)."""
+        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
+        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size)
+        return ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
+                                                      behaviour=behaviour, batch_size=self.batch_size, seed=ctx.seed))
+
+    def named(self, ctx: Context, **extra) -> dict:
+        """Evidence extras, with the behaviour measured (the verdict table's `behaviour` column)."""
+        return {**extra, "behaviour": self.engine(ctx).behaviour.describe(ctx.prompts)}
+
     def deltas(self, ctx: Context, head_sets: Sequence[tuple[Head, ...]]) -> list[torch.Tensor]:
-        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), id(self.behaviour), self.batch_size)
-        engine = ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
-                                                         behaviour=self.behaviour, batch_size=self.batch_size,
-                                                         seed=ctx.seed))
+        engine = self.engine(ctx)
+        key = ("redundancy-engine", id(engine))
         out = []
         for heads in head_sets:
             heads = tuple(sorted(heads))
@@ -1059,7 +1068,7 @@ class _EachAloneCheap(_AblationDeltas):
         worst = torch.maximum(delta_a, delta_b)
         return threshold_evidence("sufficiency", worst, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
                                   what=f"worse of the loss changes ablating {_label(a)} alone, {_label(b)} alone",
-                                  decisive=True, extra={"delta_a": float(delta_a.mean()), "delta_b": float(delta_b.mean())})
+                                  decisive=True, extra=self.named(ctx, delta_a=float(delta_a.mean()), delta_b=float(delta_b.mean())))
 
 
 @dataclass(frozen=True)
@@ -1071,7 +1080,7 @@ class _BothCostly(_AblationDeltas):
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         (both,) = self.deltas(ctx, [tuple(claim.heads)])
         return threshold_evidence("necessity", both, Threshold(self.margin, MARGIN_SOURCE, "above"), ctx,
-                                  what=f"loss change ablating {claim.label} together", decisive=True)
+                                  what=f"loss change ablating {claim.label} together", decisive=True, extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1082,7 +1091,8 @@ class _Superadditive(_AblationDeltas):
         a, b = claim.heads
         delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
         return difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
-                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})")
+                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})",
+                                   extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1094,7 +1104,7 @@ class _Cheap(_AblationDeltas):
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         (delta,) = self.deltas(ctx, [tuple(claim.heads)])
         return threshold_evidence("observational", delta, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
-                                  what=f"loss change ablating {claim.label}", decisive=True)
+                                  what=f"loss change ablating {claim.label}", decisive=True, extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1114,9 +1124,10 @@ class _Compensates:
             return Evidence(self.kind, math.nan, math.nan, math.nan, math.nan, "A after B", False, True,
                             len(ctx.prompts), f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
                             f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
-        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), id(self.behaviour), self.batch_size, b)
+        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
+        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size, b)
         result = ctx.cached(key, lambda: compensation(ctx.model, ctx.prompts, self.method, heads=[b], loss_fn=self.loss_fn,
-                                                      behaviour=self.behaviour,
+                                                      behaviour=behaviour,
                                                       batch_size=self.batch_size, seed=ctx.seed))
         per_prompt = result.per_prompt[(b, a)]
         if self.kind == "observational":
@@ -1124,7 +1135,8 @@ class _Compensates:
         else:
             values, what = per_prompt["compensation"], f"growth of {_label(a)}'s direct effect on the loss when {_label(b)} is ablated"
         return difference_evidence(self.kind, values, torch.zeros_like(values), ctx, margin=0.0, decisive=True, what=what,
-                                   extra={"alignment": float(per_prompt["alignment"].mean())})
+                                   extra={"alignment": float(per_prompt["alignment"].mean()),
+                                          "behaviour": result.effects.attrs.get("behaviour", "")})
 
 
 def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",

@@ -353,3 +353,15 @@ def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
     torch.testing.assert_close(clean, engine_clean, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(ablated, engine_ablated, atol=1e-5, rtol=1e-5)
     assert live_hooks(circuit) == []
+
+
+def test_redundancy_claims_and_masked_lm_claims_name_their_behaviour(circuit, repeated, tiny_encoder):
+    table = R.redundancy_claims(circuit, repeated, pairs=[((0, 1), (1, 1))], heads=[(0, 3)])
+    assert set(table["behaviour"]) == {"next-token loss on every position"}  # redundancy's default: every position
+    table = run_test_claims(circuit, [R.dispensable_claim((0, 3))], repeated, behaviour="embedding")
+    assert table["behaviour"].iloc[0] == "embedding_change"  # the test's behaviour reaches claims that name none
+    prompts = random_tokens(12, 16, tiny_encoder.cfg.d_vocab, seed=3)
+    mlm = B.masked_lm_loss(mask_token_id=1)
+    table = run_test_claims(tiny_encoder, [hc.previous_token_head(0, 0)], prompts, evidence=["observational", "necessity"],
+                            behaviour=mlm)
+    assert table["behaviour"].iloc[0] == "masked_lm_loss" and math.isfinite(table["necessity"].iloc[0])
