@@ -473,9 +473,9 @@ def behaviour_loss(
     memoised by `key`. `behaviour`: see `resolve_behaviour`. part="first_copy": the next-token
     loss on the first copy of repeated prompts, whatever the behaviour (the repeat-advantage baseline)."""
     model, prompts = ctx.model, ctx.prompts
-    chosen = FIRST_COPY_LOSS if part == "first_copy" else resolve_behaviour(ctx, behaviour)
     if part not in get_args(Part):
         raise ValueError(f"part={part!r}; expected one of {list(get_args(Part))}.")
+    chosen = FIRST_COPY_LOSS if part == "first_copy" else resolve_behaviour(ctx, behaviour)
 
     def clean_reference():
         return ctx.cached(("behaviour-clean", id(model), id(prompts), id(chosen)), lambda: measure_clean(ctx, chosen))

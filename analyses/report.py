@@ -263,10 +263,12 @@ class ReportResult:
     highlights: pd.DataFrame
     leakage: dict[str, Any] | None
     timings: dict[str, float]
+    behaviour: dict[str, Any] | None = None  # what the causal evidence measured (`Behaviour.spec()` + "measured")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "out_dir": str(self.out_dir),
+            "behaviour": self.behaviour,
             "leakage": self.leakage,
             "highlights": json.loads(self.highlights.to_json(orient="records")),
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
@@ -672,7 +674,7 @@ def build_report(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings)
+    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data.settings.get("behaviour"))
 
 
 # --------------------------------------------------------------------------- rendering
