@@ -74,7 +74,7 @@ from torch import nn
 
 from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
-from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, measure
+from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
     Claim,
@@ -89,7 +89,6 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet, shuffled
-from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.interventions import ablate, reference_activations, substitute_pattern
 
@@ -445,19 +444,12 @@ def behaviour_text(ctx: Context, behaviour: Behaviour) -> str:
     """The behaviour in words for the context's prompts; Inconclusive when the prompts cannot define it."""
     if behaviour.name == "next_token_loss" and dict(behaviour.params).get("positions") == "auto":
         return behaviour_mask(ctx.prompts)[1]  # raises Inconclusive for repeats with nothing to predict
-    try:
-        return behaviour.describe(ctx.prompts)
-    except BadInput as error:
-        raise Inconclusive(f"the prompts cannot define the behaviour {behaviour.name}: {error}") from None
+    return behaviour.describe(ctx.prompts)
 
 
 def _first_copy(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
     """Next-token loss inside the first copy of repeated prompts (`behaviour_mask(part="first_copy")`)."""
-    mask, _ = behaviour_mask(prompts, "first_copy")
-    per = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), prompts.tokens.to(logits.device)[:, 1:].flatten(),
-                          reduction="none").view(len(prompts), -1).double()
-    weights = mask.to(per.device).double()
-    return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+    return masked_next_token_loss(logits, prompts, behaviour_mask(prompts, "first_copy")[0])
 
 
 FIRST_COPY_LOSS = Behaviour("next_token_loss", "logits", _first_copy, description="next-token loss on the first copy",
@@ -485,9 +477,7 @@ def behaviour_loss(
         try:
             return measure(model, prompts, chosen, intervene=intervene, clean=clean, batch_size=ctx.batch_size,
                            what=" ".join(map(str, key)))
-        except BadInput as error:
-            if "NaN or inf" in str(error) or "one loss per prompt" in str(error):
-                raise
+        except UndefinedOnPrompts as error:
             raise Inconclusive(f"the prompts cannot define the behaviour {chosen.name}: {error}") from None
 
     return ctx.cached(("loss", id(model), id(prompts), part, id(chosen)) + key, compute)

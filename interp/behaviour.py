@@ -53,6 +53,10 @@ READS: tuple[str, ...] = get_args(Reads)
 MASK_RATE = 0.15  # fraction of real tokens masked for the masked-LM loss (Devlin et al. 2019)
 
 
+class UndefinedOnPrompts(BadInput):
+    """The prompts cannot define the behaviour (e.g. no repeated copy to predict, nothing to mask)."""
+
+
 @dataclass(frozen=True)
 class Behaviour:
     """One behaviour: its name, what it reads, whether it compares with the clean run, and how.
@@ -131,17 +135,17 @@ def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
     n, n_pos = prompts.tokens.shape
     if n_pos < 2:
-        raise BadInput(f"the next-token loss needs prompts of at least 2 tokens; these have {n_pos}.")
+        raise UndefinedOnPrompts(f"the next-token loss needs prompts of at least 2 tokens; these have {n_pos}.")
     mask = next_token_targets(prompts.attention_mask, (n, n_pos))
     prefix_len = prompts.meta.get("prefix_len")
     if positions == "all" or (positions == "auto" and prefix_len is None):
         return mask
     if prefix_len is None:
-        raise BadInput(f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); "
+        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); "
                        f"got kind {prompts.kind!r}. Use positions='all' for the loss at every position.")
     start = prompts.meta.get("offset", 0) + prefix_len
     if start > n_pos - 2:
-        raise BadInput(f"the prompts ({n_pos} tokens) have no repeated token to predict after position {start + 1}.")
+        raise UndefinedOnPrompts(f"the prompts ({n_pos} tokens) have no repeated token to predict after position {start + 1}.")
     return mask & (torch.arange(n_pos - 1) >= start)
 
 
@@ -157,16 +161,22 @@ def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> tor
     return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
 
 
+def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch.Tensor) -> torch.Tensor:
+    """The one masked next-token loss: (batch,) mean cross-entropy over the (batch, pos - 1) `mask`,
+    summed in float64 and returned in the logits' (upcast) dtype; 0 for a prompt with nothing scored."""
+    per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
+    weights = mask.to(per.device, torch.float64)
+    mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+    return mean.to(per.dtype)
+
+
 def next_token_loss(positions: Positions = "auto") -> Behaviour:
     """Next-token cross-entropy (nats) per prompt, averaged over the predictions `next_token_mask` scores."""
     if positions not in get_args(Positions):
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
 
     def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-        per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
-        weights = next_token_mask(prompts, positions).to(per.device, torch.float64)
-        mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)  # summed in float64
-        return mean.to(per.dtype)
+        return masked_next_token_loss(logits, prompts, next_token_mask(prompts, positions))
 
     where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
              "all": "at every real position", "repeats": "on the repeated copies"}[positions]
@@ -193,7 +203,7 @@ def mlm_positions(prompts: PromptSet, special_ids: tuple[int, ...] = (), rate: f
     for row in range(len(tokens)):
         where = candidates[row].nonzero().flatten()
         if len(where) == 0:
-            raise BadInput(f"prompt {row} has no real, non-special token to mask for the masked-LM loss; drop it.")
+            raise UndefinedOnPrompts(f"prompt {row} has no real, non-special token to mask for the masked-LM loss; drop it.")
         seed = int((tokens[row].long() * weights).sum()) % (2 ** 31)
         order = torch.randperm(len(where), generator=torch.Generator().manual_seed(seed))
         chosen[row, where[order[: max(1, round(rate * len(where)))]]] = True
