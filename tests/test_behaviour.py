@@ -365,3 +365,23 @@ def test_redundancy_claims_and_masked_lm_claims_name_their_behaviour(circuit, re
     table = run_test_claims(tiny_encoder, [hc.previous_token_head(0, 0)], prompts, evidence=["observational", "necessity"],
                             behaviour=mlm)
     assert table["behaviour"].iloc[0] == "masked_lm_loss" and math.isfinite(table["necessity"].iloc[0])
+
+
+def test_a_behaviour_the_prompts_cannot_define_leaves_causal_evidence_inconclusive(circuit):
+    prompts = random_tokens(10, 12, D_VOCAB - 1, seed=6)  # no repeat structure
+    table = run_test_claims(circuit, [hc.previous_token_head(0, 0)], prompts, evidence=["observational", "necessity"],
+                            behaviour=B.next_token_loss("repeats"))
+    verdict = table.attrs["verdicts"][0]
+    assert verdict.get("necessity").passed is None and "induction_loss needs prompts" in verdict.get("necessity").detail
+
+
+def test_cli_scan_states_the_behaviour_in_json(capsys):
+    import json
+
+    from interp.cli import main
+
+    code = main(["scan", "toy-induction", "--n", "16", "--behaviour", "embedding", "--json", "-", "--quiet"])
+    assert code == 0
+    records = json.loads(capsys.readouterr().out)
+    measured = {r["behaviour"] for r in records if r.get("necessity") is not None}
+    assert measured == {"embedding_change"}
