@@ -466,7 +466,7 @@ class AblationEngine:
                                             names_filter=lambda n: n in names, return_cache_object=False)
         z = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "z"}
         mid = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "mid"}
-        summary = self.behaviour.clean_summary(model.ln_final(final), batch)
+        summary = self.behaviour.clean_summary(self.output_from_resid(final), batch) if self.behaviour.compares_to_clean else None
         loss = self.loss_from_resid(final, batch, "clean run", summary)
         return _CleanBatch(batch, tokens, mask, positions, z, mid, final, loss, summary)
 
@@ -515,10 +515,7 @@ class AblationEngine:
         """
         model, behaviour = self.model, self.behaviour
         if behaviour.target_weights is None or behaviour.reads != "logits":
-            output = model.ln_final(resid)
-            if behaviour.reads == "logits":
-                output = model.unembed(output)
-            return check_values(behaviour(output, batch, summary), len(batch), what, behaviour)
+            return check_values(behaviour(self.output_from_resid(resid), batch, summary), len(batch), what, behaviour)
         weights = behaviour.target_weights(batch).to(resid.device)  # (batch, pos - 1), each row summing to one
         rows = weights.nonzero(as_tuple=True)
         x = model.ln_final(resid[:, :-1][rows])  # (scored, d_model)
@@ -532,6 +529,11 @@ class AblationEngine:
         loss = torch.zeros(len(batch), dtype=dtype, device=resid.device)
         loss.index_add_(0, rows[0], per * weights[rows])
         return check_values(loss, len(batch), what, behaviour)
+
+    def output_from_resid(self, resid: torch.Tensor) -> torch.Tensor:
+        """What the behaviour reads, from the final residual stream: ln_final(resid), unembedded for logits."""
+        hidden = self.model.ln_final(resid)
+        return self.model.unembed(hidden) if self.behaviour.reads == "logits" else hidden
 
     @torch.no_grad()
     def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
