@@ -196,7 +196,7 @@ def cmd_report(args) -> int:
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
-        seed=args.seed, force=args.force, progress=not args.quiet,
+        seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -213,7 +213,7 @@ def cmd_demo(args) -> int:
     force = report.is_report_dir(out)  # a previous report may be replaced; anything else is refused
     args_report = argparse.Namespace(
         spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
-        layers=None, heads=None, claims=None, quiet=args.quiet, json=None,
+        layers=None, heads=None, claims=None, quiet=args.quiet, json=None, behaviour=None,
     )
     return cmd_report(args_report)
 
@@ -290,15 +290,23 @@ def cmd_claims(args) -> int:
         raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
-    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
+    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
     console = _out_console(args)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
                                columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"]))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
-    _write_json(args.json, {"model": spec, "file": str(claims_path), "claims": _frame_records(frame)})
+    _write_json(args.json, {"model": spec, "file": str(claims_path), "behaviour": _behaviour_names(frame),
+                            "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _behaviour_names(frame) -> str:
+    """The behaviours the claims' causal evidence measured, joined ("" when none ran)."""
+    if "behaviour" not in frame.columns:
+        return ""
+    return "; ".join(dict.fromkeys(str(b) for b in frame["behaviour"] if isinstance(b, str) and b))
 
 
 def _short_reasons(reasons: str, passed: bool) -> str:
@@ -324,7 +332,8 @@ def cmd_scan(args) -> int:
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
-    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
+    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
+                             behaviour=args.behaviour)
     if args.supported_only:
         frame = frame[frame["verdict"] == "supported"]
     console = _out_console(args)
@@ -334,7 +343,7 @@ def cmd_scan(args) -> int:
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns))
     counts = frame["verdict"].value_counts()
     console.print(", ".join(f"{counts.get(v, 0)} {v}" for v in ("supported", "refuted", "inconclusive"))
-                  + " (full reasons in --json)")
+                  + " (full reasons in --json)" + (f"; behaviour: {_behaviour_names(frame)}" if _behaviour_names(frame) else ""))
     _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
     return EXIT_OK
 
@@ -426,6 +435,13 @@ def _add_prompts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="repeated prompts: length of the repeated block")
 
 
+def _add_behaviour(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--behaviour", choices=["next-token", "masked-lm", "embedding"], default=None,
+                   help="what necessity, sufficiency, faithfulness and importance measure: next-token loss, masked-LM "
+                        "loss, or the sentence-embedding change (default: the model's own: next-token for a causal LM, "
+                        "embedding for an encoder)")
+
+
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", metavar="L,L|A-B", default=None, help="only these layers, e.g. 0,1 or 0-3")
     p.add_argument("--heads", metavar="LxHy,...", default=None, help="only these heads, e.g. L0H1,L1H2")
@@ -488,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
+    _add_behaviour(p)
     _add_common(p)
 
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
@@ -512,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
     p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
+    _add_behaviour(p)
     _add_common(p, seed=False)
 
     p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
@@ -519,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
     p.add_argument("--supported-only", action="store_true", help="show only supported claims")
+    _add_behaviour(p)
     _add_common(p)
 
     p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",

@@ -213,13 +213,41 @@ class HookedGPT(CachingRoot):
     def loss(
         logits: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, per_token: bool = False
     ) -> torch.Tensor:
-        """Next-token cross-entropy: mean, or (batch, pos - 1) with `per_token=True`."""
-        per = F.cross_entropy(
-            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none"
-        ).view(tokens.shape[0], -1)
+        """Next-token cross-entropy: mean over scored predictions, or (batch, pos - 1) with `per_token=True`.
+
+        A prediction is scored when both the query and the target are real tokens
+        (`next_token_targets`); the toolkit's behaviour `interp.behaviour.next_token_loss` is this loss.
+        """
+        per = next_token_cross_entropy(logits, tokens)
         if per_token:
             return per
         if attention_mask is None:
             return per.mean()
-        weights = attention_mask[:, 1:].float()
+        weights = next_token_targets(attention_mask).to(per.dtype)
         return (per * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def next_token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(batch, pos, d_vocab) logits, (batch, pos) tokens -> (batch, pos - 1) cross-entropy of each next token.
+
+    Position q predicts token q + 1. Half-precision logits are upcast to float32 (a stable softmax);
+    float32 and float64 keep their dtype.
+    """
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    tokens = tokens.to(logits.device)
+    per = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    return per.view(tokens.shape[0], -1)  # (batch, pos - 1)
+
+
+def next_token_targets(attention_mask: torch.Tensor | None, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """(batch, pos - 1) bool: the next-token predictions worth scoring, query and target both real tokens.
+
+    With left padding the first real token is "predicted" from a padded query, which sees nothing:
+    that prediction is left out. `shape` (batch, pos) is needed when there is no mask.
+    """
+    if attention_mask is None:
+        if shape is None:
+            raise ValueError("next_token_targets needs the (batch, pos) shape when there is no attention mask.")
+        return torch.ones(shape[0], shape[1] - 1, dtype=torch.bool)
+    real = attention_mask.bool()
+    return real[:, 1:] & real[:, :-1]
