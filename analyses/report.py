@@ -279,6 +279,7 @@ class ReportResult:
     highlights: pd.DataFrame
     leakage: dict[str, Any] | None
     timings: dict[str, float]
+    data: ReportData | None = field(default=None, repr=False)  # everything the report shows (verdicts included)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -411,6 +412,43 @@ def check_card_limit(n_cards: int, max_cards: int, n_layers: int) -> None:
         )
 
 
+def heads_before_loading(spec: str | None) -> tuple[int, int] | None:
+    """(layers, heads per layer) read from a spec's config file without loading weights, when it has one:
+    a Hugging Face folder's config.json, or our checkpoint's JSON (a built-in name or a .safetensors path)."""
+    if not spec:
+        return None
+    path = Path(str(spec))
+    candidates = [path / "config.json"] if path.is_dir() else [path.with_suffix(".json")] if path.suffix else []
+    if not path.exists() and not path.suffix:
+        from interp.loading import BUILTINS, CHECKPOINT_DIR
+
+        candidates = [CHECKPOINT_DIR / f"{BUILTINS[str(spec)]}.json"] if str(spec) in BUILTINS else []
+    for candidate in candidates:
+        try:
+            config = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        config = config.get("config", config) if isinstance(config, dict) else {}
+        layers = config.get("n_layers", config.get("num_hidden_layers"))
+        heads = config.get("n_heads", config.get("num_attention_heads"))
+        if isinstance(layers, int) and isinstance(heads, int):
+            return layers, heads
+    return None
+
+
+def check_cards_before_loading(spec: str | None, layers, heads, max_cards: int) -> None:
+    """The card limit, checked from the config file alone (so a too-large report fails before a slow load)."""
+    shape = heads_before_loading(spec)
+    if shape is None:
+        return
+    n_layers, per_layer = shape
+    if heads is not None:
+        n_cards = len(list(heads))
+    else:
+        n_cards = per_layer * (len([l for l in layers if 0 <= l < n_layers]) if layers is not None else n_layers)
+    check_card_limit(n_cards, max_cards, n_layers)
+
+
 def _check_colour_scale(colour_scale: str) -> None:
     if colour_scale not in COLOUR_SCALES:
         raise ValueError(f"colour_scale={colour_scale!r}; expected one of {list(COLOUR_SCALES)}.")
@@ -418,7 +456,7 @@ def _check_colour_scale(colour_scale: str) -> None:
 
 def has_tokenizer(model: nn.Module) -> bool:
     """A text model: it carries a tokenizer that turns text into its ids."""
-    return callable(getattr(model, "tokenizer", None))
+    return getattr(model, "tokenizer", None) is not None
 
 
 def default_prompt_spec(model: nn.Module, seed: int = 0, n: int | None = None):
@@ -888,7 +926,7 @@ def build_report(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings)
+    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data)
 
 
 # --------------------------------------------------------------------------- rendering

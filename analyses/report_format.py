@@ -23,7 +23,7 @@ from interp.claims import DEFAULT_EVIDENCE, Verdict
 
 # bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
 SCHEMA_VERSION = 2
-FLOOR_TOLERANCE = 1e-9
+FLOOR_TOLERANCE = 1e-6  # relative: p-values may come back as float32
 
 
 def format_p(p: Any, n_resamples: int = 0) -> str:
@@ -35,7 +35,7 @@ def format_p(p: Any, n_resamples: int = 0) -> str:
     if not math.isfinite(p):
         return "n/a"
     if n_resamples and p <= (1 + FLOOR_TOLERANCE) / (n_resamples + 1):
-        return f"≤ 1/{n_resamples + 1:,}".replace(",", "\u2009")
+        return f"≤ 1/{n_resamples + 1}"
     if p >= 0.001:
         return f"{p:.3f}"
     return f"{p:.1e}"
@@ -268,6 +268,8 @@ def columns_markdown(files: Mapping[str, Iterable[str]]) -> str:
 
 UNDEFINED = "(no definition yet: add one to analyses.report_format.GLOSSARY)"
 JOINT_P = {
+    "ci_low": "lower end of the 95% bootstrap interval of interaction (over prompts)",
+    "ci_high": "upper end of the 95% bootstrap interval of interaction (over prompts)",
     "p_value": "one-sided sign-flip p-value that interaction > 0 (backup heads); a strongly negative interaction "
                "(overlap) therefore has p near 1",
     "p_adjusted": "p_value after Benjamini-Hochberg over the pairs tested",
