@@ -603,6 +603,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) ->
     frames = []
     scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence)
     scan_verdicts = list(scan.attrs.get("verdicts", [None] * len(scan)))
+    scan.attrs = {}  # pandas deep-copies attrs on every row and copy: the verdicts are kept in the list instead
     frames.append(scan.assign(source="scan", _verdict=range(len(scan))))
     if claims_file is not None:
         from interp.testing import run_claims
@@ -615,6 +616,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) ->
     keep = {f"L{l}H{h}" for l, h in chosen} | {"model"}
     frame = frame[[any(part.strip() in keep for part in str(lbl).split("~")) for lbl in frame["label"]]]
     frame = frame.reset_index(drop=True)
+    frame.attrs = {}
     verdicts = [scan_verdicts[int(i)] if pd.notna(i) else None for i in frame["_verdict"]]
     return frame.drop(columns="_verdict"), verdicts
 
@@ -824,6 +826,8 @@ def _finding_name(row, verdict) -> str:
     offset = report_format.tested_offset(verdict) if name == "positional" else None
     if name == "positional" and offset is None and "offset" in row.index and pd.notna(row.get("offset")):
         offset = str(row["offset"])
+    if offset == "first":
+        return f"{name} (first position)"
     return f"{name} (offset {offset})" if offset is not None else name
 
 

@@ -140,7 +140,7 @@ def head_figures(data, plots: Path) -> dict[str, str]:
         if offsets is not None:
             profile = offsets[(offsets["layer"] == layer) & (offsets["head"] == head)]
             plot_offsets(profile, label, ax=fig.add_subplot(1, 2, 2))
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.9, wspace=0.55)  # fixed: tight_layout costs ~0.7 s a card
         images[label] = save(fig, plots / f"{label}.png")
     return images
 
