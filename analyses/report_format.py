@@ -84,7 +84,7 @@ def _status(passed: bool | None) -> str:
 def _not_run_reason(kind: str, requested: Sequence[str], observational_abstained: bool) -> str:
     if kind not in requested:
         if kind == "stability":
-            return "off by default (reruns the test under several conditions); ask for it with evidence=[..., 'stability']"
+            return "off by default (costly: reruns the test under several conditions)"
         return "skipped: the model has no meaningful next-token loss to ablate against (see Methods)"
     if observational_abstained:
         return "skipped: the observational metric could not be measured on these prompts"

@@ -187,12 +187,20 @@ def claim_block(row: pd.Series, verdict, requested=None) -> str:
     if isinstance(expect, str):  # a claims-file claim: it says which verdict it expected
         extras.append(f"expected {expect}: {'as expected' if bool(row.get('passed')) else 'NOT as expected'}")
     rows = fmt.evidence_rows(verdict, requested) if verdict is not None else fmt.evidence_rows_from_columns(row)
-    body = [[r.kind, r.measure, r.effect, r.ci, r.rule, r.p, r.status + (" (decisive)" if r.decisive and r.status == "failed" else ""),
-             r.why] for r in rows]
-    evidence = table_html(["evidence", "measures", "effect", "95% CI", "rule", "p (one-sided)", "outcome", "detail / why"],
-                          body, numeric=(2, 3, 5), classes={6: _outcome_cls, 7: lambda v: "why"}, css="evidence")
+    body = [[f"{r.kind} ({r.measure})" if r.measure else r.kind, f"{r.effect} {r.ci}".strip(), r.rule, r.p, _outcome(r)]
+            for r in rows]
+    evidence = table_html(["evidence (measures)", "effect [95% CI]", "rule", "p (one-sided)", "outcome"], body,
+                          numeric=(1, 3), classes={4: _outcome_cls}, css="evidence")
+    details = "".join(f"<li><b>{esc(r.kind)}</b>: {esc(r.why)}</li>" for r in rows if r.why and r.status not in ("not run", "undecided"))
+    details = f'<details><summary class="muted">what was measured</summary><ul class="evidence">{details}</ul></details>' if details else ""
     return (f'<div class="claim"><span class="{_cls(word)}">{esc(word)}</span> {esc(statement)} '
-            f'<span class="muted">({esc("; ".join(e for e in extras if e))})</span>{scroll(evidence)}</div>')
+            f'<span class="muted">({esc("; ".join(e for e in extras if e))})</span>{scroll(evidence)}{details}</div>')
+
+
+def _outcome(r) -> str:
+    """passed / failed (decisive) / undecided: why / not run: why."""
+    text = r.status + (" (decisive)" if r.decisive and r.status == "failed" else "")
+    return f"{text}: {r.why}" if r.status in ("not run", "undecided") and r.why else text
 
 
 def _outcome_cls(text: str) -> str:
