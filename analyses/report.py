@@ -728,8 +728,10 @@ def _prompts_paragraph(prompts: PromptSet, seed: int) -> str:
     desc = f"{len(prompts)} {kind} prompts of up to {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
     if kind == "repeated":
         desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
-    if meta.get("tokenizer"):
-        desc += f", through the tokenizer {meta['tokenizer']} with its special tokens"
+    if meta.get("tokenizer") == "char":
+        desc += ", through the toolkit's character tokenizer"
+    elif meta.get("tokenizer"):
+        desc += ", through the model's own tokenizer, special tokens ([CLS] / [SEP] / BOS) included"
     desc += ")"
     return (f"Prompts: {desc}. The prompt is the unit of statistics: metric intervals are 95% percentile bootstraps "
             f"over prompts (1,000 resamples, seed {seed}).")
