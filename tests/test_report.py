@@ -429,3 +429,18 @@ def test_html_viewer_and_warnings_in_the_page(built):
     assert 'id="attn-viewer"' in html and 'id="av-data"' in html and "this page:" in html
     assert "@@PAGE_SIZE@@" not in html
     assert '<div class="scroll">' in html
+
+
+def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
+    from types import SimpleNamespace
+
+    from analyses import report_html
+
+    leakage = {"verdict": "bidirectional", "leaks": [], "text": "audit", "summary": [], "methods": []}
+    section = report_html._leakage_section(SimpleNamespace(leakage=leakage))
+    assert 'class="neutral"' in section and "bidirectional (by design)" in section and 'class="refuted"' not in section
+    row = pd.Series({"label": "L0H0", "claim": "previous_token", "verdict": "supported", "statement": "L0H0 looks back",
+                     "p_adjusted": 0.01, "source": "scan", "behaviour": "masked-LM loss", "observational": 0.9,
+                     "observational_ci_low": 0.8, "observational_ci_high": 0.95, "observational_passed": True})
+    block = report_html.claim_block(row, None)
+    assert "behaviour: masked-LM loss" in block and "observational" in block and "0.900 [0.800, 0.950]" in block

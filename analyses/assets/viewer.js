@@ -82,7 +82,12 @@
 
   promptSel.addEventListener("change", function () { setPrompt(Number(promptSel.value)); });
   headSel.addEventListener("change", function () { setHead(Number(headSel.value)); });
-  document.getElementById("attn-viewer").addEventListener("keydown", function (event) {
+  var viewer = document.getElementById("attn-viewer");
+  // the keys work as soon as the pointer is over the viewer, without a click first
+  viewer.addEventListener("mouseenter", function () {
+    if (document.activeElement === document.body) { viewer.focus({ preventScroll: true }); }
+  });
+  viewer.addEventListener("keydown", function (event) {
     var moves = { j: 1, ArrowDown: 1, k: -1, ArrowUp: -1 };
     if (event.target.tagName === "SELECT") { return; }
     if (event.key in moves) { setHead(state.head + moves[event.key]); event.preventDefault(); }
