@@ -307,6 +307,7 @@ class Observational:
         metric = _claim_metric(claim, ctx)
         evidence = threshold_evidence("observational", self.values(claim, ctx), claim.thresholds["observational"], ctx,
                                       what=f"{claim.label} {metric}", decisive=True)
+        evidence = dataclasses.replace(evidence, metric=metric)  # the metric measured (argmax_at:auto resolved)
         copy_threshold = claim.thresholds.get("copying")
         if copy_threshold is None:
             return evidence
@@ -396,7 +397,8 @@ class RandomInitControl:
             passed = None
         return Evidence("control_random_init", gap.effect, gap.ci_low, gap.ci_high, max(level.p_value, gap.p_value),
                         f"random-init {below.rule()} and trained - random CI > 0", passed, True, len(trained),
-                        f"{level.detail}; {gap.detail}", {"random_init": level.effect})
+                        f"{level.detail}; {gap.detail}", {"random_init": level.effect}, n_resamples=gap.n_resamples,
+                        metric="trained minus random-init")
 
 
 # --------------------------------------------------------------------------- behaviour losses

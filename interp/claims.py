@@ -182,6 +182,10 @@ class Evidence:
     n_prompts: int = 0
     detail: str = ""  # what was measured, in a sentence
     extra: Mapping[str, float] = field(default_factory=dict, hash=False)  # further numbers for reports
+    # resamples behind p_value (sign flips); its smallest possible value is 1 / (n_resamples + 1); 0 = no test
+    n_resamples: int = 0
+    alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
+    metric: str = ""  # what the effect measures, e.g. "argmax_at:-1" (the offset a positional claim was tested at)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -271,7 +275,8 @@ def threshold_evidence(
     passed = threshold.judge(low, high)
     verb = {True: "clears", False: "misses", None: "straddles"}[passed]
     detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def difference_evidence(
@@ -299,7 +304,8 @@ def difference_evidence(
     fail_below = margin if fail_below is None else fail_below
     passed = True if low > margin else False if high < fail_below else None
     detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
-    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def ratio_evidence(
@@ -336,7 +342,8 @@ def ratio_evidence(
                              n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
     passed = threshold.judge(low, high) if math.isfinite(low) else None
     detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}))
+    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:

@@ -188,15 +188,20 @@ def cmd_report(args) -> int:
     spec = args.spec or DEFAULT_SPEC
     out = Path(args.out) if args.out else Path("reports") / _slug(spec)
     report.check_out_dir(out, args.force)
+    max_cards = getattr(args, "max_cards", None) or report.MAX_CARDS
+    report.check_cards_before_loading(spec, layers, heads, max_cards)  # a too-large report fails before the load
     claims = None
     if args.claims:
         from interp.testing import read_claims
 
         claims = read_claims(args.claims)
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    # text models get text prompts unless --prompts named a kind
+    prompt_spec = report.model_prompt_spec(model, prompt_spec, asked=getattr(args, "prompts", None) is not None)
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
+        max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -505,6 +510,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
     _add_behaviour(p)
+    p.add_argument("--max-cards", type=_positive_int, default=None, metavar="N",
+                   help="most head cards the report may have (default 64; MiniLM-L6 has 72 heads)")
+    p.add_argument("--colour-scale", choices=["common", "per_head"], default="common",
+                   help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
     _add_common(p)
 
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
