@@ -52,7 +52,7 @@ def _out_console(args) -> Any:
 
     to_stderr = getattr(args, "json", None) == "-"
     stream = sys.stderr if to_stderr else sys.stdout
-    width = None if stream.isatty() else 120  # a terminal's own width; 120 columns in files and pipes
+    width = None if stream.isatty() else _columns_env() or 120  # a terminal's own width; else $COLUMNS or 120
     return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
 
 
@@ -94,6 +94,51 @@ def _message(error: BaseException) -> str:
     return text or type(error).__name__
 
 
+JSON_SCHEMA = 1  # version of the JSON envelope and of each command's `result`; changes go in CHANGELOG.md
+DISTRIBUTION = "interp-attention"
+# keys whose values are counts or indices: written as JSON integers even when pandas made them floats
+# (a column with a missing value becomes float64: `"layer": 0.0`)
+INTEGER_KEYS = frozenset({
+    "layer", "head", "layer_a", "head_a", "layer_b", "head_b", "n_prompts", "n_pos", "length", "query_pos",
+    "source_pos", "offset", "prefix_len", "seed", "n", "n_layers", "n_heads", "n_removed", "step",
+})
+
+
+def toolkit_version() -> str:
+    """The installed distribution's version (pyproject.toml), or "unknown" when run from an uninstalled tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def envelope(command: str, model: str | None, result: Any) -> dict[str, Any]:
+    """The one JSON shape every command writes: what ran, on which model, by which toolkit, and its result."""
+    return {"command": command, "model": model, "version": toolkit_version(), "schema": JSON_SCHEMA,
+            "result": integers(result)}
+
+
+def integers(value: Any, key: str | None = None) -> Any:
+    """`value` with every integral float under an INTEGER_KEYS key made an int (recursively); NaN -> None."""
+    if isinstance(value, dict):
+        return {k: integers(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [integers(v, key) for v in value]
+    if isinstance(value, float):
+        if value != value:
+            return None
+        if key in INTEGER_KEYS and value.is_integer():
+            return int(value)
+    return value
+
+
+def _emit_json(args, command: str, model: str | None, result: Any) -> None:
+    """Write the command's result in the envelope to --json's target (nothing without --json)."""
+    _write_json(getattr(args, "json", None), envelope(command, model, result))
+
+
 def _write_json(target: str | None, payload: Any) -> None:
     if target is None:
         return
@@ -121,14 +166,16 @@ def _json_default(value: Any) -> Any:
 
 
 def _frame_records(frame) -> list[dict[str, Any]]:
-    """A DataFrame as JSON-ready records (NaN -> null)."""
-    return json.loads(frame.to_json(orient="records", double_precision=6, default_handler=str))
+    """A DataFrame as JSON-ready records (NaN -> null, counts and indices as integers)."""
+    return integers(json.loads(frame.to_json(orient="records", double_precision=6, default_handler=str)))
 
 
 def _cell(column: str, value: Any) -> str:
     if isinstance(value, float):
         if value != value:
             return ""
+        if column in INTEGER_KEYS and value.is_integer():
+            return str(int(value))
         if column.startswith("p_") or column in ("max_influence", "influence"):
             return f"{value:.3g}"
         return f"{value:.3f}"
@@ -137,24 +184,81 @@ def _cell(column: str, value: Any) -> str:
     return str(value)
 
 
-def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80):
-    """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), verdicts coloured."""
+FOLDING_COLUMNS = ("reasons", "reason", "detail")  # long prose: wraps at spaces inside its column
+FOLDING_MIN_WIDTH = 20
+TABLE_OVERHEAD = 3  # per column: one space of padding either side and a rule (rich's default box)
+
+
+def _columns_env() -> int | None:
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _header_lines(column: str, split: bool) -> list[str]:
+    """The header's lines: whole, or broken after each underscore (never inside a word)."""
+    if not split or "_" not in column:
+        return [column]
+    parts = column.split("_")
+    return [p + "_" for p in parts[:-1]] + [parts[-1]]
+
+
+def _fit_columns(columns: list[str], cells: dict[str, list[str]], width: int) -> tuple[dict[str, bool], list[str]]:
+    """Which headers to break at underscores, and which columns to leave out, so the table fits `width`.
+
+    All headers are broken (a uniform look) before any column is dropped; then columns are
+    dropped from the right (never the first). Returns ({column: split}, dropped columns)."""
+    def need(column: str, split: bool) -> int:
+        header = max(len(line) for line in _header_lines(column, split))
+        if column in FOLDING_COLUMNS:
+            return max(header, FOLDING_MIN_WIDTH)
+        return max([header, *map(len, cells[column])])
+
+    split = {c: False for c in columns}
+    kept = list(columns)
+    total = lambda: 1 + sum(need(c, split[c]) + TABLE_OVERHEAD for c in kept)
+    if total() > width:
+        split = {c: True for c in columns}
+    dropped = []
+    while total() > width and len(kept) > 1:
+        dropped.insert(0, kept.pop())
+    return split, dropped
+
+
+def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80,
+                 width: int | None = None, footer: list[str] | None = None):
+    """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), counts as integers,
+    verdicts coloured; headers never wrap inside a word, and what does not fit in `width` is left out and
+    counted in the caption (as are rows beyond `max_rows`), with the other `footer` lines."""
     from rich.table import Table
 
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+    shown = frame.head(max_rows)
+    cells = {c: [_cell(c, v) for v in shown[c]] for c in columns}
+    split, dropped = _fit_columns(columns, cells, width or _columns_env() or 120)
+    kept = [c for c in columns if c not in dropped]
     table = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        table.add_column(str(column), overflow="fold", max_width=70 if column in ("reasons", "reason") else None)
+    for column in kept:
+        folding = column in FOLDING_COLUMNS
+        table.add_column("\n".join(_header_lines(str(column), split[column])), overflow="fold", no_wrap=not folding,
+                         max_width=70 if column in ("reasons", "reason") else None,
+                         min_width=None if folding else max(map(len, [*_header_lines(column, split[column]), *cells[column]])))
     colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
-    for _, row in frame.head(max_rows).iterrows():
-        cells = []
-        for column in columns:
-            text = _cell(column, row[column])
+    for i in range(len(shown)):
+        row = []
+        for column in kept:
+            text = cells[column][i]
             colour = colours.get(text)
-            cells.append(f"[{colour}]{text}[/{colour}]" if colour else text)
-        table.add_row(*cells)
+            row.append(f"[{colour}]{text}[/{colour}]" if colour else text)
+        table.add_row(*row)
+    notes = list(footer or [])
     if len(frame) > max_rows:
-        table.caption = f"{len(frame) - max_rows} more rows; use --json for all of them"
+        notes.append(f"{len(frame) - max_rows} more rows not shown")
+    if dropped:
+        notes.append(f"{len(dropped)} column{'s' if len(dropped) > 1 else ''} not shown at {width or _columns_env() or 120} "
+                     f"columns: {', '.join(dropped)}")
+    if len(frame) > max_rows or dropped:
+        notes[-1] += "; use --json for all of them"
+    table.caption = "\n".join(notes) or None
     return table
 
 
@@ -200,8 +304,8 @@ def cmd_report(args) -> int:
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
-    console.print(_frame_table(result.highlights, title="Strongest findings"))
-    _write_json(args.json, result.to_json())
+    console.print(_frame_table(result.highlights, title="Strongest findings", width=console.width))
+    _emit_json(args, "report", spec, result.to_json())
     return EXIT_OK
 
 
@@ -235,11 +339,12 @@ def cmd_audit_leakage(args) -> int:
     if result.leaks and len(result.table):
         top = result.table.sort_values("influence", ascending=False)
         console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
-                                   columns=["method", "site", "length", "query_pos", "source_pos", "influence"]))
+                                   columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
+                                   width=console.width))
     for note in result.notes:
         console.print(f"note: {note}")
     if args.json is not None:
-        _write_json(args.json, json.loads(result.to_json()))
+        _emit_json(args, "audit-leakage", args.spec, json.loads(result.to_json()))
     return result.exit_code
 
 
@@ -294,10 +399,11 @@ def cmd_claims(args) -> int:
     console = _out_console(args)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
-                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"]))
+                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
-    _write_json(args.json, {"model": spec, "file": str(claims_path), "claims": _frame_records(frame)})
+    _emit_json(args, "claims", spec, {"file": str(claims_path), "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
+                                      "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
 
 
@@ -324,19 +430,34 @@ def cmd_scan(args) -> int:
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
-    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
-    if args.supported_only:
-        frame = frame[frame["verdict"] == "supported"]
+    everything = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
+    frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
     console = _out_console(args)
     shown = frame.assign(reason=[_brief_reason(r, v) for r, v in zip(frame["reasons"], frame["verdict"])])
     columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
     console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
-                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns))
-    counts = frame["verdict"].value_counts()
-    console.print(", ".join(f"{counts.get(v, 0)} {v}" for v in ("supported", "refuted", "inconclusive"))
-                  + " (full reasons in --json)")
-    _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
+                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
+                               width=console.width))
+    counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
+    console.print(_scan_footer(counts, args.supported_only))
+    _emit_json(args, "scan", args.spec or DEFAULT_SPEC, {
+        "counts": counts, "shown": "supported" if args.supported_only else "all",
+        "n_hidden": len(everything) - len(frame),
+        "claims": _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns]))})
     return EXIT_OK
+
+
+VERDICTS = ("supported", "refuted", "inconclusive")
+
+
+def _scan_footer(counts: dict[str, int], supported_only: bool) -> str:
+    """What the scan found, and what --supported-only hid (never "0 refuted" when they were only hidden)."""
+    if not supported_only:
+        return ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + " (full reasons in --json)"
+    hidden = [f"{counts[v]} {v}" for v in VERDICTS[1:] if counts[v]]
+    text = f"{counts['supported']} supported shown"
+    return text + (f"; {' and '.join(hidden)} hidden by --supported-only" if hidden else "; none hidden") + \
+        " (full reasons in --json)"
 
 
 def cmd_heads(args) -> int:
@@ -348,12 +469,26 @@ def cmd_heads(args) -> int:
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
+    shown, hidden = _heads_columns(frame)
+    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
+                               "(means over prompts)", columns=shown, width=console.width, footer=hidden))
+    _emit_json(args, "heads", args.spec or DEFAULT_SPEC, {"heads": _frame_records(frame)})
+    return EXIT_OK
+
+
+def _heads_columns(frame) -> tuple[list[str], list[str]]:
+    """The metric means shown in the terminal, and footer lines counting what is left for --json."""
     shown = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high", "_argmax")) and c not in ("layer", "head")
              and not frame[c].isna().all()]
-    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
-                               "(means; CIs in --json)", columns=shown))
-    _write_json(args.json, _frame_records(frame))
-    return EXIT_OK
+    n_ci = sum(c.endswith("_ci_low") and not frame[c].isna().all() for c in frame.columns)
+    argmax = [c for c in frame.columns if c.endswith("_argmax") and not frame[c].isna().all()]
+    undefined = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high")) and c not in ("layer", "head")
+                 and frame[c].isna().all()]
+    parts = [f"{n_ci} CIs"] + ([f"{len(argmax)} argmax rates"] if argmax else [])
+    notes = [f"not shown: {', '.join(parts)} (all in --json)"]
+    if undefined:
+        notes.append(f"undefined for this model and prompts: {', '.join(undefined)}")
+    return shown, notes
 
 
 def cmd_verify(args) -> int:
@@ -363,11 +498,12 @@ def cmd_verify(args) -> int:
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     console = _out_console(args)
-    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}"))
-    _write_json(args.json, _frame_records(frame))
+    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}", width=console.width))
+    n_failed = None if passed is None else int((~passed).sum())
+    _emit_json(args, "verify", args.spec or DEFAULT_SPEC, {"n_checks": len(frame), "n_failed": n_failed,
+                                                           "checks": _frame_records(frame)})
     if passed is None:
         return EXIT_OK
-    n_failed = int((~passed).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
     return EXIT_FINDING if n_failed else EXIT_OK
 
@@ -461,10 +597,12 @@ def build_parser() -> argparse.ArgumentParser:
             "  interp audit-leakage my_pkg.models:gpt --json -\n"
             "  interp claims toy-induction examples/claims.toml --strict\n\n"
             "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n"
+            "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n"
             "Run `interp COMMAND --help` for each command's options."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON schema version, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def command(name: str, handler: Callable, summary: str, example: str, description: str = "") -> argparse.ArgumentParser:
@@ -475,6 +613,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
+    for add in (_report_parser, _audit_parser, _claims_parser, _scan_parser, _heads_parser, _verify_parser,
+                _train_parser, _demo_parser):
+        add(command)
+    return parser
+
+
+class _VersionAction(argparse.Action):
+    """`interp --version`: the toolkit's version and the JSON schema's, looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"interp {toolkit_version()} (JSON schema {JSON_SCHEMA})")
+        parser.exit()
+
+
+def _report_parser(command) -> None:
     p = command("report", cmd_report, "Write a per-head pattern report (HTML, CSV, Markdown, PNG)",
                 "interp report toy-induction --n 64 --out reports/toy --force",
                 "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage\n"
@@ -487,6 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
     _add_common(p)
 
+
+def _audit_parser(command) -> None:
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
                 "interp audit-leakage toy-induction --max-len 64 --json audit.json",
                 "Perturbation, gradient and pattern checks at every hook site; batch mixing and padding.\n"
@@ -496,6 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tol", type=_positive_float, default=None, metavar="X", help="relative influence below which a change is numerical noise")
     _add_common(p)
 
+
+def _claims_parser(command) -> None:
     p = command("claims", cmd_claims, "Test the claims written in a TOML claims file",
                 "interp claims toy-induction examples/claims.toml --strict --json -",
                 "FILE format (see interp/specs.py):\n"
@@ -511,13 +671,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
     _add_common(p, seed=False)
 
+
+def _scan_parser(command) -> None:
     p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
                 "interp scan toy-induction --n 128 --supported-only")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
-    p.add_argument("--supported-only", action="store_true", help="show only supported claims")
+    p.add_argument("--supported-only", action="store_true",
+                   help="show only supported claims (the footer counts the hidden ones; --json keeps only the shown)")
     _add_common(p)
 
+
+def _heads_parser(command) -> None:
     p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",
                 "interp heads toy-induction --prompts repeated --n 64 --json heads.json")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
@@ -525,6 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p)
     _add_common(p)
 
+
+def _verify_parser(command) -> None:
     p = command("verify", cmd_verify, "Prove the model's hooks carry what their names say",
                 "interp verify toy-induction",
                 "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the\n"
@@ -532,16 +699,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_common(p, n=False, seed=False)
 
+
+def _train_parser(command) -> None:
     p = command("train", cmd_train, "Train a model (wraps python -m models.train; arguments pass through)",
                 "interp train -- --help")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for models.train")
 
+
+def _demo_parser(command) -> None:
     p = command("demo", cmd_demo, "Report on the embedded default model and print the strongest findings",
                 "interp demo --out reports/toy-induction",
                 "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
     p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
     _add_common(p, json_=False)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import torch
-from tqdm.auto import tqdm
 
 from models.config import GPTConfig
 from models.gpt import HookedGPT
@@ -103,22 +102,36 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | No
     optimiser = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay,
                                   betas=(0.9, 0.98))
     losses = []
-    bar = tqdm(range(train_cfg.steps), desc=description, disable=not progress, mininterval=1.0)
-    for step in bar:
-        for group in optimiser.param_groups:
-            group["lr"] = learning_rate(step, train_cfg)
-        tokens = task.sample(train_cfg.batch_size, generator)  # (batch, pos)
-        loss = model(tokens, return_type="loss")
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower lr (now {train_cfg.lr}).")
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-        optimiser.step()
-        losses.append(loss.item())
-        if step % 25 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+    with _progress_bar(progress) as bar:
+        task_id = bar.add_task(description, total=train_cfg.steps, loss="")
+        for step in range(train_cfg.steps):
+            _train_step(model, optimiser, task, train_cfg, generator, step, losses)
+            bar.update(task_id, advance=1, **({"loss": f"loss {losses[-1]:.3f}"} if step % 25 == 0 else {}))
     return model.eval(), losses
+
+
+def _progress_bar(enabled: bool):
+    """A rich progress bar on stderr (the toolkit's one progress library), disabled when not wanted."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[loss]}"), console=Console(stderr=True), disable=not enabled)
+
+
+def _train_step(model, optimiser, task, train_cfg, generator, step: int, losses: list[float]) -> None:
+    """One optimiser step on a fresh batch; appends the loss."""
+    for group in optimiser.param_groups:
+        group["lr"] = learning_rate(step, train_cfg)
+    tokens = task.sample(train_cfg.batch_size, generator)  # (batch, pos)
+    loss = model(tokens, return_type="loss")
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower lr (now {train_cfg.lr}).")
+    optimiser.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+    optimiser.step()
+    losses.append(loss.item())
 
 
 # ---------------------------------------------------------------- measuring what was learned
