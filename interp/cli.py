@@ -407,19 +407,24 @@ def cmd_claims(args) -> int:
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
 
 
-def _short_reasons(reasons: str, passed: bool) -> str:
-    """All the reasons of a claim that missed its expected verdict; the first one of a claim that got it."""
-    reasons = str(reasons)
-    return reasons if not passed else reasons.split("; ")[0] + (" ..." if "; " in reasons else "")
+def _short_reasons(reasons: str, passed: bool, width: int = 110) -> str:
+    """All the reasons of a claim that missed its expected verdict; the start of them for a claim that got it
+    (cut, never split at "; ": a reason may itself contain one)."""
+    return str(reasons) if not passed else _cut(str(reasons), width)
 
 
-def _brief_reason(reasons: str, verdict: str, width: int = 110) -> str:
-    """The reason that decided a verdict: the first passed evidence if supported, else the first failure."""
-    parts = str(reasons).split("; ")
-    if verdict != "supported":
-        parts = [p for p in parts if "failed" in p or "undecided" in p or "too few" in p] or parts
-    text = parts[0]
+def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _brief_reasons(frame, width: int = 110) -> list[str]:
+    """Per row, the reason that decided the verdict, read from the Verdict objects that
+    `interp.claims.verdict_frame` keeps in `frame.attrs["verdicts"]` (`interp.claims.decide` puts the
+    deciding evidence first); without them, the start of the joined reasons text."""
+    verdicts = frame.attrs.get("verdicts")
+    if verdicts is None or len(verdicts) != len(frame):
+        return [_cut(str(r), width) for r in frame["reasons"]]
+    return [_cut(v.reasons[0] if v.reasons else "", width) for v in verdicts]
 
 
 def cmd_scan(args) -> int:
@@ -431,9 +436,10 @@ def cmd_scan(args) -> int:
     from analyses.report import claim_evidence_for
 
     everything = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
+    everything = everything.assign(reason=_brief_reasons(everything))
     frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
     console = _out_console(args)
-    shown = frame.assign(reason=[_brief_reason(r, v) for r, v in zip(frame["reasons"], frame["verdict"])])
+    shown = frame
     columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
     console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
@@ -443,7 +449,7 @@ def cmd_scan(args) -> int:
     _emit_json(args, "scan", args.spec or DEFAULT_SPEC, {
         "counts": counts, "shown": "supported" if args.supported_only else "all",
         "n_hidden": len(everything) - len(frame),
-        "claims": _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns]))})
+        "claims": _frame_records(frame.drop(columns=[c for c in ("evidence", "reason") if c in frame.columns]))})
     return EXIT_OK
 
 
