@@ -202,6 +202,8 @@ with torch.no_grad():
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
 image = axes[0].imshow(weights.numpy(), vmin=0, vmax=float(weights.max()), cmap="viridis")
 axes[0].set_title("mask_after_softmax, head 0: weights"); axes[0].set_xlabel("key"); axes[0].set_ylabel("query")
+for ax in axes:
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
 fig.colorbar(image, ax=axes[0])
 axes[1].bar(range(n_pos), weights.sum(-1).numpy()); axes[1].axhline(1.0, color="k", ls="--", lw=1)
 axes[1].set_title("row sums (should be 1)"); axes[1].set_xlabel("query")

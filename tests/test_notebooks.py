@@ -240,6 +240,9 @@ def test_interactions_conclusion_states_what_the_numbers_show(interactions):
         assert P[head]["q"] + P[head]["v"] > 3 * P[head]["k"], head
         assert P[head]["self_pattern"] < 0.3 * P[head]["total"] < P[head]["previous_token_pattern"], head
         assert f"{head}: q {P[head]['q']:.2f}, v {P[head]['v']:.2f}" in text
+    # L0H1: the smallest cost, and neither ideal pattern stands in for it
+    assert P["L0H1"]["total"] < min(P[h]["total"] for h in ("L0H0", "L0H2", "L0H3"))
+    assert P["L0H1"]["self_pattern"] > P["L0H1"]["total"] and P["L0H1"]["previous_token_pattern"] > P["L0H1"]["total"]
     assert all(abs(P[h]["direct"]) < 0.05 for h in P) and "H6 refuted" in text
     for claim, verdict in r["verdicts"].items():
         assert f"{claim}: {verdict}" in text
