@@ -202,30 +202,44 @@ def _header_lines(column: str, split: bool) -> list[str]:
     return [p + "_" for p in parts[:-1]] + [parts[-1]]
 
 
-def _fit_columns(columns: list[str], cells: dict[str, list[str]], width: int) -> tuple[dict[str, bool], list[str]]:
+def _wraps(column: str, cells: dict[str, list[str]]) -> bool:
+    """Prose columns, and text columns with spaces, wrap at spaces inside their column."""
+    return column in FOLDING_COLUMNS or any(" " in text for text in cells[column])
+
+
+def _column_need(column: str, cells: dict[str, list[str]], split: bool) -> int:
+    """The narrowest the column can be without breaking a word (prose: at least FOLDING_MIN_WIDTH)."""
+    header = max(len(line) for line in _header_lines(column, split))
+    if column in FOLDING_COLUMNS:
+        return max(header, FOLDING_MIN_WIDTH)
+    if _wraps(column, cells):
+        return max([header, *(len(word) for text in cells[column] for word in text.split())])
+    return max([header, *map(len, cells[column])])
+
+
+def _fit_columns(columns: list[str], cells: dict[str, list[str]], width: int,
+                 drop_first: tuple[str, ...] = ()) -> tuple[dict[str, bool], list[str]]:
     """Which headers to break at underscores, and which columns to leave out, so the table fits `width`.
 
-    All headers are broken (a uniform look) before any column is dropped; then columns are
-    dropped from the right (never the first). Returns ({column: split}, dropped columns)."""
-    def need(column: str, split: bool) -> int:
-        header = max(len(line) for line in _header_lines(column, split))
-        if column in FOLDING_COLUMNS:
-            return max(header, FOLDING_MIN_WIDTH)
-        return max([header, *map(len, cells[column])])
+    All headers are broken (a uniform look) before any column is dropped; then the columns in
+    `drop_first` go (in that order), then columns from the right (never the first). A column that
+    wraps at spaces needs only its longest word (prose: FOLDING_MIN_WIDTH).
+    Returns ({column: split}, dropped columns in table order)."""
+    need = lambda column, split: _column_need(column, cells, split)
 
     split = {c: False for c in columns}
     kept = list(columns)
     total = lambda: 1 + sum(need(c, split[c]) + TABLE_OVERHEAD for c in kept)
     if total() > width:
         split = {c: True for c in columns}
-    dropped = []
-    while total() > width and len(kept) > 1:
-        dropped.insert(0, kept.pop())
-    return split, dropped
+    order = [c for c in drop_first if c in kept[1:]] + [c for c in reversed(kept[1:]) if c not in drop_first]
+    while total() > width and order:
+        kept.remove(order.pop(0))
+    return split, [c for c in columns if c not in kept]
 
 
 def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80,
-                 width: int | None = None, footer: list[str] | None = None):
+                 width: int | None = None, footer: list[str] | None = None, drop_first: tuple[str, ...] = ()):
     """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), counts as integers,
     verdicts coloured; headers never wrap inside a word, and what does not fit in `width` is left out and
     counted in the caption (as are rows beyond `max_rows`), with the other `footer` lines."""
@@ -234,14 +248,14 @@ def _frame_table(frame, title: str | None = None, columns: list[str] | None = No
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     shown = frame.head(max_rows)
     cells = {c: [_cell(c, v) for v in shown[c]] for c in columns}
-    split, dropped = _fit_columns(columns, cells, width or _columns_env() or 120)
+    split, dropped = _fit_columns(columns, cells, width or _columns_env() or 120, drop_first)
     kept = [c for c in columns if c not in dropped]
     table = Table(title=title, show_lines=False, header_style="bold")
     for column in kept:
-        folding = column in FOLDING_COLUMNS
+        folding = _wraps(column, cells)
         table.add_column("\n".join(_header_lines(str(column), split[column])), overflow="fold", no_wrap=not folding,
                          max_width=70 if column in ("reasons", "reason") else None,
-                         min_width=None if folding else max(map(len, [*_header_lines(column, split[column]), *cells[column]])))
+                         min_width=None if column in FOLDING_COLUMNS else _column_need(column, cells, split[column]))
     colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
     for i in range(len(shown)):
         row = []
@@ -399,7 +413,8 @@ def cmd_claims(args) -> int:
     console = _out_console(args)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
-                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width))
+                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width,
+                               drop_first=("expect",)))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
     _emit_json(args, "claims", spec, {"file": str(claims_path), "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
@@ -414,7 +429,8 @@ def _short_reasons(reasons: str, passed: bool, width: int = 110) -> str:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    """`text` shortened to at most `width` characters at a space, marked with " ..." when cut."""
+    return text if len(text) <= width else text[: width - 4].rsplit(" ", 1)[0] + " ..."
 
 
 def _brief_reasons(frame, width: int = 110) -> list[str]:

@@ -310,6 +310,11 @@ def test_headers_break_only_at_underscores_and_hidden_columns_are_counted():
     assert cli._header_lines("duplicate_token", True) == ["duplicate_", "token"]
     split, dropped = cli._fit_columns(columns, cells, 30)
     assert dropped == ["duplicate_token", "n_prompts"][-len(dropped):] and dropped
+    split, dropped = cli._fit_columns(columns, cells, 36, drop_first=("prev_token",))
+    assert dropped == ["prev_token"]  # the caller's least useful column goes first
+    # text with spaces wraps at them: it needs only its longest word
+    assert cli._column_need("name", {"name": ["L1H3: not previous_token"]}, False) == len("previous_token")
+    assert cli._cut("one two three four", 12) == "one two ..." and cli._cut("short", 12) == "short"
 
 
 @pytest.mark.parametrize("width", [80, 120])
