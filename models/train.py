@@ -89,6 +89,29 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+class _StepBar:
+    """Iterate over training steps under a rich progress bar on stderr (the toolkit's one progress
+    library; models/ imports nothing of interp, so this is not interp.progress.Bar); silent when disabled."""
+
+    def __init__(self, steps: int, description: str, enabled: bool):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.steps = steps
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[postfix]}"), console=Console(stderr=True), disable=not enabled)
+        self.task = self.progress.add_task(description, total=steps, postfix="")
+
+    def __iter__(self):
+        with self.progress:
+            for step in range(self.steps):
+                yield step
+                self.progress.advance(self.task)
+
+    def set_postfix(self, **values) -> None:
+        self.progress.update(self.task, postfix=" ".join(f"{k} {v}" for k, v in values.items()))
+
+
 def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | None = None,
           progress: bool = True, description: str = "train") -> tuple[HookedGPT, list[float]]:
     """Train a fresh HookedGPT on the task; returns the model (eval mode) and the loss per step."""
@@ -102,36 +125,22 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | No
     optimiser = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay,
                                   betas=(0.9, 0.98))
     losses = []
-    with _progress_bar(progress) as bar:
-        task_id = bar.add_task(description, total=train_cfg.steps, loss="")
-        for step in range(train_cfg.steps):
-            _train_step(model, optimiser, task, train_cfg, generator, step, losses)
-            bar.update(task_id, advance=1, **({"loss": f"loss {losses[-1]:.3f}"} if step % 25 == 0 else {}))
+    bar = _StepBar(train_cfg.steps, description, progress)
+    for step in bar:
+        for group in optimiser.param_groups:
+            group["lr"] = learning_rate(step, train_cfg)
+        tokens = task.sample(train_cfg.batch_size, generator)  # (batch, pos)
+        loss = model(tokens, return_type="loss")
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower lr (now {train_cfg.lr}).")
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        optimiser.step()
+        losses.append(loss.item())
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
     return model.eval(), losses
-
-
-def _progress_bar(enabled: bool):
-    """A rich progress bar on stderr (the toolkit's one progress library), disabled when not wanted."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[loss]}"), console=Console(stderr=True), disable=not enabled)
-
-
-def _train_step(model, optimiser, task, train_cfg, generator, step: int, losses: list[float]) -> None:
-    """One optimiser step on a fresh batch; appends the loss."""
-    for group in optimiser.param_groups:
-        group["lr"] = learning_rate(step, train_cfg)
-    tokens = task.sample(train_cfg.batch_size, generator)  # (batch, pos)
-    loss = model(tokens, return_type="loss")
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower lr (now {train_cfg.lr}).")
-    optimiser.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-    optimiser.step()
-    losses.append(loss.item())
 
 
 # ---------------------------------------------------------------- measuring what was learned
