@@ -754,6 +754,14 @@ for head in LAYER0:
     rows.append(row)
 paths = pd.DataFrame(rows)
 paths""", "paths"),
+    code("""
+import matplotlib.pyplot as plt
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+paths.set_index("head")[["via_q", "via_k", "via_v", "direct", "total"]].plot.bar(ax=axes[0], rot=0)
+axes[0].set_ylabel("loss increase (nats)"); axes[0].set_title("layer-0 heads: which path carries the cost")
+paths.set_index("head")[["total", "self_pattern", "previous_token_pattern"]].plot.bar(ax=axes[1], rot=0)
+axes[1].set_title("ablated vs ideal pattern substituted"); axes[1].set_ylabel("loss increase (nats)")
+fig.tight_layout()"""),
     md("""
 The same interpretations as claims, tested with the toolkit's full evidence (observational
 metric, shuffled-token and random-initialisation controls, necessity, sufficiency of the ideal
