@@ -275,16 +275,17 @@ class ReportResult:
 
 # progress: one bar over the computation *and* the rendering (plots, pages, files), so it says
 # "done" only when the report is on disk (interp.progress.Stages, shared with the CLI)
-COMPUTE_STAGES = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
-                  "head similarity", "importance", "joint ablation"]
 RENDER_STAGES = ["plots, tables and pages", "moving into place"]
 
 
-def _stages(progress) -> "Stages":
-    """`progress` is a bool, or the caller's `interp.progress.Stages` (kept open across compute and render)."""
+def _Stages(names: list[str], progress) -> "Stages":  # noqa: N802 (the report's stage bar, called like the class it was)
+    """The stages `names` under one bar: added to the caller's `interp.progress.Stages` when `progress` is
+    one (build_report keeps it open across compute and render), else a new bar when `progress` is True."""
     from interp.progress import Stages
 
-    return progress if isinstance(progress, Stages) else Stages(COMPUTE_STAGES, bool(progress), description="report")
+    if isinstance(progress, Stages):
+        return progress.extend(names)
+    return Stages(names, bool(progress), description="report")
 
 
 def compute(
@@ -319,7 +320,9 @@ def compute(
     causal = bool(attention_sites(model)[0].causal)
     has_loss = _has_meaningful_loss(model)
 
-    with _stages(progress).extend(COMPUTE_STAGES) as run:
+    stages = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
+              "head similarity", "importance", "joint ablation"]
+    with _Stages(stages, progress) as run:
         leakage = run.run("leakage audit", lambda: _leakage(model, seed=seed, max_len=leakage_len))
         patterns = run.run("mean patterns", lambda: mean_patterns(model, prompts, chosen_layers))
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
@@ -585,7 +588,7 @@ def build_report(
     out = check_out_dir(out_dir, force)
     if seed is None:
         seed = getattr(prompt_spec, "seed", 0) or 0
-    with _stages(progress).extend(RENDER_STAGES) as stages:
+    with _Stages(RENDER_STAGES, progress) as stages:
         data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
                        claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards)
         out.parent.mkdir(parents=True, exist_ok=True)

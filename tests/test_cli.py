@@ -343,7 +343,8 @@ def test_report_progress_covers_rendering_and_writing(tmp_path):
     from interp.specs import PromptSpec
     from models.constructed import induction_circuit
 
-    stages = Stages(report.COMPUTE_STAGES + report.RENDER_STAGES, enabled=False)
+    stages = Stages([], enabled=False)
     result = report.build_report(induction_circuit(), tmp_path / "r", prompt_spec=PromptSpec(n=12), progress=stages)
-    assert list(stages.timings) == report.COMPUTE_STAGES + report.RENDER_STAGES
+    run = list(stages.timings)  # in the order they ran
+    assert run[-2:] == report.RENDER_STAGES and "leakage audit" in run[:-2] and set(run) == set(stages.names)
     assert set(report.RENDER_STAGES) <= set(result.timings) and (tmp_path / "r" / "report.html").is_file()
