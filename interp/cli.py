@@ -121,13 +121,14 @@ def envelope(command: str, model: str | None, result: Any) -> dict[str, Any]:
 
 
 def integers(value: Any, key: str | None = None) -> Any:
-    """`value` with every integral float under an INTEGER_KEYS key made an int (recursively); NaN -> None."""
+    """`value` with every integral float under an INTEGER_KEYS key made an int (recursively); NaN and
+    infinities -> None (JSON has no such numbers; json.dumps would write the invalid NaN / Infinity)."""
     if isinstance(value, dict):
         return {k: integers(v, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [integers(v, key) for v in value]
     if isinstance(value, float):
-        if value != value:
+        if value != value or value in (float("inf"), float("-inf")):
             return None
         if key in INTEGER_KEYS and value.is_integer():
             return int(value)

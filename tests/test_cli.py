@@ -282,6 +282,7 @@ def test_envelope_has_one_shape_and_integers_stay_integers():
     assert type(row["score"]) is float  # a metric that happens to be 1.0 stays a float
     assert document["result"]["nested"] == {"n_prompts": 24, "offset": -1}
     assert cli.integers({"layer": 0.5}) == {"layer": 0.5}  # only integral values are converted
+    assert cli.integers({"p": float("inf"), "q": [float("-inf"), 2.5]}) == {"p": None, "q": [None, 2.5]}  # valid JSON
 
 
 def test_scan_footer_counts_what_supported_only_hides():
