@@ -296,39 +296,19 @@ class ReportResult:
         }
 
 
-class _Stages:
-    """A rich progress bar over the report's stages (or nothing when quiet)."""
+# progress: one bar over the computation *and* the rendering (plots, pages, files), so it says
+# "done" only when the report is on disk (interp.progress.Stages, shared with the CLI)
+RENDER_STAGES = ["plots, tables and pages", "moving into place"]
 
-    def __init__(self, names: list[str], enabled: bool):
-        self.names, self.enabled, self.timings = names, enabled, {}
-        self._progress = None
 
-    def __enter__(self):
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _Stages(names: list[str], progress) -> "Stages":  # noqa: N802 (the report's stage bar, called like the class it was)
+    """The stages `names` under one bar: added to the caller's `interp.progress.Stages` when `progress` is
+    one (build_report keeps it open across compute and render), else a new bar when `progress` is True."""
+    from interp.progress import Stages
 
-            # on stderr: stdout may carry JSON (--json -)
-            self._progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
-            self._progress.__enter__()
-            self._task = self._progress.add_task("report", total=len(self.names))
-        return self
-
-    def run(self, name: str, fn):
-        if self._progress is not None:
-            self._progress.update(self._task, description=name)
-        start = time.perf_counter()
-        result = fn()
-        self.timings[name] = time.perf_counter() - start
-        if self._progress is not None:
-            self._progress.advance(self._task)
-        return result
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.update(self._task, description="done")
-            self._progress.__exit__(*exc)
+    if isinstance(progress, Stages):
+        return progress.extend(names)
+    return Stages(names, bool(progress), description="report")
 
 
 def compute(
@@ -980,17 +960,19 @@ def build_report(
     out = check_out_dir(out_dir, force)
     if seed is None:
         seed = getattr(prompt_spec, "seed", 0) or 0
-    data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
-                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards, colour_scale=colour_scale,
-                   behaviour=behaviour)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        table = render(data, tmp)
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _Stages(RENDER_STAGES, progress) as stages:
+        data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
+                       claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
+                       colour_scale=colour_scale, behaviour=behaviour)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        try:
+            table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
+            stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    data.timings.update({name: stages.timings[name] for name in RENDER_STAGES})
     return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data,
                         data.settings.get("behaviour"))
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib
 
+from interp.progress import quiet_tqdm_import_warning
+
+quiet_tqdm_import_warning()  # before anything imports transformer-lens (see interp.progress)
+
 _EXPORTS = {
     "load": "interp.loading",
     "save": "interp.loading",

@@ -459,12 +459,9 @@ def evaluate_claims(
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
     ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
                   behaviour=behaviour)
-    if progress:
-        from tqdm.auto import tqdm
+    from interp.progress import track
 
-        claims_iter = tqdm(claims, desc="testing claims", unit="claim")
-    else:
-        claims_iter = claims
+    claims_iter = track(claims, len(claims), "testing claims", enabled=progress, unit="claims")
     gathered = [gather(claim, ctx, kinds) for claim in claims_iter]
     p_values = np.array([_claim_p(ev) for ev in gathered])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)
