@@ -76,6 +76,9 @@ GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (r
 FUTURE_METHODS = ("truncation", "perturbation", "gradient")  # the trusted methods that can show a future leak
 ONES_MASK_DETAIL = " [attention_mask all ones]"  # appended to the detail of runs made with a mask of ones
 HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
+MAX_TOL = 1e-2  # float32: a tol at or above 1% of the output scale would call real leaks rounding
+MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it
+PATTERN_TOL = 1e-6  # attention weight on a masked key is exactly 0; anything above this is weight on a later key
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +456,7 @@ def pattern_check(model: Any, adapter: ModelAdapter, prompts: torch.Tensor, tol:
     rows = []
     query_grid, key_grid = torch.meshgrid(torch.arange(n_pos), torch.arange(n_pos), indexing="ij")
     for name, weights in found.items():
-        rows += _rows("pattern", n_pos, weights, tol, query=query_grid, source=key_grid, site=name,
+        rows += _rows("pattern", n_pos, weights, method_tol("pattern", tol), query=query_grid, source=key_grid, site=name,
                       detail="attention weight on a later key")
     return rows, None
 
@@ -711,7 +714,7 @@ class LeakageReport:
             value = float(top["influence"])
             status = "leak" if value > method_tol(method, self.tol) else ("exact zero" if value == 0 else "noise")
             if method == "pattern":
-                status = "weight above diagonal" if value > self.tol else "triangular"
+                status = "weight above diagonal" if value > PATTERN_TOL else "triangular"
             elif self.bidirectional and METHOD_KIND[method] == "future":
                 status = "bidirectional"
             source = "" if pd.isna(top["source_pos"]) else f" <- {int(top['source_pos'])}"
@@ -848,18 +851,18 @@ def audit(
     long contexts pass a smaller max_len or watch `progress=True`.
     """
     start = time.perf_counter()
-    if isinstance(model, (str, os.PathLike)):
-        from interp.loading import load
+    if isinstance(model, (str, os.PathLike)):  # as the CLI does: a factory without hooks is a black box
+        from interp.loading import load_auditable
 
-        model = load(model)
+        model = load_auditable(model)
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; expected a subset of {list(METHODS)}.")
     adapter = ModelAdapter(model)
     if tol is None:  # rounding of the model's own precision: half-precision models round 1e3 times coarser
         tol = HALF_PRECISION_TOL if adapter.dtype in (torch.float16, torch.bfloat16) else DEFAULT_TOL
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol={tol!r} must be a positive number (an influence relative to the output scale), e.g. 5e-5.")
+    check_tol(tol, adapter.dtype)
+    check_weights_finite(model)
     if n_prompts < 1 or draws < 1:
         raise ValueError(f"n_prompts={n_prompts} and draws={draws} must both be at least 1.")
     max_len, vocab, lengths = _resolve_sizes(model, max_len, vocab_size, lengths)
@@ -1003,8 +1006,45 @@ def audit(
 
 
 def method_tol(method: str, tol: float) -> float:
-    """The influence above which `method` counts a leak: tol, or tol * GRADIENT_TOL_FACTOR for the gradient."""
+    """The influence above which `method` counts a leak: tol, or tol * GRADIENT_TOL_FACTOR for the gradient.
+
+    The pattern check's unit is an attention weight, not an output change: a masked key gets
+    exactly 0, so any weight above PATTERN_TOL is weight on a later key, whatever `tol` says.
+    """
+    if method == "pattern":
+        return PATTERN_TOL
     return tol * GRADIENT_TOL_FACTOR if method == "gradient" else tol
+
+
+def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:
+    """`tol` as a float, or a BadInput: it must be finite, positive and small enough to see a leak.
+
+    A tolerance at or above MAX_TOL (MAX_TOL_HALF for float16 / bfloat16 models) would call real
+    leaks rounding: `--tol inf` must not turn an unmasked model into "causal".
+    """
+    from interp.errors import BadInput
+
+    limit = MAX_TOL_HALF if dtype in (torch.float16, torch.bfloat16) else MAX_TOL
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol < limit:
+        raise BadInput(
+            f"tol={tol!r} must be a finite number in (0, {limit:g}): an influence relative to the output scale below "
+            f"which a change counts as float rounding. Rounding measures <= 3e-5 in float32 (default {DEFAULT_TOL:g}, "
+            f"{HALF_PRECISION_TOL:g} for half precision); a larger tol would call real leaks rounding."
+        )
+    return float(tol)
+
+
+def check_weights_finite(model: Any) -> None:
+    """A ModelError naming the parameters that hold NaN or inf: the audit compares outputs, and NaN
+    weights would be blamed on something else (a fully masked row) or hide a leak."""
+    from interp.errors import ModelError
+
+    if not isinstance(model, nn.Module):
+        return
+    bad = [name for name, param in model.named_parameters() if not torch.isfinite(param).all()]
+    if bad:
+        raise ModelError(f"the model has non-finite weights (NaN or inf) in {bad[:8]}"
+                         f"{f' and {len(bad) - 8} more' if len(bad) > 8 else ''}; fix or re-train it before auditing.")
 
 
 def above_threshold(table: pd.DataFrame, tol: float) -> pd.Series:

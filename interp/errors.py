@@ -32,14 +32,53 @@ class ModelError(InterpError, RuntimeError):
     exit_code = EXIT_INPUT
 
 
+class CheckpointError(ModelError, ValueError):
+    """A checkpoint file that cannot be read or does not describe the model it claims. Exit code 2.
+
+    Also a `ValueError`, as checkpoint mismatches always were."""
+
+
 class InternalError(InterpError, RuntimeError):
     """A bug in the toolkit itself. Exit code 3."""
 
     exit_code = EXIT_INTERNAL
 
 
+# exceptions that carry the caller's bad input when they are not ours: a ValueError / KeyError /
+# missing file raised with a message naming the value (the convention before `BadInput` existed)
+_LEGACY_INPUT = (ValueError, KeyError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def exit_code_for(error: BaseException) -> int:
-    """The CLI's exit code for an exception: 2 for the user's input or model, 3 for a bug."""
+    """The CLI's exit code for an exception: 2 for the user's input or model, 3 for a bug.
+
+    A closed stdout (`BrokenPipeError`, e.g. `interp verify | head -1`) is no failure of ours: 0.
+    """
     if isinstance(error, InterpError):
         return error.exit_code
+    if isinstance(error, BrokenPipeError):
+        return EXIT_OK
+    if isinstance(error, _LEGACY_INPUT):
+        return EXIT_INPUT
     return EXIT_INTERNAL
+
+
+def user_frame(error: BaseException, toolkit_roots: tuple[str, ...]) -> str | None:
+    """`file:line` of the innermost traceback frame in the user's own code, or None.
+
+    User code is any file outside the toolkit (`toolkit_roots`), the standard library and
+    installed packages: the module a `package.module:factory` spec or a test defines. An
+    exception raised there is the user's model failing (exit 2), not a toolkit bug (exit 3).
+    """
+    import sys
+    import sysconfig
+
+    library = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {sys.prefix, sys.base_prefix})
+    found = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", *library, *toolkit_roots)):
+            found = f"{filename}:{traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    return found

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from interp.errors import BadInput, CheckpointError, ModelError
 from interp.hooks import ROLES, AttentionSite, register_site_finder
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
@@ -98,6 +99,32 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
 
 
+def load_auditable(spec: Any, *, device: str | torch.device = "cpu") -> Any:
+    """What the leakage audit runs: `load(spec)`, except that a `package.module:factory` whose
+    module has no hooks is returned as is (in eval mode), a black box tokens -> outputs.
+
+    The factory is called once, whichever it turns out to be; the CLI and
+    `analyses.leakage.audit("pkg.mod:factory")` both come here, so they audit the same model.
+    """
+    if isinstance(spec, (str, os.PathLike)) and _FACTORY.match(os.fspath(spec)) and not _is_loadable_path(os.fspath(spec)):
+        model = _call_factory(os.fspath(spec))
+        try:
+            return _from_module(model).to(device)
+        except NoHooks:
+            return model.to(device).eval()
+    return load(spec, device=device)
+
+
+def _is_loadable_path(text: str) -> bool:
+    """A spec that names a built-in, a folder or a checkpoint file rather than a factory."""
+    path = Path(text).expanduser()
+    return text in BUILTINS or path.is_dir() or checkpoint_paths(path)[0].exists()
+
+
+class NoHooks(BadInput):
+    """A module with neither hooks nor nn.MultiheadAttention: `load` cannot hook it."""
+
+
 def _accepted() -> str:
     kinds = "; ".join(k.format(names=", ".join(sorted(BUILTINS))) for k in SPEC_KINDS)
     return f"Accepted specs: {kinds}."
@@ -112,7 +139,10 @@ def _call_factory(spec: str) -> nn.Module:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ValueError(f"factory spec {spec!r}: {module_name} has no callable {attr!r}.")
-    model = factory()
+    try:
+        model = factory()
+    except Exception as error:  # the user's factory failed: say which, and where
+        raise ModelError(f"factory {spec!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, nn.Module):
         raise TypeError(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
     return model
@@ -128,7 +158,7 @@ def _from_module(model: nn.Module) -> nn.Module:
         return hook_attention(model).eval()
     if isinstance(model, HookedRootModule) or hasattr(model, "hook_dict"):
         return model.eval()
-    raise ValueError(
+    raise NoHooks(
         f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook. {_accepted()}"
     )
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Literal, get_args
 
+from interp.errors import BadInput
+
 PromptKind = Literal["repeated", "random", "text"]
 PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
 Expect = Literal["supported", "refuted"]
@@ -45,7 +47,10 @@ _HEAD = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
-class SpecError(ValueError):
+SEED_MAX = 2**32 - 1  # torch generators take 64 bits; analyses add small offsets to a seed
+
+
+class SpecError(BadInput):
     """A flag, prompt spec or claims file is malformed; the message says where and how to fix it."""
 
 
@@ -79,8 +84,8 @@ class PromptSpec:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"prompts: {name}={value!r} must be a positive integer.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise SpecError(f"prompts: seed={self.seed!r} must be an integer.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= SEED_MAX:
+            raise SpecError(f"prompts: seed={self.seed!r} must be an integer in [0, 2**32 - 1].")
 
     @classmethod
     def parse(cls, kind_or_file: str | None, **overrides: Any) -> "PromptSpec":
