@@ -34,6 +34,7 @@ from torch import nn
 
 from interp.errors import BadInput, CheckpointError, ModelError
 from interp.hooks import ROLES, AttentionSite, register_site_finder
+from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
@@ -83,7 +84,7 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
         raise TypeError(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
     text = os.fspath(spec)
     if text in BUILTINS:
-        return load_checkpoint(builtin_path(text), device=device)
+        return _checkpoint(builtin_path(text), device)
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "config.json").exists():
@@ -91,12 +92,20 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
         raise ValueError(f"{path} is a folder without config.json, so neither a Hugging Face model nor a checkpoint. {_accepted()}")
     weights, config = checkpoint_paths(path)
     if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
-        return load_checkpoint(path, device=device)
+        return _checkpoint(path, device)
     if _FACTORY.match(text):
         return _from_module(_call_factory(text)).to(device)
     close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
+
+
+def _checkpoint(path: Path, device) -> nn.Module:
+    """load_checkpoint, its failures as `interp.errors.CheckpointError` (a ModelError naming the file)."""
+    try:
+        return load_checkpoint(path, device=device)
+    except io.CheckpointError as error:
+        raise CheckpointError(str(error)) from error
 
 
 def load_auditable(spec: Any, *, device: str | torch.device = "cpu") -> Any:
