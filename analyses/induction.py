@@ -81,7 +81,9 @@ def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torc
     duplicate = same.tril(diagonal=-1)[:, None]  # (batch, 1, query, key): earlier occurrences
     induction = torch.zeros_like(duplicate)
     induction[..., 1:] = duplicate[..., :-1]  # the token after each earlier occurrence (key <= query)
-    induction &= real[:, None, None, :]
+    # strictly earlier keys: when the earlier occurrence is the previous token, "the token after it" is the
+    # query itself, and self-attention must not count as induction (issue 11 #6)
+    induction = induction.tril(diagonal=-1) & real[:, None, None, :]
     return {
         "induction": masked_mean((pattern * induction).sum(-1), queries),
         "duplicate_token": masked_mean((pattern * duplicate).sum(-1), queries),

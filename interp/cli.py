@@ -62,7 +62,7 @@ def _load(spec: str | None, quiet: bool = False, *, black_box: bool = False):
     not silently mean the default model. Input errors become BadInput naming the spec; errors
     of the user's checkpoint, factory or model stay ModelError (both exit 2).
     """
-    from interp.errors import BadInput, InterpError
+    from interp.errors import BadInput, ModelError
 
     spec = _checked_spec(spec)
     console = _stderr_console(quiet)
@@ -71,11 +71,14 @@ def _load(spec: str | None, quiet: bool = False, *, black_box: bool = False):
         from interp.loading import load_auditable
 
         try:
-            return load_auditable(spec) if black_box else interp.load(spec)
-        except InterpError:
-            raise
+            model = load_auditable(spec) if black_box else interp.load(spec)
+        except ModelError as error:  # the user's checkpoint or factory: stays a ModelError, says which spec
+            raise type(error)(f"cannot load model spec {spec!r}: {_message(error)}") from error
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
             raise BadInput(f"cannot load model spec {spec!r}: {_message(error)}") from error
+    for note in getattr(model, "load_notes", None) or []:
+        console.print(f"note: {note}")
+    return model
 
 
 def _checked_spec(spec: str | None) -> str:

@@ -11,6 +11,8 @@ from typing import Any, Iterator, Literal, get_args
 
 import torch
 
+from interp.errors import BadInput
+
 
 @dataclass(frozen=True)
 class PromptSet:
@@ -98,6 +100,11 @@ def repeated_tokens(
     repeats the token at p - prefix_len.
     """
     _check_counts(n, prefix_len=prefix_len, d_vocab=d_vocab, n_repeats=n_repeats)
+    if prefix_len < 2:
+        raise BadInput(
+            f"prefix_len={prefix_len}: with a repeat period of 1 the induction target (the token after the previous "
+            "occurrence) is the query itself, so induction cannot be told from self-attention; use prefix_len >= 2."
+        )
     prefix = torch.randint(0, d_vocab, (n, prefix_len), generator=_generator(seed))  # (prompt, prefix_pos)
     tokens = prefix.repeat(1, n_repeats)  # (prompt, pos)
     if bos is not None:
