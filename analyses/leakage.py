@@ -56,7 +56,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.modelinfo import context_length, model_config, vocab_size
+from interp.errors import BadInput, ModelError
+
+from interp.modelinfo import check_finite_weights, context_length, model_config, vocab_size
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
 METHODS: tuple[str, ...] = get_args(Method)
@@ -76,7 +78,7 @@ GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (r
 FUTURE_METHODS = ("truncation", "perturbation", "gradient")  # the trusted methods that can show a future leak
 ONES_MASK_DETAIL = " [attention_mask all ones]"  # appended to the detail of runs made with a mask of ones
 HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
-MAX_TOL = 1e-2  # float32: a tol at or above 1% of the output scale would call real leaks rounding
+MAX_TOL = 1e-2  # float32: a tol above 1% of the output scale would call real leaks rounding
 MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it
 PATTERN_TOL = 1e-6  # attention weight on a masked key is exactly 0; anything above this is weight on a later key
 
@@ -193,10 +195,13 @@ class ModelAdapter:
         if check_finite:
             watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
             if not torch.isfinite(watched).all():
-                raise ValueError(
+                cause = ("a fully masked attention row (every key padding) is the usual cause: fill it with zeros"
+                         if attention_mask is not None and not bool(attention_mask.bool().all(-1).all()) else
+                         "no position was padded, so the cause is inside the model (an overflow, a division by zero, "
+                         "or NaN produced by its own code)")
+                raise ModelError(
                     f"the model returned NaN or inf for tokens of shape ({batch}, {n_pos}); the audit compares "
-                    "outputs and cannot compare NaN. Fix the model (a fully masked attention row is the usual "
-                    "cause: fill it with zeros), or audit a smaller max_len."
+                    f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
                 )
         return out
 
@@ -1019,15 +1024,15 @@ def method_tol(method: str, tol: float) -> float:
 def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:
     """`tol` as a float, or a BadInput: it must be finite, positive and small enough to see a leak.
 
-    A tolerance at or above MAX_TOL (MAX_TOL_HALF for float16 / bfloat16 models) would call real
+    A tolerance above MAX_TOL (MAX_TOL_HALF for float16 / bfloat16 models) would call real
     leaks rounding: `--tol inf` must not turn an unmasked model into "causal".
     """
     from interp.errors import BadInput
 
     limit = MAX_TOL_HALF if dtype in (torch.float16, torch.bfloat16) else MAX_TOL
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol < limit:
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol <= limit:
         raise BadInput(
-            f"tol={tol!r} must be a finite number in (0, {limit:g}): an influence relative to the output scale below "
+            f"tol={tol!r} must be a finite number in (0, {limit:g}]: an influence relative to the output scale below "
             f"which a change counts as float rounding. Rounding measures <= 3e-5 in float32 (default {DEFAULT_TOL:g}, "
             f"{HALF_PRECISION_TOL:g} for half precision); a larger tol would call real leaks rounding."
         )
@@ -1035,16 +1040,9 @@ def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:
 
 
 def check_weights_finite(model: Any) -> None:
-    """A ModelError naming the parameters that hold NaN or inf: the audit compares outputs, and NaN
-    weights would be blamed on something else (a fully masked row) or hide a leak."""
-    from interp.errors import ModelError
-
-    if not isinstance(model, nn.Module):
-        return
-    bad = [name for name, param in model.named_parameters() if not torch.isfinite(param).all()]
-    if bad:
-        raise ModelError(f"the model has non-finite weights (NaN or inf) in {bad[:8]}"
-                         f"{f' and {len(bad) - 8} more' if len(bad) > 8 else ''}; fix or re-train it before auditing.")
+    """A ModelError naming NaN / inf weights (`interp.modelinfo.check_finite_weights`): the audit compares
+    outputs, and NaN weights would be blamed on something else (a fully masked row) or hide a leak."""
+    check_finite_weights(model)
 
 
 def above_threshold(table: pd.DataFrame, tol: float) -> pd.Series:

@@ -29,6 +29,7 @@ from torch import nn
 
 from interp.data import PromptSet, check_prompts
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
+from interp.modelinfo import check_finite_weights
 
 EarlyStop = Literal["auto", "stop_at_layer", "exception", "none"]
 Reducer = Callable[[torch.Tensor, "BatchContext"], "dict[str, torch.Tensor]"]
@@ -149,6 +150,7 @@ def stream(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be at least 1.")
     check_prompts(prompts, **_model_limits(model))
+    check_finite_weights(model)
     sites = select_sites(model, layers)
     names = [site.hook(role) for site in sites]
     ours = _supports_stop_at_layer(model)

@@ -131,11 +131,19 @@ class HookedGPT(CachingRoot):
             )
         return attention_mask.bool()
 
-    def check_weights(self) -> None:
-        """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output)."""
+    def check_weights(self, *, cached: bool = False) -> None:
+        """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output).
+
+        `cached=True` skips the scan while no parameter changed since the last passing one (each
+        in-place edit bumps a tensor's version counter), so every forward can afford the check.
+        """
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        if cached and key == getattr(self, "_finite_weights_key", None):
+            return
         bad = [name for name, param in self.named_parameters() if not torch.isfinite(param).all()]
         if bad:
             raise ValueError(f"non-finite weights (NaN or inf) in {bad[:8]}; fix or re-train the model before analysing it.")
+        self._finite_weights_key = key
 
     def forward(
         self,
@@ -160,6 +168,10 @@ class HookedGPT(CachingRoot):
         if return_type in ("loss", "both") and tokens.shape[1] < 2:
             raise ValueError("the next-token loss needs sequences of at least 2 tokens; got 1.")
         attention_mask = self.check_attention_mask(attention_mask, tokens)
+        if not getattr(self, "allow_non_finite_weights", False):
+            # the fused kernel skips masked keys, so NaN weights can give finite, wrong logits: refuse them
+            # (`interp.verify_hooks` sets the flag to show what NaN does at every hook)
+            self.check_weights(cached=True)
         resid, positions = self.embed_tokens(tokens, attention_mask)
         for block in self.blocks[:stop_at_layer]:
             resid = block(resid, attention_mask, positions)
