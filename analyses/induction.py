@@ -65,7 +65,7 @@ def _check_repeats(prompts: PromptSet) -> torch.Tensor:
     if none:
         source = f"meta prefix_len={prompts.meta['prefix_len']}" if "prefix_len" in prompts.meta else "no token occurs twice"
         raise NoRepeats(
-            f"prompts {none[:5]} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
+            f"prompts {prompts.row_numbers(none[:5])} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
             "induction needs repeats: use interp.data.repeated_tokens(n, prefix_len, d_vocab)."
         )
     return queries

@@ -68,6 +68,7 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet, check_prompts
+from interp.errors import BadInput
 from interp.hooks import attention_sites, hooked
 from interp.interventions import (
     ABLATION_KINDS,
@@ -104,6 +105,12 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
 
 def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
     """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
+    short = (prompts.real_lengths() < 2).nonzero().flatten()
+    if len(short):
+        raise BadInput(
+            f"prompts {prompts.row_numbers(short[:5])} have fewer than 2 real tokens, so the next-token loss has no "
+            "target there; drop them or use longer prompts."
+        )
     tokens = prompts.tokens.to(logits.device)
     per = F.cross_entropy(_upcast(logits[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     per = per.view(tokens.shape[0], -1)  # (batch, pos - 1)

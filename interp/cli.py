@@ -232,6 +232,7 @@ def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
     model = _load_black_box(args.spec, args.quiet)
+    _check_max_len_flag(model, args.max_len)
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -251,6 +252,19 @@ def cmd_audit_leakage(args) -> int:
     if args.json is not None:
         _write_json(args.json, json.loads(result.to_json()))
     return result.exit_code
+
+
+def _check_max_len_flag(model, max_len: int | None) -> None:
+    """--max-len against the model's context, worded as the flag (the API's own errors say max_len=N)."""
+    from interp.errors import BadInput
+    from interp.modelinfo import context_length
+
+    n_ctx = context_length(model)
+    if n_ctx is None and max_len is None:
+        raise BadInput(f"cannot tell the context length of a {type(model).__name__}; pass --max-len N (the longest "
+                       "sequence the model accepts).")
+    if n_ctx is not None and max_len is not None and max_len > n_ctx:
+        raise BadInput(f"--max-len {max_len} exceeds the model's context n_ctx={n_ctx}; pass --max-len {n_ctx} or less.")
 
 
 def _verdict_table(result, spec: str):
@@ -292,6 +306,9 @@ def cmd_claims(args) -> int:
         spec, claims_path = None, args.paths[0]
     elif len(args.paths) == 2:
         spec, claims_path = args.paths
+        if Path(spec).suffix == ".toml" and Path(spec).is_file() and not Path(claims_path).is_file():
+            raise InputError(f"the arguments are [SPEC] FILE, model first: {spec!r} is a claims file and {claims_path!r} "
+                             f"is not; run: interp claims {claims_path} {spec}")
     else:
         raise InputError(f"expected [SPEC] FILE (or --list-kinds), got {len(args.paths)} arguments: {args.paths}.")
     claims_file = read_claims(claims_path)

@@ -19,6 +19,7 @@ class PromptSet:
     tokens: torch.Tensor  # (prompt, pos) long
     attention_mask: torch.Tensor | None = None  # (prompt, pos) 1 = real, 0 = padding
     meta: dict[str, Any] = field(default_factory=dict)  # kind, seed, prefix_len, ...
+    rows: torch.Tensor | None = None  # (prompt,) each prompt's row in the set it was taken from; None = 0..n-1
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, torch.Tensor) or self.tokens.ndim != 2:
@@ -26,6 +27,8 @@ class PromptSet:
             raise ValueError(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
         if self.tokens.is_floating_point():
             raise TypeError(f"PromptSet.tokens must be integer token ids, got dtype {self.tokens.dtype}.")
+        if self.rows is not None and tuple(self.rows.shape) != (self.tokens.shape[0],):
+            raise BadInput(f"PromptSet.rows has shape {tuple(self.rows.shape)}; expected ({self.tokens.shape[0]},), one per prompt.")
         if self.attention_mask is not None and self.attention_mask.shape != self.tokens.shape:
             raise ValueError(
                 f"attention_mask shape {tuple(self.attention_mask.shape)} differs from tokens shape "
@@ -47,7 +50,20 @@ class PromptSet:
         if isinstance(index, int):
             index = slice(index, index + 1)
         mask = None if self.attention_mask is None else self.attention_mask[index]
-        return replace(self, tokens=self.tokens[index], attention_mask=mask)
+        rows = torch.arange(len(self)) if self.rows is None else self.rows
+        return replace(self, tokens=self.tokens[index], attention_mask=mask, rows=rows[index])
+
+    def row_numbers(self, positions) -> list[int]:
+        """Rows of the original set (e.g. the user's prompt file) of prompts at `positions` of this one,
+        so an error about a batch or a split half names the row the user wrote."""
+        positions = [int(p) for p in positions]
+        return positions if self.rows is None else [int(self.rows[p]) for p in positions]
+
+    def real_lengths(self) -> torch.Tensor:
+        """(prompt,) number of real (unpadded) tokens of each prompt."""
+        if self.attention_mask is None:
+            return torch.full((len(self),), self.n_pos, dtype=torch.long)
+        return self.attention_mask.long().sum(-1)
 
     def batches(self, batch_size: int) -> Iterator["PromptSet"]:
         """Consecutive batches of at most `batch_size` prompts."""
