@@ -56,7 +56,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.errors import BadInput, ModelError
+from interp.errors import BadInput, BadType, InterpError, ModelError
 
 from interp.modelinfo import check_finite_weights, context_length, model_config, vocab_size
 
@@ -155,7 +155,7 @@ class ModelAdapter:
 
     def __init__(self, model: Callable, *, max_tokens: int = 4096):
         if not callable(model):
-            raise TypeError(f"model must be an nn.Module or a callable tokens -> outputs, got {type(model).__name__}.")
+            raise BadType(f"model must be an nn.Module or a callable tokens -> outputs, got {type(model).__name__}.")
         self.model = model
         self.module = model if isinstance(model, nn.Module) else None
         self.name = getattr(_config(model), "model_name", None) or type(model).__name__
@@ -181,7 +181,7 @@ class ModelAdapter:
         if attention_mask is None and self.ones_mask:
             attention_mask = torch.ones_like(tokens)
         kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device).long()}
-        out = _first_tensor(self.model(tokens, **kwargs))
+        out = _first_tensor(self._run(tokens, kwargs))
         batch, n_pos = tokens.shape
         if not isinstance(out, torch.Tensor) or out.ndim < 2 or tuple(out.shape[:2]) != (batch, n_pos):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -205,6 +205,19 @@ class ModelAdapter:
                     f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
                 )
         return out
+
+    def _run(self, tokens: torch.Tensor, kwargs: dict) -> Any:
+        """The model's forward; its own failure becomes a ModelError that says which model and where."""
+        try:
+            return self.model(tokens, **kwargs)
+        except (InterpError, ValueError):  # already a message about the input (ours, or the model's own check)
+            raise
+        except Exception as error:
+            from interp.errors import user_frame
+
+            where = user_frame(error, ()) or "its forward"
+            raise ModelError(f"the model {self.name} raised {type(error).__name__} at {where} on tokens of shape "
+                             f"{tuple(tokens.shape)}: {error}") from error
 
     def with_ones_mask(self) -> "ModelAdapter":
         """A copy that passes an all-ones attention_mask wherever a call gives none: a model may take
@@ -1065,7 +1078,6 @@ def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:
     A tolerance above MAX_TOL (MAX_TOL_HALF for float16 / bfloat16 models) would call real
     leaks rounding: `--tol inf` must not turn an unmasked model into "causal".
     """
-    from interp.errors import BadInput
 
     limit = MAX_TOL_HALF if dtype in (torch.float16, torch.bfloat16) else MAX_TOL
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol <= limit:

@@ -52,7 +52,19 @@ def _out_console(args) -> Any:
     to_stderr = getattr(args, "json", None) == "-"
     stream = sys.stderr if to_stderr else sys.stdout
     width = None if stream.isatty() else 120  # a terminal's own width; 120 columns in files and pipes
-    return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
+    return _pipe_safe(Console)(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False,
+                               width=width)
+
+
+def _pipe_safe(console_class):
+    """A rich Console class whose closed pipe raises BrokenPipeError (exit 0 in `main`), not rich's SystemExit(1),
+    which would read as "a finding" (`interp verify | head -1`)."""
+    class PipeSafeConsole(console_class):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError("stdout was closed by the reader")
+
+    return PipeSafeConsole
 
 
 def _load(spec: str | None, quiet: bool = False, *, black_box: bool = False):

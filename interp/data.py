@@ -11,7 +11,7 @@ from typing import Any, Iterator, Literal, get_args
 
 import torch
 
-from interp.errors import BadInput
+from interp.errors import BadInput, BadType
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,33 @@ class PromptSet:
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, torch.Tensor) or self.tokens.ndim != 2:
             shape = tuple(self.tokens.shape) if isinstance(self.tokens, torch.Tensor) else type(self.tokens).__name__
-            raise ValueError(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
+            raise BadInput(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
         if self.tokens.is_floating_point():
-            raise TypeError(f"PromptSet.tokens must be integer token ids, got dtype {self.tokens.dtype}.")
+            raise BadType(f"PromptSet.tokens must be integer token ids, got dtype {self.tokens.dtype}.")
+        if self.attention_mask is not None and not isinstance(self.attention_mask, torch.Tensor):
+            raise BadType(f"PromptSet.attention_mask must be a (prompt, pos) tensor of 0/1 or None, got "
+                          f"{type(self.attention_mask).__name__}.")
         if self.rows is not None and tuple(self.rows.shape) != (self.tokens.shape[0],):
             raise BadInput(f"PromptSet.rows has shape {tuple(self.rows.shape)}; expected ({self.tokens.shape[0]},), one per prompt.")
         if self.attention_mask is not None and self.attention_mask.shape != self.tokens.shape:
-            raise ValueError(
+            raise BadInput(
                 f"attention_mask shape {tuple(self.attention_mask.shape)} differs from tokens shape "
                 f"{tuple(self.tokens.shape)}."
             )
+        if self.attention_mask is not None:
+            self._check_mask_values()
+
+    def _check_mask_values(self) -> None:
+        """0/1 entries only, and at least one real token per prompt (a fully padded prompt has no statistics)."""
+        mask = self.attention_mask
+        odd = mask[(mask != 0) & (mask != 1)]
+        if odd.numel():
+            raise BadInput(f"PromptSet.attention_mask holds {odd.flatten()[0].item()!r}; expected 1 for real tokens and "
+                           "0 for padding (an additive mask converts with `(mask == 0).long()`).")
+        empty = (~mask.bool().any(-1)).nonzero().flatten().tolist() if mask.ndim == 2 else []
+        if empty:
+            raise BadInput(f"prompts {self.row_numbers(empty[:5])} are all padding (attention_mask all 0); every prompt "
+                           "needs at least one real token: drop them.")
 
     @property
     def kind(self) -> str:
@@ -337,7 +354,7 @@ def text_prompts(
         return pad([tokenizer.encode(t) for t in texts], pad_id=tokenizer.pad_token_id, padding_side=padding_side,
                    max_len=max_len, n_ctx=n_ctx, meta=meta)
     if not callable(tokenizer):
-        raise TypeError(
+        raise BadType(
             f"tokenizer must be a CharTokenizer or a Hugging Face tokenizer, got {type(tokenizer).__name__}."
         )
     previous_side = getattr(tokenizer, "padding_side", None)
@@ -375,7 +392,7 @@ def char_prompts(
 def check_prompts(prompts: PromptSet, *, n_ctx: int | None = None, d_vocab: int | None = None) -> PromptSet:
     """Raise a clear error for an empty set, prompts longer than `n_ctx`, ids outside [0, d_vocab)."""
     if not isinstance(prompts, PromptSet):
-        raise TypeError(
+        raise BadType(
             f"expected a PromptSet, got {type(prompts).__name__}; build one with interp.data.random_tokens, "
             "repeated_tokens, text_prompts or pad."
         )

@@ -26,6 +26,10 @@ class BadInput(InterpError, ValueError):
     exit_code = EXIT_INPUT
 
 
+class BadType(BadInput, TypeError):
+    """An argument of the wrong type (a float tensor for token ids, an int for a spec). Exit code 2."""
+
+
 class ModelError(InterpError, RuntimeError):
     """The user's model, factory or checkpoint failed while the toolkit ran it. Exit code 2."""
 

@@ -32,6 +32,7 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.data import PromptSet
+from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
 
 Head = tuple[int, int]  # (layer, head)
@@ -128,7 +129,7 @@ def as_prompts(prompts: PromptSet | torch.Tensor) -> PromptSet:
         return prompts
     if isinstance(prompts, torch.Tensor):
         return PromptSet(prompts if prompts.ndim == 2 else prompts.unsqueeze(0))
-    raise TypeError(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
+    raise BadType(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
 
 
 def _accepts(model: nn.Module, argument: str) -> bool:
@@ -469,7 +470,7 @@ def substitute_pattern(
     if isinstance(pattern, str):
         _check_choice("pattern", pattern, IDEAL_PATTERNS)
     elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
-        raise TypeError(
+        raise BadType(
             f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
             f"got {type(pattern).__name__}."
         )

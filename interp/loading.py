@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from interp.errors import BadInput, CheckpointError, ModelError
+from interp.errors import BadInput, BadType, CheckpointError, ModelError
 from interp.hooks import ROLES, AttentionSite, register_site_finder
 from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
@@ -81,8 +81,10 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
     if isinstance(spec, nn.Module):
         return _from_module(spec).to(device)
     if not isinstance(spec, (str, os.PathLike)):
-        raise TypeError(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
+        raise BadType(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
     text = os.fspath(spec)
+    if not text.strip():
+        raise BadInput(f"the model spec is empty ({text!r}); {_accepted()}")
     if text in BUILTINS:
         return _checkpoint(builtin_path(text), device)
     path = Path(text).expanduser()
@@ -153,7 +155,7 @@ def _call_factory(spec: str) -> nn.Module:
     except Exception as error:  # the user's factory failed: say which, and where
         raise ModelError(f"factory {spec!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, nn.Module):
-        raise TypeError(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
+        raise BadType(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
     return model
 
 

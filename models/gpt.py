@@ -23,6 +23,11 @@ from models.config import GPTConfig
 ReturnType = Literal["logits", "loss", "both", None]
 
 
+class TokenTypeError(TypeError, ValueError):
+    """Tokens of the wrong type or dtype: a TypeError, and a ValueError so that callers treating bad
+    input values alike (the `interp` command: exit 2) catch it too."""
+
+
 class HookedGPT(CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
@@ -79,9 +84,9 @@ class HookedGPT(CachingRoot):
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate a (batch, pos) batch of token ids; raise an error that says how to fix it."""
         if not isinstance(tokens, torch.Tensor):
-            raise TypeError(f"tokens must be a torch.LongTensor of shape (batch, pos), got {type(tokens).__name__}.")
+            raise TokenTypeError(f"tokens must be a torch.LongTensor of shape (batch, pos), got {type(tokens).__name__}.")
         if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise TypeError(
+            raise TokenTypeError(
                 f"tokens must be integer ids (torch.long), got dtype {tokens.dtype}; "
                 "convert with tokens.long() if they are ids stored as floats."
             )
