@@ -35,6 +35,7 @@ from transformer_lens import FactoredMatrix
 from analyses.positional import nan_aware_frame
 from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet
+from interp.errors import BadInput
 from interp.hooks import attention_sites
 
 INDUCTION_METRICS = ("induction", "duplicate_token")
@@ -60,6 +61,11 @@ def repeat_queries(prompts: PromptSet) -> torch.Tensor:
 
 
 def _check_repeats(prompts: PromptSet) -> torch.Tensor:
+    prefix_len = prompts.meta.get("prefix_len")
+    if prefix_len is not None and prefix_len < 2:
+        # every repeat is the previous token: "the token after it" is the query itself (issue 11 #6)
+        raise BadInput(f"prompts with prefix_len={prefix_len}: the induction target of every repeat is the query "
+                       "itself, so induction cannot be told from self-attention; use prefix_len >= 2.")
     queries = repeat_queries(prompts)
     none = (~queries.any(-1)).nonzero().flatten().tolist()
     if none:
@@ -81,9 +87,7 @@ def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torc
     duplicate = same.tril(diagonal=-1)[:, None]  # (batch, 1, query, key): earlier occurrences
     induction = torch.zeros_like(duplicate)
     induction[..., 1:] = duplicate[..., :-1]  # the token after each earlier occurrence (key <= query)
-    # strictly earlier keys: when the earlier occurrence is the previous token, "the token after it" is the
-    # query itself, and self-attention must not count as induction (issue 11 #6)
-    induction = induction.tril(diagonal=-1) & real[:, None, None, :]
+    induction &= real[:, None, None, :]
     return {
         "induction": masked_mean((pattern * induction).sum(-1), queries),
         "duplicate_token": masked_mean((pattern * duplicate).sum(-1), queries),

@@ -65,9 +65,12 @@ class CachingRoot(HookedRootModule):
         return chosen
 
     def check_cache_size(self, names: list[str], batch: int, n_pos: int) -> int:
-        """Estimate the bytes a cache of `names` takes for (batch, n_pos) tokens, before running; refuse
+        """Estimate the bytes a cache of `names` takes for (batch, n_pos) tokens, before running (0 when the
+        root has no `cfg` with n_heads / d_head / d_model to estimate from); refuse
         (naming the size and how to narrow it) when it exceeds the memory available."""
-        cfg = self.cfg
+        cfg = getattr(self, "cfg", None)
+        if not all(hasattr(cfg, name) for name in ("n_heads", "d_head", "d_model")):
+            return 0  # a root without our config: nothing to estimate from
         d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
         per_token = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_heads * cfg.d_head, "v": cfg.n_heads * cfg.d_head,
                      "z": cfg.n_heads * cfg.d_head, "result": cfg.n_heads * cfg.d_model, "pre": d_mlp, "post": d_mlp,

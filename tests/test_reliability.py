@@ -91,19 +91,15 @@ def test_edited_config_that_keeps_shapes_is_refused(tmp_path):
 
 # ------------------------------------------------------------------ 6. induction is never self-attention
 
-def test_self_attention_never_counts_as_induction():
-    from analyses.induction import reduce_induction
-    from interp.capture import BatchContext
-    from interp.hooks import AttentionSite
+def test_a_repeat_period_of_one_is_refused_not_scored_as_induction():
+    from analyses import induction
 
-    tokens = torch.tensor([[5, 5, 7, 7, 9, 9]])  # every repeat is the previous token: "after it" is the query itself
-    pattern = torch.eye(6)[None, None]  # (batch, head, query, key): pure self-attention
-    site = AttentionSite(0, "blocks.0.attn", 1, 4, True, {})
-    ctx = BatchContext(site, tokens, None, True, {})
-    scores = reduce_induction(pattern, ctx)
-    assert float(scores["induction"]) == 0.0  # was 1.0
     with pytest.raises(BadInput, match="prefix_len=1"):
         data.repeated_tokens(4, 1, VOCAB)
+    tokens = torch.tensor([[5, 5, 7, 7, 9, 9]] * 4)  # every repeat is the previous token
+    period_one = data.PromptSet(tokens, meta={"kind": "repeated", "prefix_len": 1, "offset": 0})
+    with pytest.raises(BadInput, match=r"prefix_len=1: the induction target .* is the query itself"):
+        induction.scores(tiny(), period_one)  # reported the self_token score (0.886) as induction
 
 
 # ------------------------------------------------------------------ 8. padded prompts in claims / scan / report
