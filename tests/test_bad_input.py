@@ -291,6 +291,7 @@ def _cli_cases():
         (["verify", "{f}/truncated"], 2, r"truncated\.safetensors is not a readable"),
         (["verify", "{f}/arch"], 2, r"architecture: saved 'GPTConfig', now 'EncoderConfig'"),
         (["heads", "{f}/nanw"], 2, r"non-finite weights"),
+        (["scan", "{f}/nanw", "--n", "8"], 2, r"non-finite weights"),
         (["verify", "userpkg_bad:raising_factory"], 2, r"factory cannot find its weights"),
         (["heads", "userpkg_bad:exploding"], 2, r"ZeroDivisionError at .*userpkg_bad.*divides by zero"),
         (["audit-leakage", "userpkg_bad:exploding", "--max-len", "6"], 2, r"ZeroDivisionError.*divides by zero"),

@@ -216,6 +216,10 @@ def test_encoder_headline_is_the_padding_audit_and_one_line_assertion(tiny_encod
     assert report.max_influence == pytest.approx(audited)  # not the by-design future dependence
     with pytest.raises(AssertionError, match="padding"):
         assert_bidirectional_padding_inert(build("encoder_padding_bug", 0), max_len=10)
+    buggy = audit(build("encoder_padding_bug", 0), max_len=10)
+    padding = buggy.table[buggy.table["method"] == "padding"]["influence"].max()
+    assert buggy.leaks == ("padding",) and buggy.max_influence == pytest.approx(padding)  # was 1.63, the future dependence
+    assert not any("pad content does not matter" in note for note in buggy.notes)  # contradicted the padding verdict
     with pytest.raises(AssertionError, match="not declared bidirectional.*assert_causal"):
         assert_bidirectional_padding_inert(tiny(), max_len=8)
     with pytest.raises(AssertionError):
