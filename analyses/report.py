@@ -13,9 +13,10 @@
     report.json   the run's settings and highlights, machine-readable
     plots/*.png   every figure (matplotlib, no network, referenced by relative paths)
 
-The numbers are deterministic for a given seed (same CSVs on rerun). The directory is written
-into a temporary sibling and renamed into place at the end, so a failure never leaves a
-half-written report; an existing non-empty directory is replaced only with `force=True`.
+The numbers are deterministic for a given seed (same CSVs on rerun). The files are written
+into a temporary sibling and moved into place at the end with a manifest (`interp.outdir`),
+so a failure never leaves a half-written report; `force=True` replaces only the files an
+earlier report wrote, and refuses, naming them, when the directory holds any other file.
 
 Vocabulary: heads are `L{layer}H{head}`; `pattern` is the post-softmax attention
 (query, key); the relative offset of a key is key - query (-1 = previous token, as in

@@ -29,11 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
+
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-from interp.errors import BadInput as InputError  # noqa: E402  the earlier name, kept for callers
 
 
 # --------------------------------------------------------------------------- helpers
@@ -545,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prompts(p)
     _add_selection(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help="replace an earlier report in the output directory (only its own files; other files are never deleted)")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
     _add_common(p)
 
