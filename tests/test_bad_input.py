@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,7 +26,7 @@ from hypothesis import strategies as st
 from interp import cli, data, outdir
 from interp.errors import BadInput, CheckpointError, ModelError, exit_code_for
 from interp.specs import ClaimsFile, ClaimsFileError, PromptSpec, SpecError, _json_prompts, parse_claims_text
-from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
+from models import GPTConfig, HookedGPT
 
 VOCAB, N_CTX = 40, 32
 
@@ -309,25 +312,21 @@ CLI_CASES = _cli_cases()
 def test_cli_bad_input(argv, code, match, files, capsys):
     argv = [a.replace("{f}", str(files)) for a in argv]
     try:
-        got = cli.main([*argv, "-q"] if argv[0] != "claims" or len(argv) > 1 else argv)
+        got = cli.main([*argv, "-q"])
     except SystemExit as exit_:  # argparse's own usage errors
         got = exit_.code
     err = capsys.readouterr().err
     assert got == code, err
-    import re
-
     assert re.search(match, err, re.S), err
     assert "Traceback" not in err and "internal error" not in err
 
 
 def test_closed_stdout_is_not_a_finding(tmp_path):
     """Issue 11 #10: `interp verify toy-induction | true` exited 1 ("a finding")."""
-    import subprocess
-
     root = Path(__file__).resolve().parent.parent
-    code = "import sys; sys.stdout.close = lambda: None; from interp.cli import main; sys.exit(main(['verify', 'toy-induction', '-q']))"
+    code = "import sys; from interp.cli import main; sys.exit(main(['verify', 'toy-induction', '-q']))"
     reader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
-                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)})
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)})
     reader.stdout.close()  # the reader went away before the first line
     _, err = reader.communicate(timeout=240)
     assert reader.returncode == 0, err.decode()
