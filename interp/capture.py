@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from interp.data import PromptSet, check_prompts
+from interp.errors import user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
 from interp.modelinfo import check_finite_weights
 
@@ -194,6 +195,11 @@ def stream(
                         model(tokens, **device_batch.model_kwargs())
             except StopForward:
                 pass
+            except Exception as error:  # the user's model failing is theirs to fix, and says where
+                failure = user_failure(error, f"the model {type(model).__name__}")
+                if failure is None:
+                    raise
+                raise failure from error
             missing = [name for name, site in zip(names, sites) if site.layer not in outputs]
             if missing:
                 raise RuntimeError(

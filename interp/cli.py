@@ -633,13 +633,13 @@ def _report_error(command: str, error: Exception, debug: bool) -> int:
     Bad input and a failing user model: exit 2, one line naming what failed and where (the
     traceback with INTERP_DEBUG=1). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
     """
-    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, ModelError, exit_code_for, user_frame
+    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, ModelError, exit_code_for, toolkit_roots, user_frame
 
     if isinstance(error, BrokenPipeError) or _stdout_closed(error):
         _silence_stdout()
         return OK
     code = exit_code_for(error)
-    where = user_frame(error, _toolkit_roots()) if code == INTERNAL else None
+    where = user_frame(error, toolkit_roots()) if code == INTERNAL else None
     if where is not None:  # raised inside the user's own model or factory: their input, not our bug
         error = ModelError(f"the model's own code raised {type(error).__name__} at {where}: {_message(error)}")
         code = exit_code_for(error)
@@ -656,11 +656,6 @@ def _report_error(command: str, error: Exception, debug: bool) -> int:
         traceback.print_exception(error)
     print(f"interp {command}: error: {_message(error)}", file=sys.stderr)
     return code
-
-
-def _toolkit_roots() -> tuple[str, ...]:
-    root = Path(__file__).resolve().parent.parent
-    return tuple(str(root / package) + os.sep for package in ("interp", "analyses", "models"))
 
 
 def _stdout_closed(error: BaseException) -> bool:

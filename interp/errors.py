@@ -67,6 +67,29 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def toolkit_roots() -> tuple[str, ...]:
+    """The folders of the toolkit's own packages (interp, analyses, models), each ending in a separator."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    return tuple(str(root / package) + os.sep for package in ("interp", "analyses", "models"))
+
+
+def user_failure(error: BaseException, what: str) -> ModelError | None:
+    """A ModelError for `error` when it was raised in the user's own code (see `user_frame`), else None.
+
+    `what` names the model or factory; our own errors and input checks (InterpError, ValueError)
+    are left as they are, and so is anything raised in the toolkit: a bug there must stay a bug.
+    """
+    if isinstance(error, (InterpError, ValueError, KeyboardInterrupt)):
+        return None
+    where = user_frame(error, toolkit_roots())
+    if where is None:
+        return None
+    return ModelError(f"{what} raised {type(error).__name__} at {where}: {error}")
+
+
 def user_frame(error: BaseException, toolkit_roots: tuple[str, ...]) -> str | None:
     """`file:line` of the innermost traceback frame in the user's own code, or None.
 

@@ -224,3 +224,23 @@ def test_encoder_headline_is_the_padding_audit_and_one_line_assertion(tiny_encod
         assert_bidirectional_padding_inert(tiny(), max_len=8)
     with pytest.raises(AssertionError):
         assert_causal(tiny_encoder, max_len=10)
+
+
+def test_a_user_model_that_raises_is_a_model_error_naming_where(tmp_path, monkeypatch):
+    """Issue 11 #9 from Python: the user's forward failing inside an analysis says it is theirs, and where."""
+    from analyses import positional
+    from interp.errors import ModelError
+
+    (tmp_path / "userpkg_raises.py").write_text(textwrap.dedent('''
+        from models import HookedGPT
+
+        class Broken(HookedGPT):
+            def forward(self, tokens, *args, **kwargs):
+                raise RuntimeError("the user's cache is full")
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from userpkg_raises import Broken
+
+    model = Broken(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=VOCAB, n_ctx=32, seed=0)).eval()
+    with pytest.raises(ModelError, match=r"the model Broken raised RuntimeError at .*userpkg_raises\.py:6"):
+        positional.focus(model, data.repeated_tokens(8, 4, VOCAB))
