@@ -114,9 +114,24 @@ def _check_counts(n: int, **lengths: int) -> None:
             raise ValueError(f"{name}={value} must be at least 1.")
 
 
+def check_size(n: int, n_pos: int, what: str) -> None:
+    """Refuse, before allocating, a (n, n_pos) long tensor larger than the memory available."""
+    import os
+
+    size = n * n_pos * 8  # int64 token ids
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if size > available:
+        raise BadInput(f"{what}: {n} prompts x {n_pos} positions would take {size / 2**30:.1f} GiB of token ids, more than "
+                       f"the {available / 2**30:.1f} GiB available; ask for fewer or shorter prompts.")
+
+
 def random_tokens(n: int, seq_len: int, d_vocab: int, *, seed: int = 0, bos: int | None = None) -> PromptSet:
     """`n` prompts of uniformly random token ids (optionally after a fixed BOS token)."""
     _check_counts(n, seq_len=seq_len, d_vocab=d_vocab)
+    check_size(n, seq_len, "random_tokens")
     tokens = torch.randint(0, d_vocab, (n, seq_len), generator=_generator(seed))  # (prompt, pos)
     if bos is not None:
         tokens = torch.cat([torch.full((n, 1), bos), tokens], dim=1)
@@ -138,6 +153,7 @@ def repeated_tokens(
             f"prefix_len={prefix_len}: with a repeat period of 1 the induction target (the token after the previous "
             "occurrence) is the query itself, so induction cannot be told from self-attention; use prefix_len >= 2."
         )
+    check_size(n, prefix_len * n_repeats, "repeated_tokens")
     prefix = torch.randint(0, d_vocab, (n, prefix_len), generator=_generator(seed))  # (prompt, prefix_pos)
     tokens = prefix.repeat(1, n_repeats)  # (prompt, pos)
     if bos is not None:
@@ -379,6 +395,7 @@ def char_prompts(
     Windows may overlap (the corpus is a few KB); all have the same length, so there is no mask.
     """
     _check_counts(n, seq_len=seq_len)
+    check_size(n, seq_len, "char_prompts")
     text = corpus_text() if text is None else text
     tokenizer = corpus_tokenizer() if tokenizer is None else tokenizer
     if len(text) < seq_len:
