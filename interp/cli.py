@@ -487,7 +487,7 @@ def _positive_float(text: str) -> float:
 
 
 def _tol(text: str) -> float:
-    """--tol: finite, positive and below 0.05 (the audit refuses >= 0.01 for float32 models)."""
+    """--tol: finite, positive and below 0.05 (the audit itself refuses more than 0.01 for float32 models)."""
     value = _positive_float(text)
     if value >= 0.05:
         raise argparse.ArgumentTypeError(f"{value:g} would call real leaks rounding; pass a value below 0.05 "

@@ -50,7 +50,7 @@ class InternalError(InterpError, RuntimeError):
 
 # exceptions that carry the caller's bad input when they are not ours: a ValueError / KeyError /
 # missing file raised with a message naming the value (the convention before `BadInput` existed)
-_LEGACY_INPUT = (ValueError, KeyError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+_LEGACY_INPUT = (ValueError, KeyError, OSError)  # OSError: a missing or unwritable file, a full disk: not a bug of ours
 
 
 def exit_code_for(error: BaseException) -> int:

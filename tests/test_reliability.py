@@ -244,3 +244,24 @@ def test_a_user_model_that_raises_is_a_model_error_naming_where(tmp_path, monkey
     model = Broken(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=VOCAB, n_ctx=32, seed=0)).eval()
     with pytest.raises(ModelError, match=r"the model Broken raised RuntimeError at .*userpkg_raises\.py:6"):
         positional.focus(model, data.repeated_tokens(8, 4, VOCAB))
+
+
+# ------------------------------------------------------------------ one mapping of exceptions to exit codes
+
+@pytest.mark.parametrize("error, code", [
+    ("BadInput", 2), ("BadType", 2), ("ModelError", 2), ("CheckpointError", 2), ("InternalError", 3),
+])
+def test_each_error_class_maps_to_its_exit_code_once(error, code):
+    from interp import errors
+
+    instance = getattr(errors, error)("x")
+    assert errors.exit_code_for(instance) == code
+    assert isinstance(errors.CheckpointError("x"), ValueError) and isinstance(errors.BadType("x"), TypeError)
+
+
+def test_exit_codes_of_foreign_exceptions():
+    from interp.errors import exit_code_for
+
+    assert exit_code_for(BrokenPipeError()) == 0  # a closed stdout is not a finding
+    assert exit_code_for(FileNotFoundError("x")) == 2 and exit_code_for(ValueError("x")) == 2
+    assert exit_code_for(RuntimeError("x")) == 3 and exit_code_for(ZeroDivisionError()) == 3  # bugs stay bugs
