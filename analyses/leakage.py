@@ -749,7 +749,8 @@ class LeakageReport:
             elif self.bidirectional and METHOD_KIND[method] == "future":
                 status = "bidirectional"
             source = "" if pd.isna(top["source_pos"]) else (
-                f" reads {int(top['source_pos'])}" if method in ("gradient", "pattern") else f" moved by {int(top['source_pos'])}..")
+                f" reads {int(top['source_pos'])}" if method in ("gradient", "pattern")
+                else f" when {int(top['source_pos'])}..{int(top['length']) - 1} changed")
             where = f"{top['site']} L={int(top['length'])} q={int(top['query_pos'])}{source}"
             rows.append({"method": method, "status": status, "max_influence": value, "where": where})
         return rows
