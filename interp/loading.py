@@ -197,9 +197,16 @@ def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "c
     folder = Path(folder).resolve()
     from transformer_lens.model_bridge import TransformerBridge
 
-    with _hub_offline():
-        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
-    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    try:
+        declared = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (ValueError, AttributeError) as error:  # not JSON, or JSON but not an object
+        raise CheckpointError(f"{folder / 'config.json'} is not a JSON object ({error}); is the folder complete?") from None
+    try:
+        with _hub_offline():
+            bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+    except Exception as error:  # the user's folder: say which, and what transformers said
+        raise CheckpointError(f"{folder}: transformers could not load this Hugging Face folder: "
+                              f"{type(error).__name__}: {error}") from error
     loaded = type(bridge.original_model).__name__
     bridge.head_is_random = bool(declared) and loaded not in declared
     bridge.load_notes = []

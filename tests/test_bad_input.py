@@ -63,6 +63,10 @@ def files(tmp_path_factory):
     blob = (root / "truncated.safetensors").read_bytes()
     (root / "truncated.safetensors").write_bytes(blob[: len(blob) // 2])
     save(with_nan(tiny()), root / "nanw")
+    (root / "hf_noweights").mkdir()
+    (root / "hf_noweights" / "config.json").write_text('{"model_type": "bert", "architectures": ["BertModel"]}')
+    (root / "hf_junk").mkdir()
+    (root / "hf_junk" / "config.json").write_text("not json")
     (root / "floats.json").write_text("[[1.5, 2]]")
     (root / "negative.json").write_text("[[1, -3]]")
     (root / "strings.json").write_text('[["a", 2]]')
@@ -155,6 +159,9 @@ def _api_cases():
         ("load edited layer_norm_eps", load("eps"), CheckpointError, r"layer_norm_eps: saved 1e-05, now 0.1"),
         ("load config not an object", load("strcfg"), CheckpointError, r"'config': 'x', not an object"),
         ("load NaN weights", load("nanw"), ValueError, r"non-finite weights .*blocks\.1\.attn\.W_V"),
+        ("HF folder without weights", load("hf_noweights"), CheckpointError,
+         r"hf_noweights: transformers could not load this Hugging Face folder"),
+        ("HF folder with broken config", load("hf_junk"), CheckpointError, r"hf_junk/config\.json is not a JSON object"),
         ("factory raises", load("userpkg_bad:raising_factory"), ModelError,
          r"factory 'userpkg_bad:raising_factory' raised RuntimeError: factory cannot find its weights"),
         ("factory returns int", load("userpkg_bad:int_factory"), TypeError, "returned a int"),
