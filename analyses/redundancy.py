@@ -103,14 +103,20 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
-def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-    """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
+def _check_next_token_targets(prompts: PromptSet) -> None:
+    """A BadInput naming the prompts with fewer than 2 real tokens: their next-token loss has no target
+    (it would be NaN, or a silent 0 under padding)."""
     short = (prompts.real_lengths() < 2).nonzero().flatten()
     if len(short):
         raise BadInput(
             f"prompts {prompts.row_numbers(short[:5])} have fewer than 2 real tokens, so the next-token loss has no "
             "target there; drop them or use longer prompts."
         )
+
+
+def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
+    _check_next_token_targets(prompts)
     tokens = prompts.tokens.to(logits.device)
     per = F.cross_entropy(_upcast(logits[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     per = per.view(tokens.shape[0], -1)  # (batch, pos - 1)
@@ -146,6 +152,7 @@ def _token_weights(loss_fn: LossFn, prompts: PromptSet) -> torch.Tensor | None:
     """(batch, pos - 1) weights of each next-token target in a built-in loss (rows sum to one); None otherwise."""
     n, n_pos = prompts.tokens.shape
     if loss_fn is lm_loss:
+        _check_next_token_targets(prompts)
         weights = torch.ones(n, n_pos - 1) if prompts.attention_mask is None else prompts.attention_mask[:, 1:].float()
     elif loss_fn is induction_loss:
         if prompts.meta.get("prefix_len") is None:
@@ -160,15 +167,16 @@ def _token_weights(loss_fn: LossFn, prompts: PromptSet) -> torch.Tensor | None:
     return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _check_loss(values: torch.Tensor, n: int, what: str) -> torch.Tensor:
+def _check_loss(values: torch.Tensor, batch: PromptSet, what: str) -> torch.Tensor:
+    n = len(batch)
     if not isinstance(values, torch.Tensor) or values.shape != (n,):
         shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"loss_fn must return one loss per prompt, shape ({n},); got {shape}.")
     if not torch.isfinite(values).all():
-        bad = (~torch.isfinite(values)).nonzero().flatten()[:5].tolist()
+        bad = batch.row_numbers((~torch.isfinite(values)).nonzero().flatten()[:5].tolist())
         raise ValueError(
-            f"the loss is NaN or inf ({what}) for prompts at batch rows {bad}; check the model's weights "
-            "(interp.verify_hooks), the prompts and the loss_fn."
+            f"the loss is NaN or inf ({what}) for prompts {bad} (rows of the prompt set); check those prompts, "
+            "the loss_fn and the model's outputs on them (interp.verify_hooks)."
         )
     return values
 
@@ -558,7 +566,7 @@ class AblationEngine:
         model = self.model
         weights = _token_weights(self.loss_fn, batch)
         if weights is None:
-            return _check_loss(self.loss_fn(model.unembed(model.ln_final(resid)), batch), len(batch), what)
+            return _check_loss(self.loss_fn(model.unembed(model.ln_final(resid)), batch), batch, what)
         weights = weights.to(resid.device)  # (batch, pos - 1), each row summing to one
         rows = weights.nonzero(as_tuple=True)
         x = model.ln_final(resid[:, :-1][rows])  # (scored, d_model)
@@ -571,7 +579,7 @@ class AblationEngine:
             per[part] = torch.logsumexp(logits, -1) - logits.gather(-1, targets[part, None])[:, 0]
         loss = torch.zeros(len(batch), dtype=dtype, device=resid.device)
         loss.index_add_(0, rows[0], per * weights[rows])
-        return _check_loss(loss, len(batch), what)
+        return _check_loss(loss, batch, what)
 
     @torch.no_grad()
     def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
@@ -593,14 +601,14 @@ class AblationEngine:
                 with torch.no_grad():
                     tokens = batch.tokens.to(_device(self.model))
                     logits = self.model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-                clean_loss = _check_loss(self.loss_fn(logits, batch), len(batch), "clean run")
+                clean_loss = _check_loss(self.loss_fn(logits, batch), batch, "clean run")
             rows = []
             for heads, values in zip(head_sets, sources):
                 what = f"ablating {'+'.join(map(_label, heads))}"
                 if self.fast:
                     rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what))
                 else:
-                    rows.append(_check_loss(self.loss_fn(self._full(batch, heads, values), batch), len(batch), what))
+                    rows.append(_check_loss(self.loss_fn(self._full(batch, heads, values), batch), batch, what))
             clean_parts.append(clean_loss.detach().double().cpu())
             ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
         return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)
@@ -647,7 +655,7 @@ def gradient_importance(
         hooks = [(site.hook("z"), make_hook(site.layer, site.n_heads)) for site in sites]
         with torch.enable_grad(), hooked(model, hooks):
             logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "head-mask gradient")
+            loss = _check_loss(engine.loss_fn(logits, batch), batch, "head-mask gradient")
             (grad,) = torch.autograd.grad(loss.sum(), mask)
         out.append(-grad.detach().double().cpu())
     return torch.cat(out)
@@ -738,7 +746,7 @@ def second_order(
         hooks = [(site.hook("z"), make_hook(site)) for site in sites] + [(site.hook("pattern"), lambda p, hook: None) for site in sites]
         with torch.enable_grad(), hooked(model, hooks):
             logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "second-order estimate").sum()
+            loss = _check_loss(engine.loss_fn(logits, batch), batch, "second-order estimate").sum()
             (grad,) = torch.autograd.grad(loss, mask, create_graph=True)
             for i in range(len(heads)):
                 (row,) = torch.autograd.grad(grad[i], mask, retain_graph=True)

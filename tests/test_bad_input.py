@@ -239,6 +239,8 @@ def _api_cases():
          induction.NoRepeats, r"prompts \[0, 1\] have no repeated tokens"),
         ("importance 1-token prompts", lambda f: redundancy.importance(tiny(), data.random_tokens(16, 1, VOCAB)),
          BadInput, r"fewer than 2 real tokens"),
+        ("importance a 1-token padded prompt", lambda f: redundancy.importance(tiny(), data.pad([[1, 2, 3]] * 15 + [[4]])),
+         BadInput, r"prompts \[15\] have fewer than 2 real tokens"),
         ("substitute wrong name", substitute("previous"), ValueError, "'previous'"),
         ("substitute future weight", substitute(torch.ones(4, 4) / 4), ValueError, "future"),
         # --- leakage audit
