@@ -228,6 +228,9 @@ def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, pr
         if "prefix_len" not in prompts.meta:
             raise Inconclusive(f"{metric} needs prompts with a known repeat structure (meta prefix_len, from "
                                "interp.data.repeated_tokens); these prompts have none.")
+        if prompts.meta["prefix_len"] < 2:
+            raise Inconclusive(f"prefix_len={prompts.meta['prefix_len']}: the induction target would be the query "
+                               "itself; use prefix_len >= 2.")
         if prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] >= prompts.n_pos:
             raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={prompts.meta['prefix_len']}).")
         values = ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(

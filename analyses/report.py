@@ -15,16 +15,17 @@
                   wall time), schema version and every file written, machine-readable
     plots/*.png   every figure (matplotlib, no network, referenced by relative paths)
 
+The numbers are deterministic for a given seed (same CSVs on rerun). The files are written
+into a temporary sibling and moved into place at the end with a manifest (`interp.outdir`),
+so a failure never leaves a half-written report; `force=True` replaces only the files an
+earlier report wrote, and refuses, naming them, when the directory holds any other file.
+
 report.html also embeds an interactive attention viewer (`analyses.viewer`: a few prompts,
 weights quantised to uint8, script and style inlined) and a glossary of every metric.
 
 Stages: `compute` runs every analysis into a `ReportData` (typed results, no files);
 `render` writes the files (plots: `analyses.report_plots`; HTML and Markdown:
 `analyses.report_html`; formats and the glossary: `analyses.report_format`).
-
-The numbers are deterministic for a given seed (same CSVs on rerun). The directory is written
-into a temporary sibling and renamed into place at the end, so a failure never leaves a
-half-written report; an existing non-empty directory is replaced only with `force=True`.
 
 Vocabulary: heads are `L{layer}H{head}`; `pattern` is the post-softmax attention
 (query, key); the relative offset of a key is key - query (-1 = previous token, as in
@@ -49,6 +50,7 @@ from torch import nn
 
 from analyses import report_format
 from interp.claims import DEFAULT_EVIDENCE
+from interp import outdir
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 
@@ -63,8 +65,7 @@ FLOAT_FORMAT = "%.6g"  # CSV float format: stable across runs, enough digits for
 COLOUR_SCALES = ("common", "per_head")  # pattern heat maps: one 0..1 scale for all, or each head's own maximum
 
 
-class OutputDirError(FileExistsError):
-    """The output directory cannot be used (not empty, not a directory, not writable)."""
+OutputDirError = outdir.OutputDirError  # not a folder, not writable, or holding files no report wrote
 
 
 class ReportTooLarge(ValueError):
@@ -75,49 +76,18 @@ class ReportTooLarge(ValueError):
 
 
 def is_report_dir(path: str | os.PathLike) -> bool:
-    """True when `path` does not exist, is empty, or holds a report written by this module."""
-    path = Path(path)
-    if not path.exists():
-        return True
-    return path.is_dir() and ((path / MARKER).exists() or not any(path.iterdir()))
+    """True when `path` does not exist, is empty, or holds only files a previous report wrote."""
+    return outdir.is_replaceable(path)
 
 
 def check_out_dir(out_dir: str | os.PathLike, force: bool) -> Path:
-    """Refuse an output directory we must not write (before any computation starts)."""
-    out = Path(out_dir).absolute()
-    if out.exists() and not out.is_dir():
-        raise OutputDirError(f"output path {out} exists and is not a directory; choose another --out.")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise OutputDirError(
-            f"output directory {out} is not empty; pass --force to replace it, or choose another --out."
-        )
-    protected = {Path.cwd().absolute(), Path.home().absolute(), Path(out.anchor)}
-    if force and out.exists() and (out in protected or out in Path.cwd().absolute().parents):
-        raise OutputDirError(f"refusing to replace {out} (the working, home or root directory); choose a subdirectory with --out.")
-    parent = out.parent
-    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputDirError(f"cannot create {out}: {existing or parent} is not a writable directory "
-                             "(permission denied, or a file); choose another --out.")
-    return out
+    """Refuse an output directory we must not write (before any computation starts): see `interp.outdir`."""
+    return outdir.check(out_dir, force)
 
 
 def _commit(tmp: Path, out: Path) -> None:
-    """Move the finished temporary directory into place, replacing `out` if it exists."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a report is for sharing
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-        try:
-            os.rename(tmp, out)
-        except BaseException:
-            os.rename(old, out)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
+    """Move the finished temporary directory's files into `out`, with a manifest; never deletes other files."""
+    outdir.commit(tmp, out)
 
 
 # --------------------------------------------------------------------------- measurements
@@ -969,9 +939,8 @@ def build_report(
         try:
             table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
             stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))
-        except BaseException:
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
     data.timings.update({name: stages.timings[name] for name in RENDER_STAGES})
     return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data,
                         data.settings.get("behaviour"))

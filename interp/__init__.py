@@ -21,6 +21,7 @@ _EXPORTS = {
     "unhook_attention": "interp.mha",
     "verify_hooks": "interp.verify",
     "assert_causal": "interp.testing",
+    "assert_bidirectional_padding_inert": "interp.testing",
     "PromptSet": "interp.data",
     "random_tokens": "interp.data",
     "repeated_tokens": "interp.data",

@@ -47,6 +47,7 @@ import torch
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.data import PromptSet
+from interp.errors import BadType
 from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
 EvidenceKind = Literal[
@@ -448,7 +449,7 @@ def evaluate_claims(
     if bad:
         raise TypeError(f"expected Claim objects, got {type(bad[0]).__name__}; build claims with analyses.head_claims.")
     if not isinstance(prompts, PromptSet):
-        raise TypeError(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
+        raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
     if len(prompts) == 0:
         raise ValueError("the prompt set is empty; pass at least one prompt.")
     if not 0 < alpha < 1:

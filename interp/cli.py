@@ -29,12 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
+
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-class InputError(Exception):
-    """Bad input from the user: printed without a traceback, exit code 2."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -53,38 +51,63 @@ def _out_console(args) -> Any:
     to_stderr = getattr(args, "json", None) == "-"
     stream = sys.stderr if to_stderr else sys.stdout
     width = None if stream.isatty() else _columns_env() or 120  # a terminal's own width; else $COLUMNS or 120
-    return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
+    return _pipe_safe(Console)(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False,
+                               width=width)
 
 
-def _load(spec: str | None, quiet: bool = False, backend: str = "auto"):
-    """interp.load with its input errors turned into InputError."""
-    spec = spec or DEFAULT_SPEC
+def _pipe_safe(console_class):
+    """A rich Console class whose closed pipe raises BrokenPipeError (exit 0 in `main`), not rich's SystemExit(1),
+    which would read as "a finding" (`interp verify | head -1`)."""
+    class PipeSafeConsole(console_class):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError("stdout was closed by the reader")
+
+    return PipeSafeConsole
+
+
+def _load(spec: str | None, quiet: bool = False, backend: str = "auto", *, black_box: bool = False):
+    """interp.load (or `interp.loading.load_auditable` with `black_box`) behind a status line.
+
+    An empty spec (`interp verify ""`, e.g. an unset variable in a script) is refused: it must
+    not silently mean the default model. Input errors become BadInput naming the spec; errors
+    of the user's checkpoint, factory or model stay ModelError (both exit 2).
+    """
+    from interp.errors import BadInput, ModelError
+
+    spec = _checked_spec(spec)
     console = _stderr_console(quiet)
     with console.status(f"loading {spec} ...", spinner="dots"):
         import interp
+        from interp.loading import load_auditable
 
         try:
-            return interp.load(spec, backend=backend)
+            model = load_auditable(spec, backend=backend) if black_box else interp.load(spec, backend=backend)
+        except ModelError as error:  # the user's checkpoint or factory: stays a ModelError, says which spec
+            raise type(error)(f"cannot load model spec {spec!r}: {_message(error)}") from error
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
-            raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
+            raise BadInput(f"cannot load model spec {spec!r}: {_message(error)}") from error
+    for note in getattr(model, "load_notes", None) or []:
+        console.print(f"note: {note}")
+    return model
+
+
+def _checked_spec(spec: str | None) -> str:
+    """The spec to load: the default when none was given, a BadInput when an empty one was."""
+    from interp.errors import BadInput
+
+    if spec is None:
+        return DEFAULT_SPEC
+    if not spec.strip():
+        raise BadInput(f"the model spec is empty ({spec!r}); pass a built-in name (e.g. {DEFAULT_SPEC}), a checkpoint "
+                       "path, package.module:factory or a Hugging Face folder. Is a shell variable unset?")
+    return spec
 
 
 def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto"):
     """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
-    (the leakage audit needs only tokens -> outputs)."""
-    try:
-        return _load(spec, quiet, backend)
-    except InputError as error:
-        module_name, _, attribute = spec.partition(":")
-        if not attribute or "no hooks" not in str(error):
-            raise
-        import importlib
-
-        factory = getattr(importlib.import_module(module_name), attribute)
-        model = factory()
-        if hasattr(model, "eval"):
-            model.eval()
-        return model
+    (the leakage audit needs only tokens -> outputs); the factory is called once."""
+    return _load(spec, quiet, backend, black_box=True)
 
 
 def _message(error: BaseException) -> str:
@@ -331,10 +354,8 @@ def cmd_report(args) -> int:
 
 def cmd_demo(args) -> int:
     """`interp report` on the embedded default; replaces an earlier demo report, never other files."""
-    from analyses import report
-
     out = Path(args.out)
-    force = report.is_report_dir(out)  # a previous report may be replaced; anything else is refused
+    force = True  # replaces only a previous report's own files (interp.outdir); refuses, naming them, if others are there
     args_report = argparse.Namespace(
         spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
         layers=None, heads=None, claims=None, quiet=args.quiet, json=None, behaviour=None,
@@ -346,6 +367,7 @@ def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
     model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    _check_max_len_flag(model, args.max_len)
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -366,6 +388,19 @@ def cmd_audit_leakage(args) -> int:
     if args.json is not None:
         _emit_json(args, "audit-leakage", args.spec, json.loads(result.to_json()))
     return result.exit_code
+
+
+def _check_max_len_flag(model, max_len: int | None) -> None:
+    """--max-len against the model's context, worded as the flag (the API's own errors say max_len=N)."""
+    from interp.errors import BadInput
+    from interp.modelinfo import context_length
+
+    n_ctx = context_length(model)
+    if n_ctx is None and max_len is None:
+        raise BadInput(f"cannot tell the context length of a {type(model).__name__}; pass --max-len N (the longest "
+                       "sequence the model accepts).")
+    if n_ctx is not None and max_len is not None and max_len > n_ctx:
+        raise BadInput(f"--max-len {max_len} exceeds the model's context n_ctx={n_ctx}; pass --max-len {n_ctx} or less.")
 
 
 def _verdict_table(result, spec: str):
@@ -407,6 +442,9 @@ def cmd_claims(args) -> int:
         spec, claims_path = None, args.paths[0]
     elif len(args.paths) == 2:
         spec, claims_path = args.paths
+        if Path(spec).suffix == ".toml" and Path(spec).is_file() and not Path(claims_path).is_file():
+            raise InputError(f"the arguments are [SPEC] FILE, model first: {spec!r} is a claims file and {claims_path!r} "
+                             f"is not; run: interp claims {claims_path} {spec}")
     else:
         raise InputError(f"expected [SPEC] FILE (or --list-kinds), got {len(args.paths)} arguments: {args.paths}.")
     claims_file = read_claims(claims_path)
@@ -583,7 +621,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = True, seed: bool = True) -> None:
     if seed:
-        p.add_argument("--seed", type=int, default=0, help="seed of every random choice (prompts, resampling); default 0")
+        p.add_argument("--seed", type=_seed, default=0, help="seed of every random choice (prompts, resampling); default 0")
     if n:
         p.add_argument("--n", type=_positive_int, default=None, metavar="N", help="number of prompts (default: per command)")
     if json_:
@@ -627,8 +665,31 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a positive finite number")
+    return value
+
+
+def _tol(text: str) -> float:
+    """--tol: finite, positive and below 0.05 (the audit itself refuses more than 0.01 for float32 models)."""
+    value = _positive_float(text)
+    if value >= 0.05:
+        raise argparse.ArgumentTypeError(f"{value:g} would call real leaks rounding; pass a value below 0.05 "
+                                         "(default 5e-5; rounding measures <= 3e-5 in float32)")
+    return value
+
+
+SEED_MAX = 2**32 - 1  # torch generators take 64 bits; analyses add small offsets to a seed, so 32 leave room
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**32 - 1] (a larger one overflows torch's generators)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 2**32 - 1]; pass a smaller non-negative seed")
     return value
 
 
@@ -687,7 +748,7 @@ def _report_parser(command) -> None:
     _add_prompts(p)
     _add_selection(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--force", action="store_true", help="replace an earlier report in the output directory (only its own files; other files are never deleted)")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
     _add_behaviour(p)
     p.add_argument("--max-cards", type=_positive_int, default=None, metavar="N",
@@ -704,7 +765,7 @@ def _audit_parser(command) -> None:
                 "Exit 0: causal; 1: a leak was found; 2: bad input.")
     p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
     p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
-    p.add_argument("--tol", type=_positive_float, default=None, metavar="X", help="relative influence below which a change is numerical noise")
+    p.add_argument("--tol", type=_tol, default=None, metavar="X", help="relative influence below which a change is numerical noise")
     _add_common(p)
 
 
@@ -721,7 +782,7 @@ def _claims_parser(command) -> None:
     p.add_argument("--list-kinds", action="store_true", help="list the claim kinds a claims file may use, and exit")
     p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
-    p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
+    p.add_argument("--seed", type=_seed, default=None, help="override the file's prompts.seed")
     _add_behaviour(p)
     _add_common(p, seed=False)
 
@@ -781,26 +842,61 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     debug = bool(os.environ.get("INTERP_DEBUG"))
     try:
-        return args.handler(args)
-    except (InputError, ValueError, KeyError, OSError) as error:
-        # the toolkit raises ValueError / KeyError / FileNotFoundError for bad input, with a message
-        # that names the value and the fix; a traceback would only hide it
-        if debug or isinstance(error, BrokenPipeError):
-            if isinstance(error, BrokenPipeError):
-                return EXIT_OK
-            raise
-        print(f"interp {args.command}: error: {_message(error)}", file=sys.stderr)
-        return EXIT_INPUT
+        code = args.handler(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
+        return code
     except KeyboardInterrupt:
         print(f"interp {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # a bug, not bad input: show where
+    except Exception as error:
+        return _report_error(args.command, error, debug)
+
+
+def _report_error(command: str, error: Exception, debug: bool) -> int:
+    """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
+
+    Bad input and a failing user model: exit 2, one line naming what failed and where (the
+    traceback with INTERP_DEBUG=1). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
+    """
+    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, ModelError, exit_code_for, toolkit_roots, user_frame
+
+    if isinstance(error, BrokenPipeError) or _stdout_closed(error):
+        _silence_stdout()
+        return OK
+    code = exit_code_for(error)
+    where = user_frame(error, toolkit_roots()) if code == INTERNAL else None
+    if where is not None:  # raised inside the user's own model or factory: their input, not our bug
+        error = ModelError(f"the model's own code raised {type(error).__name__} at {where}: {_message(error)}")
+        code = exit_code_for(error)
+    if code == INTERNAL:
         import traceback
 
-        traceback.print_exc()
-        print(f"interp {args.command}: internal error ({type(error).__name__}); please report it with the traceback above.",
+        traceback.print_exception(error)
+        print(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback above.",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return code
+    if debug:
+        import traceback
+
+        traceback.print_exception(error)
+    print(f"interp {command}: error: {_message(error)}", file=sys.stderr)
+    return code
+
+
+def _stdout_closed(error: BaseException) -> bool:
+    """An OSError of writing to a closed pipe (EPIPE), however the writer wrapped it."""
+    import errno
+
+    return isinstance(error, OSError) and error.errno == errno.EPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's flush at exit does not raise again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

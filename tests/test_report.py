@@ -134,14 +134,20 @@ def test_refuses_a_non_empty_directory_unless_forced(model, tmp_path):
     assert not report.is_report_dir(out)  # `interp demo` would refuse it too
 
 
-def test_force_replaces_an_earlier_report(built, model, tmp_path):
+def test_force_replaces_an_earlier_report_and_never_a_users_file(built, model, tmp_path):
     out = tmp_path / "again"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
-    report.build_report(model, out, prompt_spec=PromptSpec(n=12, prefix_len=10), heads=[(1, 0)], force=True)
-    assert not (out / "stale.txt").exists()
+    small = PromptSpec(n=12, prefix_len=10)
+    report.build_report(model, out, prompt_spec=small, heads=[(1, 0), (0, 1)])
+    assert (out / "plots" / "L0H1.png").exists()
+    report.build_report(model, out, prompt_spec=small, heads=[(1, 0)], force=True)
     assert list(pd.read_csv(out / "heads.csv").label) == ["L1H0"]
+    assert not (out / "plots" / "L0H1.png").exists()  # the earlier report's own file, not written again
     assert report.is_report_dir(out)
+    (out / "stale.txt").write_text("mine")  # issue 11 #1: --force used to delete the whole folder
+    with pytest.raises(report.OutputDirError, match="stale.txt"):
+        report.build_report(model, out, prompt_spec=small, heads=[(1, 0)], force=True)
+    assert (out / "stale.txt").read_text() == "mine"
+    assert not report.is_report_dir(out)
 
 
 def test_a_failure_leaves_nothing_half_written(model, tmp_path, monkeypatch):
