@@ -127,7 +127,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shapes {wrong_shape[:5]}. "
             "Re-save the model with models.io.save_checkpoint, or fix the config."
         )
-    notes = check_fingerprint(weights_path, config_path, config.to_dict())
+    notes = check_fingerprint(weights_path, config_path, config.to_dict(), config_class)
     model.load_state_dict(state)
     model.check_weights()
     model.metadata = document.get("metadata", {})
@@ -165,13 +165,21 @@ def saved_config(weights_path: Path) -> dict[str, Any] | None:
     return json.loads(text)
 
 
-def check_fingerprint(weights_path: Path, config_path: Path, config: dict[str, Any]) -> list[str]:
-    """Refuse a JSON config that differs from the one the weights were saved with; notes for old files."""
+def check_fingerprint(weights_path: Path, config_path: Path, config: dict[str, Any], config_class=None) -> list[str]:
+    """Refuse a JSON config that differs from the one the weights were saved with; notes for old files.
+
+    Fields added to the config class after the save are read at their defaults on both sides
+    (`config_class.from_dict` of the saved config), so a newer toolkit still loads older files."""
     saved = saved_config(weights_path)
     config = json.loads(canonical_config(config))  # tuples as lists, as the saved JSON has them
     if saved is None:
         return [f"{weights_path.name} was saved before config fingerprints: {config_path.name} cannot be checked "
                 "against the weights; re-save it with interp.save to record one."]
+    if config_class is not None and saved.get("architecture", "GPTConfig") == config.get("architecture", "GPTConfig"):
+        try:
+            saved = json.loads(canonical_config(config_class.from_dict(saved).to_dict()))
+        except (TypeError, ValueError):
+            pass  # compared as saved: the differences are named below
     changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
     if changed:
         shown = "; ".join(f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}" for k in changed[:6])

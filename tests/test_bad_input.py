@@ -160,7 +160,7 @@ def _api_cases():
         ("load config not an object", load("strcfg"), CheckpointError, r"'config': 'x', not an object"),
         ("load NaN weights", load("nanw"), ValueError, r"non-finite weights .*blocks\.1\.attn\.W_V"),
         ("HF folder without weights", load("hf_noweights"), CheckpointError,
-         r"hf_noweights: transformers could not load this Hugging Face folder"),
+         r"hf_noweights has config.json but no weights"),
         ("HF folder with broken config", load("hf_junk"), CheckpointError, r"hf_junk/config\.json is not a JSON object"),
         ("factory raises", load("userpkg_bad:raising_factory"), ModelError,
          r"factory 'userpkg_bad:raising_factory' raised RuntimeError: factory cannot find its weights"),

@@ -10,7 +10,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import models.convert  # noqa: E402
-from interp.errors import BadInput  # noqa: E402
+from interp.errors import BadInput, CheckpointError  # noqa: E402
 from interp.loading import load  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def test_sharded_safetensors_with_index_load(tmp_path):
 
 def test_folder_without_weights_is_refused(gpt2_folder):
     (gpt2_folder / "model.safetensors").unlink()
-    with pytest.raises(BadInput, match="config.json but no weights.*model.safetensors"):
+    with pytest.raises(CheckpointError, match="config.json but no weights.*model.safetensors"):
         load(gpt2_folder)
 
 
@@ -69,7 +69,7 @@ def test_weights_that_do_not_match_the_config_name_the_tensor_and_shape(gpt2_fol
     config = json.loads((gpt2_folder / "config.json").read_text())
     config["vocab_size"] = 41
     (gpt2_folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(BadInput, match=r"tensor 'transformer\.wte\.weight' has shape \(40, 12\).*implies \(41, 12\)"):
+    with pytest.raises(CheckpointError, match=r"tensor 'transformer\.wte\.weight' has shape \(40, 12\).*implies \(41, 12\)"):
         load(gpt2_folder)
 
 
@@ -77,7 +77,7 @@ def test_extra_layers_in_the_weights_are_refused(gpt2_folder):
     config = json.loads((gpt2_folder / "config.json").read_text())  # one layer
     _tiny_gpt2(n_layer=2).save_pretrained(gpt2_folder)  # two layers of weights ...
     (gpt2_folder / "config.json").write_text(json.dumps(config))  # ... a config saying one
-    with pytest.raises(BadInput, match=r"tensors the config does not account for.*h\.1\."):
+    with pytest.raises(CheckpointError, match=r"tensors the config does not account for.*h\.1\."):
         load(gpt2_folder)
 
 
