@@ -30,6 +30,10 @@ class AttentionSite:
     d_head: int
     causal: bool | None  # True causal, False bidirectional, None unknown
     hooks: dict[str, str] = field(default_factory=dict)  # role -> full hook name
+    scale: float | None = None  # score scale; None means 1 / sqrt(d_head)
+    n_kv_heads: int | None = None  # heads of hook_k / hook_v when fewer than n_heads (grouped-query)
+    output_module: str | None = None  # the module whose output the heads' results sum to (default `module`)
+    notes: tuple[str, ...] = ()  # what a reader must know about these hooks (repeated k/v, missing roles)
 
     def hook(self, role: Role) -> str:
         """Full hook name for a role; a clear error if this site does not expose it."""
@@ -74,6 +78,7 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention sites of a supported model, in forward order."""
     import interp.loading  # noqa: F401  registers the TransformerBridge site finder
     import interp.mha  # noqa: F401  registers the hooked-MultiheadAttention site finder
+    import interp.sdpa  # noqa: F401  registers the SDPA-interception site finder
 
     for finder in _SITE_FINDERS:
         sites = finder(model)

@@ -341,7 +341,7 @@ def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
     `nn.ModuleList` of blocks; `causal` is None because a MultiheadAttention module is causal
     only when the caller passes a causal mask.
     """
-    if not isinstance(model, (AttentionHookedModel, HookedMultiheadAttention)):
+    if not isinstance(model, (AttentionHookedModel, HookedMultiheadAttention)) or "_interp_sdpa_sites" in model.__dict__:
         return None
     sites = []
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)]

@@ -50,11 +50,12 @@ def _first(output: Any) -> torch.Tensor:
 
 def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple, dict]:
     """A small, seeded input for the model: token ids if it has a vocabulary, else embeddings."""
+    from interp.modelinfo import context_length, vocab_size
+
     generator = torch.Generator().manual_seed(0)
-    cfg = getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab", None)
+    d_vocab = vocab_size(model)  # the config's, or the model's nn.Embedding's: token ids, never floats
     if d_vocab:
-        n_pos = min(8, getattr(cfg, "n_ctx", 8) or 8)
+        n_pos = min(8, context_length(model) or 8)
         low = 1000 if d_vocab > 2000 else 0  # skip special tokens of real vocabularies
         return (torch.randint(low, d_vocab, (2, n_pos), generator=generator),), {}
     from interp.mha import HookedMultiheadAttention
@@ -103,10 +104,11 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
 
     if {"q", "k", "attn_scores"} <= set(got):
-        q, k, scores = got["q"], got["k"], got["attn_scores"]
+        q, k, scores = got["q"], _per_query_head(got["k"], got["q"]), got["attn_scores"]
+        scale = site.scale if site.scale is not None else 1 / math.sqrt(site.d_head)
         expected = einops.einsum(
             q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
-        ) / math.sqrt(site.d_head)
+        ) * scale
         finite = torch.isfinite(scores)
         if expected.shape != scores.shape:
             row("scores_qk", False, f"scores shape {tuple(scores.shape)} vs q k^T shape {tuple(expected.shape)}")
@@ -138,7 +140,8 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         row("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}")
     if {"pattern", "v", "z"} <= set(got):
         expected = einops.einsum(
-            got["pattern"].double(), got["v"].double(), "batch head query key, batch key head d_head -> batch query head d_head"
+            got["pattern"].double(), _per_query_head(got["v"], got["z"]).double(),
+            "batch head query key, batch key head d_head -> batch query head d_head",
         )
         ok, detail = _close(got["z"], expected.to(got["z"].dtype))
         row("z_pattern_v", ok, detail)
@@ -160,11 +163,22 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     return rows
 
 
+def _per_query_head(kv: torch.Tensor, query_like: torch.Tensor) -> torch.Tensor:
+    """k or v (batch, pos, kv_head, d) repeated to the query heads of grouped-query attention."""
+    groups = query_like.shape[2] // kv.shape[2] if kv.shape[2] else 1
+    return kv.repeat_interleave(groups, dim=2) if groups > 1 and query_like.shape[2] % kv.shape[2] == 0 else kv
+
+
+def _output_module(site: AttentionSite) -> str:
+    return site.output_module if getattr(site, "output_module", None) is not None else site.module
+
+
 def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:
     handles = []
     for site in sites:
         try:
-            module = model.get_submodule(site.module) if site.module else model
+            path = _output_module(site)
+            module = model.get_submodule(path) if path else model
         except AttributeError:
             continue
 
@@ -177,9 +191,12 @@ def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: di
 
 def _output_bias(model: nn.Module, site: AttentionSite):
     try:
-        module = model.get_submodule(site.module) if site.module else model
+        module = model.get_submodule(_output_module(site)) if _output_module(site) else model
     except AttributeError:
         return None
+    if _output_module(site) != site.module:  # the output projection itself
+        bias = getattr(module, "bias", None)
+        return bias if isinstance(bias, torch.Tensor) else None
     if isinstance(getattr(module, "b_O", None), torch.Tensor):
         return module.b_O
     out_proj = getattr(module, "out_proj", None) or getattr(module, "o", None)
