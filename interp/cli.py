@@ -63,9 +63,11 @@ def _load(spec: str | None, quiet: bool = False):
     with console.status(f"loading {spec} ...", spinner="dots"):
         import interp
 
+        from interp.errors import ModelError
+
         try:
             return interp.load(spec)
-        except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
+        except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError, ModelError) as error:
             raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
 
 

@@ -11,7 +11,12 @@ Accepted specs, tried in this order:
 - a local Hugging Face model folder (a directory with `config.json`), wrapped by
   `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline;
 - `package.module:factory`: imported with importlib (never `eval`), called with no
-  arguments, and its `nn.Module` loaded as above.
+  arguments, and its `nn.Module` loaded as above;
+- a nanoGPT checkpoint (`ckpt.pt`, `.pth`, `.ckpt`: `model_args` + `model` state dict), read
+  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`models.nanogpt`).
+
+An `nn.Module` with no hooks and no `nn.MultiheadAttention` that calls
+`scaled_dot_product_attention` gets per-head hooks by interception (`interp.hook_sdpa`).
 
 A bridge whose Hugging Face folder holds only the base model (e.g. MiniLM-L6, "BertModel")
 gets a task head that transformers initialises randomly on every load; such a model has
@@ -45,8 +50,11 @@ SPEC_KINDS = (
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
     "a local Hugging Face model folder containing config.json",
     "'package.module:factory' naming a function that returns an nn.Module",
-    "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention)",
+    "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention, else via interp.hook_sdpa "
+    "if it calls scaled_dot_product_attention)",
+    "a nanoGPT checkpoint (ckpt.pt: model_args + model), converted into a HookedGPT",
 )
+NANOGPT_SUFFIXES = (".pt", ".pth", ".ckpt")  # nanoGPT's train.py writes ckpt.pt
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # Hugging Face model types whose attention is bidirectional unless config.is_decoder is set
 _ENCODER_TYPES = {
@@ -88,6 +96,8 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
         if (path / "config.json").exists():
             return load_hf_folder(path, device=device)
         raise ValueError(f"{path} is a folder without config.json, so neither a Hugging Face model nor a checkpoint. {_accepted()}")
+    if path.suffix in NANOGPT_SUFFIXES and path.is_file():
+        return load_nanogpt_file(path).to(device)
     weights, config = checkpoint_paths(path)
     if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
         return load_checkpoint(path, device=device)
@@ -128,9 +138,29 @@ def _from_module(model: nn.Module) -> nn.Module:
         return hook_attention(model).eval()
     if isinstance(model, HookedRootModule) or hasattr(model, "hook_dict"):
         return model.eval()
-    raise ValueError(
-        f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook. {_accepted()}"
-    )
+    return _intercept_sdpa(model)
+
+
+def _intercept_sdpa(model: nn.Module) -> nn.Module:
+    """A model with no hooks of its own: per-head hooks on its scaled_dot_product_attention calls."""
+    from interp.sdpa import NoSDPACalls, hook_sdpa
+
+    try:
+        return hook_sdpa(model.eval()).eval()
+    except NoSDPACalls as error:
+        raise NoSDPACalls(f"{error} {_accepted()}") from None
+
+
+def load_nanogpt_file(path: Path) -> nn.Module:
+    """A nanoGPT checkpoint (`model_args` + `model`, read with weights_only=True) as a HookedGPT."""
+    from interp.errors import BadInput
+    from models.nanogpt import load_nanogpt
+
+    try:
+        return load_nanogpt(path)
+    except ValueError as error:
+        raise BadInput(f"{error} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
+                       "with interp.save as safetensors + JSON.)") from None
 
 
 @contextlib.contextmanager

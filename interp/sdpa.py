@@ -70,6 +70,7 @@ class SDPASite:
     scale: float | None  # the call's scale=, None for 1/sqrt(d_head)
     causal: bool | None
     kv_groups: int = 1  # > 1: the caller repeated each key/value head this many times before the call
+    caller_groups: int = 1  # the calling module's num_key_value_groups (Hugging Face), 1 if it has none
     out_proj: str | None = None  # path of the Linear applied to the merged heads
     v_proj: tuple[str, int] | None = None  # (path of the Linear producing v, first column of v)
     hooks: dict[str, HookPoint] = field(default_factory=dict, repr=False)
@@ -84,6 +85,13 @@ class SDPASite:
                 f"the caller repeats {self.n_heads // self.kv_groups} key/value heads to {self.n_heads} before "
                 "the call (repeat_kv): hook_k / hook_v carry the repeated heads as the call received them, so "
                 "query heads of one group share identical k and v"
+            )
+        if self.caller_groups > 1:
+            notes.append(
+                f"the caller shares each key/value head among {self.caller_groups} query heads and decides per call how: "
+                "with enable_gqa (hook_k / hook_v have the key/value heads) or by repeating them first (repeat_kv, e.g. "
+                "when an attention mask is passed; hook_k / hook_v then have one head per query head); they carry what "
+                "the call received"
             )
         if self.n_kv_heads != self.n_heads:
             notes.append(
@@ -324,7 +332,11 @@ def default_example(model: nn.Module) -> tuple[torch.Tensor]:
 def probe(model: nn.Module, example: Any = None) -> list:
     """Run one forward (eval mode, no grad) and return its events: SDPA `_Call`s and
     ("linear", path, input, output) tuples, in the order they happened."""
-    args = default_example(model) if example is None else (example if isinstance(example, tuple) else (example,))
+    kwargs = example if isinstance(example, dict) else {}
+    if example is None:
+        args = default_example(model)
+    else:
+        args = () if isinstance(example, dict) else (example if isinstance(example, tuple) else (example,))
     events: list = []
 
     def log_linear(path: str) -> Callable:
@@ -339,11 +351,11 @@ def probe(model: nn.Module, example: Any = None) -> list:
     model.eval()
     try:
         with torch.no_grad(), _module_stack(model) as stack, _Recorder(stack, events):
-            model(*args)
+            model(*args, **kwargs)
     except BadInput:
         raise
     except Exception as error:
-        shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
+        shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in (*args, *kwargs.values())]
         raise ModelError(
             f"{type(model).__name__}.forward failed on the probe input {shapes} "
             f"({'token ids' if example is None else 'the example given'}): {type(error).__name__}: {error}. "
@@ -441,11 +453,14 @@ def _sites_from(model: nn.Module, events: list) -> dict[str, SDPASite]:
                 "forward (a shared layer, or several attentions in one module); per-head hooks are named by module, one "
                 "call each. Give each attention call a module of its own."
             )
+        caller = model.get_submodule(call.path) if call.path else model
+        caller_groups = getattr(caller, "num_key_value_groups", 1)
         groups = 1 if call.enable_gqa else _repeat_groups(model, call)
         value = call.value[:, ::groups] if groups > 1 else call.value
         sites[call.path] = SDPASite(
             path=call.path, n_heads=call.query.shape[1], n_kv_heads=call.key.shape[1], d_head=call.query.shape[-1],
             d_value=call.value.shape[-1], scale=call.scale, causal=_causal(call), kv_groups=groups,
+            caller_groups=caller_groups if isinstance(caller_groups, int) and caller_groups > 1 else 1,
             out_proj=_out_projection(events, index, call), v_proj=_value_projection(events, index, value),
         )
     return sites
@@ -487,7 +502,8 @@ def hook_sdpa(model: nn.Module, example: Any = None) -> nn.Module:
 
     The model is changed in place (hook points added to the calling modules, its class given
     the `HookedRootModule` methods) and returned; its state dict and outputs are unchanged.
-    `example`: an input for the probe forward (a tensor or a tuple of positional arguments);
+    `example`: an input for the probe forward (a tensor, a tuple of positional arguments or a
+    dict of keyword arguments);
     default two sequences of token ids from the model's vocabulary. Calling it twice is
     harmless; undo with `unhook_sdpa`.
     """
