@@ -135,10 +135,24 @@ def _from_module(model: nn.Module) -> nn.Module:
 
     has_mha = any(isinstance(m, nn.MultiheadAttention) and not isinstance(m, HookedMultiheadAttention) for m in model.modules())
     if has_mha:
-        return hook_attention(model).eval()
+        return _observed(hook_attention(model).eval())
     if isinstance(model, HookedRootModule) or hasattr(model, "hook_dict"):
         return model.eval()
     return _intercept_sdpa(model)
+
+
+def _observed(model: nn.Module) -> nn.Module:
+    """A hooked MultiheadAttention model whose sites know whether their caller masks causally
+    (one forward on token ids, when the model has a vocabulary)."""
+    from interp.mha import observe_causality
+    from interp.sdpa import default_example
+
+    if getattr(model, "hook_dict", None) is not None and not isinstance(model, nn.MultiheadAttention):
+        from interp.modelinfo import vocab_size
+
+        if vocab_size(model) is not None:
+            observe_causality(model, *default_example(model))
+    return model
 
 
 def _intercept_sdpa(model: nn.Module) -> nn.Module:

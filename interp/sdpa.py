@@ -109,7 +109,7 @@ class SDPASite:
 # --------------------------------------------------------------------------- module tracking
 
 
-def _linear_weight(module: nn.Module) -> torch.Tensor | None:
+def linear_weight(module: nn.Module) -> torch.Tensor | None:
     """The (in, out) matrix of an nn.Linear or a Hugging Face Conv1D; None for anything else."""
     if isinstance(module, nn.Linear):
         return module.weight.t()
@@ -241,7 +241,7 @@ def _result_hook(site: SDPASite) -> Callable:
         merged = args[0]  # (batch, pos, head * d_value)
         if merged.shape[-1] != site.n_heads * site.d_value:
             return None
-        w_o = einops.rearrange(_linear_weight(module), "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
+        w_o = einops.rearrange(linear_weight(module), "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
         z = einops.rearrange(merged, "... pos (head d_head) -> ... pos head d_head", head=site.n_heads)
         result = site.hooks["result"](einops.einsum(z, w_o, "... pos head d_head, head d_head d_model -> ... pos head d_model"))
         out = result.sum(dim=-2)
@@ -346,7 +346,7 @@ def probe(model: nn.Module, example: Any = None) -> list:
 
         return hook
 
-    handles = [m.register_forward_hook(log_linear(p)) for p, m in model.named_modules() if _linear_weight(m) is not None]
+    handles = [m.register_forward_hook(log_linear(p)) for p, m in model.named_modules() if linear_weight(m) is not None]
     was_training = model.training
     model.eval()
     try:
