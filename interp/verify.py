@@ -100,7 +100,8 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         rows.append({"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail})
 
     missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
-    row("hooks_present", not missing, f"missing {missing}" if missing else "all 7 roles fire")
+    why = [note for note in getattr(site, "notes", ()) if "unavailable" in note]
+    row("hooks_present", not missing, (f"missing {missing}" + "".join(f"; {w}" for w in why)) if missing else "all 7 roles fire")
     got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
 
     if {"q", "k", "attn_scores"} <= set(got):
