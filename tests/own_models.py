@@ -171,6 +171,23 @@ def direct_sdpa() -> DirectSDPA:
     return DirectSDPA().eval()
 
 
-def not_tokens() -> nn.Module:
-    """A model whose forward fails on token ids (it wants float features)."""
-    return nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+class FeaturesModel(nn.Module):
+    """Has a vocabulary (an nn.Embedding) but its forward wants float features: token ids fail."""
+
+    def __init__(self, attention: nn.Module | None = None):
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+        self.attention = attention
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, features):
+        return self.proj(features)
+
+
+def fails_on_tokens() -> nn.Module:
+    return FeaturesModel().eval()
+
+
+def encoder_lm_fails_on_tokens() -> nn.Module:
+    """The same, with an nn.MultiheadAttention (so it takes the hook_attention route)."""
+    return FeaturesModel(nn.MultiheadAttention(8, 2, batch_first=True)).eval()
