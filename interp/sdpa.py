@@ -170,24 +170,33 @@ def _check_shapes(path: str, query: torch.Tensor, key: torch.Tensor, value: torc
         )
 
 
-def _allowed_mask(attn_mask, is_causal: bool, n_query: int, n_key: int, dtype, device) -> torch.Tensor | None:
-    """The call's mask as an additive float mask, -inf where a query may not look."""
+def _apply_mask(scores: torch.Tensor, attn_mask, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores (batch, head, query, key) with every entry the call excludes set to -inf, and the
+    rows that allow no key at all (..., query, 1), or None when no row can be empty."""
+    n_query, n_key = scores.shape[-2:]
     if is_causal:
         if attn_mask is not None:
             raise BadInput("scaled_dot_product_attention got both attn_mask and is_causal=True; pass one of them.")
-        allowed = torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril()  # top-left aligned, as the kernel
-        return torch.zeros(n_query, n_key, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+        # top-left aligned, as the kernel aligns it: row 0 always keeps key 0, so no row is empty
+        allowed = torch.ones(n_query, n_key, dtype=torch.bool, device=scores.device).tril()
+        return scores.masked_fill_(~allowed, float("-inf")), None
     if attn_mask is None:
-        return None
+        return scores, None
     if attn_mask.dtype == torch.bool:  # True = may attend (the opposite of nn.MultiheadAttention's convention)
-        return torch.zeros(attn_mask.shape, dtype=dtype, device=device).masked_fill(~attn_mask, float("-inf"))
-    mask = attn_mask.to(dtype)
-    # Hugging Face writes finfo.min for "not allowed": the same exclusion, written as -inf
-    return mask.masked_fill(mask <= torch.finfo(dtype).min / 2, float("-inf"))
+        excluded = ~attn_mask
+        in_place = torch.broadcast_shapes(excluded.shape, scores.shape) == scores.shape
+        scores = scores.masked_fill_(excluded, float("-inf")) if in_place else scores.masked_fill(excluded, float("-inf"))
+    else:
+        # Hugging Face writes finfo.min for "not allowed": the same exclusion, written as -inf
+        mask = attn_mask.to(scores.dtype)
+        excluded = mask <= torch.finfo(scores.dtype).min / 2
+        scores = scores + mask.masked_fill(excluded, float("-inf"))
+    empty = excluded.all(-1, keepdim=True)
+    return scores, (empty if bool(empty.any()) else None)
 
 
 def _explicit(site: SDPASite, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> torch.Tensor:
-    """SDPA written out, each step through the site's hooks; returns z (batch, head, pos, d_value)."""
+    """SDPA written out, each step through the site's hooks; returns z (batch, pos, head, d_value)."""
     hooks = site.hooks
     q = hooks["q"](einops.rearrange(query, TO_POS))  # (batch, pos, head, d_head)
     k = hooks["k"](einops.rearrange(key, TO_POS))
@@ -196,18 +205,15 @@ def _explicit(site: SDPASite, query, key, value, attn_mask, dropout_p, is_causal
     if groups > 1:  # enable_gqa: each key/value head serves `groups` consecutive query heads
         k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = einops.einsum(q, k, "batch query head d_head, batch key head d_head -> batch head query key") * scale
-    mask = _allowed_mask(attn_mask, is_causal, q.shape[1], k.shape[1], scores.dtype, scores.device)
-    if mask is not None:
-        scores = scores + mask
+    scores = einops.einsum(q * scale, k, "batch query head d_head, batch key head d_head -> batch head query key")
+    scores, empty = _apply_mask(scores, attn_mask, is_causal)
     scores = hooks["attn_scores"](scores)  # (batch, head, query, key)
     pattern = torch.softmax(scores, dim=-1)
-    # a query with no allowed key attends to nothing: the kernel returns zeros there, not NaN
-    pattern = pattern.masked_fill(torch.isneginf(scores).all(-1, keepdim=True), 0.0)
+    if empty is not None:  # a query with no allowed key attends to nothing: the kernel returns zeros there, not NaN
+        pattern = pattern.masked_fill(empty, 0.0)
     pattern = hooks["pattern"](pattern)
     weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
-    z = einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
-    return z
+    return einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
 
 
 class _Interceptor(TorchFunctionMode):
