@@ -23,10 +23,20 @@ before the call (Hugging Face's `repeat_kv` when a mask is passed), `hook_k` / `
 the repeated heads and the site says so in its notes; with `enable_gqa` they carry the
 key/value heads (the site's `n_kv_heads`).
 
-Limits, each raised or noted clearly: one SDPA call per module per forward (a module called
-twice, e.g. shared layers, is refused); calls must be 4-D (batch, head, pos, d_head); the hooks
-fire only on the root model's forward (calling a submodule directly runs it unhooked); a model
-computing attention by hand, without SDPA, gets no per-head hooks (`NoSDPACalls`).
+Attention written by hand in the common form (nanoGPT's non-flash path, minGPT):
+`softmax(q @ k.transpose(-2, -1) * scale, masked) @ v` on (batch, head, pos, d_head) tensors
+inside one module is recognised by the probe from its three ops and their shapes, and hooked
+the same way: `hook_q` / `hook_k` on the operands of the first matmul, `hook_attn_scores` on
+the softmax input (scale and mask as the module applied them), `hook_pattern` on its output,
+`hook_v` / `hook_z` on the second matmul. Other forms (einsum, a softmax of one's own, 3-D
+batched heads) are not recognised: such a model gets no per-head hooks (`NoSDPACalls`), and
+the leakage audit still runs it as a black box.
+
+Limits, each raised or noted clearly: one attention call per module per forward (a module
+called twice, e.g. shared layers, is refused); calls must be 4-D (batch, head, pos, d_head);
+the hooks fire only on the root model's forward (calling a submodule directly runs it
+unhooked); while a hook is live, every torch call of the forward passes through the mode
+(Python-level dispatch, small beside attention on these shapes: see benchmarks/bench_sdpa.py).
 """
 from __future__ import annotations
 
@@ -49,6 +59,9 @@ from interp.mha import AttentionHookedModel
 from models.components import hook_is_live
 
 KERNEL = F.scaled_dot_product_attention  # the builtin the mode recognises (torch._C._nn)
+# hand-written attention, softmax(q @ k^T * scale + mask) @ v, is recognised through these
+MATMULS = (torch.matmul, torch._C.TensorBase.matmul, torch.Tensor.__matmul__)
+SOFTMAXES = (F.softmax, torch.softmax, torch._C.TensorBase.softmax)
 _EXPLICIT_ROLES = ("q", "k", "v", "attn_scores", "pattern")
 TO_POS = "batch head pos d_head -> batch pos head d_head"  # the layout hooks see
 TO_HEAD = "batch pos head d_head -> batch head pos d_head"  # the layout the kernel takes
@@ -73,13 +86,20 @@ class SDPASite:
     caller_groups: int = 1  # the calling module's num_key_value_groups (Hugging Face), 1 if it has none
     out_proj: str | None = None  # path of the Linear applied to the merged heads
     v_proj: tuple[str, int] | None = None  # (path of the Linear producing v, first column of v)
+    manual: bool = False  # attention written by hand (matmul, softmax, matmul) rather than an SDPA call
     hooks: dict[str, HookPoint] = field(default_factory=dict, repr=False)
+    stage: int = field(default=0, repr=False)  # where a hand-written attention is in the current forward
 
     def live(self, roles) -> bool:
         return any(role in self.hooks and hook_is_live(self.hooks[role]) for role in roles)
 
     def notes(self) -> tuple[str, ...]:
         notes = []
+        if self.manual:
+            notes.append(
+                "attention written by hand (q @ k^T, softmax, @ v), recognised by its shapes: hook_attn_scores is the "
+                "softmax input as the module computed it (scale and mask included)"
+            )
         if self.kv_groups > 1:
             notes.append(
                 f"the caller repeats {self.n_heads // self.kv_groups} key/value heads to {self.n_heads} before "
@@ -119,15 +139,17 @@ def linear_weight(module: nn.Module) -> torch.Tensor | None:
 
 
 @contextlib.contextmanager
-def _module_stack(root: nn.Module) -> Iterator[list[str]]:
+def _module_stack(root: nn.Module, on_enter: Callable[[str], None] | None = None) -> Iterator[list[str]]:
     """A list that holds, during a forward, the paths of the modules whose forward is running
-    (innermost last); the hooks are removed on exit, whatever happens."""
+    (innermost last); `on_enter(path)` runs as each starts. The hooks are removed on exit, whatever happens."""
     stack: list[str] = []
     handles = []
 
     def push(path: str) -> Callable:
         def hook(_module, _args):
             stack.append(path)
+            if on_enter is not None:
+                on_enter(path)
 
         return hook
 
@@ -225,10 +247,10 @@ class _Interceptor(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not KERNEL:
-            return func(*args, **kwargs)
         site = self.sites.get(self.stack[-1] if self.stack else "")
-        if site is None:
+        if site is not None and site.manual:
+            return _by_hand(site, func, args, kwargs)
+        if func is not KERNEL or site is None:
             return func(*args, **kwargs)
         call = _call_arguments(*args, **kwargs)
         query, key, value, _, _, _, _, enable_gqa = call
@@ -238,6 +260,34 @@ class _Interceptor(TorchFunctionMode):
         else:
             z = einops.rearrange(func(*args, **kwargs), TO_POS)
         return einops.rearrange(site.hooks["z"](z), TO_HEAD)
+
+
+def _is_qk(a: Any, b: Any) -> bool:
+    """a (batch, head, query, d) @ b (batch, head, d, key): the scores matmul of hand-written attention."""
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 4 and b.dim() == 4
+            and a.shape[:2] == b.shape[:2] and a.shape[-1] == b.shape[-2])
+
+
+def _by_hand(site: SDPASite, func, args, kwargs) -> Any:
+    """Hand-written attention of a hooked site: q @ k^T, softmax and @ v, each step through its hooks.
+    `site.stage` (reset as the module's forward starts) says which step comes next; any other op runs as is."""
+    hooks = site.hooks
+    if func in MATMULS and site.stage in (0, 2) and _is_qk(*args[:2]) and not kwargs:
+        left, right = args[:2]
+        if site.stage == 0:  # scores = q @ k^T
+            site.stage = 1
+            q = hooks["q"](einops.rearrange(left, TO_POS))
+            k = hooks["k"](einops.rearrange(right.transpose(-2, -1), TO_POS))
+            return einops.einsum(q, k, "batch query head d_head, batch key head d_head -> batch head query key")
+        site.stage = 3  # z = pattern @ v
+        v = hooks["v"](einops.rearrange(right, TO_POS))
+        z = einops.einsum(left, v, "batch head query key, batch key head d_head -> batch query head d_head")
+        return einops.rearrange(hooks["z"](z), TO_HEAD)
+    if func in SOFTMAXES and site.stage == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+        site.stage = 2
+        scores = hooks["attn_scores"](args[0])  # (batch, head, query, key)
+        return hooks["pattern"](func(scores, *args[1:], **kwargs))
+    return func(*args, **kwargs)
 
 
 def _result_hook(site: SDPASite) -> Callable:
@@ -263,7 +313,13 @@ class _InterceptedForward:
         sites: dict[str, SDPASite] = self.__dict__["_interp_sdpa_sites"]
         if not any(site.live(ROLES) for site in sites.values()):
             return super().forward(*args, **kwargs)
-        with _module_stack(self) as stack, _result_hooks(self, sites), _Interceptor(sites, stack):
+        def restart(path: str) -> None:
+            if path in sites:
+                sites[path].stage = 0
+
+        for site in sites.values():
+            site.stage = 0
+        with _module_stack(self, restart) as stack, _result_hooks(self, sites), _Interceptor(sites, stack):
             return super().forward(*args, **kwargs)
 
 
@@ -296,6 +352,7 @@ class _Call:
     scale: float | None
     enable_gqa: bool
     output: torch.Tensor  # (batch, head, pos, d_value)
+    scores: torch.Tensor | None = None  # hand-written attention: the softmax input (batch, head, query, key)
 
 
 class _Recorder(TorchFunctionMode):
@@ -315,6 +372,10 @@ class _Recorder(TorchFunctionMode):
             self.events.append(_Call(path, query.detach(), key.detach(), value.detach(),
                                      None if attn_mask is None else attn_mask.detach(), bool(is_causal), scale,
                                      bool(enable_gqa), out.detach()))
+        elif func in MATMULS and len(args) >= 2 and _is_qk(*args[:2]):
+            self.events.append(("matmul", self.stack[-1] if self.stack else "", args[0].detach(), args[1].detach(), out.detach()))
+        elif func in SOFTMAXES and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+            self.events.append(("softmax", self.stack[-1] if self.stack else "", args[0].detach(), None, out.detach()))
         return out
 
 
@@ -389,9 +450,8 @@ def _out_projection(events: list, index: int, call: _Call) -> str | None:
     for event in events[index + 1:]:
         if isinstance(event, _Call):
             return None
-        _, path, inputs, _ = event
-        if _same(inputs, merged):
-            return path
+        if event[0] == "linear" and _same(event[2], merged):
+            return event[1]
     return None
 
 
@@ -402,6 +462,8 @@ def _value_projection(events: list, index: int, value: torch.Tensor) -> tuple[st
     for event in reversed(events[:index]):
         if isinstance(event, _Call):
             return None
+        if event[0] != "linear":
+            continue
         _, path, _, output = event
         if output.shape[:-1] != merged.shape[:-1]:
             continue
@@ -428,9 +490,9 @@ def _causal(call: _Call) -> bool | None:
     n_query, n_key = call.query.shape[2], call.key.shape[2]
     if call.is_causal:
         return n_query == n_key or None
-    if call.attn_mask is None:
+    mask = call.attn_mask if call.scores is None else call.scores
+    if mask is None:
         return False
-    mask = call.attn_mask
     allowed = mask if mask.dtype == torch.bool else torch.isfinite(mask) & (mask > torch.finfo(mask.dtype).min / 2)
     allowed = allowed.expand(*call.query.shape[:2], n_query, n_key)
     if allowed.all():
@@ -439,17 +501,53 @@ def _causal(call: _Call) -> bool | None:
     return True if torch.equal(allowed, lower.expand_as(allowed)) else None
 
 
+def _hand_written_calls(events: list) -> list:
+    """Events with each hand-written attention (q @ k^T, softmax, pattern @ v in one module, shapes
+    agreeing) turned into a `_Call` at the place of its last matmul; modules calling SDPA are left alone."""
+    callers = {e.path for e in events if isinstance(e, _Call)}
+    steps: dict[str, list] = {}  # path -> the matched steps so far
+    result = []
+    for event in events:
+        if isinstance(event, _Call) or event[0] == "linear" or event[1] in callers:
+            result.append(event)
+            continue
+        kind, path, left, right, out = event
+        found = steps.setdefault(path, [])
+        if kind == "matmul" and len(found) in (0, 3):
+            found[:] = [event]
+        elif kind == "softmax" and len(found) == 1 and left.shape == found[0][4].shape:
+            found.append(event)
+        elif kind == "matmul" and len(found) == 2 and left.shape == found[1][4].shape:
+            qk, softmax = found
+            found[:] = [qk, softmax, event]
+            result.append(_Call(path, qk[2], qk[3].transpose(-2, -1), right, None, False, _scale(qk, softmax),
+                                False, out, scores=softmax[2]))
+    return result
+
+
+def _scale(qk: tuple, softmax: tuple) -> float | None:
+    """The factor between q k^T and the softmax input, where one factor explains every finite entry."""
+    raw, scores = qk[4].double(), softmax[2].double()
+    finite = torch.isfinite(scores)
+    if not finite.any():
+        return None
+    factor = float((scores[finite] * raw[finite]).sum() / (raw[finite] ** 2).sum().clamp(min=1e-300))
+    return factor if torch.allclose(scores[finite], factor * raw[finite], atol=1e-5, rtol=1e-4) else None
+
+
 # --------------------------------------------------------------------------- hooking a model
 
 
 def _sites_from(model: nn.Module, events: list) -> dict[str, SDPASite]:
+    events = _hand_written_calls(events)
     calls = [(i, e) for i, e in enumerate(events) if isinstance(e, _Call)]
     if not calls:
         raise NoSDPACalls(
-            f"{type(model).__name__} has no hooks and never called torch.nn.functional.scaled_dot_product_attention "
-            "on the probe input: its attention (if any) is computed by hand, so per-head hooks are unavailable. "
-            "The leakage audit still runs it as a black box; for per-head analyses call F.scaled_dot_product_attention "
-            "in its attention (nanoGPT: flash=True), use nn.MultiheadAttention, or convert it to a HookedGPT."
+            f"{type(model).__name__} has no hooks, never called torch.nn.functional.scaled_dot_product_attention on "
+            "the probe input, and computes no attention by hand in the recognised form (softmax(q @ k^T ...) @ v on "
+            "(batch, head, pos, d_head) tensors, in one module): per-head hooks are unavailable. The leakage audit "
+            "still runs it as a black box; for per-head analyses call F.scaled_dot_product_attention in its attention, "
+            "use nn.MultiheadAttention, or convert it to a HookedGPT."
         )
     sites: dict[str, SDPASite] = {}
     for index, call in calls:
@@ -468,6 +566,7 @@ def _sites_from(model: nn.Module, events: list) -> dict[str, SDPASite]:
             d_value=call.value.shape[-1], scale=call.scale, causal=_causal(call), kv_groups=groups,
             caller_groups=caller_groups if isinstance(caller_groups, int) and caller_groups > 1 else 1,
             out_proj=_out_projection(events, index, call), v_proj=_value_projection(events, index, value),
+            manual=call.scores is not None,
         )
     return sites
 

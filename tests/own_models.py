@@ -171,6 +171,34 @@ def direct_sdpa() -> DirectSDPA:
     return DirectSDPA().eval()
 
 
+class EinsumAttentionLM(nn.Module):
+    """Attention by hand with einsum and an exp-normalisation of its own: neither an SDPA call nor the
+    recognised q @ k^T / softmax / @ v form, so the toolkit can only audit it as a black box."""
+
+    def __init__(self, vocab: int = 29, d_model: int = 16, n_heads: int = 2, n_ctx: int = 16, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos_embed = nn.Embedding(n_ctx, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.unembed = nn.Linear(d_model, vocab)
+        self.n_heads = n_heads
+
+    def forward(self, tokens):
+        n_pos = tokens.shape[1]
+        x = self.embed(tokens) + self.pos_embed(torch.arange(n_pos, device=tokens.device))
+        q, k, v = (t.unflatten(-1, (self.n_heads, -1)) for t in self.qkv(x).chunk(3, dim=-1))  # (batch, pos, head, d)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1), float("-inf"))
+        weights = (scores - scores.amax(-1, keepdim=True)).exp()
+        weights = weights / weights.sum(-1, keepdim=True)
+        return self.unembed(x + torch.einsum("bhqk,bkhd->bqhd", weights, v).flatten(2))
+
+
+def einsum_lm() -> EinsumAttentionLM:
+    return EinsumAttentionLM().eval()
+
+
 class FeaturesModel(nn.Module):
     """Has a vocabulary (an nn.Embedding) but its forward wants float features: token ids fail."""
 

@@ -156,7 +156,8 @@ def test_report_on_plain_models_given_as_factories(spec, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["verify", "own_models:nanogpt_manual"], "computed by hand"),
+    (["verify", "own_models:einsum_lm"], "per-head hooks are unavailable"),
+    (["report", "own_models:einsum_lm", "--out", "unused-report-dir"], "black box"),
     (["verify", "own_models:fails_on_tokens"], "failed on the probe input"),
     (["verify", "own_models:encoder_lm_fails_on_tokens"], "failed on token ids"),
 ])
@@ -171,5 +172,5 @@ def test_bad_checkpoint_exits_2(tmp_path, capsys):
     assert "not a nanoGPT checkpoint" in capsys.readouterr().err
 
 
-def test_hand_written_attention_keeps_the_black_box_audit(capsys):
-    assert cli.main(["audit-leakage", "own_models:nanogpt_manual", "--max-len", "8", "--n", "2", "-q"]) == 0
+def test_unrecognised_attention_keeps_the_black_box_audit(capsys):
+    assert cli.main(["audit-leakage", "own_models:einsum_lm", "--max-len", "8", "--n", "2", "-q"]) == 0

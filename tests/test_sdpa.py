@@ -255,9 +255,30 @@ def test_load_auto_picks_interception_and_unhook_restores():
     assert type(model) is NanoStyleGPT and not hasattr(model.transformer.h[0].attn, "hook_q")
 
 
-def test_attention_by_hand_has_no_per_head_hooks():
-    with pytest.raises(NoSDPACalls, match="computed by hand.*black box"):
-        interp.load(NanoStyleGPT(flash=False).eval())
+def test_nanogpt_manual_path_is_recognised():
+    """nanoGPT without flash computes softmax(q @ k^T * scale, masked) @ v by hand: the same hooks, verified."""
+    original = NanoStyleGPT(flash=False).eval()
+    model = hook_sdpa(copy.deepcopy(original))
+    sites = attention_sites(model)
+    assert [s.module for s in sites] == ["transformer.h.0.attn", "transformer.h.1.attn"]
+    assert sites[0].causal is True and sites[0].scale == pytest.approx(8 ** -0.5)
+    assert any("by hand" in note for note in sites[0].notes)
+    x = tokens(61, 20)
+    assert torch.equal(model(x), original(x))
+    logits, cache = model.run_with_cache(x)
+    assert torch.allclose(logits, original(x), **TOL)
+    flash = hook_sdpa(NanoStyleGPT(flash=True).eval())  # same seed, same weights
+    _, flash_cache = flash.run_with_cache(x)
+    for name in ("transformer.h.1.attn.hook_pattern", "transformer.h.1.attn.hook_z", "transformer.h.0.attn.hook_q"):
+        assert torch.allclose(cache[name], flash_cache[name], **TOL)
+    assert_verified(model)
+
+
+def test_attention_neither_sdpa_nor_recognised_has_no_per_head_hooks():
+    from own_models import EinsumAttentionLM
+
+    with pytest.raises(NoSDPACalls, match="per-head hooks are unavailable.*black box"):
+        interp.load(EinsumAttentionLM().eval())
 
 
 class ThreeD(nn.Module):
