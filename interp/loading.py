@@ -157,8 +157,16 @@ def _observed(model: nn.Module) -> nn.Module:
 
 def _intercept_sdpa(model: nn.Module) -> nn.Module:
     """A model with no hooks of its own: per-head hooks on its scaled_dot_product_attention calls."""
+    from interp.errors import BadInput
+    from interp.modelinfo import vocab_size
     from interp.sdpa import NoSDPACalls, hook_sdpa
 
+    if vocab_size(model) is None:
+        raise BadInput(
+            f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook, and no vocabulary (no "
+            "nn.Embedding or config vocab_size) to probe it for scaled_dot_product_attention calls with; call "
+            f"interp.hook_sdpa(model, example=inputs) yourself. {_accepted()}"
+        )
     try:
         return hook_sdpa(model.eval()).eval()
     except NoSDPACalls as error:
