@@ -15,6 +15,11 @@ Candidates:
 The cache comparison: intercepted attention cache / HookedGPT attention cache (target 1.05x),
 beside each model's own cache / no-hooks ratio.
 
+Then the equality figures: max abs logit difference of each intercepted model (the nanoGPT
+layout above, a small random Hugging Face GPT-2 and Llama with grouped-query attention, both
+in SDPA mode) from the model itself, with no hook live and with every attention hook cached;
+and of the nanoGPT weights converted into HookedGPT.
+
 Run: `python -m benchmarks sdpa` (about a minute on a quiet machine). BENCH_THREADS (2),
 BENCH_REPEATS (5), BENCH_BUDGET_S (90) as in bench_forward.
 """
@@ -105,6 +110,62 @@ def build():
     return plain, intercepted, hooked_gpt, tokens
 
 
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def _hf_models() -> dict[str, nn.Module]:
+    """Small random GPT-2 and Llama (grouped-query) in SDPA mode, built offline."""
+    import transformers
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=1000, bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+    gpt2 = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, **common)
+    llama = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64,
+                                     intermediate_size=128, max_position_embeddings=64, pad_token_id=0, **common)
+    return {"HF GPT-2 (sdpa)": transformers.GPT2LMHeadModel(gpt2).eval(),
+            "HF Llama GQA (sdpa)": transformers.LlamaForCausalLM(llama).eval()}
+
+
+def equality_figures(plain, intercepted, hooked_gpt, tokens) -> list[dict]:
+    """Max abs logit differences: intercepted (no hook / every attention hook cached) vs the model itself,
+    and the nanoGPT-layout weights converted into HookedGPT vs the original."""
+    import copy
+
+    from interp.hooks import attention_sites
+    from interp.sdpa import hook_sdpa
+
+    rows = []
+    models = {"nanoGPT layout": (plain, intercepted, tokens)}
+    for name, model in _hf_models().items():
+        models[name] = (model, hook_sdpa(copy.deepcopy(model)), tokens[:4, :64] % 1000)
+    with torch.no_grad():
+        for name, (original, hooked, x) in models.items():
+            reference = original(x)
+            reference = getattr(reference, "logits", reference)
+            names = [n for site in attention_sites(hooked) for n in site.hooks.values()]
+            out, _ = hooked.run_with_cache(x, names_filter=names)
+            no_hook = hooked(x)
+            rows.append({"model": name, "no hook": _max_diff(getattr(no_hook, "logits", no_hook), reference),
+                         "attention cache": _max_diff(getattr(out, "logits", out), reference),
+                         "logit scale": reference.abs().max().item()})
+        rows.append({"model": "nanoGPT layout -> HookedGPT (from_nanogpt)", "no hook": _max_diff(hooked_gpt(tokens), plain(tokens)),
+                     "attention cache": float("nan"), "logit scale": plain(tokens).abs().max().item()})
+    return rows
+
+
+def _print_equality(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Logits equality: max abs difference from the original model")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for row in rows:
+        table.add_row(row["model"], *(f"{row[c]:.2e}" for c in list(row)[1:]))
+    Console().print(table)
+
+
 def main() -> list[dict]:
     threads = pin_threads()
     plain, intercepted, hooked_gpt, tokens = build()
@@ -134,7 +195,9 @@ def main() -> list[dict]:
     ]
     notes = [f"{threads} threads, batch {BATCH} x {SEQ}, {ARGS}; attention-cache logits vs the plain model: "
              f"max abs diff {equal:.2e}"]
-    return print_table("SDPA interception", timings, ratios, tokens_per_call=BATCH * SEQ, notes=notes)
+    rows = print_table("SDPA interception", timings, ratios, tokens_per_call=BATCH * SEQ, notes=notes)
+    _print_equality(equality_figures(plain, intercepted, hooked_gpt, tokens))
+    return rows
 
 
 if __name__ == "__main__":

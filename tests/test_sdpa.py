@@ -94,7 +94,7 @@ def padding_mask():
 
 
 def test_hf_gpt2_in_sdpa_mode(gpt2):
-    model = hook_sdpa(copy.deepcopy(gpt2))
+    model = interp.load(copy.deepcopy(gpt2))  # "auto": no hooks of its own, calls SDPA: intercepted
     sites = attention_sites(model)
     assert [s.module for s in sites] == ["transformer.h.0.attn", "transformer.h.1.attn"]
     assert sites[0].output_module == "transformer.h.0.attn.c_proj"  # a Conv1D, found by its input
