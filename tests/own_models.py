@@ -219,3 +219,13 @@ def fails_on_tokens() -> nn.Module:
 def encoder_lm_fails_on_tokens() -> nn.Module:
     """The same, with an nn.MultiheadAttention (so it takes the hook_attention route)."""
     return FeaturesModel(nn.MultiheadAttention(8, 2, batch_first=True)).eval()
+
+
+def hf_gpt2() -> nn.Module:
+    """A small random Hugging Face GPT-2 in SDPA mode (built offline from a config)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=100, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+    return transformers.GPT2LMHeadModel(config).eval()

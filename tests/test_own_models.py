@@ -109,9 +109,27 @@ def test_ov_weights_of_intercepted_and_mha_models_match_their_computation():
 
 
 def test_copying_scores_on_plain_models():
-    for model in (interp.load(EncoderLM().eval()), interp.load(NanoStyleGPT().eval())):
+    from own_models import hf_gpt2
+
+    for model in (interp.load(EncoderLM().eval()), interp.load(NanoStyleGPT().eval()), interp.load(hf_gpt2())):
         scores = copying_scores(model)
         assert scores.shape == (2, 4) and torch.isfinite(scores).all() and scores.abs().max() <= 1
+
+
+def test_copying_score_reads_the_intercepted_projections():
+    """Known answer: a head whose OV circuit maps each token's embedding onto its own logit copies (+1)."""
+    from own_models import DirectSDPA
+
+    model = DirectSDPA(vocab=24, d_model=24, n_heads=3)
+    with torch.no_grad():
+        model.embed.weight.copy_(torch.eye(24))
+        model.qkv.weight[48:].copy_(torch.eye(24))  # v = x
+        model.proj.weight.copy_(torch.eye(24))
+        model.proj.weight[8:16] *= -1  # head 1 writes the negated token: anti-copying
+        model.unembed.weight.copy_(torch.eye(24))
+    scores = copying_scores(interp.load(model.eval()))
+    assert scores[0, 0] == pytest.approx(1.0, abs=1e-6) and scores[0, 2] == pytest.approx(1.0, abs=1e-6)
+    assert scores[0, 1] == pytest.approx(-1.0, abs=1e-6)
 
 
 # --------------------------------------------------------------------------- nn.TransformerEncoder LM
@@ -127,6 +145,8 @@ def test_encoder_lm_is_causal_and_verified_on_token_ids():
 
 COMMANDS = {
     "verify": ["verify", "own_models:encoder_lm"],
+    "verify_hf_gpt2": ["verify", "own_models:hf_gpt2"],
+    "verify_nanogpt_manual": ["verify", "own_models:nanogpt_manual"],
     "heads": ["heads", "own_models:encoder_lm", "--n", "8"],
     "scan": ["scan", "own_models:encoder_lm", "--n", "8"],
     "audit": ["audit-leakage", "own_models:encoder_lm", "--max-len", "10", "--n", "4"],
