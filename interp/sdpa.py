@@ -68,12 +68,13 @@ TO_HEAD = "batch pos head d_head -> batch head pos d_head"  # the layout the ker
 
 
 class NoSDPACalls(BadInput):
-    """The model never called scaled_dot_product_attention on the probe input."""
+    """The model neither called scaled_dot_product_attention on the probe input nor computed attention
+    by hand in the recognised form."""
 
 
 @dataclass
 class SDPASite:
-    """One SDPA-calling module, as the probe saw it, with its hook points."""
+    """One module that computes attention (an SDPA call, or by hand), as the probe saw it, with its hook points."""
 
     path: str  # module path of the caller ("" for the root)
     n_heads: int  # query heads
@@ -506,15 +507,18 @@ def _hand_written_calls(events: list) -> list:
     agreeing) turned into a `_Call` at the place of its last matmul; modules calling SDPA are left alone."""
     callers = {e.path for e in events if isinstance(e, _Call)}
     steps: dict[str, list] = {}  # path -> the matched steps so far
+    ambiguous: set[str] = set()  # two candidate q @ k^T before one softmax: which is which is a guess, so none
     result = []
     for event in events:
-        if isinstance(event, _Call) or event[0] == "linear" or event[1] in callers:
+        if isinstance(event, _Call) or event[0] == "linear" or event[1] in callers or event[1] in ambiguous:
             result.append(event)
             continue
         kind, path, left, right, out = event
         found = steps.setdefault(path, [])
         if kind == "matmul" and len(found) in (0, 3):
             found[:] = [event]
+        elif kind == "matmul" and len(found) == 1:
+            ambiguous.add(path)
         elif kind == "softmax" and len(found) == 1 and left.shape == found[0][4].shape:
             found.append(event)
         elif kind == "matmul" and len(found) == 2 and left.shape == found[1][4].shape:

@@ -331,3 +331,23 @@ def test_a_failing_hook_leaves_nothing_attached():
     assert not live_hooks(model)
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
     assert torch.equal(model(tokens(61, 6)), model(tokens(61, 6)))
+
+
+class TwoCandidateMatmuls(nn.Module):
+    """Two (batch, head, q, d) @ (batch, head, d, k) products before one softmax: which one is q @ k^T is
+    a guess, so the attention is not recognised (a wrong guess would hook the wrong tensors)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+
+    def forward(self, x):
+        h = self.embed(x).view(x.shape[0], x.shape[1], 2, 4).transpose(1, 2)  # (batch, head, pos, d_head)
+        rotated = h @ torch.eye(4).expand(x.shape[0], 2, 4, 4)  # a per-head linear map, also 4-D @ 4-D
+        pattern = torch.softmax(rotated @ h.transpose(-2, -1), dim=-1)
+        return pattern @ h
+
+
+def test_ambiguous_hand_written_attention_is_not_guessed():
+    with pytest.raises(NoSDPACalls):
+        hook_sdpa(TwoCandidateMatmuls())
