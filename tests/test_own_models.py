@@ -194,3 +194,14 @@ def test_bad_checkpoint_exits_2(tmp_path, capsys):
 
 def test_unrecognised_attention_keeps_the_black_box_audit(capsys):
     assert cli.main(["audit-leakage", "own_models:einsum_lm", "--max-len", "8", "--n", "2", "-q"]) == 0
+
+
+def test_redundancy_checks_prompts_against_a_plain_models_vocabulary():
+    from analyses import redundancy
+    from interp.data import PromptSet, repeated_tokens
+
+    model = interp.load(EncoderLM().eval())
+    importance = redundancy.importance(model, repeated_tokens(8, 5, 53, seed=0), "mean", gradient=False)
+    assert len(importance) == 8 and importance["delta_loss"].notna().all()
+    with pytest.raises(ValueError, match="outside the model's vocabulary \\[0, 53\\)"):
+        redundancy.importance(model, PromptSet(torch.full((8, 6), 60)), "mean", gradient=False)
