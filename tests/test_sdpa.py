@@ -351,3 +351,17 @@ class TwoCandidateMatmuls(nn.Module):
 def test_ambiguous_hand_written_attention_is_not_guessed():
     with pytest.raises(NoSDPACalls):
         hook_sdpa(TwoCandidateMatmuls())
+
+
+@pytest.mark.parametrize("model_factory", [lambda: NanoStyleGPT(flash=True), lambda: NanoStyleGPT(flash=False), DirectSDPA])
+def test_gradients_through_the_explicit_path_equal_the_kernels(model_factory):
+    model = hook_sdpa(model_factory().eval())
+    x = tokens(37, 10)
+    grads = []
+    for fwd_hooks in ([], [(site.hook("pattern"), lambda t, hook: t) for site in attention_sites(model)]):
+        model.zero_grad()
+        with model.hooks(fwd_hooks=fwd_hooks):
+            model(x).logsumexp(-1).sum().backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        assert torch.allclose(grads[1][name], grad, atol=1e-5, rtol=1e-4), name
