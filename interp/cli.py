@@ -62,7 +62,6 @@ def _load(spec: str | None, quiet: bool = False):
     console = _stderr_console(quiet)
     with console.status(f"loading {spec} ...", spinner="dots"):
         import interp
-
         from interp.errors import ModelError
 
         try:

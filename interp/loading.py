@@ -145,13 +145,11 @@ def _observed(model: nn.Module) -> nn.Module:
     """A hooked MultiheadAttention model whose sites know whether their caller masks causally
     (one forward on token ids, when the model has a vocabulary)."""
     from interp.mha import observe_causality
+    from interp.modelinfo import vocab_size
     from interp.sdpa import default_example
 
-    if getattr(model, "hook_dict", None) is not None and not isinstance(model, nn.MultiheadAttention):
-        from interp.modelinfo import vocab_size
-
-        if vocab_size(model) is not None:
-            observe_causality(model, *default_example(model))
+    if vocab_size(model) is not None:
+        observe_causality(model, *default_example(model))
     return model
 
 

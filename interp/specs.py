@@ -132,7 +132,6 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
     the model's own tokenizer when it has one, else a character tokenizer.
     """
     from interp import data
-
     from interp.modelinfo import context_length, vocab_size
 
     n = spec.n or default_n
