@@ -273,7 +273,7 @@ def _by_hand(site: SDPASite, func, args, kwargs) -> Any:
     """Hand-written attention of a hooked site: q @ k^T, softmax and @ v, each step through its hooks.
     `site.stage` (reset as the module's forward starts) says which step comes next; any other op runs as is."""
     hooks = site.hooks
-    if func in MATMULS and site.stage in (0, 2) and _is_qk(*args[:2]) and not kwargs:
+    if func in MATMULS and site.stage in (0, 2) and len(args) >= 2 and _is_qk(*args[:2]) and not kwargs:
         left, right = args[:2]
         if site.stage == 0:  # scores = q @ k^T
             site.stage = 1
@@ -284,7 +284,7 @@ def _by_hand(site: SDPASite, func, args, kwargs) -> Any:
         v = hooks["v"](einops.rearrange(right, TO_POS))
         z = einops.einsum(left, v, "batch head query key, batch key head d_head -> batch query head d_head")
         return einops.rearrange(hooks["z"](z), TO_HEAD)
-    if func in SOFTMAXES and site.stage == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+    if func in SOFTMAXES and site.stage == 1 and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
         site.stage = 2
         scores = hooks["attn_scores"](args[0])  # (batch, head, query, key)
         return hooks["pattern"](func(scores, *args[1:], **kwargs))
@@ -314,7 +314,8 @@ class _InterceptedForward:
         sites: dict[str, SDPASite] = self.__dict__["_interp_sdpa_sites"]
         if not any(site.live(ROLES) for site in sites.values()):
             return super().forward(*args, **kwargs)
-        def restart(path: str) -> None:
+
+        def restart(path: str) -> None:  # a hand-written attention starts over as its module is entered
             if path in sites:
                 sites[path].stage = 0
 
@@ -375,7 +376,7 @@ class _Recorder(TorchFunctionMode):
                                      bool(enable_gqa), out.detach()))
         elif func in MATMULS and len(args) >= 2 and _is_qk(*args[:2]):
             self.events.append(("matmul", self.stack[-1] if self.stack else "", args[0].detach(), args[1].detach(), out.detach()))
-        elif func in SOFTMAXES and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+        elif func in SOFTMAXES and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
             self.events.append(("softmax", self.stack[-1] if self.stack else "", args[0].detach(), None, out.detach()))
         return out
 
@@ -398,8 +399,9 @@ def default_example(model: nn.Module) -> tuple[torch.Tensor]:
 
 
 def probe(model: nn.Module, example: Any = None) -> list:
-    """Run one forward (eval mode, no grad) and return its events: SDPA `_Call`s and
-    ("linear", path, input, output) tuples, in the order they happened."""
+    """Run one forward (eval mode, no grad) and return its events in the order they happened: SDPA
+    `_Call`s, ("linear", path, input, output) for every Linear / Conv1D, and ("matmul" | "softmax", path,
+    left, right, output) for the 4-D products and softmaxes that hand-written attention is made of."""
     kwargs = example if isinstance(example, dict) else {}
     if example is None:
         args = default_example(model)
