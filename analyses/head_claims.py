@@ -87,6 +87,7 @@ from interp.claims import (
 from interp.data import PromptSet, shuffled
 from interp.hooks import attention_sites
 from interp.interventions import ablate, reference_activations, substitute_pattern
+from interp.modelinfo import output_logits
 
 ClaimKind = Literal[
     "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
@@ -446,7 +447,7 @@ def behaviour_loss(
             kwargs = {k: v.to(device) for k, v in batch.model_kwargs().items()}
             tokens = batch.tokens.to(device)
             with manager:
-                logits = model(tokens, **kwargs)
+                logits = output_logits(model(tokens, **kwargs))  # a Hugging Face ModelOutput too
             per_token = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
             per_token = per_token.view(len(batch), -1).cpu().double()  # (batch, pos - 1)
             m = mask[start:start + len(batch)].double()

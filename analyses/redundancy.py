@@ -82,7 +82,7 @@ from interp.interventions import (
     parse_head,
     reference_activations,
 )
-from interp.modelinfo import context_length, vocab_size
+from interp.modelinfo import context_length, output_logits, vocab_size
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 from models.gpt import HookedGPT
 
@@ -105,6 +105,7 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
 
 def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
     """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
+    logits = output_logits(logits)  # a Hugging Face ModelOutput or (logits, loss) tuple too
     tokens = prompts.tokens.to(logits.device)
     per = F.cross_entropy(_upcast(logits[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     per = per.view(tokens.shape[0], -1)  # (batch, pos - 1)
@@ -128,6 +129,7 @@ def induction_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
     first = prompts.meta.get("offset", 0) + prefix_len + 1
     if first >= prompts.n_pos:
         raise ValueError(f"the prompts ({prompts.n_pos} tokens) have no repeated token to predict after position {first}.")
+    logits = output_logits(logits)  # a Hugging Face ModelOutput or (logits, loss) tuple too
     tokens = prompts.tokens.to(logits.device)
     per = F.cross_entropy(_upcast(logits[:, first - 1 : -1]).flatten(0, 1), tokens[:, first:].flatten(), reduction="none")
     return per.view(tokens.shape[0], -1).mean(-1)

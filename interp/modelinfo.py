@@ -136,3 +136,16 @@ def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
     w_o = linear_weight(model.get_submodule(site.out_proj))  # (head * d_head, d_model)
     W_O = einops.rearrange(w_o, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
     return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}")
+
+
+def output_logits(output: Any) -> Any:
+    """The logits of a model's output: a tensor as is, a Hugging Face `ModelOutput`'s `.logits`, or the
+    first element of a tuple (nanoGPT returns (logits, loss)); anything else unchanged."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return output

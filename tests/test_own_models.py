@@ -77,6 +77,18 @@ def test_nanogpt_checkpoint_is_never_unpickled(tmp_path):
 # --------------------------------------------------------------------------- modelinfo on plain models
 
 
+def test_output_logits_of_every_output_kind():
+    from transformers.modeling_outputs import CausalLMOutput
+
+    from interp.modelinfo import output_logits
+
+    logits = torch.randn(2, 3, 5)
+    assert output_logits(logits) is logits
+    assert output_logits(CausalLMOutput(logits=logits)) is logits
+    assert output_logits((logits, None)) is logits  # nanoGPT's (logits, loss)
+    assert output_logits("other") == "other"
+
+
 def test_modelinfo_reads_plain_models():
     encoder = EncoderLM()
     assert vocab_size(encoder) == 53 and context_length(encoder) == 48
@@ -165,7 +177,7 @@ def test_encoder_lm_claims_file(tmp_path, capsys):
     assert cli.main(["claims", str(claims), "--strict", "-q"]) == 0, capsys.readouterr()
 
 
-@pytest.mark.parametrize("spec", ["own_models:encoder_lm", "own_models:nanogpt_flash"])  # ~10 s each
+@pytest.mark.parametrize("spec", ["own_models:encoder_lm", "own_models:nanogpt_flash", "own_models:hf_gpt2"])  # ~10 s each
 def test_report_on_plain_models_given_as_factories(spec, tmp_path, capsys):
     out = tmp_path / "report"
     assert cli.main(["report", spec, "--n", "8", "--out", str(out), "-q"]) == 0, capsys.readouterr().err
