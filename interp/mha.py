@@ -382,7 +382,9 @@ def observe_causality(model: nn.Module, tokens: torch.Tensor) -> None:
         raise ModelError(
             f"{type(model).__name__}.forward failed on token ids of shape {tuple(tokens.shape)}: {type(error).__name__}: "
             f"{error}. The toolkit feeds (batch, pos) LongTensors of token ids from the model's nn.Embedding; make "
-            "forward(tokens) accept them (a factory can wrap the model in a module that does)."
+            "forward(tokens) accept them (a factory can wrap the model in a module that does), or, for a model that "
+            "takes other inputs, hook it with interp.hook_attention(model) and pass your own (verify_hooks(model, "
+            "tokens=inputs))."
         ) from error
     finally:
         model.train(was_training)
