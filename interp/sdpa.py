@@ -23,11 +23,13 @@ before the call (Hugging Face's `repeat_kv` when a mask is passed), `hook_k` / `
 the repeated heads and the site says so in its notes; with `enable_gqa` they carry the
 key/value heads (the site's `n_kv_heads`).
 
-Attention written by hand in the common form (nanoGPT's non-flash path, minGPT):
+Attention written by hand in the common form (nanoGPT's non-flash path, minGPT, Hugging
+Face's eager attention):
 `softmax(q @ k.transpose(-2, -1) * scale, masked) @ v` on (batch, head, pos, d_head) tensors
 inside one module is recognised by the probe from its three ops and their shapes, and hooked
 the same way: `hook_q` / `hook_k` on the operands of the first matmul, `hook_attn_scores` on
-the softmax input (scale and mask as the module applied them), `hook_pattern` on its output,
+the softmax input (scale and mask as the module applied them; a "large negative" mask such as
+finfo.min written as -inf), `hook_pattern` on its output,
 `hook_v` / `hook_z` on the second matmul. Other forms (einsum, a softmax of one's own, 3-D
 batched heads) are not recognised: such a model gets no per-head hooks (`NoSDPACalls`), and
 the leakage audit still runs it as a black box.
@@ -286,9 +288,24 @@ def _by_hand(site: SDPASite, func, args, kwargs) -> Any:
         return einops.rearrange(hooks["z"](z), TO_HEAD)
     if func in SOFTMAXES and site.stage == 1 and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
         site.stage = 2
-        scores = hooks["attn_scores"](args[0])  # (batch, head, query, key)
-        return hooks["pattern"](func(scores, *args[1:], **kwargs))
+        return hooks["pattern"](_hand_softmax(hooks["attn_scores"], func, args, kwargs))
     return func(*args, **kwargs)
+
+
+def _hand_softmax(scores_hook: HookPoint, func, args, kwargs) -> torch.Tensor:
+    """The module's softmax with its scores through the hook; a "large negative" mask (Hugging Face's
+    finfo.min) written as -inf, as the hook names promise. A row the mask excludes entirely keeps the
+    module's own result (uniform over finfo.min entries), so outputs do not change."""
+    raw = args[0]  # (batch, head, query, key)
+    masked = raw <= torch.finfo(raw.dtype).min / 2 if raw.is_floating_point() else torch.zeros_like(raw, dtype=torch.bool)
+    has_masked = bool(masked.any())
+    scores = scores_hook(raw.masked_fill(masked, float("-inf")) if has_masked else raw)
+    pattern = func(scores, *args[1:], **kwargs)
+    if has_masked:
+        empty = masked.all(-1, keepdim=True)
+        if bool(empty.any()):
+            pattern = torch.where(empty, func(raw, *args[1:], **kwargs), pattern)
+    return pattern
 
 
 def _result_hook(site: SDPASite) -> Callable:
@@ -534,7 +551,7 @@ def _hand_written_calls(events: list) -> list:
 def _scale(qk: tuple, softmax: tuple) -> float | None:
     """The factor between q k^T and the softmax input, where one factor explains every finite entry."""
     raw, scores = qk[4].double(), softmax[2].double()
-    finite = torch.isfinite(scores)
+    finite = torch.isfinite(scores) & (softmax[2] > torch.finfo(softmax[2].dtype).min / 2)  # not masked
     if not finite.any():
         return None
     factor = float((scores[finite] * raw[finite]).sum() / (raw[finite] ** 2).sum().clamp(min=1e-300))

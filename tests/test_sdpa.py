@@ -82,7 +82,7 @@ def llama(**overrides):
     config = transformers.LlamaConfig(
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64,
         vocab_size=100, max_position_embeddings=32, bos_token_id=0, eos_token_id=0, pad_token_id=0,
-        attn_implementation="sdpa", **overrides,
+        **{"attn_implementation": "sdpa", **overrides},
     )
     return transformers.LlamaForCausalLM(config).eval()
 
@@ -272,6 +272,27 @@ def test_nanogpt_manual_path_is_recognised():
     for name in ("transformer.h.1.attn.hook_pattern", "transformer.h.1.attn.hook_z", "transformer.h.0.attn.hook_q"):
         assert torch.allclose(cache[name], flash_cache[name], **TOL)
     assert_verified(model)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_hf_eager_attention_is_recognised_with_its_finfo_min_mask_as_minus_inf(family, gpt2):
+    """Hugging Face's eager path writes attention by hand, masking with finfo.min: hooked, the mask reads -inf."""
+    if family == "gpt2":
+        gpt2.config._attn_implementation = "eager"  # the fixture's weights, the hand-written path
+        original = copy.deepcopy(gpt2)
+        gpt2.config._attn_implementation = "sdpa"
+    else:
+        original = llama(attn_implementation="eager")
+    model = interp.load(copy.deepcopy(original))
+    site = attention_sites(model)[0]
+    assert site.causal is True and site.scale == pytest.approx(8 ** -0.5) and any("by hand" in n for n in site.notes)
+    x, mask = tokens(100, 10, batch=2), padding_mask()
+    out, cache = model.run_with_cache(x, attention_mask=mask)
+    expected = original(x, attention_mask=mask).logits
+    assert torch.allclose(out.logits[1], expected[1], **TOL) and torch.allclose(out.logits[0, 3:], expected[0, 3:], **TOL)
+    assert torch.isneginf(cache[site.hook("attn_scores")][1, :, 0, 1:]).all()
+    assert_verified(model)
+    assert_verified(model, tokens=x, attention_mask=mask)
 
 
 def test_attention_neither_sdpa_nor_recognised_has_no_per_head_hooks():
