@@ -4,17 +4,22 @@ A hook's name is a claim. For every attention site of a supported model (see
 `interp.attention_sites`) one cached forward pass checks:
 
 - `hooks_present`: the site exposes all seven roles (q, k, v, attn_scores, pattern, z, result);
-- `scores_qk`: attn_scores == q k^T / sqrt(d_head) at every unmasked entry;
+- `scores_qk`: attn_scores == q k^T / sqrt(d_head) (or the site's own `scale`) at every unmasked
+  entry; grouped-query k (fewer heads than q) is repeated to the query heads first;
 - `scores_masked_inf`: masked entries are -inf, not a large finite number (`finfo.min`), and a
   causal site masks everything above the diagonal;
 - `pattern_softmax`: pattern == softmax(attn_scores) over the key axis;
 - `rows_sum_to_one`: every pattern row with an allowed key sums to one;
 - `z_pattern_v`: z == pattern @ v;
-- `result_sum`: the heads' results sum to the attention module's output up to one constant
+- `result_sum`: the heads' results sum to the attention module's output (or the site's
+  `output_module`, e.g. the output projection SDPA interception found) up to one constant
   vector (the output bias), which equals `b_O` / `out_proj.bias` where the model has one;
 and two extra forwards per hook check `edit_<role>`: adding noise at the hook changes the
 model's output at all (compared with an identity hook at the same point, so both runs take
 the same code path) (a hook whose edits are discarded is a read-only copy, not an intervention point).
+
+Default input: token ids from the model's vocabulary (`interp.modelinfo`: its config or its
+nn.Embedding), else embeddings for a hooked MultiheadAttention model.
 
 Limits: the checks use the model's own default forward (no padding, no additive float
 masks such as ALiBi, which `scores_qk` would report as a mismatch); tolerances are
