@@ -163,7 +163,10 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
 
 def _need_vocab(d_vocab, kind: str) -> None:
     if d_vocab is None:
-        raise SpecError(f"prompt kind {kind!r} needs the model's vocabulary size (a config's d_vocab / vocab_size, or an nn.Embedding) and this model has none; use --prompts text or a .json file of token ids.")
+        raise SpecError(
+            f"prompt kind {kind!r} needs the model's vocabulary size (a config's d_vocab / vocab_size, or an "
+            "nn.Embedding) and this model has none; use --prompts text or a .json file of token ids."
+        )
 
 
 def _bos_token(model) -> int | None:
