@@ -221,7 +221,8 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
         "causal": {True: "yes (decoder)", False: "no (bidirectional encoder)", None: "unknown"}[sites[0].causal if sites else None],
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
-    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type"):
+    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type", "original_architecture",
+                 "n_key_value_heads"):
         value = getattr(cfg, name, None)
         if value is not None:
             summary[name] = value
@@ -229,6 +230,9 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
     for key in ("trained_with", "command", "seed", "final_loss", "description"):
         if key in metadata and not isinstance(metadata[key], (dict, list)):
             summary[f"card: {key}"] = metadata[key]
+    # how the model was loaded (native conversion, or the bridge and what does not work there)
+    for index, note in enumerate(getattr(model, "load_notes", None) or []):
+        summary[f"load note {index + 1}"] = note
     return summary
 
 
@@ -263,10 +267,12 @@ class ReportResult:
     highlights: pd.DataFrame
     leakage: dict[str, Any] | None
     timings: dict[str, float]
+    behaviour: dict[str, Any] | None = None  # what the causal evidence measured (`Behaviour.spec()` + "measured")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "out_dir": str(self.out_dir),
+            "behaviour": self.behaviour,
             "leakage": self.leakage,
             "highlights": json.loads(self.highlights.to_json(orient="records")),
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
@@ -321,6 +327,7 @@ def compute(
     leakage_len: int = 32,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    behaviour=None,
 ) -> ReportData:
     """Run every analysis the report shows; no files are written."""
     from interp.specs import PromptSpec, build_prompts
@@ -339,6 +346,7 @@ def compute(
     chosen_layers = sorted({l for l, _ in chosen})
     causal = bool(attention_sites(model)[0].causal)
     has_loss = _has_meaningful_loss(model)
+    measured = report_behaviour(model, prompts, behaviour)
 
     stages = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
               "head similarity", "importance", "joint ablation"]
@@ -348,32 +356,77 @@ def compute(
         metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
         offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
         claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
-                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE))
+                                                   evidence=claim_evidence_for(model), behaviour=measured))
         similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
-        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed) if has_loss else None)
-        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed) if has_loss else None)
+        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed, behaviour=measured) if has_loss else None)
+        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed, behaviour=measured)
+                             if has_loss else None)
 
     heads_frame = _heads_table(metrics, importance, claims)
     methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
                        leakage_len=leakage_len, claims=claims)
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
                 "heads": [f"L{l}H{h}" for l, h in chosen]}
-    return ReportData(model_summary(model, spec), heads_frame, claims, patterns, offsets, similarity, importance,
+    summary = model_summary(model, spec)
+    _name_behaviour(model, measured, prompts, methods, settings, summary)
+    return ReportData(summary, heads_frame, claims, patterns, offsets, similarity, importance,
                       redundancy, leakage, methods, settings, dict(run.timings))
 
 
+# an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked
+# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/test_behaviour.py), edits of
+# the pattern are discarded (FACTS.md) and no random-init twin can be built: necessity and importance only
+BRIDGE_ENCODER_EVIDENCE = ("observational", "control_shuffled", "necessity")
+NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "
+                "pattern edits are discarded and no random-init twin can be built, so sufficiency, faithfulness and "
+                "the random-init control were not run; convert the model natively for them")
+
+
 def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
-    """The evidence kinds claims about `model` should gather: all (None) when it has a meaningful
-    next-token loss, else the observational test and the shuffled-token control only."""
-    return None if _has_meaningful_loss(model) else NO_LOSS_EVIDENCE
+    """The evidence kinds claims about `model` should gather: all (None) where pattern edits take effect;
+    on an encoder or random-head model through the bridge, the observational test, the shuffled-token
+    control and necessity (z ablation), measured on its behaviour (`interp.behaviour`)."""
+    return BRIDGE_ENCODER_EVIDENCE if _bridge_without_pattern_edits(model) else None
+
+
+def _bridge_without_pattern_edits(model: nn.Module) -> bool:
+    if type(model).__name__ != "TransformerBridge":
+        return False
+    sites = attention_sites(model)
+    return bool(getattr(model, "head_is_random", False)) or not (sites and sites[0].causal)
 
 
 def _has_meaningful_loss(model: nn.Module) -> bool:
-    """Importance and ablations are measured on the next-token loss; an encoder or a random LM head has none."""
-    if getattr(model, "head_is_random", False):
-        return False
-    sites = attention_sites(model)
-    return bool(sites and sites[0].causal)
+    """Whether ablations measure something: every model has a behaviour now (`interp.behaviour.default_behaviour`:
+    the next-token loss, or the sentence-embedding change for an encoder or a random head), and z ablations
+    take effect even through the bridge."""
+    return True
+
+
+def report_behaviour(model: nn.Module, prompts: PromptSet, behaviour=None):
+    """The behaviour a report measures: the one given, else the model's; a next-token loss scores the
+    repeated copies of repeated prompts, else every position (as the report always has)."""
+    from interp.behaviour import as_behaviour
+
+    return as_behaviour(behaviour, model, positions="repeats" if prompts.meta.get("kind") == "repeated" else "all")
+
+
+def behaviour_method(behaviour, prompts: PromptSet) -> str:
+    """The Methods line that names the behaviour."""
+    return (f"Behaviour: {behaviour.describe(prompts)} ({behaviour.description}; reads the final "
+            f"{'logits' if behaviour.reads == 'logits' else 'hidden state, never the LM head'}). Importance, joint "
+            "ablation and the claims' necessity, sufficiency and faithfulness measure its change.")
+
+
+def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: list[str], settings: dict,
+                    summary: dict) -> None:
+    """State the behaviour in the Methods (and which evidence a bridge encoder could not give), the
+    model summary (HTML and Markdown) and the settings (report.json)."""
+    methods.insert(1, behaviour_method(behaviour, prompts))
+    if _bridge_without_pattern_edits(model):
+        methods.insert(2, f"Causal evidence: necessity only; {NOT_MEASURED}.")
+    settings["behaviour"] = {**behaviour.spec(), "measured": behaviour.describe(prompts)}
+    summary["behaviour"] = behaviour.describe(prompts)
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
@@ -391,18 +444,19 @@ def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
     }
 
 
-def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) -> pd.DataFrame:
+def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> pd.DataFrame:
     """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims."""
     from analyses import head_claims
 
     frames = []
-    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence)
+    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
     frames.append(scan.assign(source="scan"))
     if claims_file is not None:
         from interp.testing import run_claims
 
         # the file's claims run on the file's own [prompts]: they were written for them
-        frames.append(run_claims(model, claims_file).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
+        frames.append(run_claims(model, claims_file, behaviour=behaviour).assign(
+            source=f"claims file {Path(str(claims_file.path)).name}"))
     frame = pd.concat(frames, ignore_index=True, sort=False)
     if "label" not in frame.columns:
         frame["label"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
@@ -422,20 +476,14 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
     return matrix.loc[labels, labels]
 
 
-def _importance(model, prompts, *, seed: int) -> pd.DataFrame:
+def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
     from analyses import redundancy
 
-    return redundancy.importance(model, prompts, "mean", loss_fn=_loss_fn(prompts), seed=seed, gradient=False)
+    behaviour = behaviour or report_behaviour(model, prompts)
+    return redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False)
 
 
-def _loss_fn(prompts: PromptSet):
-    """The behaviour the ablations measure: loss on the repeated copy for repeated prompts, else every position."""
-    from analyses import redundancy
-
-    return redundancy.induction_loss if prompts.meta.get("kind") == "repeated" else None
-
-
-def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.DataFrame | None:
+def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:
     from analyses import redundancy
 
     if similarity is None or len(similarity) < 2:
@@ -446,7 +494,8 @@ def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.
     pairs = [p for p in pairs if math.isfinite(p[0])]
     pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
     top = [(a, b) for _, a, b in pairs[:TOP_PAIRS]]
-    return redundancy.joint_ablation(model, prompts, top, "mean", loss_fn=_loss_fn(prompts), seed=seed)
+    return redundancy.joint_ablation(model, prompts, top, "mean", behaviour=behaviour or report_behaviour(model, prompts),
+                                     seed=seed)
 
 
 def _heads_table(metrics: pd.DataFrame, importance: pd.DataFrame | None, claims: pd.DataFrame) -> pd.DataFrame:
@@ -491,23 +540,21 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         "shuffled-token prompts (position vs content)"
         + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
            "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
-           "(uniform or permuted pattern) on the next-token loss" if has_loss else "")
+           "(uniform or permuted pattern) on the behaviour named above" if has_loss else "")
         + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected "
         "(alpha 0.05) within each family tested together: the scan's claims over every head, and the claims "
         f"file's claims, separately; {len(claims)} claims about the heads shown appear here.",
     ]
     if has_loss:
-        target = "on the repeated copies (what induction can predict)" if kind == "repeated" else "at every position"
         lines.append(
-            f"Importance: the increase of the next-token loss {target} when a head's output (z) is replaced by its "
+            f"Importance: the increase of the behaviour's loss when a head's output (z) is replaced by its "
             "per-position mean over the prompts "
             f"(mean ablation). Joint ablation of the {TOP_PAIRS} most similar pairs: the pair's loss change against "
             "the sum of each alone (redundancy = together more than apart)."
         )
     else:
         lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
-                     "faithfulness) were skipped: the model has no meaningful next-token loss (a bidirectional "
-                     f"encoder, or a task head initialised at random); claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
+                     f"faithfulness) were skipped: {NOT_MEASURED}; claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
     if leakage is not None:
         lines.append(
             f"Leakage audit (`analyses.leakage.audit`, sequences up to {leakage_len} tokens, seed {seed}): "
@@ -552,16 +599,26 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
         rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
-                     "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats", "verdict": "measured"})
+                     "evidence": "loss " + _interval_text(top['delta_loss'], top['ci_low'], top['ci_high'],
+                                                              data.importance.attrs.get("unit")),
+                     "verdict": "measured"})
     if data.redundancy is not None and len(data.redundancy):
         decided = data.redundancy[(data.redundancy["ci_low"] > 0) | (data.redundancy["ci_high"] < 0)]
         if len(decided):
             top = decided.loc[decided["interaction"].abs().idxmax()]
             kind = "together more than apart (backup)" if top["interaction"] > 0 else "overlapping (together less than apart)"
             rows.append({"finding": f"pair {kind}", "heads": f"{top['label_a']} ~ {top['label_b']}",
-                         "evidence": f"interaction {top['interaction']:+.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats",
+                         "evidence": "interaction " + _interval_text(top["interaction"], top["ci_low"], top["ci_high"],
+                                                                     data.redundancy.attrs.get("unit")),
                          "verdict": "measured"})
     return pd.DataFrame(rows, columns=["finding", "heads", "evidence", "verdict"])
+
+
+def _interval_text(value: float, low: float, high: float, unit: str | None) -> str:
+    """'+0.123 [0.100, 0.150] nats'; three significant digits for other units (cosine distances are small)."""
+    unit = unit or "nats"
+    f = ".3f" if unit == "nats" else ".3g"
+    return f"{value:+{f}} [{low:{f}}, {high:{f}}] {unit}"
 
 
 def _observed(row) -> str:
@@ -599,17 +656,20 @@ def build_report(
     force: bool = False,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    behaviour=None,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
     `prompt_spec` (an `interp.specs.PromptSpec`) or `prompts` choose the prompts (default: 64
-    repeated random-token prompts); `layers` / `heads` narrow the cards.
+    repeated random-token prompts); `layers` / `heads` narrow the cards. `behaviour` (a name,
+    an `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance,
+    joint ablation and the claims' causal evidence measure; the report states it.
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
         seed = getattr(prompt_spec, "seed", 0) or 0
     data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
-                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards)
+                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards, behaviour=behaviour)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
@@ -618,7 +678,7 @@ def build_report(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings)
+    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data.settings.get("behaviour"))
 
 
 # --------------------------------------------------------------------------- rendering

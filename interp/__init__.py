@@ -46,6 +46,11 @@ _EXPORTS = {
     "build_prompts": "interp.specs",
     "read_claims": "interp.testing",
     "run_claims": "interp.testing",
+    "Behaviour": "interp.behaviour",
+    "default_behaviour": "interp.behaviour",
+    "next_token_loss": "interp.behaviour",
+    "masked_lm_loss": "interp.behaviour",
+    "embedding_change": "interp.behaviour",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -227,6 +227,7 @@ class Context:
     n_permutations: int = 2000
     batch_size: int = 32
     memo: dict = field(default_factory=dict, repr=False)
+    behaviour: Any = None  # what causal evidence measures (`interp.behaviour`); None: the model's default
 
     def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """Compute once per key. Keys holding `id(obj)` stay valid because `keep` holds the object."""
@@ -425,11 +426,13 @@ def evaluate_claims(
     batch_size: int = 32,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
+    behaviour: Any = None,
 ) -> list[Verdict]:
     """Test many claims at once; one `Verdict` each, with p-values corrected over all of them.
 
     `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not
-    define is skipped for that claim.
+    define is skipped for that claim. `behaviour` (`interp.behaviour`: a name, a Behaviour or a
+    callable) is what causal evidence measures unless a claim names its own; default: the model's.
     """
     claims = list(claims)
     if not claims:
@@ -447,7 +450,8 @@ def evaluate_claims(
     check_heads(model, claims)
     # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
-    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size)
+    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
+                  behaviour=behaviour)
     if progress:
         from tqdm.auto import tqdm
 
@@ -472,7 +476,8 @@ def _claim_p(evidence: Sequence[Evidence]) -> float:
 
 def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
     """One row per claim: claim, statement, heads, verdict, p-values, reasons, and per evidence kind
-    `{kind}` (effect), `{kind}_ci_low`, `{kind}_ci_high`, `{kind}_passed`; then `n_prompts`."""
+    `{kind}` (effect), `{kind}_ci_low`, `{kind}_ci_high`, `{kind}_passed`; then `behaviour` (what the
+    causal evidence measured, from its `extra["behaviour"]`; empty when none ran) and `n_prompts`."""
     rows = []
     kinds_seen = [k for k in EVIDENCE_KINDS if any(v.get(k) for v in verdicts)]
     for v in verdicts:
@@ -487,6 +492,7 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
             row[f"{kind}_ci_low"] = e.ci_low if e else math.nan
             row[f"{kind}_ci_high"] = e.ci_high if e else math.nan
             row[f"{kind}_passed"] = e.passed if e else None
+        row["behaviour"] = next((str(e.extra["behaviour"]) for e in v.evidence if "behaviour" in (e.extra or {})), "")
         row["n_prompts"] = v.n_prompts
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -505,6 +511,7 @@ def test_claims(
     batch_size: int = 32,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
+    behaviour: Any = None,
 ) -> pd.DataFrame:
     """Test claims on prompts: one row per claim with its verdict, adjusted p-value, reasons and evidence columns.
 
@@ -517,7 +524,8 @@ def test_claims(
     Test on prompts that did not suggest the claims (`analyses.head_claims.scan` does the split).
     """
     return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,
-                                         batch_size=batch_size, min_prompts=min_prompts, progress=progress))
+                                         batch_size=batch_size, min_prompts=min_prompts, progress=progress,
+                                         behaviour=behaviour))
 
 
 test_claims.__test__ = False  # not a pytest test, despite its name

@@ -56,7 +56,7 @@ def _out_console(args) -> Any:
     return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
 
 
-def _load(spec: str | None, quiet: bool = False):
+def _load(spec: str | None, quiet: bool = False, backend: str = "auto"):
     """interp.load with its input errors turned into InputError."""
     spec = spec or DEFAULT_SPEC
     console = _stderr_console(quiet)
@@ -65,16 +65,16 @@ def _load(spec: str | None, quiet: bool = False):
         from interp.errors import ModelError
 
         try:
-            return interp.load(spec)
+            return interp.load(spec, backend=backend)
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError, ModelError) as error:
             raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
 
 
-def _load_black_box(spec: str, quiet: bool = False):
+def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto"):
     """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
     (the leakage audit needs only tokens -> outputs)."""
     try:
-        return _load(spec, quiet)
+        return _load(spec, quiet, backend)
     except InputError as error:
         module_name, _, attribute = spec.partition(":")
         if not attribute or "no hooks" not in str(error):
@@ -194,10 +194,10 @@ def cmd_report(args) -> int:
         from interp.testing import read_claims
 
         claims = read_claims(args.claims)
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
-        seed=args.seed, force=args.force, progress=not args.quiet,
+        seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -214,7 +214,7 @@ def cmd_demo(args) -> int:
     force = report.is_report_dir(out)  # a previous report may be replaced; anything else is refused
     args_report = argparse.Namespace(
         spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
-        layers=None, heads=None, claims=None, quiet=args.quiet, json=None,
+        layers=None, heads=None, claims=None, quiet=args.quiet, json=None, behaviour=None,
     )
     return cmd_report(args_report)
 
@@ -222,7 +222,7 @@ def cmd_demo(args) -> int:
 def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet)
+    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -289,17 +289,25 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
-    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
+    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
     console = _out_console(args)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
                                columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"]))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
-    _write_json(args.json, {"model": spec, "file": str(claims_path), "claims": _frame_records(frame)})
+    _write_json(args.json, {"model": spec, "file": str(claims_path), "behaviour": _behaviour_names(frame),
+                            "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _behaviour_names(frame) -> str:
+    """The behaviours the claims' causal evidence measured, joined ("" when none ran)."""
+    if "behaviour" not in frame.columns:
+        return ""
+    return "; ".join(dict.fromkeys(str(b) for b in frame["behaviour"] if isinstance(b, str) and b))
 
 
 def _short_reasons(reasons: str, passed: bool) -> str:
@@ -321,11 +329,12 @@ def cmd_scan(args) -> int:
     from analyses import head_claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
-    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
+    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
+                             behaviour=args.behaviour)
     if args.supported_only:
         frame = frame[frame["verdict"] == "supported"]
     console = _out_console(args)
@@ -335,7 +344,7 @@ def cmd_scan(args) -> int:
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns))
     counts = frame["verdict"].value_counts()
     console.print(", ".join(f"{counts.get(v, 0)} {v}" for v in ("supported", "refuted", "inconclusive"))
-                  + " (full reasons in --json)")
+                  + " (full reasons in --json)" + (f"; behaviour: {_behaviour_names(frame)}" if _behaviour_names(frame) else ""))
     _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
     return EXIT_OK
 
@@ -345,7 +354,7 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
@@ -360,7 +369,7 @@ def cmd_heads(args) -> int:
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     console = _out_console(args)
@@ -416,12 +425,22 @@ def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = Tru
     if json_:
         p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+    p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
+                   help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
+                        "TransformerLens bridge; auto (default) converts natively when it can")
 
 
 def _add_prompts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="KIND|FILE", default=None,
                    help="prompt kind (repeated, random, text) or a file (.txt one text a line, .json token-id lists); default: repeated")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="repeated prompts: length of the repeated block")
+
+
+def _add_behaviour(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--behaviour", choices=["next-token", "masked-lm", "embedding"], default=None,
+                   help="what necessity, sufficiency, faithfulness and importance measure: next-token loss, masked-LM "
+                        "loss, or the sentence-embedding change (default: the model's own: next-token for a causal LM, "
+                        "embedding for an encoder)")
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -486,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
+    _add_behaviour(p)
     _add_common(p)
 
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
@@ -510,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
     p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
+    _add_behaviour(p)
     _add_common(p, seed=False)
 
     p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
@@ -517,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
     p.add_argument("--supported-only", action="store_true", help="show only supported claims")
+    _add_behaviour(p)
     _add_common(p)
 
     p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",

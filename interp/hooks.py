@@ -30,10 +30,16 @@ class AttentionSite:
     d_head: int
     causal: bool | None  # True causal, False bidirectional, None unknown
     hooks: dict[str, str] = field(default_factory=dict)  # role -> full hook name
+    # key/value heads (grouped-query attention): k and v hooks carry n_kv_heads heads and query
+    # head h reads key/value head h // (n_heads // n_kv_heads); None means n_heads
+    n_kv_heads: int | None = None
     scale: float | None = None  # score scale; None means 1 / sqrt(d_head)
-    n_kv_heads: int | None = None  # heads of hook_k / hook_v when fewer than n_heads (grouped-query)
     output_module: str | None = None  # the module whose output the heads' results sum to (default `module`)
     notes: tuple[str, ...] = ()  # what a reader must know about these hooks (repeated k/v, missing roles)
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head `head` reads."""
+        return head // (self.n_heads // (self.n_kv_heads or self.n_heads))
 
     def hook(self, role: Role) -> str:
         """Full hook name for a role; a clear error if this site does not expose it."""
@@ -60,7 +66,8 @@ def _block_sites(model: nn.Module) -> list[AttentionSite]:
             continue
         prefix = f"blocks.{layer}.attn"
         hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
-        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+        n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks, n_kv_heads=n_kv))
     return sites
 
 

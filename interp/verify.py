@@ -21,6 +21,9 @@ the same code path) (a hook whose edits are discarded is a read-only copy, not a
 Default input: token ids from the model's vocabulary (`interp.modelinfo`: its config or its
 nn.Embedding), else embeddings for a hooked MultiheadAttention model.
 
+Grouped-query attention (`site.n_kv_heads` < `n_heads`): the k and v hooks carry the key/value
+heads as computed, and query head h is checked against key/value head h // (n_heads // n_kv_heads).
+
 Limits: the checks use the model's own default forward (no padding, no additive float
 masks such as ALiBi, which `scores_qk` would report as a mismatch); tolerances are
 absolute 1e-4 plus relative 1e-4 in float32.
@@ -108,9 +111,10 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     why = [note for note in getattr(site, "notes", ()) if "unavailable" in note]
     row("hooks_present", not missing, (f"missing {missing}" + "".join(f"; {w}" for w in why)) if missing else "all 7 roles fire")
     got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
+    got = _per_query_head(site, got)
 
     if {"q", "k", "attn_scores"} <= set(got):
-        q, k, scores = got["q"], _per_query_head(got["k"], got["q"]), got["attn_scores"]
+        q, k, scores = got["q"], got["k"], got["attn_scores"]
         scale = site.scale if site.scale is not None else 1 / math.sqrt(site.d_head)
         expected = einops.einsum(
             q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
@@ -149,8 +153,7 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         row("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}")
     if {"pattern", "v", "z"} <= set(got):
         expected = einops.einsum(
-            got["pattern"].double(), _per_query_head(got["v"], got["z"]).double(),
-            "batch head query key, batch key head d_head -> batch query head d_head",
+            got["pattern"].double(), got["v"].double(), "batch head query key, batch key head d_head -> batch query head d_head"
         )
         ok, detail = _close(got["z"], expected.to(got["z"].dtype))
         row("z_pattern_v", ok, detail)
@@ -172,10 +175,17 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     return rows
 
 
-def _per_query_head(kv: torch.Tensor, query_like: torch.Tensor) -> torch.Tensor:
-    """k or v (batch, pos, kv_head, d) repeated to the query heads of grouped-query attention."""
-    groups = query_like.shape[2] // kv.shape[2] if kv.shape[2] else 1
-    return kv.repeat_interleave(groups, dim=2) if groups > 1 and query_like.shape[2] % kv.shape[2] == 0 else kv
+def _per_query_head(site: AttentionSite, got: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Grouped-query attention: k and v carry n_kv_heads heads; query head h reads kv head
+    h // (n_heads // n_kv_heads), so repeat each kv head over its group before comparing."""
+    n_kv = site.n_kv_heads or site.n_heads
+    if n_kv == site.n_heads:
+        return got
+    out = dict(got)
+    for role in ("k", "v"):
+        if role in got and got[role].shape[2] == n_kv:
+            out[role] = got[role].repeat_interleave(site.n_heads // n_kv, dim=2)  # (batch, pos, head, d_head)
+    return out
 
 
 def _output_module(site: AttentionSite) -> str:

@@ -123,7 +123,8 @@ def test_ov_weights_of_intercepted_and_mha_models_match_their_computation():
 def test_copying_scores_on_plain_models():
     from own_models import hf_gpt2
 
-    for model in (interp.load(EncoderLM().eval()), interp.load(NanoStyleGPT().eval()), interp.load(hf_gpt2())):
+    for model in (interp.load(EncoderLM().eval()), interp.load(NanoStyleGPT().eval()),
+                  interp.load(hf_gpt2(), backend="sdpa")):
         scores = copying_scores(model)
         assert scores.shape == (2, 4) and torch.isfinite(scores).all() and scores.abs().max() <= 1
 
@@ -157,7 +158,7 @@ def test_encoder_lm_is_causal_and_verified_on_token_ids():
 
 COMMANDS = {
     "verify": ["verify", "own_models:encoder_lm"],
-    "verify_hf_gpt2": ["verify", "own_models:hf_gpt2"],
+    "verify_hf_gpt2": ["verify", "own_models:hf_gpt2", "--backend", "sdpa"],
     "verify_nanogpt_manual": ["verify", "own_models:nanogpt_manual"],
     "heads": ["heads", "own_models:encoder_lm", "--n", "8"],
     "scan": ["scan", "own_models:encoder_lm", "--n", "8"],
@@ -180,7 +181,8 @@ def test_encoder_lm_claims_file(tmp_path, capsys):
 @pytest.mark.parametrize("spec", ["own_models:encoder_lm", "own_models:nanogpt_flash", "own_models:hf_gpt2"])  # ~10 s each
 def test_report_on_plain_models_given_as_factories(spec, tmp_path, capsys):
     out = tmp_path / "report"
-    assert cli.main(["report", spec, "--n", "8", "--out", str(out), "-q"]) == 0, capsys.readouterr().err
+    backend = ["--backend", "sdpa"] if spec.endswith("hf_gpt2") else []  # auto would convert GPT-2 natively
+    assert cli.main(["report", spec, "--n", "8", "--out", str(out), "-q", *backend]) == 0, capsys.readouterr().err
     assert (out / "report.html").exists() and (out / "heads.csv").exists()
     heads = (out / "heads.csv").read_text()
     assert "copying" in heads and "importance" in heads  # copying weights read; causal LM so ablations ran

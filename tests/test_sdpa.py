@@ -94,7 +94,7 @@ def padding_mask():
 
 
 def test_hf_gpt2_in_sdpa_mode(gpt2):
-    model = interp.load(copy.deepcopy(gpt2))  # "auto": no hooks of its own, calls SDPA: intercepted
+    model = interp.load(copy.deepcopy(gpt2), backend="sdpa")
     sites = attention_sites(model)
     assert [s.module for s in sites] == ["transformer.h.0.attn", "transformer.h.1.attn"]
     assert sites[0].output_module == "transformer.h.0.attn.c_proj"  # a Conv1D, found by its input
@@ -283,7 +283,7 @@ def test_hf_eager_attention_is_recognised_with_its_finfo_min_mask_as_minus_inf(f
         gpt2.config._attn_implementation = "sdpa"
     else:
         original = llama(attn_implementation="eager")
-    model = interp.load(copy.deepcopy(original))
+    model = interp.load(copy.deepcopy(original), backend="sdpa")
     site = attention_sites(model)[0]
     assert site.causal is True and site.scale == pytest.approx(8 ** -0.5) and any("by hand" in n for n in site.notes)
     x, mask = tokens(100, 10, batch=2), padding_mask()
