@@ -228,6 +228,9 @@ def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, pr
         if "prefix_len" not in prompts.meta:
             raise Inconclusive(f"{metric} needs prompts with a known repeat structure (meta prefix_len, from "
                                "interp.data.repeated_tokens); these prompts have none.")
+        if prompts.meta["prefix_len"] < 2:
+            raise Inconclusive(f"prefix_len={prompts.meta['prefix_len']}: the induction target would be the query "
+                               "itself; use prefix_len >= 2.")
         if prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] >= prompts.n_pos:
             raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={prompts.meta['prefix_len']}).")
         values = ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(
@@ -307,6 +310,7 @@ class Observational:
         metric = _claim_metric(claim, ctx)
         evidence = threshold_evidence("observational", self.values(claim, ctx), claim.thresholds["observational"], ctx,
                                       what=f"{claim.label} {metric}", decisive=True)
+        evidence = dataclasses.replace(evidence, metric=metric)  # the metric measured (argmax_at:auto resolved)
         copy_threshold = claim.thresholds.get("copying")
         if copy_threshold is None:
             return evidence
@@ -396,7 +400,8 @@ class RandomInitControl:
             passed = None
         return Evidence("control_random_init", gap.effect, gap.ci_low, gap.ci_high, max(level.p_value, gap.p_value),
                         f"random-init {below.rule()} and trained - random CI > 0", passed, True, len(trained),
-                        f"{level.detail}; {gap.detail}", {"random_init": level.effect})
+                        f"{level.detail}; {gap.detail}", {"random_init": level.effect}, n_resamples=gap.n_resamples,
+                        metric="trained minus random-init")
 
 
 # --------------------------------------------------------------------------- behaviour losses

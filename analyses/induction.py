@@ -43,6 +43,7 @@ from transformer_lens import FactoredMatrix
 from analyses.positional import nan_aware_frame
 from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet
+from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.modelinfo import final_norm, ov_weights, token_embedding, unembedding
 
@@ -89,6 +90,11 @@ def repeat_queries(prompts: PromptSet) -> torch.Tensor:
 
 
 def _check_repeats(prompts: PromptSet) -> torch.Tensor:
+    prefix_len = prompts.meta.get("prefix_len")
+    if prefix_len is not None and prefix_len < 2:
+        # every repeat is the previous token: "the token after it" is the query itself (issue 11 #6)
+        raise BadInput(f"prompts with prefix_len={prefix_len}: the induction target of every repeat is the query "
+                       "itself, so induction cannot be told from self-attention; use prefix_len >= 2.")
     queries = repeat_queries(prompts)
     none = (~queries.any(-1)).nonzero().flatten().tolist()
     if none:
@@ -96,7 +102,7 @@ def _check_repeats(prompts: PromptSet) -> torch.Tensor:
         if "match_len" in prompts.meta:
             source = f"no {prompts.meta['match_len']}-gram occurs twice"
         raise NoRepeats(
-            f"prompts {none[:5]} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
+            f"prompts {prompts.row_numbers(none[:5])} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
             "induction needs repeats: use interp.data.repeated_tokens(n, prefix_len, d_vocab)."
         )
     return queries

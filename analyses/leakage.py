@@ -56,7 +56,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.modelinfo import context_length, model_config, vocab_size
+from interp.errors import BadInput, BadType, InterpError, ModelError
+
+from interp.modelinfo import check_finite_weights, context_length, model_config, vocab_size
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
 METHODS: tuple[str, ...] = get_args(Method)
@@ -76,6 +78,10 @@ GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (r
 FUTURE_METHODS = ("truncation", "perturbation", "gradient")  # the trusted methods that can show a future leak
 ONES_MASK_DETAIL = " [attention_mask all ones]"  # appended to the detail of runs made with a mask of ones
 HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
+MAX_TOL = 1e-2  # float32: a tol above 1% of the output scale would call real leaks rounding
+MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it
+LOCALISE_FRACTION = 0.1  # a site carries the leak when it moves by more than this fraction of the leak's own size
+PATTERN_TOL = 1e-6  # attention weight on a masked key is exactly 0; anything above this is weight on a later key
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +155,7 @@ class ModelAdapter:
 
     def __init__(self, model: Callable, *, max_tokens: int = 4096):
         if not callable(model):
-            raise TypeError(f"model must be an nn.Module or a callable tokens -> outputs, got {type(model).__name__}.")
+            raise BadType(f"model must be an nn.Module or a callable tokens -> outputs, got {type(model).__name__}.")
         self.model = model
         self.module = model if isinstance(model, nn.Module) else None
         self.name = getattr(_config(model), "model_name", None) or type(model).__name__
@@ -175,7 +181,7 @@ class ModelAdapter:
         if attention_mask is None and self.ones_mask:
             attention_mask = torch.ones_like(tokens)
         kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device).long()}
-        out = _first_tensor(self.model(tokens, **kwargs))
+        out = _first_tensor(self._run(tokens, kwargs))
         batch, n_pos = tokens.shape
         if not isinstance(out, torch.Tensor) or out.ndim < 2 or tuple(out.shape[:2]) != (batch, n_pos):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -190,12 +196,28 @@ class ModelAdapter:
         if check_finite:
             watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
             if not torch.isfinite(watched).all():
-                raise ValueError(
+                cause = ("a fully masked attention row (every key padding) is the usual cause: fill it with zeros"
+                         if attention_mask is not None and not bool(attention_mask.bool().all(-1).all()) else
+                         "no position was padded, so the cause is inside the model (an overflow, a division by zero, "
+                         "or NaN produced by its own code)")
+                raise ModelError(
                     f"the model returned NaN or inf for tokens of shape ({batch}, {n_pos}); the audit compares "
-                    "outputs and cannot compare NaN. Fix the model (a fully masked attention row is the usual "
-                    "cause: fill it with zeros), or audit a smaller max_len."
+                    f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
                 )
         return out
+
+    def _run(self, tokens: torch.Tensor, kwargs: dict) -> Any:
+        """The model's forward; its own failure becomes a ModelError that says which model and where."""
+        try:
+            return self.model(tokens, **kwargs)
+        except (InterpError, ValueError):  # already a message about the input (ours, or the model's own check)
+            raise
+        except Exception as error:
+            from interp.errors import user_frame
+
+            where = user_frame(error, ()) or "its forward"
+            raise ModelError(f"the model {self.name} raised {type(error).__name__} at {where} on tokens of shape "
+                             f"{tuple(tokens.shape)}: {error}") from error
 
     def with_ones_mask(self) -> "ModelAdapter":
         """A copy that passes an all-ones attention_mask wherever a call gives none: a model may take
@@ -284,24 +306,18 @@ def _rows(method: str, length: int, influence: torch.Tensor, tol: float, *, quer
 
 
 class _Progress:
-    """A tqdm bar when asked for, else nothing."""
+    """A progress bar (interp.progress, rich) when asked for, else nothing."""
 
     def __init__(self, enabled: bool, total: int):
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
+        from interp.progress import Bar
 
-            self.bar = tqdm(total=total, desc="leakage audit", unit="pass")
+        self.bar = Bar(total, "leakage audit", enabled=enabled, unit="passes")
 
     def __call__(self, n: int = 1, stage: str | None = None) -> None:
-        if self.bar is not None:
-            if stage:
-                self.bar.set_postfix_str(stage)
-            self.bar.update(n)
+        self.bar.advance(n, stage)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +341,7 @@ def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progres
         progress(1, "truncation")
     cuts, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     return _rows("truncation", n_pos, influence, tol, query=queries, source=cuts + 1,
-                 detail="positions from source_pos on removed")
+                 detail="every position from the source on removed")
 
 
 @torch.no_grad()
@@ -360,7 +376,7 @@ def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
         progress(1, f"perturbation L={n_pos}")
     cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     rows = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
-                 detail="tokens from source_pos on resampled")
+                 detail="every token from the source on resampled")
     return rows, influence
 
 
@@ -453,7 +469,7 @@ def pattern_check(model: Any, adapter: ModelAdapter, prompts: torch.Tensor, tol:
     rows = []
     query_grid, key_grid = torch.meshgrid(torch.arange(n_pos), torch.arange(n_pos), indexing="ij")
     for name, weights in found.items():
-        rows += _rows("pattern", n_pos, weights, tol, query=query_grid, source=key_grid, site=name,
+        rows += _rows("pattern", n_pos, weights, method_tol("pattern", tol), query=query_grid, source=key_grid, site=name,
                       detail="attention weight on a later key")
     return rows, None
 
@@ -516,7 +532,7 @@ def padding_check(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol:
         if side == "right":
             rows += _rows("padding", n_pos, versus[None], tol, query=positions[None], source=None,
                           detail="right padding vs unpadded")
-        elif float(versus.max()) > tol:
+        elif float(versus.max()) > tol and float(content.max()) <= tol:  # else the padding rows tell it
             notes.append(
                 f"left padding moves real positions by {float(versus.max()):.2e} of the output scale although pad "
                 "content does not matter: the model numbers positions from the start of the padded row; pass "
@@ -627,11 +643,22 @@ def localise(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], pairs: l
             if value > worst[name][0]:
                 positions = pair["observe"].nonzero().flatten()
                 worst[name] = (value, int(positions[int(change.argmax())]))
+    threshold = localisation_threshold(worst.get("output", (0.0, None))[0], tol)
     return pd.DataFrame(
         [{"order": i, "site": name, "influence": worst[name][0], "query_pos": worst[name][1],
-          "leaks": worst[name][0] > tol} for i, name in enumerate(order)],
+          "leaks": worst[name][0] > threshold} for i, name in enumerate(order)],
         columns=["order", "site", "influence", "query_pos", "leaks"],
     )
+
+
+def localisation_threshold(leak: float, tol: float) -> float:
+    """The influence above which a site counts as carrying the leak: a fraction of the leak's own size
+    at the output (never more than tol). A leak just above tol enters at a site that measures just
+    under tol; judged against tol, the blame would fall on a later, per-position layer that cannot
+    leak. Sites upstream of the leak see identical inputs at observed positions: exactly 0."""
+    if not leak > 0:
+        return tol
+    return min(tol, LOCALISE_FRACTION * leak)
 
 
 def _future_pairs(prompt: torch.Tensor, cuts: list[int], vocab: int, seed: int) -> list[dict]:
@@ -672,7 +699,8 @@ class LeakageReport:
 
     model_name: str
     verdict: Verdict
-    max_influence: float  # largest trusted influence (relative to the output scale); nan if none measured
+    max_influence: float  # largest trusted influence (relative to the output scale; for a bidirectional model only
+    # the batch and padding methods count, future dependence being by design); nan if none measured
     first_leaking_site: str | None
     leaks: tuple[str, ...]  # kinds found: "future", "batch", "padding"
     table: pd.DataFrame
@@ -711,10 +739,12 @@ class LeakageReport:
             value = float(top["influence"])
             status = "leak" if value > method_tol(method, self.tol) else ("exact zero" if value == 0 else "noise")
             if method == "pattern":
-                status = "weight above diagonal" if value > self.tol else "triangular"
+                status = "weight above diagonal" if value > PATTERN_TOL else "triangular"
             elif self.bidirectional and METHOD_KIND[method] == "future":
                 status = "bidirectional"
-            source = "" if pd.isna(top["source_pos"]) else f" <- {int(top['source_pos'])}"
+            source = "" if pd.isna(top["source_pos"]) else (
+                f" reads {int(top['source_pos'])}" if method in ("gradient", "pattern")
+                else f" when {int(top['source_pos'])}..{int(top['length']) - 1} changed")
             where = f"{top['site']} L={int(top['length'])} q={int(top['query_pos'])}{source}"
             rows.append({"method": method, "status": status, "max_influence": value, "where": where})
         return rows
@@ -848,18 +878,18 @@ def audit(
     long contexts pass a smaller max_len or watch `progress=True`.
     """
     start = time.perf_counter()
-    if isinstance(model, (str, os.PathLike)):
-        from interp.loading import load
+    if isinstance(model, (str, os.PathLike)):  # as the CLI does: a factory without hooks is a black box
+        from interp.loading import load_auditable
 
-        model = load(model)
+        model = load_auditable(model)
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; expected a subset of {list(METHODS)}.")
     adapter = ModelAdapter(model)
     if tol is None:  # rounding of the model's own precision: half-precision models round 1e3 times coarser
         tol = HALF_PRECISION_TOL if adapter.dtype in (torch.float16, torch.bfloat16) else DEFAULT_TOL
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol={tol!r} must be a positive number (an influence relative to the output scale), e.g. 5e-5.")
+    check_tol(tol, adapter.dtype)
+    check_weights_finite(model)
     if n_prompts < 1 or draws < 1:
         raise ValueError(f"n_prompts={n_prompts} and draws={draws} must both be at least 1.")
     max_len, vocab, lengths = _resolve_sizes(model, max_len, vocab_size, lengths)
@@ -980,6 +1010,8 @@ def audit(
             model.train()
 
     everything = table[table["method"].isin(TRUSTED)]
+    if bidirectional:  # the headline is what was audited (batch, padding), not the by-design future dependence
+        everything = everything[everything["method"].map(METHOD_KIND) != "future"]
     max_influence = float(everything["influence"].max()) if not everything.empty else math.nan
     if bidirectional:
         verdict: Verdict = "bidirectional"
@@ -1002,9 +1034,60 @@ def audit(
     )
 
 
+def describe_row(row: Any) -> str:
+    """One table row in plain words: which output moved, and what was changed to move it.
+
+    For cut-based methods the source is the first of *all* the positions changed (a later token
+    leaks in, which one is not known); the gradient names the exact pair.
+    """
+    method, query, length = row["method"], int(row["query_pos"]), int(row["length"])
+    source = None if row["source_pos"] is None or pd.isna(row["source_pos"]) else int(row["source_pos"])
+    size = f"{float(row['influence']):.3g}"
+    if method == "gradient":
+        return f"gradient: the output at position {query} reads position {source} (exact pair; influence {size}, length {length})"
+    if method in ("truncation", "perturbation"):
+        verb = "removed" if method == "truncation" else "resampled"
+        return (f"{method}: the output at position {query} moved by {size} when positions {source}..{length - 1} were {verb} "
+                f"(some later token leaks in; the gradient row names which)")
+    if method == "pattern":
+        return f"pattern: at {row['site']}, query {query} puts weight {size} on the later key {source} (length {length})"
+    if method == "batch":
+        return f"batch: the output at position {query} moved by {size} when another example of its batch changed (length {length})"
+    return f"{method}: the output at real position {query} moved by {size} ({row['detail']}, length {length})"
+
+
 def method_tol(method: str, tol: float) -> float:
-    """The influence above which `method` counts a leak: tol, or tol * GRADIENT_TOL_FACTOR for the gradient."""
+    """The influence above which `method` counts a leak: tol, or tol * GRADIENT_TOL_FACTOR for the gradient.
+
+    The pattern check's unit is an attention weight, not an output change: a masked key gets
+    exactly 0, so any weight above PATTERN_TOL is weight on a later key, whatever `tol` says.
+    """
+    if method == "pattern":
+        return PATTERN_TOL
     return tol * GRADIENT_TOL_FACTOR if method == "gradient" else tol
+
+
+def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:
+    """`tol` as a float, or a BadInput: it must be finite, positive and small enough to see a leak.
+
+    A tolerance above MAX_TOL (MAX_TOL_HALF for float16 / bfloat16 models) would call real
+    leaks rounding: `--tol inf` must not turn an unmasked model into "causal".
+    """
+
+    limit = MAX_TOL_HALF if dtype in (torch.float16, torch.bfloat16) else MAX_TOL
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol <= limit:
+        raise BadInput(
+            f"tol={tol!r} must be a finite number in (0, {limit:g}]: an influence relative to the output scale below "
+            f"which a change counts as float rounding. Rounding measures <= 3e-5 in float32 (default {DEFAULT_TOL:g}, "
+            f"{HALF_PRECISION_TOL:g} for half precision); a larger tol would call real leaks rounding."
+        )
+    return float(tol)
+
+
+def check_weights_finite(model: Any) -> None:
+    """A ModelError naming NaN / inf weights (`interp.modelinfo.check_finite_weights`): the audit compares
+    outputs, and NaN weights would be blamed on something else (a fully masked row) or hide a leak."""
+    check_finite_weights(model)
 
 
 def above_threshold(table: pd.DataFrame, tol: float) -> pd.Series:

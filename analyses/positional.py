@@ -63,12 +63,10 @@ def _at_first(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
 
 
 def _check_lengths(prompts: PromptSet, need: int = 2) -> None:
-    lengths = prompts.tokens.new_full((len(prompts),), prompts.n_pos) if prompts.attention_mask is None \
-        else prompts.attention_mask.long().sum(-1)
-    short = (lengths < need).nonzero().flatten().tolist()
+    short = (prompts.real_lengths() < need).nonzero().flatten().tolist()
     if short:
         raise ValueError(
-            f"prompts {short[:5]} have fewer than {need} real tokens; positional metrics need at least {need} "
+            f"prompts {prompts.row_numbers(short[:5])} have fewer than {need} real tokens; positional metrics need at least {need} "
             "(drop them or use longer prompts)."
         )
 

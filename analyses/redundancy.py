@@ -81,6 +81,7 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet, check_prompts
+from interp.errors import BadInput, BadType
 from interp.hooks import attention_sites, hooked
 from interp.interventions import (
     ABLATION_KINDS,
@@ -411,7 +412,7 @@ class AblationEngine:
         if method not in ABLATION_KINDS:
             raise ValueError(f"method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
         if not isinstance(prompts, PromptSet):
-            raise TypeError(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
+            raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
         check_prompts(prompts, n_ctx=context_length(model), d_vocab=vocab_size(model))  # plain models too
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")

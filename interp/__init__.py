@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib
 
+from interp.progress import quiet_tqdm_import_warning
+
+quiet_tqdm_import_warning()  # before anything imports transformer-lens (see interp.progress)
+
 _EXPORTS = {
     "load": "interp.loading",
     "save": "interp.loading",
@@ -19,6 +23,7 @@ _EXPORTS = {
     "unhook_sdpa": "interp.sdpa",
     "verify_hooks": "interp.verify",
     "assert_causal": "interp.testing",
+    "assert_bidirectional_padding_inert": "interp.testing",
     "PromptSet": "interp.data",
     "random_tokens": "interp.data",
     "repeated_tokens": "interp.data",

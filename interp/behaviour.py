@@ -170,18 +170,34 @@ def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch
     return mean.to(per.dtype)
 
 
+def check_next_token_targets(prompts: PromptSet) -> None:
+    """A BadInput naming the prompts with fewer than 2 real tokens: their next-token loss has no target
+    (it would be NaN, or a silent 0 under padding)."""
+    short = (prompts.real_lengths() < 2).nonzero().flatten()
+    if len(short):
+        raise BadInput(
+            f"prompts {prompts.row_numbers(short[:5])} have fewer than 2 real tokens, so the next-token loss has no "
+            "target there; drop them or use longer prompts."
+        )
+
+
 def next_token_loss(positions: Positions = "auto") -> Behaviour:
     """Next-token cross-entropy (nats) per prompt, averaged over the predictions `next_token_mask` scores."""
     if positions not in get_args(Positions):
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
 
     def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        check_next_token_targets(prompts)
         return masked_next_token_loss(logits, prompts, next_token_mask(prompts, positions))
+
+    def weights(prompts: PromptSet) -> torch.Tensor:
+        check_next_token_targets(prompts)
+        return next_token_weights(prompts, positions)
 
     where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
              "all": "at every real position", "repeats": "on the repeated copies"}[positions]
     return Behaviour("next_token_loss", "logits", loss, description=f"next-token cross-entropy (nats) {where}",
-                     unit="nats", target_weights=lambda prompts: next_token_weights(prompts, positions),
+                     unit="nats", target_weights=weights,
                      params=(("positions", positions),))
 
 

@@ -28,7 +28,9 @@ import torch
 from torch import nn
 
 from interp.data import PromptSet, check_prompts
+from interp.errors import user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
+from interp.modelinfo import check_finite_weights
 
 EarlyStop = Literal["auto", "stop_at_layer", "exception", "none"]
 Reducer = Callable[[torch.Tensor, "BatchContext"], "dict[str, torch.Tensor]"]
@@ -149,6 +151,7 @@ def stream(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be at least 1.")
     check_prompts(prompts, **_model_limits(model))
+    check_finite_weights(model)
     sites = select_sites(model, layers)
     names = [site.hook(role) for site in sites]
     ours = _supports_stop_at_layer(model)
@@ -192,6 +195,11 @@ def stream(
                         model(tokens, **device_batch.model_kwargs())
             except StopForward:
                 pass
+            except Exception as error:  # the user's model failing is theirs to fix, and says where
+                failure = user_failure(error, f"the model {type(model).__name__}")
+                if failure is None:
+                    raise
+                raise failure from error
             missing = [name for name, site in zip(names, sites) if site.layer not in outputs]
             if missing:
                 raise RuntimeError(

@@ -47,6 +47,7 @@ import torch
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.data import PromptSet
+from interp.errors import BadType
 from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
 EvidenceKind = Literal[
@@ -182,6 +183,10 @@ class Evidence:
     n_prompts: int = 0
     detail: str = ""  # what was measured, in a sentence
     extra: Mapping[str, float] = field(default_factory=dict, hash=False)  # further numbers for reports
+    # resamples behind p_value (sign flips); its smallest possible value is 1 / (n_resamples + 1); 0 = no test
+    n_resamples: int = 0
+    alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
+    metric: str = ""  # what the effect measures, e.g. "argmax_at:-1" (the offset a positional claim was tested at)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -271,7 +276,8 @@ def threshold_evidence(
     passed = threshold.judge(low, high)
     verb = {True: "clears", False: "misses", None: "straddles"}[passed]
     detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def difference_evidence(
@@ -299,7 +305,8 @@ def difference_evidence(
     fail_below = margin if fail_below is None else fail_below
     passed = True if low > margin else False if high < fail_below else None
     detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
-    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def ratio_evidence(
@@ -336,7 +343,8 @@ def ratio_evidence(
                              n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
     passed = threshold.judge(low, high) if math.isfinite(low) else None
     detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}))
+    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:
@@ -441,7 +449,7 @@ def evaluate_claims(
     if bad:
         raise TypeError(f"expected Claim objects, got {type(bad[0]).__name__}; build claims with analyses.head_claims.")
     if not isinstance(prompts, PromptSet):
-        raise TypeError(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
+        raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
     if len(prompts) == 0:
         raise ValueError("the prompt set is empty; pass at least one prompt.")
     if not 0 < alpha < 1:
@@ -452,12 +460,9 @@ def evaluate_claims(
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
     ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
                   behaviour=behaviour)
-    if progress:
-        from tqdm.auto import tqdm
+    from interp.progress import track
 
-        claims_iter = tqdm(claims, desc="testing claims", unit="claim")
-    else:
-        claims_iter = claims
+    claims_iter = track(claims, len(claims), "testing claims", enabled=progress, unit="claims")
     gathered = [gather(claim, ctx, kinds) for claim in claims_iter]
     p_values = np.array([_claim_p(ev) for ev in gathered])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)

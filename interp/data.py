@@ -11,24 +11,46 @@ from typing import Any, Iterator, Literal, get_args
 
 import torch
 
+from interp.errors import BadInput, BadType
+
 
 @dataclass(frozen=True)
 class PromptSet:
     tokens: torch.Tensor  # (prompt, pos) long
     attention_mask: torch.Tensor | None = None  # (prompt, pos) 1 = real, 0 = padding
     meta: dict[str, Any] = field(default_factory=dict)  # kind, seed, prefix_len, ...
+    rows: torch.Tensor | None = None  # (prompt,) each prompt's row in the set it was taken from; None = 0..n-1
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, torch.Tensor) or self.tokens.ndim != 2:
             shape = tuple(self.tokens.shape) if isinstance(self.tokens, torch.Tensor) else type(self.tokens).__name__
-            raise ValueError(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
+            raise BadInput(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
         if self.tokens.is_floating_point():
-            raise TypeError(f"PromptSet.tokens must be integer token ids, got dtype {self.tokens.dtype}.")
+            raise BadType(f"PromptSet.tokens must be integer token ids, got dtype {self.tokens.dtype}.")
+        if self.attention_mask is not None and not isinstance(self.attention_mask, torch.Tensor):
+            raise BadType(f"PromptSet.attention_mask must be a (prompt, pos) tensor of 0/1 or None, got "
+                          f"{type(self.attention_mask).__name__}.")
+        if self.rows is not None and tuple(self.rows.shape) != (self.tokens.shape[0],):
+            raise BadInput(f"PromptSet.rows has shape {tuple(self.rows.shape)}; expected ({self.tokens.shape[0]},), one per prompt.")
         if self.attention_mask is not None and self.attention_mask.shape != self.tokens.shape:
-            raise ValueError(
+            raise BadInput(
                 f"attention_mask shape {tuple(self.attention_mask.shape)} differs from tokens shape "
                 f"{tuple(self.tokens.shape)}."
             )
+        if self.attention_mask is not None:
+            self._check_mask_values()
+
+    def _check_mask_values(self) -> None:
+        """0/1 entries only, and at least one real token per prompt (a fully padded prompt has no statistics)."""
+        mask = self.attention_mask
+        odd = mask[(mask != 0) & (mask != 1)]
+        if odd.numel():
+            raise BadInput(f"PromptSet.attention_mask holds {odd.flatten()[0].item()!r}; expected 1 for real tokens and "
+                           "0 for padding (an additive mask converts with `(mask == 0).long()`).")
+        empty = (~mask.bool().any(-1)).nonzero().flatten().tolist() if mask.ndim == 2 else []
+        if empty:
+            raise BadInput(f"prompts {self.row_numbers(empty[:5])} are all padding (attention_mask all 0); every prompt "
+                           "needs at least one real token: drop them.")
 
     @property
     def kind(self) -> str:
@@ -45,7 +67,20 @@ class PromptSet:
         if isinstance(index, int):
             index = slice(index, index + 1)
         mask = None if self.attention_mask is None else self.attention_mask[index]
-        return replace(self, tokens=self.tokens[index], attention_mask=mask)
+        rows = torch.arange(len(self)) if self.rows is None else self.rows
+        return replace(self, tokens=self.tokens[index], attention_mask=mask, rows=rows[index])
+
+    def row_numbers(self, positions) -> list[int]:
+        """Rows of the original set (e.g. the user's prompt file) of prompts at `positions` of this one,
+        so an error about a batch or a split half names the row the user wrote."""
+        positions = [int(p) for p in positions]
+        return positions if self.rows is None else [int(self.rows[p]) for p in positions]
+
+    def real_lengths(self) -> torch.Tensor:
+        """(prompt,) number of real (unpadded) tokens of each prompt."""
+        if self.attention_mask is None:
+            return torch.full((len(self),), self.n_pos, dtype=torch.long)
+        return self.attention_mask.long().sum(-1)
 
     def batches(self, batch_size: int) -> Iterator["PromptSet"]:
         """Consecutive batches of at most `batch_size` prompts."""
@@ -79,9 +114,24 @@ def _check_counts(n: int, **lengths: int) -> None:
             raise ValueError(f"{name}={value} must be at least 1.")
 
 
+def check_size(n: int, n_pos: int, what: str) -> None:
+    """Refuse, before allocating, a (n, n_pos) long tensor larger than the memory available."""
+    import os
+
+    size = n * n_pos * 8  # int64 token ids
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if size > available:
+        raise BadInput(f"{what}: {n} prompts x {n_pos} positions would take {size / 2**30:.1f} GiB of token ids, more than "
+                       f"the {available / 2**30:.1f} GiB available; ask for fewer or shorter prompts.")
+
+
 def random_tokens(n: int, seq_len: int, d_vocab: int, *, seed: int = 0, bos: int | None = None) -> PromptSet:
     """`n` prompts of uniformly random token ids (optionally after a fixed BOS token)."""
     _check_counts(n, seq_len=seq_len, d_vocab=d_vocab)
+    check_size(n, seq_len, "random_tokens")
     tokens = torch.randint(0, d_vocab, (n, seq_len), generator=_generator(seed))  # (prompt, pos)
     if bos is not None:
         tokens = torch.cat([torch.full((n, 1), bos), tokens], dim=1)
@@ -98,6 +148,12 @@ def repeated_tokens(
     repeats the token at p - prefix_len.
     """
     _check_counts(n, prefix_len=prefix_len, d_vocab=d_vocab, n_repeats=n_repeats)
+    if prefix_len < 2:
+        raise BadInput(
+            f"prefix_len={prefix_len}: with a repeat period of 1 the induction target (the token after the previous "
+            "occurrence) is the query itself, so induction cannot be told from self-attention; use prefix_len >= 2."
+        )
+    check_size(n, prefix_len * n_repeats, "repeated_tokens")
     prefix = torch.randint(0, d_vocab, (n, prefix_len), generator=_generator(seed))  # (prompt, prefix_pos)
     tokens = prefix.repeat(1, n_repeats)  # (prompt, pos)
     if bos is not None:
@@ -314,7 +370,7 @@ def text_prompts(
         return pad([tokenizer.encode(t) for t in texts], pad_id=tokenizer.pad_token_id, padding_side=padding_side,
                    max_len=max_len, n_ctx=n_ctx, meta=meta)
     if not callable(tokenizer):
-        raise TypeError(
+        raise BadType(
             f"tokenizer must be a CharTokenizer or a Hugging Face tokenizer, got {type(tokenizer).__name__}."
         )
     previous_side = getattr(tokenizer, "padding_side", None)
@@ -339,6 +395,7 @@ def char_prompts(
     Windows may overlap (the corpus is a few KB); all have the same length, so there is no mask.
     """
     _check_counts(n, seq_len=seq_len)
+    check_size(n, seq_len, "char_prompts")
     text = corpus_text() if text is None else text
     tokenizer = corpus_tokenizer() if tokenizer is None else tokenizer
     if len(text) < seq_len:
@@ -352,7 +409,7 @@ def char_prompts(
 def check_prompts(prompts: PromptSet, *, n_ctx: int | None = None, d_vocab: int | None = None) -> PromptSet:
     """Raise a clear error for an empty set, prompts longer than `n_ctx`, ids outside [0, d_vocab)."""
     if not isinstance(prompts, PromptSet):
-        raise TypeError(
+        raise BadType(
             f"expected a PromptSet, got {type(prompts).__name__}; build one with interp.data.random_tokens, "
             "repeated_tokens, text_prompts or pad."
         )

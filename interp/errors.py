@@ -26,10 +26,20 @@ class BadInput(InterpError, ValueError):
     exit_code = EXIT_INPUT
 
 
+class BadType(BadInput, TypeError):
+    """An argument of the wrong type (a float tensor for token ids, an int for a spec). Exit code 2."""
+
+
 class ModelError(InterpError, RuntimeError):
     """The user's model, factory or checkpoint failed while the toolkit ran it. Exit code 2."""
 
     exit_code = EXIT_INPUT
+
+
+class CheckpointError(ModelError, ValueError):
+    """A checkpoint file that cannot be read or does not describe the model it claims. Exit code 2.
+
+    Also a `ValueError`, as checkpoint mismatches always were."""
 
 
 class InternalError(InterpError, RuntimeError):
@@ -38,8 +48,64 @@ class InternalError(InterpError, RuntimeError):
     exit_code = EXIT_INTERNAL
 
 
+# exceptions that carry the caller's bad input when they are not ours: a ValueError / KeyError /
+# missing file raised with a message naming the value (the convention before `BadInput` existed)
+_LEGACY_INPUT = (ValueError, KeyError, OSError)  # OSError: a missing or unwritable file, a full disk: not a bug of ours
+
+
 def exit_code_for(error: BaseException) -> int:
-    """The CLI's exit code for an exception: 2 for the user's input or model, 3 for a bug."""
+    """The CLI's exit code for an exception: 2 for the user's input or model, 3 for a bug.
+
+    A closed stdout (`BrokenPipeError`, e.g. `interp verify | head -1`) is no failure of ours: 0.
+    """
     if isinstance(error, InterpError):
         return error.exit_code
+    if isinstance(error, BrokenPipeError):
+        return EXIT_OK
+    if isinstance(error, _LEGACY_INPUT):
+        return EXIT_INPUT
     return EXIT_INTERNAL
+
+
+def toolkit_roots() -> tuple[str, ...]:
+    """The folders of the toolkit's own packages (interp, analyses, models), each ending in a separator."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    return tuple(str(root / package) + os.sep for package in ("interp", "analyses", "models"))
+
+
+def user_failure(error: BaseException, what: str) -> ModelError | None:
+    """A ModelError for `error` when it was raised in the user's own code (see `user_frame`), else None.
+
+    `what` names the model or factory; our own errors and input checks (InterpError, ValueError)
+    are left as they are, and so is anything raised in the toolkit: a bug there must stay a bug.
+    """
+    if isinstance(error, (InterpError, ValueError, KeyboardInterrupt)):
+        return None
+    where = user_frame(error, toolkit_roots())
+    if where is None:
+        return None
+    return ModelError(f"{what} raised {type(error).__name__} at {where}: {error}")
+
+
+def user_frame(error: BaseException, toolkit_roots: tuple[str, ...]) -> str | None:
+    """`file:line` of the innermost traceback frame in the user's own code, or None.
+
+    User code is any file outside the toolkit (`toolkit_roots`), the standard library and
+    installed packages: the module a `package.module:factory` spec or a test defines. An
+    exception raised there is the user's model failing (exit 2), not a toolkit bug (exit 3).
+    """
+    import sys
+    import sysconfig
+
+    library = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {sys.prefix, sys.base_prefix})
+    found = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", *library, *toolkit_roots)):
+            found = f"{filename}:{traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    return found

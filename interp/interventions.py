@@ -32,6 +32,7 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.data import PromptSet
+from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
 
 Head = tuple[int, int]  # (layer, head)
@@ -128,7 +129,7 @@ def as_prompts(prompts: PromptSet | torch.Tensor) -> PromptSet:
         return prompts
     if isinstance(prompts, torch.Tensor):
         return PromptSet(prompts if prompts.ndim == 2 else prompts.unsqueeze(0))
-    raise TypeError(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
+    raise BadType(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
 
 
 def _accepts(model: nn.Module, argument: str) -> bool:
@@ -374,6 +375,34 @@ def ideal_pattern(kind: IdealPattern, n_pos: int, *, causal: bool = True) -> tor
     return pattern
 
 
+def on_real_positions(make: Callable[[int], torch.Tensor], allowed: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """An n-position pattern `make(n)` laid on each prompt's real (unpadded) positions.
+
+    allowed: (batch, query, key), True where a key may be attended; own: the head's own
+    (batch, query, key) pattern. A prompt with m real tokens gets `make(m)` on its real queries
+    and keys, so "previous token" and "first token" count from the first real token whatever the
+    padding side; padded queries keep the head's own row (no real position reads them). Without
+    padding this is `make(n)` for every prompt.
+    """
+    batch, n_query, n_key = allowed.shape
+    real = allowed.any(dim=-2)  # (batch, key): keys some query may attend, i.e. real tokens
+    if bool(real.all()):
+        return torch.as_tensor(make(n_query))
+    out = own.clone()  # (batch, query, key); clone: `own` may be the caller's cached pattern
+    for row in range(batch):
+        positions = real[row].nonzero().flatten()  # (m,)
+        if len(positions) == 0:
+            continue
+        block = torch.as_tensor(make(len(positions))).to(out)  # (m, m)
+        if block.shape != (len(positions), len(positions)):
+            raise ValueError(f"a pattern for {len(positions)} real positions has shape {tuple(block.shape)}; "
+                             f"expected ({len(positions)}, {len(positions)}).")
+        laid = torch.zeros(len(positions), n_key, dtype=out.dtype, device=out.device)
+        laid[:, positions] = block
+        out[row, positions] = laid
+    return out
+
+
 def _allowed_keys(original: torch.Tensor, causal: bool | None) -> torch.Tensor:
     """(batch, query, key) True where a key may be attended: causally allowed and not padding.
 
@@ -441,7 +470,7 @@ def substitute_pattern(
     if isinstance(pattern, str):
         _check_choice("pattern", pattern, IDEAL_PATTERNS)
     elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
-        raise TypeError(
+        raise BadType(
             f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
             f"got {type(pattern).__name__}."
         )
@@ -467,12 +496,15 @@ def substitute_pattern(
         elif isinstance(pattern, str) and pattern == "uniform":
             new = allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
         elif isinstance(pattern, str):
-            new = ideal_pattern(pattern, n_query, causal=bool(site.causal))
+            new = on_real_positions(lambda m: ideal_pattern(pattern, m, causal=bool(site.causal)), allowed, original[:, head])
         elif isinstance(pattern, torch.Tensor):
             new = pattern
         else:
-            new = torch.as_tensor(pattern(n_query))
-            check_pattern_rows(new, f"pattern({n_query}) for {head_label((layer, head))}")
+            def make(m: int) -> torch.Tensor:
+                made = torch.as_tensor(pattern(m))
+                check_pattern_rows(made, f"pattern({m}) for {head_label((layer, head))}")
+                return made
+            new = on_real_positions(make, allowed, original[:, head])
         new = new.to(device=original.device, dtype=original.dtype)
         if new.shape[-2:] != (n_query, n_key) or (new.ndim == 3 and new.shape[0] != batch):
             raise ValueError(

@@ -47,8 +47,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from interp.errors import BadInput
+from interp.errors import BadInput, BadType, CheckpointError, ModelError
 from interp.hooks import ROLES, AttentionSite, register_site_finder
+from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
@@ -114,10 +115,12 @@ def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto"
     if isinstance(spec, nn.Module):
         return _from_module(spec).to(device)
     if not isinstance(spec, (str, os.PathLike)):
-        raise TypeError(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
+        raise BadType(f"cannot load a model from a {type(spec).__name__}; {_accepted()}")
     text = os.fspath(spec)
+    if not text.strip():
+        raise BadInput(f"the model spec is empty ({text!r}); {_accepted()}")
     if text in BUILTINS:
-        return load_checkpoint(builtin_path(text), device=device)
+        return _checkpoint(builtin_path(text), device)
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "config.json").exists():
@@ -127,13 +130,47 @@ def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto"
         return load_nanogpt_file(path).to(device)
     weights, config = checkpoint_paths(path)
     if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
-        return load_checkpoint(path, device=device)
+        return _checkpoint(path, device)
     if _FACTORY.match(text):
         model = _call_factory(text)
         return (_hf_model(model, "auto") if _is_hf_model(model) else _from_module(model)).to(device)
     close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
+
+
+def _checkpoint(path: Path, device) -> nn.Module:
+    """load_checkpoint, its failures as `interp.errors.CheckpointError` (a ModelError naming the file)."""
+    try:
+        return load_checkpoint(path, device=device)
+    except io.CheckpointError as error:
+        raise CheckpointError(str(error)) from error
+
+
+def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> Any:
+    """What the leakage audit runs: `load(spec)`, except that a `package.module:factory` whose
+    module has no hooks is returned as is (in eval mode), a black box tokens -> outputs.
+
+    The factory is called once, whichever it turns out to be; the CLI and
+    `analyses.leakage.audit("pkg.mod:factory")` both come here, so they audit the same model.
+    """
+    if isinstance(spec, (str, os.PathLike)) and _FACTORY.match(os.fspath(spec)) and not _is_loadable_path(os.fspath(spec)):
+        model = _call_factory(os.fspath(spec))
+        try:
+            return _from_module(model).to(device)
+        except NoHooks:
+            return model.to(device).eval()
+    return load(spec, device=device, backend=backend)
+
+
+def _is_loadable_path(text: str) -> bool:
+    """A spec that names a built-in, a folder or a checkpoint file rather than a factory."""
+    path = Path(text).expanduser()
+    return text in BUILTINS or path.is_dir() or checkpoint_paths(path)[0].exists()
+
+
+class NoHooks(BadInput):
+    """A module with neither hooks nor nn.MultiheadAttention: `load` cannot hook it."""
 
 
 def _accepted() -> str:
@@ -150,9 +187,12 @@ def _call_factory(spec: str) -> nn.Module:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ValueError(f"factory spec {spec!r}: {module_name} has no callable {attr!r}.")
-    model = factory()
+    try:
+        model = factory()
+    except Exception as error:  # the user's factory failed: say which, and where
+        raise ModelError(f"factory {spec!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, nn.Module):
-        raise TypeError(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
+        raise BadType(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
     return model
 
 
@@ -183,31 +223,29 @@ def _observed(model: nn.Module) -> nn.Module:
 
 def _intercept_sdpa(model: nn.Module) -> nn.Module:
     """A model with no hooks of its own: per-head hooks on its scaled_dot_product_attention calls."""
-    from interp.errors import BadInput
     from interp.modelinfo import vocab_size
     from interp.sdpa import NoSDPACalls, hook_sdpa
 
     if vocab_size(model) is None:
-        raise BadInput(
+        raise NoHooks(
             f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook, and no vocabulary (no "
             "nn.Embedding or config vocab_size) to probe it for scaled_dot_product_attention calls with; call "
             f"interp.hook_sdpa(model, example=inputs) yourself. {_accepted()}"
         )
     try:
         return hook_sdpa(model.eval()).eval()
-    except NoSDPACalls as error:
-        raise NoSDPACalls(f"{error} {_accepted()}") from None
+    except NoSDPACalls as error:  # NoHooks: the leakage audit then runs the model as a black box
+        raise NoHooks(f"{error} {_accepted()}") from None
 
 
 def load_nanogpt_file(path: Path) -> nn.Module:
     """A nanoGPT checkpoint (`model_args` + `model`, read with weights_only=True) as a HookedGPT."""
-    from interp.errors import BadInput
     from models.nanogpt import load_nanogpt
 
     try:
         return load_nanogpt(path)
     except ValueError as error:
-        raise BadInput(f"{error} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
+        raise CheckpointError(f"{error} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
                        "with interp.save as safetensors + JSON.)") from None
 
 
@@ -379,9 +417,16 @@ def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "c
     folder = Path(folder).resolve()
     from transformer_lens.model_bridge import TransformerBridge
 
-    with _hub_offline():
-        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
-    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    try:
+        declared = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (ValueError, AttributeError) as error:  # not JSON, or JSON but not an object
+        raise CheckpointError(f"{folder / 'config.json'} is not a JSON object ({error}); is the folder complete?") from None
+    try:
+        with _hub_offline():
+            bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+    except Exception as error:  # the user's folder: say which, and what transformers said
+        raise CheckpointError(f"{folder}: transformers could not load this Hugging Face folder: "
+                              f"{type(error).__name__}: {error}") from error
     loaded = type(bridge.original_model).__name__
     bridge.head_is_random = bool(declared) and loaded not in declared
     bridge.load_notes = []

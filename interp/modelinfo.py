@@ -56,6 +56,26 @@ def context_length(model: Any) -> int | None:
     return None
 
 
+def check_finite_weights(model: Any) -> None:
+    """A ModelError naming the parameters that hold NaN or inf.
+
+    Every analysis that runs a model asks here first: NaN weights give NaN metric rows (or, in a
+    fused kernel that skips masked keys, finite wrong outputs), and an audit would blame the NaN
+    on something else.
+    """
+    import torch
+
+    from interp.errors import ModelError
+
+    if not isinstance(model, nn.Module):
+        return
+    bad = [name for name, param in model.named_parameters() if not bool(torch.isfinite(param).all())]
+    if bad:
+        more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
+        raise ModelError(f"the model has non-finite weights (NaN or inf) in {bad[:8]}{more}; "
+                         "fix or re-train it before analysing it.")
+
+
 # --------------------------------------------------------------------------- weights a model holds
 
 

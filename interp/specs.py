@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Literal, get_args
 
+from interp.errors import BadInput
+
 PromptKind = Literal["repeated", "random", "text"]
 PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
 Expect = Literal["supported", "refuted"]
@@ -45,7 +47,10 @@ _HEAD = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
-class SpecError(ValueError):
+SEED_MAX = 2**32 - 1  # torch generators take 64 bits; analyses add small offsets to a seed
+
+
+class SpecError(BadInput):
     """A flag, prompt spec or claims file is malformed; the message says where and how to fix it."""
 
 
@@ -79,8 +84,8 @@ class PromptSpec:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"prompts: {name}={value!r} must be a positive integer.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise SpecError(f"prompts: seed={self.seed!r} must be an integer.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= SEED_MAX:
+            raise SpecError(f"prompts: seed={self.seed!r} must be an integer in [0, 2**32 - 1].")
 
     @classmethod
     def parse(cls, kind_or_file: str | None, **overrides: Any) -> "PromptSpec":
@@ -193,21 +198,44 @@ def _json_prompts(path: Path, d_vocab):
     from interp.data import PromptSet
 
     try:
-        rows = json.loads(path.read_text())
+        rows = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise SpecError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) and r for r in rows):
-        raise SpecError(f"{path}: expected a non-empty JSON list of non-empty token-id lists, e.g. [[1, 2, 3], [4, 5, 6]].")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError(f"{path}: cannot read the prompt file: {error}") from None
+    check_token_rows(rows, str(path), d_vocab)
     width = max(len(r) for r in rows)
     tokens = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, : len(row)] = 1
-    if d_vocab is not None and (tokens.max() >= d_vocab or tokens.min() < 0):
-        raise SpecError(f"{path}: token ids must lie in [0, {d_vocab}) for this model.")
     ragged = bool((mask == 0).any())
     return PromptSet(tokens, mask if ragged else None, meta={"kind": "file", "file": str(path)})
+
+
+def check_token_rows(rows: Any, where: str, d_vocab: int | None = None) -> None:
+    """A SpecError naming the row, position and value unless `rows` is a non-empty list of non-empty
+    lists of integer token ids (in [0, d_vocab) when given). Floats are refused, never truncated."""
+    example = "e.g. [[1, 2, 3], [4, 5, 6]]"
+    if not isinstance(rows, list) or not rows:
+        raise SpecError(f"{where}: expected a non-empty JSON list of non-empty token-id lists, {example}; got "
+                        f"{_short(rows)}.")
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or not row:
+            raise SpecError(f"{where}: row {i} is {_short(row)}; every row must be a non-empty list of token ids, {example}.")
+        for j, value in enumerate(row):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SpecError(f"{where}: row {i}, position {j} holds {_short(value)}; token ids must be integers "
+                                f"(a float such as 1.5 is not truncated), {example}.")
+            if value < 0 or (d_vocab is not None and value >= d_vocab):
+                limit = f"[0, {d_vocab})" if d_vocab is not None else "non-negative"
+                raise SpecError(f"{where}: row {i}, position {j} holds token id {value}; ids must be {limit} for this model.")
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _text_prompts(model, texts: list[str], spec: PromptSpec, *, n: int | None, max_len: int):

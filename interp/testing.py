@@ -1,7 +1,8 @@
 """Assertions for users' own test suites (and, below, a pytest plugin for claims files).
 
 `assert_causal(model)` runs `analyses.leakage.audit` and raises an AssertionError that says
-where the leak enters and how large it is. This module is loaded by pytest as a plugin
+where the leak enters and how large it is; `assert_bidirectional_padding_inert(encoder)` is the
+encoders' counterpart (bidirectional by design, padding inert, examples unmixed). This module is loaded by pytest as a plugin
 (entry point `interp_claims`), so it imports nothing heavy at import time.
 """
 from __future__ import annotations
@@ -21,18 +22,20 @@ def _leak_message(report: Any) -> str:
     if report.first_leaking_site:
         lines.append(f"First leaking site (forward order): {report.first_leaking_site}.")
     table = report.table
-    from analyses.leakage import above_threshold
+    import pandas as pd
+
+    from analyses.leakage import above_threshold, describe_row
 
     worst = table[above_threshold(table, report.tol) & (table["method"] != "pattern")]
     if not report.bidirectional or "padding" in report.leaks:
         if report.bidirectional:
             worst = worst[worst["method"] == "padding"]
-        for _, row in worst.nlargest(5, "influence").iterrows():
-            source = "" if row["source_pos"] is None or str(row["source_pos"]) == "<NA>" else f", from position {int(row['source_pos'])}"
-            lines.append(
-                f"  {row['method']}: output at position {int(row['query_pos'])} (length {int(row['length'])}) "
-                f"moved by {row['influence']:.3g}{source} [{row['detail']}]"
-            )
+        # the largest row of each method first (the gradient's exact pair is small in output units, and
+        # would be crowded out by the cut-based rows), then the largest of the rest
+        ranked = worst.sort_values("influence", ascending=False)
+        shown = pd.concat([ranked.drop_duplicates("method"), ranked]).drop_duplicates().head(6)
+        for _, row in shown.iterrows():
+            lines.append(f"  {describe_row(row)}")
     lines.append("Full report: analyses.leakage.audit(model) (print it, or .to_json()).")
     return "\n".join(lines)
 
@@ -47,6 +50,26 @@ def assert_causal(model: Any, **audit_kwargs: Any):
 
     report = audit(model, **audit_kwargs)
     if not report.causal:
+        raise AssertionError(_leak_message(report))
+    return report
+
+
+def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
+    """Raise an AssertionError unless `model` is a bidirectional encoder whose padding is inert (pad
+    content moves no real position, right padding reproduces the unpadded outputs, a fully masked
+    row gives no NaN) and whose examples do not mix; return the `LeakageReport` otherwise.
+
+    The encoder's counterpart of `assert_causal`, which fails on every encoder by design.
+    """
+    from analyses.leakage import audit
+
+    report = audit(model, **audit_kwargs)
+    if not report.bidirectional:
+        raise AssertionError(
+            f"{report.model_name} is not declared bidirectional (verdict {report.verdict!r}): the audit treats it as "
+            "causal. Use assert_causal for decoders; an encoder declares itself with cfg.causal = False."
+        )
+    if report.leaks:
         raise AssertionError(_leak_message(report))
     return report
 

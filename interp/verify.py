@@ -252,6 +252,8 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
     was_training = model.training
     model.eval()
     rows: list[dict] = [_weights_row(model)]
+    allowed_before = getattr(model, "allow_non_finite_weights", None)
+    model.allow_non_finite_weights = True  # a HookedGPT refuses NaN weights; here each check shows what NaN does
     try:
         with torch.no_grad():
             module_out: dict[str, torch.Tensor] = {}
@@ -284,6 +286,10 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
                 rows += _edit_checks(model, site, args, kwargs)
     finally:
         model.train(was_training)
+        if allowed_before is None:
+            del model.allow_non_finite_weights
+        else:
+            model.allow_non_finite_weights = allowed_before
     return pd.DataFrame(rows, columns=["layer", "site", "check", "passed", "detail"])
 
 

@@ -30,10 +30,75 @@ class CachingRoot(HookedRootModule):
     (the base class returns a plain dict), so `cache["pattern", 0]` works on every hooked model."""
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        names = self.cached_hook_names(kwargs.get("names_filter"))
+        tokens = model_args[0] if model_args else kwargs.get("tokens")
+        if isinstance(tokens, torch.Tensor) and tokens.ndim == 2:
+            self.check_cache_size(names, *tokens.shape)
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if not return_cache_object:
             return out, cache_dict
         return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+
+
+    def cached_hook_names(self, names_filter) -> list[str]:
+        """The hook names `names_filter` selects (None: all); a misspelt name is an error naming close
+        matches, and a filter that selects nothing is refused rather than giving an empty cache."""
+        import difflib
+
+        every = list(self.hook_dict)
+        if names_filter is None:
+            return every
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        if callable(names_filter):
+            chosen = [name for name in every if names_filter(name)]
+            if not chosen:
+                raise ValueError(f"names_filter selects none of this model's {len(every)} hooks (e.g. {every[:3]}); "
+                                 "check it, or pass a list of hook names.")
+            return chosen
+        chosen = list(names_filter)
+        unknown = [name for name in chosen if name not in self.hook_dict]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], every, n=3)
+            raise ValueError(f"names_filter names unknown hook {unknown[0]!r}" + (f"; did you mean {close}?" if close else
+                             f"; hook names look like {every[:3]}") + " (model.hook_dict lists them all).")
+        return chosen
+
+    def check_cache_size(self, names: list[str], batch: int, n_pos: int) -> int:
+        """Estimate the bytes a cache of `names` takes for (batch, n_pos) tokens, before running (0 when the
+        root has no `cfg` with n_heads / d_head / d_model to estimate from); refuse
+        (naming the size and how to narrow it) when it exceeds the memory available."""
+        cfg = getattr(self, "cfg", None)
+        if not all(hasattr(cfg, name) for name in ("n_heads", "d_head", "d_model")):
+            return 0  # a root without our config: nothing to estimate from
+        d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
+        per_token = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_heads * cfg.d_head, "v": cfg.n_heads * cfg.d_head,
+                     "z": cfg.n_heads * cfg.d_head, "result": cfg.n_heads * cfg.d_model, "pre": d_mlp, "post": d_mlp,
+                     "scale": 1, "attn_scores": cfg.n_heads * n_pos, "pattern": cfg.n_heads * n_pos}
+        elements = sum(per_token.get(name.rsplit("hook_", 1)[-1], cfg.d_model) for name in names) * batch * n_pos
+        size = elements * torch.finfo(next(self.parameters()).dtype).bits // 8
+        available = _available_bytes(next(self.parameters()).device)
+        if available is not None and size > available:
+            gib = 2**30
+            raise ValueError(
+                f"run_with_cache would cache about {size / gib:.1f} GiB ({len(names)} hooks, batch {batch} x {n_pos} "
+                f"positions), more than the {available / gib:.1f} GiB available; pass names_filter=[...] with only the "
+                "hooks you need (attention patterns grow with positions squared), a smaller batch, or stream the "
+                "prompts through interp.stream, which reduces each batch inside the hook."
+            )
+        return size
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors on `device` (None when it cannot be told)."""
+    import os
+
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, RuntimeError, AttributeError):
+        return None
 
 
 def hook_is_live(hook: HookPoint) -> bool:

@@ -27,6 +27,11 @@ from models.config import GPTConfig
 ReturnType = Literal["logits", "loss", "both", None]
 
 
+class TokenTypeError(TypeError, ValueError):
+    """Tokens of the wrong type or dtype: a TypeError, and a ValueError so that callers treating bad
+    input values alike (the `interp` command: exit 2) catch it too."""
+
+
 class HookedGPT(CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
@@ -110,9 +115,9 @@ class HookedGPT(CachingRoot):
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate a (batch, pos) batch of token ids; raise an error that says how to fix it."""
         if not isinstance(tokens, torch.Tensor):
-            raise TypeError(f"tokens must be a torch.LongTensor of shape (batch, pos), got {type(tokens).__name__}.")
+            raise TokenTypeError(f"tokens must be a torch.LongTensor of shape (batch, pos), got {type(tokens).__name__}.")
         if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise TypeError(
+            raise TokenTypeError(
                 f"tokens must be integer ids (torch.long), got dtype {tokens.dtype}; "
                 "convert with tokens.long() if they are ids stored as floats."
             )
@@ -164,13 +169,21 @@ class HookedGPT(CachingRoot):
             )
         return attention_mask.bool()
 
-    def check_weights(self) -> None:
-        """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output)."""
+    def check_weights(self, *, cached: bool = False) -> None:
+        """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output).
+
+        `cached=True` skips the scan while no parameter changed since the last passing one (each
+        in-place edit bumps a tensor's version counter), so every forward can afford the check.
+        """
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        if cached and key == getattr(self, "_finite_weights_key", None):
+            return
         # a sum is NaN or inf if any entry is (or, rarely, if it overflows): only then look closer
         bad = [name for name, param in self.named_parameters()
                if not torch.isfinite(param.detach().sum()) and not torch.isfinite(param).all()]
         if bad:
             raise ValueError(f"non-finite weights (NaN or inf) in {bad[:8]}; fix or re-train the model before analysing it.")
+        self._finite_weights_key = key
 
     def forward(
         self,
@@ -196,6 +209,10 @@ class HookedGPT(CachingRoot):
         if return_type in ("loss", "both") and tokens.shape[1] < 2:
             raise ValueError("the next-token loss needs sequences of at least 2 tokens; got 1.")
         attention_mask = self.check_attention_mask(attention_mask, tokens)
+        if not getattr(self, "allow_non_finite_weights", False):
+            # the fused kernel skips masked keys, so NaN weights can give finite, wrong logits: refuse them
+            # (`interp.verify_hooks` sets the flag to show what NaN does at every hook)
+            self.check_weights(cached=True)
         resid, positions = self.embed_tokens(tokens, attention_mask, token_type_ids)
         for block in self.blocks[:stop_at_layer]:
             resid = block(resid, attention_mask, positions)

@@ -3,6 +3,13 @@
 A checkpoint `NAME` is two files, `NAME.safetensors` and `NAME.json`; the JSON holds the
 config (with its `architecture`) and free-form metadata (how the model was made).
 Save then load is bit-exact.
+
+The safetensors header also records the config the weights were saved with
+(`CONFIG_KEY`, canonical JSON) and its SHA-256 (`FINGERPRINT_KEY`). At load, the JSON config
+must describe the same model: an edit that keeps every tensor shape (`architecture`,
+`act_fn`, `layer_norm_eps`, ...) would otherwise load silently as a different model (a causal
+checkpoint as a bidirectional one). Checkpoints saved before the fingerprint load with a note
+in `model.load_notes`.
 """
 from __future__ import annotations
 
@@ -12,7 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import hashlib
+
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from models.config import EncoderConfig, GPTConfig
@@ -20,6 +30,22 @@ from models.encoder import HookedEncoder
 from models.gpt import HookedGPT
 
 ARCHITECTURES = {"GPTConfig": (GPTConfig, HookedGPT), "EncoderConfig": (EncoderConfig, HookedEncoder)}
+CONFIG_KEY = "interp.config"  # safetensors metadata: the config the weights were saved with (canonical JSON)
+FINGERPRINT_KEY = "interp.config_sha256"  # safetensors metadata: SHA-256 of that JSON
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or whose JSON config does not describe its weights."""
+
+
+def canonical_config(config: dict[str, Any]) -> str:
+    """The config as canonical JSON (sorted keys, no spaces): what the fingerprint hashes."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def config_fingerprint(config: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a config dict."""
+    return hashlib.sha256(canonical_config(config).encode()).hexdigest()
 
 
 def checkpoint_paths(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -46,8 +72,10 @@ def save_checkpoint(model: HookedGPT, path: str | os.PathLike, metadata: dict[st
     weights_path, config_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-    document = {"config": model.cfg.to_dict(), "metadata": metadata or {}}
-    _atomic_write(weights_path, lambda tmp: save_file(tensors, tmp))
+    config = model.cfg.to_dict()
+    document = {"config": config, "metadata": metadata or {}}
+    header = {CONFIG_KEY: canonical_config(config), FINGERPRINT_KEY: config_fingerprint(config)}
+    _atomic_write(weights_path, lambda tmp: save_file(tensors, tmp, metadata=header))
     _atomic_write(config_path, lambda tmp: Path(tmp).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n"))
     return weights_path
 
@@ -60,9 +88,15 @@ def read_checkpoint_config(path: str | os.PathLike) -> dict[str, Any]:
     try:
         document = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(f"{config_path} is not valid JSON: {error}") from None
-    if "config" not in document:
-        raise ValueError(f"{config_path} has no 'config' entry; expected {{'config': {{...}}, 'metadata': {{...}}}}.")
+        raise CheckpointError(f"{config_path} is not valid JSON: {error}") from None
+    except UnicodeDecodeError as error:
+        raise CheckpointError(f"{config_path} is not UTF-8 text ({error.reason}); is it the weights file?") from None
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        found = "no 'config' entry" if not isinstance(document, dict) or "config" not in document else \
+            f"'config': {document['config']!r}, not an object"
+        raise CheckpointError(f"{config_path} has {found}; expected {{\"config\": {{...}}, \"metadata\": {{...}}}}.")
+    if not isinstance(document.get("metadata", {}), dict):
+        raise CheckpointError(f"{config_path}: 'metadata' is {document['metadata']!r}; expected an object (or none).")
     return document
 
 
@@ -75,21 +109,75 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     config_dict = dict(document["config"])
     arch = config_dict.get("architecture", "GPTConfig")
     if arch not in ARCHITECTURES:
-        raise ValueError(f"{config_path}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}.")
+        raise CheckpointError(f"{config_path}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}.")
     config_class, model_class = ARCHITECTURES[arch]
-    model = model_class(config_class.from_dict(config_dict))
-    state = load_file(str(weights_path), device=str(device))
+    try:
+        config = config_class.from_dict(config_dict)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{config_path}: invalid config: {error}") from None
+    model = model_class(config)
+    state = read_weights(weights_path, device)
     expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     wrong_shape = [f"{k}: file {tuple(state[k].shape)} vs config {tuple(v.shape)}"
                    for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or wrong_shape:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {weights_path.name} does not match its config {config_path.name}: "
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shapes {wrong_shape[:5]}. "
             "Re-save the model with models.io.save_checkpoint, or fix the config."
         )
+    notes = check_fingerprint(weights_path, config_path, config.to_dict())
     model.load_state_dict(state)
     model.check_weights()
     model.metadata = document.get("metadata", {})
+    model.load_notes = notes
     return model.to(device).eval()
+
+
+def read_weights(weights_path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a corrupt or truncated file is a CheckpointError naming it."""
+    try:
+        return load_file(str(weights_path), device=str(device))
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(
+            f"{weights_path} is not a readable safetensors file ({error}); it may be truncated or corrupt: "
+            "copy it again, or re-save the model with interp.save."
+        ) from None
+
+
+def saved_config(weights_path: Path) -> dict[str, Any] | None:
+    """The config recorded in the safetensors header at save time (None for older checkpoints)."""
+    try:
+        with safe_open(str(weights_path), framework="pt") as handle:
+            header = handle.metadata() or {}
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(
+            f"{weights_path} is not a readable safetensors file ({error}); it may be truncated or corrupt: "
+            "copy it again, or re-save the model with interp.save."
+        ) from None
+    if CONFIG_KEY not in header:
+        return None
+    text = header[CONFIG_KEY]
+    if header.get(FINGERPRINT_KEY) != hashlib.sha256(text.encode()).hexdigest():
+        raise CheckpointError(f"{weights_path}: the config recorded in its header does not match its fingerprint; "
+                              "the file was altered after saving. Re-save the model with interp.save.")
+    return json.loads(text)
+
+
+def check_fingerprint(weights_path: Path, config_path: Path, config: dict[str, Any]) -> list[str]:
+    """Refuse a JSON config that differs from the one the weights were saved with; notes for old files."""
+    saved = saved_config(weights_path)
+    config = json.loads(canonical_config(config))  # tuples as lists, as the saved JSON has them
+    if saved is None:
+        return [f"{weights_path.name} was saved before config fingerprints: {config_path.name} cannot be checked "
+                "against the weights; re-save it with interp.save to record one."]
+    changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+    if changed:
+        shown = "; ".join(f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}" for k in changed[:6])
+        raise CheckpointError(
+            f"{config_path} does not describe the weights in {weights_path.name}: {shown}. The weights were saved "
+            "with the other config; an edited config loads a different model. Restore the JSON, or re-save the "
+            "model with interp.save."
+        )
+    return []

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import torch
-from tqdm.auto import tqdm
 
 from models.config import GPTConfig
 from models.gpt import HookedGPT
@@ -97,6 +96,29 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+class _StepBar:
+    """Iterate over training steps under a rich progress bar on stderr (the toolkit's one progress
+    library; models/ imports nothing of interp, so this is not interp.progress.Bar); silent when disabled."""
+
+    def __init__(self, steps: int, description: str, enabled: bool):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.steps = steps
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[postfix]}"), console=Console(stderr=True), disable=not enabled)
+        self.task = self.progress.add_task(description, total=steps, postfix="")
+
+    def __iter__(self):
+        with self.progress:
+            for step in range(self.steps):
+                yield step
+                self.progress.advance(self.task)
+
+    def set_postfix(self, **values) -> None:
+        self.progress.update(self.task, postfix=" ".join(f"{k} {v}" for k, v in values.items()))
+
+
 def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | TextTask | None = None,
           progress: bool = True, description: str = "train", on_step=None) -> tuple[HookedGPT, list[float]]:
     """Train a fresh HookedGPT on the task; returns the model (eval mode) and the loss per step.
@@ -113,7 +135,7 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | Te
     optimiser = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay,
                                   betas=(0.9, 0.98))
     losses = []
-    bar = tqdm(range(train_cfg.steps), desc=description, disable=not progress, mininterval=1.0)
+    bar = _StepBar(train_cfg.steps, description, progress)
     for step in bar:
         for group in optimiser.param_groups:
             group["lr"] = learning_rate(step, train_cfg)

@@ -27,6 +27,7 @@ from analyses.leakage import (
     localise,
     truncation,
 )
+from interp.errors import ModelError
 from interp.testing import assert_causal
 from models import GPTConfig, HookedGPT
 from models.zoo import SINGLE_PAIR, ZOO, build
@@ -345,7 +346,7 @@ def test_bad_input_gets_clear_errors():
         audit(lambda tokens: model(tokens).transpose(0, 1), max_len=8, vocab_size=13)
     with pytest.raises(ValueError, match="exceeds the model's context n_ctx=16"):
         audit(model, max_len=40)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ModelError, match="NaN.*no position was padded, so the cause is inside the model"):
         audit(lambda tokens: model(tokens) * float("nan"), max_len=8, vocab_size=13)
     with pytest.raises(ValueError, match="pass max_len"):
         audit(lambda tokens: model(tokens), vocab_size=13)

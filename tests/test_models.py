@@ -279,4 +279,24 @@ def test_fully_padded_rows_are_zero_but_nan_weights_still_show_on_the_padded_fas
     broken.load_state_dict(tiny_encoder.state_dict())
     with torch.no_grad():
         broken.blocks[0].attn.W_V[0, 0, 0] = float("nan")
-    assert broken(tokens, attention_mask=mask)[0].isnan().any()  # not silently zeroed
+    with pytest.raises(ValueError, match=r"non-finite weights .*blocks\.0\.attn\.W_V"):  # never silently zeroed
+        broken(tokens, attention_mask=mask)
+    broken.allow_non_finite_weights = True  # what verify_hooks sets to look at NaN hook by hook
+    assert broken(tokens, attention_mask=mask)[0].isnan().any()
+
+
+def test_nan_weights_never_give_finite_logits_on_the_fused_path(tiny_gpt):
+    """Issue 11 #4: forward() ran the fused kernel, which skips masked keys, over NaN weights. Now every
+    forward refuses them (cached by parameter versions, so the check costs one scan per edit)."""
+    broken = HookedGPT(tiny_gpt.cfg).eval()
+    broken.load_state_dict(tiny_gpt.state_dict())
+    tokens = torch.randint(0, tiny_gpt.cfg.d_vocab, (2, 8), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(broken(tokens)).all()
+    with torch.no_grad():
+        broken.embed.W_E[int(tokens[0, -1]), 0] = float("nan")  # reaches only the last position's value
+    for run in (lambda: broken(tokens), lambda: broken.run_with_cache(tokens)):
+        with pytest.raises(ValueError, match=r"non-finite weights .*embed\.W_E"):
+            run()
+    with torch.no_grad():
+        broken.embed.W_E.nan_to_num_(0.0)
+    assert torch.isfinite(broken(tokens)).all()  # the edit bumped the version: checked again, and passes

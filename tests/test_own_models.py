@@ -8,7 +8,7 @@ import torch
 import interp
 from analyses.induction import copying_scores
 from interp import cli
-from interp.errors import BadInput
+from interp.errors import CheckpointError
 from interp.hooks import attention_sites
 from interp.modelinfo import context_length, ov_weights, token_embedding, unembedding, vocab_size
 from interp.verify import verify_hooks
@@ -48,18 +48,18 @@ def test_nanogpt_checkpoint_round_trip(tmp_path, flash, bias):
 
 def test_non_nanogpt_checkpoints_are_refused(tmp_path):
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "other.pt")
-    with pytest.raises(BadInput, match="not a nanoGPT checkpoint.*'model_args' and 'model'"):
+    with pytest.raises(CheckpointError, match="not a nanoGPT checkpoint.*'model_args' and 'model'"):
         interp.load(tmp_path / "other.pt")
     args = dataclasses.asdict(NanoArgs())
     state = NanoStyleGPT().state_dict()
     torch.save({"model": {k: v for k, v in state.items() if "ln_f" not in k}, "model_args": args}, tmp_path / "a.pt")
-    with pytest.raises(BadInput, match="no 'transformer.ln_f.weight'"):
+    with pytest.raises(CheckpointError, match="no 'transformer.ln_f.weight'"):
         interp.load(tmp_path / "a.pt")
     torch.save({"model": {**state, "extra.weight": torch.zeros(3)}, "model_args": args}, tmp_path / "b.pt")
-    with pytest.raises(BadInput, match="does not know: \\['extra.weight'\\]"):
+    with pytest.raises(CheckpointError, match="does not know: \\['extra.weight'\\]"):
         interp.load(tmp_path / "b.pt")
     torch.save({"model": state, "model_args": {**args, "n_embd": 48}}, tmp_path / "c.pt")
-    with pytest.raises(BadInput, match="shape"):
+    with pytest.raises(CheckpointError, match="shape"):
         interp.load(tmp_path / "c.pt")
 
 
@@ -70,7 +70,7 @@ class Payload:
 def test_nanogpt_checkpoint_is_never_unpickled(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model": {}, "model_args": {}, "payload": Payload()}, path)
-    with pytest.raises(BadInput, match="weights_only=True"):
+    with pytest.raises(CheckpointError, match="weights_only=True"):
         interp.load(path)
 
 

@@ -298,8 +298,10 @@ def test_hf_eager_attention_is_recognised_with_its_finfo_min_mask_as_minus_inf(f
 def test_attention_neither_sdpa_nor_recognised_has_no_per_head_hooks():
     from own_models import EinsumAttentionLM
 
-    with pytest.raises(NoSDPACalls, match="per-head hooks are unavailable.*black box"):
+    with pytest.raises(BadInput, match="per-head hooks are unavailable.*black box"):  # interp.loading.NoHooks
         interp.load(EinsumAttentionLM().eval())
+    with pytest.raises(NoSDPACalls):
+        hook_sdpa(EinsumAttentionLM().eval())
 
 
 class ThreeD(nn.Module):
