@@ -45,6 +45,7 @@ from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stre
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites
+from interp.modelinfo import final_norm, ov_weights, token_embedding, unembedding
 
 INDUCTION_METRICS = ("induction", "duplicate_token")
 
@@ -152,43 +153,47 @@ def _centered_ln(module: nn.Module | None) -> tuple[bool, torch.Tensor | None]:
 
 
 def copying_scores(model: nn.Module) -> torch.Tensor:
-    """(layer, head) OV-circuit eigenvalue copying score from the weights (see the module docstring)."""
-    W_E = _weight(model, "embed.W_E", "W_E")
-    W_U = _weight(model, "unembed.W_U", "W_U")
-    blocks = getattr(model, "blocks", None)
-    if W_E is None or W_U is None or blocks is None:
+    """(layer, head) OV-circuit eigenvalue copying score from the weights (see the module docstring).
+
+    Weights come from `interp.modelinfo`: HookedGPT's own, nn.MultiheadAttention's
+    `in_proj_weight` / `out_proj`, or the projections SDPA interception found; the embedding
+    and unembedding are the model's (an nn.Embedding and a Linear to the vocabulary). Norms are
+    folded where the model names them (HookedGPT's ln1 / ln_final); a site whose maps cannot be
+    read scores NaN.
+    """
+    W_E, W_U = token_embedding(model), unembedding(model)
+    if W_E is None or W_U is None:
         raise TypeError(
-            f"cannot read W_E / W_U / blocks[l].attn.W_V, W_O from a {type(model).__name__}; the copying score "
-            "needs per-head weights. Pass copying=False to scores()."
+            f"cannot read W_E / W_U from a {type(model).__name__} (no token embedding or no Linear to the vocabulary); "
+            "the copying score needs per-head weights. Pass copying=False to scores()."
         )
     sites = attention_sites(model)
     with torch.no_grad():
         W_U = W_U.detach().double()
-        centers, w_final = _centered_ln(getattr(model, "ln_final", None))
+        centers, w_final = _centered_ln(final_norm(model))
         out_map = torch.eye(W_U.shape[0], dtype=torch.float64)
         if centers:
             out_map = out_map - out_map.mean(0, keepdim=True)
             if w_final is not None:
                 out_map = out_map * w_final.detach().double()
-        scores = torch.full((len(sites), sites[0].n_heads), float("nan"), dtype=torch.float64)
+        scores = torch.full((len(sites), max(s.n_heads for s in sites)), float("nan"), dtype=torch.float64)
         for i, site in enumerate(sites):
-            attn = blocks[site.layer].attn
-            W_V, W_O = _weight(attn, "W_V"), _weight(attn, "W_O")
-            if W_V is None or W_O is None:
-                raise TypeError(f"{site.module} has no per-head W_V / W_O; pass copying=False to scores().")
+            ov = ov_weights(model, site)
+            if ov is None:
+                continue
             embed = W_E.detach().double()
-            centers, w_in = _centered_ln(getattr(blocks[site.layer], "ln1", None))
+            centers, w_in = _centered_ln(ov.norm)
             if centers:
                 embed = embed - embed.mean(-1, keepdim=True)
                 if w_in is not None:
                     embed = embed * w_in.detach().double()
-            left = embed @ W_V.detach().double()  # (head, d_vocab, d_head)
-            right = W_O.detach().double() @ out_map @ W_U  # (head, d_head, d_vocab)
+            left = embed @ ov.W_V.detach().double()  # (head, d_vocab, d_head)
+            right = ov.W_O.detach().double() @ out_map @ W_U  # (head, d_head, d_vocab)
             eigenvalues = FactoredMatrix(left, right).eigenvalues  # (head, d_head) complex
             total = eigenvalues.abs().sum(-1)
             # a circuit the unembedding cannot see (all eigenvalues ~0) copies nothing: score 0
             zero = total <= 1e-9 * (left.norm(dim=(-2, -1)) * right.norm(dim=(-2, -1))).clamp(min=1e-30)
-            scores[i] = torch.where(zero, 0.0, eigenvalues.real.sum(-1) / total.clamp(min=1e-300))
+            scores[i, : site.n_heads] = torch.where(zero, 0.0, eigenvalues.real.sum(-1) / total.clamp(min=1e-300))
     return scores.float()
 
 

@@ -96,6 +96,7 @@ from interp.interventions import (
     parse_head,
     reference_activations,
 )
+from interp.modelinfo import context_length, vocab_size
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 from models.gpt import HookedGPT
 
@@ -412,8 +413,7 @@ class AblationEngine:
             raise ValueError(f"method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
         if not isinstance(prompts, PromptSet):
             raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
-        cfg = getattr(model, "cfg", None)
-        check_prompts(prompts, n_ctx=getattr(cfg, "n_ctx", None), d_vocab=getattr(cfg, "d_vocab", None))
+        check_prompts(prompts, n_ctx=context_length(model), d_vocab=vocab_size(model))  # plain models too
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model, self.prompts, self.method = model, prompts, method

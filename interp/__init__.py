@@ -19,6 +19,8 @@ _EXPORTS = {
     "hooked": "interp.hooks",
     "hook_attention": "interp.mha",
     "unhook_attention": "interp.mha",
+    "hook_sdpa": "interp.sdpa",
+    "unhook_sdpa": "interp.sdpa",
     "verify_hooks": "interp.verify",
     "assert_causal": "interp.testing",
     "assert_bidirectional_padding_inert": "interp.testing",

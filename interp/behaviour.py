@@ -393,7 +393,9 @@ def final_output(model: nn.Module, prompts: PromptSet, reads: Reads) -> torch.Te
     tokens = prompts.tokens.to(device)
     kwargs = {k: v.to(device) for k, v in prompts.model_kwargs().items()}
     if reads == "logits":
-        return model(tokens, **kwargs)
+        from interp.modelinfo import output_logits
+
+        return output_logits(model(tokens, **kwargs))  # a Hugging Face ModelOutput's .logits too (SDPA interception)
     if isinstance(model, HookedGPT):
         return model.ln_final(model(tokens, stop_at_layer=len(model.blocks), **kwargs))
     name, kept = final_hidden_hook(model), {}

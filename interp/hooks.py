@@ -33,6 +33,9 @@ class AttentionSite:
     # key/value heads (grouped-query attention): k and v hooks carry n_kv_heads heads and query
     # head h reads key/value head h // (n_heads // n_kv_heads); None means n_heads
     n_kv_heads: int | None = None
+    scale: float | None = None  # score scale; None means 1 / sqrt(d_head)
+    output_module: str | None = None  # the module whose output the heads' results sum to (default `module`)
+    notes: tuple[str, ...] = ()  # what a reader must know about these hooks (repeated k/v, missing roles)
 
     def kv_head(self, head: int) -> int:
         """The key/value head that query head `head` reads."""
@@ -82,6 +85,7 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention sites of a supported model, in forward order."""
     import interp.loading  # noqa: F401  registers the TransformerBridge site finder
     import interp.mha  # noqa: F401  registers the hooked-MultiheadAttention site finder
+    import interp.sdpa  # noqa: F401  registers the SDPA-interception site finder
 
     for finder in _SITE_FINDERS:
         sites = finder(model)

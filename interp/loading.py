@@ -15,7 +15,12 @@ Accepted specs, tried in this order:
   load note naming what will not work there. The tokenizer is optional;
 - an instantiated Hugging Face model (`transformers.PreTrainedModel`): converted natively;
 - `package.module:factory`: imported with importlib (never `eval`), called with no
-  arguments, and its `nn.Module` loaded as above.
+  arguments, and its `nn.Module` loaded as above;
+- a nanoGPT checkpoint (`ckpt.pt`, `.pth`, `.ckpt`: `model_args` + `model` state dict), read
+  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`models.nanogpt`).
+
+An `nn.Module` with no hooks and no `nn.MultiheadAttention` that calls
+`scaled_dot_product_attention` gets per-head hooks by interception (`interp.hook_sdpa`).
 
 `backend` chooses the route: "native" (convert, or a clear error naming the supported
 architectures), "bridge" (TransformerBridge), "sdpa" (interception of the model's own
@@ -58,8 +63,11 @@ SPEC_KINDS = (
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
     "a local Hugging Face model folder containing config.json",
     "'package.module:factory' naming a function that returns an nn.Module",
-    "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention)",
+    "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention, else via interp.hook_sdpa "
+    "if it calls scaled_dot_product_attention)",
+    "a nanoGPT checkpoint (ckpt.pt: model_args + model), converted into a HookedGPT",
 )
+NANOGPT_SUFFIXES = (".pt", ".pth", ".ckpt")  # nanoGPT's train.py writes ckpt.pt
 BACKENDS = ("auto", "native", "sdpa", "bridge")
 # what a model loaded through the bridge cannot do (FACTS.md; verify_hooks(model) gives the exact list)
 BRIDGE_LIMITS = (
@@ -118,6 +126,8 @@ def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto"
         if (path / "config.json").exists():
             return load_hf(path, device=device)
         raise ValueError(f"{path} is a folder without config.json, so neither a Hugging Face model nor a checkpoint. {_accepted()}")
+    if path.suffix in NANOGPT_SUFFIXES and path.is_file():
+        return load_nanogpt_file(path).to(device)
     weights, config = checkpoint_paths(path)
     if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
         return _checkpoint(path, device)
@@ -193,12 +203,50 @@ def _from_module(model: nn.Module) -> nn.Module:
 
     has_mha = any(isinstance(m, nn.MultiheadAttention) and not isinstance(m, HookedMultiheadAttention) for m in model.modules())
     if has_mha:
-        return hook_attention(model).eval()
+        return _observed(hook_attention(model).eval())
     if isinstance(model, HookedRootModule) or hasattr(model, "hook_dict"):
         return model.eval()
-    raise NoHooks(
-        f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook. {_accepted()}"
-    )
+    return _intercept_sdpa(model)
+
+
+def _observed(model: nn.Module) -> nn.Module:
+    """A hooked MultiheadAttention model whose sites know whether their caller masks causally
+    (one forward on token ids, when the model has a vocabulary)."""
+    from interp.mha import observe_causality
+    from interp.modelinfo import vocab_size
+    from interp.sdpa import default_example
+
+    if vocab_size(model) is not None:
+        observe_causality(model, *default_example(model))
+    return model
+
+
+def _intercept_sdpa(model: nn.Module) -> nn.Module:
+    """A model with no hooks of its own: per-head hooks on its scaled_dot_product_attention calls."""
+    from interp.modelinfo import vocab_size
+    from interp.sdpa import NoSDPACalls, hook_sdpa
+
+    if vocab_size(model) is None:
+        raise NoHooks(
+            f"a {type(model).__name__} has no hooks and no nn.MultiheadAttention to hook, and no vocabulary (no "
+            "nn.Embedding or config vocab_size) to probe it for scaled_dot_product_attention calls with; call "
+            f"interp.hook_sdpa(model, example=inputs) yourself. {_accepted()}"
+        )
+    try:
+        return hook_sdpa(model.eval()).eval()
+    except NoSDPACalls as error:  # NoHooks: the leakage audit then runs the model as a black box
+        raise NoHooks(f"{error} {_accepted()}") from None
+
+
+def load_nanogpt_file(path: Path) -> nn.Module:
+    """A nanoGPT checkpoint (`model_args` + `model`, read with weights_only=True) as a HookedGPT."""
+    from models.nanogpt import load_nanogpt
+
+    try:
+        return load_nanogpt(path)
+    except ValueError as error:
+        raise CheckpointError(f"{error} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
+                       "with interp.save as safetensors + JSON.)") from None
 
 
 @contextlib.contextmanager

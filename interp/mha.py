@@ -341,12 +341,55 @@ def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
     `nn.ModuleList` of blocks; `causal` is None because a MultiheadAttention module is causal
     only when the caller passes a causal mask.
     """
-    if not isinstance(model, (AttentionHookedModel, HookedMultiheadAttention)):
+    if not isinstance(model, (AttentionHookedModel, HookedMultiheadAttention)) or "_interp_sdpa_sites" in model.__dict__:
         return None
     sites = []
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, HookedMultiheadAttention)]
     for layer, (name, module) in enumerate(modules):
         prefix = f"{name}." if name else ""
         hooks = {role: f"{prefix}hook_{role}" for role in ROLES}
-        sites.append(AttentionSite(layer, name, module.num_heads, module.head_dim, None, hooks))
+        causal = getattr(module, "observed_causal", None)
+        sites.append(AttentionSite(layer, name, module.num_heads, module.head_dim, causal, hooks))
     return sites
+
+
+def observe_causality(model: nn.Module, tokens: torch.Tensor) -> None:
+    """Run `model` once on `tokens` and record on each hooked attention module whether the mask its
+    caller passed was causal (`observed_causal`: every score above the diagonal -inf, and none
+    below): a MultiheadAttention module is causal only through the mask its caller passes, so
+    `attention_sites` reports None until this has run. A forward that fails raises ModelError."""
+    from interp.errors import ModelError
+
+    modules = [m for m in model.modules() if isinstance(m, HookedMultiheadAttention)]
+    seen: dict[int, bool] = {}
+
+    def record(module: HookedMultiheadAttention):
+        def hook(scores, hook):  # (batch, head, query, key)
+            n_query, n_key = scores.shape[-2:]
+            above = torch.ones(n_query, n_key, dtype=torch.bool, device=scores.device).triu(1 + n_key - n_query)
+            masked = torch.isneginf(scores)
+            seen[id(module)] = bool(n_query > 1 and masked[..., above].all() and not masked[..., ~above].any())
+        return hook
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for module in modules:
+                module.hook_attn_scores.add_hook(record(module))
+            model(tokens)
+    except Exception as error:
+        raise ModelError(
+            f"{type(model).__name__}.forward failed on token ids of shape {tuple(tokens.shape)}: {type(error).__name__}: "
+            f"{error}. The toolkit feeds (batch, pos) LongTensors of token ids from the model's nn.Embedding; make "
+            "forward(tokens) accept them (a factory can wrap the model in a module that does), or, for a model that "
+            "takes other inputs, hook it with interp.hook_attention(model) and pass your own (verify_hooks(model, "
+            "tokens=inputs))."
+        ) from error
+    finally:
+        model.train(was_training)
+        for module in modules:
+            module.hook_attn_scores.remove_hooks(including_permanent=False)
+    for module in modules:
+        if id(module) in seen:
+            module.observed_causal = seen[id(module)]

@@ -1,12 +1,17 @@
-"""What a model says about itself: vocabulary size, context length, its config.
+"""What a model says about itself: vocabulary size, context length, its config, and the
+weights analyses read (token embedding, unembedding, per-head value/output maps) whatever
+way the model was hooked.
 
 One place that every analysis and the CLI ask, so `max_len` / `d_vocab` are requested from
 the user only when the model truly does not say.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import einops
+import torch
 from torch import nn
 
 CONTEXT_FIELDS = ("n_ctx", "n_positions", "max_position_embeddings", "block_size")
@@ -69,3 +74,98 @@ def check_finite_weights(model: Any) -> None:
         more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
         raise ModelError(f"the model has non-finite weights (NaN or inf) in {bad[:8]}{more}; "
                          "fix or re-train it before analysing it.")
+
+
+# --------------------------------------------------------------------------- weights a model holds
+
+
+@dataclass
+class OVWeights:
+    """One attention site's per-head value and output maps, as TransformerLens stores them."""
+
+    W_V: torch.Tensor  # (head, d_model, d_head), one per query head (shared key/value heads repeated)
+    W_O: torch.Tensor  # (head, d_head, d_model)
+    norm: nn.Module | None = None  # the norm applied to the attention's input, where known
+    source: str = ""  # where the maps were read, for reports
+
+
+def token_embedding(model: nn.Module) -> torch.Tensor | None:
+    """(d_vocab, d_model): HookedGPT's `embed.W_E`, else the nn.Embedding with the vocabulary's rows."""
+    ours = getattr(getattr(model, "embed", None), "W_E", None)
+    if isinstance(ours, torch.Tensor):
+        return ours
+    d_vocab = vocab_size(model)
+    found = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == d_vocab]
+    return found[0].weight if found else None
+
+
+def unembedding(model: nn.Module) -> torch.Tensor | None:
+    """(d_model, d_vocab): HookedGPT's `unembed.W_U`, else the last nn.Linear mapping to the vocabulary
+    (a language-model head; nanoGPT's `lm_head`, tied or not). None when the model has none."""
+    ours = getattr(getattr(model, "unembed", None), "W_U", None)
+    if isinstance(ours, torch.Tensor):
+        return ours
+    d_vocab = vocab_size(model)
+    heads = [m for m in model.modules() if isinstance(m, nn.Linear) and m.out_features == d_vocab]
+    return heads[-1].weight.t() if heads else None
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The norm before the unembedding where the model names it (HookedGPT's `ln_final`)."""
+    return getattr(model, "ln_final", None)
+
+
+def ov_weights(model: nn.Module, site: Any) -> OVWeights | None:
+    """Per-head W_V, W_O of one attention site: HookedGPT's own, nn.MultiheadAttention's
+    `in_proj_weight` / `out_proj`, or the value and output projections SDPA interception found."""
+    module = model.get_submodule(site.module) if site.module else model
+    if isinstance(getattr(module, "W_V", None), torch.Tensor) and isinstance(getattr(module, "W_O", None), torch.Tensor):
+        block = model.blocks[site.layer] if hasattr(model, "blocks") else None
+        return OVWeights(module.W_V, module.W_O, getattr(block, "ln1", None), "W_V, W_O")
+    from interp.mha import HookedMultiheadAttention
+
+    if isinstance(module, HookedMultiheadAttention):
+        return _mha_ov(module)
+    from interp.sdpa import is_intercepted, sdpa_sites
+
+    if is_intercepted(model):
+        return _sdpa_ov(model, sdpa_sites(model).get(site.module))
+    return None
+
+
+def _mha_ov(module: nn.Module) -> OVWeights:
+    w_v = module.in_proj_weight.chunk(3)[2] if module._qkv_same_embed_dim else module.v_proj_weight  # (out, in)
+    n_heads = module.num_heads
+    return OVWeights(
+        einops.rearrange(w_v, "(head d_head) d_model -> head d_model d_head", head=n_heads),
+        einops.rearrange(module.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=n_heads),
+        source="in_proj_weight (value rows), out_proj.weight",
+    )
+
+
+def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
+    if site is None or site.v_proj is None or site.out_proj is None:
+        return None
+    from interp.sdpa import linear_weight
+
+    v_path, start = site.v_proj
+    n_kv = site.n_heads // site.kv_groups if site.kv_groups > 1 else site.n_kv_heads
+    w_v = linear_weight(model.get_submodule(v_path))[:, start:start + n_kv * site.d_value]  # (d_model, kv_head * d_head)
+    W_V = einops.rearrange(w_v, "d_model (head d_head) -> head d_model d_head", head=n_kv)
+    W_V = W_V.repeat_interleave(site.n_heads // n_kv, dim=0)  # one per query head
+    w_o = linear_weight(model.get_submodule(site.out_proj))  # (head * d_head, d_model)
+    W_O = einops.rearrange(w_o, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
+    return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}")
+
+
+def output_logits(output: Any) -> Any:
+    """The logits of a model's output: a tensor as is, a Hugging Face `ModelOutput`'s `.logits`, or the
+    first element of a tuple (nanoGPT returns (logits, loss)); anything else unchanged."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return output

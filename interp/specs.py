@@ -137,11 +137,11 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
     the model's own tokenizer when it has one, else a character tokenizer.
     """
     from interp import data
+    from interp.modelinfo import context_length, vocab_size
 
     n = spec.n or default_n
-    cfg = getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab", None)
-    n_ctx = getattr(cfg, "n_ctx", None) or 512
+    d_vocab = vocab_size(model)  # config, else the model's nn.Embedding
+    n_ctx = context_length(model) or 512
     bos = _bos_token(model)
     room = n_ctx - (1 if bos is not None else 0)
     if spec.kind == "repeated":
@@ -168,7 +168,10 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
 
 def _need_vocab(d_vocab, kind: str) -> None:
     if d_vocab is None:
-        raise SpecError(f"prompt kind {kind!r} needs the model's vocabulary size (model.cfg.d_vocab); use --prompts text.")
+        raise SpecError(
+            f"prompt kind {kind!r} needs the model's vocabulary size (a config's d_vocab / vocab_size, or an "
+            "nn.Embedding) and this model has none; use --prompts text or a .json file of token ids."
+        )
 
 
 def _bos_token(model) -> int | None:
@@ -245,7 +248,9 @@ def _text_prompts(model, texts: list[str], spec: PromptSpec, *, n: int | None, m
             f"{type(model).__name__} has no tokenizer, so text prompts cannot be built for it; "
             "use --prompts repeated or random, or a .json file of token-id lists."
         )
-    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    from interp.modelinfo import context_length
+
+    n_ctx = context_length(model)
     return data.text_prompts(texts, tokenizer, max_len=max_len, n_ctx=n_ctx)
 
 

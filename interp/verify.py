@@ -4,17 +4,22 @@ A hook's name is a claim. For every attention site of a supported model (see
 `interp.attention_sites`) one cached forward pass checks:
 
 - `hooks_present`: the site exposes all seven roles (q, k, v, attn_scores, pattern, z, result);
-- `scores_qk`: attn_scores == q k^T / sqrt(d_head) at every unmasked entry;
+- `scores_qk`: attn_scores == q k^T / sqrt(d_head) (or the site's own `scale`) at every unmasked
+  entry; grouped-query k (fewer heads than q) is repeated to the query heads first;
 - `scores_masked_inf`: masked entries are -inf, not a large finite number (`finfo.min`), and a
   causal site masks everything above the diagonal;
 - `pattern_softmax`: pattern == softmax(attn_scores) over the key axis;
 - `rows_sum_to_one`: every pattern row with an allowed key sums to one;
 - `z_pattern_v`: z == pattern @ v;
-- `result_sum`: the heads' results sum to the attention module's output up to one constant
+- `result_sum`: the heads' results sum to the attention module's output (or the site's
+  `output_module`, e.g. the output projection SDPA interception found) up to one constant
   vector (the output bias), which equals `b_O` / `out_proj.bias` where the model has one;
 and two extra forwards per hook check `edit_<role>`: adding noise at the hook changes the
 model's output at all (compared with an identity hook at the same point, so both runs take
 the same code path) (a hook whose edits are discarded is a read-only copy, not an intervention point).
+
+Default input: token ids from the model's vocabulary (`interp.modelinfo`: its config or its
+nn.Embedding), else embeddings for a hooked MultiheadAttention model.
 
 Grouped-query attention (`site.n_kv_heads` < `n_heads`): the k and v hooks carry the key/value
 heads as computed, and query head h is checked against key/value head h // (n_heads // n_kv_heads).
@@ -53,12 +58,11 @@ def _first(output: Any) -> torch.Tensor:
 
 def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple, dict]:
     """A small, seeded input for the model: token ids if it has a vocabulary, else embeddings."""
-    generator = torch.Generator().manual_seed(0)
-    cfg = getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab", None)
-    if d_vocab:
-        from interp.modelinfo import context_length
+    from interp.modelinfo import context_length, vocab_size
 
+    generator = torch.Generator().manual_seed(0)
+    d_vocab = vocab_size(model)  # the config's, or the model's nn.Embedding's: token ids, never floats
+    if d_vocab:
         n_pos = min(8, context_length(model) or 8)
         low = 1000 if d_vocab > 2000 else 0  # skip special tokens of real vocabularies
         return (torch.randint(low, d_vocab, (2, n_pos), generator=generator),), {}
@@ -104,15 +108,17 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         rows.append({"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail})
 
     missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
-    row("hooks_present", not missing, f"missing {missing}" if missing else "all 7 roles fire")
+    why = [note for note in getattr(site, "notes", ()) if "unavailable" in note]
+    row("hooks_present", not missing, (f"missing {missing}" + "".join(f"; {w}" for w in why)) if missing else "all 7 roles fire")
     got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
     got = _per_query_head(site, got)
 
     if {"q", "k", "attn_scores"} <= set(got):
         q, k, scores = got["q"], got["k"], got["attn_scores"]
+        scale = site.scale if site.scale is not None else 1 / math.sqrt(site.d_head)
         expected = einops.einsum(
             q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
-        ) / math.sqrt(site.d_head)
+        ) * scale
         finite = torch.isfinite(scores)
         if expected.shape != scores.shape:
             row("scores_qk", False, f"scores shape {tuple(scores.shape)} vs q k^T shape {tuple(expected.shape)}")
@@ -134,7 +140,10 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         row("scores_masked_inf", ok, detail)
 
     if {"attn_scores", "pattern"} <= set(got):
-        ok, detail = _close(got["pattern"], torch.softmax(got["attn_scores"].double(), dim=-1).to(got["pattern"].dtype))
+        # rows with no allowed key (padded queries) have no softmax; the kernel and our hooks give zeros there
+        has_key = torch.isfinite(got["attn_scores"]).any(-1)
+        expected = torch.softmax(got["attn_scores"].double(), dim=-1).to(got["pattern"].dtype)
+        ok, detail = _close(got["pattern"][has_key], expected[has_key])
         row("pattern_softmax", ok, detail)
     if "pattern" in got:
         pattern = got["pattern"]
@@ -179,11 +188,16 @@ def _per_query_head(site: AttentionSite, got: dict[str, torch.Tensor]) -> dict[s
     return out
 
 
+def _output_module(site: AttentionSite) -> str:
+    return site.output_module if getattr(site, "output_module", None) is not None else site.module
+
+
 def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:
     handles = []
     for site in sites:
         try:
-            module = model.get_submodule(site.module) if site.module else model
+            path = _output_module(site)
+            module = model.get_submodule(path) if path else model
         except AttributeError:
             continue
 
@@ -196,9 +210,12 @@ def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: di
 
 def _output_bias(model: nn.Module, site: AttentionSite):
     try:
-        module = model.get_submodule(site.module) if site.module else model
+        module = model.get_submodule(_output_module(site)) if _output_module(site) else model
     except AttributeError:
         return None
+    if _output_module(site) != site.module:  # the output projection itself
+        bias = getattr(module, "bias", None)
+        return bias if isinstance(bias, torch.Tensor) else None
     if isinstance(getattr(module, "b_O", None), torch.Tensor):
         return module.b_O
     out_proj = getattr(module, "out_proj", None) or getattr(module, "o", None)

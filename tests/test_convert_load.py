@@ -89,7 +89,10 @@ def test_unsupported_field_names_field_and_value(tmp_path):
         vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
         rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}))
     with pytest.raises(BadInput, match="rope_type='linear'"):
-        load(hf)
+        load(hf, backend="native")
+    # "auto" falls back to SDPA interception (interp.sdpa) and says why
+    hooked = load(hf)
+    assert any("rope_type='linear'" in note and "sdpa" in note for note in hooked.load_notes)
 
 
 def test_unknown_field_with_a_non_default_value_is_refused():
