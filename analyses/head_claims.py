@@ -71,6 +71,7 @@ from torch import nn
 
 from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
+from interp import distributed
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
     Claim,
@@ -439,9 +440,9 @@ def behaviour_loss(
     def compute() -> torch.Tensor:
         mask, _ = behaviour_mask(prompts, part)
         out = []
-        start = 0
         device = next(model.parameters()).device
-        for batch in prompts.batches(ctx.batch_size):
+        for indices, batch in distributed.shard(prompts, ctx.batch_size).batches(ctx.batch_size):
+            start = indices.start
             manager = contextlib.nullcontext() if intervene is None else intervene(batch)
             kwargs = {k: v.to(device) for k, v in batch.model_kwargs().items()}
             tokens = batch.tokens.to(device)
@@ -451,8 +452,7 @@ def behaviour_loss(
             per_token = per_token.view(len(batch), -1).cpu().double()  # (batch, pos - 1)
             m = mask[start:start + len(batch)].double()
             out.append((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0))
-            start += len(batch)
-        return torch.cat(out)
+        return distributed.gather_prompts(torch.cat(out) if out else torch.zeros(0, dtype=torch.float64))
 
     return ctx.cached(("loss", id(model), id(prompts), part) + key, compute)
 

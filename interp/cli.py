@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from interp.launch import add_flags as add_scale_flags, place
+
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -64,7 +66,7 @@ def _load(spec: str | None, quiet: bool = False):
         import interp
 
         try:
-            return interp.load(spec)
+            return place(interp.load(spec))
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
             raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
 
@@ -541,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
     p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
     _add_common(p, json_=False)
-    return parser
+    return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
 
 
 def main(argv: list[str] | None = None) -> int:
