@@ -872,6 +872,11 @@ def audit(
         reason = ["gradient skipped: no input embedding found (a black-box callable)"] if "gradient" in methods else []
         raise ValueError(_no_future_method_message(methods, reason))
     n_rows = max(n_prompts, 2)
+    from analyses import leakage_fast  # incremental reference and cost estimate (imports this module)
+
+    if progress and not bidirectional:
+        leakage_fast.announce(model, adapter, max_len=max_len, vocab=vocab, lengths=lengths, n_prompts=n_prompts,
+                              methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len)
     tick = _Progress(progress, _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts, draws,
                                                max_cuts, min(gradient_len, max_len)))
     rows: list[dict] = []
@@ -911,7 +916,8 @@ def audit(
                 for variant in variants:
                     suffix = ONES_MASK_DETAIL if variant.ones_mask else ""
                     if "truncation" in methods:
-                        rows += _tagged(truncation(variant, long_prompts[:n_prompts], tol, progress=tick), suffix)
+                        rows += _tagged(leakage_fast.truncation_rows(model, variant, long_prompts[:n_prompts], tol,
+                                                                     progress=tick), suffix)
                     if "perturbation" in methods:
                         for length in lengths:
                             found, influence = perturbation(variant, _prompts(n_prompts, length, vocab, seed), vocab,

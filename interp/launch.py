@@ -61,6 +61,9 @@ class Scaled:
         self.handler = handler
 
     def __call__(self, args) -> int:
+        from interp.specnames import check_spec
+
+        check_spec(getattr(args, "spec", None))  # a misspelt name is refused before torch is imported
         workers = getattr(args, "workers", 1) or 1
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun
             return _run_rank(self.handler, args)

@@ -1,0 +1,147 @@
+"""The leakage audit at long contexts: an incremental reference instead of every prefix, and a cost estimate.
+
+The black-box truncation test runs every prefix length 1..T-1 of each prompt and compares it
+with the full forward: about T^2 / 2 tokens per prompt (about 3 hours for a 1,024-token
+GPT-2-small-shaped HookedGPT on 2 CPU cores). Where the model has an incremental path
+(`models.kv_cache`: one position at a time, keys and values cached, every module seeing only
+the new position), the same question, "does the output at q change when everything after q is
+removed?", is answered for every q at once by comparing that path with the full forward:
+about one forward's worth of work per prompt (T single-position steps).
+
+`truncation_rows` dispatches: models with an incremental path get the black-box truncation on
+prefixes of up to `SHORT_LEN` tokens (kept as an independent check that needs no trust in the
+incremental code) plus the incremental comparison over the whole length; every other model
+gets the black-box truncation over the whole length. Rows of the incremental comparison are
+truncation rows with `source_pos = query_pos + 1` (everything after the query removed) and a
+detail saying how they were computed. Detection power: the incremental comparison at query q
+is exactly the truncation comparison with cut q + 1, the one cut that removes every later
+source; a module that mixes positions is caught because it sees only one position.
+
+`estimate` counts the tokens each method will run and times one probe forward to give an ETA,
+printed before the audit starts when `progress=True`.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from analyses import leakage
+from models.kv_cache import incremental_outputs, supports_incremental
+
+SHORT_LEN = 64  # black-box truncation kept up to this length when the incremental reference covers the rest
+INCREMENTAL_DETAIL = "incremental reference (KV cache): positions after query_pos removed"
+
+
+def incremental_rows(model: Any, adapter, prompts: torch.Tensor, tol: float,
+                     progress: Callable = lambda *a, **k: None) -> list[dict]:
+    """Truncation rows from the incremental path vs the full forward (`adapter`), one per query."""
+    n_prompts, n_pos = prompts.shape
+    full = adapter(prompts)  # (prompt, pos, feature), float32 on the CPU
+    scale = leakage._scale(full)
+    influence = torch.full((1, n_pos - 1), math.nan)  # (one cut per query, query)
+    for t, logits in enumerate(incremental_outputs(model, prompts)):
+        if t < n_pos - 1:  # the last position has no later token to leak from
+            change = leakage._change(logits.float().cpu().reshape(n_prompts, -1), full[:, t])
+            influence[0, t] = float(change.amax()) / scale
+    queries = torch.arange(n_pos - 1)[None]
+    progress(1, "incremental reference")
+    return leakage._rows("truncation", n_pos, influence, tol, query=queries, source=queries + 1,
+                         detail=INCREMENTAL_DETAIL)
+
+
+def truncation_rows(model: Any, adapter, prompts: torch.Tensor, tol: float, *, progress: Callable = lambda *a, **k: None,
+                    short_len: int = SHORT_LEN) -> list[dict]:
+    """The audit's truncation test: incremental reference + short black-box truncation where the
+    model allows it, else black-box truncation over every prefix (module docstring)."""
+    n_pos = prompts.shape[1]
+    if not supports_incremental(model) or n_pos <= short_len:
+        return leakage.truncation(adapter, prompts, tol, progress=progress)
+    rows = leakage.truncation(adapter, prompts[:, :short_len], tol, progress=progress)
+    rows += incremental_rows(model, adapter, prompts, tol, progress=progress)
+    progress(max(0, n_pos - short_len - 1), "incremental reference")  # the planned black-box prefixes it replaced
+    return rows
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Tokens each method runs through the model, and a time estimate from one probe forward."""
+
+    tokens: dict[str, int]
+    seconds_per_token: float
+    incremental: bool
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens.values())
+
+    @property
+    def seconds(self) -> float:
+        return self.total_tokens * self.seconds_per_token
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{name} {count:,}" for name, count in self.tokens.items() if count)
+        how = "incremental reference + short truncation" if self.incremental else "black-box truncation of every prefix"
+        return (f"leakage audit: about {self.total_tokens:,} tokens through the model ({parts}; {how}); "
+                f"ETA about {_duration(self.seconds)}")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: Sequence[str], *, draws: int,
+                 max_cuts: int | None, gradient_len: int, incremental: bool, with_mask: bool,
+                 short_len: int = SHORT_LEN) -> dict[str, int]:
+    """Tokens per method (gradient counted as 3 forwards' worth per row: forward + backward)."""
+    variants = 2 if with_mask else 1
+    tokens = {"truncation": 0, "perturbation": 0, "gradient": 0}
+    if "truncation" in methods:
+        if incremental and max_len > short_len:
+            tokens["truncation"] = n_prompts * (short_len * (short_len + 1) // 2 + 2 * max_len)
+        else:
+            tokens["truncation"] = n_prompts * max_len * (max_len + 1) // 2
+    if "perturbation" in methods:
+        for length in lengths:
+            cuts = length - 1 if max_cuts is None else min(length - 1, max_cuts)
+            tokens["perturbation"] += n_prompts * length * (cuts * draws + 1)
+    if "gradient" in methods:
+        length = min(gradient_len, max_len)
+        tokens["gradient"] = 3 * length * (length - 1)
+    return {name: count * variants for name, count in tokens.items()}
+
+
+def probe_seconds_per_token(adapter, vocab: int, length: int) -> float:
+    """Seconds per token of one forward of `length` random tokens (after a warm-up call)."""
+    tokens = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    adapter(tokens[:, : min(length, 8)])
+    start = time.perf_counter()
+    adapter(tokens)
+    return (time.perf_counter() - start) / length
+
+
+def estimate(model: Any, adapter, *, max_len: int, vocab: int, lengths: Sequence[int], n_prompts: int,
+             methods: Sequence[str], draws: int, max_cuts: int | None, gradient_len: int) -> CostEstimate:
+    """The audit's cost before it runs (see `CostEstimate`); the probe costs one forward of max_len tokens."""
+    incremental = supports_incremental(model)
+    tokens = count_tokens(max_len, lengths, n_prompts, methods, draws=draws, max_cuts=max_cuts,
+                          gradient_len=gradient_len, incremental=incremental, with_mask=adapter.takes_mask)
+    return CostEstimate(tokens, probe_seconds_per_token(adapter, vocab, max_len), incremental)
+
+
+def announce(model: Any, adapter, **kwargs) -> CostEstimate | None:
+    """Print the estimate to stderr (what `audit(progress=True)` shows first); None if the probe fails."""
+    try:
+        cost = estimate(model, adapter, **kwargs)
+    except (ValueError, RuntimeError, TypeError):  # the audit itself reports what is wrong with the model
+        return None
+    print(cost, file=sys.stderr, flush=True)
+    return cost

@@ -1,0 +1,76 @@
+"""An incremental forward for HookedGPT: one position at a time, keys and values cached.
+
+Position t is computed from positions <= t only, by construction: every module is called on
+the new position alone (so a norm or mixer that looked across positions would see just this
+one) and attention reads the cached keys and values of earlier positions, with no mask to get
+wrong. For a correct causal model it equals the full forward up to float rounding; where the
+full forward reads later tokens, the two differ. The leakage audit compares them
+(`analyses.leakage_fast`), at the cost of about one forward instead of T forwards of prefixes.
+
+Supported: exactly `HookedGPT` built from `models.components` blocks (LayerNorm or no norm,
+learned or rotary positions, MLP or attention-only). `supports_incremental(model)` says so;
+anything else (subclasses, replaced modules) is not claimed.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import einops
+import torch
+from torch import nn
+
+from models.components import MLP, Attention, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
+from models.gpt import HookedGPT
+
+
+def supports_incremental(model: nn.Module) -> bool:
+    """True for an exact HookedGPT whose blocks are the standard components (see the module docstring)."""
+    if type(model) is not HookedGPT or type(model.embed) is not Embed or type(model.unembed) is not Unembed:
+        return False
+    if model.cfg.positional_embedding_type not in ("standard", "rotary"):
+        return False
+    if model.cfg.positional_embedding_type == "standard" and type(getattr(model, "pos_embed", None)) is not PosEmbed:
+        return False
+    norms = (LayerNorm, nn.Identity)
+    if type(model.ln_final) not in norms:
+        return False
+    for block in model.blocks:
+        if type(block) is not TransformerBlock or type(block.attn) is not Attention or type(block.ln1) not in norms:
+            return False
+        if not block.cfg.attn_only and (type(block.mlp) is not MLP or type(block.ln2) not in norms):
+            return False
+    return True
+
+
+def _attend(attn: Attention, x: torch.Tensor, position: int, cache: list[torch.Tensor] | None):
+    """One new position x (batch, 1, d_model) through `attn`, reading and extending `cache` = [K, V]."""
+    positions = torch.full((x.shape[0], 1), position, dtype=torch.long, device=x.device)
+    q, k, v = attn.project_qkv(x, positions)  # each (batch, head, 1, d_head)
+    if cache is None:
+        cache = [k, v]
+    else:
+        cache = [torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)]
+    keys, values = cache  # (batch, head, key, d_head)
+    scores = (q @ keys.transpose(-1, -2)) * attn.scale  # (batch, head, 1, key): only past keys exist
+    z = torch.softmax(scores.float(), dim=-1).to(values.dtype) @ values  # (batch, head, 1, d_head)
+    out = einops.einsum(z, attn.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + attn.b_O
+    return out, cache
+
+
+@torch.no_grad()
+def incremental_outputs(model: HookedGPT, tokens: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Logits (batch, d_vocab) of each position t = 0..T-1 in turn, computed from tokens[:, :t + 1] only."""
+    if not supports_incremental(model):
+        raise TypeError(f"{type(model).__name__} has no incremental path here; see models.kv_cache.supports_incremental.")
+    tokens = model.check_tokens(tokens)
+    caches: list[list[torch.Tensor] | None] = [None] * len(model.blocks)
+    for t in range(tokens.shape[1]):
+        resid = model.embed(tokens[:, t : t + 1])  # (batch, 1, d_model)
+        if model.cfg.positional_embedding_type == "standard":
+            resid = resid + model.pos_embed(torch.full_like(tokens[:, t : t + 1], t))
+        for i, block in enumerate(model.blocks):
+            attn_out, caches[i] = _attend(block.attn, block.ln1(resid), t, caches[i])
+            resid = resid + attn_out
+            if not block.cfg.attn_only:
+                resid = resid + block.mlp(block.ln2(resid))
+        yield model.unembed(model.ln_final(resid))[:, 0]  # (batch, d_vocab)
