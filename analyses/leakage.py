@@ -921,7 +921,8 @@ def audit(
                     if "perturbation" in methods:
                         for length in lengths:
                             found, influence = perturbation(variant, _prompts(n_prompts, length, vocab, seed), vocab,
-                                                            tol, draws=draws, seed=seed, max_cuts=max_cuts, progress=tick)
+                                                            tol, draws=draws, seed=seed, progress=tick,
+                                                            max_cuts=leakage_fast.perturbation_cuts(model, length, max_cuts))
                             rows += _tagged(found, suffix)
                             if float(influence.nan_to_num(0.0).max()) > tol:
                                 future_found[variant.ones_mask][length] = influence

@@ -37,21 +37,50 @@ SHORT_LEN = 64  # black-box truncation kept up to this length when the increment
 INCREMENTAL_DETAIL = "incremental reference (KV cache): positions after query_pos removed"
 
 
+LONG_MAX_CUTS = 4  # perturbation cuts per length above SHORT_LEN once the incremental reference covers every cut
+_PENDING: dict[tuple, list[dict]] = {}  # rows of the all-ones-mask variant, computed in the same pass
+
+
+def perturbation_cuts(model: Any, length: int, max_cuts: int | None) -> int | None:
+    """Cuts perturbed at `length`: all asked for, or a spot check of LONG_MAX_CUTS above SHORT_LEN on
+    models whose incremental reference already compares every cut at full length."""
+    if supports_incremental(model) and length > SHORT_LEN:
+        return LONG_MAX_CUTS if max_cuts is None else min(max_cuts, LONG_MAX_CUTS)
+    return max_cuts
+
+
+def _key(model: Any, prompts: torch.Tensor) -> tuple:
+    return id(model), prompts.data_ptr(), tuple(prompts.shape), int(prompts.sum())
+
+
 def incremental_rows(model: Any, adapter, prompts: torch.Tensor, tol: float,
                      progress: Callable = lambda *a, **k: None) -> list[dict]:
-    """Truncation rows from the incremental path vs the full forward (`adapter`), one per query."""
+    """Truncation rows from the incremental path vs the full forward (`adapter`), one per query.
+
+    A model taking a mask is audited with and without an all-ones mask: both full forwards are
+    compared with one incremental pass, and the second variant's rows wait in `_PENDING`."""
+    key = _key(model, prompts)
+    if adapter.ones_mask and key in _PENDING:
+        return _PENDING.pop(key)
+    variants = [adapter] + ([adapter.with_ones_mask()] if adapter.takes_mask and not adapter.ones_mask else [])
     n_prompts, n_pos = prompts.shape
-    full = adapter(prompts)  # (prompt, pos, feature), float32 on the CPU
-    scale = leakage._scale(full)
-    influence = torch.full((1, n_pos - 1), math.nan)  # (one cut per query, query)
+    with torch.no_grad():
+        fulls = [variant(prompts) for variant in variants]  # each (prompt, pos, feature), float32 on the CPU
+    scales = [leakage._scale(full) for full in fulls]
+    influence = torch.full((len(variants), 1, n_pos - 1), math.nan)  # (variant, one cut per query, query)
     for t, logits in enumerate(incremental_outputs(model, prompts)):
-        if t < n_pos - 1:  # the last position has no later token to leak from
-            change = leakage._change(logits.float().cpu().reshape(n_prompts, -1), full[:, t])
-            influence[0, t] = float(change.amax()) / scale
+        if t == n_pos - 1:  # the last position has no later token to leak from
+            break
+        reference = logits.float().cpu().reshape(n_prompts, -1)
+        for i, (full, scale) in enumerate(zip(fulls, scales)):
+            influence[i, 0, t] = float(leakage._change(reference, full[:, t]).amax()) / scale
     queries = torch.arange(n_pos - 1)[None]
     progress(1, "incremental reference")
-    return leakage._rows("truncation", n_pos, influence, tol, query=queries, source=queries + 1,
-                         detail=INCREMENTAL_DETAIL)
+    rows = [leakage._rows("truncation", n_pos, part, tol, query=queries, source=queries + 1, detail=INCREMENTAL_DETAIL)
+            for part in influence]
+    if len(rows) > 1:
+        _PENDING[key] = rows[1]
+    return rows[0]
 
 
 def truncation_rows(model: Any, adapter, prompts: torch.Tensor, tol: float, *, progress: Callable = lambda *a, **k: None,
@@ -106,17 +135,19 @@ def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: 
     tokens = {"truncation": 0, "perturbation": 0, "gradient": 0}
     if "truncation" in methods:
         if incremental and max_len > short_len:
-            tokens["truncation"] = n_prompts * (short_len * (short_len + 1) // 2 + 2 * max_len)
+            # the incremental pass is one forward's worth, shared by both mask variants
+            tokens["truncation"] = n_prompts * (short_len * (short_len + 1) // 2 + max_len * (1 + 2 / variants))
         else:
             tokens["truncation"] = n_prompts * max_len * (max_len + 1) // 2
     if "perturbation" in methods:
         for length in lengths:
-            cuts = length - 1 if max_cuts is None else min(length - 1, max_cuts)
+            cuts = LONG_MAX_CUTS if incremental and length > short_len else max_cuts
+            cuts = length - 1 if cuts is None else min(length - 1, cuts)
             tokens["perturbation"] += n_prompts * length * (cuts * draws + 1)
     if "gradient" in methods:
         length = min(gradient_len, max_len)
         tokens["gradient"] = 3 * length * (length - 1)
-    return {name: count * variants for name, count in tokens.items()}
+    return {name: int(count * variants) for name, count in tokens.items()}
 
 
 def probe_seconds_per_token(adapter, vocab: int, length: int) -> float:
