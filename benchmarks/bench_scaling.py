@@ -57,8 +57,8 @@ def run_config(workers: int, n_prompts: int) -> tuple[float, float, dict]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     import torch
 

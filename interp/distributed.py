@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import pickle
 import socket
 import sys
 import zlib
@@ -259,8 +260,8 @@ def _child(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend
         sys.stdout = sys.stderr = devnull
     try:
         value = _worker(rank_, world, port, fn, args, backend, threads)
-        if results is not None:
-            results.put((rank_, "ok", value))
+        if results is not None:  # plain pickle bytes: tensors copied, not shared through descriptors of a dead process
+            results.put((rank_, "ok", pickle.dumps(value)))
     except BaseException as error:  # reported to the parent, which fails loudly
         if results is not None:
             results.put((rank_, "error", f"{type(error).__name__}: {error}"))
@@ -310,7 +311,7 @@ def _collect(children, results, workers: int, timeout_s: float) -> list[Any]:
     for _ in range(workers):
         rank_, status, value = results.get()
         if status == "ok":
-            values[rank_] = value
+            values[rank_] = pickle.loads(value)  # bytes our own child wrote, never a user's file
         else:
             errors.append(f"rank {rank_}: {value}")
             break

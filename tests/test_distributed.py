@@ -180,3 +180,89 @@ class _FakeDist:
 
     def get_rank(self):
         return 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line: --workers, --device, --dtype
+
+
+def test_cli_two_workers_write_what_one_writes(tmp_path):
+    import json
+
+    from interp.cli import main
+
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main(["heads", "--n", "72", "--quiet", "--json", str(one)]) == 0  # 3 batches of 32: both ranks work
+    assert main(["heads", "--n", "72", "--quiet", "--json", str(two), "--workers", "2"]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert len(a) == len(b) == 8
+    for row_a, row_b in zip(a, b):
+        assert row_a.keys() == row_b.keys()
+        for key, value in row_a.items():
+            if isinstance(value, float):
+                assert row_b[key] == pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True), key
+            else:
+                assert row_b[key] == value, key
+    assert not distributed.active() and "RANK" not in __import__("os").environ  # nothing left behind
+
+
+def test_scale_flags_on_every_command_but_train():
+    from interp.cli import build_parser
+    from interp.launch import Scaled
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, command in sub.choices.items():
+        options = {o for a in command._actions for o in a.option_strings}
+        if name == "train":
+            assert "--workers" not in options
+            continue
+        assert {"--workers", "--device", "--dtype"} <= options, name
+        assert isinstance(command.get_default("handler"), Scaled)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["heads", "--workers", "0"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["heads", "--dtype", "float64"])
+
+
+def test_place_applies_dtype_and_device(monkeypatch):
+    from interp import launch
+
+    monkeypatch.setitem(launch._PLACEMENT, "dtype", "bfloat16")
+    monkeypatch.setitem(launch._PLACEMENT, "device", "cpu")
+    model = launch.place(_model())
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU (skipped without CUDA)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_positional_on_gpu_equals_cpu():
+    from analyses.positional import focus_per_prompt
+
+    prompts = repeated_tokens(12, 8, D_VOCAB, seed=3)
+    cpu = focus_per_prompt(_model(), prompts, batch_size=4)
+    gpu = focus_per_prompt(_model().cuda(), prompts, batch_size=4)
+    for name in cpu:
+        torch.testing.assert_close(gpu[name], cpu[name], rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def _nccl_focus():
+    from analyses.positional import focus_per_prompt
+
+    return focus_per_prompt(_model().cuda(), repeated_tokens(12, 8, D_VOCAB, seed=3), batch_size=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_nccl_two_gpus_equal_one_cpu_process():
+    from analyses.positional import focus_per_prompt
+
+    ranks = distributed.spawn_local(_nccl_focus, workers=2, backend="nccl", return_all=True, timeout_s=300)
+    cpu = focus_per_prompt(_model(), repeated_tokens(12, 8, D_VOCAB, seed=3), batch_size=4)
+    for name, value in cpu.items():
+        for rank_result in ranks:
+            torch.testing.assert_close(rank_result[name].cpu(), value, rtol=1e-4, atol=1e-5, equal_nan=True)
