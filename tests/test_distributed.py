@@ -266,3 +266,18 @@ def test_nccl_two_gpus_equal_one_cpu_process():
     for name, value in cpu.items():
         for rank_result in ranks:
             torch.testing.assert_close(rank_result[name].cpu(), value, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def test_tune_allocator_applies_on_glibc_and_can_be_refused(monkeypatch):
+    import subprocess
+    import sys
+
+    from interp import launch
+
+    monkeypatch.setenv("INTERP_DEFAULT_ALLOCATOR", "1")
+    assert launch.tune_allocator() is False
+    # in a fresh process: glibc accepts the thresholds (True), and nothing else changes
+    code = "from interp.launch import tune_allocator; print(tune_allocator())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in __import__("os").environ.items() if k != "INTERP_DEFAULT_ALLOCATOR"})
+    assert out.stdout.strip() == ("True" if sys.platform.startswith("linux") else "False"), out.stderr
