@@ -56,6 +56,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp import distributed
 from interp.modelinfo import context_length, model_config, vocab_size
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
@@ -209,10 +210,13 @@ class ModelAdapter:
         rows = max(1, self.max_tokens // max(n_pos, 1))
         return rows if self.max_rows is None else min(rows, self.max_rows)
 
-    def chunks(self, tokens: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
-        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows."""
+    def chunks(self, tokens: torch.Tensor, *, shard: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
+        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows.
+        `shard`: in a process group, only this rank's blocks (every world-th); merge the results."""
         step = self.rows_per_forward(tokens.shape[1])
-        for start in range(0, tokens.shape[0], step):
+        for index, start in enumerate(range(0, tokens.shape[0], step)):
+            if shard and not distributed.mine(index):
+                continue
             rows = slice(start, min(start + step, tokens.shape[0]))
             yield rows, self(tokens[rows])
 
@@ -320,9 +324,12 @@ def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progres
     scale = _scale(full)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
     for length in range(1, n_pos):
+        if not distributed.mine(length):  # prefixes shared out over a process group, merged below
+            continue
         out = adapter(prompts[:, :length])
         influence[length - 1, :length] = _change(out, full[:, :length]).amax(dim=(0, 2)) / scale
         progress(1, "truncation")
+    influence = distributed.fmax_merge(influence)
     cuts, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     return _rows("truncation", n_pos, influence, tol, query=queries, source=cuts + 1,
                  detail="positions from source_pos on removed")
@@ -351,13 +358,14 @@ def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
     base = adapter(prompts)  # (prompt, pos, feature)
     scale = _scale(base)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
-    for rows, out in adapter.chunks(perturbed):
+    for rows, out in adapter.chunks(perturbed, shard=True):
         change = _change(out, base[prompt_idx[rows]].to(out.device)).amax(dim=-1).cpu()  # (row, pos)
         change = change.masked_fill(later[rows], math.nan) / scale
         for cut in cut_idx[rows].unique().tolist():
             mine = change[cut_idx[rows] == cut].amax(dim=0)  # (pos,)
             influence[cut] = torch.fmax(influence[cut], mine)
         progress(1, f"perturbation L={n_pos}")
+    influence = distributed.fmax_merge(influence)  # (cut, query) over the ranks' row blocks
     cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     rows = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
                  detail="tokens from source_pos on resampled")

@@ -196,6 +196,22 @@ def merge(accumulator):
     return merged
 
 
+def mine(index: int) -> bool:
+    """Whether work item `index` of a shared-out loop is this rank's (every world-th; all without a group)."""
+    return not active() or index % world_size() == rank()
+
+
+def fmax_merge(value: torch.Tensor) -> torch.Tensor:
+    """Elementwise maximum over ranks, NaN meaning "not measured here" (`torch.fmax`): exact, so the
+    result does not depend on the order of the ranks."""
+    if not active():
+        return value
+    merged = None
+    for part in gather_objects(value.cpu()):
+        merged = part if merged is None else torch.fmax(merged, part)
+    return merged.to(value.device)
+
+
 def broadcast_object(value: Any, src: int = 0) -> Any:
     """Rank `src`'s value on every rank (the value itself when not `active()`)."""
     if not active():

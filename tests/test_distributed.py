@@ -54,6 +54,12 @@ def every_analysis() -> dict[str, pd.DataFrame]:
     claim_prompts = repeated_tokens(18, 12, 31, bos=31, seed=1)
     table = test_claims(circuit, claims, claim_prompts, batch_size=4)
     out["claims"] = table.drop(columns=[c for c in ("evidence",) if c in table.columns])
+    from analyses import leakage
+    from models.zoo import build
+
+    for name in ("hooked_gpt", "single_pair"):
+        audit = leakage.audit(build(name), max_len=16, localise_leaks=False)
+        out[f"leakage_{name}"] = audit.table.assign(verdict=audit.verdict)
     part = distributed.shard(prompts, 4)
     out["group"] = {"world": distributed.world_size(), "rank": distributed.rank(), "shard": part.indices}
     return out
@@ -82,7 +88,8 @@ def assert_same(frame: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
 
 
 ANALYSES = ["focus", "offsets", "induction", "pattern_similarity", "output_similarity", "importance_mean",
-            "importance_resample", "joint_ablation", "mean_patterns", "claims"]
+            "importance_resample", "joint_ablation", "mean_patterns", "claims", "leakage_hooked_gpt",
+            "leakage_single_pair"]
 
 
 @pytest.mark.parametrize("name", ANALYSES)
