@@ -42,19 +42,29 @@ def supports_incremental(model: nn.Module) -> bool:
     return True
 
 
-def _attend(attn: Attention, x: torch.Tensor, position: int, cache: list[torch.Tensor] | None):
-    """One new position x (batch, 1, d_model) through `attn`, reading and extending `cache` = [K, V]."""
+class _Cache:
+    """Keys and values of one layer, preallocated for the whole sequence (no copy per step)."""
+
+    def __init__(self):
+        self.keys = self.values = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor, position: int, n_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys is None:  # (batch, head, pos, d_head), filled one position per step
+            self.keys = k.new_empty(k.shape[0], k.shape[1], n_pos, k.shape[3])
+            self.values = v.new_empty(v.shape[0], v.shape[1], n_pos, v.shape[3])
+        self.keys[:, :, position] = k[:, :, 0]
+        self.values[:, :, position] = v[:, :, 0]
+        return self.keys[:, :, : position + 1], self.values[:, :, : position + 1]  # only past keys exist
+
+
+def _attend(attn: Attention, x: torch.Tensor, position: int, cache: _Cache, n_pos: int) -> torch.Tensor:
+    """One new position x (batch, 1, d_model) through `attn`, reading and extending `cache`."""
     positions = torch.full((x.shape[0], 1), position, dtype=torch.long, device=x.device)
     q, k, v = attn.project_qkv(x, positions)  # each (batch, head, 1, d_head)
-    if cache is None:
-        cache = [k, v]
-    else:
-        cache = [torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)]
-    keys, values = cache  # (batch, head, key, d_head)
-    scores = (q @ keys.transpose(-1, -2)) * attn.scale  # (batch, head, 1, key): only past keys exist
+    keys, values = cache.extend(k, v, position, n_pos)  # (batch, head, key, d_head)
+    scores = (q @ keys.transpose(-1, -2)) * attn.scale  # (batch, head, 1, key)
     z = torch.softmax(scores.float(), dim=-1).to(values.dtype) @ values  # (batch, head, 1, d_head)
-    out = einops.einsum(z, attn.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + attn.b_O
-    return out, cache
+    return einops.einsum(z, attn.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + attn.b_O
 
 
 @torch.no_grad()
@@ -63,14 +73,14 @@ def incremental_outputs(model: HookedGPT, tokens: torch.Tensor) -> Iterator[torc
     if not supports_incremental(model):
         raise TypeError(f"{type(model).__name__} has no incremental path here; see models.kv_cache.supports_incremental.")
     tokens = model.check_tokens(tokens)
-    caches: list[list[torch.Tensor] | None] = [None] * len(model.blocks)
-    for t in range(tokens.shape[1]):
+    n_pos = tokens.shape[1]
+    caches = [_Cache() for _ in model.blocks]
+    for t in range(n_pos):
         resid = model.embed(tokens[:, t : t + 1])  # (batch, 1, d_model)
         if model.cfg.positional_embedding_type == "standard":
             resid = resid + model.pos_embed(torch.full_like(tokens[:, t : t + 1], t))
         for i, block in enumerate(model.blocks):
-            attn_out, caches[i] = _attend(block.attn, block.ln1(resid), t, caches[i])
-            resid = resid + attn_out
+            resid = resid + _attend(block.attn, block.ln1(resid), t, caches[i], n_pos)
             if not block.cfg.attn_only:
                 resid = resid + block.mlp(block.ln2(resid))
         yield model.unembed(model.ln_final(resid))[:, 0]  # (batch, d_vocab)
