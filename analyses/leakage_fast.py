@@ -103,6 +103,7 @@ class CostEstimate:
     tokens: dict[str, int]
     seconds_per_token: float
     incremental: bool
+    incremental_seconds: float = 0.0  # the reference's single-position steps, timed apart (matrix-vector work)
 
     @property
     def total_tokens(self) -> int:
@@ -110,12 +111,13 @@ class CostEstimate:
 
     @property
     def seconds(self) -> float:
-        return self.total_tokens * self.seconds_per_token
+        return self.total_tokens * self.seconds_per_token + self.incremental_seconds
 
     def __str__(self) -> str:
         parts = ", ".join(f"{name} {count:,}" for name, count in self.tokens.items() if count)
         how = "incremental reference + short truncation" if self.incremental else "black-box truncation of every prefix"
-        return (f"leakage audit: about {self.total_tokens:,} tokens through the model ({parts}; {how}); "
+        steps = f", incremental steps about {_duration(self.incremental_seconds)}" if self.incremental_seconds else ""
+        return (f"leakage audit: about {self.total_tokens:,} tokens through the model ({parts}; {how}{steps}); "
                 f"ETA about {_duration(self.seconds)}")
 
 
@@ -165,7 +167,21 @@ def estimate(model: Any, adapter, *, max_len: int, vocab: int, lengths: Sequence
     incremental = supports_incremental(model)
     tokens = count_tokens(max_len, lengths, n_prompts, methods, draws=draws, max_cuts=max_cuts,
                           gradient_len=gradient_len, incremental=incremental, with_mask=adapter.takes_mask)
-    return CostEstimate(tokens, probe_seconds_per_token(adapter, vocab, max_len), incremental)
+    steps = probe_incremental_seconds(model, vocab, n_prompts, max_len) if incremental and max_len > SHORT_LEN else 0.0
+    return CostEstimate(tokens, probe_seconds_per_token(adapter, vocab, max_len), incremental, steps)
+
+
+def probe_incremental_seconds(model: Any, vocab: int, n_prompts: int, length: int, n_steps: int = 4) -> float:
+    """Seconds of the incremental reference over `length` positions, from `n_steps` timed steps."""
+    tokens = torch.randint(0, vocab, (n_prompts, length), generator=torch.Generator().manual_seed(0))
+    steps = incremental_outputs(model, tokens)
+    next(steps)  # warm-up: the cache is allocated here
+    start = time.perf_counter()
+    for _ in range(n_steps):
+        next(steps)
+    steps.close()
+    # a step's cost grows with the keys it reads; the first steps read few, so this is a lower bound
+    return (time.perf_counter() - start) / n_steps * length
 
 
 def announce(model: Any, adapter, **kwargs) -> CostEstimate | None:
