@@ -41,7 +41,17 @@ def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
             group.add_argument("--dtype", choices=DTYPES, default=None,
                                help="model weights' dtype (statistics are accumulated in float32 or float64)")
             sub.set_defaults(handler=Scaled(handler))
+            _alias(sub, "--n", "--n-prompts")
     return parser
+
+
+def _alias(parser: argparse.ArgumentParser, option: str, alias: str) -> None:
+    """`alias` for `option`: torchrun's own parser refuses `--n` (an ambiguous prefix of its
+    --nnodes / --nproc-per-node) anywhere on its command line, so `--n-prompts` gets through."""
+    action = parser._option_string_actions.get(option)
+    if action is not None and alias not in parser._option_string_actions:
+        action.option_strings.append(alias)
+        parser._option_string_actions[alias] = action
 
 
 def _workers(text: str) -> int:

@@ -288,3 +288,34 @@ def test_tune_allocator_applies_on_glibc_and_can_be_refused(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in __import__("os").environ.items() if k != "INTERP_DEFAULT_ALLOCATOR"})
     assert out.stdout.strip() == ("True" if sys.platform.startswith("linux") else "False"), out.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_write_what_one_writes(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from interp.cli import main
+
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main(["heads", "--n", "72", "--quiet", "--json", str(one)]) == 0
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "interp.cli", "heads",
+               "--quiet", "--json", str(two), "--n-prompts", "72"]  # --n-prompts: torchrun takes --n as its own
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("L1H3") == 1  # rank 0 prints, rank 1 is silent
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    for row_a, row_b in zip(a, b):
+        for key, value in row_a.items():
+            assert row_b[key] == (pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True) if isinstance(value, float) else value)
+
+
+def test_n_prompts_alias_for_torchrun():
+    from interp.cli import build_parser
+
+    assert build_parser().parse_args(["heads", "--n-prompts", "7"]).n == 7
