@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-all bench clean
+.PHONY: demo test test-slow test-all bench notebooks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test-all: $(STAMP)
 
 bench: $(STAMP)  ## speed ratios against references measured in the same run
 	$(PY) -m benchmarks
+
+notebooks: $(STAMP)  ## regenerate and execute the notebooks, storing their outputs (commit the result)
+	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/make_notebooks.py --execute
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info

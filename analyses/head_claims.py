@@ -32,10 +32,13 @@ Evidence (the kinds of `interp.claims`), as implemented here:
   the metric is an artefact of architecture or prompt length, and refutes the claim;
 - necessity: mean-ablating the head raises the behaviour loss more than mean-ablating a
   comparable head (the mean over the other heads of its layer), paired per prompt. The
-  behaviour is the next-token loss on the repeated copies for prompts with repeats
-  (`meta["prefix_len"]`), otherwise on every position;
+  behaviour (`interp.behaviour`, `resolve_behaviour`) is the one passed to `test_claims` /
+  `scan`, else the model's own: for a causal LM the next-token loss on the repeated copies for
+  prompts with repeats (`meta["prefix_len"]`), otherwise on every position; for an encoder the
+  change of the mean-pooled sentence embedding (cosine distance from the clean run). Every
+  causal evidence names it (`extra["behaviour"]`, the verdict table's `behaviour` column);
 - sufficiency: substituting the idealised pattern recovers the behaviour: fraction of loss
-  recovered (L_ablated - L_substituted) / (L_ablated - L_clean), against a threshold of 0.5
+  (the behaviour's value) recovered (L_ablated - L_substituted) / (L_ablated - L_clean), against a threshold of 0.5
   ("most"); Olsson et al. 2022 report about 99% for the previous-token heads of 2-layer
   attention-only models;
 - faithfulness: replacing the head's pattern by a uniform one and by its own weights permuted
@@ -69,9 +72,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analyses.induction import NoRepeats, copying_scores, scores_per_prompt
+from analyses.induction import NoRepeats, copying_scores, ngram_targets, repeat_queries, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
 from interp import distributed
+from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
     Claim,
@@ -304,6 +308,7 @@ class Observational:
         metric = _claim_metric(claim, ctx)
         evidence = threshold_evidence("observational", self.values(claim, ctx), claim.thresholds["observational"], ctx,
                                       what=f"{claim.label} {metric}", decisive=True)
+        evidence = dataclasses.replace(evidence, metric=metric)  # the metric measured (argmax_at:auto resolved)
         copy_threshold = claim.thresholds.get("copying")
         if copy_threshold is None:
             return evidence
@@ -357,7 +362,10 @@ class ShuffledControl:
         level = threshold_evidence("control_shuffled", values, below, ctx, decisive=self.decisive, label="shuffled-level",
                                    what=f"{claim.label} attention where the repeat was ({position_metric}) on shuffled tokens")
         drop = difference_evidence("control_shuffled", original, values, ctx, what="drop from shuffling", label="shuffled-drop")
-        follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        try:
+            follows = float(observe.values(claim, ctx, prompts=_shuffled(ctx, ctx.prompts)).mean())
+        except Inconclusive:  # e.g. n-gram repeats (meta match_len) rarely survive shuffling: nothing to follow
+            follows = math.nan
         passed = True if (level.passed and drop.passed) else False if level.passed is False else None
         return dataclasses.replace(
             level, passed=passed, p_value=max(level.p_value, drop.p_value), rule=f"shuffled {below.rule()} and drop CI > 0",
@@ -390,7 +398,8 @@ class RandomInitControl:
             passed = None
         return Evidence("control_random_init", gap.effect, gap.ci_low, gap.ci_high, max(level.p_value, gap.p_value),
                         f"random-init {below.rule()} and trained - random CI > 0", passed, True, len(trained),
-                        f"{level.detail}; {gap.detail}", {"random_init": level.effect})
+                        f"{level.detail}; {gap.detail}", {"random_init": level.effect}, n_resamples=gap.n_resamples,
+                        metric="trained minus random-init")
 
 
 # --------------------------------------------------------------------------- behaviour losses
@@ -403,8 +412,9 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1), and its name.
 
     part="behaviour": for prompts with repeats (`meta["prefix_len"]`), the predictions of the second
-    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); otherwise every
-    prediction of a real token. part="first_copy": the same predictions inside the first copy
+    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); for natural
+    repeats (`meta["match_len"]` without prefix_len) the predictions right after a repeated n-gram
+    (`analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
     (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
     the repeated copies' loss advantage is measured.
     """
@@ -418,6 +428,8 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     if prefix_len is None:
         if part == "first_copy":
             raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
+        if "match_len" in prompts.meta:  # natural repeats: the predictions right after a repeated n-gram
+            return mask & repeat_queries(prompts)[:, :-1], f"next-token loss after a repeated {prompts.meta['match_len']}-gram"
         return mask, "next-token loss on every position"
     offset = prompts.meta.get("offset", 0)
     start = offset + prefix_len
@@ -428,48 +440,82 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     return mask & (query >= start), "next-token loss on the repeated copies"
 
 
+def resolve_behaviour(ctx: Context, behaviour: BehaviourLike = None) -> Behaviour:
+    """The behaviour causal evidence measures: the evidence's own, else the context's, else the model's
+    default (`interp.behaviour.default_behaviour`: for a causal LM the next-token loss on the repeated
+    copies when the prompts repeat, else on every position; for an encoder the embedding change)."""
+    spec = ctx.behaviour if behaviour is None else behaviour
+    key = spec if spec is None or isinstance(spec, str) else id(spec)
+    return ctx.cached(("behaviour", id(ctx.model), key), lambda: as_behaviour(_keep(ctx, spec), ctx.model))
+
+
+def behaviour_text(ctx: Context, behaviour: Behaviour) -> str:
+    """The behaviour in words for the context's prompts; Inconclusive when the prompts cannot define it."""
+    if behaviour.name == "next_token_loss" and dict(behaviour.params).get("positions") == "auto":
+        return behaviour_mask(ctx.prompts)[1]  # raises Inconclusive for repeats with nothing to predict
+    return behaviour.describe(ctx.prompts)
+
+
+def _first_copy(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """Next-token loss inside the first copy of repeated prompts (`behaviour_mask(part="first_copy")`)."""
+    return masked_next_token_loss(logits, prompts, behaviour_mask(prompts, "first_copy")[0])
+
+
+FIRST_COPY_LOSS = Behaviour("next_token_loss", "logits", _first_copy, description="next-token loss on the first copy",
+                            unit="nats", params=(("positions", "first_copy"),))
+
+
 @torch.no_grad()
 def behaviour_loss(
     ctx: Context, key: tuple, intervene: Callable[[PromptSet], contextlib.AbstractContextManager] | None = None,
-    *, part: Part = "behaviour",
+    *, part: Part = "behaviour", behaviour: BehaviourLike = None,
 ) -> torch.Tensor:
-    """Per-prompt mean loss (prompt,) over `behaviour_mask(part)` under an intervention (a context
-    manager per batch), memoised by `key`."""
+    """Per-prompt behaviour value (prompt,) under an intervention (a context manager per batch),
+    memoised by `key`. `behaviour`: see `resolve_behaviour`. part="first_copy": the next-token
+    loss on the first copy of repeated prompts, whatever the behaviour (the repeat-advantage baseline)."""
     model, prompts = ctx.model, ctx.prompts
+    if part not in get_args(Part):
+        raise ValueError(f"part={part!r}; expected one of {list(get_args(Part))}.")
+    chosen = FIRST_COPY_LOSS if part == "first_copy" else resolve_behaviour(ctx, behaviour)
+
+    def clean_reference():
+        return ctx.cached(("behaviour-clean", id(model), id(prompts), id(chosen)), lambda: measure_clean(ctx, chosen))
 
     def compute() -> torch.Tensor:
-        mask, _ = behaviour_mask(prompts, part)
-        out = []
-        device = next(model.parameters()).device
-        for indices, batch in distributed.shard(prompts, ctx.batch_size).batches(ctx.batch_size):
-            start = indices.start
-            manager = contextlib.nullcontext() if intervene is None else intervene(batch)
-            kwargs = {k: v.to(device) for k, v in batch.model_kwargs().items()}
-            tokens = batch.tokens.to(device)
-            with manager:
-                logits = model(tokens, **kwargs)
-            per_token = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
-            per_token = per_token.view(len(batch), -1).cpu().double()  # (batch, pos - 1)
-            m = mask[start:start + len(batch)].double()
-            out.append((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0))
-        return distributed.gather_prompts(torch.cat(out) if out else torch.zeros(0, dtype=torch.float64))
+        clean = clean_reference() if chosen.compares_to_clean else None
+        try:
+            return measure(model, prompts, chosen, intervene=intervene, clean=clean, batch_size=ctx.batch_size,
+                           what=" ".join(map(str, key)))
+        except UndefinedOnPrompts as error:
+            raise Inconclusive(f"the prompts cannot define the behaviour {chosen.name}: {error}") from None
 
-    return ctx.cached(("loss", id(model), id(prompts), part) + key, compute)
+    return ctx.cached(("loss", id(model), id(prompts), part, id(chosen)) + key, compute)
 
 
-def _reference(ctx: Context):
-    return ctx.cached(("reference", id(ctx.model), id(ctx.prompts)),
-                      lambda: reference_activations(ctx.model, ctx.prompts, batch_size=ctx.batch_size))
+def measure_clean(ctx: Context, behaviour: Behaviour) -> torch.Tensor:
+    """What the clean run is kept as for a behaviour that compares with it (e.g. pooled embeddings)."""
+    from interp.behaviour import clean_summaries
+
+    return clean_summaries(ctx.model, ctx.prompts, behaviour, batch_size=ctx.batch_size)
 
 
-def _clean_loss(ctx: Context) -> torch.Tensor:
-    return behaviour_loss(ctx, ("clean",))
+def _reference(ctx: Context, behaviour: Behaviour | None = None):
+    """Mean-ablation values over the prompts the model reads under the behaviour (masked for masked-LM)."""
+    behaviour = behaviour or resolve_behaviour(ctx)
+    prompts = behaviour.model_prompts(ctx.prompts)
+    return ctx.cached(("reference", id(ctx.model), id(ctx.prompts), id(behaviour)),
+                      lambda: reference_activations(ctx.model, _keep(ctx, prompts), batch_size=ctx.batch_size))
 
 
-def _ablated_loss(ctx: Context, layer: int, head: int) -> torch.Tensor:
-    reference = _reference(ctx)
+def _clean_loss(ctx: Context, behaviour: Behaviour) -> torch.Tensor:
+    return behaviour_loss(ctx, ("clean",), behaviour=behaviour)
+
+
+def _ablated_loss(ctx: Context, layer: int, head: int, behaviour: Behaviour) -> torch.Tensor:
+    reference = _reference(ctx, behaviour)
     return behaviour_loss(ctx, ("ablate", layer, head),
-                          lambda batch: ablate(ctx.model, [(layer, head)], "mean", reference=reference, seed=ctx.seed))
+                          lambda batch: ablate(ctx.model, [(layer, head)], "mean", reference=reference, seed=ctx.seed),
+                          behaviour=behaviour)
 
 
 def comparable_heads(model: nn.Module, layer: int, head: int, has_role: np.ndarray | None = None) -> list[tuple[int, int]]:
@@ -491,34 +537,38 @@ class Necessity:
     prompt, dL(head) - mean over comparable heads of dL(other), with a sign-flip test. Comparable heads
     lack the claimed role (`comparable_heads`); when every head of the layer shares it (redundant
     heads), the comparison is with zero, and the detail says so. With several heads in the role, the
-    loss when they are ablated together is reported too (`delta_loss_role_group`)."""
+    loss when they are ablated together is reported too (`delta_loss_role_group`). The loss is the
+    `behaviour`'s value (`resolve_behaviour`: this field, else the test's, else the model's)."""
+
+    behaviour: BehaviourLike = dataclasses.field(default=None, compare=False)
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
-        _, behaviour = behaviour_mask(ctx.prompts)
-        clean = _clean_loss(ctx)
+        chosen = resolve_behaviour(ctx, self.behaviour)
+        behaviour = behaviour_text(ctx, chosen)
+        clean = _clean_loss(ctx, chosen)
         layer, head = claim.layer, claim.head
-        delta = _ablated_loss(ctx, layer, head) - clean  # (prompt,)
+        delta = _ablated_loss(ctx, layer, head, chosen) - clean  # (prompt,)
         observe = claim.evidence["observational"]
         scores = observe.head_scores(claim, ctx) if hasattr(observe, "head_scores") else None
         threshold = claim.thresholds["observational"]
         has_role = None if scores is None else np.vectorize(lambda v: threshold.judge(v, v) is True)(scores)
         others = comparable_heads(ctx.model, layer, head, has_role)
         if others:
-            delta_others = torch.stack([_ablated_loss(ctx, l, h) - clean for l, h in others]).mean(0)
+            delta_others = torch.stack([_ablated_loss(ctx, l, h, chosen) - clean for l, h in others]).mean(0)
             against = f"{float(delta_others.mean()):.4g} for {len(others)} comparable heads without the role"
         else:
             delta_others = torch.zeros_like(delta)
             against = "0 (every other head of this layer and later shares the role: compared with no effect)"
         extra = {"delta_loss": float(delta.mean()), "delta_loss_comparable": float(delta_others.mean()),
-                 "loss_clean": float(clean.mean())}
+                 "loss_clean": float(clean.mean()), "behaviour": behaviour}
         group = [(layer, h) for h in range(len(has_role[layer])) if has_role[layer, h]] if has_role is not None else []
         if (layer, head) in group and len(group) > 1:
-            reference = _reference(ctx)
+            reference = _reference(ctx, chosen)
             together = behaviour_loss(ctx, ("ablate-group",) + tuple(group), lambda batch: ablate(
-                ctx.model, group, "mean", reference=reference, seed=ctx.seed)) - clean
+                ctx.model, group, "mean", reference=reference, seed=ctx.seed), behaviour=chosen) - clean
             extra["delta_loss_role_group"] = float(together.mean())
         notes = ""
-        if "prefix_len" in ctx.prompts.meta:
+        if "prefix_len" in ctx.prompts.meta and chosen.name == "next_token_loss":
             # how much of the repeated copies' advantage over the first copy the ablation removes
             first = behaviour_loss(ctx, ("clean",), part="first_copy")
             gap = float(first.mean() - clean.mean())
@@ -564,8 +614,7 @@ def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
     targets (the token after each earlier occurrence / each earlier occurrence); no target: the first real key."""
     tokens = batch.tokens
     real = torch.ones_like(tokens, dtype=torch.bool) if batch.attention_mask is None else batch.attention_mask.bool()
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
-    target = same.tril(diagonal=-1)  # (batch, query, key): earlier occurrences
+    target = ngram_targets(tokens, real, batch.meta.get("match_len", 1))  # (batch, query, key): earlier occurrences
     if kind == "induction":
         shifted = torch.zeros_like(target)
         shifted[..., 1:] = target[..., :-1]
@@ -577,12 +626,12 @@ def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
     return pattern / pattern.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple,
+def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple, behaviour: Behaviour,
                  permute: bool = False) -> torch.Tensor:
     """Behaviour loss with the claim's head's pattern replaced by `pattern(batch)` (optionally permuted among keys)."""
     layer, head = claim.layer, claim.head
     return behaviour_loss(ctx, ("substitute", layer, head) + tag, lambda batch: substitute_pattern(
-        ctx.model, layer, head, pattern(batch), permute_keys=permute, seed=ctx.seed))
+        ctx.model, layer, head, pattern(batch), permute_keys=permute, seed=ctx.seed), behaviour=behaviour)
 
 
 @dataclass(frozen=True)
@@ -596,15 +645,18 @@ class Sufficiency:
     exact one the claim describes (e.g. a 'previous-token' head whose readers need its mix of
     previous, current and earlier tokens)."""
 
+    behaviour: BehaviourLike = dataclasses.field(default=None, compare=False)
+
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
-        _, behaviour = behaviour_mask(ctx.prompts)
+        chosen = resolve_behaviour(ctx, self.behaviour)
+        behaviour = behaviour_text(ctx, chosen)
         pattern = ideal_for(claim, causal=attention_sites(ctx.model)[claim.layer].causal is not False)
-        clean = _clean_loss(ctx)
-        ablated = _ablated_loss(ctx, claim.layer, claim.head)
-        substituted = _substituted(ctx, claim, pattern, ("ideal", claim.params.get("ideal")))
+        clean = _clean_loss(ctx, chosen)
+        ablated = _ablated_loss(ctx, claim.layer, claim.head, chosen)
+        substituted = _substituted(ctx, claim, pattern, ("ideal", claim.params.get("ideal")), chosen)
         denominator = ablated - clean
         extra = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
-                 "loss_substituted": float(substituted.mean())}
+                 "loss_substituted": float(substituted.mean()), "behaviour": behaviour}
         scale = max(float(clean.mean().abs()), 1e-3)
         if float(denominator.mean()) <= 1e-3 * scale:
             return Evidence("sufficiency", math.nan, math.nan, math.nan, math.nan, claim.thresholds["sufficiency"].rule(),
@@ -614,7 +666,7 @@ class Sufficiency:
         note = ""
         mean_pattern = _mean_pattern(ctx, claim.layer, claim.head)
         if mean_pattern is not None:
-            averaged = _substituted(ctx, claim, lambda batch: mean_pattern, ("mean-pattern",))
+            averaged = _substituted(ctx, claim, lambda batch: mean_pattern, ("mean-pattern",), chosen)
             extra["recovered_by_mean_pattern"] = float((ablated - averaged).mean() / denominator.mean())
             note = f"; the head's own average pattern recovers {extra['recovered_by_mean_pattern']:.3f}"
         ev = ratio_evidence("sufficiency", ablated - substituted, denominator, claim.thresholds["sufficiency"], ctx,
@@ -644,17 +696,20 @@ class Faithfulness:
     keys, both raise the behaviour loss (per prompt, the smaller increase, must have CI > 0). If the loss
     does not move, the pattern explains nothing (fails, not decisive)."""
 
+    behaviour: BehaviourLike = dataclasses.field(default=None, compare=False)
+
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
-        _, behaviour = behaviour_mask(ctx.prompts)
-        clean = _clean_loss(ctx)
-        uniform = _substituted(ctx, claim, lambda batch: "uniform", ("uniform",))
-        permuted = _substituted(ctx, claim, lambda batch: None, ("permuted",), permute=True)
+        chosen = resolve_behaviour(ctx, self.behaviour)
+        behaviour = behaviour_text(ctx, chosen)
+        clean = _clean_loss(ctx, chosen)
+        uniform = _substituted(ctx, claim, lambda batch: "uniform", ("uniform",), chosen)
+        permuted = _substituted(ctx, claim, lambda batch: None, ("permuted",), chosen, permute=True)
         d_uniform, d_permuted = uniform - clean, permuted - clean
         effect = torch.minimum(d_uniform, d_permuted)
         ev = difference_evidence("faithfulness", effect, torch.zeros_like(effect), ctx, fail_below=1e-6,
                                  what=f"smaller loss increase when {claim.label}'s pattern is swapped",
                                  extra={"delta_loss_uniform": float(d_uniform.mean()),
-                                        "delta_loss_permuted": float(d_permuted.mean())})
+                                        "delta_loss_permuted": float(d_permuted.mean()), "behaviour": behaviour})
         note = " (the pattern explains nothing: swapping it leaves the loss unchanged)" if ev.passed is False else ""
         return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail}; uniform +{float(d_uniform.mean()):.4g}, "
                                               f"permuted +{float(d_permuted.mean()):.4g}{note}")
@@ -862,16 +917,18 @@ def scan(
     evidence: Sequence[str] | None = None,
     batch_size: int = 32,
     progress: bool = False,
+    behaviour: BehaviourLike = None,
 ) -> pd.DataFrame:
     """Propose claims for every head on one half of the prompts and test them on the other half.
 
     Claims are never tested on the prompts that proposed them. Returns the verdict table of
     `interp.claims.test_claims` (one row per proposed claim, p-values corrected over all of them),
-    with `proposed_on` / `tested_on` prompt counts.
+    with `proposed_on` / `tested_on` prompt counts. `behaviour` is what necessity, sufficiency and
+    faithfulness measure (`interp.behaviour`; default: the model's own); the `behaviour` column says which.
     """
     propose_half, test_half = prompts.split(0.5, seed=seed)
     claims = propose(model, propose_half, batch_size=batch_size)
     table = test_claims(model, claims, test_half, alpha=alpha, seed=seed, evidence=evidence, batch_size=batch_size,
-                        progress=progress)
+                        progress=progress, behaviour=behaviour)
     table.insert(table.columns.get_loc("n_prompts"), "proposed_on", len(propose_half))
     return table

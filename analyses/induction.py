@@ -10,6 +10,14 @@ p >= meta["offset"] + prefix_len, which repeat by construction (accidental colli
 the first copy do not count); otherwise, every real position whose token occurred before.
 Targets always include every earlier occurrence, as in TransformerLens.
 
+Natural text (e.g. bytes of source code) repeats single tokens everywhere, so a one-token match
+says little; `meta["match_len"] = k` makes the repeat a k-gram: the earlier occurrences of a
+query q are the positions j <= q - k whose k tokens ending at j equal the k tokens ending at q
+(`ngram_targets`; the two n-grams do not overlap, so a run such as eight spaces does not make
+the previous position an "earlier occurrence" and its successor, the query itself, an
+induction target), and the repeat queries are the positions that have one (within the repeated
+copies when `prefix_len` is also given). k = 1 is the definition above.
+
 Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
 "duplicate_token_head", error_measure="mul")` on one unpadded prompt of length T: its
 detection pattern is the same set of target keys, but it divides by all T queries, so
@@ -44,11 +52,31 @@ class NoRepeats(ValueError):
     """The prompts contain no repeated tokens, so induction and duplicate-token scores are undefined."""
 
 
+def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) -> torch.Tensor:
+    """(batch, query, key) bool: keys j <= q - match_len whose `match_len` tokens ending at j equal those
+    ending at q (all real; the n-grams do not overlap); match_len=1: the earlier occurrences of the query's token."""
+    if not isinstance(match_len, int) or match_len < 1:
+        raise ValueError(f"match_len={match_len!r} must be a positive integer (the n-gram length of a repeat).")
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
+    matched = same.clone()
+    for back in range(1, match_len):  # token q - back equals token j - back
+        shifted = torch.zeros_like(same)
+        shifted[:, back:, back:] = same[:, :-back, :-back]
+        matched &= shifted
+    return matched.tril(diagonal=-match_len)
+
+
 def repeat_queries(prompts: PromptSet) -> torch.Tensor:
     """(prompt, pos) bool: the queries the scores average over (see the module docstring)."""
     tokens = prompts.tokens
     real = torch.ones_like(tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
     prefix_len = prompts.meta.get("prefix_len")
+    match_len = prompts.meta.get("match_len")
+    if match_len is not None:
+        queries = ngram_targets(tokens, real, match_len).any(-1) & real
+        if prefix_len is not None:
+            queries[:, : prompts.meta.get("offset", 0) + prefix_len] = False
+        return queries
     if prefix_len is not None:
         start = prompts.meta.get("offset", 0) + prefix_len
         queries = torch.zeros_like(real)
@@ -64,6 +92,8 @@ def _check_repeats(prompts: PromptSet) -> torch.Tensor:
     none = (~queries.any(-1)).nonzero().flatten().tolist()
     if none:
         source = f"meta prefix_len={prompts.meta['prefix_len']}" if "prefix_len" in prompts.meta else "no token occurs twice"
+        if "match_len" in prompts.meta:
+            source = f"no {prompts.meta['match_len']}-gram occurs twice"
         raise NoRepeats(
             f"prompts {none[:5]} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
             "induction needs repeats: use interp.data.repeated_tokens(n, prefix_len, d_vocab)."
@@ -77,8 +107,7 @@ def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torc
     tokens, real = ctx.tokens, ctx.real
     batch = PromptSet(tokens.cpu(), None if ctx.attention_mask is None else ctx.attention_mask.long().cpu(), ctx.meta)
     queries = repeat_queries(batch).to(pattern.device)[:, None, :]  # (batch, 1, query)
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
-    duplicate = same.tril(diagonal=-1)[:, None]  # (batch, 1, query, key): earlier occurrences
+    duplicate = ngram_targets(tokens, real, ctx.meta.get("match_len", 1))[:, None]  # (batch, 1, query, key): earlier occurrences
     induction = torch.zeros_like(duplicate)
     induction[..., 1:] = duplicate[..., :-1]  # the token after each earlier occurrence (key <= query)
     induction &= real[:, None, None, :]
@@ -161,12 +190,16 @@ def scores(
     model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None
 ) -> pd.DataFrame:
     """One row per (layer, head): `induction`, `duplicate_token` (with bootstrap CIs over prompts),
-    `copying` (weights only; its CI columns are NaN), and `n_prompts`."""
+    `copying` (weights only; its CI columns are NaN; all NaN for a model without an unembedding,
+    e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`."""
     per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
     frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)
     if copying:
-        values = copying_scores(model)  # (layer, head)
-        frame["copying"] = values.numpy()[frame["layer"].to_numpy(), frame["head"].to_numpy()]
+        if _weight(model, "unembed.W_U", "W_U") is None and _weight(model, "embed.W_E", "W_E") is not None:
+            frame["copying"] = np.nan  # no unembedding: nothing to copy into
+        else:
+            values = copying_scores(model)  # (layer, head)
+            frame["copying"] = values.numpy()[frame["layer"].to_numpy(), frame["head"].to_numpy()]
         frame["copying_ci_low"] = np.nan
         frame["copying_ci_high"] = np.nan
         frame = frame[[c for c in frame.columns if c != "n_prompts"] + ["n_prompts"]]

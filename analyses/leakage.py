@@ -288,24 +288,18 @@ def _rows(method: str, length: int, influence: torch.Tensor, tol: float, *, quer
 
 
 class _Progress:
-    """A tqdm bar when asked for, else nothing."""
+    """A progress bar (interp.progress, rich) when asked for, else nothing."""
 
     def __init__(self, enabled: bool, total: int):
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
+        from interp.progress import Bar
 
-            self.bar = tqdm(total=total, desc="leakage audit", unit="pass")
+        self.bar = Bar(total, "leakage audit", enabled=enabled, unit="passes")
 
     def __call__(self, n: int = 1, stage: str | None = None) -> None:
-        if self.bar is not None:
-            if stage:
-                self.bar.set_postfix_str(stage)
-            self.bar.update(n)
+        self.bar.advance(n, stage)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 # ---------------------------------------------------------------------------------------------

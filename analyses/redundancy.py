@@ -24,10 +24,13 @@ mean and a percentile-bootstrap CI over prompts, the prompt being the unit of st
   `redundant_claim(a, b)`, `dispensable_claim(a)`, `backup_claim(a, b)`; `redundancy_claims`
   tests a batch of them.
 
-Losses are per prompt: by default next-token cross-entropy averaged over a prompt's real
-positions (`lm_loss`, equal to `model(tokens, return_type="loss", loss_per_token=True).mean(-1)`);
-pass `loss_fn(logits, prompts) -> (prompt,)` for anything else (`induction_loss` scores only the
-repeated half of `repeated_tokens` prompts). A NaN loss raises.
+Losses are per prompt values of a *behaviour* (`interp.behaviour`): `behaviour=` takes a name
+("next-token", "masked-lm", "embedding"), a `Behaviour`, or a callable `(output, prompts) ->
+(prompt,)` on the final logits; the default follows the model (`default_behaviour`: the
+next-token loss at every real position for a causal LM, the sentence-embedding change for an
+encoder or a model whose head is random). `lm_loss` (every position) and `induction_loss`
+(repeated copies only) are next-token behaviours; `loss_fn=` is a deprecated alias of
+`behaviour=` for a callable. A NaN value raises. "Loss" below means the behaviour's value.
 
 Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs), `label`
 (`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
@@ -39,7 +42,8 @@ mid-block residual stream; ablating heads whose earliest layer is `l` adds their
 output (new z - clean z) @ W_O to the cached residual and resumes from layer `l`'s MLP. No work
 before the ablated head's layer is repeated, and layer `l`'s attention is never recomputed; for
 the built-in losses the unembedding and cross-entropy run fused in blocks of positions, only
-where a target is scored, so the full logits never exist. Measured (benchmarks/bench_redundancy):
+where a target is scored, so the full logits never exist; a behaviour on the final hidden state
+stops at `ln_final` and never runs the unembedding. Measured (benchmarks/bench_redundancy):
 about 1.8x less CPU than one `run_with_hooks` forward per head, equal to 1e-5. Other models, or
 `fast=False`, run one hooked forward per ablation.
 """
@@ -58,6 +62,15 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp import distributed
+from interp.behaviour import (
+    Behaviour,
+    BehaviourLike,
+    check_values,
+    clean_summaries,
+    final_output,
+    from_loss_fn,
+    next_token_loss,
+)
 from interp.capture import stream
 from interp.claims import (
     Claim,
@@ -86,7 +99,7 @@ from interp.interventions import (
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 from models.gpt import HookedGPT
 
-LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,)
+LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,): deprecated, see behaviour=
 SuggestBy = Literal["pattern", "output", "second_order"]
 OrderBy = Literal["gradient", "ablation"]
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
@@ -98,73 +111,17 @@ MARGIN_SOURCE = ("cheap-removal margin in nats/token (toolkit default; Michel et
 # losses
 
 
-def _upcast(logits: torch.Tensor) -> torch.Tensor:
-    """float32 for half-precision logits (a stable softmax); float32 and float64 unchanged."""
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-
-
-def lm_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-    """Next-token cross-entropy per prompt (batch,), averaged over targets that are real tokens."""
-    tokens = prompts.tokens.to(logits.device)
-    per = F.cross_entropy(_upcast(logits[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
-    per = per.view(tokens.shape[0], -1)  # (batch, pos - 1)
-    if prompts.attention_mask is None:
-        return per.mean(-1)
-    weights = prompts.attention_mask[:, 1:].to(per.device).float()
-    return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
-
-
-def induction_loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-    """Next-token cross-entropy per prompt over the repeated copies only (from `repeated_tokens`).
-
-    Targets are the tokens at positions >= offset + prefix_len + 1: those an induction head can
-    predict (the first token of the second copy follows a token never seen before).
-    """
-    prefix_len = prompts.meta.get("prefix_len")
-    if prefix_len is None:
-        raise ValueError(
-            f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); got kind {prompts.kind!r}."
-        )
-    first = prompts.meta.get("offset", 0) + prefix_len + 1
-    if first >= prompts.n_pos:
-        raise ValueError(f"the prompts ({prompts.n_pos} tokens) have no repeated token to predict after position {first}.")
-    tokens = prompts.tokens.to(logits.device)
-    per = F.cross_entropy(_upcast(logits[:, first - 1 : -1]).flatten(0, 1), tokens[:, first:].flatten(), reduction="none")
-    return per.view(tokens.shape[0], -1).mean(-1)
-
+# the named next-token losses of earlier versions: Behaviour objects, still callable as (logits, prompts)
+lm_loss = next_token_loss("all")  # next-token cross-entropy per prompt at every real prediction
+induction_loss = next_token_loss("repeats")  # ... on the repeated copies only (prompts from `repeated_tokens`)
 
 FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
 
 
-def _token_weights(loss_fn: LossFn, prompts: PromptSet) -> torch.Tensor | None:
-    """(batch, pos - 1) weights of each next-token target in a built-in loss (rows sum to one); None otherwise."""
-    n, n_pos = prompts.tokens.shape
-    if loss_fn is lm_loss:
-        weights = torch.ones(n, n_pos - 1) if prompts.attention_mask is None else prompts.attention_mask[:, 1:].float()
-    elif loss_fn is induction_loss:
-        if prompts.meta.get("prefix_len") is None:
-            return None  # induction_loss itself raises the clear error
-        first = prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] + 1
-        if first >= n_pos:
-            return None
-        weights = torch.zeros(n, n_pos - 1)
-        weights[:, first - 1 :] = 1.0
-    else:
-        return None
-    return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
-
-
-def _check_loss(values: torch.Tensor, n: int, what: str) -> torch.Tensor:
-    if not isinstance(values, torch.Tensor) or values.shape != (n,):
-        shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"loss_fn must return one loss per prompt, shape ({n},); got {shape}.")
-    if not torch.isfinite(values).all():
-        bad = (~torch.isfinite(values)).nonzero().flatten()[:5].tolist()
-        raise ValueError(
-            f"the loss is NaN or inf ({what}) for prompts at batch rows {bad}; check the model's weights "
-            "(interp.verify_hooks), the prompts and the loss_fn."
-        )
-    return values
+def _behaviour(behaviour: BehaviourLike, loss_fn: LossFn | None, model: nn.Module, where: str) -> Behaviour:
+    """The behaviour an analysis measures; a next-token loss chosen by default or by name scores every
+    real position here (as `lm_loss`): pass `induction_loss` (or positions="auto") for the repeats only."""
+    return from_loss_fn(behaviour, loss_fn, model, where, positions="all")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,6 +393,7 @@ class _CleanBatch:
     resid_mid: dict[int, torch.Tensor]  # layer -> (batch, pos, d_model)
     resid_final: torch.Tensor  # (batch, pos, d_model), before ln_final
     loss: torch.Tensor  # (batch,)
+    summary: torch.Tensor | None = None  # what a compare-to-clean behaviour compares with (e.g. pooled embedding)
 
 
 class AblationEngine:
@@ -447,6 +405,7 @@ class AblationEngine:
     otherwise (or with `fast=False`) each ablation is one full forward with hooks.
     Ablation values come from `interp.interventions` (mean / resample over `reference`,
     default the prompts themselves), so numbers equal `with ablate(...): model(...)`.
+    The loss is the `behaviour`'s value (`interp.behaviour`; default: the model's own).
     """
 
     def __init__(
@@ -460,6 +419,7 @@ class AblationEngine:
         batch_size: int = 16,
         seed: int = 0,
         fast: bool = True,
+        behaviour: BehaviourLike = None,
     ):
         if method not in ABLATION_KINDS:
             raise ValueError(f"method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
@@ -470,7 +430,7 @@ class AblationEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model, self.prompts, self.method = model, prompts, method
-        self.loss_fn = lm_loss if loss_fn is None else loss_fn
+        self.behaviour = _behaviour(behaviour, loss_fn, model, "AblationEngine")
         self.batch_size, self.seed = batch_size, seed
         self.fast = fast and resumable(model)
         self.sites = {site.layer: site for site in attention_sites(model)}
@@ -479,7 +439,8 @@ class AblationEngine:
         elif isinstance(reference, ReferenceActivations):
             self.reference = reference
         else:
-            self.reference = reference_activations(model, prompts if reference is None else reference, site="z",
+            source = self.behaviour.model_prompts(prompts) if reference is None else reference
+            self.reference = reference_activations(model, source, site="z",
                                                    keep_samples=method == "resample", batch_size=batch_size)
 
     # -- values and hooks
@@ -508,7 +469,7 @@ class AblationEngine:
     @torch.no_grad()
     def clean(self, batch: PromptSet) -> _CleanBatch:
         model = self.model
-        tokens = batch.tokens.to(_device(model))
+        tokens = self.behaviour.model_prompts(batch).tokens.to(_device(model))
         mask = None if batch.attention_mask is None else batch.attention_mask.to(tokens.device).bool()
         _, positions = model.embed_tokens(tokens, mask)
         names = {}
@@ -519,8 +480,9 @@ class AblationEngine:
                                             names_filter=lambda n: n in names, return_cache_object=False)
         z = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "z"}
         mid = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "mid"}
-        loss = self.loss_from_resid(final, batch, "clean run")
-        return _CleanBatch(batch, tokens, mask, positions, z, mid, final, loss)
+        summary = self.behaviour.clean_summary(self.output_from_resid(final), batch) if self.behaviour.compares_to_clean else None
+        loss = self.loss_from_resid(final, batch, "clean run", summary)
+        return _CleanBatch(batch, tokens, mask, positions, z, mid, final, loss, summary)
 
     # -- resumed runs
 
@@ -555,18 +517,20 @@ class AblationEngine:
         return resid, captured
 
     @torch.no_grad()
-    def loss_from_resid(self, resid: torch.Tensor, batch: PromptSet, what: str) -> torch.Tensor:
-        """Per-prompt loss from the final residual stream (batch, pos, d_model).
+    def loss_from_resid(self, resid: torch.Tensor, batch: PromptSet, what: str,
+                        summary: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-prompt behaviour value from the final residual stream (batch, pos, d_model), before ln_final.
 
-        For the built-in token losses (`lm_loss`, `induction_loss`) the unembedding and
-        cross-entropy run fused, a block of positions at a time and only at scored positions,
-        so the (batch, pos, d_vocab) logits never exist (about 2x faster here, equal to 1e-6).
+        For next-token behaviours (`target_weights`) the unembedding and cross-entropy run fused,
+        a block of positions at a time and only at scored positions, so the (batch, pos, d_vocab)
+        logits never exist (about 2x faster here, equal to 1e-6). A behaviour on the final hidden
+        state reads `ln_final(resid)` and the unembedding never runs. `summary`: the clean run's,
+        for behaviours that compare with it.
         """
-        model = self.model
-        weights = _token_weights(self.loss_fn, batch)
-        if weights is None:
-            return _check_loss(self.loss_fn(model.unembed(model.ln_final(resid)), batch), len(batch), what)
-        weights = weights.to(resid.device)  # (batch, pos - 1), each row summing to one
+        model, behaviour = self.model, self.behaviour
+        if behaviour.target_weights is None or behaviour.reads != "logits":
+            return check_values(behaviour(self.output_from_resid(resid), batch, summary), len(batch), what, behaviour)
+        weights = behaviour.target_weights(batch).to(resid.device)  # (batch, pos - 1), each row summing to one
         rows = weights.nonzero(as_tuple=True)
         x = model.ln_final(resid[:, :-1][rows])  # (scored, d_model)
         targets = batch.tokens.to(resid.device)[:, 1:][rows]  # (scored,)
@@ -578,14 +542,22 @@ class AblationEngine:
             per[part] = torch.logsumexp(logits, -1) - logits.gather(-1, targets[part, None])[:, 0]
         loss = torch.zeros(len(batch), dtype=dtype, device=resid.device)
         loss.index_add_(0, rows[0], per * weights[rows])
-        return _check_loss(loss, len(batch), what)
+        return check_values(loss, len(batch), what, behaviour)
+
+    def output_from_resid(self, resid: torch.Tensor) -> torch.Tensor:
+        """What the behaviour reads, from the final residual stream: ln_final(resid), unembedded for logits."""
+        hidden = self.model.ln_final(resid)
+        return self.model.unembed(hidden) if self.behaviour.reads == "logits" else hidden
 
     @torch.no_grad()
     def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
-        tokens = batch.tokens.to(_device(self.model))
-        kwargs = {k: v.to(tokens.device) for k, v in batch.model_kwargs().items()}
+        """The final output the behaviour reads (logits or hidden state), with `heads` ablated."""
         with hooked(self.model, self.hooks(heads, values)):
-            return self.model(tokens, **kwargs)
+            return final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
+
+    def value(self, output: torch.Tensor, batch: PromptSet, summary: torch.Tensor | None, what: str) -> torch.Tensor:
+        """The behaviour on a full forward's output, checked."""
+        return check_values(self.behaviour(output, batch, summary), len(batch), what, self.behaviour)
 
     def losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt)."""
@@ -597,19 +569,19 @@ class AblationEngine:
                 values.prompt_index = indices  # resampling keyed by global prompt index
             if self.fast:
                 clean = self.clean(batch)
-                clean_loss = clean.loss
+                clean_loss, summary = clean.loss, clean.summary
             else:
                 with torch.no_grad():
-                    tokens = batch.tokens.to(_device(self.model))
-                    logits = self.model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-                clean_loss = _check_loss(self.loss_fn(logits, batch), len(batch), "clean run")
+                    output = final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
+                summary = self.behaviour.clean_summary(output, batch)
+                clean_loss = self.value(output, batch, summary, "clean run")
             rows = []
             for heads, values in zip(head_sets, sources):
                 what = f"ablating {'+'.join(map(_label, heads))}"
                 if self.fast:
-                    rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what))
+                    rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what, summary))
                 else:
-                    rows.append(_check_loss(self.loss_fn(self._full(batch, heads, values), batch), len(batch), what))
+                    rows.append(self.value(self._full(batch, heads, values), batch, summary, what))
             clean_parts.append(clean_loss.detach().double().cpu())
             ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
         clean_loss = torch.cat(clean_parts) if clean_parts else torch.zeros(0, dtype=torch.float64)
@@ -628,6 +600,7 @@ def gradient_importance(
     *,
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
 ) -> torch.Tensor:
@@ -636,9 +609,12 @@ def gradient_importance(
     Each head's z is written z' = base + m (z - base), base being its ablated value (0 for
     zero ablation, as Michel et al.); at m = 1 the model is unchanged and -dL/dm is the
     first-order estimate of the loss change when m goes to 0 (the head is ablated).
-    Returns that signed estimate; Michel et al.'s importance is its absolute value.
+    Returns that signed estimate; Michel et al.'s importance is its absolute value. For a
+    behaviour measured as a distance from the clean run (`embedding_change`) the clean run is its
+    minimum, so the gradient is zero there: rank by ablation instead.
     """
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+                            behaviour=behaviour)
     sites = list(engine.sites.values())
     n_heads = max(site.n_heads for site in sites)
     values = engine.values()
@@ -657,9 +633,10 @@ def gradient_importance(
             return hook
 
         hooks = [(site.hook("z"), make_hook(site.layer, site.n_heads)) for site in sites]
+        summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
         with torch.enable_grad(), hooked(model, hooks):
-            logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "head-mask gradient")
+            output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
+            loss = engine.value(output, batch, summary, "head-mask gradient")
             (grad,) = torch.autograd.grad(loss.sum(), mask)
         out.append(-grad.detach().double().cpu())
     local = torch.cat(out) if out else torch.zeros(0, len(sites), n_heads, dtype=torch.float64)
@@ -673,6 +650,7 @@ def importance(
     *,
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     gradient: bool = True,
     batch_size: int = 16,
     seed: int = 0,
@@ -680,23 +658,24 @@ def importance(
 ) -> pd.DataFrame:
     """Loss change when each head alone is ablated, and its gradient estimate, one row per head.
 
-    Columns: `delta_loss` (ablated - clean, nats; > 0 = the head helps), `ci_low`, `ci_high`,
+    Columns: `delta_loss` (ablated - clean behaviour value, e.g. nats; > 0 = the head helps), `ci_low`, `ci_high`,
     `p_value` (sign-flip test that the head helps), `clean_loss`; with `gradient=True` also
     `grad_estimate` (first-order estimate of delta_loss) and `grad_abs` (Michel et al.'s
     importance, |dL/dm|), each with CIs. `frame.attrs["spearman"]`: rank correlation over heads
     between `grad_estimate` and `delta_loss` (and `spearman_abs`: `grad_abs` vs |delta_loss|).
     Limits: a first-order estimate misses interactions (it is exact only for linear effects),
-    which is what joint_ablation measures.
+    which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
+    model's own); `frame.attrs["behaviour"]` says which, in words.
     """
     _check_n(prompts)
     engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
-                            batch_size=batch_size, seed=seed, fast=fast)
+                            batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
     heads = all_heads(model)
     clean, ablated = engine.losses([[h] for h in heads])
     delta = (ablated - clean).T  # (prompt, head)
     metrics = {"delta_loss": delta}
     if gradient:
-        estimate = gradient_importance(model, prompts, method, reference=engine.reference, loss_fn=loss_fn,
+        estimate = gradient_importance(model, prompts, method, reference=engine.reference, behaviour=engine.behaviour,
                                        batch_size=batch_size, seed=seed)
         estimate = torch.stack([estimate[:, l, h] for l, h in heads], dim=1)  # (prompt, head)
         metrics.update(grad_estimate=estimate, grad_abs=estimate.abs())
@@ -704,7 +683,8 @@ def importance(
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
                  sign_flip_test(delta, alternative="greater", seed=seed, label="importance").numpy())
     frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
-    frame.attrs.update(method=method, loss=getattr(engine.loss_fn, "__name__", "loss_fn"))
+    frame.attrs.update(method=method, loss=engine.behaviour.name, behaviour=engine.behaviour.describe(prompts),
+                       unit=engine.behaviour.unit)
     if gradient:
         frame.attrs["spearman"] = spearman(frame.grad_estimate, frame.delta_loss)
         frame.attrs["spearman_abs"] = spearman(frame.grad_abs, frame.delta_loss.abs())
@@ -718,6 +698,7 @@ def second_order(
     *,
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -729,7 +710,8 @@ def second_order(
     One extra backward per head: meant for small models.
     """
     _check_n(prompts)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+                            behaviour=behaviour)
     sites = list(engine.sites.values())
     heads = all_heads(model)
     values = engine.values()
@@ -748,10 +730,11 @@ def second_order(
             return hook
 
         # the explicit attention path (a no-op pattern hook) keeps every op twice differentiable
+        summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
         hooks = [(site.hook("z"), make_hook(site)) for site in sites] + [(site.hook("pattern"), lambda p, hook: None) for site in sites]
         with torch.enable_grad(), hooked(model, hooks):
-            logits = model(tokens, **{k: v.to(tokens.device) for k, v in batch.model_kwargs().items()})
-            loss = _check_loss(engine.loss_fn(logits, batch), len(batch), "second-order estimate").sum()
+            output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
+            loss = engine.value(output, batch, summary, "second-order estimate").sum()
             (grad,) = torch.autograd.grad(loss, mask, create_graph=True)
             for i in range(len(heads)):
                 (row,) = torch.autograd.grad(grad[i], mask, retain_graph=True)
@@ -775,7 +758,7 @@ def second_order(
 
 def suggest_pairs(
     model: nn.Module, prompts: PromptSet, k: int = 5, *, by: SuggestBy = "second_order", method: AblationKind = "mean",
-    loss_fn: LossFn | None = None, batch_size: int = 16, seed: int = 0,
+    loss_fn: LossFn | None = None, batch_size: int = 16, seed: int = 0, behaviour: BehaviourLike = None,
 ) -> list[tuple[Head, Head]]:
     """The k pairs most likely to be redundant: most similar patterns (lowest JS), most similar
     outputs (highest CKA), or largest second-order interaction estimate."""
@@ -788,7 +771,8 @@ def suggest_pairs(
     elif by == "output":
         frame = output_similarity(model, prompts, batch_size=batch_size, seed=seed).nlargest(k, "cka")
     else:
-        frame = second_order(model, prompts, method, loss_fn=loss_fn, batch_size=batch_size, seed=seed).nlargest(k, "interaction_estimate")
+        frame = second_order(model, prompts, method, loss_fn=loss_fn, behaviour=behaviour, batch_size=batch_size,
+                             seed=seed).nlargest(k, "interaction_estimate")
     return [((int(r.layer_a), int(r.head_a)), (int(r.layer_b), int(r.head_b))) for r in frame.itertuples()]
 
 
@@ -817,6 +801,7 @@ def joint_ablation(
     suggest_by: SuggestBy = "second_order",
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
     fast: bool = True,
@@ -835,11 +820,13 @@ def joint_ablation(
     if isinstance(pairs, int) and not isinstance(pairs, bool):
         proposing, prompts = prompts.split(0.5, seed=seed)
         _check_n(prompts)
-        pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, loss_fn=loss_fn,
+        behaviour = _behaviour(behaviour, loss_fn, model, "joint_ablation")
+        loss_fn = None
+        pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, behaviour=behaviour,
                               batch_size=batch_size, seed=seed)
     pairs = _parse_pairs(model, pairs)
     engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
-                            batch_size=batch_size, seed=seed, fast=fast)
+                            batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
     singles = sorted({h for pair in pairs for h in pair})
     sets = [[h] for h in singles] + [list(pair) for pair in pairs]
     clean, ablated = engine.losses(sets)
@@ -853,7 +840,8 @@ def joint_ablation(
     p_value = sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy()
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
     frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
-    frame.attrs.update(method=method, clean_loss=float(clean.mean()))
+    frame.attrs.update(method=method, clean_loss=float(clean.mean()), behaviour=engine.behaviour.describe(prompts),
+                       unit=engine.behaviour.unit)
     return frame
 
 
@@ -889,6 +877,7 @@ def compensation(
     heads: Sequence[HeadLike] | None = None,
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
 ) -> CompensationResult:
@@ -910,7 +899,8 @@ def compensation(
     _check_n(prompts)
     if not resumable(model):
         raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+                            behaviour=behaviour)
     everything = all_heads(model)
     ablated_heads = everything if heads is None else check_heads(model, heads)
     later = {a: [c for c in everything if c[0] > a[0]] for a in ablated_heads}
@@ -926,7 +916,7 @@ def compensation(
         clean = engine.clean(batch)
 
         def loss_from(resid: torch.Tensor) -> torch.Tensor:
-            return engine.loss_from_resid(resid, batch, "direct effect")
+            return engine.loss_from_resid(resid, batch, "direct effect", clean.summary)
 
         with torch.no_grad():
             # clean direct effect and ablated write of every head
@@ -972,7 +962,8 @@ def compensation(
         matrix = pd.DataFrame(columns=["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation",
                                        "ci_low", "ci_high", "takeover", "takeover_ci_low", "takeover_ci_high",
                                        "alignment", "alignment_ci_low", "alignment_ci_high", "n_prompts"])
-    matrix.attrs.update(metric="compensation", method=method)
+    matrix.attrs.update(metric="compensation", method=method, behaviour=engine.behaviour.describe(prompts))
+    effects.attrs["behaviour"] = engine.behaviour.describe(prompts)
     per_prompt = {p: {"compensation": torch.cat(comp[p]).double().cpu(), "alignment": torch.cat(align[p]).double().cpu(),
                       "takeover": torch.cat(takeover[p]).double().cpu()} for p in pairs}
     return CompensationResult(effects, matrix, per_prompt)
@@ -992,6 +983,7 @@ def pruning_curve(
     n_random: int = 3,
     reference: PromptSet | ReferenceActivations | None = None,
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -1011,9 +1003,10 @@ def pruning_curve(
     if n_random < 1:
         raise ValueError(f"n_random={n_random} must be at least 1.")
     heads = all_heads(model)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed)
+    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+                            behaviour=behaviour)
     if order_by == "gradient":
-        estimate = gradient_importance(model, prompts, method, reference=engine.reference, loss_fn=loss_fn,
+        estimate = gradient_importance(model, prompts, method, reference=engine.reference, behaviour=engine.behaviour,
                                        batch_size=batch_size, seed=seed).mean(0)
         scores = [float(estimate[l, h]) for l, h in heads]
     else:
@@ -1045,6 +1038,7 @@ def pruning_curve(
                          "rise_ci_high": rise_high[k], "n_prompts": len(prompts)})
     frame = pd.DataFrame(rows)
     frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
+                       behaviour=engine.behaviour.describe(prompts),
                        importance_order=[_label(h) for h in order])
     return frame
 
@@ -1060,11 +1054,22 @@ class _AblationDeltas:
     method: AblationKind = "mean"
     loss_fn: LossFn | None = field(default=None, compare=False)
     batch_size: int = 16
+    behaviour: BehaviourLike = field(default=None, compare=False)  # what the loss is; default: the model's own
+
+    def engine(self, ctx: Context) -> AblationEngine:
+        """One engine per context and settings; the behaviour is the claim's, else the test's (`ctx.behaviour`)."""
+        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
+        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size)
+        return ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
+                                                      behaviour=behaviour, batch_size=self.batch_size, seed=ctx.seed))
+
+    def named(self, ctx: Context, **extra) -> dict:
+        """Evidence extras, with the behaviour measured (the verdict table's `behaviour` column)."""
+        return {**extra, "behaviour": self.engine(ctx).behaviour.describe(ctx.prompts)}
 
     def deltas(self, ctx: Context, head_sets: Sequence[tuple[Head, ...]]) -> list[torch.Tensor]:
-        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), self.batch_size)
-        engine = ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
-                                                         batch_size=self.batch_size, seed=ctx.seed))
+        engine = self.engine(ctx)
+        key = ("redundancy-engine", id(engine))
         out = []
         for heads in head_sets:
             heads = tuple(sorted(heads))
@@ -1085,7 +1090,7 @@ class _EachAloneCheap(_AblationDeltas):
         worst = torch.maximum(delta_a, delta_b)
         return threshold_evidence("sufficiency", worst, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
                                   what=f"worse of the loss changes ablating {_label(a)} alone, {_label(b)} alone",
-                                  decisive=True, extra={"delta_a": float(delta_a.mean()), "delta_b": float(delta_b.mean())})
+                                  decisive=True, extra=self.named(ctx, delta_a=float(delta_a.mean()), delta_b=float(delta_b.mean())))
 
 
 @dataclass(frozen=True)
@@ -1097,7 +1102,7 @@ class _BothCostly(_AblationDeltas):
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         (both,) = self.deltas(ctx, [tuple(claim.heads)])
         return threshold_evidence("necessity", both, Threshold(self.margin, MARGIN_SOURCE, "above"), ctx,
-                                  what=f"loss change ablating {claim.label} together", decisive=True)
+                                  what=f"loss change ablating {claim.label} together", decisive=True, extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1108,7 +1113,8 @@ class _Superadditive(_AblationDeltas):
         a, b = claim.heads
         delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
         return difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
-                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})")
+                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})",
+                                   extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1120,7 +1126,7 @@ class _Cheap(_AblationDeltas):
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         (delta,) = self.deltas(ctx, [tuple(claim.heads)])
         return threshold_evidence("observational", delta, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
-                                  what=f"loss change ablating {claim.label}", decisive=True)
+                                  what=f"loss change ablating {claim.label}", decisive=True, extra=self.named(ctx))
 
 
 @dataclass(frozen=True)
@@ -1132,6 +1138,7 @@ class _Compensates:
     method: AblationKind = "mean"
     loss_fn: LossFn | None = field(default=None, compare=False)
     batch_size: int = 16
+    behaviour: BehaviourLike = field(default=None, compare=False)
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         a, b = claim.heads
@@ -1139,8 +1146,10 @@ class _Compensates:
             return Evidence(self.kind, math.nan, math.nan, math.nan, math.nan, "A after B", False, True,
                             len(ctx.prompts), f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
                             f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
-        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), self.batch_size, b)
+        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
+        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size, b)
         result = ctx.cached(key, lambda: compensation(ctx.model, ctx.prompts, self.method, heads=[b], loss_fn=self.loss_fn,
+                                                      behaviour=behaviour,
                                                       batch_size=self.batch_size, seed=ctx.seed))
         per_prompt = result.per_prompt[(b, a)]
         if self.kind == "observational":
@@ -1148,16 +1157,17 @@ class _Compensates:
         else:
             values, what = per_prompt["compensation"], f"growth of {_label(a)}'s direct effect on the loss when {_label(b)} is ablated"
         return difference_evidence(self.kind, values, torch.zeros_like(values), ctx, margin=0.0, decisive=True, what=what,
-                                   extra={"alignment": float(per_prompt["alignment"].mean())})
+                                   extra={"alignment": float(per_prompt["alignment"].mean()),
+                                          "behaviour": result.effects.attrs.get("behaviour", "")})
 
 
 def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
-                    loss_fn: LossFn | None = None, batch_size: int = 16) -> Claim:
+                    loss_fn: LossFn | None = None, batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A and B are redundant": each alone is cheap to remove (sufficiency, CI < margin), both together
     are not (necessity, CI > margin), and together they cost more than the sum of each alone
     (observational, interaction CI > 0). Any of these failing clearly refutes the claim."""
     a, b = parse_head(a), parse_head(b)
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size)
+    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim(
         "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
         params={"margin": margin, "method": method},
@@ -1169,16 +1179,17 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
 
 
 def dispensable_claim(a: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
-                      loss_fn: LossFn | None = None, batch_size: int = 16) -> Claim:
+                      loss_fn: LossFn | None = None, batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A is dispensable": ablating it alone changes the loss by less than `margin` (CI wholly below)."""
     a = parse_head(a)
     return Claim("dispensable", (a,), f"{_label(a)} is dispensable", params={"margin": margin, "method": method},
                  thresholds={"observational": Threshold(margin, MARGIN_SOURCE, "below")},
-                 evidence={"observational": _Cheap(method=method, loss_fn=loss_fn, batch_size=batch_size, margin=margin)})
+                 evidence={"observational": _Cheap(method=method, loss_fn=loss_fn, batch_size=batch_size, margin=margin,
+                                                    behaviour=behaviour)})
 
 
 def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", loss_fn: LossFn | None = None,
-                 batch_size: int = 16) -> Claim:
+                 batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A backs up B": ablating B makes A's output change toward B's role, and A then does more of the job.
 
     From `compensation` with B ablated: observational = the takeover (component of A's change in
@@ -1189,7 +1200,7 @@ def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", los
     ablation, so the claim is refuted outright.
     """
     a, b = parse_head(a), parse_head(b)
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size)
+    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
                  evidence={"observational": _Compensates("observational", **common),
                            "necessity": _Compensates("necessity", **common)})
@@ -1205,13 +1216,14 @@ def redundancy_claims(
     margin: float = DEFAULT_MARGIN,
     method: AblationKind = "mean",
     loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
     alpha: float = 0.05,
     seed: int = 0,
     batch_size: int = 16,
 ) -> pd.DataFrame:
     """Test "redundant" for `pairs`, "dispensable" for `heads`, "backs up" for `backups` (A, B):
     one row per claim from `interp.claims.test_claims` (verdict, p_adjusted, reasons, evidence)."""
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size)
+    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     claims = [redundant_claim(a, b, margin=margin, **common) for a, b in _parse_pairs(model, pairs)] if pairs else []
     claims += [dispensable_claim(h, margin=margin, **common) for h in check_heads(model, heads)] if heads else []
     claims += [backup_claim(a, b, **common) for a, b in _parse_pairs(model, backups)] if backups else []

@@ -9,9 +9,18 @@
     heads.csv     one row per head: every metric with its CI, importance, the verdicts
     claims.csv    one row per claim tested: verdict, adjusted p-value, evidence, reasons
     redundancy.csv  joint-ablation findings for the most similar head pairs
+    columns.md    the data dictionary: every column of the CSVs defined, with the schema version
     summary.md    the highlights, for pasting into an issue or a paper draft
-    report.json   the run's settings and highlights, machine-readable
+    report.json   the run's settings, highlights, provenance (versions, commit, seed, prompt hash,
+                  wall time), schema version and every file written, machine-readable
     plots/*.png   every figure (matplotlib, no network, referenced by relative paths)
+
+report.html also embeds an interactive attention viewer (`analyses.viewer`: a few prompts,
+weights quantised to uint8, script and style inlined) and a glossary of every metric.
+
+Stages: `compute` runs every analysis into a `ReportData` (typed results, no files);
+`render` writes the files (plots: `analyses.report_plots`; HTML and Markdown:
+`analyses.report_html`; formats and the glossary: `analyses.report_format`).
 
 The numbers are deterministic for a given seed (same CSVs on rerun). The directory is written
 into a temporary sibling and renamed into place at the end, so a failure never leaves a
@@ -23,7 +32,6 @@ Vocabulary: heads are `L{layer}H{head}`; `pattern` is the post-softmax attention
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
@@ -39,7 +47,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from analyses import report_format
 from interp import distributed
+from interp.claims import DEFAULT_EVIDENCE
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 
@@ -47,10 +57,11 @@ MARKER = ".interp-report"  # a file in every report directory: `interp demo` may
 # evidence for models without a meaningful loss (encoders, random task heads): ablation evidence
 # would measure a random head's logits, and a bridge cannot be rebuilt at random initialisation
 NO_LOSS_EVIDENCE = ("observational", "control_shuffled")
-MAX_CARDS = 64  # more heads than this make an unreadable page: narrow with layers= / heads=
+MAX_CARDS = 64  # more heads than this make an unreadable page: narrow with layers= / heads=, or raise max_cards
 DEFAULT_N = 64  # prompts for the observational metrics
 TOP_PAIRS = 3  # most similar head pairs tested by joint ablation
 FLOAT_FORMAT = "%.6g"  # CSV float format: stable across runs, enough digits for every CI
+COLOUR_SCALES = ("common", "per_head")  # pattern heat maps: one 0..1 scale for all, or each head's own maximum
 
 
 class OutputDirError(FileExistsError):
@@ -226,7 +237,8 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
         "causal": {True: "yes (decoder)", False: "no (bidirectional encoder)", None: "unknown"}[sites[0].causal if sites else None],
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
-    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type"):
+    for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type", "original_architecture",
+                 "n_key_value_heads"):
         value = getattr(cfg, name, None)
         if value is not None:
             summary[name] = value
@@ -234,6 +246,9 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
     for key in ("trained_with", "command", "seed", "final_loss", "description"):
         if key in metadata and not isinstance(metadata[key], (dict, list)):
             summary[f"card: {key}"] = metadata[key]
+    # how the model was loaded (native conversion, or the bridge and what does not work there)
+    for index, note in enumerate(getattr(model, "load_notes", None) or []):
+        summary[f"load note {index + 1}"] = note
     return summary
 
 
@@ -252,10 +267,15 @@ class ReportData:
     similarity: pd.DataFrame | None  # labelled (label x label) pattern similarity
     importance: pd.DataFrame | None  # layer, head, importance, ci_low, ci_high
     redundancy: pd.DataFrame | None  # joint-ablation findings on the top pairs
-    leakage: dict[str, Any] | None  # verdict, causal, max_influence, first_leaking_site, text
+    leakage: dict[str, Any] | None  # verdict, causal, max_influence, first_leaking_site, text, summary, methods
     methods: list[str]
     settings: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
+    verdicts: list = field(default_factory=list)  # per claims row: its interp.claims.Verdict, or None (claims file)
+    viewer: Any = None  # analyses.viewer.ViewerData, or None
+    warnings: list[str] = field(default_factory=list)  # prompts that cannot support a claim, and why
+    provenance: dict[str, Any] = field(default_factory=dict)  # versions, commit, seed, prompt hash, wall time
+    title: str = ""  # the model's name
 
 
 @dataclass
@@ -268,49 +288,32 @@ class ReportResult:
     highlights: pd.DataFrame
     leakage: dict[str, Any] | None
     timings: dict[str, float]
+    data: ReportData | None = field(default=None, repr=False)  # everything the report shows (verdicts included)
+    behaviour: dict[str, Any] | None = None  # what the causal evidence measured (`Behaviour.spec()` + "measured")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "out_dir": str(self.out_dir),
+            "behaviour": self.behaviour,
             "leakage": self.leakage,
             "highlights": json.loads(self.highlights.to_json(orient="records")),
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
 
-class _Stages:
-    """A rich progress bar over the report's stages (or nothing when quiet)."""
+# progress: one bar over the computation *and* the rendering (plots, pages, files), so it says
+# "done" only when the report is on disk (interp.progress.Stages, shared with the CLI)
+RENDER_STAGES = ["plots, tables and pages", "moving into place"]
 
-    def __init__(self, names: list[str], enabled: bool):
-        self.names, self.enabled, self.timings = names, enabled, {}
-        self._progress = None
 
-    def __enter__(self):
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _Stages(names: list[str], progress) -> "Stages":  # noqa: N802 (the report's stage bar, called like the class it was)
+    """The stages `names` under one bar: added to the caller's `interp.progress.Stages` when `progress` is
+    one (build_report keeps it open across compute and render), else a new bar when `progress` is True."""
+    from interp.progress import Stages
 
-            # on stderr: stdout may carry JSON (--json -)
-            self._progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                      TimeElapsedColumn(), transient=False, console=Console(stderr=True))
-            self._progress.__enter__()
-            self._task = self._progress.add_task("report", total=len(self.names))
-        return self
-
-    def run(self, name: str, fn):
-        if self._progress is not None:
-            self._progress.update(self._task, description=name)
-        start = time.perf_counter()
-        result = fn()
-        self.timings[name] = time.perf_counter() - start
-        if self._progress is not None:
-            self._progress.advance(self._task)
-        return result
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.update(self._task, description="done")
-            self._progress.__exit__(*exc)
+    if isinstance(progress, Stages):
+        return progress.extend(names)
+    return Stages(names, bool(progress), description="report")
 
 
 def compute(
@@ -326,59 +329,289 @@ def compute(
     leakage_len: int = 32,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    colour_scale: str = "common",
+    behaviour=None,
 ) -> ReportData:
-    """Run every analysis the report shows; no files are written."""
-    from interp.specs import PromptSpec, build_prompts
+    """Run every analysis the report shows; no files are written.
 
+    Without `prompt_spec` / `prompts`, text models (those with a tokenizer) get the shipped
+    corpus through their tokenizer (special tokens included), others repeated random tokens.
+    `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
+    """
+    from interp.specs import build_prompts
+
+    started = time.perf_counter()
+    _check_colour_scale(colour_scale)
     chosen = select_heads(model, layers, heads)
-    if len(chosen) > max_cards:
-        n_layers = len(attention_sites(model))
-        raise ReportTooLarge(
-            f"the report would have {len(chosen)} head cards (limit {max_cards}); narrow it with --layers "
-            f"(e.g. --layers 0-{max(0, min(n_layers, max_cards // max(1, len(chosen) // n_layers)) - 1)}) "
-            "or --heads L0H1,L1H2,..."
-        )
-    prompt_spec = prompt_spec or PromptSpec(seed=seed)
+    check_card_limit(len(chosen), max_cards, len(attention_sites(model)))
+    prompt_spec = prompt_spec or default_prompt_spec(model, seed)
     if prompts is None:
         prompts = build_prompts(model, prompt_spec, default_n=DEFAULT_N)
-    chosen_layers = sorted({l for l, _ in chosen})
-    causal = bool(attention_sites(model)[0].causal)
     has_loss = _has_meaningful_loss(model)
-
-    stages = ["leakage audit", "mean patterns", "positional metrics", "offset profiles", "claims",
-              "head similarity", "importance", "joint ablation"]
-    with _Stages(stages, progress) as run:
-        leakage = run.run("leakage audit", lambda: _leakage(model, seed=seed, max_len=leakage_len))
-        patterns = run.run("mean patterns", lambda: mean_patterns(model, prompts, chosen_layers))
-        metrics = run.run("positional metrics", lambda: head_metrics(model, prompts, seed=seed, heads=chosen))
-        offsets = run.run("offset profiles", lambda: offset_profiles(model, prompts, layers=chosen_layers))
-        claims = run.run("claims", lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen,
-                                                   evidence=None if has_loss else NO_LOSS_EVIDENCE))
-        similarity = run.run("head similarity", lambda: _similarity(model, prompts, chosen, seed=seed))
-        importance = run.run("importance", lambda: _importance(model, prompts, seed=seed) if has_loss else None)
-        redundancy = run.run("joint ablation", lambda: _joint(model, prompts, similarity, seed=seed) if has_loss else None)
-
-    heads_frame = _heads_table(metrics, importance, claims)
-    methods = _methods(prompts, prompt_spec, seed=seed, leakage=leakage, has_loss=has_loss, causal=causal,
-                       leakage_len=leakage_len, claims=claims)
+    evidence = claim_evidence_for(model)
+    measured = report_behaviour(model, prompts, behaviour)
+    results, timings = _run_stages(model, prompts, chosen, claims_file, seed=seed, leakage_len=leakage_len,
+                                   has_loss=has_loss, evidence=evidence, progress=progress, behaviour=measured)
+    claims, verdicts = results["claims"]
+    heads_frame = _heads_table(results["metrics"], results["importance"], claims)
+    causal = bool(attention_sites(model)[0].causal)
+    methods = _methods(prompts, prompt_spec, seed=seed, leakage=results["leakage"], has_loss=has_loss, causal=causal,
+                       leakage_len=leakage_len, claims=claims, verdicts=verdicts)
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": [f"L{l}H{h}" for l, h in chosen]}
-    return ReportData(model_summary(model, spec), heads_frame, claims, patterns, offsets, similarity, importance,
-                      redundancy, leakage, methods, settings, dict(run.timings))
+                "heads": [f"L{l}H{h}" for l, h in chosen], "colour_scale": colour_scale,
+                "evidence": list(evidence or DEFAULT_EVIDENCE), "max_cards": max_cards}
+    summary = model_summary(model, spec)
+    _name_behaviour(model, measured, prompts, methods, settings, summary)
+    data = ReportData(summary, heads_frame, claims, results["patterns"], results["offsets"],
+                      results["similarity"], results["importance"], results["redundancy"], results["leakage"], methods,
+                      settings, timings, verdicts=verdicts, viewer=results["viewer"],
+                      warnings=prompt_warnings(model, prompts), title=model_name(model, spec))
+    data.provenance = provenance(seed, prompts, time.perf_counter() - started)
+    return data
+
+
+def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_loss, evidence, progress, behaviour):
+    """Every measurement of the report, timed, under one progress bar: stage name -> result."""
+    from analyses import viewer
+
+    layers = sorted({l for l, _ in chosen})
+    stages = {
+        "leakage audit": lambda: _leakage(model, seed=seed, max_len=leakage_len),
+        "mean patterns": lambda: mean_patterns(model, prompts, layers),
+        "positional metrics": lambda: head_metrics(model, prompts, seed=seed, heads=chosen),
+        "offset profiles": lambda: offset_profiles(model, prompts, layers=layers),
+        "claims": lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen, evidence=evidence,
+                                  behaviour=behaviour),
+        "head similarity": lambda: _similarity(model, prompts, chosen, seed=seed),
+        "importance": lambda: _importance(model, prompts, seed=seed, behaviour=behaviour) if has_loss else None,
+        "joint ablation": lambda: (_joint(model, prompts, results["similarity"], seed=seed, behaviour=behaviour)
+                                   if has_loss else None),
+        "viewer": lambda: viewer.viewer_data(model, prompts, chosen),
+    }
+    keys = {"leakage audit": "leakage", "mean patterns": "patterns", "positional metrics": "metrics",
+            "offset profiles": "offsets", "claims": "claims", "head similarity": "similarity", "importance": "importance",
+            "joint ablation": "redundancy", "viewer": "viewer"}
+    results: dict[str, Any] = {}
+    with _Stages(list(stages), progress) as run:
+        for name, fn in stages.items():
+            results[keys[name]] = run.run(name, fn)
+    return results, dict(run.timings)
+
+
+def check_card_limit(n_cards: int, max_cards: int, n_layers: int) -> None:
+    """Refuse more head cards than `max_cards`, saying how to narrow the selection or raise the limit."""
+    if n_cards > max_cards:
+        per_layer = max(1, n_cards // max(1, n_layers))
+        raise ReportTooLarge(
+            f"the report would have {n_cards} head cards (limit {max_cards}); narrow it with --layers "
+            f"(e.g. --layers 0-{max(0, min(n_layers, max_cards // per_layer) - 1)}) or --heads L0H1,L1H2,..., "
+            f"or raise the limit with --max-cards {n_cards}."
+        )
+
+
+def heads_before_loading(spec: str | None) -> tuple[int, int] | None:
+    """(layers, heads per layer) read from a spec's config file without loading weights, when it has one:
+    a Hugging Face folder's config.json, or our checkpoint's JSON (a built-in name or a .safetensors path)."""
+    if not spec:
+        return None
+    path = Path(str(spec))
+    candidates = [path / "config.json"] if path.is_dir() else [path.with_suffix(".json")] if path.suffix else []
+    if not path.exists() and not path.suffix:
+        from interp.loading import BUILTINS, CHECKPOINT_DIR
+
+        candidates = [CHECKPOINT_DIR / f"{BUILTINS[str(spec)]}.json"] if str(spec) in BUILTINS else []
+    for candidate in candidates:
+        try:
+            config = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        config = config.get("config", config) if isinstance(config, dict) else {}
+        layers = config.get("n_layers", config.get("num_hidden_layers"))
+        heads = config.get("n_heads", config.get("num_attention_heads"))
+        if isinstance(layers, int) and isinstance(heads, int):
+            return layers, heads
+    return None
+
+
+def check_cards_before_loading(spec: str | None, layers, heads, max_cards: int) -> None:
+    """The card limit, checked from the config file alone (so a too-large report fails before a slow load)."""
+    shape = heads_before_loading(spec)
+    if shape is None:
+        return
+    n_layers, per_layer = shape
+    if heads is not None:
+        n_cards = len(list(heads))
+    else:
+        n_cards = per_layer * (len([l for l in layers if 0 <= l < n_layers]) if layers is not None else n_layers)
+    check_card_limit(n_cards, max_cards, n_layers)
+
+
+def _check_colour_scale(colour_scale: str) -> None:
+    if colour_scale not in COLOUR_SCALES:
+        raise ValueError(f"colour_scale={colour_scale!r}; expected one of {list(COLOUR_SCALES)}.")
+
+
+def has_tokenizer(model: nn.Module) -> bool:
+    """A text model: it carries a tokenizer that turns text into its ids."""
+    return getattr(model, "tokenizer", None) is not None
+
+
+def default_prompt_spec(model: nn.Module, seed: int = 0, n: int | None = None):
+    """Text from the shipped corpus for text models (through their tokenizer), else repeated random tokens."""
+    from interp.specs import PromptSpec
+
+    return PromptSpec(kind="text" if has_tokenizer(model) else "repeated", seed=seed, n=n)
+
+
+def model_prompt_spec(model: nn.Module, prompt_spec, *, asked: bool):
+    """The CLI's prompt spec, made model-aware: when the user named no prompt kind, a text model gets text."""
+    import dataclasses
+
+    if asked or not has_tokenizer(model) or prompt_spec.kind != "repeated":
+        return prompt_spec
+    return dataclasses.replace(prompt_spec, kind="text", prefix_len=None, n_repeats=None)
+
+
+def prompt_warnings(model: nn.Module, prompts: PromptSet) -> list[str]:
+    """What these prompts cannot support: each line names the claims concerned and the fix."""
+    from interp.claims import MIN_PROMPTS_FOR_VERDICT
+
+    kind = prompts.meta.get("kind", "tokens")
+    warnings = []
+    if has_tokenizer(model) and kind in ("repeated", "random"):
+        warnings.append(
+            f"these prompts are random token ids ({kind}), not text, for a model with a tokenizer: it never saw such "
+            "input, and position 0 is a random wordpiece, not [CLS] / BOS, so first-token (sink) claims here say "
+            "nothing about its special tokens; use --prompts text.")
+    if kind != "repeated":
+        warnings.append("the prompts have no repeats by construction: induction and duplicate-token scores are not "
+                        "measured and no induction claim is proposed; use --prompts repeated to test induction.")
+    if len(prompts) // 2 < MIN_PROMPTS_FOR_VERDICT:
+        warnings.append(f"the scan tests claims on half of the {len(prompts)} prompts, fewer than "
+                        f"{MIN_PROMPTS_FOR_VERDICT}: every scanned claim is inconclusive; pass --n {2 * MIN_PROMPTS_FOR_VERDICT} or more.")
+    return warnings
+
+
+def model_name(model: nn.Module, spec: str | None) -> str:
+    """A reader's name for the model: a folder's model-card title, a built-in's name, else the class."""
+    if spec:
+        path = Path(str(spec))
+        if path.is_dir():
+            title = _card_title(path / "README.md")
+            return title or (path.parent.name if path.name in ("model", "models", "checkpoint") else path.name)
+        if path.is_file():
+            return path.stem
+        return str(spec)
+    return type(model).__name__
+
+
+def _card_title(readme: Path) -> str | None:
+    """The first level-1 heading of a Hugging Face model card, outside its YAML front matter."""
+    if not readme.is_file():
+        return None
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    if text.startswith("---"):
+        text = text.split("---", 2)[-1]
+    for line in text.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip() or None
+    return None
+
+
+def provenance(seed: int, prompts: PromptSet, wall_time_s: float) -> dict[str, Any]:
+    """Versions, git commit, seed, a hash of the prompt set and the wall time: enough to rerun the report."""
+    import hashlib
+    import platform
+
+    digest = hashlib.sha256(prompts.tokens.cpu().numpy().astype("<i8").tobytes())
+    if prompts.attention_mask is not None:
+        digest.update(prompts.attention_mask.cpu().numpy().astype("<i1").tobytes())
+    return {"toolkit": _version("interp-attention"), "git_commit": _git_commit(), "torch": torch.__version__,
+            "transformer_lens": _version("transformer-lens"), "python": platform.python_version(), "seed": seed,
+            "prompt_hash": "sha256:" + digest.hexdigest()[:16], "n_prompts": len(prompts),
+            "wall_time_s": round(wall_time_s, 2)}
+
+
+def _version(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_commit() -> str | None:
+    """The toolkit checkout's commit ("+dirty" with uncommitted changes); None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+# an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked
+# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/test_behaviour.py), edits of
+# the pattern are discarded (FACTS.md) and no random-init twin can be built: necessity and importance only
+BRIDGE_ENCODER_EVIDENCE = ("observational", "control_shuffled", "necessity")
+NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "
+                "pattern edits are discarded and no random-init twin can be built, so sufficiency, faithfulness and "
+                "the random-init control were not run; convert the model natively for them")
 
 
 def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
-    """The evidence kinds claims about `model` should gather: all (None) when it has a meaningful
-    next-token loss, else the observational test and the shuffled-token control only."""
-    return None if _has_meaningful_loss(model) else NO_LOSS_EVIDENCE
+    """The evidence kinds claims about `model` should gather: all (None) where pattern edits take effect;
+    on an encoder or random-head model through the bridge, the observational test, the shuffled-token
+    control and necessity (z ablation), measured on its behaviour (`interp.behaviour`)."""
+    return BRIDGE_ENCODER_EVIDENCE if _bridge_without_pattern_edits(model) else None
+
+
+def _bridge_without_pattern_edits(model: nn.Module) -> bool:
+    if type(model).__name__ != "TransformerBridge":
+        return False
+    sites = attention_sites(model)
+    return bool(getattr(model, "head_is_random", False)) or not (sites and sites[0].causal)
 
 
 def _has_meaningful_loss(model: nn.Module) -> bool:
-    """Importance and ablations are measured on the next-token loss; an encoder or a random LM head has none."""
-    if getattr(model, "head_is_random", False):
-        return False
-    sites = attention_sites(model)
-    return bool(sites and sites[0].causal)
+    """Whether ablations measure something: every model has a behaviour (`interp.behaviour.default_behaviour`:
+    the next-token loss, or the sentence-embedding change for an encoder or a random head), and z ablations
+    take effect even through the bridge."""
+    return True
+
+
+def report_behaviour(model: nn.Module, prompts: PromptSet, behaviour=None):
+    """The behaviour a report measures: the one given, else the model's; a next-token loss scores the
+    repeated copies of repeated prompts, else every position (as the report always has)."""
+    from interp.behaviour import as_behaviour
+
+    return as_behaviour(behaviour, model, positions="repeats" if prompts.meta.get("kind") == "repeated" else "all")
+
+
+def behaviour_method(behaviour, prompts: PromptSet) -> str:
+    """The Methods line that names the behaviour."""
+    return (f"Behaviour: {behaviour.describe(prompts)} ({behaviour.description}; reads the final "
+            f"{'logits' if behaviour.reads == 'logits' else 'hidden state, never the LM head'}). Importance, joint "
+            "ablation and the claims' necessity, sufficiency and faithfulness measure its change.")
+
+
+def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: list[str], settings: dict,
+                    summary: dict) -> None:
+    """State the behaviour in the Methods (and which evidence a bridge encoder could not give), the
+    model summary (HTML and Markdown) and the settings (report.json)."""
+    methods.insert(1, behaviour_method(behaviour, prompts))
+    if _bridge_without_pattern_edits(model):
+        methods.insert(2, f"Causal evidence: necessity only; {NOT_MEASURED}.")
+    settings["behaviour"] = {**behaviour.spec(), "measured": behaviour.describe(prompts)}
+    summary["behaviour"] = behaviour.describe(prompts)
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
@@ -393,27 +626,38 @@ def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
         "max_influence": None if math.isnan(report.max_influence) else float(report.max_influence),
         "first_leaking_site": report.first_leaking_site,
         "text": str(report),
+        "summary": report.summary_rows(),  # one row per check: method, status, max_influence, where
+        "methods": list(report.methods),
+        "lengths": list(report.lengths),
+        "tol": report.tol,
     }
 
 
-def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None) -> pd.DataFrame:
-    """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims."""
+def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> tuple[pd.DataFrame, list]:
+    """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims.
+
+    Returns the claims frame and, row by row, its `Verdict` (None for a claims file's rows)."""
     from analyses import head_claims
 
     frames = []
-    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence)
-    frames.append(scan.assign(source="scan"))
+    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
+    scan_verdicts = list(scan.attrs.get("verdicts", [None] * len(scan)))
+    scan.attrs = {}  # pandas deep-copies attrs on every row and copy: the verdicts are kept in the list instead
+    frames.append(scan.assign(source="scan", _verdict=range(len(scan))))
     if claims_file is not None:
         from interp.testing import run_claims
 
         # the file's claims run on the file's own [prompts]: they were written for them
-        frames.append(run_claims(model, claims_file).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
+        frames.append(run_claims(model, claims_file, behaviour=behaviour).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
     frame = pd.concat(frames, ignore_index=True, sort=False)
     if "label" not in frame.columns:
         frame["label"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
     keep = {f"L{l}H{h}" for l, h in chosen} | {"model"}
     frame = frame[[any(part.strip() in keep for part in str(lbl).split("~")) for lbl in frame["label"]]]
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    frame.attrs = {}
+    verdicts = [scan_verdicts[int(i)] if pd.notna(i) else None for i in frame["_verdict"]]
+    return frame.drop(columns="_verdict"), verdicts
 
 
 def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
@@ -427,20 +671,14 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
     return matrix.loc[labels, labels]
 
 
-def _importance(model, prompts, *, seed: int) -> pd.DataFrame:
+def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
     from analyses import redundancy
 
-    return redundancy.importance(model, prompts, "mean", loss_fn=_loss_fn(prompts), seed=seed, gradient=False)
+    behaviour = behaviour or report_behaviour(model, prompts)
+    return redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False)
 
 
-def _loss_fn(prompts: PromptSet):
-    """The behaviour the ablations measure: loss on the repeated copy for repeated prompts, else every position."""
-    from analyses import redundancy
-
-    return redundancy.induction_loss if prompts.meta.get("kind") == "repeated" else None
-
-
-def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.DataFrame | None:
+def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:
     from analyses import redundancy
 
     if similarity is None or len(similarity) < 2:
@@ -451,7 +689,8 @@ def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int) -> pd.
     pairs = [p for p in pairs if math.isfinite(p[0])]
     pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
     top = [(a, b) for _, a, b in pairs[:TOP_PAIRS]]
-    return redundancy.joint_ablation(model, prompts, top, "mean", loss_fn=_loss_fn(prompts), seed=seed)
+    return redundancy.joint_ablation(model, prompts, top, "mean", behaviour=behaviour or report_behaviour(model, prompts),
+                                     seed=seed)
 
 
 def _heads_table(metrics: pd.DataFrame, importance: pd.DataFrame | None, claims: pd.DataFrame) -> pd.DataFrame:
@@ -477,96 +716,197 @@ def _claim_name(row) -> str:
     return name
 
 
-def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_len, claims) -> list[str]:
+LEAKAGE_CHECKS = {
+    "truncation": "outputs must not change when every later position is removed",
+    "perturbation": "outputs at positions <= t must not move when every token after t changes",
+    "gradient": "the Jacobian of each output with respect to every later input embedding must be zero",
+    "pattern": "attention weight above the diagonal (reported, never trusted alone)",
+    "batch": "an example's outputs must not depend on the other examples of its batch",
+    "padding": "pad-token content must not move real positions, and padding must not change them",
+}
+
+
+def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_len, claims, verdicts=()) -> list[str]:
+    """The Methods section, one paragraph a line: what was drawn and run, nothing else."""
+    lines = [_prompts_paragraph(prompts, seed), _patterns_paragraph(), _claims_paragraph(claims, verdicts, has_loss)]
+    if has_loss:
+        lines.append(
+            "Importance: the increase of the behaviour's loss (named above) when a head's output (z) is replaced by its "
+            f"per-position mean over the prompts (mean ablation). Joint ablation of the {TOP_PAIRS} most similar pairs: "
+            "the pair's loss change against the sum of each alone; interaction = both - (a + b), its p-value one-sided "
+            "for interaction > 0 (the heads back each other up), so overlapping pairs (interaction < 0) have p near 1."
+        )
+    else:
+        lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
+                     f"faithfulness) were skipped: {NOT_MEASURED}; claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
+    if leakage is not None:
+        checks = "; ".join(f"{m} ({LEAKAGE_CHECKS.get(m, 'see analyses.leakage')})" for m in leakage.get("methods", []))
+        lines.append(
+            f"Leakage audit (`analyses.leakage.audit`, sequences of {leakage.get('lengths')} tokens, seed {seed}, "
+            f"noise tolerance {leakage.get('tol', 0):g} of the output scale), the {len(leakage.get('methods', []))} "
+            f"checks of the verdict box, at every hook site: {checks}."
+        )
+    lines.append("Pattern similarity between heads: `analyses.redundancy.pattern_similarity` (one minus the "
+                 "Jensen-Shannon divergence in bits between the two heads' attention rows, averaged over queries and "
+                 "prompts); the map's rows are ordered by average-linkage clustering of 1 - similarity, so similar "
+                 "heads sit together.")
+    return lines
+
+
+def _prompts_paragraph(prompts: PromptSet, seed: int) -> str:
     meta = prompts.meta
     kind = meta.get("kind", "tokens")
-    desc = f"{len(prompts)} {kind} prompts of {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
+    desc = f"{len(prompts)} {kind} prompts of up to {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
     if kind == "repeated":
         desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
+    if meta.get("tokenizer") == "char":
+        desc += ", through the toolkit's character tokenizer"
+    elif meta.get("tokenizer"):
+        desc += ", through the model's own tokenizer, special tokens ([CLS] / [SEP] / BOS) included"
     desc += ")"
-    lines = [
-        f"Prompts: {desc}. The prompt is the unit of statistics: metric intervals are 95% percentile bootstraps "
-        f"over prompts (1,000 resamples, seed {seed}).",
-        "Mean patterns average each query position over the prompts where it is a real token; the offset "
-        "profile is the mean weight at each relative offset key - query (-1 = previous token), its band a "
-        "normal-approximation 95% interval from streamed moments (no per-prompt values are kept for it).",
+    return (f"Prompts: {desc}. The prompt is the unit of statistics: metric intervals are 95% percentile bootstraps "
+            f"over prompts (1,000 resamples, seed {seed}).")
+
+
+def _patterns_paragraph() -> str:
+    return ("Mean patterns average each query position over the prompts where it is a real token; every heat map "
+            "uses one colour scale (0 to 1) unless the colour bar says otherwise. The offset profile is the mean "
+            "weight at each relative offset key - query (-1 = previous token); its error bars are a "
+            "normal-approximation 95% interval over prompts from streamed moments (no per-prompt values are kept).")
+
+
+def _claims_paragraph(claims: pd.DataFrame, verdicts, has_loss: bool) -> str:
+    floors = sorted({report_format.claim_floor(v) for v in verdicts if v is not None} - {0})
+    b_text = ", ".join(f"B = {b:,}" for b in floors) or "B = 2,000"
+    return (
         "Claims: `analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
         "it on the other half, never on the prompts that proposed it. Each claim needs observational evidence "
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
         "shuffled-token prompts (position vs content)"
-        + ("; on a randomly initialised model of the same shape; necessity (mean ablation against comparable "
-           "heads), sufficiency (idealised pattern substitution: fraction of loss recovered) and faithfulness "
-           "(uniform or permuted pattern) on the next-token loss" if has_loss else "")
-        + ". A claim's p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected "
-        "(alpha 0.05) within each family tested together: the scan's claims over every head, and the claims "
-        f"file's claims, separately; {len(claims)} claims about the heads shown appear here.",
-    ]
-    if has_loss:
-        target = "on the repeated copies (what induction can predict)" if kind == "repeated" else "at every position"
-        lines.append(
-            f"Importance: the increase of the next-token loss {target} when a head's output (z) is replaced by its "
-            "per-position mean over the prompts "
-            f"(mean ablation). Joint ablation of the {TOP_PAIRS} most similar pairs: the pair's loss change against "
-            "the sum of each alone (redundancy = together more than apart)."
-        )
-    else:
-        lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
-                     "faithfulness) were skipped: the model has no meaningful next-token loss (a bidirectional "
-                     f"encoder, or a task head initialised at random); claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
-    if leakage is not None:
-        lines.append(
-            f"Leakage audit (`analyses.leakage.audit`, sequences up to {leakage_len} tokens, seed {seed}): "
-            "perturbation of later tokens, gradients with respect to later embeddings, and the attention "
-            "patterns above the diagonal, at every hook site."
-        )
-    lines.append("Pattern similarity between heads: `analyses.redundancy.pattern_similarity` "
-                 "(one minus the Jensen-Shannon divergence between the two heads' attention rows, averaged over queries and prompts).")
-    return lines
+        + ("; on a randomly initialised model of the same shape (control_random_init is the difference trained - "
+           "random-init); necessity (mean ablation against comparable heads), sufficiency (idealised pattern "
+           "substitution: fraction of loss recovered) and faithfulness (uniform or permuted pattern) on the "
+           "behaviour named above" if has_loss else "")
+        + ". Every p-value is a one-sided sign-flip permutation test that the requirement holds, with "
+        f"{b_text} flips; p = (hits + 1) / (B + 1), so a p-value at that floor is printed \u2264 1/(B+1). A claim's "
+        "p-value is the largest of its evidence; p-values are Benjamini-Hochberg corrected (alpha 0.05) within "
+        "each family tested together: the scan's claims over every head, and the claims file's claims, "
+        f"separately; {len(claims)} claims about the heads shown appear here."
+    )
 
 
 def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
-    """The strongest findings: finding, heads, evidence, verdict."""
-    rows = []
-    if data.leakage is not None:
-        lk = data.leakage
-        finding = {"exact_zero": "causal (no output moved)", "numerical_noise": "causal (float rounding only)",
-                   "leak": "causal leak", "bidirectional": "bidirectional by design"}.get(lk["verdict"], lk["verdict"])
-        if lk["verdict"] == "bidirectional":
-            evidence = "padding " + (f"LEAK ({', '.join(lk['leaks'])})" if lk.get("leaks") else "inert")
-        elif lk.get("max_influence") is not None:
-            evidence = f"max influence {lk['max_influence']:.2g}" + (f" at {lk['first_leaking_site']}" if lk.get("first_leaking_site") else "")
-        else:
-            evidence = ""
-        rows.append({"finding": finding, "heads": "model", "evidence": evidence, "verdict": lk["verdict"]})
+    """The strongest findings: finding, heads, evidence, verdict; supported heads ranked by effect size.
+
+    `attrs["n_supported"]` / `attrs["n_shown"]` count the supported heads and those shown."""
+    rows = [] if data.leakage is None else [_leakage_finding(data.leakage)]
+    supported = _supported_by_head(data)
+    shown = supported[:limit]
+    for label, group in shown:
+        best, verdict = group[0]
+        p_text = report_format.format_p(best["p_adjusted"], report_format.claim_floor(verdict))
+        rows.append({"finding": ", ".join(dict.fromkeys(_finding_name(r, v) for r, v in group)), "heads": label,
+                     "evidence": f"{_observed(best)}, p_adj {p_text}", "verdict": "supported"})
+    rows += _partial_findings(data, {label for label, _ in supported}, max(0, limit - len(shown)))
+    rows += _measured_findings(data)
+    table = pd.DataFrame(rows, columns=["finding", "heads", "evidence", "verdict"])
+    table.attrs.update(n_supported=len(supported), n_shown=len(shown))
+    return table
+
+
+def _leakage_finding(lk: dict[str, Any]) -> dict[str, str]:
+    finding = {"exact_zero": "causal (no output moved)", "numerical_noise": "causal (float rounding only)",
+               "leak": "causal leak", "bidirectional": "bidirectional (by design)"}.get(lk["verdict"], lk["verdict"])
+    if lk["verdict"] == "bidirectional":
+        evidence = "padding " + (f"LEAK ({', '.join(lk['leaks'])})" if lk.get("leaks") else "inert")
+    elif lk.get("max_influence") is not None:
+        evidence = f"max influence {lk['max_influence']:.2g}" + (f" at {lk['first_leaking_site']}" if lk.get("first_leaking_site") else "")
+    else:
+        evidence = ""
+    return {"finding": finding, "heads": "model", "evidence": evidence, "verdict": lk["verdict"]}
+
+
+def _supported_by_head(data: ReportData) -> list[tuple[str, list]]:
+    """Supported claims grouped by head, heads ranked by their strongest observational effect (then layer, head)."""
     claims = data.claims
-    if len(claims):
-        ordered = claims.sort_values(["p_adjusted", "label", "claim"], kind="stable")
-        supported: dict[str, list] = {}
-        for _, row in ordered[ordered["verdict"] == "supported"].iterrows():
-            supported.setdefault(row["label"], []).append(row)
-        for label, group in list(supported.items())[:limit]:
-            rows.append({"finding": ", ".join(dict.fromkeys(str(r["claim"]) for r in group)), "heads": label,
-                         "evidence": _observed(group[0]) + f", p_adj {group[0]['p_adjusted']:.2g}", "verdict": "supported"})
-        # heads whose interpretation holds observationally but failed another test: worth a look, not a claim
-        if "observational_passed" in ordered.columns:
-            partial = ordered[(ordered["verdict"] == "inconclusive") & (ordered["observational_passed"] == True)]  # noqa: E712
-            partial = partial[~partial["label"].isin(list(supported))].drop_duplicates("label")
-            for _, row in partial.head(max(0, limit - len(supported))).iterrows():
-                rows.append({"finding": f"{row['claim']} (observational only)", "heads": row["label"],
-                             "evidence": f"{_observed(row)}; {_first_problem(row['reasons'])}", "verdict": "inconclusive"})
+    if not len(claims):
+        return []
+    verdicts = data.verdicts or [None] * len(claims)
+    groups: dict[str, list] = {}
+    for (_, row), verdict in zip(claims.iterrows(), verdicts):
+        if row["verdict"] == "supported":
+            groups.setdefault(str(row["label"]), []).append((row, verdict))
+    for group in groups.values():
+        group.sort(key=lambda rv: -_effect(rv[0]))
+    return sorted(groups.items(), key=lambda item: (-_effect(item[1][0][0]), head_sort_key(item[0])))
+
+
+def head_sort_key(label: str) -> tuple:
+    """Numeric order of head labels: L1H3 before L1H10; pairs by their first head; 'model' first."""
+    import re
+
+    numbers = [int(x) for x in re.findall(r"\d+", str(label))]
+    return (0 if numbers else -1, *numbers)
+
+
+def _effect(row) -> float:
+    value = row.get("observational")
+    return float(value) if _finite(value) else -math.inf
+
+
+def _finding_name(row, verdict) -> str:
+    name = str(row["claim"])
+    offset = report_format.tested_offset(verdict) if name == "positional" else None
+    if name == "positional" and offset is None and "offset" in row.index and pd.notna(row.get("offset")):
+        offset = str(row["offset"])
+    if offset == "first":
+        return f"{name} (first position)"
+    return f"{name} (offset {offset})" if offset is not None else name
+
+
+def _partial_findings(data: ReportData, supported: set[str], room: int) -> list[dict[str, str]]:
+    """Heads whose interpretation holds observationally but failed another test: worth a look, not a claim."""
+    claims = data.claims
+    if not room or not len(claims) or "observational_passed" not in claims.columns:
+        return []
+    verdicts = data.verdicts or [None] * len(claims)
+    rows, seen = [], set(supported)
+    candidates = [(r, v) for (_, r), v in zip(claims.iterrows(), verdicts)
+                  if r["verdict"] == "inconclusive" and _is_true(r["observational_passed"])]
+    for row, verdict in sorted(candidates, key=lambda rv: (-_effect(rv[0]), head_sort_key(rv[0]["label"]))):
+        if row["label"] in seen or len(rows) >= room:
+            continue
+        seen.add(row["label"])
+        rows.append({"finding": f"{_finding_name(row, verdict)} (observational only)", "heads": row["label"],
+                     "evidence": f"{_observed(row)}; {_first_problem(verdict)}", "verdict": "inconclusive"})
+    return rows
+
+
+def _measured_findings(data: ReportData) -> list[dict[str, str]]:
+    rows = []
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
         rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
-                     "evidence": f"loss +{top['delta_loss']:.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats", "verdict": "measured"})
+                     "evidence": "loss " + _interval_text(top["delta_loss"], top["ci_low"], top["ci_high"],
+                                                              data.importance.attrs.get("unit")),
+                     "verdict": "measured"})
     if data.redundancy is not None and len(data.redundancy):
         decided = data.redundancy[(data.redundancy["ci_low"] > 0) | (data.redundancy["ci_high"] < 0)]
         if len(decided):
             top = decided.loc[decided["interaction"].abs().idxmax()]
             kind = "together more than apart (backup)" if top["interaction"] > 0 else "overlapping (together less than apart)"
             rows.append({"finding": f"pair {kind}", "heads": f"{top['label_a']} ~ {top['label_b']}",
-                         "evidence": f"interaction {top['interaction']:+.3f} [{top['ci_low']:.3f}, {top['ci_high']:.3f}] nats",
+                         "evidence": "interaction " + _interval_text(top["interaction"], top["ci_low"], top["ci_high"],
+                                                                     data.redundancy.attrs.get("unit")),
                          "verdict": "measured"})
-    return pd.DataFrame(rows, columns=["finding", "heads", "evidence", "verdict"])
+    return rows
+
+
+def _interval_text(value: float, low: float, high: float, unit: str | None) -> str:
+    """'+0.123 [0.100, 0.150] nats'; three significant digits for other units (cosine distances are small)."""
+    unit = unit or "nats"
+    f = ".3f" if unit == "nats" else ".3g"
+    return f"{value:+{f}} [{low:{f}}, {high:{f}}] {unit}"
 
 
 def _observed(row) -> str:
@@ -574,13 +914,19 @@ def _observed(row) -> str:
     return f"{row['claim']} {effect:.2f} [{low:.2f}, {high:.2f}]" if _finite(effect) else str(row["claim"])
 
 
-def _first_problem(reasons: str) -> str:
-    """'necessity undecided' from a claim's reasons: the first evidence that did not pass."""
-    for part in str(reasons).split("; "):
-        kind, _, rest = part.partition(" ")
-        if rest.startswith(("failed", "undecided")):
-            return f"{kind} {rest.split(':')[0]}"
-    return "not all tests passed"
+def _first_problem(verdict) -> str:
+    """'necessity undecided': the first evidence of the claim that did not pass, from the Evidence objects."""
+    if verdict is None:
+        return "not all tests passed"
+    for e in verdict.evidence:
+        if e.passed is not True:
+            return f"{e.kind} {'failed' if e.passed is False else 'undecided'}"
+    return "adjusted p-value above alpha"
+
+
+def _is_true(value) -> bool:
+    """A passed flag read from a frame: True only for a real True (None / NaN = undecided)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and bool(value)
 
 
 def _finite(value) -> bool:
@@ -604,129 +950,85 @@ def build_report(
     force: bool = False,
     progress: bool = False,
     max_cards: int = MAX_CARDS,
+    colour_scale: str = "common",
+    behaviour=None,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
-    `prompt_spec` (an `interp.specs.PromptSpec`) or `prompts` choose the prompts (default: 64
-    repeated random-token prompts); `layers` / `heads` narrow the cards.
+    `prompt_spec` (an `interp.specs.PromptSpec`) or `prompts` choose the prompts (default: the
+    shipped corpus through the model's tokenizer for text models, else 64 repeated random-token
+    prompts); `layers` / `heads` narrow the cards; `max_cards` lifts the card limit;
+    `colour_scale` is "common" (0..1 for every heat map) or "per_head". `behaviour` (a name, an
+    `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance, joint
+    ablation and the claims' causal evidence measure; the report states it.
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
         seed = getattr(prompt_spec, "seed", 0) or 0
-    data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
-                   claims_file=claims_file, seed=seed, progress=progress, max_cards=max_cards)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        table = render(data, tmp)
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings)
+    with _Stages(RENDER_STAGES, progress) as stages:
+        data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
+                       claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
+                       colour_scale=colour_scale, behaviour=behaviour)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        try:
+            table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
+            stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    data.timings.update({name: stages.timings[name] for name in RENDER_STAGES})
+    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data,
+                        data.settings.get("behaviour"))
 
 
 # --------------------------------------------------------------------------- rendering
 
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=100)
-
-
-def plot_pattern(pattern: np.ndarray, label: str, ax=None):
-    """Heat map of one head's mean pattern (query, key); returns the Figure."""
-    fig = ax.figure if ax is not None else _figure(3.2, 3.0)
-    ax = ax or fig.add_subplot()
-    image = ax.imshow(pattern, cmap="viridis", vmin=0, vmax=max(1e-9, float(np.nanmax(pattern))), interpolation="nearest")
-    ax.set_title(f"{label} mean pattern", fontsize=9)
-    ax.set_xlabel("key position", fontsize=8)
-    ax.set_ylabel("query position", fontsize=8)
-    ax.tick_params(labelsize=7)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
-    return fig
-
-
-def plot_offsets(profile: pd.DataFrame, label: str, ax=None):
-    """Bar chart of mean attention weight per relative offset (key - query; -1 = previous token)."""
-    fig = ax.figure if ax is not None else _figure(3.2, 2.4)
-    ax = ax or fig.add_subplot()
-    ax.bar(profile["offset"], profile["weight"], color="#4c72b0", width=0.8)
-    ax.set_title(f"{label} offset profile", fontsize=9)
-    ax.set_xlabel("offset (key - query)", fontsize=8)
-    ax.set_ylabel("mean weight", fontsize=8)
-    ax.tick_params(labelsize=7)
-    return fig
-
-
-def plot_matrix(matrix: pd.DataFrame, title: str, *, cmap: str = "magma", vmin=None, vmax=None, annotate: bool = True):
-    """Labelled heat map of a (label x label) or (layer x head) frame."""
-    values = matrix.to_numpy(dtype=float)
-    size = max(3.0, 0.35 * max(values.shape) + 1.5)
-    fig = _figure(size + 0.8, size)
-    ax = fig.add_subplot()
-    image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
-    ax.set_xticks(range(values.shape[1]), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
-    ax.set_yticks(range(values.shape[0]), [str(i) for i in matrix.index], fontsize=7)
-    ax.set_title(title, fontsize=9)
-    if annotate and values.size <= 144:
-        for (i, j), value in np.ndenumerate(values):
-            if math.isfinite(value):
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6, color="white" if image.norm(value) < 0.5 else "black")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
-    """Importance as a (layer x head) frame for a heat map."""
-    grid = importance.pivot(index="layer", columns="head", values="delta_loss")
-    grid.index = [f"L{l}" for l in grid.index]
-    grid.columns = [f"H{h}" for h in grid.columns]
-    return grid
-
-
-def _save(fig, path: Path) -> str:
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return f"plots/{path.name}"
+# the figures live in analyses.report_plots; these names stay importable from here
+from analyses.report_plots import importance_grid, plot_matrix, plot_offsets, plot_pattern  # noqa: E402,F401
 
 
 def render(data: ReportData, folder: Path) -> pd.DataFrame:
     """Write every file of the report into `folder`; returns the highlights table."""
+    from analyses import report_html, report_plots
+
+    started = time.perf_counter()
     plots = folder / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    images: dict[str, str] = {}
-    offsets = data.offsets
-    for label in data.heads["label"]:
-        layer, head = (int(x) for x in label[1:].split("H"))
-        fig = _figure(6.6, 2.8)
-        plot_pattern(data.patterns[layer][head], label, ax=fig.add_subplot(1, 2, 1))
-        if offsets is not None:
-            profile = offsets[(offsets["layer"] == layer) & (offsets["head"] == head)]
-            plot_offsets(profile, label, ax=fig.add_subplot(1, 2, 2))
-        fig.tight_layout()
-        images[label] = _save(fig, plots / f"{label}.png")
-    if data.similarity is not None:
-        images["similarity"] = _save(plot_matrix(data.similarity, "pattern similarity (1 - JS divergence)", vmin=0, vmax=1),
-                                     plots / "similarity.png")
-    if data.importance is not None:
-        images["importance"] = _save(plot_matrix(importance_grid(data.importance), "importance: loss increase under mean ablation",
-                                                 cmap="viridis"), plots / "importance.png")
-
+    images = {**report_plots.head_figures(data, plots), **report_plots.summary_figures(data, plots)}
     table = highlights(data)
+    claims_csv = _claims_csv(data.claims)
     data.heads.to_csv(folder / "heads.csv", index=False, float_format=FLOAT_FORMAT)
-    _claims_csv(data.claims).to_csv(folder / "claims.csv", index=False, float_format=FLOAT_FORMAT)
+    claims_csv.to_csv(folder / "claims.csv", index=False, float_format=FLOAT_FORMAT)
+    columns = {"heads.csv": list(data.heads.columns), "claims.csv": list(claims_csv.columns)}
     if data.redundancy is not None:
         data.redundancy.to_csv(folder / "redundancy.csv", index=False, float_format=FLOAT_FORMAT)
-    (folder / "summary.md").write_text(_markdown(data, table), encoding="utf-8")
-    (folder / "report.html").write_text(_html(data, table, images), encoding="utf-8")
+        columns["redundancy.csv"] = list(data.redundancy.columns)
+    (folder / "columns.md").write_text(report_format.columns_markdown(columns), encoding="utf-8")
+    data.provenance["wall_time_s"] = round(data.provenance.get("wall_time_s", 0.0) + time.perf_counter() - started, 2)
+    (folder / "summary.md").write_text(report_html.markdown(data, table), encoding="utf-8")
+    page = report_html.page(data, table, images)
+    (folder / "report.html").write_text(page, encoding="utf-8")
     meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": data.leakage,
-            "highlights": json.loads(table.to_json(orient="records")), "files": sorted(["heads.csv", "claims.csv", "summary.md",
-            "report.html", *[v for v in images.values()]])}
+            "highlights": json.loads(table.to_json(orient="records")), "schema_version": report_format.SCHEMA_VERSION,
+            "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
+            "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}
     (folder / "report.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     (folder / MARKER).write_text("written by analyses.report; `interp demo` may replace this directory\n")
     return table
+
+
+def _written_files(folder: Path, extra: Sequence[str] = ()) -> list[str]:
+    """Every file under `folder` (relative, '/'-separated), plus `extra` about to be written."""
+    found = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MARKER]
+    return sorted(set(found) | set(extra))
+
+
+def _sizes(folder: Path, data: ReportData) -> dict[str, int]:
+    """Bytes of the page, of the viewer's embedded patterns, and of every file so far."""
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return {"report.html": (folder / "report.html").stat().st_size, "total": total,
+            "viewer_patterns": data.viewer.n_bytes if data.viewer is not None else 0}
 
 
 def _claims_csv(claims: pd.DataFrame) -> pd.DataFrame:
@@ -737,130 +1039,3 @@ def _claims_csv(claims: pd.DataFrame) -> pd.DataFrame:
             frame[column] = frame[column].map(lambda v: json.dumps(v, default=str) if isinstance(v, (list, tuple, dict)) else v)
     front = [c for c in ("label", "layer", "head", "claim", "verdict", "p_value", "p_adjusted", "source") if c in frame.columns]
     return frame[front + [c for c in frame.columns if c not in front]]
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, (float, np.floating)):
-        return "" if not math.isfinite(value) else f"{value:.3f}"
-    return str(value)
-
-
-def _markdown(data: ReportData, table: pd.DataFrame) -> str:
-    lines = [f"# Attention report: {data.summary['spec']}", ""]
-    lines += [f"- **{k}**: {v}" for k, v in data.summary.items()]
-    lines += ["", "## Strongest findings", "", "| finding | heads | evidence | verdict |", "|---|---|---|---|"]
-    lines += [f"| {r.finding} | {r.heads} | {r.evidence} | {r.verdict} |" for r in table.itertuples()]
-    counts = data.claims["verdict"].value_counts() if len(data.claims) else pd.Series(dtype=int)
-    lines += ["", f"Claims tested: {len(data.claims)} ({', '.join(f'{v} {k}' for k, v in counts.items())}).", ""]
-    lines += ["## Methods", ""] + [f"- {m}" for m in data.methods] + [""]
-    return "\n".join(lines)
-
-
-_CSS = """
-body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
-h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; margin-top: 2rem; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
-th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; }
-.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
-.card { border: 1px solid #ccc; border-radius: 6px; padding: 0.6rem 0.8rem; }
-.card h3 { margin: 0.2rem 0 0.4rem 0; }
-.card img, .wide img { max-width: 100%; }
-.supported { color: #1a7f37; font-weight: 600; } .refuted { color: #cf222e; font-weight: 600; }
-.inconclusive { color: #9a6700; font-weight: 600; }
-.verdict-box { padding: 0.6rem 1rem; border-radius: 6px; border: 1px solid #ccc; background: #fafafa; white-space: pre-wrap; font-family: monospace; font-size: 0.8rem; }
-.reasons { font-size: 0.78rem; color: #444; }
-.muted { color: #777; font-size: 0.85rem; }
-"""
-
-
-def _esc(value: Any) -> str:
-    return html.escape(_fmt(value))
-
-
-def _html_table(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
-    columns = [c for c in (columns or frame.columns) if c in frame.columns]
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = []
-    for _, row in frame.iterrows():
-        cells = []
-        for c in columns:
-            text = _esc(row[c])
-            cls = f' class="{text}"' if text in ("supported", "refuted", "inconclusive") else ""
-            cells.append(f"<td{cls}>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _metric_rows(row: pd.Series) -> str:
-    names = [c for c in row.index if f"{c}_ci_low" in row.index and _finite(row[c])]  # NaN: undefined here
-    rows = []
-    for name in names:
-        low, high = row[name + "_ci_low"], row[name + "_ci_high"]
-        interval = f"[{_esc(low)}, {_esc(high)}]" if _finite(low) else "(no interval: read from the weights)"
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{_esc(row[name])}</td><td>{interval}</td></tr>")
-    return ("<table><thead><tr><th>metric</th><th>mean</th><th>95% CI</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
-
-
-def _claim_rows(claims: pd.DataFrame, label: str) -> str:
-    if not len(claims):
-        return '<p class="muted">No claims tested.</p>'
-    mine = claims[[label in [p.strip() for p in str(lbl).split("~")] for lbl in claims["label"]]]
-    if not len(mine):
-        return '<p class="muted">No claim was proposed for this head.</p>'
-    items = []
-    for _, row in mine.iterrows():
-        verdict = str(row["verdict"])
-        statement = row.get("statement", row["claim"])
-        reasons = "".join(f"<li>{html.escape(r)}</li>" for r in str(row.get("reasons", "")).split("; ") if r)
-        expect = row.get("expect")
-        pinned = ""
-        if isinstance(expect, str):  # a claims-file claim: it says which verdict it expected
-            outcome = "as expected" if bool(row.get("passed")) else "NOT as expected"
-            pinned = f"; expected {html.escape(expect)}: {outcome}"
-        items.append(f'<li><span class="{html.escape(verdict)}">{html.escape(verdict)}</span> '
-                     f'{html.escape(str(statement))} <span class="muted">({html.escape(str(row.get("source", "")))}, '
-                     f'p<sub>adj</sub> {_esc(row["p_adjusted"])}{pinned})</span>'
-                     f'<ul class="reasons">{reasons}</ul></li>')
-    return "<ul>" + "".join(items) + "</ul>"
-
-
-def _html(data: ReportData, table: pd.DataFrame, images: dict[str, str]) -> str:
-    title = f"Attention report: {data.summary['spec']}"
-    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>",
-             f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-             f'<p class="muted">seed {data.settings["seed"]}; {data.settings["prompts"]["n"]} prompts of '
-             f'{data.settings["prompts"]["n_pos"]} tokens; files: heads.csv, claims.csv, summary.md</p>']
-    parts.append("<h2>Model</h2><table><tbody>" + "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in data.summary.items()) + "</tbody></table>")
-    parts.append("<h2>Strongest findings</h2>" + _html_table(table))
-    parts.append("<h2 id=\"leakage\">Leakage verdict</h2>")
-    if data.leakage is None:
-        parts.append('<p class="muted">Not audited.</p>')
-    else:
-        cls = "supported" if data.leakage["causal"] else "refuted"
-        parts.append(f'<p class="{cls}">{html.escape(data.leakage["verdict"])}</p>'
-                     f'<div class="verdict-box">{html.escape(data.leakage["text"])}</div>')
-    parts.append("<h2 id=\"heads\">Heads</h2><div class=\"cards\">")
-    for _, row in data.heads.iterrows():
-        label = row["label"]
-        parts.append(f'<div class="card" id="{html.escape(label)}"><h3>{html.escape(label)}</h3>'
-                     f'<img src="{html.escape(images[label])}" alt="{html.escape(label)} mean pattern and offset profile">'
-                     f"{_metric_rows(row)}<h4>Claims</h4>{_claim_rows(data.claims, label)}</div>")
-    parts.append("</div>")
-    parts.append("<h2 id=\"redundancy\">Similarity, importance and redundancy</h2><div class=\"wide\">")
-    for key, alt in (("similarity", "head pattern similarity heat map"), ("importance", "head importance heat map")):
-        if key in images:
-            parts.append(f'<img src="{html.escape(images[key])}" alt="{alt}"> ')
-    parts.append("</div>")
-    if data.redundancy is not None and len(data.redundancy):
-        parts.append("<h3>Joint ablation of the most similar pairs</h3>" + _html_table(data.redundancy))
-    else:
-        parts.append('<p class="muted">No joint ablation (fewer than two heads, or no meaningful loss).</p>')
-    parts.append("<h2 id=\"claims\">All claims</h2>" + _html_table(
-        data.claims, ["label", "claim", "verdict", "p_adjusted", "source", "expect", "passed", "reasons"]))
-    parts.append("<h2 id=\"methods\">Methods</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in data.methods) + "</ul>")
-    parts.append(f'<p class="muted">Stage timings (s): {html.escape(", ".join(f"{k} {v:.1f}" for k, v in data.timings.items()))}</p>')
-    parts.append("</body></html>\n")
-    return "\n".join(parts)

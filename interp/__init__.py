@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib
 
+from interp.progress import quiet_tqdm_import_warning
+
+quiet_tqdm_import_warning()  # before anything imports transformer-lens (see interp.progress)
+
 _EXPORTS = {
     "load": "interp.loading",
     "save": "interp.loading",
@@ -44,6 +48,11 @@ _EXPORTS = {
     "build_prompts": "interp.specs",
     "read_claims": "interp.testing",
     "run_claims": "interp.testing",
+    "Behaviour": "interp.behaviour",
+    "default_behaviour": "interp.behaviour",
+    "next_token_loss": "interp.behaviour",
+    "masked_lm_loss": "interp.behaviour",
+    "embedding_change": "interp.behaviour",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -182,6 +182,10 @@ class Evidence:
     n_prompts: int = 0
     detail: str = ""  # what was measured, in a sentence
     extra: Mapping[str, float] = field(default_factory=dict, hash=False)  # further numbers for reports
+    # resamples behind p_value (sign flips); its smallest possible value is 1 / (n_resamples + 1); 0 = no test
+    n_resamples: int = 0
+    alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
+    metric: str = ""  # what the effect measures, e.g. "argmax_at:-1" (the offset a positional claim was tested at)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -227,6 +231,7 @@ class Context:
     n_permutations: int = 2000
     batch_size: int = 32
     memo: dict = field(default_factory=dict, repr=False)
+    behaviour: Any = None  # what causal evidence measures (`interp.behaviour`); None: the model's default
 
     def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """Compute once per key. Keys holding `id(obj)` stay valid because `keep` holds the object."""
@@ -270,7 +275,8 @@ def threshold_evidence(
     passed = threshold.judge(low, high)
     verb = {True: "clears", False: "misses", None: "straddles"}[passed]
     detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def difference_evidence(
@@ -298,7 +304,8 @@ def difference_evidence(
     fail_below = margin if fail_below is None else fail_below
     passed = True if low > margin else False if high < fail_below else None
     detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
-    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}))
+    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def ratio_evidence(
@@ -335,7 +342,8 @@ def ratio_evidence(
                              n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
     passed = threshold.judge(low, high) if math.isfinite(low) else None
     detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}))
+    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}),
+                    n_resamples=ctx.n_permutations)
 
 
 def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:
@@ -425,11 +433,13 @@ def evaluate_claims(
     batch_size: int = 32,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
+    behaviour: Any = None,
 ) -> list[Verdict]:
     """Test many claims at once; one `Verdict` each, with p-values corrected over all of them.
 
     `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not
-    define is skipped for that claim.
+    define is skipped for that claim. `behaviour` (`interp.behaviour`: a name, a Behaviour or a
+    callable) is what causal evidence measures unless a claim names its own; default: the model's.
     """
     claims = list(claims)
     if not claims:
@@ -447,13 +457,11 @@ def evaluate_claims(
     check_heads(model, claims)
     # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
-    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size)
-    if progress:
-        from tqdm.auto import tqdm
+    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
+                  behaviour=behaviour)
+    from interp.progress import track
 
-        claims_iter = tqdm(claims, desc="testing claims", unit="claim")
-    else:
-        claims_iter = claims
+    claims_iter = track(claims, len(claims), "testing claims", enabled=progress, unit="claims")
     gathered = [gather(claim, ctx, kinds) for claim in claims_iter]
     p_values = np.array([_claim_p(ev) for ev in gathered])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)
@@ -472,7 +480,8 @@ def _claim_p(evidence: Sequence[Evidence]) -> float:
 
 def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
     """One row per claim: claim, statement, heads, verdict, p-values, reasons, and per evidence kind
-    `{kind}` (effect), `{kind}_ci_low`, `{kind}_ci_high`, `{kind}_passed`; then `n_prompts`."""
+    `{kind}` (effect), `{kind}_ci_low`, `{kind}_ci_high`, `{kind}_passed`; then `behaviour` (what the
+    causal evidence measured, from its `extra["behaviour"]`; empty when none ran) and `n_prompts`."""
     rows = []
     kinds_seen = [k for k in EVIDENCE_KINDS if any(v.get(k) for v in verdicts)]
     for v in verdicts:
@@ -487,6 +496,7 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
             row[f"{kind}_ci_low"] = e.ci_low if e else math.nan
             row[f"{kind}_ci_high"] = e.ci_high if e else math.nan
             row[f"{kind}_passed"] = e.passed if e else None
+        row["behaviour"] = next((str(e.extra["behaviour"]) for e in v.evidence if "behaviour" in (e.extra or {})), "")
         row["n_prompts"] = v.n_prompts
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -505,6 +515,7 @@ def test_claims(
     batch_size: int = 32,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
+    behaviour: Any = None,
 ) -> pd.DataFrame:
     """Test claims on prompts: one row per claim with its verdict, adjusted p-value, reasons and evidence columns.
 
@@ -517,7 +528,8 @@ def test_claims(
     Test on prompts that did not suggest the claims (`analyses.head_claims.scan` does the split).
     """
     return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,
-                                         batch_size=batch_size, min_prompts=min_prompts, progress=progress))
+                                         batch_size=batch_size, min_prompts=min_prompts, progress=progress,
+                                         behaviour=behaviour))
 
 
 test_claims.__test__ = False  # not a pytest test, despite its name

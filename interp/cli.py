@@ -54,11 +54,11 @@ def _out_console(args) -> Any:
 
     to_stderr = getattr(args, "json", None) == "-"
     stream = sys.stderr if to_stderr else sys.stdout
-    width = None if stream.isatty() else 120  # a terminal's own width; 120 columns in files and pipes
+    width = None if stream.isatty() else _columns_env() or 120  # a terminal's own width; else $COLUMNS or 120
     return Console(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False, width=width)
 
 
-def _load(spec: str | None, quiet: bool = False):
+def _load(spec: str | None, quiet: bool = False, backend: str = "auto"):
     """interp.load with its input errors turned into InputError."""
     spec = spec or DEFAULT_SPEC
     console = _stderr_console(quiet)
@@ -66,16 +66,16 @@ def _load(spec: str | None, quiet: bool = False):
         import interp
 
         try:
-            return place(interp.load(spec))
+            return place(interp.load(spec, backend=backend))
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
             raise InputError(f"cannot load model spec {spec!r}: {_message(error)}") from error
 
 
-def _load_black_box(spec: str, quiet: bool = False):
+def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto"):
     """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
     (the leakage audit needs only tokens -> outputs)."""
     try:
-        return _load(spec, quiet)
+        return _load(spec, quiet, backend)
     except InputError as error:
         module_name, _, attribute = spec.partition(":")
         if not attribute or "no hooks" not in str(error):
@@ -94,6 +94,52 @@ def _message(error: BaseException) -> str:
     if isinstance(error, KeyError) and text.startswith(("'", '"')):
         text = text[1:-1]
     return text or type(error).__name__
+
+
+JSON_SCHEMA = 1  # version of the JSON envelope and of each command's `result`; changes go in CHANGELOG.md
+DISTRIBUTION = "interp-attention"
+# keys whose values are counts or indices: written as JSON integers even when pandas made them floats
+# (a column with a missing value becomes float64: `"layer": 0.0`)
+INTEGER_KEYS = frozenset({
+    "layer", "head", "layer_a", "head_a", "layer_b", "head_b", "n_prompts", "n_pos", "length", "query_pos",
+    "source_pos", "offset", "prefix_len", "seed", "n", "n_layers", "n_heads", "n_removed", "step",
+})
+
+
+def toolkit_version() -> str:
+    """The installed distribution's version (pyproject.toml), or "unknown" when run from an uninstalled tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def envelope(command: str, model: str | None, result: Any) -> dict[str, Any]:
+    """The one JSON shape every command writes: what ran, on which model, by which toolkit, and its result."""
+    return {"command": command, "model": model, "version": toolkit_version(), "schema": JSON_SCHEMA,
+            "result": integers(result)}
+
+
+def integers(value: Any, key: str | None = None) -> Any:
+    """`value` with every integral float under an INTEGER_KEYS key made an int (recursively); NaN and
+    infinities -> None (JSON has no such numbers; json.dumps would write the invalid NaN / Infinity)."""
+    if isinstance(value, dict):
+        return {k: integers(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [integers(v, key) for v in value]
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        if key in INTEGER_KEYS and value.is_integer():
+            return int(value)
+    return value
+
+
+def _emit_json(args, command: str, model: str | None, result: Any) -> None:
+    """Write the command's result in the envelope to --json's target (nothing without --json)."""
+    _write_json(getattr(args, "json", None), envelope(command, model, result))
 
 
 def _write_json(target: str | None, payload: Any) -> None:
@@ -123,14 +169,16 @@ def _json_default(value: Any) -> Any:
 
 
 def _frame_records(frame) -> list[dict[str, Any]]:
-    """A DataFrame as JSON-ready records (NaN -> null)."""
-    return json.loads(frame.to_json(orient="records", double_precision=6, default_handler=str))
+    """A DataFrame as JSON-ready records (NaN -> null, counts and indices as integers)."""
+    return integers(json.loads(frame.to_json(orient="records", double_precision=6, default_handler=str)))
 
 
 def _cell(column: str, value: Any) -> str:
     if isinstance(value, float):
         if value != value:
             return ""
+        if column in INTEGER_KEYS and value.is_integer():
+            return str(int(value))
         if column.startswith("p_") or column in ("max_influence", "influence"):
             return f"{value:.3g}"
         return f"{value:.3f}"
@@ -139,24 +187,95 @@ def _cell(column: str, value: Any) -> str:
     return str(value)
 
 
-def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80):
-    """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), verdicts coloured."""
+FOLDING_COLUMNS = ("reasons", "reason", "detail")  # long prose: wraps at spaces inside its column
+FOLDING_MIN_WIDTH = 20
+TABLE_OVERHEAD = 3  # per column: one space of padding either side and a rule (rich's default box)
+
+
+def _columns_env() -> int | None:
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _header_lines(column: str, split: bool) -> list[str]:
+    """The header's lines: whole, or broken after each underscore (never inside a word)."""
+    if not split or "_" not in column:
+        return [column]
+    parts = column.split("_")
+    return [p + "_" for p in parts[:-1]] + [parts[-1]]
+
+
+def _wraps(column: str, cells: dict[str, list[str]]) -> bool:
+    """Prose columns, and text columns with spaces, wrap at spaces inside their column."""
+    return column in FOLDING_COLUMNS or any(" " in text for text in cells[column])
+
+
+def _column_need(column: str, cells: dict[str, list[str]], split: bool) -> int:
+    """The narrowest the column can be without breaking a word (prose: at least FOLDING_MIN_WIDTH)."""
+    header = max(len(line) for line in _header_lines(column, split))
+    if column in FOLDING_COLUMNS:
+        return max(header, FOLDING_MIN_WIDTH)
+    if _wraps(column, cells):
+        return max([header, *(len(word) for text in cells[column] for word in text.split())])
+    return max([header, *map(len, cells[column])])
+
+
+def _fit_columns(columns: list[str], cells: dict[str, list[str]], width: int,
+                 drop_first: tuple[str, ...] = ()) -> tuple[dict[str, bool], list[str]]:
+    """Which headers to break at underscores, and which columns to leave out, so the table fits `width`.
+
+    All headers are broken (a uniform look) before any column is dropped; then the columns in
+    `drop_first` go (in that order), then columns from the right (never the first). A column that
+    wraps at spaces needs only its longest word (prose: FOLDING_MIN_WIDTH).
+    Returns ({column: split}, dropped columns in table order)."""
+    need = lambda column, split: _column_need(column, cells, split)
+
+    split = {c: False for c in columns}
+    kept = list(columns)
+    total = lambda: 1 + sum(need(c, split[c]) + TABLE_OVERHEAD for c in kept)
+    if total() > width:
+        split = {c: True for c in columns}
+    order = [c for c in drop_first if c in kept[1:]] + [c for c in reversed(kept[1:]) if c not in drop_first]
+    while total() > width and order:
+        kept.remove(order.pop(0))
+    return split, [c for c in columns if c not in kept]
+
+
+def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80,
+                 width: int | None = None, footer: list[str] | None = None, drop_first: tuple[str, ...] = ()):
+    """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), counts as integers,
+    verdicts coloured; headers never wrap inside a word, and what does not fit in `width` is left out and
+    counted in the caption (as are rows beyond `max_rows`), with the other `footer` lines."""
     from rich.table import Table
 
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+    shown = frame.head(max_rows)
+    cells = {c: [_cell(c, v) for v in shown[c]] for c in columns}
+    split, dropped = _fit_columns(columns, cells, width or _columns_env() or 120, drop_first)
+    kept = [c for c in columns if c not in dropped]
     table = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        table.add_column(str(column), overflow="fold", max_width=70 if column in ("reasons", "reason") else None)
+    for column in kept:
+        folding = _wraps(column, cells)
+        table.add_column("\n".join(_header_lines(str(column), split[column])), overflow="fold", no_wrap=not folding,
+                         max_width=70 if column in ("reasons", "reason") else None,
+                         min_width=None if column in FOLDING_COLUMNS else _column_need(column, cells, split[column]))
     colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
-    for _, row in frame.head(max_rows).iterrows():
-        cells = []
-        for column in columns:
-            text = _cell(column, row[column])
+    for i in range(len(shown)):
+        row = []
+        for column in kept:
+            text = cells[column][i]
             colour = colours.get(text)
-            cells.append(f"[{colour}]{text}[/{colour}]" if colour else text)
-        table.add_row(*cells)
+            row.append(f"[{colour}]{text}[/{colour}]" if colour else text)
+        table.add_row(*row)
+    notes = list(footer or [])
     if len(frame) > max_rows:
-        table.caption = f"{len(frame) - max_rows} more rows; use --json for all of them"
+        notes.append(f"{len(frame) - max_rows} more rows not shown")
+    if dropped:
+        notes.append(f"{len(dropped)} column{'s' if len(dropped) > 1 else ''} not shown at {width or _columns_env() or 120} "
+                     f"columns: {', '.join(dropped)}")
+    if len(frame) > max_rows or dropped:
+        notes[-1] += "; use --json for all of them"
+    table.caption = "\n".join(notes) or None
     return table
 
 
@@ -190,20 +309,25 @@ def cmd_report(args) -> int:
     spec = args.spec or DEFAULT_SPEC
     out = Path(args.out) if args.out else Path("reports") / _slug(spec)
     report.check_out_dir(out, args.force)
+    max_cards = getattr(args, "max_cards", None) or report.MAX_CARDS
+    report.check_cards_before_loading(spec, layers, heads, max_cards)  # a too-large report fails before the load
     claims = None
     if args.claims:
         from interp.testing import read_claims
 
         claims = read_claims(args.claims)
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    # text models get text prompts unless --prompts named a kind
+    prompt_spec = report.model_prompt_spec(model, prompt_spec, asked=getattr(args, "prompts", None) is not None)
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
-        seed=args.seed, force=args.force, progress=not args.quiet,
+        seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
+        max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
-    console.print(_frame_table(result.highlights, title="Strongest findings"))
-    _write_json(args.json, result.to_json())
+    console.print(_frame_table(result.highlights, title="Strongest findings", width=console.width))
+    _emit_json(args, "report", spec, result.to_json())
     return EXIT_OK
 
 
@@ -215,7 +339,7 @@ def cmd_demo(args) -> int:
     force = report.is_report_dir(out)  # a previous report may be replaced; anything else is refused
     args_report = argparse.Namespace(
         spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
-        layers=None, heads=None, claims=None, quiet=args.quiet, json=None,
+        layers=None, heads=None, claims=None, quiet=args.quiet, json=None, behaviour=None,
     )
     return cmd_report(args_report)
 
@@ -223,7 +347,7 @@ def cmd_demo(args) -> int:
 def cmd_audit_leakage(args) -> int:
     from analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet)
+    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
         kwargs["max_len"] = args.max_len
@@ -237,11 +361,12 @@ def cmd_audit_leakage(args) -> int:
     if result.leaks and len(result.table):
         top = result.table.sort_values("influence", ascending=False)
         console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
-                                   columns=["method", "site", "length", "query_pos", "source_pos", "influence"]))
+                                   columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
+                                   width=console.width))
     for note in result.notes:
         console.print(f"note: {note}")
     if args.json is not None:
-        _write_json(args.json, json.loads(result.to_json()))
+        _emit_json(args, "audit-leakage", args.spec, json.loads(result.to_json()))
     return result.exit_code
 
 
@@ -290,55 +415,89 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise InputError(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
-    model = _load(spec, args.quiet)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
-    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet)
+    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
     console = _out_console(args)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
-                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"]))
+                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width,
+                               drop_first=("expect",)))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
-    _write_json(args.json, {"model": spec, "file": str(claims_path), "claims": _frame_records(frame)})
+    _emit_json(args, "claims", spec, {"file": str(claims_path), "behaviour": _behaviour_names(frame),
+                                      "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
+                                      "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
 
 
-def _short_reasons(reasons: str, passed: bool) -> str:
-    """All the reasons of a claim that missed its expected verdict; the first one of a claim that got it."""
-    reasons = str(reasons)
-    return reasons if not passed else reasons.split("; ")[0] + (" ..." if "; " in reasons else "")
+def _behaviour_names(frame) -> str:
+    """The behaviours the claims' causal evidence measured, joined ("" when none ran)."""
+    if "behaviour" not in frame.columns:
+        return ""
+    return ", ".join(dict.fromkeys(str(b) for b in frame["behaviour"] if isinstance(b, str) and b))
 
 
-def _brief_reason(reasons: str, verdict: str, width: int = 110) -> str:
-    """The reason that decided a verdict: the first passed evidence if supported, else the first failure."""
-    parts = str(reasons).split("; ")
-    if verdict != "supported":
-        parts = [p for p in parts if "failed" in p or "undecided" in p or "too few" in p] or parts
-    text = parts[0]
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _short_reasons(reasons: str, passed: bool, width: int = 110) -> str:
+    """All the reasons of a claim that missed its expected verdict; the start of them for a claim that got it
+    (cut, never split at "; ": a reason may itself contain one)."""
+    return str(reasons) if not passed else _cut(str(reasons), width)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` shortened to at most `width` characters at a space, marked with " ..." when cut."""
+    return text if len(text) <= width else text[: width - 4].rsplit(" ", 1)[0] + " ..."
+
+
+def _brief_reasons(frame, width: int = 110) -> list[str]:
+    """Per row, the reason that decided the verdict, read from the Verdict objects that
+    `interp.claims.verdict_frame` keeps in `frame.attrs["verdicts"]` (`interp.claims.decide` puts the
+    deciding evidence first); without them, the start of the joined reasons text."""
+    verdicts = frame.attrs.get("verdicts")
+    if verdicts is None or len(verdicts) != len(frame):
+        return [_cut(str(r), width) for r in frame["reasons"]]
+    return [_cut(v.reasons[0] if v.reasons else "", width) for v in verdicts]
 
 
 def cmd_scan(args) -> int:
     from analyses import head_claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args, default_n=args.n or 64)
     from analyses.report import claim_evidence_for
 
-    frame = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet)
-    if args.supported_only:
-        frame = frame[frame["verdict"] == "supported"]
+    everything = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
+                                  behaviour=args.behaviour)
+    everything = everything.assign(reason=_brief_reasons(everything))
+    frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
     console = _out_console(args)
-    shown = frame.assign(reason=[_brief_reason(r, v) for r, v in zip(frame["reasons"], frame["verdict"])])
+    shown = frame
     columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
     console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
-                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns))
-    counts = frame["verdict"].value_counts()
-    console.print(", ".join(f"{counts.get(v, 0)} {v}" for v in ("supported", "refuted", "inconclusive"))
-                  + " (full reasons in --json)")
-    _write_json(args.json, _frame_records(frame.drop(columns=[c for c in ("evidence",) if c in frame.columns])))
+                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
+                               width=console.width))
+    counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
+    behaviour = _behaviour_names(everything)
+    console.print(_scan_footer(counts, args.supported_only) + (f"; behaviour: {behaviour}" if behaviour else ""))
+    _emit_json(args, "scan", args.spec or DEFAULT_SPEC, {
+        "counts": counts, "shown": "supported" if args.supported_only else "all",
+        "n_hidden": len(everything) - len(frame), "behaviour": behaviour,
+        "claims": _frame_records(frame.drop(columns=[c for c in ("evidence", "reason") if c in frame.columns]))})
     return EXIT_OK
+
+
+VERDICTS = ("supported", "refuted", "inconclusive")
+
+
+def _scan_footer(counts: dict[str, int], supported_only: bool) -> str:
+    """What the scan found, and what --supported-only hid (never "0 refuted" when they were only hidden)."""
+    if not supported_only:
+        return ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + " (full reasons in --json)"
+    hidden = [f"{counts[v]} {v}" for v in VERDICTS[1:] if counts[v]]
+    text = f"{counts['supported']} supported shown"
+    return text + (f"; {' and '.join(hidden)} hidden by --supported-only" if hidden else "; none hidden") + \
+        " (full reasons in --json)"
 
 
 def cmd_heads(args) -> int:
@@ -346,30 +505,45 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
+    shown, hidden = _heads_columns(frame)
+    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
+                               "(means over prompts)", columns=shown, width=console.width, footer=hidden))
+    _emit_json(args, "heads", args.spec or DEFAULT_SPEC, {"heads": _frame_records(frame)})
+    return EXIT_OK
+
+
+def _heads_columns(frame) -> tuple[list[str], list[str]]:
+    """The metric means shown in the terminal, and footer lines counting what is left for --json."""
     shown = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high", "_argmax")) and c not in ("layer", "head")
              and not frame[c].isna().all()]
-    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
-                               "(means; CIs in --json)", columns=shown))
-    _write_json(args.json, _frame_records(frame))
-    return EXIT_OK
+    n_ci = sum(c.endswith("_ci_low") and not frame[c].isna().all() for c in frame.columns)
+    argmax = [c for c in frame.columns if c.endswith("_argmax") and not frame[c].isna().all()]
+    undefined = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high")) and c not in ("layer", "head")
+                 and frame[c].isna().all()]
+    parts = [f"{n_ci} CIs"] + ([f"{len(argmax)} argmax rates"] if argmax else [])
+    notes = [f"not shown: {', '.join(parts)} (all in --json)"]
+    if undefined:
+        notes.append(f"undefined for this model and prompts: {', '.join(undefined)}")
+    return shown, notes
 
 
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     console = _out_console(args)
-    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}"))
-    _write_json(args.json, _frame_records(frame))
+    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}", width=console.width))
+    n_failed = None if passed is None else int((~passed).sum())
+    _emit_json(args, "verify", args.spec or DEFAULT_SPEC, {"n_checks": len(frame), "n_failed": n_failed,
+                                                           "checks": _frame_records(frame)})
     if passed is None:
         return EXIT_OK
-    n_failed = int((~passed).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
     return EXIT_FINDING if n_failed else EXIT_OK
 
@@ -417,12 +591,22 @@ def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = Tru
     if json_:
         p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+    p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
+                   help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
+                        "TransformerLens bridge; auto (default) converts natively when it can")
 
 
 def _add_prompts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="KIND|FILE", default=None,
                    help="prompt kind (repeated, random, text) or a file (.txt one text a line, .json token-id lists); default: repeated")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="repeated prompts: length of the repeated block")
+
+
+def _add_behaviour(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--behaviour", choices=["next-token", "masked-lm", "embedding"], default=None,
+                   help="what necessity, sufficiency, faithfulness and importance measure: next-token loss, masked-LM "
+                        "loss, or the sentence-embedding change (default: the model's own: next-token for a causal LM, "
+                        "embedding for an encoder)")
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -463,10 +647,12 @@ def build_parser() -> argparse.ArgumentParser:
             "  interp audit-leakage my_pkg.models:gpt --json -\n"
             "  interp claims toy-induction examples/claims.toml --strict\n\n"
             "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n"
+            "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n"
             "Run `interp COMMAND --help` for each command's options."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON schema version, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def command(name: str, handler: Callable, summary: str, example: str, description: str = "") -> argparse.ArgumentParser:
@@ -477,6 +663,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
+    for add in (_report_parser, _audit_parser, _claims_parser, _scan_parser, _heads_parser, _verify_parser,
+                _train_parser, _demo_parser):
+        add(command)
+    return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
+
+
+class _VersionAction(argparse.Action):
+    """`interp --version`: the toolkit's version and the JSON schema's, looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"interp {toolkit_version()} (JSON schema {JSON_SCHEMA})")
+        parser.exit()
+
+
+def _report_parser(command) -> None:
     p = command("report", cmd_report, "Write a per-head pattern report (HTML, CSV, Markdown, PNG)",
                 "interp report toy-induction --n 64 --out reports/toy --force",
                 "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage\n"
@@ -487,8 +691,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
+    _add_behaviour(p)
+    p.add_argument("--max-cards", type=_positive_int, default=None, metavar="N",
+                   help="most head cards the report may have (default 64; MiniLM-L6 has 72 heads)")
+    p.add_argument("--colour-scale", choices=["common", "per_head"], default="common",
+                   help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
     _add_common(p)
 
+
+def _audit_parser(command) -> None:
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
                 "interp audit-leakage toy-induction --max-len 64 --json audit.json",
                 "Perturbation, gradient and pattern checks at every hook site; batch mixing and padding.\n"
@@ -498,6 +709,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tol", type=_positive_float, default=None, metavar="X", help="relative influence below which a change is numerical noise")
     _add_common(p)
 
+
+def _claims_parser(command) -> None:
     p = command("claims", cmd_claims, "Test the claims written in a TOML claims file",
                 "interp claims toy-induction examples/claims.toml --strict --json -",
                 "FILE format (see interp/specs.py):\n"
@@ -511,15 +724,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
     p.add_argument("--seed", type=int, default=None, help="override the file's prompts.seed")
+    _add_behaviour(p)
     _add_common(p, seed=False)
 
+
+def _scan_parser(command) -> None:
     p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
                 "interp scan toy-induction --n 128 --supported-only")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
-    p.add_argument("--supported-only", action="store_true", help="show only supported claims")
+    p.add_argument("--supported-only", action="store_true",
+                   help="show only supported claims (the footer counts the hidden ones; --json keeps only the shown)")
+    _add_behaviour(p)
     _add_common(p)
 
+
+def _heads_parser(command) -> None:
     p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",
                 "interp heads toy-induction --prompts repeated --n 64 --json heads.json")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
@@ -527,6 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p)
     _add_common(p)
 
+
+def _verify_parser(command) -> None:
     p = command("verify", cmd_verify, "Prove the model's hooks carry what their names say",
                 "interp verify toy-induction",
                 "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the\n"
@@ -534,16 +756,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_common(p, n=False, seed=False)
 
+
+def _train_parser(command) -> None:
     p = command("train", cmd_train, "Train a model (wraps python -m models.train; arguments pass through)",
                 "interp train -- --help")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for models.train")
 
+
+def _demo_parser(command) -> None:
     p = command("demo", cmd_demo, "Report on the embedded default model and print the strongest findings",
                 "interp demo --out reports/toy-induction",
                 "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
     p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
     _add_common(p, json_=False)
-    return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,13 @@ class AttentionSite:
     d_head: int
     causal: bool | None  # True causal, False bidirectional, None unknown
     hooks: dict[str, str] = field(default_factory=dict)  # role -> full hook name
+    # key/value heads (grouped-query attention): k and v hooks carry n_kv_heads heads and query
+    # head h reads key/value head h // (n_heads // n_kv_heads); None means n_heads
+    n_kv_heads: int | None = None
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head `head` reads."""
+        return head // (self.n_heads // (self.n_kv_heads or self.n_heads))
 
     def hook(self, role: Role) -> str:
         """Full hook name for a role; a clear error if this site does not expose it."""
@@ -56,7 +63,8 @@ def _block_sites(model: nn.Module) -> list[AttentionSite]:
             continue
         prefix = f"blocks.{layer}.attn"
         hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
-        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+        n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks, n_kv_heads=n_kv))
     return sites
 
 

@@ -8,10 +8,19 @@ Accepted specs, tried in this order:
   `models/checkpoints/`;
 - a checkpoint of ours: `NAME`, `NAME.safetensors` or `NAME.json` (safetensors weights + JSON
   config; never unpickled);
-- a local Hugging Face model folder (a directory with `config.json`), wrapped by
-  `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline;
+- a local Hugging Face model folder (a directory with `config.json`): converted natively into a
+  HookedGPT / HookedEncoder when `models.convert` supports its architecture (GPT-2, GPT-NeoX, Gemma, Phi-3,
+  Llama, Mistral, Qwen2, BERT, RoBERTa; `model.cfg.original_architecture` says which), otherwise wrapped
+  by `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline and a
+  load note naming what will not work there. The tokenizer is optional;
+- an instantiated Hugging Face model (`transformers.PreTrainedModel`): converted natively;
 - `package.module:factory`: imported with importlib (never `eval`), called with no
   arguments, and its `nn.Module` loaded as above.
+
+`backend` chooses the route: "native" (convert, or a clear error naming the supported
+architectures), "bridge" (TransformerBridge), "sdpa" (interception of the model's own
+`scaled_dot_product_attention` calls, `interp.sdpa`), "auto" (native when supported, then the
+others). Every loaded Hugging Face model carries `load_notes` saying which route it took.
 
 A bridge whose Hugging Face folder holds only the base model (e.g. MiniLM-L6, "BertModel")
 gets a task head that transformers initialises randomly on every load; such a model has
@@ -23,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -32,6 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from interp.errors import BadInput
 from interp.hooks import ROLES, AttentionSite, register_site_finder
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
@@ -45,6 +56,15 @@ SPEC_KINDS = (
     "a local Hugging Face model folder containing config.json",
     "'package.module:factory' naming a function that returns an nn.Module",
     "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention)",
+)
+BACKENDS = ("auto", "native", "sdpa", "bridge")
+# what a model loaded through the bridge cannot do (FACTS.md; verify_hooks(model) gives the exact list)
+BRIDGE_LIMITS = (
+    "through TransformerBridge, hook_attn_scores carries post-softmax weights and edits there are discarded, "
+    "edits at hook_pattern are discarded on some architectures (MiniLM among them), and hook_result is absent: "
+    "sufficiency (pattern substitution), score edits and per-head result decompositions (redundancy's direct "
+    "effects, faithfulness through results) will not work; observational and control evidence and ablations at "
+    "hook_z do. interp.verify_hooks(model) lists exactly which hooks hold."
 )
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # Hugging Face model types whose attention is bidirectional unless config.is_decoder is set
@@ -73,8 +93,14 @@ def builtin_path(name: str) -> Path:
     return weights
 
 
-def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
-    """A hooked model from a spec (see the module docstring for the kinds of spec); eval mode."""
+def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
+    """A hooked model from a spec (see the module docstring for the kinds of spec and backends); eval mode."""
+    if backend not in BACKENDS:
+        raise BadInput(f"backend={backend!r} is not one of {list(BACKENDS)}; 'auto' picks native conversion when it can.")
+    if backend != "auto":
+        return _load_with_backend(spec, backend, device)
+    if _is_hf_model(spec):
+        return _hf_model(spec, "auto").to(device)
     if isinstance(spec, nn.Module):
         return _from_module(spec).to(device)
     if not isinstance(spec, (str, os.PathLike)):
@@ -85,13 +111,14 @@ def load(spec: Any, *, device: str | torch.device = "cpu") -> nn.Module:
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "config.json").exists():
-            return load_hf_folder(path, device=device)
+            return load_hf(path, device=device)
         raise ValueError(f"{path} is a folder without config.json, so neither a Hugging Face model nor a checkpoint. {_accepted()}")
     weights, config = checkpoint_paths(path)
     if weights.exists() or (path.suffix in (".safetensors", ".json") and path.exists()):
         return load_checkpoint(path, device=device)
     if _FACTORY.match(text):
-        return _from_module(_call_factory(text)).to(device)
+        model = _call_factory(text)
+        return (_hf_model(model, "auto") if _is_hf_model(model) else _from_module(model)).to(device)
     close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
@@ -150,6 +177,151 @@ def _hub_offline():
         hub.HF_HUB_OFFLINE = previous
 
 
+def _is_hf_model(obj: Any) -> bool:
+    """An instantiated transformers model (checked without importing transformers)."""
+    import sys
+
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(obj, transformers.PreTrainedModel)
+
+
+def _hf_folder(spec: Any) -> Path | None:
+    if isinstance(spec, (str, os.PathLike)) and os.fspath(spec) not in BUILTINS:
+        path = Path(spec).expanduser()
+        if path.is_dir() and (path / "config.json").exists():
+            return path
+    return None
+
+
+def _load_with_backend(spec: Any, backend: str, device) -> nn.Module:
+    """`load` with an explicit backend."""
+    folder = _hf_folder(spec)
+    if backend == "native":
+        if _is_hf_model(spec):
+            return _hf_model(spec, "native").to(device)
+        if folder is not None:
+            return load_hf(folder, device=device, backend="native")
+        model = load(spec, device=device)
+        if type(model).__name__ == "TransformerBridge":
+            raise BadInput(f"backend='native': {type(model).__name__} is not a native hooked model.")
+        return model  # built-ins, checkpoints and hooked modules are native already
+    if backend == "bridge":
+        if folder is None:
+            raise BadInput(
+                f"backend='bridge' wraps a local Hugging Face folder (a directory with config.json); {spec!r} is not one. "
+                "Save a Hugging Face model with save_pretrained(folder) first, or use backend='native'."
+            )
+        return load_hf(folder, device=device, backend="bridge")
+    _sdpa_module()  # refuse before loading anything if the backend is missing
+    if folder is not None:
+        spec = _hf_from_folder(folder)
+    elif not isinstance(spec, nn.Module):
+        text = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else ""
+        if not _FACTORY.match(text):
+            raise BadInput(f"backend='sdpa' needs an nn.Module, a 'package.module:factory' or a Hugging Face folder; got {spec!r}.")
+        spec = _call_factory(text)
+    return _sdpa(spec).to(device)
+
+
+def _hf_from_folder(folder: Path) -> nn.Module:
+    """The Hugging Face model a folder declares (its task head included), built by transformers offline."""
+    import transformers
+
+    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    model_class = getattr(transformers, declared[0], None) if declared else None
+    with _hub_offline():
+        return (model_class or transformers.AutoModel).from_pretrained(str(folder), local_files_only=True).eval()
+
+
+def _sdpa_module():
+    try:
+        return importlib.import_module("interp.sdpa")
+    except ModuleNotFoundError:
+        raise BadInput(
+            "the sdpa backend is not available in this installation (interp.sdpa is missing); "
+            "use backend='native', 'bridge' or 'auto'."
+        ) from None
+
+
+def _sdpa(model: nn.Module) -> nn.Module:
+    """The sdpa backend: hooks a model's own scaled_dot_product_attention calls (interp.sdpa)."""
+    return _sdpa_module().hook_sdpa(model)
+
+
+def _hf_model(model: nn.Module, backend: str) -> nn.Module:
+    """An instantiated Hugging Face model: converted natively, or (auto) through the sdpa backend."""
+    from models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_model
+
+    try:
+        converted = convert_model(model)
+    except (UnsupportedArchitecture, UnsupportedField) as error:
+        if backend == "auto" and importlib.util.find_spec("interp.sdpa") is not None:
+            hooked_model = _sdpa(model)
+            hooked_model.load_notes = [f"not converted natively ({error}); hooked through the sdpa backend."]
+            return hooked_model
+        raise BadInput(f"{error} To use the bridge, save the model with save_pretrained(folder) and load the folder.") from None
+    except ConversionError as error:
+        raise BadInput(str(error)) from None
+    _describe_native(converted, type(model).__name__)
+    converted.tokenizer = getattr(model, "tokenizer", None)
+    return converted
+
+
+def _describe_native(model: nn.Module, source: str) -> None:
+    model.head_is_random = False
+    model.load_notes = [
+        f"converted natively from {model.cfg.original_architecture} ({source}) into {type(model).__name__}: every "
+        "hook carries what its name says and edits at every hook take effect."
+    ]
+    if getattr(model.cfg, "lm_head", "unembed") is None:
+        model.load_notes.append(
+            "the checkpoint has no LM head: forward returns the final residual stream (Hugging Face's "
+            "last_hidden_state), so measure behaviour on it, not on logits."
+        )
+
+
+def _folder_tokenizer(folder: Path, notes: list[str]):
+    """The folder's tokenizer, or None with a note: no analysis needs one (token ids work)."""
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
+    if not any((folder / name).exists() for name in names):
+        notes.append(f"{folder.name} has no tokenizer files; pass token ids (text prompts need a tokenizer).")
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        with _hub_offline():
+            return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # a broken or unsupported tokenizer must not block the model
+        notes.append(f"the tokenizer of {folder.name} did not load ({type(error).__name__}: {error}); pass token ids.")
+        return None
+
+
+def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
+    """A local Hugging Face folder: converted natively when supported (backend auto/native), else
+    (auto) through the bridge with a note naming what will not work there."""
+    from models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_folder
+
+    folder = Path(folder).resolve()
+    if backend in ("auto", "native"):
+        try:
+            with _hub_offline():
+                model = convert_folder(folder)
+        except (UnsupportedArchitecture, UnsupportedField) as error:
+            if backend == "native":
+                raise BadInput(f"backend='native': {error}") from None
+            bridge = load_hf_folder(folder, device=device)
+            bridge.load_notes.insert(0, f"not converted natively: {error} Loaded through the bridge instead; {BRIDGE_LIMITS}")
+            return bridge
+        except ConversionError as error:
+            raise BadInput(f"{folder}: {error}") from None
+        _describe_native(model, str(folder))
+        model.tokenizer = _folder_tokenizer(folder, model.load_notes)
+        return model.to(device)
+    bridge = load_hf_folder(folder, device=device)
+    bridge.load_notes.append(f"loaded through the bridge (backend='bridge'); {BRIDGE_LIMITS}")
+    return bridge
+
+
 def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
     """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline."""
     folder = Path(folder).resolve()
@@ -201,5 +373,6 @@ def _bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
         hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
         if not getattr(cfg, "use_attn_result", False):
             hooks.pop("result", None)
-        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks))
+        n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+        sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks, n_kv_heads=n_kv))
     return sites

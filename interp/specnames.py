@@ -19,6 +19,7 @@ from interp.errors import BadInput
 # `interp.loading.BUILTINS` is this dict
 BUILTINS: dict[str, str] = {
     "toy-induction": "toy-induction",
+    "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
 }
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

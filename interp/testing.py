@@ -129,15 +129,18 @@ def run_claims(
     prompt_overrides: dict | None = None,
     seed: int | None = None,
     progress: bool = False,
+    behaviour=None,
 ):
     """Test every claim of a claims file on `model`: one row per claim, in file order.
 
     Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
     `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
     of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
-    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model without a
-    meaningful next-token loss (an encoder, a random task head) gets the observational test and
-    the shuffled-token control only (`analyses.report.claim_evidence_for`).
+    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model whose
+    interventions would measure nothing (an encoder or random-head model through the
+    TransformerLens bridge) gets the observational test and the shuffled-token control only
+    (`analyses.report.claim_evidence_for`). `behaviour`: what causal
+    evidence measures (`interp.behaviour`; default: the model's own), named in the `behaviour` column.
     """
     import dataclasses
 
@@ -157,7 +160,7 @@ def run_claims(
         from analyses.report import claim_evidence_for
 
         frame = test_claims(model, [_claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed,
-                            evidence=claim_evidence_for(model), progress=progress)
+                            evidence=claim_evidence_for(model), progress=progress, behaviour=behaviour)
         for entry, (_, row) in zip(head_entries, frame.iterrows()):
             rows.append({**_entry_columns(entry), **row.to_dict()})
     for entry in claims_file.claims:

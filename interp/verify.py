@@ -16,6 +16,9 @@ and two extra forwards per hook check `edit_<role>`: adding noise at the hook ch
 model's output at all (compared with an identity hook at the same point, so both runs take
 the same code path) (a hook whose edits are discarded is a read-only copy, not an intervention point).
 
+Grouped-query attention (`site.n_kv_heads` < `n_heads`): the k and v hooks carry the key/value
+heads as computed, and query head h is checked against key/value head h // (n_heads // n_kv_heads).
+
 Limits: the checks use the model's own default forward (no padding, no additive float
 masks such as ALiBi, which `scores_qk` would report as a mismatch); tolerances are
 absolute 1e-4 plus relative 1e-4 in float32 and float64, 2e-3 + 4e-3 in float16 and
@@ -58,7 +61,9 @@ def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple
     cfg = getattr(model, "cfg", None)
     d_vocab = getattr(cfg, "d_vocab", None)
     if d_vocab:
-        n_pos = min(8, getattr(cfg, "n_ctx", 8) or 8)
+        from interp.modelinfo import context_length
+
+        n_pos = min(8, context_length(model) or 8)
         low = 1000 if d_vocab > 2000 else 0  # skip special tokens of real vocabularies
         return (torch.randint(low, d_vocab, (2, n_pos), generator=generator),), {}
     from interp.mha import HookedMultiheadAttention
@@ -107,6 +112,7 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
     row("hooks_present", not missing, f"missing {missing}" if missing else "all 7 roles fire")
     got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
+    got = _per_query_head(site, got)
 
     if {"q", "k", "attn_scores"} <= set(got):
         q, k, scores = got["q"], got["k"], got["attn_scores"]
@@ -164,6 +170,19 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
                 ok, detail = ok and ok_b, f"{detail}; offset vs output bias {detail_b}"
             row("result_sum", ok, detail)
     return rows
+
+
+def _per_query_head(site: AttentionSite, got: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Grouped-query attention: k and v carry n_kv_heads heads; query head h reads kv head
+    h // (n_heads // n_kv_heads), so repeat each kv head over its group before comparing."""
+    n_kv = site.n_kv_heads or site.n_heads
+    if n_kv == site.n_heads:
+        return got
+    out = dict(got)
+    for role in ("k", "v"):
+        if role in got and got[role].shape[2] == n_kv:
+            out[role] = got[role].repeat_interleave(site.n_heads // n_kv, dim=2)  # (batch, pos, head, d_head)
+    return out
 
 
 def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:

@@ -1,4 +1,10 @@
 """Hooked small transformers; they know nothing of the toolkit built on them."""
+import warnings
+
+# transformer-lens imports huggingface_hub, which imports tqdm.auto: in Jupyter without ipywidgets that
+# warns "IProgress not found" in every notebook, though no tqdm bar is ever drawn here (bars are rich's)
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 from models.config import EncoderConfig, GPTConfig
 from models.encoder import HookedEncoder
 from models.gpt import HookedGPT

@@ -22,7 +22,7 @@ from torch import nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from models.config import GPTConfig
+from models.config import EncoderConfig, GPTConfig
 
 
 class CachingRoot(HookedRootModule):
@@ -66,7 +66,8 @@ class Unembed(nn.Module):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:
-        return residual @ self.W_U + self.b_U  # (batch, pos, d_vocab)
+        # the bias added inside the product: one pass over the (batch, pos, d_vocab) logits, not two
+        return F.linear(residual, self.W_U.T, self.b_U)  # (batch, pos, d_vocab)
 
 
 class LayerNorm(nn.Module):
@@ -96,29 +97,144 @@ class MLP(nn.Module):
         self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
         self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
         self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
-        self.act_fn = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}[cfg.act_fn]
+        self.act_fn = ACT_FNS[cfg.act_fn]
         self.hook_pre = HookPoint()  # (batch, pos, d_mlp)
         self.hook_post = HookPoint()  # (batch, pos, d_mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.hook_pre(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act_fn(pre)) @ self.W_out + self.b_out
+        pre = self.hook_pre(F.linear(x, self.W_in.T, self.b_in))
+        return F.linear(self.hook_post(self.act_fn(pre)), self.W_out.T, self.b_out)
 
 
-def rotary_tables(n_ctx: int, d_head: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables, each (n_ctx, d_head), for rotating halves of each head vector."""
-    inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
-    angles = torch.outer(torch.arange(n_ctx, dtype=torch.float32), inv_freq)  # (pos, d_head/2)
-    angles = torch.cat([angles, angles], dim=-1)  # (pos, d_head)
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+ACT_FNS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_new": _gelu_tanh}
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU-style MLP (Llama): out = (act(x W_gate + b_gate) * (x W_in + b_in)) W_out + b_out.
+
+    `hook_pre` is the gate before the non-linearity, `hook_pre_linear` the linear branch,
+    `hook_post` their product (TransformerLens's names)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp))
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act_fn = ACT_FNS[cfg.act_fn]
+        self.hook_pre = HookPoint()  # (batch, pos, d_mlp)
+        self.hook_pre_linear = HookPoint()  # (batch, pos, d_mlp)
+        self.hook_post = HookPoint()  # (batch, pos, d_mlp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # F.linear adds each bias inside the matrix product (one pass over the d_mlp-wide
+        # activations instead of two), as Hugging Face's nn.Linear layers do
+        gate = self.hook_pre(F.linear(x, self.W_gate.T, self.b_gate))
+        linear = self.hook_pre_linear(F.linear(x, self.W_in.T, self.b_in))
+        return F.linear(self.hook_post(self.act_fn(gate) * linear), self.W_out.T, self.b_out)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Llama): x / sqrt(mean(x^2) + eps) * w, no centring and no bias; hooked like LayerNorm."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.eps = cfg.layer_norm_eps
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.hook_scale = HookPoint()  # (batch, pos, 1)
+        self.hook_normalized = HookPoint()  # (batch, pos, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (hook_is_live(self.hook_scale) or hook_is_live(self.hook_normalized)):
+            return F.rms_norm(x, (x.shape[-1],), self.w, self.eps)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale) * self.w
+
+
+def make_norm(cfg: GPTConfig) -> nn.Module:
+    """The model's norm layer: LayerNorm, RMSNorm or none."""
+    if cfg.normalization_type == "LN":
+        return LayerNorm(cfg)
+    if cfg.normalization_type == "RMS":
+        return RMSNorm(cfg)
+    return nn.Identity()
+
+
+def make_mlp(cfg: GPTConfig) -> nn.Module:
+    return GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
+
+
+class TokenTypeEmbed(nn.Module):
+    """Token-type (segment) embeddings, BERT's token_type_ids."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.W_token_type = nn.Parameter(torch.empty(cfg.n_token_types, cfg.d_model))
+
+    def forward(self, token_type_ids: torch.Tensor) -> torch.Tensor:
+        return self.W_token_type[token_type_ids]  # (batch, pos, d_model)
+
+
+class MLMHead(nn.Module):
+    """BERT's masked-LM transform before the unembedding: LayerNorm(act(resid W + b))."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.W = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act_fn = ACT_FNS[cfg.act_fn]
+        self.ln = LayerNorm(cfg)
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        return self.ln(self.act_fn(resid @ self.W + self.b))  # (batch, pos, d_model)
+
+
+def rotary_frequencies(rotary_dim: int, base: float) -> torch.Tensor:
+    """Inverse frequencies (rotary_dim / 2,) of rotary embeddings, as GPT-NeoX and Llama compute them."""
+    return 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
+
+
+def model_rotary_frequencies(cfg: GPTConfig) -> torch.Tensor:
+    """The inverse frequencies a model's config asks for: plain, or Llama 3's NTK-by-parts scaling
+    (low frequencies divided by the factor, high ones kept, a smooth blend between)."""
+    inv_freq = rotary_frequencies(cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
+    if not cfg.use_NTK_by_parts_rope:
+        return inv_freq
+    factor, old_ctx = cfg.NTK_by_parts_factor, cfg.NTK_original_ctx_len
+    low, high = cfg.NTK_by_parts_low_freq_factor, cfg.NTK_by_parts_high_freq_factor
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > old_ctx / low, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelength < old_ctx / high) * ~(wavelength > old_ctx / low)
+    return torch.where(medium, blended, scaled)
+
+
+def rotary_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, each (batch, 1, pos, rotary_dim), for position ids (batch, pos).
+
+    Computed per call from the positions in use (never an (n_ctx, d_head) table, which for a
+    converted model with a 128k context would cost gigabytes); each angle is one float product,
+    the same number a precomputed table holds."""
+    angles = positions.float().unsqueeze(-1) * inv_freq  # (batch, pos, rotary_dim / 2)
+    angles = einops.rearrange(torch.cat([angles, angles], dim=-1), "batch pos d_rot -> batch 1 pos d_rot")
     return angles.cos(), angles.sin()
 
 
-def apply_rotary(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x of shape (batch, head, pos, d_head) by its positions (batch, pos) (GPT-NeoX convention)."""
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the leading rotary_dim dims of x (batch, head, pos, d_head) (GPT-NeoX convention:
+    halves, not adjacent pairs); the remaining dims pass through (partial rotary)."""
+    rotary_dim = cos.shape[-1]
+    if rotary_dim < x.shape[-1]:
+        return torch.cat([apply_rotary(x[..., :rotary_dim], cos, sin), x[..., rotary_dim:]], dim=-1)
     first, second = x.chunk(2, dim=-1)
     rotated = torch.cat([-second, first], dim=-1)
-    cos = einops.rearrange(cos[positions], "batch pos d_head -> batch 1 pos d_head")
-    sin = einops.rearrange(sin[positions], "batch pos d_head -> batch 1 pos d_head")
     return x * cos + rotated * sin
 
 
@@ -133,44 +249,64 @@ class Attention(nn.Module):
     attn_scores or pattern is live; otherwise `F.scaled_dot_product_attention` computes the
     same thing fused. Per-head results (d_model wide per head) are materialised only when
     `hook_result` is live.
+
+    Grouped-query attention (`n_key_value_heads` < `n_heads`, Llama / Mistral / Qwen2): the
+    model computes n_kv key and value heads, and query head h reads key/value head
+    h // (n_heads // n_kv). `hook_k` / `hook_v` carry the n_kv heads as computed (an edit there
+    reaches every query head of its group); attn_scores, pattern, z and result are per query
+    head. The key/value weights are the parameters `_W_K`, `_W_V`, `_b_K`, `_b_V` (kv_head, ...);
+    `W_K`, `W_V`, `b_K`, `b_V` are read-only expanded copies, one per query head, so
+    `W_K[h]` is the key map query head h uses (write to `_W_K[h // group]` to change it).
     """
 
     def __init__(self, cfg: GPTConfig, causal: bool):
         super().__init__()
         self.cfg = cfg
         self.causal = causal
-        n_heads, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
+        n_heads, n_kv, d_model, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
+        self.n_kv_heads = n_kv
+        self.group = n_heads // n_kv  # query heads per key/value head
+        kv = "_" if self.group > 1 else ""  # grouped: the stored key/value weights are the kv heads
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.register_parameter(f"{kv}W_K", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
+        self.register_parameter(f"{kv}W_V", nn.Parameter(torch.empty(n_kv, d_model, d_head)))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
         self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
-        self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
-        self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
+        self.register_parameter(f"{kv}b_K", nn.Parameter(torch.zeros(n_kv, d_head)))
+        self.register_parameter(f"{kv}b_V", nn.Parameter(torch.zeros(n_kv, d_head)))
         self.b_O = nn.Parameter(torch.zeros(d_model))
         self.scale = 1.0 / math.sqrt(d_head)
-        if causal:
-            mask = torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool).tril()
-            self.register_buffer("causal_mask", mask, persistent=False)
         if cfg.positional_embedding_type == "rotary":
-            cos, sin = rotary_tables(cfg.n_ctx, d_head, cfg.rotary_base)
-            self.register_buffer("rotary_cos", cos, persistent=False)
-            self.register_buffer("rotary_sin", sin, persistent=False)
+            self.register_buffer("rotary_inv_freq", model_rotary_frequencies(cfg), persistent=False)
         self.hook_q = HookPoint()  # (batch, pos, head, d_head)
-        self.hook_k = HookPoint()  # (batch, pos, head, d_head)
-        self.hook_v = HookPoint()  # (batch, pos, head, d_head)
+        self.hook_k = HookPoint()  # (batch, pos, kv_head, d_head); query head h reads kv head h // group
+        self.hook_v = HookPoint()  # (batch, pos, kv_head, d_head); query head h reads kv head h // group
         self.hook_attn_scores = HookPoint()  # (batch, head, query, key)
         self.hook_pattern = HookPoint()  # (batch, head, query, key)
         self.hook_z = HookPoint()  # (batch, pos, head, d_head)
         self.hook_result = HookPoint()  # (batch, pos, head, d_model)
 
+    def kv_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stored key/value weights and biases, one per key/value head."""
+        if self.group > 1:
+            return self._W_K, self._W_V, self._b_K, self._b_V
+        return self.W_K, self.W_V, self.b_K, self.b_V
+
     def explicit_needed(self) -> bool:
         watched = (self.hook_q, self.hook_k, self.hook_v, self.hook_attn_scores, self.hook_pattern)
         return any(hook_is_live(h) for h in watched)
 
-    def mask(self, n_pos: int, key_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """Boolean mask, True where a query may attend to a key; broadcasts to (batch, head, query, key)."""
-        allowed = self.causal_mask[:n_pos, :n_pos] if self.causal else None
+    def mask(self, n_pos: int, key_mask: torch.Tensor | None, device=None) -> torch.Tensor | None:
+        """Boolean mask, True where a query may attend to a key; broadcasts to (batch, head, query, key).
+
+        The sliding window counts sequence indices (padding included), as Hugging Face does."""
+        allowed = None
+        if self.causal:
+            allowed = torch.ones(n_pos, n_pos, dtype=torch.bool, device=device).tril()
+        window = self.cfg.window_size
+        if window is not None and n_pos > window:
+            recent = torch.ones(n_pos, n_pos, dtype=torch.bool, device=device).triu(1 - window)
+            allowed = recent if allowed is None else allowed & recent
         if key_mask is not None:
             keys = einops.rearrange(key_mask.bool(), "batch key -> batch 1 1 key")
             allowed = keys if allowed is None else allowed & keys
@@ -181,16 +317,11 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x: (batch, pos, d_model); key_mask: (batch, pos), 1 for real tokens, 0 for padding;
         positions: (batch, pos) position ids, used by rotary embeddings."""
-        q, k, v = self.project_qkv(x, positions)  # each (batch, head, pos, d_head)
+        q, k, v = self.project_qkv(x, positions)  # q (batch, head, pos, d_head); k, v (batch, kv_head, pos, d_head)
         if self.explicit_needed():
             z = self.explicit_z(q, k, v, key_mask)
-        elif key_mask is None:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         else:
-            # a query whose every key is padding attends to nothing (the kernel gives NaN there)
-            allowed = self.mask(x.shape[1], key_mask)
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-            z = z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+            z = self.fused_z(q, k, v, key_mask)
         # z: (batch, head, pos, d_head)
         if not (hook_is_live(self.hook_z) or hook_is_live(self.hook_result)):
             return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
@@ -200,27 +331,46 @@ class Attention(nn.Module):
         result = self.hook_result(einops.rearrange(z @ self.W_O, TO_POS))  # (batch, pos, head, d_model)
         return result.sum(dim=2) + self.b_O
 
+    def fused_z(self, q, k, v, key_mask) -> torch.Tensor:
+        """z through `F.scaled_dot_product_attention` (no hook can see its inside)."""
+        grouped = {"enable_gqa": True} if self.group > 1 else {}
+        n_pos = q.shape[2]
+        windowed = self.cfg.window_size is not None and n_pos > self.cfg.window_size
+        if key_mask is None and not windowed:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, **grouped)
+        allowed = self.mask(n_pos, key_mask, q.device)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, **grouped)
+        # a query whose every key is padding attends to nothing (the kernel gives NaN there)
+        return z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+
     def project_qkv(self, x: torch.Tensor, positions: torch.Tensor | None):
-        """q, k, v through one fused projection, each (batch, head, pos, d_head); rotary applied."""
-        w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V])  # (3 * head, d_model, d_head)
-        b_qkv = einops.rearrange(torch.cat([self.b_Q, self.b_K, self.b_V]), "head d_head -> head 1 d_head")
+        """q (batch, head, pos, d_head), k and v (batch, kv_head, pos, d_head) through one fused
+        projection; rotary applied to q and k."""
+        W_K, W_V, b_K, b_V = self.kv_weights()
+        w_qkv = torch.cat([self.W_Q, W_K, W_V])  # (head + 2 * kv_head, d_model, d_head)
+        b_qkv = einops.rearrange(torch.cat([self.b_Q, b_K, b_V]), "head d_head -> head 1 d_head")
         qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head") + b_qkv
-        q, k, v = qkv.chunk(3, dim=1)
+        q, k, v = qkv.split([self.cfg.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)
         if self.cfg.positional_embedding_type == "rotary":
             if positions is None:
                 positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], x.shape[1])
-            q = apply_rotary(q, positions, self.rotary_cos, self.rotary_sin)
-            k = apply_rotary(k, positions, self.rotary_cos, self.rotary_sin)
+            cos, sin = rotary_angles(positions, self.rotary_inv_freq)
+            q = apply_rotary(q, cos, sin)
+            k = apply_rotary(k, cos, sin)
         return q, k, v
+
+    def per_query_head(self, kv: torch.Tensor) -> torch.Tensor:
+        """Key or value heads (batch, kv_head, pos, d_head) repeated to one per query head."""
+        return kv if self.group == 1 else kv.repeat_interleave(self.group, dim=1)
 
     def explicit_z(self, q, k, v, key_mask) -> torch.Tensor:
         """The lesson's steps, each hooked. Hooks see q, k, v as (batch, pos, head, d_head) views,
         and whatever a hook returns is what the next step uses."""
         q = einops.rearrange(self.hook_q(einops.rearrange(q, TO_POS)), TO_HEAD)
-        k = einops.rearrange(self.hook_k(einops.rearrange(k, TO_POS)), TO_HEAD)
-        v = einops.rearrange(self.hook_v(einops.rearrange(v, TO_POS)), TO_HEAD)
+        k = self.per_query_head(einops.rearrange(self.hook_k(einops.rearrange(k, TO_POS)), TO_HEAD))
+        v = self.per_query_head(einops.rearrange(self.hook_v(einops.rearrange(v, TO_POS)), TO_HEAD))
         scores = (q @ k.transpose(-1, -2)) * self.scale  # (batch, head, query, key)
-        allowed = self.mask(q.shape[2], key_mask)
+        allowed = self.mask(q.shape[2], key_mask, q.device)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
@@ -232,19 +382,52 @@ class Attention(nn.Module):
         return pattern @ v  # (batch, head, query, d_head)
 
 
+class GroupedQueryAttention(Attention):
+    """`Attention` with fewer key/value heads than query heads (see `Attention`): the stored
+    weights are `_W_K`, `_W_V`, `_b_K`, `_b_V`; `W_K` etc. are per-query-head expanded copies."""
+
+    def _expanded(self, stored: torch.Tensor) -> torch.Tensor:
+        return stored.repeat_interleave(self.group, dim=0)  # (head, ...): row h is kv head h // group
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        return self._expanded(self._W_K)
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        return self._expanded(self._W_V)
+
+    @property
+    def b_K(self) -> torch.Tensor:
+        return self._expanded(self._b_K)
+
+    @property
+    def b_V(self) -> torch.Tensor:
+        return self._expanded(self._b_V)
+
+
+def make_attention(cfg: GPTConfig, causal: bool) -> Attention:
+    return GroupedQueryAttention(cfg, causal) if cfg.n_kv_heads < cfg.n_heads else Attention(cfg, causal)
+
+
 class TransformerBlock(nn.Module):
+    """One block. Pre-norm (default): resid + attn(ln1(resid)), then + mlp(ln2(resid)).
+    `parallel_attn_mlp` (GPT-NeoX): resid + attn(ln1(resid)) + mlp(ln2(resid)), no resid_mid.
+    `post_norm` (BERT): resid_mid = resid + attn(resid); resid_post = ln2(ln1(resid_mid) + mlp(ln1(resid_mid))),
+    as TransformerLens's BERT block hooks it (hook_resid_mid before ln1)."""
+
     def __init__(self, cfg: GPTConfig, causal: bool):
         super().__init__()
         self.cfg = cfg
-        norm = LayerNorm if cfg.normalization_type == "LN" else lambda _cfg: nn.Identity()
-        self.ln1 = norm(cfg)
-        self.attn = Attention(cfg, causal=causal)
+        self.ln1 = make_norm(cfg)
+        self.attn = make_attention(cfg, causal=causal)
         if not cfg.attn_only:
-            self.ln2 = norm(cfg)
-            self.mlp = MLP(cfg)
+            self.ln2 = make_norm(cfg)
+            self.mlp = make_mlp(cfg)
         self.hook_resid_pre = HookPoint()  # (batch, pos, d_model)
         self.hook_attn_out = HookPoint()  # (batch, pos, d_model)
-        self.hook_resid_mid = HookPoint()  # (batch, pos, d_model)
+        if not cfg.parallel_attn_mlp:
+            self.hook_resid_mid = HookPoint()  # (batch, pos, d_model)
         self.hook_mlp_out = HookPoint()  # (batch, pos, d_model)
         self.hook_resid_post = HookPoint()  # (batch, pos, d_model)
 
@@ -252,20 +435,34 @@ class TransformerBlock(nn.Module):
         self, resid: torch.Tensor, key_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         resid = self.hook_resid_pre(resid)
+        if self.cfg.post_norm:
+            return self.post_norm_forward(resid, key_mask, positions)
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_mask, positions))
+        if self.cfg.parallel_attn_mlp:
+            return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(self.mlp(self.ln2(resid))))
         resid = self.hook_resid_mid(resid + attn_out)
         if not self.cfg.attn_only:
             resid = resid + self.hook_mlp_out(self.mlp(self.ln2(resid)))
         return self.hook_resid_post(resid)
 
+    def post_norm_forward(self, resid: torch.Tensor, key_mask, positions) -> torch.Tensor:
+        attn_out = self.hook_attn_out(self.attn(resid, key_mask, positions))
+        resid = self.ln1(self.hook_resid_mid(resid + attn_out))
+        if not self.cfg.attn_only:
+            resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
+        return self.hook_resid_post(resid)
+
 
 def init_weights(model: nn.Module, cfg: GPTConfig) -> None:
-    """Normal(0, init_range) for matrices, zeros for biases, ones for LayerNorm gains; seeded."""
+    """Normal(0, init_range) for matrices, zeros for biases, ones for norm gains; seeded."""
+    first = next(model.parameters(), None)
+    if first is not None and first.is_meta:
+        return  # built on the meta device to be filled by a converter: nothing to draw
     generator = torch.Generator().manual_seed(cfg.seed) if cfg.seed is not None else None
     for name, param in model.named_parameters():
-        leaf = name.rsplit(".", 1)[-1]
+        leaf = name.rsplit(".", 1)[-1].lstrip("_")  # grouped-query key/value weights are `_W_K`, `_W_V`
         with torch.no_grad():
-            if leaf.startswith("W_"):
+            if leaf.startswith("W_") or leaf == "W":
                 param.copy_(torch.randn(param.shape, generator=generator) * cfg.init_range)
             elif leaf == "w":
                 param.fill_(1.0)

@@ -10,8 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-ActFn = Literal["gelu", "relu", "silu"]
-NormType = Literal["LN", None]
+ActFn = Literal["gelu", "relu", "silu", "gelu_new"]  # gelu_new: the tanh approximation (GPT-2)
+NormType = Literal["LN", "RMS", None]  # RMS: RMSNorm, a scale without centring or bias (Llama)
+LMHead = Literal["unembed", "mlm", None]  # encoders: plain unembedding, BERT's MLM transform + unembedding, or none
 PosEmbedType = Literal["standard", "rotary"]
 
 
@@ -41,6 +42,21 @@ class GPTConfig:
     init_range: float = 0.02  # std of the normal initialisation of weights
     seed: int | None = None  # seed for weight initialisation; None uses torch's global RNG
     model_name: str = "HookedGPT"  # label used in reports
+    # architecture variants, named as TransformerLens names them; the defaults are the
+    # original HookedGPT, so checkpoints saved before these fields existed load unchanged
+    n_key_value_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
+    rotary_dim: int | None = None  # leading dims of each head that rotary rotates (partial rotary); None: d_head
+    gated_mlp: bool = False  # MLP out = (act(x W_gate) * (x W_in)) W_out, SwiGLU (Llama)
+    parallel_attn_mlp: bool = False  # attention and MLP both read resid_pre (GPT-NeoX); no hook_resid_mid
+    window_size: int | None = None  # sliding-window attention: a query sees its last window_size keys (Mistral)
+    post_norm: bool = False  # norm after each residual add (BERT) instead of before each sublayer
+    original_architecture: str | None = None  # the Hugging Face class a converted model came from
+    # Llama 3's rotary scaling ("NTK by parts", rope_type "llama3"): low frequencies divided by the factor
+    use_NTK_by_parts_rope: bool = False
+    NTK_by_parts_factor: float = 8.0  # divisor of the low frequencies
+    NTK_by_parts_low_freq_factor: float = 1.0  # wavelengths above NTK_original_ctx_len / this are scaled
+    NTK_by_parts_high_freq_factor: float = 4.0  # wavelengths below NTK_original_ctx_len / this are kept
+    NTK_original_ctx_len: int = 8192  # the context length the model was pretrained with
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab"):
@@ -61,6 +77,27 @@ class GPTConfig:
         _check_choice("positional_embedding_type", self.positional_embedding_type, PosEmbedType)
         if self.positional_embedding_type == "rotary" and self.d_head % 2:
             raise ValueError(f"rotary embeddings need an even d_head, got {self.d_head}.")
+        self._check_variants()
+
+    def _check_variants(self) -> None:
+        n_kv = self.n_key_value_heads
+        if n_kv is not None and (not isinstance(n_kv, int) or n_kv < 1 or self.n_heads % n_kv):
+            raise ValueError(
+                f"n_key_value_heads={n_kv!r} must be a positive divisor of n_heads={self.n_heads} "
+                "(each key/value head serves n_heads // n_key_value_heads query heads)."
+            )
+        rd = self.rotary_dim
+        if rd is not None and (not isinstance(rd, int) or rd < 2 or rd % 2 or rd > self.d_head):
+            raise ValueError(f"rotary_dim={rd!r} must be an even integer in [2, d_head={self.d_head}].")
+        if self.window_size is not None and (not isinstance(self.window_size, int) or self.window_size < 1):
+            raise ValueError(f"window_size={self.window_size!r} must be a positive integer or None.")
+        if self.parallel_attn_mlp and (self.post_norm or self.attn_only):
+            raise ValueError("parallel_attn_mlp needs an MLP and pre-norm blocks (attn_only=False, post_norm=False).")
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads per layer (n_heads unless grouped-query attention)."""
+        return self.n_key_value_heads or self.n_heads
 
     causal = True
 
@@ -126,5 +163,12 @@ class EncoderConfig(GPTConfig):
 
     pad_token_id: int = 0  # token id used to fill padded positions
     model_name: str = "HookedEncoder"
+    n_token_types: int = 0  # token-type (segment) embeddings, BERT's token_type_ids; 0: none
+    embed_norm: bool = False  # LayerNorm on the summed embeddings (BERT)
+    lm_head: LMHead = "unembed"  # None: forward returns the final residual stream (a bare encoder)
+
+    def _check_variants(self) -> None:
+        super()._check_variants()
+        _check_choice("lm_head", self.lm_head, LMHead)
 
     causal = False

@@ -6,6 +6,10 @@ Hook names per layer `l` (shapes in the comments of `models.components`):
 `blocks.{l}.hook_resid_pre`, `blocks.{l}.attn.hook_q|hook_k|hook_v`, `hook_attn_scores`,
 `hook_pattern`, `hook_z`, `hook_result`, `blocks.{l}.hook_attn_out`, `blocks.{l}.hook_resid_mid`,
 `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`; plus `hook_embed`, `hook_pos_embed`.
+Variants (converted Hugging Face models, `models.convert`) add only what their components need:
+`blocks.{l}.mlp.hook_pre_linear` (gated MLP), no `hook_pos_embed` (rotary), no `hook_resid_mid`
+(parallel attention + MLP); `hook_k` / `hook_v` carry the key/value heads under grouped-query
+attention (see `models.components.Attention`).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.components import CachingRoot, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed, init_weights
+from models.components import CachingRoot, Embed, PosEmbed, TransformerBlock, Unembed, init_weights, make_norm
 from models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
@@ -41,12 +45,29 @@ class HookedGPT(CachingRoot):
         if cfg.positional_embedding_type == "standard":
             self.pos_embed = PosEmbed(cfg)
             self.hook_pos_embed = HookPoint()  # (batch, pos, d_model)
+        self.build_embedding_extras(cfg)
         self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=cfg.causal) for _ in range(cfg.n_layers))
-        self.ln_final = LayerNorm(cfg) if cfg.normalization_type == "LN" else nn.Identity()
-        self.unembed = Unembed(cfg)
+        # a post-norm model's last block already ends in a norm
+        self.ln_final = nn.Identity() if cfg.post_norm else make_norm(cfg)
+        self.build_head(cfg)
         init_weights(self, cfg)
         self.setup()
         self._apply(lambda t: t)  # records device and dtype on cfg
+
+    def build_embedding_extras(self, cfg: GPTConfig) -> None:
+        """Embeddings beyond token and position (an encoder adds token types and a norm)."""
+
+    def embed_extras(self, resid: torch.Tensor, tokens: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if token_type_ids is not None:
+            raise ValueError(f"{type(self).__name__} has no token-type embeddings; drop token_type_ids.")
+        return resid
+
+    def build_head(self, cfg: GPTConfig) -> None:
+        self.unembed = Unembed(cfg)
+
+    def head(self, resid: torch.Tensor) -> torch.Tensor:
+        """Final residual stream (batch, pos, d_model) -> logits (batch, pos, d_vocab)."""
+        return self.unembed(self.ln_final(resid))
 
     # TransformerLens's tools read cfg.device and cfg.dtype
     @property
@@ -64,15 +85,25 @@ class HookedGPT(CachingRoot):
         return module
 
     def to_tokens(self, tokens) -> torch.Tensor:
-        """Tokens as a (batch, pos) LongTensor; a string needs `model.tokenizer` (e.g. a CharTokenizer)."""
+        """Tokens as a (batch, pos) LongTensor; strings need `model.tokenizer` (a CharTokenizer, or a
+        converted model's Hugging Face tokenizer). Several strings must encode to one length: a padded
+        batch needs its attention mask, which `interp.data.text_prompts` builds."""
         if isinstance(tokens, str):
+            return self.to_tokens([tokens])
+        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
             tokenizer = getattr(self, "tokenizer", None)
             if tokenizer is None:
                 raise ValueError(
-                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[:30]!r}; "
+                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[0][:30]!r}; "
                     "pass token ids as a LongTensor, or set model.tokenizer."
                 )
-            tokens = tokenizer.encode(tokens)
+            encoded = [list(tokenizer.encode(text)) for text in tokens]
+            if len({len(ids) for ids in encoded}) > 1:
+                raise ValueError(
+                    f"the {len(tokens)} strings encode to lengths {sorted({len(ids) for ids in encoded})}; a padded "
+                    "batch needs an attention mask: use interp.data.text_prompts(texts, model.tokenizer)."
+                )
+            tokens = encoded
         tokens = torch.as_tensor(tokens)
         return tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
 
@@ -103,7 +134,9 @@ class HookedGPT(CachingRoot):
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.cfg.d_vocab}); check the tokenizer.")
         return tokens.long().to(self.device)
 
-    def embed_tokens(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed_tokens(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Residual stream at layer 0, and the position ids (padding-aware, as Hugging Face does)."""
         if attention_mask is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape)
@@ -112,7 +145,7 @@ class HookedGPT(CachingRoot):
         resid = self.hook_embed(self.embed(tokens))
         if self.cfg.positional_embedding_type == "standard":
             resid = resid + self.hook_pos_embed(self.pos_embed(positions))
-        return resid, positions  # (batch, pos, d_model), (batch, pos)
+        return self.embed_extras(resid, tokens, token_type_ids), positions  # (batch, pos, d_model), (batch, pos)
 
     def check_attention_mask(self, attention_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
         if attention_mask is None:
@@ -133,7 +166,9 @@ class HookedGPT(CachingRoot):
 
     def check_weights(self) -> None:
         """Raise if any parameter holds NaN or inf (the fused kernel can hide them in its output)."""
-        bad = [name for name, param in self.named_parameters() if not torch.isfinite(param).all()]
+        # a sum is NaN or inf if any entry is (or, rarely, if it overflows): only then look closer
+        bad = [name for name, param in self.named_parameters()
+               if not torch.isfinite(param.detach().sum()) and not torch.isfinite(param).all()]
         if bad:
             raise ValueError(f"non-finite weights (NaN or inf) in {bad[:8]}; fix or re-train the model before analysing it.")
 
@@ -145,6 +180,7 @@ class HookedGPT(CachingRoot):
         attention_mask: torch.Tensor | None = None,
         stop_at_layer: int | None = None,
         loss_per_token: bool = False,
+        token_type_ids: torch.Tensor | None = None,
     ):
         """tokens (batch, pos) -> logits (batch, pos, d_vocab), next-token loss, both, or None.
 
@@ -160,14 +196,14 @@ class HookedGPT(CachingRoot):
         if return_type in ("loss", "both") and tokens.shape[1] < 2:
             raise ValueError("the next-token loss needs sequences of at least 2 tokens; got 1.")
         attention_mask = self.check_attention_mask(attention_mask, tokens)
-        resid, positions = self.embed_tokens(tokens, attention_mask)
+        resid, positions = self.embed_tokens(tokens, attention_mask, token_type_ids)
         for block in self.blocks[:stop_at_layer]:
             resid = block(resid, attention_mask, positions)
         if stop_at_layer is not None:
             return resid
         if return_type is None:
             return None
-        logits = self.unembed(self.ln_final(resid))
+        logits = self.head(resid)
         if return_type == "logits":
             return logits
         loss = self.loss(logits, tokens, attention_mask, per_token=loss_per_token)
@@ -177,13 +213,41 @@ class HookedGPT(CachingRoot):
     def loss(
         logits: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, per_token: bool = False
     ) -> torch.Tensor:
-        """Next-token cross-entropy: mean, or (batch, pos - 1) with `per_token=True`."""
-        per = F.cross_entropy(
-            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none"
-        ).view(tokens.shape[0], -1)
+        """Next-token cross-entropy: mean over scored predictions, or (batch, pos - 1) with `per_token=True`.
+
+        A prediction is scored when both the query and the target are real tokens
+        (`next_token_targets`); the toolkit's behaviour `interp.behaviour.next_token_loss` is this loss.
+        """
+        per = next_token_cross_entropy(logits, tokens)
         if per_token:
             return per
         if attention_mask is None:
             return per.mean()
-        weights = attention_mask[:, 1:].float()
+        weights = next_token_targets(attention_mask).to(per.dtype)
         return (per * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def next_token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(batch, pos, d_vocab) logits, (batch, pos) tokens -> (batch, pos - 1) cross-entropy of each next token.
+
+    Position q predicts token q + 1. Half-precision logits are upcast to float32 (a stable softmax);
+    float32 and float64 keep their dtype.
+    """
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    tokens = tokens.to(logits.device)
+    per = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    return per.view(tokens.shape[0], -1)  # (batch, pos - 1)
+
+
+def next_token_targets(attention_mask: torch.Tensor | None, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """(batch, pos - 1) bool: the next-token predictions worth scoring, query and target both real tokens.
+
+    With left padding the first real token is "predicted" from a padded query, which sees nothing:
+    that prediction is left out. `shape` (batch, pos) is needed when there is no mask.
+    """
+    if attention_mask is None:
+        if shape is None:
+            raise ValueError("next_token_targets needs the (batch, pos) shape when there is no attention mask.")
+        return torch.ones(shape[0], shape[1] - 1, dtype=torch.bool)
+    real = attention_mask.bool()
+    return real[:, 1:] & real[:, :-1]

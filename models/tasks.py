@@ -15,6 +15,7 @@ after the earlier occurrence of its token, Olsson et al. 2022).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -139,3 +140,45 @@ def evaluate_induction(model, prefix_len: int, *, offset: int = 0, bos: int | No
     return {"prefix_len": prefix_len, "offset": offset, "bos": bos,
             "loss_first": round(float(first.mean()), 4), "loss_second": round(float(second.mean()), 4),
             "prev_token": prev, "induction": induction}
+
+
+# ---------------------------------------------------------------- natural text (bytes of the Python stdlib)
+
+TEXT_TASKS = ("stdlib-bytes",)
+
+
+@dataclass(frozen=True)
+class TextTask:
+    """Next-byte prediction on random windows of a corpus's training stream (`models.textcorpus`)."""
+
+    train_stream: torch.Tensor  # (n_bytes,) ids in [0, 256): the training files joined by NUL
+    n_pos: int = 256  # window length
+    d_vocab: int = 256  # byte values
+
+    def __post_init__(self) -> None:
+        if self.train_stream.ndim != 1 or self.train_stream.numel() <= self.n_pos:
+            raise ValueError(f"train_stream must be a 1-D stream longer than n_pos={self.n_pos}; "
+                             f"got shape {tuple(self.train_stream.shape)}.")
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """A (batch, n_pos) batch of windows at random offsets; deterministic given the generator's state."""
+        from models.textcorpus import random_windows
+
+        return random_windows(self.train_stream, batch_size, self.n_pos, generator)
+
+    def to_dict(self) -> dict:
+        return {"task": "stdlib-bytes", "n_pos": self.n_pos, "d_vocab": self.d_vocab,
+                "n_train_bytes": int(self.train_stream.numel()), "sampling": "uniform random window offsets"}
+
+
+@torch.no_grad()
+def evaluate_text(model, windows: torch.Tensor, batch_size: int = 64) -> dict:
+    """Mean next-byte loss of `model` on (n, pos) windows, in nats and bits per byte."""
+    total, count = 0.0, 0
+    for start in range(0, windows.shape[0], batch_size):
+        chunk = windows[start : start + batch_size]
+        per = model(chunk, return_type="loss", loss_per_token=True)  # (batch, pos - 1)
+        total += float(per.double().sum())
+        count += per.numel()
+    nats = total / count
+    return {"nats": nats, "bits": nats / math.log(2), "n_predicted": count, "n_windows": int(windows.shape[0])}

@@ -8,6 +8,13 @@ offsets it never saw, trains the fixed-length control (`--control-steps`, 0 to s
 writes NAME.safetensors, NAME.json (config + metadata: command, seed, steps, time, figures,
 head roles) and NAME.md (the card), the figures all measured in the run.
 
+    python -m models.train --task stdlib-bytes --seed 0 --threads 1 --out models/checkpoints/stdlib-bytes
+
+trains the byte-level language model `stdlib-bytes` (4 layers with MLPs, d_model 128, context
+256) on the Python standard library's source as installed (`models.textcorpus`), after timing a
+few steps and refusing, with the estimate, a run longer than `--max-minutes`; it records a
+held-out loss curve and the held-out bits per byte against unigram and bigram baselines.
+
 Determinism: weights are initialised from `GPTConfig.seed` and batches come from a
 `torch.Generator` seeded with the same seed, so two runs with the same seed and the same
 number of torch threads give bit-identical weights (thread count can change float sums).
@@ -25,14 +32,13 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import torch
-from tqdm.auto import tqdm
 
 from models.config import GPTConfig
 from models.gpt import HookedGPT
 from models.io import save_checkpoint
-from models.tasks import InductionTask, evaluate_induction, fixed_prefix_task
+from models.tasks import InductionTask, TextTask, evaluate_induction, fixed_prefix_task
 
-TaskName = Literal["induction"]
+TaskName = Literal["induction", "stdlib-bytes"]
 
 # role thresholds used in the card (scores are mean attention weights, in [0, 1])
 PREV_TOKEN_THRESHOLD = 0.5  # more than half the attention on query - 1 (Clark et al. 2019)
@@ -90,9 +96,35 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | None = None,
-          progress: bool = True, description: str = "train") -> tuple[HookedGPT, list[float]]:
-    """Train a fresh HookedGPT on the task; returns the model (eval mode) and the loss per step."""
+class _StepBar:
+    """Iterate over training steps under a rich progress bar on stderr (the toolkit's one progress
+    library; models/ imports nothing of interp, so this is not interp.progress.Bar); silent when disabled."""
+
+    def __init__(self, steps: int, description: str, enabled: bool):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.steps = steps
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[postfix]}"), console=Console(stderr=True), disable=not enabled)
+        self.task = self.progress.add_task(description, total=steps, postfix="")
+
+    def __iter__(self):
+        with self.progress:
+            for step in range(self.steps):
+                yield step
+                self.progress.advance(self.task)
+
+    def set_postfix(self, **values) -> None:
+        self.progress.update(self.task, postfix=" ".join(f"{k} {v}" for k, v in values.items()))
+
+
+def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | TextTask | None = None,
+          progress: bool = True, description: str = "train", on_step=None) -> tuple[HookedGPT, list[float]]:
+    """Train a fresh HookedGPT on the task; returns the model (eval mode) and the loss per step.
+
+    `on_step(step, model, loss)`, if given, is called after every optimiser step (e.g. to measure
+    held-out loss along the way); it must not change the model."""
     task = task or InductionTask(d_vocab=model_cfg.d_vocab, n_pos=model_cfg.n_ctx)
     if task.d_vocab != model_cfg.d_vocab or task.n_pos > model_cfg.n_ctx:
         raise ValueError(f"task (d_vocab={task.d_vocab}, n_pos={task.n_pos}) does not fit the model "
@@ -103,7 +135,7 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | No
     optimiser = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay,
                                   betas=(0.9, 0.98))
     losses = []
-    bar = tqdm(range(train_cfg.steps), desc=description, disable=not progress, mininterval=1.0)
+    bar = _StepBar(train_cfg.steps, description, progress)
     for step in bar:
         for group in optimiser.param_groups:
             group["lr"] = learning_rate(step, train_cfg)
@@ -116,6 +148,8 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | No
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
         optimiser.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, model, losses[-1])
         if step % 25 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     return model.eval(), losses
@@ -285,6 +319,198 @@ Mean induction scores: {control['head_roles']['mean_induction_score']}.
     path.write_text(text)
 
 
+# ---------------------------------------------------------------- the natural-text model (stdlib-bytes)
+
+# the shipped recipe's defaults (the 2 shared cores ran ~1.3-3 s per step of batch 16: see the card)
+TEXT_STEPS = 1200  # optimiser steps (batch 16 x 256 bytes: ~4.9M bytes, about half an epoch)
+TEXT_BATCH_SIZE = 16
+TEXT_LR = 3e-3
+TEXT_EVAL_EVERY = 100  # steps between held-out measurements on the small curve slice
+TEXT_CURVE_WINDOWS = 32  # held-out windows measured along the way (the loss curve)
+TEXT_EVAL_WINDOWS = 2048  # held-out windows of the final measurement (evenly spaced over the held-out files)
+TEXT_CHECK_WINDOWS = 8  # a small fixed slice whose loss the card records exactly, for tests to recompute
+TEXT_BUDGET_MINUTES = 20.0  # the most training may take on the machine it runs on
+
+
+def text_lm_config(seed: int = 0, **overrides) -> GPTConfig:
+    """The shape of `stdlib-bytes`: 4 layers of 4 heads with MLPs, d_model 128, context 256, byte vocabulary."""
+    fields = dict(n_layers=4, n_heads=4, d_model=128, n_ctx=256, d_vocab=256, attn_only=False,
+                  normalization_type="LN", positional_embedding_type="rotary", init_range=0.02,
+                  seed=seed, model_name="stdlib-bytes")
+    return GPTConfig(**{**fields, **overrides})
+
+
+def seconds_per_step(model_cfg: GPTConfig, train_cfg: TrainConfig, n_pos: int, probe_steps: int = 3,
+                     warmup_steps: int = 4) -> float:
+    """Wall seconds per training step, timed on a throwaway model (the real run's RNG is untouched).
+
+    The first few steps are several times slower (allocator and kernel warm-up: measured 13.7, 6.8,
+    4.5, 2.7, then 0.7 s here), so `warmup_steps` are run untimed."""
+    model = HookedGPT(dataclasses.replace(model_cfg, seed=12345)).train()
+    optimiser = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr)
+    tokens = torch.randint(0, model_cfg.d_vocab, (train_cfg.batch_size, n_pos),
+                           generator=torch.Generator().manual_seed(12345))
+    times = []
+    for _ in range(warmup_steps + probe_steps):
+        t0 = time.perf_counter()
+        loss = model(tokens, return_type="loss")
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        times.append(time.perf_counter() - t0)
+    return sum(times[warmup_steps:]) / probe_steps
+
+
+def check_time_budget(seconds_per: float, steps: int, budget_minutes: float, threads: int) -> float:
+    """The estimated training minutes; raise before training if they exceed the budget."""
+    minutes = seconds_per * steps / 60
+    if minutes > budget_minutes:
+        raise ValueError(
+            f"training {steps} steps would take about {minutes:.1f} min here ({seconds_per:.2f} s per step measured "
+            f"with {threads} torch thread(s); other jobs on the machine slow it), over the budget of "
+            f"{budget_minutes:g} min. Lower --steps (about {int(budget_minutes * 60 / seconds_per)} fit), "
+            "or raise --max-minutes if you accept the longer run.")
+    return minutes
+
+
+def text_baselines(corpus, windows: torch.Tensor) -> dict:
+    """Unigram / bigram bits per byte on the held-out windows, fitted on the training split (add-one)."""
+    from models.textcorpus import as_tensor, ngram_bits
+
+    found = ngram_bits(as_tensor(corpus.train), windows)
+    return {"unigram_bits": round(found["unigram_bits"], 4), "bigram_bits": round(found["bigram_bits"], 4),
+            "smoothing": "add-one (Laplace) over the 256 byte values, counts from the training split",
+            "n_predicted": found["n_predicted"]}
+
+
+def bytes_per_char(data: bytes) -> float:
+    """Bytes per character of UTF-8 text: bits per byte times this is bits per character."""
+    return len(data) / len(data.decode("utf-8", errors="replace"))
+
+
+def train_text(args: argparse.Namespace) -> dict:
+    """The stdlib-bytes recipe: corpus, budget check, training with a held-out curve, final metrics."""
+    from models.tasks import evaluate_text
+    from models.textcorpus import as_tensor, eval_windows, load_corpus
+
+    corpus = load_corpus(args.corpus_root)
+    model_cfg = text_lm_config(seed=args.seed, model_name=Path(args.out).name)
+    train_cfg = TrainConfig(task=args.task, seed=args.seed, steps=args.steps or TEXT_STEPS,
+                            batch_size=args.batch_size or TEXT_BATCH_SIZE, lr=args.lr or TEXT_LR)
+    task = TextTask(as_tensor(corpus.train), n_pos=model_cfg.n_ctx)
+    held_out = as_tensor(corpus.held_out)
+    windows = eval_windows(held_out, model_cfg.n_ctx, TEXT_EVAL_WINDOWS)  # (n, pos)
+    curve_windows = eval_windows(held_out, model_cfg.n_ctx, TEXT_CURVE_WINDOWS)
+    per_step = seconds_per_step(model_cfg, train_cfg, model_cfg.n_ctx)
+    estimate = check_time_budget(per_step, train_cfg.steps, args.max_minutes, args.threads)
+    print(f"estimated training time {estimate:.1f} min ({per_step:.2f} s/step x {train_cfg.steps} steps)", flush=True)
+    curve = []
+
+    def record(step, model, loss):
+        if (step + 1) % TEXT_EVAL_EVERY == 0 or step + 1 == train_cfg.steps:
+            bits = evaluate_text(model, curve_windows)["bits"]
+            curve.append({"step": step + 1, "held_out_bits": round(bits, 4)})
+
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    model, losses = train(model_cfg, train_cfg, task, progress=not args.no_progress, on_step=record)
+    train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
+    for point in curve:  # mean training loss over the steps since the previous point, in bits
+        done = [p["step"] for p in curve if p["step"] < point["step"]]
+        chunk = losses[(done[-1] if done else 0) : point["step"]]
+        point["train_bits"] = round(sum(chunk) / len(chunk) / math.log(2), 4)
+    final = evaluate_text(model, windows)
+    check = evaluate_text(model, windows[:TEXT_CHECK_WINDOWS])
+    baselines = text_baselines(corpus, windows)
+    ratio = bytes_per_char(corpus.held_out)
+    return {
+        "model": model, "training": dataclasses.asdict(train_cfg), "task": task.to_dict(), "corpus": corpus.summary(),
+        "estimate_minutes": round(estimate, 2), "estimate_seconds_per_step": round(per_step, 3),
+        "train_seconds": round(train_seconds, 1), "train_cpu_seconds": round(train_cpu_seconds, 1),
+        "final_train_bits": round(sum(losses[-50:]) / len(losses[-50:]) / math.log(2), 4), "curve": curve,
+        "held_out": {"bits_per_byte": round(final["bits"], 4), "bits_per_char": round(final["bits"] * ratio, 4),
+                     "bytes_per_char": round(ratio, 6), "n_windows": final["n_windows"],
+                     "n_predicted": final["n_predicted"], **baselines,
+                     "ratio_to_bigram": round(final["bits"] / baselines["bigram_bits"], 4)},
+        "check_slice": {"n_windows": TEXT_CHECK_WINDOWS, "nats": check["nats"], "bits": check["bits"]},
+    }
+
+
+def _curve_table(curve: list[dict]) -> str:
+    lines = ["| step | training loss (bits/byte, mean since previous row) | held-out bits/byte (32 windows) |",
+             "|---|---|---|"]
+    lines += [f"| {p['step']} | {p['train_bits']:.3f} | {p['held_out_bits']:.3f} |" for p in curve]
+    return "\n".join(lines)
+
+
+def write_text_card(path: Path, metadata: dict) -> None:
+    """The stdlib-bytes card, written only from what the run recorded."""
+    cfg, tr, corpus, held = metadata["config"], metadata["training"], metadata["corpus"], metadata["held_out"]
+    verdict = "meets" if held["ratio_to_bigram"] <= 0.75 else "does NOT meet"
+    text = f"""# {metadata['name']}
+
+A byte-level causal language model (HookedGPT: {cfg['n_layers']} layers, {cfg['n_heads']} heads per layer,
+d_model {cfg['d_model']}, d_head {cfg['d_head']}, MLPs of width {cfg['d_mlp']} ({cfg['act_fn']}), pre-norm LayerNorm,
+{cfg['positional_embedding_type']} positions, context {cfg['n_ctx']} bytes, vocabulary the {cfg['d_vocab']} byte values)
+trained on the Python standard library's own source. Every figure below was measured by the
+command that wrote this file. There is no tokenizer: a prompt is its UTF-8 bytes
+(`list(text.encode())`), and a NUL byte (id 0) separates files.
+
+## How it was made
+
+    {metadata['command']}
+
+- seed {tr['seed']} (weights and batch order), {tr['steps']} steps of batch {tr['batch_size']} x {cfg['n_ctx']} bytes
+  (windows at uniform random offsets of the training stream), AdamW lr {tr['lr']} (warm-up
+  {tr['warmup_steps']}, cosine to 10%), weight decay {tr['weight_decay']}, gradient clip {tr['grad_clip']}
+- training took {metadata['train_seconds']:.0f} s wall ({metadata['train_seconds'] / 60:.1f} min), {metadata['train_cpu_seconds']:.0f} s CPU, on
+  {metadata['threads']} torch thread(s) ({metadata['machine']}; torch {metadata['torch']}). The machine's 2 cores were
+  shared with other jobs, so wall time is longer than on an idle machine; the estimate made
+  before training was {metadata['estimate_minutes']:.1f} min ({metadata['estimate_seconds_per_step']:.2f} s per step). The whole command took
+  {metadata['total_seconds']:.0f} s wall.
+
+## Corpus
+
+The `.py` files of the standard library of the Python that ran the command
+(Python {corpus['python_version']}, `{corpus['root']}`), outside `test/`, `tests/`,
+`idlelib/` and `site-packages/`; none of it is copied into this repository
+(`models/textcorpus.py`).
+
+- {corpus['n_files']} files, {corpus['n_bytes']:,} bytes; checksum (SHA-256 over every relative path and file
+  SHA-256, in sorted order) `{corpus['checksum']}`
+- split: {corpus['split']}: {corpus['n_train_files']} training files ({corpus['n_train_bytes']:,} bytes with
+  separators), {corpus['n_held_out_files']} held-out files ({corpus['n_held_out_bytes']:,} bytes)
+- another Python version has other files: `models.textcorpus.compare_corpus` says so and the
+  held-out figures must then be measured again on the corpus found (`held_out_report`).
+
+## Held-out loss
+
+{held['n_windows']} non-overlapping windows of {cfg['n_ctx']} bytes evenly spaced over the held-out files,
+{held['n_predicted']:,} predicted bytes (every byte after the first of a window). Baselines
+fitted on the training split, {held['smoothing']}, scored on the same predicted bytes.
+
+| model | bits per byte | bits per character |
+|---|---|---|
+| unigram (add-one) | {held['unigram_bits']:.3f} | {held['unigram_bits'] * held['bytes_per_char']:.3f} |
+| bigram (add-one) | {held['bigram_bits']:.3f} | {held['bigram_bits'] * held['bytes_per_char']:.3f} |
+| **{metadata['name']}** | **{held['bits_per_byte']:.3f}** | **{held['bits_per_char']:.3f}** |
+
+The held-out text has {held['bytes_per_char']:.4f} bytes per character (nearly all ASCII), so bits per byte
+and bits per character almost coincide. Ratio to the bigram baseline: {held['ratio_to_bigram']:.3f}, which
+{verdict} the bar of 0.75. Final training loss (mean of the last 50 steps): {metadata['final_train_bits']:.3f} bits/byte.
+
+## Loss curve
+
+{_curve_table(metadata['curve'])}
+
+## Heads
+
+The card claims no head roles: they are tested as claims (previous-token, induction on natural
+and on planted repeats, duplicate-token), with controls, necessity and sufficiency, in
+`notebooks/04_text_model.ipynb`.
+"""
+    path.write_text(text)
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -292,27 +518,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m models.train",
         description="Train a small HookedGPT and write NAME.safetensors, NAME.json and NAME.md.",
-        epilog="example: python -m models.train --task induction --seed 0 --out models/checkpoints/toy-induction",
+        epilog="examples: python -m models.train --task induction --seed 0 --out models/checkpoints/toy-induction\n"
+               "          python -m models.train --task stdlib-bytes --seed 0 --threads 2 "
+               "--out models/checkpoints/stdlib-bytes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--task", choices=get_args(TaskName), default="induction")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"optimiser steps (default {TrainConfig.steps} for induction, {TEXT_STEPS} for stdlib-bytes)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"sequences per step (default {TrainConfig.batch_size} for induction, {TEXT_BATCH_SIZE} for stdlib-bytes)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help=f"peak learning rate (default {TrainConfig.lr} for induction, {TEXT_LR} for stdlib-bytes)")
     parser.add_argument("--control-steps", type=int, default=600,
                         help="steps for the fixed-length control recorded in the card (0: skip)")
     parser.add_argument("--control-prefix-len", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the figures depend on it)")
     parser.add_argument("--out", required=True, help="checkpoint path without suffix, e.g. models/checkpoints/toy-induction")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--corpus-root", default=None,
+                        help="stdlib-bytes: the folder of .py files (default: this interpreter's standard library)")
+    parser.add_argument("--max-minutes", type=float, default=TEXT_BUDGET_MINUTES,
+                        help="stdlib-bytes: refuse before training when the measured estimate exceeds this")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.task == "stdlib-bytes":
+        return main_text(args, argv)
     started, cpu_started = time.perf_counter(), time.process_time()
-    train_cfg = TrainConfig(task=args.task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr)
+    train_cfg = TrainConfig(task=args.task, seed=args.seed, steps=args.steps or TrainConfig.steps,
+                            batch_size=args.batch_size or TrainConfig.batch_size, lr=args.lr or TrainConfig.lr)
     model_cfg = toy_induction_config(seed=args.seed, model_name=Path(args.out).name)
     task = toy_induction_task(model_cfg)
 
@@ -363,6 +602,26 @@ def main(argv: list[str] | None = None) -> int:
     write_card(out.with_name(out.name + ".md"), metadata)
     print(f"wrote {out}.safetensors/.json/.md in {metadata['total_seconds']:.0f} s; "
           f"previous-token heads {roles['previous_token_heads']}, induction heads {roles['induction_heads']}")
+    return 0
+
+
+def main_text(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Train stdlib-bytes and write its checkpoint and card."""
+    started = time.perf_counter()
+    found = train_text(args)
+    model = found.pop("model")
+    metadata = {"name": Path(args.out).name,
+                "command": "python -m models.train " + " ".join(sys.argv[1:] if argv is None else argv),
+                "config": model.cfg.to_dict(), "threads": args.threads,
+                "machine": f"{platform.machine()}, {platform.system()}", "torch": torch.__version__, **found}
+    metadata["total_seconds"] = round(time.perf_counter() - started, 1)
+    out = Path(args.out)
+    save_checkpoint(model, out, metadata=metadata)
+    write_text_card(out.with_name(out.name + ".md"), metadata)
+    held = metadata["held_out"]
+    print(f"wrote {out}.safetensors/.json/.md in {metadata['total_seconds']:.0f} s; held-out {held['bits_per_byte']:.3f} "
+          f"bits/byte (unigram {held['unigram_bits']:.3f}, bigram {held['bigram_bits']:.3f}, "
+          f"ratio {held['ratio_to_bigram']:.3f}); training {metadata['train_seconds']:.0f} s")
     return 0
 
 

@@ -133,7 +133,10 @@ def test_json_prompt_file(tmp_path):
 def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
     result = run_cli("heads", "models.constructed:induction_circuit", "--n", "12", "--json", "-")
     assert result.returncode == 0, result.stderr
-    rows = {row["label"]: row for row in json.loads(result.stdout)}
+    document = json.loads(result.stdout)
+    assert document["command"] == "heads" and document["model"] == "models.constructed:induction_circuit"
+    rows = {row["label"]: row for row in document["result"]["heads"]}
+    assert all(type(row["layer"]) is int and type(row["head"]) is int for row in rows.values())
     assert rows["L0H0"]["prev_token"] == pytest.approx(1.0, abs=1e-6)
     assert rows["L1H0"]["induction"] == pytest.approx(1.0, abs=1e-6)
     assert rows["L0H1"]["first_token"] == pytest.approx(1.0, abs=1e-6)
@@ -144,7 +147,7 @@ def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
 def test_heads_selection_narrows_rows(capsys):
     assert cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "--heads", "L1H0,L0H0", "-q",
                      "--json", "-"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["result"]["heads"]
     assert [r["label"] for r in rows] == ["L0H0", "L1H0"]
 
 
@@ -159,8 +162,17 @@ def checkpoint(tmp_path_factory, tiny_gpt):
 
 def test_verify_passes_on_a_saved_checkpoint(checkpoint, capsys):
     assert cli.main(["verify", checkpoint, "-q", "--json", "-"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows and all(r["passed"] for r in rows)
+    result = json.loads(capsys.readouterr().out)["result"]
+    rows = result["checks"]
+    assert rows and all(r["passed"] for r in rows) and result["n_failed"] == 0 and result["n_checks"] == len(rows)
+    # layers are integers (null for model-wide checks), never 0.0
+    assert {type(r["layer"]) for r in rows} <= {int, type(None)} and any(type(r["layer"]) is int for r in rows)
+
+
+def test_verify_table_prints_layers_as_integers(checkpoint, capsys):
+    assert cli.main(["verify", checkpoint, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "│ 0     │" in out and "0.000" not in out
 
 
 def test_verify_exit_1_when_a_check_fails(capsys):
@@ -203,7 +215,9 @@ def test_audit_leakage_exit_1_on_a_leak_with_json(zoo_specs, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "LEAK (future)" in out and "blocks.0.mixer" in out
     document = json.loads(target.read_text())
-    assert document["causal"] is False and document["first_leaking_site"] == "blocks.0.mixer"
+    assert document["command"] == "audit-leakage" and document["model"] == zoo_specs[1]
+    result = document["result"]
+    assert result["causal"] is False and result["first_leaking_site"] == "blocks.0.mixer"
 
 
 def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
@@ -214,7 +228,9 @@ def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
 
 def test_scan_json_lists_verdicts_for_every_head(capsys):
     assert cli.main(["scan", "models.constructed:induction_circuit", "--n", "24", "-q", "--json", "-"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    result = json.loads(capsys.readouterr().out)["result"]
+    rows = result["claims"]
+    assert result["shown"] == "all" and result["n_hidden"] == 0 and sum(result["counts"].values()) == len(rows)
     verdicts = {(r["label"], r["claim"]): r["verdict"] for r in rows}
     assert verdicts[("L0H0", "previous_token")] == "supported"
     assert verdicts[("L1H0", "induction")] == "supported"
@@ -241,5 +257,95 @@ def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
     result = run_cli("report", "--out", str(tmp_path / "r"), "--n", "24", "--json", "-")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)  # progress bars and tables went to stderr
-    assert document["leakage"]["causal"] is True
-    assert document["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "report.html").is_file()
+    assert document["command"] == "report" and document["model"] == "toy-induction"
+    assert document["result"]["leakage"]["causal"] is True
+    assert document["result"]["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "report.html").is_file()
+    assert "10/10 stages" in result.stderr  # one bar over computing (8 stages), rendering and writing (2)
+
+
+# --------------------------------------------------------------------------- output shape (issue 12)
+
+
+def test_version_flag_prints_the_toolkit_and_schema_versions():
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"interp {cli.toolkit_version()} (JSON schema {cli.JSON_SCHEMA})"
+
+
+def test_envelope_has_one_shape_and_integers_stay_integers():
+    document = cli.envelope("heads", "toy-induction", {"heads": [{"layer": 0.0, "head": 3.0, "score": 1.0, "x": float("nan")}],
+                                                      "nested": {"n_prompts": 24.0, "offset": -1.0}})
+    assert set(document) == {"command", "model", "version", "schema", "result"}
+    assert document["schema"] == cli.JSON_SCHEMA and document["command"] == "heads"
+    row = document["result"]["heads"][0]
+    assert type(row["layer"]) is int and type(row["head"]) is int and row["x"] is None
+    assert type(row["score"]) is float  # a metric that happens to be 1.0 stays a float
+    assert document["result"]["nested"] == {"n_prompts": 24, "offset": -1}
+    assert cli.integers({"layer": 0.5}) == {"layer": 0.5}  # only integral values are converted
+    assert cli.integers({"p": float("inf"), "q": [float("-inf"), 2.5]}) == {"p": None, "q": [None, 2.5]}  # valid JSON
+
+
+def test_scan_footer_counts_what_supported_only_hides():
+    counts = {"supported": 3, "refuted": 2, "inconclusive": 5}
+    assert cli._scan_footer(counts, True).startswith("3 supported shown; 2 refuted and 5 inconclusive hidden by --supported-only")
+    assert cli._scan_footer(counts, False).startswith("3 supported, 2 refuted, 5 inconclusive")
+    assert "none hidden" in cli._scan_footer({"supported": 4, "refuted": 0, "inconclusive": 0}, True)
+
+
+def test_scan_supported_only_reports_the_hidden_claims(capsys):
+    assert cli.main(["scan", "models.constructed:induction_circuit", "--n", "24", "--supported-only", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)["result"]
+    assert result["shown"] == "supported" and all(r["verdict"] == "supported" for r in result["claims"])
+    assert result["n_hidden"] == sum(result["counts"].values()) - result["counts"]["supported"]
+    assert "supported shown" in captured.err and "0 refuted, 0 inconclusive" not in captured.err
+
+
+def test_headers_break_only_at_underscores_and_hidden_columns_are_counted():
+    columns = ["label", "prev_token", "duplicate_token", "n_prompts"]
+    cells = {"label": ["L0H0"], "prev_token": ["0.875"], "duplicate_token": ["0.001"], "n_prompts": ["24"]}
+    split, dropped = cli._fit_columns(columns, cells, 200)
+    assert not any(split.values()) and dropped == []
+    split, dropped = cli._fit_columns(columns, cells, 44)
+    assert all(split.values()) and dropped == []
+    assert cli._header_lines("duplicate_token", True) == ["duplicate_", "token"]
+    split, dropped = cli._fit_columns(columns, cells, 30)
+    assert dropped == ["duplicate_token", "n_prompts"][-len(dropped):] and dropped
+    split, dropped = cli._fit_columns(columns, cells, 36, drop_first=("prev_token",))
+    assert dropped == ["prev_token"]  # the caller's least useful column goes first
+    # text with spaces wraps at them: it needs only its longest word
+    assert cli._column_need("name", {"name": ["L1H3: not previous_token"]}, False) == len("previous_token")
+    assert cli._cut("one two three four", 12) == "one two ..." and cli._cut("short", 12) == "short"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_heads_table_fits_the_terminal_without_breaking_words(width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "-q"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width
+    header = [line for line in lines if line.startswith("┃")]
+    words = {w for line in header for w in line.strip("┃").replace("┃", " ").split()}
+    metric_parts = {"label", "prev_", "prev_token", "token", "self_", "self_token", "first_", "first_token", "local_",
+                    "local_window", "window", "mean_", "mean_distance", "distance", "entropy", "induction", "duplicate_",
+                    "duplicate_token", "copying", "n_", "n_prompts", "prompts"}
+    assert words and words <= metric_parts, words - metric_parts  # every header piece is a word or a word_
+    assert "CIs" in out and "all in --json" in out
+    if width == 80:
+        assert "not shown at 80 columns" in out
+
+
+def test_report_progress_covers_rendering_and_writing(tmp_path):
+    """The report's stages run in one bar that ends after the files are in place (it said "done" before
+    plotting and HTML, a third of the time, had started)."""
+    from analyses import report
+    from interp.progress import Stages
+    from interp.specs import PromptSpec
+    from models.constructed import induction_circuit
+
+    stages = Stages([], enabled=False)
+    result = report.build_report(induction_circuit(), tmp_path / "r", prompt_spec=PromptSpec(n=12), progress=stages)
+    run = list(stages.timings)  # in the order they ran
+    assert run[-2:] == report.RENDER_STAGES and "leakage audit" in run[:-2] and set(run) == set(stages.names)
+    assert set(report.RENDER_STAGES) <= set(result.timings) and (tmp_path / "r" / "report.html").is_file()

@@ -134,7 +134,7 @@ def test_module_spec():
     "spec,match",
     [
         ("toy-inducton", r"Did you mean \['toy-induction'\]"),
-        ("nothing/here", "names nothing loadable.*Accepted specs: a built-in name \\(toy-induction\\)"),
+        ("nothing/here", "names nothing loadable.*Accepted specs: a built-in name \\(stdlib-bytes, toy-induction\\)"),
         ("a:b:c", "names nothing loadable"),
     ],
 )
@@ -170,7 +170,7 @@ def minilm_folder():
 @pytest.fixture(scope="module")
 def minilm():
     folder = minilm_folder()
-    return load(folder)
+    return load(folder, backend="bridge")
 
 
 @pytest.mark.real

@@ -3,8 +3,12 @@
 Each notebook is executed once (module-scoped) with nbclient on the venv's python3 kernel;
 cells are found by their tag (set in notebooks/make_notebooks.py) and their text outputs
 checked: the verdict strings, the numbers a reader is told to look at, not just the absence
-of errors.
+of errors. The notebooks are committed with their outputs (`make notebooks`): each fresh run's
+`results` cell must match the committed one within a tolerance, and each conclusion (generated
+from `results`) must state what the numbers show.
 """
+import json
+import math
 import re
 import time
 from pathlib import Path
@@ -35,25 +39,66 @@ def execute(name: str) -> dict[str, str]:
         for output in cell.get("outputs", []):
             if output.output_type == "stream" and output.name == "stdout":
                 texts.append(output.text)
-            elif output.output_type in ("execute_result", "display_data") and "text/plain" in output.data:
-                texts.append(output.data["text/plain"])
+            elif output.output_type in ("execute_result", "display_data"):
+                data = output.data
+                texts.append(data.get("text/markdown") or data.get("text/plain", ""))
         for tag in cell.metadata.get("tags", []):
             outputs[tag] = "\n".join(texts)
     return outputs
 
 
-def test_notebooks_are_generated_from_the_script_and_stripped():
-    """The committed notebooks are what make_notebooks.py writes (no stale edits, no stored outputs)."""
+NAMES = {"LESSON": "01_attention_from_the_lesson.ipynb", "INDUCTION": "02_induction_circuit.ipynb",
+         "MINILM": "03_minilm.ipynb", "INTERACTIONS": "05_induction_interactions.ipynb"}
+REL_TOL, ABS_TOL = 1e-3, 1e-3  # fresh vs committed numbers (same seeds; float kernels may differ across machines)
+
+
+def committed_results(name: str) -> dict:
+    """The `results` cell's JSON as committed (stored output of `make notebooks`)."""
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    cell = next(c for c in notebook.cells if "results" in c.metadata.get("tags", []))
+    return json.loads("".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stdout"))
+
+
+def assert_close(fresh, committed, where: str = "results") -> None:
+    """Equal structure and strings; numbers within REL_TOL / ABS_TOL."""
+    if isinstance(committed, dict):
+        assert isinstance(fresh, dict) and set(fresh) == set(committed), f"{where}: keys {sorted(fresh)} != {sorted(committed)}"
+        for key in committed:
+            assert_close(fresh[key], committed[key], f"{where}.{key}")
+    elif isinstance(committed, list):
+        assert isinstance(fresh, list) and len(fresh) == len(committed), f"{where}: {fresh} != {committed}"
+        for i, (a, b) in enumerate(zip(fresh, committed)):
+            assert_close(a, b, f"{where}[{i}]")
+    elif isinstance(committed, float) or isinstance(fresh, float):
+        assert math.isclose(fresh, committed, rel_tol=REL_TOL, abs_tol=ABS_TOL), f"{where}: fresh {fresh} != committed {committed}"
+    else:
+        assert fresh == committed, f"{where}: fresh {fresh!r} != committed {committed!r}"
+
+
+def check_against_committed(name: str, outputs: dict[str, str]) -> dict:
+    fresh = json.loads(outputs["results"])
+    assert_close(fresh, committed_results(name))
+    return fresh
+
+
+def test_notebooks_are_generated_from_the_script_and_committed_with_outputs():
+    """The committed notebooks are what make_notebooks.py writes (no stale edits), executed (`make notebooks`):
+    every notebook has outputs, no error output, and a results and a conclusion cell."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_notebooks", NOTEBOOKS / "make_notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name, cells in [("01_attention_from_the_lesson.ipynb", module.LESSON), ("02_induction_circuit.ipynb", module.INDUCTION),
-                        ("03_minilm.ipynb", module.MINILM)]:
+    for variable, name in NAMES.items():
+        cells = getattr(module, variable)
         stored = nbformat.read(NOTEBOOKS / name, as_version=4)
-        assert [c.source for c in stored.cells] == [c.source for c in cells], f"{name} is stale: rerun make_notebooks.py"
-        assert all(not c.get("outputs") for c in stored.cells if c.cell_type == "code"), f"{name} has stored outputs"
+        assert [c.source for c in stored.cells] == [c.source for c in cells], f"{name} is stale: run make notebooks"
+        code_cells = [c for c in stored.cells if c.cell_type == "code"]
+        assert sum(bool(c.get("outputs")) for c in code_cells) >= len(code_cells) - 1, f"{name} lacks outputs: run make notebooks"
+        assert not any(o.output_type == "error" for c in code_cells for o in c.get("outputs", [])), name
+        tags = {t for c in code_cells for t in c.metadata.get("tags", [])}
+        assert {"results", "conclusion"} <= tags, name
+        assert "IProgress" not in json.dumps([c.get("outputs", []) for c in code_cells]), f"{name}: tqdm warning in outputs"
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +134,18 @@ def test_lesson_audit_tells_the_correct_from_the_broken_model(lesson):
     assert "True" in correct and "False" not in correct
     assert "False" in broken and "blocks.0" in broken  # the leak is localised to the first block
     assert "leak" in lesson["audit-broken"].lower()
+
+
+def test_lesson_heat_map_is_triangular_yet_the_model_leaks(lesson):
+    r = check_against_committed("01_attention_from_the_lesson.ipynb", lesson)
+    assert r["broken_max_weight_above_diagonal"] == 0.0  # the heat map is exactly triangular ...
+    assert r["broken_row_sum_min"] < 0.99  # ... but its rows do not sum to one
+    assert r["earlier_output_change"]["broken"] > 1e-3 and r["earlier_output_change"]["correct"] < 1e-6
+    assert r["audit"]["mask_after_softmax"]["verdict"] == "leak" and not r["audit"]["mask_after_softmax"]["causal"]
+    assert r["audit"]["masked_fill"]["causal"]
+    text = lesson["conclusion"]
+    assert "exactly triangular" in text and f"{r['broken_row_sum_min']:.3f}" in text
+    assert f"*{r['audit']['mask_after_softmax']['verdict']}*" in text and f"{r['earlier_output_change']['broken']:.3g}" in text
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +198,56 @@ def test_induction_pattern_substitution_recovers_most_of_the_loss(induction):
     assert substituted < ablated
 
 
+def test_induction_results_match_the_committed_run_and_the_conclusion(induction):
+    r = check_against_committed("02_induction_circuit.ipynb", induction)
+    text = induction["conclusion"]
+    assert f"{r['sum_alone']:+.2f}" in text and f"{r['together']:+.2f}" in text
+    assert r["together"] < r["sum_alone"]  # the conclusion calls it sub-additive
+    assert f"{r['substitution_recovered']:.0%}" in text and "notebook 05" in text
+
+
+@pytest.fixture(scope="module")
+def interactions():
+    return execute("05_induction_interactions.ipynb")
+
+
+def test_interactions_results_match_the_committed_run(interactions):
+    check_against_committed("05_induction_interactions.ipynb", interactions)
+
+
+def test_interactions_conclusion_states_what_the_numbers_show(interactions):
+    r = json.loads(interactions["results"])
+    text = interactions["conclusion"]
+    # the observation: sub-additive, with a CI wholly below zero
+    assert r["together"] < r["sum_alone"] and r["interaction"][2] < 0
+    assert f"**{r['sum_alone']:.2f}**" in text and f"**{r['together']:.2f}**" in text
+    # H1 refuted: nothing downstream repairs a layer-1 head
+    assert r["max_self_repair_layer1"] < 1e-6 and "H1 (backup) is refuted" in text
+    # H2: the all-four loss is near, and the sum of single costs above, the no-information ceiling
+    assert abs(r["clean_loss"] + r["together"] - r["ceiling"]) < 0.5 < r["clean_loss"] + r["sum_alone"] - r["ceiling"]
+    # H3: single ablations inflate the final LayerNorm's scale; frozen, the margin adds up and the loss is super-additive
+    ratios = r["ln_scale_ratio"]
+    assert all(ratios[h] > 1.1 for h in ("L1H0", "L1H1", "L1H2", "L1H3")) and ratios["all four"] < 1.1
+    assert all(c < 0 for c in r["cos_with_rest"].values())
+    ln = r["layernorm"]
+    assert abs(ln["logit margin, frozen"]["interaction"]) < 1e-3
+    assert ln["loss, frozen"]["ci"][0] > 0 and ln["loss, live"]["ci"][1] < 0 and ln["logit margin, live"]["ci"][1] < 0
+    assert "H3 (final LayerNorm) is supported" in text and "**super-additive**" in text
+    # Q2: the previous-token head acts through keys; L0H0 and L0H3 through queries and values, restored by a self pattern
+    P = r["paths"]
+    assert P["L0H2"]["k"] > 0.8 * P["L0H2"]["total"]
+    for head in ("L0H0", "L0H3"):
+        assert P[head]["q"] + P[head]["v"] > 3 * P[head]["k"], head
+        assert P[head]["self_pattern"] < 0.3 * P[head]["total"] < P[head]["previous_token_pattern"], head
+        assert f"{head}: q {P[head]['q']:.2f}, v {P[head]['v']:.2f}" in text
+    # L0H1: the smallest cost, and neither ideal pattern stands in for it
+    assert P["L0H1"]["total"] < min(P[h]["total"] for h in ("L0H0", "L0H2", "L0H3"))
+    assert P["L0H1"]["self_pattern"] > P["L0H1"]["total"] and P["L0H1"]["previous_token_pattern"] > P["L0H1"]["total"]
+    assert all(abs(P[h]["direct"]) < 0.05 for h in P) and "H6 refuted" in text
+    for claim, verdict in r["verdicts"].items():
+        assert f"{claim}: {verdict}" in text
+
+
 @pytest.mark.real
 def test_minilm_notebook():
     out = execute("03_minilm.ipynb")
@@ -151,4 +258,6 @@ def test_minilm_notebook():
     verdicts = _verdict_lines(out["reasons"])
     assert list(verdicts.values())[0] == "supported"  # the previous-token head
     assert "refuted" in verdicts.values()  # the false claims about the same heads
+    r = check_against_committed("03_minilm.ipynb", out)
+    assert f"{r['n_sink_heads']} heads" in out["conclusion"] and r["best"]["prev_token"]["head"] in out["conclusion"]
 

@@ -3,6 +3,7 @@ import json
 import os
 from html.parser import HTMLParser
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -220,3 +221,226 @@ def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
     assert list(zip(pinned.label, pinned.claim, pinned.expect, pinned.passed)) == [
         ("L1H0", "induction", "supported", True), ("L0H3", "previous_token", "refuted", True)]
     assert "expected refuted: as expected" in (result.out_dir / "report.html").read_text()
+
+
+# --------------------------------------------------------------------------- issue 12: what a reviewer reads
+
+
+def test_p_values_have_one_format_and_name_the_floor():
+    from analyses.report_format import format_p
+
+    assert format_p(1 / 2001, 2000) == "≤ 1/2001"
+    assert format_p(float(np.float32(1 / 2001)), 2000) == "≤ 1/2001"  # a float32 floor
+    assert format_p(0.0004998 * 1.01, 2000) == "5.0e-04"
+    assert format_p(0.00075, 2000) == "7.5e-04"
+    assert format_p(0.0123) == "0.012" and format_p(1.0) == "1.000"
+    assert format_p(float("nan")) == "n/a" and format_p(None) == "n/a"
+
+
+def test_every_claim_has_an_evidence_table_row_per_kind(built):
+    from analyses.report_format import evidence_rows
+
+    html = (built.out_dir / "report.html").read_text()
+    data = built.data
+    assert len(data.verdicts) == len(data.claims) and all(v is not None for v in data.verdicts)
+    for verdict in data.verdicts:
+        rows = evidence_rows(verdict, data.settings["evidence"])
+        assert [r.kind for r in rows] == list(verdict.claim.kinds)
+        assert {r.status for r in rows} <= {"passed", "failed", "undecided", "not run"}
+        for r in rows:
+            if r.status == "not run":
+                assert r.why, r  # says why
+    # one evidence table per claim on the cards; verdicts of every kind get one
+    assert html.count('<table class="evidence">') == sum(
+        len([p for p in str(lbl).split("~")]) for lbl in data.claims["label"])
+    assert "stability" in html and "off by default" in html  # a kind not run says why
+
+
+def test_evidence_rows_say_why_ablations_did_not_run(model):
+    from analyses.head_claims import previous_token_head
+    from analyses.report_format import evidence_rows
+    from interp.claims import evaluate_claims
+    from interp.data import repeated_tokens
+
+    prompts = repeated_tokens(12, 10, 64, seed=1)
+    verdict = evaluate_claims(model, [previous_token_head(0, 0)], prompts, evidence=report.NO_LOSS_EVIDENCE)[0]
+    rows = {r.kind: r for r in evidence_rows(verdict, report.NO_LOSS_EVIDENCE)}
+    assert rows["observational"].status == "passed" and rows["observational"].p == "≤ 1/2001"
+    assert rows["necessity"].status == "not run" and "no meaningful next-token loss" in rows["necessity"].why
+
+
+def test_findings_are_ranked_by_effect_size_numerically():
+    assert sorted(["L1H10", "L1H3", "L0H2", "L10H0"], key=report.head_sort_key) == ["L0H2", "L1H3", "L1H10", "L10H0"]
+    claims = pd.DataFrame({
+        "label": ["L1H10", "L1H3", "L1H2"], "claim": ["induction"] * 3, "verdict": ["supported"] * 3,
+        "observational": [0.5, 0.9, 0.5], "observational_ci_low": [0.4, 0.8, 0.4], "observational_ci_high": [0.6, 1.0, 0.6],
+        "p_adjusted": [0.001, 0.01, 0.001]})
+    data = report.ReportData({}, pd.DataFrame(), claims, {}, None, None, None, None, None, [], {})
+    table = report.highlights(data, limit=2)
+    assert list(table.heads) == ["L1H3", "L1H2"]  # strongest effect first; ties in numeric head order, not text
+    assert table.attrs["n_supported"] == 3 and table.attrs["n_shown"] == 2
+
+
+def test_positional_findings_name_their_offset(built):
+    positional = built.highlights[built.highlights.finding.str.startswith("positional")]
+    assert len(positional) and positional.finding.str.contains(r"offset -?\d+|first position").all()
+    html = (built.out_dir / "report.html").read_text()
+    n_supported = built.highlights.attrs["n_supported"]
+    assert n_supported == len({l for l, v in zip(built.claims.label, built.claims.verdict) if v == "supported"})
+    assert f"of {n_supported}." in html and 'href="#claims"' in html  # the total, and a link to the full table
+
+
+def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
+    from analyses.report_format import SCHEMA_VERSION, UNDEFINED
+
+    text = (built.out_dir / "columns.md").read_text()
+    assert f"schema version {SCHEMA_VERSION}" in text and UNDEFINED not in text
+    for name in ("heads.csv", "claims.csv", "redundancy.csv"):
+        for column in pd.read_csv(built.out_dir / name).columns:
+            assert f"| `{column}` |" in text, (name, column)
+    assert "a difference" in text  # control_random_init is defined as what it is
+
+
+def test_report_json_has_provenance_schema_and_every_file(built):
+    meta = json.loads((built.out_dir / "report.json").read_text())
+    files = {p.relative_to(built.out_dir).as_posix() for p in built.out_dir.rglob("*") if p.is_file()}
+    assert set(meta["files"]) == files - {report.MARKER}
+    assert {"redundancy.csv", "columns.md", "report.json"} <= set(meta["files"])
+    prov = meta["provenance"]
+    assert {"toolkit", "git_commit", "torch", "transformer_lens", "python", "seed", "prompt_hash", "wall_time_s"} <= set(prov)
+    assert prov["torch"] == __import__("torch").__version__ and prov["prompt_hash"].startswith("sha256:")
+    assert meta["schema_version"] >= 2 and meta["sizes_bytes"]["report.html"] > 0
+    html = (built.out_dir / "report.html").read_text()
+    summary = (built.out_dir / "summary.md").read_text()
+    for text in (html, summary):
+        assert prov["prompt_hash"] in text and f"torch {prov['torch']}" in text
+
+
+def test_methods_match_what_was_drawn_and_run(built):
+    import re
+
+    html = (built.out_dir / "report.html").read_text()
+    methods = html[html.index('id="methods"'):]
+    for check in built.leakage["methods"]:  # every check of the verdict box is named in Methods
+        assert check in methods, check
+    assert "error bars" in methods and "≤ 1/(B+1)" in methods
+    table = html[html.index("Joint ablation"):html.index('id="claims"')]
+    assert "one-sided: interaction &gt; 0" in table
+    header = re.search(r"<thead><tr>(.*?)</tr></thead>", table).group(1)
+    assert header.count("<th>") == 6
+    assert re.search(r"p_adj 0\.000\d|0\.00075|9\.99\de-04", html) is None  # no stray p formats
+
+
+def test_offset_profile_draws_its_interval_and_heat_maps_share_a_scale():
+    import numpy as np
+
+    profile = pd.DataFrame({"offset": [-1, 0], "weight": [0.8, 0.2], "weight_ci_low": [0.7, 0.1], "weight_ci_high": [0.9, 0.3]})
+    fig = report.plot_offsets(profile, "L0H0")
+    from matplotlib.container import ErrorbarContainer
+
+    assert any(isinstance(c, ErrorbarContainer) for c in fig.axes[0].containers)  # the CI is drawn
+    pattern = np.full((4, 4), 0.07)
+    common = report.plot_pattern(pattern, "L0H0")
+    per_head = report.plot_pattern(pattern, "L0H0", per_head=True)
+    assert common.axes[0].images[0].get_clim() == (0, 1.0)
+    assert per_head.axes[0].images[0].get_clim()[1] == pytest.approx(0.07)
+    assert "this head's scale" in per_head.axes[-1].get_ylabel()
+    with pytest.raises(ValueError, match="colour_scale"):
+        report._check_colour_scale("rainbow")
+
+
+def test_similarity_map_is_clustered_and_readable_at_72_heads():
+    import numpy as np
+    from analyses.report_plots import cluster_order, plot_matrix
+
+    sim = np.array([[1, .1, .9, .1], [.1, 1, .1, .8], [.9, .1, 1, .1], [.1, .8, .1, 1.]])
+    order = cluster_order(sim)
+    assert abs(order.index(0) - order.index(2)) == 1 and abs(order.index(1) - order.index(3)) == 1
+    labels = [f"L{l}H{h}" for l in range(6) for h in range(12)]
+    fig = plot_matrix(pd.DataFrame(np.eye(72), index=labels, columns=labels), "sim", vmin=0, vmax=1)
+    width, height = fig.get_size_inches()
+    assert width <= 12 and height <= 11
+    assert min(t.get_fontsize() for t in fig.axes[0].get_xticklabels()) >= 4.5
+
+
+def test_model_aware_prompts_and_warnings(model):
+    from interp.data import corpus_tokenizer
+
+    assert report.default_prompt_spec(model).kind == "repeated"
+    assert report.prompt_warnings(model, _repeated(model)) == []
+    text_model = induction_circuit(n_ctx=32)
+    text_model.tokenizer = corpus_tokenizer()
+    assert report.default_prompt_spec(text_model).kind == "text"
+    assert report.model_prompt_spec(text_model, SPEC, asked=False).kind == "text"
+    assert report.model_prompt_spec(text_model, SPEC, asked=True).kind == "repeated"  # random ids only when asked
+    warnings = report.prompt_warnings(text_model, _repeated(model))
+    assert any("not [CLS]" in w and "--prompts text" in w for w in warnings)
+
+
+def _repeated(model):
+    from interp.specs import build_prompts
+
+    return build_prompts(model, SPEC)
+
+
+def test_title_is_the_models_name(tmp_path, model):
+    folder = tmp_path / "pkg" / "model"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("---\nlibrary_name: x\n---\n\n# all-MiniLM-L6-v2\n\ntext\n# later\n")
+    assert report.model_name(model, str(folder)) == "all-MiniLM-L6-v2"
+    (folder / "README.md").unlink()
+    assert report.model_name(model, str(folder)) == "pkg"  # a generic folder name gives way to its parent's
+    assert report.model_name(model, "toy-induction") == "toy-induction"
+
+
+def test_card_limit_is_checked_from_the_config_before_loading(tmp_path, capsys, monkeypatch):
+    from interp import cli
+
+    assert report.heads_before_loading("toy-induction") == (2, 4)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"num_hidden_layers": 6, "num_attention_heads": 12}')
+    with pytest.raises(report.ReportTooLarge, match="72 head cards.*--max-cards 72"):
+        report.check_cards_before_loading(str(folder), None, None, 64)
+    report.check_cards_before_loading(str(folder), None, None, 72)  # raised limit passes
+    report.check_cards_before_loading(str(folder), (0, 1), None, 64)  # so does a narrower selection
+    monkeypatch.setattr("interp.load", lambda spec: pytest.fail("loaded the model before checking the card limit"))
+    assert cli.main(["report", "toy-induction", "--out", str(tmp_path / "r"), "--max-cards", "3", "--quiet"]) == 2
+    assert "limit 3" in capsys.readouterr().err
+
+
+def test_viewer_data_is_compact_and_drops_padding(model):
+    import numpy as np
+    from analyses import viewer
+    from interp.data import pad
+
+    prompts = pad([[63, 1, 2, 3, 1, 2, 3], [63, 4, 5]], pad_id=0)
+    data = viewer.viewer_data(model, prompts, [(0, 0), (1, 0)])
+    assert [len(t) for t in data.tokens] == [7, 3] and data.tokens[1] == ["63", "4", "5"]
+    assert data.patterns[0].dtype == np.uint8 and data.patterns[0].shape == (2, 7, 7)
+    assert data.patterns[0][0, 4, 3] == 255  # L0H0 is an exact previous-token head
+    assert np.abs(data.patterns[0].sum(-1).astype(int) - 255).max() <= 4  # rows still sum to ~1
+    page = viewer.viewer_html(data)
+    assert "<script src" not in page and "http" not in page and '"levels":255' in page
+
+
+def test_html_viewer_and_warnings_in_the_page(built):
+    html = (built.out_dir / "report.html").read_text()
+    assert 'id="attn-viewer"' in html and 'id="av-data"' in html and "this page:" in html
+    assert "@@PAGE_SIZE@@" not in html
+    assert '<div class="scroll">' in html
+
+
+def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
+    from types import SimpleNamespace
+
+    from analyses import report_html
+
+    leakage = {"verdict": "bidirectional", "leaks": [], "text": "audit", "summary": [], "methods": []}
+    section = report_html._leakage_section(SimpleNamespace(leakage=leakage))
+    assert 'class="neutral"' in section and "bidirectional (by design)" in section and 'class="refuted"' not in section
+    row = pd.Series({"label": "L0H0", "claim": "previous_token", "verdict": "supported", "statement": "L0H0 looks back",
+                     "p_adjusted": 0.01, "source": "scan", "behaviour": "masked-LM loss", "observational": 0.9,
+                     "observational_ci_low": 0.8, "observational_ci_high": 0.95, "observational_passed": True})
+    block = report_html.claim_block(row, None)
+    assert "behaviour: masked-LM loss" in block and "observational" in block and "0.900 [0.800, 0.950]" in block

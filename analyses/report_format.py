@@ -1,0 +1,292 @@
+"""What a report prints, decided once: p-values, evidence tables, the data dictionary.
+
+- `format_p` is the one way a p-value is written (HTML, Markdown, CSV-free text): three
+  decimals from 0.001 up, two significant digits in scientific notation below, and at the
+  resampling floor "≤ 1/(B+1)" with B the number of sign flips (a permutation p-value is
+  (hits + 1) / (B + 1), so no value below the floor can be shown).
+- `evidence_rows` turns a `interp.claims.Verdict` into one row per evidence kind the claim
+  defines: effect, CI, the pass rule, the test's p-value and a status word (passed / failed /
+  undecided / not run, with why). It reads the structured `Evidence` objects only.
+- `GLOSSARY` defines every metric and column the report writes; `columns_markdown` renders
+  the dictionary shipped as `columns.md` next to the CSVs (with `SCHEMA_VERSION`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from interp.claims import DEFAULT_EVIDENCE, Verdict
+
+# bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
+SCHEMA_VERSION = 2
+FLOOR_TOLERANCE = 1e-6  # relative: p-values may come back as float32
+
+
+def format_p(p: Any, n_resamples: int = 0) -> str:
+    """One way to write a p-value everywhere; "≤ 1/(B+1)" at the floor of a B-resample test."""
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        return "n/a"
+    if not math.isfinite(p):
+        return "n/a"
+    if n_resamples and p <= (1 + FLOOR_TOLERANCE) / (n_resamples + 1):
+        return f"≤ 1/{n_resamples + 1}"
+    if p >= 0.001:
+        return f"{p:.3f}"
+    return f"{p:.1e}"
+
+
+def format_num(value: Any, digits: int = 3) -> str:
+    """A float with `digits` decimals (scientific below 1e-3 in magnitude); '' for NaN / None."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
+    if not math.isfinite(value):
+        return ""
+    if value != 0 and abs(value) < 10 ** -digits:
+        return f"{value:.1e}"
+    return f"{value:.{digits}f}"
+
+
+def format_ci(low: Any, high: Any, digits: int = 3) -> str:
+    lo, hi = format_num(low, digits), format_num(high, digits)
+    return f"[{lo}, {hi}]" if lo and hi else ""
+
+
+# --------------------------------------------------------------------------- evidence tables
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    """One line of a claim's evidence table, ready to print."""
+
+    kind: str
+    measure: str  # what the effect is (metric, difference, fraction recovered)
+    effect: str
+    ci: str
+    rule: str
+    p: str
+    status: str  # passed | failed | undecided | not run
+    why: str  # for not run / undecided: the reason; else the evidence's detail
+    decisive: bool
+
+
+def _status(passed: bool | None) -> str:
+    return {True: "passed", False: "failed", None: "undecided"}[passed]
+
+
+def _not_run_reason(kind: str, requested: Sequence[str], observational_abstained: bool) -> str:
+    if kind not in requested:
+        if kind == "stability":
+            return "off by default (costly: reruns the test under several conditions)"
+        return "skipped: the model has no meaningful next-token loss to ablate against (see Methods)"
+    if observational_abstained:
+        return "skipped: the observational metric could not be measured on these prompts"
+    return "not gathered"
+
+
+def evidence_rows(verdict: Verdict, requested: Sequence[str] | None = None) -> list[EvidenceRow]:
+    """One row per evidence kind the claim defines, from the structured Evidence objects."""
+    requested = tuple(DEFAULT_EVIDENCE if requested is None else requested)
+    gathered = {e.kind: e for e in verdict.evidence}
+    obs = gathered.get("observational")
+    abstained = obs is not None and not math.isfinite(obs.effect)
+    rows = []
+    for kind in verdict.claim.kinds:
+        e = gathered.get(kind)
+        if e is None:
+            rows.append(EvidenceRow(kind, "", "", "", "", "", "not run", _not_run_reason(kind, requested, abstained), False))
+            continue
+        threshold = verdict.claim.thresholds.get(kind)
+        rule = e.rule or (threshold.rule() if threshold else "")
+        rows.append(EvidenceRow(kind, e.metric or _measure(kind), format_num(e.effect), format_ci(e.ci_low, e.ci_high), rule,
+                                format_p(e.p_value, e.n_resamples), _status(e.passed), e.detail, e.decisive))
+    return rows
+
+
+_MEASURES = {
+    "observational": "metric", "control_shuffled": "metric on shuffled tokens",
+    "control_random_init": "trained minus random-init", "necessity": "loss increase vs comparable heads",
+    "sufficiency": "fraction of loss recovered", "faithfulness": "loss change", "stability": "agreement rate",
+}
+
+
+def _measure(kind: str) -> str:
+    return _MEASURES.get(kind, "")
+
+
+def evidence_rows_from_columns(row: Mapping[str, Any]) -> list[EvidenceRow]:
+    """For claims without a Verdict object (e.g. a claims file's): the flat `{kind}` columns."""
+    rows = []
+    for kind in _MEASURES:
+        if kind not in row or not _finite(row.get(kind)):
+            continue
+        passed = row.get(f"{kind}_passed")
+        status = _status(None if passed is None or (isinstance(passed, float) and math.isnan(passed)) else bool(passed))
+        rows.append(EvidenceRow(kind, _measure(kind), format_num(row[kind]),
+                                format_ci(row.get(f"{kind}_ci_low"), row.get(f"{kind}_ci_high")), "", "", status, "", False))
+    return rows
+
+
+def claim_floor(verdict: Verdict | None) -> int:
+    """B of the claim's p-value (the largest among its evidence's resample counts); 0 when unknown."""
+    if verdict is None:
+        return 0
+    return max((e.n_resamples for e in verdict.evidence), default=0)
+
+
+def tested_offset(verdict: Verdict | None) -> str | None:
+    """The relative offset a positional claim was tested at ("-1", "first"), from its observational evidence."""
+    if verdict is None:
+        return None
+    obs = verdict.get("observational")
+    metric = obs.metric if obs is not None else ""
+    match = re.fullmatch(r"argmax_at:(.+)", metric or "")
+    if match:
+        return match.group(1)
+    offset = verdict.claim.params.get("offset")
+    return None if offset is None else str(offset)
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- the data dictionary
+
+# exact column names; suffix rules below cover `{x}_ci_low`, `{kind}_passed`, ...
+GLOSSARY: dict[str, str] = {
+    "label": "the head as L{layer}H{head} (0-based); several heads joined by ' ~ '; 'model' for a whole-model claim",
+    "layer": "attention layer, 0-based (an integer)", "head": "head within its layer, 0-based (an integer)",
+    "prev_token": "mean attention weight on the previous token (offset -1), over scored queries; in [0, 1]",
+    "self_token": "mean attention weight on the query's own position (offset 0); in [0, 1]",
+    "next_token": "mean attention weight on the next token (offset +1); in [0, 1]; empty for causal models",
+    "first_token": "mean attention weight on the first real token ([CLS] / BOS when the prompt has one); in [0, 1]",
+    "local_window": "mean attention weight on keys within 3 positions of the query (|key - query| <= 3); in [0, 1]",
+    "mean_distance": "expected |key - query| under the pattern, in token positions (0 = attends to itself)",
+    "entropy": "entropy of the attention row divided by log(number of keys the query may see): 1 = uniform, 0 = one key",
+    "prev_token_argmax": "fraction of queries whose largest weight is on the previous token (ties split); in [0, 1]",
+    "self_token_argmax": "fraction of queries whose largest weight is on themselves (ties split); in [0, 1]",
+    "next_token_argmax": "fraction of queries whose largest weight is on the next token (ties split); in [0, 1]",
+    "first_token_argmax": "fraction of queries whose largest weight is on the first token (ties split); in [0, 1]",
+    "induction": "mean weight a repeated token puts on the token after its earlier occurrence (prefix matching, "
+                 "Olsson et al. 2022); in [0, 1]; repeated prompts only",
+    "duplicate_token": "mean weight a repeated token puts on its earlier occurrences; in [0, 1]; repeated prompts only",
+    "copying": "OV-circuit copying score sum(eig) / sum(|eig|) of W_E W_V W_O W_U (Elhage et al. 2021), in [-1, 1]; "
+               "+1 = raises the logit of the attended token; read from the weights, so no CI",
+    "importance": "increase of the next-token loss (nats) when the head's output is mean-ablated (see Methods)",
+    "n_prompts": "number of prompts the row's statistics are computed over (the unit of statistics)",
+    "claims_supported": "claim kinds about this head that were supported (';'-separated)",
+    "claims_refuted": "claim kinds about this head that were refuted (';'-separated)",
+    "claims_inconclusive": "claim kinds about this head that were inconclusive (';'-separated)",
+    "claim": "claim kind (previous_token, induction, positional, first_token, self_token, ...)",
+    "statement": "what the claim asserts, in words",
+    "verdict": "supported / refuted / inconclusive (rules in interp.claims)",
+    "p_value": "the claim's p-value: the largest one-sided p-value among its evidence (intersection-union test); "
+               "a permutation p-value, never below 1/(B+1)",
+    "p_adjusted": "p_value after Benjamini-Hochberg correction over the claims tested together",
+    "source": "where the claim came from: the scan of every head, or a claims file",
+    "reasons": "the verdict's reasons, one per evidence that decided it, joined by '; ' (for reading; the "
+               "evidence columns hold the numbers)",
+    "proposed_on": "number of prompts the scan used to propose the claim (disjoint from those it was tested on)",
+    "expect": "the verdict a claims file expected", "passed": "whether the verdict equals the expected one",
+    "name": "the claim's name in the claims file", "heads": "the claim's heads",
+    "observational": "the claim's metric on held-out prompts (its threshold is in the evidence table)",
+    "control_shuffled": "the claim's metric on shuffled-token prompts",
+    "control_random_init": "a difference: the trained model's metric minus a randomly initialised model's, paired "
+                           "per prompt (the random-init level itself is quoted in the reasons)",
+    "necessity": "loss increase (nats) when the head is mean-ablated, minus that of a comparable head (the mean over "
+                 "the other heads of its layer), paired per prompt",
+    "sufficiency": "fraction of loss recovered, (L_ablated - L_substituted) / (L_ablated - L_clean), when the head's "
+                   "pattern is replaced by the claim's ideal pattern; 1 = all of it, threshold 0.5",
+    "faithfulness": "loss increase (nats) when the head's pattern is replaced by a uniform one and by its own weights "
+                    "permuted among the allowed keys (per prompt the smaller of the two); > 0 = the pattern matters",
+    "stability": "fraction of perturbed conditions (prompt halves, batch order, bfloat16) where the outcome agrees",
+    "layer_a": "first head of the pair: layer", "head_a": "first head of the pair: head",
+    "layer_b": "second head of the pair: layer", "head_b": "second head of the pair: head",
+    "label_a": "first head of the pair", "label_b": "second head of the pair",
+    "interaction": "delta_both - (delta_a + delta_b), nats: < 0 the heads overlap (together less than apart), "
+                   "> 0 they back each other up",
+    "delta_a": "loss increase (nats) when head a alone is mean-ablated",
+    "delta_b": "loss increase (nats) when head b alone is mean-ablated",
+    "delta_both": "loss increase (nats) when both heads are mean-ablated together",
+    "behaviour": "the behaviour the causal evidence measured (e.g. next-token loss, masked-LM loss, embedding change)",
+    "weight": "mean attention weight at the relative offset", "offset": "relative offset key - query (-1 = previous token)",
+}
+# terms the report uses that are not columns
+TERMS: dict[str, str] = {
+    "scored query": "a real (non-padding) query with at least two keys it may attend to; offset metrics also need "
+                    "their target key to exist",
+    "comparable heads": "for necessity: the other heads of the same layer, whose mean ablation effect is the baseline",
+    "mean ablation": "replacing a head's output z by its per-position mean over the prompts",
+    "B": "the number of random sign flips behind a permutation p-value; p = (hits + 1) / (B + 1) >= 1/(B+1)",
+    "one-sided test": "every p-value here tests one direction: 'the requirement holds' for evidence (effect beyond "
+                      "its rule), 'interaction > 0' for joint ablation",
+    "Benjamini-Hochberg": "false-discovery-rate correction over a family of tests (the scan's claims; the pairs)",
+    "nats": "natural-log units of the cross-entropy loss",
+}
+_SUFFIXES = (
+    ("_ci_low", "lower end of the 95% bootstrap confidence interval of `{base}` (over prompts)"),
+    ("_ci_high", "upper end of the 95% bootstrap confidence interval of `{base}` (over prompts)"),
+    ("_passed", "whether the `{base}` evidence passed: True / False / empty = undecided or not run"),
+)
+
+
+def define(column: str) -> str | None:
+    """The glossary entry of a column (exact name, else by its suffix); None when undefined."""
+    if column in GLOSSARY:
+        return GLOSSARY[column]
+    for suffix, text in _SUFFIXES:
+        if column.endswith(suffix) and column[: -len(suffix)] in GLOSSARY:
+            return text.format(base=column[: -len(suffix)])
+    return None
+
+
+def columns_markdown(files: Mapping[str, Iterable[str]]) -> str:
+    """The data dictionary: every column of every CSV, defined (a column without an entry says so)."""
+    lines = [f"# Columns of the report's CSV files (schema version {SCHEMA_VERSION})", "",
+             "Every number is a mean over prompts unless said otherwise; intervals are 95% bootstrap intervals "
+             "over prompts. p-values are one-sided permutation p-values, at least 1/(B+1) for B sign flips.", ""]
+    for name, columns in files.items():
+        lines += [f"## {name}", "", "| column | meaning |", "|---|---|"]
+        for column in columns:
+            meaning = JOINT_P.get(column) if name == "redundancy.csv" and column in JOINT_P else define(column)
+            meaning = meaning or UNDEFINED
+            lines.append(f"| `{column}` | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+UNDEFINED = "(no definition yet: add one to analyses.report_format.GLOSSARY)"
+JOINT_P = {
+    "ci_low": "lower end of the 95% bootstrap interval of interaction (over prompts)",
+    "ci_high": "upper end of the 95% bootstrap interval of interaction (over prompts)",
+    "p_value": "one-sided sign-flip p-value that interaction > 0 (backup heads); a strongly negative interaction "
+               "(overlap) therefore has p near 1",
+    "p_adjusted": "p_value after Benjamini-Hochberg over the pairs tested",
+}
+
+
+def glossary_items(columns: Iterable[str]) -> list[tuple[str, str]]:
+    """(column, meaning) for the HTML glossary, each column once, undefined ones left out."""
+    out = []
+    for column in dict.fromkeys(columns):
+        if column.endswith(("_ci_low", "_ci_high", "_passed")):
+            continue
+        meaning = define(column)
+        if meaning is not None:
+            out.append((column, meaning))
+    return out
+
+
+def frame_columns(frame: pd.DataFrame | None) -> list[str]:
+    return [] if frame is None else [str(c) for c in frame.columns]

