@@ -8,7 +8,8 @@ full forward reads later tokens, the two differ. The leakage audit compares them
 (`analyses.leakage_fast`), at the cost of about one forward instead of T forwards of prefixes.
 
 Supported: exactly `HookedGPT` built from `models.components` blocks (LayerNorm or no norm,
-learned or rotary positions, MLP or attention-only). `supports_incremental(model)` says so;
+learned or rotary positions, grouped-query attention, MLP or attention-only, pre-norm and
+sequential; no sliding window). `supports_incremental(model)` says so;
 anything else (subclasses, replaced modules) is not claimed.
 """
 from __future__ import annotations
@@ -19,7 +20,11 @@ import einops
 import torch
 from torch import nn
 
+from models import components
 from models.components import MLP, Attention, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
+
+# attention classes whose project_qkv / per_query_head / W_O / b_O / scale this path reuses
+ATTENTION_CLASSES = tuple(c for c in (Attention, getattr(components, "GroupedQueryAttention", None)) if c is not None)
 from models.gpt import HookedGPT
 
 
@@ -27,15 +32,18 @@ def supports_incremental(model: nn.Module) -> bool:
     """True for an exact HookedGPT whose blocks are the standard components (see the module docstring)."""
     if type(model) is not HookedGPT or type(model.embed) is not Embed or type(model.unembed) is not Unembed:
         return False
-    if model.cfg.positional_embedding_type not in ("standard", "rotary"):
+    cfg = model.cfg
+    if cfg.positional_embedding_type not in ("standard", "rotary"):
         return False
+    if getattr(cfg, "window_size", None) is not None or getattr(cfg, "parallel_attn_mlp", False) or getattr(cfg, "post_norm", False):
+        return False  # sliding windows and other block layouts are not reproduced here
     if model.cfg.positional_embedding_type == "standard" and type(getattr(model, "pos_embed", None)) is not PosEmbed:
         return False
     norms = (LayerNorm, nn.Identity)
     if type(model.ln_final) not in norms:
         return False
     for block in model.blocks:
-        if type(block) is not TransformerBlock or type(block.attn) is not Attention or type(block.ln1) not in norms:
+        if type(block) is not TransformerBlock or type(block.attn) not in ATTENTION_CLASSES or type(block.ln1) not in norms:
             return False
         if not block.cfg.attn_only and (type(block.mlp) is not MLP or type(block.ln2) not in norms):
             return False
@@ -61,7 +69,9 @@ def _attend(attn: Attention, x: torch.Tensor, position: int, cache: _Cache, n_po
     """One new position x (batch, 1, d_model) through `attn`, reading and extending `cache`."""
     positions = torch.full((x.shape[0], 1), position, dtype=torch.long, device=x.device)
     q, k, v = attn.project_qkv(x, positions)  # each (batch, head, 1, d_head)
-    keys, values = cache.extend(k, v, position, n_pos)  # (batch, head, key, d_head)
+    keys, values = cache.extend(k, v, position, n_pos)  # (batch, kv_head, key, d_head)
+    if hasattr(attn, "per_query_head"):  # grouped-query attention: one key / value head per group
+        keys, values = attn.per_query_head(keys), attn.per_query_head(values)
     scores = (q @ keys.transpose(-1, -2)) * attn.scale  # (batch, head, 1, key)
     z = torch.softmax(scores.float(), dim=-1).to(values.dtype) @ values  # (batch, head, 1, d_head)
     return einops.einsum(z, attn.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + attn.b_O

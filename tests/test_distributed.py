@@ -193,6 +193,22 @@ class _FakeDist:
 # the command line: --workers, --device, --dtype
 
 
+def assert_same_json(actual, expected, where: str = "result") -> None:
+    """Equal JSON, floats within RTOL / ATOL."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and actual.keys() == expected.keys(), where
+        for key in expected:
+            assert_same_json(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), where
+        for i, (x, y) in enumerate(zip(actual, expected)):
+            assert_same_json(x, y, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert actual == pytest.approx(expected, rel=RTOL, abs=ATOL, nan_ok=True), where
+    else:
+        assert actual == expected, where
+
+
 def test_cli_two_workers_write_what_one_writes(tmp_path):
     import json
 
@@ -201,15 +217,9 @@ def test_cli_two_workers_write_what_one_writes(tmp_path):
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     assert main(["heads", "--n", "72", "--quiet", "--json", str(one)]) == 0  # 3 batches of 32: both ranks work
     assert main(["heads", "--n", "72", "--quiet", "--json", str(two), "--workers", "2"]) == 0
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
-    assert len(a) == len(b) == 8
-    for row_a, row_b in zip(a, b):
-        assert row_a.keys() == row_b.keys()
-        for key, value in row_a.items():
-            if isinstance(value, float):
-                assert row_b[key] == pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True), key
-            else:
-                assert row_b[key] == value, key
+    a, b = json.loads(one.read_text())["result"], json.loads(two.read_text())["result"]
+    assert len(a["heads"]) == 8
+    assert_same_json(b, a)
     assert not distributed.active() and "RANK" not in __import__("os").environ  # nothing left behind
 
 
@@ -309,10 +319,7 @@ def test_torchrun_two_processes_write_what_one_writes(tmp_path):
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("L1H3") == 1  # rank 0 prints, rank 1 is silent
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
-    for row_a, row_b in zip(a, b):
-        for key, value in row_a.items():
-            assert row_b[key] == (pytest.approx(value, rel=RTOL, abs=ATOL, nan_ok=True) if isinstance(value, float) else value)
+    assert_same_json(json.loads(two.read_text())["result"], json.loads(one.read_text())["result"])
 
 
 def test_n_prompts_alias_for_torchrun():

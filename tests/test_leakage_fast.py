@@ -23,7 +23,7 @@ def _gpt(**overrides) -> HookedGPT:
 
 
 @pytest.mark.parametrize("overrides", [{}, {"positional_embedding_type": "rotary"}, {"attn_only": True},
-                                       {"normalization_type": None}])
+                                       {"normalization_type": None}, {"n_heads": 4, "n_key_value_heads": 2}])
 def test_incremental_path_equals_full_forward(overrides):
     model = _gpt(**overrides)
     tokens = torch.randint(0, 23, (3, 40), generator=torch.Generator().manual_seed(0))
@@ -33,6 +33,7 @@ def test_incremental_path_equals_full_forward(overrides):
 
 def test_incremental_path_claimed_only_for_plain_hooked_gpt():
     assert supports_incremental(_gpt())
+    assert not supports_incremental(_gpt(window_size=8))  # a sliding window is not reproduced
     assert not supports_incremental(build("masked_fill"))  # a zoo model of its own make
 
     class Variant(HookedGPT):
@@ -64,7 +65,17 @@ def test_reference_finds_one_leaking_pair_past_the_short_length_only_with_a_mask
     """A single (query 80 <- key 90) hole in the mask, used only when an attention_mask is passed:
     beyond the black-box truncation's 64 tokens, the reference finds it at query 80."""
     model = _gpt()
-    model.blocks[0].attn.causal_mask[80, 90] = True
+    attn = model.blocks[0].attn
+    original = attn.mask
+
+    def holed(n_pos, key_mask, device=None):  # the mask used when a key mask is passed, with one hole
+        allowed = original(n_pos, key_mask, device=device)
+        if n_pos > 90:
+            allowed = allowed.clone()
+            allowed[..., 80, 90] = True
+        return allowed
+
+    attn.mask = holed
     tokens = leakage._prompts(2, 96, 23, 0)
     plain = leakage_fast.incremental_rows(model, leakage.ModelAdapter(model), tokens, leakage.DEFAULT_TOL)
     masked = leakage_fast.incremental_rows(model, leakage.ModelAdapter(model).with_ones_mask(), tokens, leakage.DEFAULT_TOL)
