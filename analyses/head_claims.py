@@ -74,6 +74,7 @@ from torch import nn
 
 from analyses.induction import NoRepeats, copying_scores, ngram_targets, repeat_queries, scores_per_prompt
 from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
+from interp import distributed
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (

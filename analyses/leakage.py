@@ -56,8 +56,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp import distributed
 from interp.errors import BadInput, BadType, InterpError, ModelError
-
 from interp.modelinfo import check_finite_weights, context_length, model_config, vocab_size
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
@@ -231,10 +231,13 @@ class ModelAdapter:
         rows = max(1, self.max_tokens // max(n_pos, 1))
         return rows if self.max_rows is None else min(rows, self.max_rows)
 
-    def chunks(self, tokens: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
-        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows."""
+    def chunks(self, tokens: torch.Tensor, *, shard: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
+        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows.
+        `shard`: in a process group, only this rank's blocks (every world-th); merge the results."""
         step = self.rows_per_forward(tokens.shape[1])
-        for start in range(0, tokens.shape[0], step):
+        for index, start in enumerate(range(0, tokens.shape[0], step)):
+            if shard and not distributed.mine(index):
+                continue
             rows = slice(start, min(start + step, tokens.shape[0]))
             yield rows, self(tokens[rows])
 
@@ -336,9 +339,12 @@ def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progres
     scale = _scale(full)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
     for length in range(1, n_pos):
+        if not distributed.mine(length):  # prefixes shared out over a process group, merged below
+            continue
         out = adapter(prompts[:, :length])
         influence[length - 1, :length] = _change(out, full[:, :length]).amax(dim=(0, 2)) / scale
         progress(1, "truncation")
+    influence = distributed.fmax_merge(influence)
     cuts, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     return _rows("truncation", n_pos, influence, tol, query=queries, source=cuts + 1,
                  detail="every position from the source on removed")
@@ -367,13 +373,14 @@ def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
     base = adapter(prompts)  # (prompt, pos, feature)
     scale = _scale(base)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
-    for rows, out in adapter.chunks(perturbed):
+    for rows, out in adapter.chunks(perturbed, shard=True):
         change = _change(out, base[prompt_idx[rows]].to(out.device)).amax(dim=-1).cpu()  # (row, pos)
         change = change.masked_fill(later[rows], math.nan) / scale
         for cut in cut_idx[rows].unique().tolist():
             mine = change[cut_idx[rows] == cut].amax(dim=0)  # (pos,)
             influence[cut] = torch.fmax(influence[cut], mine)
         progress(1, f"perturbation L={n_pos}")
+    influence = distributed.fmax_merge(influence)  # (cut, query) over the ranks' row blocks
     cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
     rows = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
                  detail="every token from the source on resampled")
@@ -902,6 +909,11 @@ def audit(
         reason = ["gradient skipped: no input embedding found (a black-box callable)"] if "gradient" in methods else []
         raise ValueError(_no_future_method_message(methods, reason))
     n_rows = max(n_prompts, 2)
+    from analyses import leakage_fast  # incremental reference and cost estimate (imports this module)
+
+    if progress and not bidirectional:
+        leakage_fast.announce(model, adapter, max_len=max_len, vocab=vocab, lengths=lengths, n_prompts=n_prompts,
+                              methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len)
     tick = _Progress(progress, _planned_passes(adapter, methods, bidirectional, max_len, lengths, n_prompts, draws,
                                                max_cuts, min(gradient_len, max_len)))
     rows: list[dict] = []
@@ -941,11 +953,13 @@ def audit(
                 for variant in variants:
                     suffix = ONES_MASK_DETAIL if variant.ones_mask else ""
                     if "truncation" in methods:
-                        rows += _tagged(truncation(variant, long_prompts[:n_prompts], tol, progress=tick), suffix)
+                        rows += _tagged(leakage_fast.truncation_rows(model, variant, long_prompts[:n_prompts], tol,
+                                                                     progress=tick), suffix)
                     if "perturbation" in methods:
                         for length in lengths:
                             found, influence = perturbation(variant, _prompts(n_prompts, length, vocab, seed), vocab,
-                                                            tol, draws=draws, seed=seed, max_cuts=max_cuts, progress=tick)
+                                                            tol, draws=draws, seed=seed, progress=tick,
+                                                            max_cuts=leakage_fast.perturbation_cuts(model, length, max_cuts))
                             rows += _tagged(found, suffix)
                             if float(influence.nan_to_num(0.0).max()) > tol:
                                 future_found[variant.ones_mask][length] = influence

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
+from interp import distributed
 from interp.behaviour import (
     Behaviour,
     BehaviourLike,
@@ -255,6 +256,12 @@ class _PairwiseJS:
         self.chunks.append(js.clamp(min=0.0))
         self.n_prompts += flat.shape[0]
 
+    def merge(self, other: "_PairwiseJS") -> "_PairwiseJS":
+        """Append `other`'s prompts (a later shard, `interp.distributed.merge`)."""
+        self.chunks.extend(other.chunks)
+        self.n_prompts += other.n_prompts
+        return self
+
     def result(self) -> torch.Tensor:
         return torch.cat(self.chunks)  # (prompt, pair)
 
@@ -326,6 +333,13 @@ class _OutputSimilarity:
         self.cosine.append(cosine[:, rows, cols].double().cpu())
         self.cka.append(cka[:, rows, cols].cpu())
         self.n_prompts += result.shape[0]
+
+    def merge(self, other: "_OutputSimilarity") -> "_OutputSimilarity":
+        """Append `other`'s prompts (a later shard, `interp.distributed.merge`)."""
+        self.cosine.extend(other.cosine)
+        self.cka.extend(other.cka)
+        self.n_prompts += other.n_prompts
+        return self
 
 
 def output_similarity(
@@ -551,7 +565,9 @@ class AblationEngine:
         head_sets = [check_heads(self.model, heads) for heads in head_sets]
         sources = [self.values() for _ in head_sets]
         clean_parts, ablated_parts = [], []
-        for batch in self.prompts.batches(self.batch_size):
+        for indices, batch in distributed.shard(self.prompts, self.batch_size).batches(self.batch_size):
+            for values in sources:
+                values.prompt_index = indices  # resampling keyed by global prompt index
             if self.fast:
                 clean = self.clean(batch)
                 clean_loss, summary = clean.loss, clean.summary
@@ -569,7 +585,9 @@ class AblationEngine:
                     rows.append(self.value(self._full(batch, heads, values), batch, summary, what))
             clean_parts.append(clean_loss.detach().double().cpu())
             ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
-        return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)
+        clean_loss = torch.cat(clean_parts) if clean_parts else torch.zeros(0, dtype=torch.float64)
+        ablated = torch.cat(ablated_parts, dim=1) if ablated_parts else torch.zeros(len(head_sets), 0, dtype=torch.float64)
+        return distributed.gather_prompts(clean_loss), distributed.gather_prompts(ablated, dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,7 +620,8 @@ def gradient_importance(
     n_heads = max(site.n_heads for site in sites)
     values = engine.values()
     out = []
-    for batch in prompts.batches(batch_size):
+    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+        values.prompt_index = indices  # resampling keyed by global prompt index
         tokens = batch.tokens.to(_device(model))
         mask = torch.ones(len(batch), len(sites), n_heads, device=tokens.device, requires_grad=True)
 
@@ -621,7 +640,8 @@ def gradient_importance(
             loss = engine.value(output, batch, summary, "head-mask gradient")
             (grad,) = torch.autograd.grad(loss.sum(), mask)
         out.append(-grad.detach().double().cpu())
-    return torch.cat(out)
+    local = torch.cat(out) if out else torch.zeros(0, len(sites), n_heads, dtype=torch.float64)
+    return distributed.gather_prompts(local)
 
 
 def importance(

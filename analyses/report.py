@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from analyses import report_format
+from interp import distributed
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
 from interp.data import PromptSet
@@ -139,13 +140,17 @@ def mean_patterns(model: nn.Module, prompts: PromptSet, layers: Sequence[int], *
 
         return hook
 
-    for batch in prompts.batches(batch_size):
+    for batch in distributed.shard(prompts, batch_size).prompts.batches(batch_size):
         mask = torch.ones(batch.tokens.shape) if batch.attention_mask is None else batch.attention_mask.float()
         holder = [mask]
         counts += mask.sum(0).double()
         fwd = [(sites[l].hook("pattern"), make_hook(l, holder)) for l in layers]
         with torch.no_grad(), hooked(model, fwd):
             run_stopping_after(model, batch, max(layers))
+    if distributed.active():  # every rank's sums, added in rank order
+        parts = distributed.gather_objects((sums, counts))
+        sums = {l: sum((part[0][l] for part in parts[1:] if l in part[0]), parts[0][0].get(l, 0)) for l in layers}
+        counts = sum((part[1] for part in parts[1:]), parts[0][1])
     return {l: (sums[l] / counts.clamp(min=1)[None, :, None]).numpy() for l in layers}
 
 

@@ -13,10 +13,12 @@ one pass. `PerPromptAccumulator` keeps one row per prompt (what bootstrap CIs ne
 n_prompts x layers x heads scalars per metric). `MomentAccumulator` keeps sums, sums of squares
 and counts, so its memory does not depend on the number of prompts at all.
 
-Across processes (torch.distributed), with every rank streaming its own shard:
-- `MomentAccumulator`: `for t in acc.tensors(): dist.all_reduce(t)` (sum), then `acc.result()`;
-- `PerPromptAccumulator`: `parts = [None] * world; dist.all_gather_object(parts, acc.result())`,
-  then merge them in rank order with `PerPromptAccumulator.from_result(part)`.
+Across processes (torch.distributed): inside a process group `stream` runs only this rank's
+shard of the prompts (whole batches, contiguous, `interp.distributed.shard`) and merges the
+accumulator over ranks before returning (`interp.distributed.merge`): `MomentAccumulator` by
+`all_reduce` of its sums, `PerPromptAccumulator` (or any accumulator with `merge`) by
+`all_gather_object` in rank order, which is global prompt order. Every rank returns what one
+process returns; pass a fresh (empty) accumulator, or its earlier contents count once per rank.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Callable, Iterable, Literal, get_args
 import torch
 from torch import nn
 
+from interp import distributed
 from interp.data import PromptSet, check_prompts
 from interp.errors import user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
@@ -167,7 +170,7 @@ def stream(
     was_training = model.training
     model.eval()
     try:
-        for batch in prompts.batches(batch_size):
+        for batch in distributed.shard(prompts, batch_size).prompts.batches(batch_size):
             tokens = batch.tokens.to(device)
             mask = None if batch.attention_mask is None else batch.attention_mask.to(device).bool()
             outputs: dict[int, dict[str, torch.Tensor]] = {}
@@ -213,7 +216,7 @@ def stream(
             })
     finally:
         model.train(was_training)
-    return accumulator
+    return distributed.merge(accumulator)
 
 
 class PerPromptAccumulator:
@@ -314,6 +317,16 @@ class MomentAccumulator:
 
     def state_numel(self) -> int:
         return sum(t.numel() for t in self.tensors())
+
+    def layout(self) -> dict[str, tuple[int, ...]]:
+        """{metric: shape}: what `align` needs so ranks that saw no prompt can join an all-reduce."""
+        return {name: tuple(parts[0].shape) for name, parts in self._state.items()}
+
+    def align(self, layout: dict[str, tuple[int, ...]]) -> None:
+        """Add zero state for metrics in `layout` this accumulator has not seen (an empty shard)."""
+        for name, shape in layout.items():
+            if name not in self._state:
+                self._state[name] = [torch.zeros(shape, dtype=torch.float64) for _ in range(3)]
 
     def result(self, confidence: float = 0.95) -> dict[str, dict[str, torch.Tensor]]:
         """{metric: {"mean", "ci_low", "ci_high", "n"}} (NaN where n == 0; zero-width CI where n == 1)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
+from interp.launch import add_flags as add_scale_flags, place
 
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -89,7 +90,7 @@ def _load(spec: str | None, quiet: bool = False, backend: str = "auto", *, black
             raise BadInput(f"cannot load model spec {spec!r}: {_message(error)}") from error
     for note in getattr(model, "load_notes", None) or []:
         console.print(f"note: {note}")
-    return model
+    return place(model) if hasattr(model, "to") else model  # --device / --dtype
 
 
 def _checked_spec(spec: str | None) -> str:
@@ -725,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_report_parser, _audit_parser, _claims_parser, _scan_parser, _heads_parser, _verify_parser,
                 _train_parser, _demo_parser):
         add(command)
-    return parser
+    return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
 
 
 class _VersionAction(argparse.Action):

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
+from interp import distributed
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
@@ -207,15 +208,29 @@ def reference_activations(
 
     hooks = [(sites[layer].hook(site), make_hook(layer)) for layer in layers]
     with hooked(model, hooks):
-        for batch in reference.batches(batch_size):
+        for batch in distributed.shard(reference, batch_size).prompts.batches(batch_size):
             current_mask[0] = batch.attention_mask
             weights = torch.ones(batch.tokens.shape) if batch.attention_mask is None else batch.attention_mask.double()
             counts += weights.sum(0).double()
             run_stopping_after(model, batch, max(layers))
+    if distributed.active():  # sums over ranks in rank order, samples in global prompt order
+        sums, counts, samples = _merge_reference(sums, counts, samples)
     denominator = einops.rearrange(counts.clamp(min=1.0), "pos -> pos 1 1")
     means = {layer: (sums[layer].cpu() / denominator).float() for layer in layers}
     kept = {layer: torch.cat(samples[layer]) for layer in layers} if keep_samples else None
     return ReferenceActivations(site, means, kept, len(reference))
+
+
+def _merge_reference(sums: dict, counts: torch.Tensor, samples: dict) -> tuple[dict, torch.Tensor, dict]:
+    """Every rank's reference sums, counts and samples, combined identically on every rank."""
+    parts = distributed.gather_objects(({k: v.cpu() for k, v in sums.items()}, counts, samples))
+    merged_sums: dict[int, torch.Tensor] = {}
+    for part_sums, _, _ in parts:
+        for layer, total in part_sums.items():
+            merged_sums[layer] = total if layer not in merged_sums else merged_sums[layer] + total
+    merged_counts = sum((part[1] for part in parts[1:]), parts[0][1].clone())
+    merged_samples = {layer: [chunk for part in parts for chunk in part[2][layer]] for layer in samples}
+    return merged_sums, merged_counts, merged_samples
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +243,10 @@ class AblationValues:
     def __init__(self, kind: str, reference: ReferenceActivations | None, seed: int):
         self.kind, self.reference, self.seed = kind, reference, seed
         self.generators: dict[Head, torch.Generator] = {}
+        # global indices of the prompts in the current batch; when set (by a sharded loop such
+        # as the ablation engine), resampling is keyed by each prompt's global index, so the
+        # draws do not depend on batching or on the number of processes
+        self.prompt_index: range | None = None
 
     def __call__(self, layer: int, head: int, clean: torch.Tensor) -> torch.Tensor:
         batch, n_pos = clean.shape[:2]
@@ -246,6 +265,8 @@ class AblationValues:
         # one from the prompt itself wherever that is possible
         pool = ref.samples[layer][:, :n_pos, head]  # (ref_prompt, pos, d)
         n_ref = pool.shape[0]
+        if self.prompt_index is not None:
+            return self._resample_keyed(layer, head, clean, pool)
         gen = self.generators.setdefault((layer, head), derive_generator(self.seed, "resample", layer, head))
         index = torch.randint(0, n_ref, (batch,), generator=gen)
         chosen = pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
@@ -255,6 +276,19 @@ class AblationValues:
             index[same] = (index[same] + shift) % n_ref
             chosen = pool[index].to(device=clean.device, dtype=clean.dtype)
         return chosen
+
+    def _resample_keyed(self, layer: int, head: int, clean: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+        """Resampling with one generator per (prompt's global index, head): see `prompt_index`."""
+        if len(self.prompt_index) != clean.shape[0]:
+            raise ValueError(f"prompt_index has {len(self.prompt_index)} prompts but the batch {clean.shape[0]}.")
+        n_ref = pool.shape[0]
+        index = torch.empty(clean.shape[0], dtype=torch.long)
+        for row, prompt in enumerate(self.prompt_index):
+            gen = distributed.prompt_generator(self.seed, "resample", prompt, layer, head)
+            index[row] = int(torch.randint(0, n_ref, (1,), generator=gen))
+            if n_ref > 1 and bool((pool[index[row]].to(clean.device, clean.dtype) == clean[row]).all()):
+                index[row] = (index[row] + int(torch.randint(1, n_ref, (1,), generator=gen))) % n_ref
+        return pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
 
 
 def _resolve_reference(model, heads, kind, site, reference) -> ReferenceActivations | None:

@@ -53,11 +53,9 @@ from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
-# built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json)
-BUILTINS: dict[str, str] = {
-    "toy-induction": "toy-induction",
-    "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
-}
+# built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
+# torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch
+from interp.specnames import BUILTINS  # noqa: E402
 SPEC_KINDS = (
     "a built-in name ({names})",
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",

@@ -26,7 +26,8 @@ heads as computed, and query head h is checked against key/value head h // (n_he
 
 Limits: the checks use the model's own default forward (no padding, no additive float
 masks such as ALiBi, which `scores_qk` would report as a mismatch); tolerances are
-absolute 1e-4 plus relative 1e-4 in float32.
+absolute 1e-4 plus relative 1e-4 in float32 and float64, 2e-3 + 4e-3 in float16 and
+2e-2 + 2e-2 in bfloat16 (`TOLERANCES`: a few units of each format's rounding).
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ from torch import nn
 from interp.hooks import ROLES, AttentionSite, attention_sites
 
 ATOL, RTOL = 1e-4, 1e-4
+# (atol, rtol) per dtype of the hooked tensor: a few units of its rounding (bfloat16 keeps 8
+# significant bits, float16 11); float32 and float64 use ATOL, RTOL
+TOLERANCES = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 4e-3)}
 
 
 def _first(output: Any) -> torch.Tensor:
@@ -86,9 +90,11 @@ def _device(model: nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str]:
+def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[bool, str]:
+    """Equal within the tolerance of `dtype` (default: the actual tensor's; see TOLERANCES)."""
     if actual.shape != expected.shape:
         return False, f"shape {tuple(actual.shape)} vs expected {tuple(expected.shape)}"
+    atol, rtol = TOLERANCES.get(dtype or actual.dtype, (ATOL, RTOL))
     actual, expected = actual.double(), expected.double()
     # -inf must match -inf exactly (masked scores); NaN anywhere is a failure, never a zero
     if actual.isnan().any() or expected.isnan().any():
@@ -97,7 +103,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str]:
         return False, "infinite entries differ (the mask is not what the hook claims)"
     a, e = actual.nan_to_num(0.0, 0.0, 0.0), expected.nan_to_num(0.0, 0.0, 0.0)
     err = (a - e).abs().max().item() if a.numel() else 0.0
-    ok = bool(torch.allclose(a, e, atol=ATOL, rtol=RTOL))
+    ok = bool(torch.allclose(a, e, atol=atol, rtol=rtol))
     return ok, f"max abs error {err:.2e}"
 
 
@@ -149,7 +155,7 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         pattern = got["pattern"]
         sums = pattern.double().sum(-1)
         has_key = sums > 0.5 if "attn_scores" not in got else torch.isfinite(got["attn_scores"]).any(-1)
-        ok, detail = _close(sums[has_key], torch.ones_like(sums[has_key]))
+        ok, detail = _close(sums[has_key], torch.ones_like(sums[has_key]), pattern.dtype)
         row("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}")
     if {"pattern", "v", "z"} <= set(got):
         expected = einops.einsum(

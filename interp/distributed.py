@@ -1,0 +1,359 @@
+"""Data parallel over prompts with `torch.distributed`: the same numbers on 1 or N processes.
+
+Vocabulary:
+- *process group*: started by `torchrun` (env:// rendezvous), by `interp ... --workers N`
+  (`spawn_local`, a gloo group on this machine), or by the caller's own
+  `torch.distributed.init_process_group`. gloo on CPU, NCCL on GPUs.
+- *shard*: the prompts one rank runs. Shards are **contiguous** runs of whole batches, in
+  global prompt order: with `n_batches = ceil(n / batch_size)`, rank r runs batches
+  `[r * n_batches // world, (r + 1) * n_batches // world)`. Every batch a rank runs is
+  exactly a batch the single process runs (same prompts, same shapes, so the same kernels
+  and bit-identical per-prompt values); concatenating shards in rank order is global order.
+- *merge*: after streaming its shard, each rank combines accumulators with collectives:
+  sums and counts (`MomentAccumulator`) with `all_reduce`; per-prompt values
+  (`PerPromptAccumulator`, and any accumulator with `merge`) with `all_gather_object`,
+  merged in rank order, i.e. global prompt order. **Every** rank ends with the full result,
+  so the statistics that follow (bootstrap, permutation tests, BH) run on identical data on
+  every rank and give identical numbers; only rank 0 prints or writes.
+
+Randomness: everything drawn on the whole prompt set (prompt generation, shuffled controls,
+splits, bootstraps over prompts) runs before sharding or after merging, identically on every
+rank. Randomness drawn *inside* a sharded loop is keyed by the prompt's global index
+(`prompt_generator`), never by rank or batch, so results do not depend on the worker count.
+
+Without a process group (or with one process, or inside `local()`), every helper is a no-op:
+`shard` returns the prompts unchanged and `merge` returns the accumulator.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import pickle
+import socket
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+from interp.errors import BadInput
+
+_LOCAL_DEPTH = [0]  # > 0 inside `local()`: collectives are off for this process
+
+
+# ---------------------------------------------------------------------------------------------
+# rank and world
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist
+
+
+def active() -> bool:
+    """True when analyses shard over a process group: one is initialised, it has > 1 rank,
+    and we are not inside `local()`."""
+    dist = _dist()
+    return _LOCAL_DEPTH[0] == 0 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    """This process's rank (0 without a process group)."""
+    dist = _dist()
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Number of ranks (1 without a process group)."""
+    dist = _dist()
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """True on rank 0, the one that prints and writes (and without a process group)."""
+    return rank() == 0
+
+
+@contextlib.contextmanager
+def local() -> Iterator[None]:
+    """Inside, analyses run on this rank alone (no sharding, no collectives): for code that
+    only one rank executes, e.g. rendering on rank 0. A collective missed by one rank would
+    leave the others waiting."""
+    _LOCAL_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _LOCAL_DEPTH[0] -= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# sharding
+
+
+def shard_range(n_prompts: int, batch_size: int, rank_: int | None = None, world: int | None = None) -> range:
+    """Global prompt indices this rank runs: a contiguous run of whole batches (module docstring)."""
+    if batch_size < 1:
+        raise BadInput(f"batch_size={batch_size} must be at least 1.")
+    world = world_size() if world is None else world
+    rank_ = rank() if rank_ is None else rank_
+    if not 0 <= rank_ < world:
+        raise BadInput(f"rank={rank_} is outside a world of {world} processes.")
+    if world == 1:
+        return range(n_prompts)
+    n_batches = -(-n_prompts // batch_size)
+    first, last = rank_ * n_batches // world, (rank_ + 1) * n_batches // world
+    return range(min(first * batch_size, n_prompts), min(last * batch_size, n_prompts))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The part of a PromptSet this rank runs, and where it sits in the whole set."""
+
+    prompts: Any  # PromptSet, possibly empty
+    indices: range  # global prompt indices of `prompts`
+
+    def batches(self, batch_size: int) -> Iterator[tuple[range, Any]]:
+        """(global indices, batch) pairs: the same batches the single process runs."""
+        for start in range(0, len(self.indices), batch_size):
+            stop = min(start + batch_size, len(self.indices))
+            yield self.indices[start:stop], self.prompts[start:stop]
+
+
+def shard(prompts, batch_size: int) -> Shard:
+    """This rank's shard of `prompts` (all of them when not `active()`)."""
+    indices = shard_range(len(prompts), batch_size) if active() else range(len(prompts))
+    return Shard(prompts[indices.start : indices.stop], indices)
+
+
+def prompt_generator(seed: int, purpose: str, index: int, *key: int) -> torch.Generator:
+    """A CPU generator for one prompt, keyed by (seed, purpose, global prompt index, *key):
+    the same draw whichever rank runs the prompt and however the set is batched."""
+    text = "/".join(str(part) for part in (seed, purpose, index, *key))
+    return torch.Generator().manual_seed(zlib.crc32(text.encode()))
+
+
+# ---------------------------------------------------------------------------------------------
+# collectives
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order, on every rank ([value] when not `active()`)."""
+    if not active():
+        return [value]
+    parts: list[Any] = [None] * world_size()
+    _dist().all_gather_object(parts, value)
+    return parts
+
+
+def gather_prompts(value: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Concatenate each rank's per-prompt tensor along `dim` in rank (= global prompt) order."""
+    if not active():
+        return value
+    return torch.cat([part.to(value.device) for part in gather_objects(value.cpu())], dim=dim)
+
+
+def all_reduce_sum(tensors: list[torch.Tensor]) -> None:
+    """Sum each tensor over ranks, in place (float64 stays float64)."""
+    if not active():
+        return
+    dist = _dist()
+    backend = dist.get_backend()
+    for tensor in tensors:
+        if backend == "nccl" and tensor.device.type != "cuda":
+            moved = tensor.cuda()
+            dist.all_reduce(moved)
+            tensor.copy_(moved.cpu())
+        else:
+            dist.all_reduce(tensor)
+
+
+def merge(accumulator):
+    """Combine this rank's accumulator with every other rank's; every rank returns the whole.
+
+    Moment-style accumulators (with `tensors()`, e.g. `MomentAccumulator`) are summed with
+    `all_reduce` (shapes agreed first, so a rank with an empty shard contributes zeros);
+    others (with `merge`, e.g. `PerPromptAccumulator`) are gathered and merged in rank order.
+    """
+    if not active():
+        return accumulator
+    if hasattr(accumulator, "tensors") and hasattr(accumulator, "align"):
+        layout = next((part for part in gather_objects(accumulator.layout()) if part), {})
+        accumulator.align(layout)
+        all_reduce_sum(accumulator.tensors())
+        return accumulator
+    if not hasattr(accumulator, "merge"):
+        raise BadInput(
+            f"{type(accumulator).__name__} cannot be merged across processes: give it a `merge(other)` "
+            "method (appending other's prompts) or `tensors()` + `layout()` + `align()` for sums."
+        )
+    parts = gather_objects(accumulator)
+    merged = parts[0]
+    for part in parts[1:]:
+        merged.merge(part)
+    return merged
+
+
+def mine(index: int) -> bool:
+    """Whether work item `index` of a shared-out loop is this rank's (every world-th; all without a group)."""
+    return not active() or index % world_size() == rank()
+
+
+def fmax_merge(value: torch.Tensor) -> torch.Tensor:
+    """Elementwise maximum over ranks, NaN meaning "not measured here" (`torch.fmax`): exact, so the
+    result does not depend on the order of the ranks."""
+    if not active():
+        return value
+    merged = None
+    for part in gather_objects(value.cpu()):
+        merged = part if merged is None else torch.fmax(merged, part)
+    return merged.to(value.device)
+
+
+def broadcast_object(value: Any, src: int = 0) -> Any:
+    """Rank `src`'s value on every rank (the value itself when not `active()`)."""
+    if not active():
+        return value
+    box = [value]
+    _dist().broadcast_object_list(box, src=src)
+    return box[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# process groups
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_backend() -> str:
+    """NCCL when this process has a CUDA device, else gloo."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_from_env(backend: str | None = None, timeout_s: float = 1800) -> bool:
+    """Join the process group `torchrun` describes in the environment (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT); False (and nothing done) when not launched that way."""
+    dist = _dist()
+    if dist.is_initialized() or "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return dist.is_initialized()
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return True
+
+
+def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None):
+    if threads is not None:
+        torch.set_num_threads(threads)
+    group_env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank_), WORLD_SIZE=str(world),
+                     LOCAL_RANK=str(rank_))
+    saved = {key: os.environ.get(key) for key in group_env}
+    os.environ.update(group_env)
+    try:
+        init_from_env(backend)
+        return fn(*args)
+    finally:
+        if _dist().is_initialized():
+            _dist().destroy_process_group()
+        for key, value in saved.items():  # this process may run later commands without a group
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _child(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None,
+           silent: bool, results) -> None:
+    if silent:
+        devnull = open(os.devnull, "w")
+        sys.stdout = sys.stderr = devnull
+    try:
+        value = _worker(rank_, world, port, fn, args, backend, threads)
+        if results is not None:  # plain pickle bytes: tensors copied, not shared through descriptors of a dead process
+            results.put((rank_, "ok", pickle.dumps(value)))
+    except BaseException as error:  # reported to the parent, which fails loudly
+        if results is not None:
+            results.put((rank_, "error", f"{type(error).__name__}: {error}"))
+        raise
+
+
+def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = "gloo",
+                threads: int | None = None, return_all: bool = False, timeout_s: float = 1800):
+    """Run `fn(*args)` on `workers` processes of a fresh local process group.
+
+    Rank 0 runs in *this* process (so it prints, writes and returns `fn`'s value); ranks
+    1..N-1 are spawned children with their output silenced. With `return_all`, every rank
+    runs in a child and the list of their return values (rank order) is returned: what tests
+    use to compare ranks. `threads`: torch threads per process (None: unchanged).
+    A child that fails makes this call raise `RuntimeError` naming it.
+    """
+    if workers < 1:
+        raise BadInput(f"--workers {workers}: need at least 1 process.")
+    if workers == 1 and not return_all:
+        return fn(*args)
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    port = _free_port()
+    results = context.SimpleQueue() if return_all else None
+    first_child = 0 if return_all else 1
+    children = []
+    for r in range(first_child, workers):
+        child = context.Process(target=_child, args=(r, workers, port, fn, args, backend, threads, not return_all, results),
+                                daemon=True)
+        child.start()
+        children.append(child)
+    if return_all:
+        return _collect(children, results, workers, timeout_s)
+    watcher = _watch(children)
+    try:
+        return _worker(0, workers, port, fn, args, backend, threads)
+    finally:
+        watcher.set()
+        for child in children:
+            child.join(timeout=60)
+
+
+def _collect(children, results, workers: int, timeout_s: float) -> list[Any]:
+    values: dict[int, Any] = {}
+    errors = []
+    for _ in range(workers):
+        rank_, status, value = results.get()
+        if status == "ok":
+            values[rank_] = pickle.loads(value)  # bytes our own child wrote, never a user's file
+        else:
+            errors.append(f"rank {rank_}: {value}")
+            break
+    for child in children:
+        child.join(timeout=5 if errors else timeout_s)
+        if child.is_alive():
+            child.terminate()
+    if errors:
+        raise RuntimeError(f"a worker process failed: {errors[0]}")
+    return [values[r] for r in range(workers)]
+
+
+def _watch(children):
+    """A thread that ends this process when a child dies with an error (the collectives of
+    the surviving ranks would otherwise wait for it until the group times out)."""
+    import threading
+
+    done = threading.Event()
+
+    def run():
+        while not done.wait(0.5):
+            for child in children:
+                if child.exitcode not in (None, 0):
+                    print(f"interp: worker process {child.name} exited with code {child.exitcode}; stopping.",
+                          file=sys.__stderr__)
+                    os._exit(3)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
