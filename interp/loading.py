@@ -348,8 +348,8 @@ def _hf_model(model: nn.Module, backend: str) -> nn.Module:
             hooked_model.load_notes = [f"not converted natively ({error}); hooked through the sdpa backend."]
             return hooked_model
         raise BadInput(f"{error} To use the bridge, save the model with save_pretrained(folder) and load the folder.") from None
-    except ConversionError as error:
-        raise BadInput(str(error)) from None
+    except ConversionError as error:  # the user's model: its weights do not fit its config
+        raise CheckpointError(str(error)) from None
     _describe_native(converted, type(model).__name__)
     converted.tokenizer = getattr(model, "tokenizer", None)
     return converted
@@ -400,8 +400,8 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
             bridge = load_hf_folder(folder, device=device)
             bridge.load_notes.insert(0, f"not converted natively: {error} Loaded through the bridge instead; {BRIDGE_LIMITS}")
             return bridge
-        except ConversionError as error:
-            raise BadInput(f"{folder}: {error}") from None
+        except ConversionError as error:  # the user's folder: its weights do not fit its config
+            raise CheckpointError(f"{folder}: {error}") from None
         _describe_native(model, str(folder))
         model.tokenizer = _folder_tokenizer(folder, model.load_notes)
         return model.to(device)

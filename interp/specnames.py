@@ -37,9 +37,14 @@ def could_load(text: str) -> bool:
 
 def check_spec(text: str | os.PathLike | None) -> None:
     """Raise BadInput for a string that names nothing loadable (no torch import on the way)."""
-    if text is None or could_load(os.fspath(text)):
+    if text is None:
         return
     text = os.fspath(text)
+    if not text.strip():  # an unset shell variable must not mean "the current folder" or the default model
+        raise BadInput(f"the model spec is empty ({text!r}); pass a built-in name (e.g. toy-induction), a checkpoint "
+                       "path, package.module:factory or a Hugging Face folder. Is a shell variable unset?")
+    if could_load(text):
+        return
     close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise BadInput(

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from models.textcorpus import evaluate_text  # noqa: F401  (lives with the corpus; importable here too)
+
 TASKS = ("induction",)
 
 
@@ -170,15 +172,3 @@ class TextTask:
         return {"task": "stdlib-bytes", "n_pos": self.n_pos, "d_vocab": self.d_vocab,
                 "n_train_bytes": int(self.train_stream.numel()), "sampling": "uniform random window offsets"}
 
-
-@torch.no_grad()
-def evaluate_text(model, windows: torch.Tensor, batch_size: int = 64) -> dict:
-    """Mean next-byte loss of `model` on (n, pos) windows, in nats and bits per byte."""
-    total, count = 0.0, 0
-    for start in range(0, windows.shape[0], batch_size):
-        chunk = windows[start : start + batch_size]
-        per = model(chunk, return_type="loss", loss_per_token=True)  # (batch, pos - 1)
-        total += float(per.double().sum())
-        count += per.numel()
-    nats = total / count
-    return {"nats": nats, "bits": nats / math.log(2), "n_predicted": count, "n_windows": int(windows.shape[0])}

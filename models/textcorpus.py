@@ -228,8 +228,6 @@ def held_out_report(model, recorded_corpus: dict, *, n_windows: int = 256, corpu
     """Measure `model` on `n_windows` evenly spaced held-out windows of the corpus found here (the
     card's figures used 2048), with unigram / bigram baselines on the same bytes, and say whether
     that corpus is the one the card recorded."""
-    from models.tasks import evaluate_text
-
     corpus = corpus or load_corpus()
     windows = eval_windows(as_tensor(corpus.held_out), model.cfg.n_ctx, n_windows)
     found = evaluate_text(model, windows, batch_size=batch_size)
@@ -237,3 +235,16 @@ def held_out_report(model, recorded_corpus: dict, *, n_windows: int = 256, corpu
     note = compare_corpus(recorded_corpus, corpus)
     return HeldOutReport(found["bits"], baselines["unigram_bits"], baselines["bigram_bits"], found["n_windows"],
                          found["n_predicted"], note is None, note)
+
+
+@torch.no_grad()
+def evaluate_text(model, windows: torch.Tensor, batch_size: int = 64) -> dict:
+    """Mean next-byte loss of `model` on (n, pos) windows, in nats and bits per byte."""
+    total, count = 0.0, 0
+    for start in range(0, windows.shape[0], batch_size):
+        chunk = windows[start : start + batch_size]
+        per = model(chunk, return_type="loss", loss_per_token=True)  # (batch, pos - 1)
+        total += float(per.double().sum())
+        count += per.numel()
+    nats = total / count
+    return {"nats": nats, "bits": nats / math.log(2), "n_predicted": count, "n_windows": int(windows.shape[0])}

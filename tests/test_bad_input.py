@@ -299,7 +299,7 @@ def _cli_cases():
         (["audit-leakage", "toy-induction", "--max-len", "500", "--n", "1"], 2, r"--max-len 500 exceeds .*n_ctx=128"),
         (["heads", "--seed", str(2**70)], 2, r"--seed: .*outside \[0, 2\*\*32 - 1\]"),
         (["heads", "--seed", "-1"], 2, r"--seed"),
-        (["heads", "--n", "0"], 2, r"--n: 0 must be at least 1"),
+        (["heads", "--n", "0"], 2, r"--n(/--n-prompts)?: 0 must be at least 1"),
         (["heads", "--n", "100000000000"], 2, r"100000000000 prompts x \d+ positions would take \d+\.\d GiB"),
         (["claims", "{f}/claims.toml", "toy-induction"], 2, r"model first.*interp claims toy-induction .*claims\.toml"),
         (["claims", "toy-induction", "{f}/badclaims.toml"], 2, r"unknown claim kind 'inductoin'"),

@@ -382,6 +382,6 @@ def test_cli_scan_states_the_behaviour_in_json(capsys):
 
     code = main(["scan", "toy-induction", "--n", "16", "--behaviour", "embedding", "--json", "-", "--quiet"])
     assert code == 0
-    records = json.loads(capsys.readouterr().out)
+    records = json.loads(capsys.readouterr().out)["result"]["claims"]  # the CLI's JSON envelope
     measured = {r["behaviour"] for r in records if r.get("necessity") is not None}
     assert measured == {"embedding_change"}

@@ -114,7 +114,7 @@ def test_cli_claims_exit_codes_and_json(tmp_path, capsys):
     assert cli.main(["claims", str(wrong), "-q"]) == 0  # a refuted claim is a finding only with --strict
     capsys.readouterr()
     assert cli.main(["claims", CONSTRUCTED, str(wrong), "--strict", "-q", "--json", "-"]) == 1
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]  # the CLI's JSON envelope
     assert [c["passed"] for c in document["claims"]] == [True, True, True, False]
 
 

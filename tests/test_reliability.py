@@ -161,7 +161,7 @@ def counting_factory(tmp_path, monkeypatch):
 def test_a_factory_is_called_once_and_python_audits_what_the_cli_audits(counting_factory, capsys):
     code = cli.main(["audit-leakage", "userpkg_count:factory", "--max-len", "6", "-q", "--json", "-"])
     assert len(counting_factory.CALLS) == 1
-    cli_verdict = json.loads(capsys.readouterr().out)["verdict"]
+    cli_verdict = json.loads(capsys.readouterr().out)["result"]["verdict"]
     counting_factory.CALLS.clear()
     report = audit("userpkg_count:factory", max_len=6, vocab_size=13)
     assert len(counting_factory.CALLS) == 1

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from analyses import report
+from interp import outdir
 from interp.specs import PromptSpec
 from models.constructed import induction_circuit
 
@@ -310,7 +311,7 @@ def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
 def test_report_json_has_provenance_schema_and_every_file(built):
     meta = json.loads((built.out_dir / "report.json").read_text())
     files = {p.relative_to(built.out_dir).as_posix() for p in built.out_dir.rglob("*") if p.is_file()}
-    assert set(meta["files"]) == files - {report.MARKER}
+    assert set(meta["files"]) == files - {report.MARKER, outdir.MANIFEST}
     assert {"redundancy.csv", "columns.md", "report.json"} <= set(meta["files"])
     prov = meta["provenance"]
     assert {"toolkit", "git_commit", "torch", "transformer_lens", "python", "seed", "prompt_hash", "wall_time_s"} <= set(prov)

@@ -267,6 +267,12 @@ def read_config(folder: str | os.PathLike) -> Any:
     if not (folder / "config.json").exists():
         raise ConversionError(f"{folder} has no config.json; a Hugging Face model folder needs one.")
     try:
+        document = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{folder}/config.json is not a JSON object ({error}); is the folder complete?") from None
+    if not isinstance(document, dict):
+        raise ConversionError(f"{folder}/config.json is not a JSON object (it holds a {type(document).__name__}).")
+    try:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except (ValueError, KeyError) as error:
         raise UnsupportedArchitecture(f"{folder}/config.json is not a config transformers knows: {error}") from None
