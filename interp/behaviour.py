@@ -358,9 +358,10 @@ def default_behaviour(model: nn.Module, *, positions: Positions = "auto") -> Beh
     head (`model.head_is_random is False`); else (an encoder, or a random head) the change of the
     sentence embedding."""
     head_random = getattr(model, "head_is_random", None)
-    has_head = getattr(getattr(model, "cfg", None), "lm_head", "unembed") is not None  # a bare encoder has none
+    if getattr(getattr(model, "cfg", None), "lm_head", "unembed") is None:
+        return embedding_change()  # no head at all (a bare encoder, e.g. MiniLM converted natively): no logits to score
     if _causal(model) is False:
-        return masked_lm_loss(model) if head_random is False and has_head else embedding_change()
+        return masked_lm_loss(model) if head_random is False else embedding_change()
     return embedding_change() if head_random else next_token_loss(positions)
 
 

