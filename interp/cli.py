@@ -201,7 +201,11 @@ def _cell(column: str, value: Any) -> str:
             return ""
         if column in INTEGER_KEYS and value.is_integer():
             return str(int(value))
-        if column.startswith("p_") or column in ("max_influence", "influence"):
+        if column.startswith("p_"):
+            from analyses.report_format import format_p  # one way to write a p-value, as in the report
+
+            return format_p(value)
+        if column in ("max_influence", "influence"):
             return f"{value:.3g}"
         return f"{value:.3f}"
     if isinstance(value, (list, tuple)):
