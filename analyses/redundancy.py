@@ -375,8 +375,12 @@ def output_similarity(
 
 
 def resumable(model: nn.Module) -> bool:
-    """Whether the forward can be resumed mid-model (HookedGPT / HookedEncoder layout)."""
-    return isinstance(model, HookedGPT)
+    """Whether the forward can be resumed mid-model: a HookedGPT / HookedEncoder of sequential
+    pre-norm blocks (resid_mid + mlp(ln2(resid_mid))). Post-norm (BERT) and parallel attention + MLP
+    blocks (GPT-NeoX) run the hooked full forward instead."""
+    cfg = getattr(model, "cfg", None)
+    return (isinstance(model, HookedGPT) and not getattr(cfg, "post_norm", False)
+            and not getattr(cfg, "parallel_attn_mlp", False))
 
 
 def _device(model: nn.Module) -> torch.device:

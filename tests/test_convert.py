@@ -378,3 +378,20 @@ if __name__ == "__main__":  # PYTHONPATH=. python tests/test_convert.py: the fig
         mask = prompts.attention_mask
         diff = (_hf_out(hf, prompts.tokens, mask) - _ours(model, prompts.tokens, mask)).abs()[mask.bool()].max().item()
         print(f"MiniLM-L6 real weights, 32 sentences, {side} padding: max abs diff of the last hidden state {diff:.2e}")
+
+
+@pytest.mark.parametrize("make", [lambda: _bert(False), lambda: _neox(0.25, parallel=True, bias=True),
+                                  lambda: _llama("llama", 6, 2, bias=True)], ids=["bert-post-norm", "neox-parallel",
+                                                                                 "llama-gqa"])
+def test_importance_resumed_equals_the_full_hooked_forward(make):
+    """The ablation engine resumes from cached residuals only where the block layout allows it;
+    post-norm and parallel blocks must give what the hooked full forward gives."""
+    from analyses import redundancy
+    from interp.data import random_tokens
+
+    model = convert_model(_randomise(make(), seed=3).eval())
+    prompts = random_tokens(6, N_POS, VOCAB, seed=1)
+    fast = redundancy.importance(model, prompts, "mean", seed=0, gradient=False)
+    slow = redundancy.importance(model, prompts, "mean", seed=0, gradient=False, fast=False)
+    assert torch.allclose(torch.tensor(fast["delta_loss"].to_numpy()), torch.tensor(slow["delta_loss"].to_numpy()),
+                          atol=1e-5, rtol=1e-4)
