@@ -50,7 +50,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.hooks import ROLES, AttentionSite, register_site_finder
+from interp.sites import ROLES, AttentionSite
 from models.components import CachingRoot, hook_is_live
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
@@ -333,8 +333,7 @@ def unhook_attention(model: nn.Module) -> nn.Module:
     return model
 
 
-@register_site_finder
-def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
+def mha_sites(model: nn.Module) -> list[AttentionSite] | None:
     """Sites of a hooked MultiheadAttention model, in module-registration order.
 
     Registration order is forward order for `nn.TransformerEncoder` and the usual
