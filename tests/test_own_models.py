@@ -225,4 +225,4 @@ def test_modelinfo_reexports_the_config_facts_of_modelconfig():
 
     for name in ("model_config", "vocab_size", "context_length", "CONTEXT_FIELDS", "VOCAB_FIELDS"):
         assert getattr(modelinfo, name) is getattr(modelconfig, name)
-    assert modelconfig.vocab_size(torch.nn.Embedding(11, 4)) == 11 and modelconfig.context_length({"n_ctx": 7}) == 7
+    assert modelconfig.vocab_size(torch.nn.Embedding(11, 4)) == 11 and modelconfig.context_length(dataclasses.make_dataclass("M", [("config", dict)])({"n_ctx": 7})) == 7
