@@ -21,7 +21,6 @@ removes its hooks in `finally` (through `interp.hooks.hooked`).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal, Sequence, Union, get_args
@@ -32,6 +31,7 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp import distributed
+from interp.capture import stop_after
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
@@ -133,22 +133,13 @@ def as_prompts(prompts: PromptSet | torch.Tensor) -> PromptSet:
     raise BadType(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
 
 
-def _accepts(model: nn.Module, argument: str) -> bool:
-    try:
-        return argument in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def run_stopping_after(model: nn.Module, prompts: PromptSet, last_layer: int) -> None:
-    """Forward `prompts` through the model, stopping after block `last_layer` where the model allows it."""
+    """Forward `prompts` through the model, stopping after block `last_layer` where the model allows it
+    (`interp.capture.stop_after`)."""
     kwargs = prompts.model_kwargs()
     tokens = prompts.tokens.to(getattr(model, "device", prompts.tokens.device))
     kwargs = {k: v.to(tokens.device) for k, v in kwargs.items()}
-    if _accepts(model, "stop_at_layer"):
-        model(tokens, stop_at_layer=last_layer + 1, **kwargs)
-    else:
-        model(tokens, **kwargs)
+    model(tokens, **stop_after(model, [last_layer]), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
