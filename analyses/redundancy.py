@@ -921,8 +921,18 @@ def pruning_curve(
         "importance": torch.cat([clean[None], ablated[:n]]),  # (n_removed, prompt)
         "random": torch.cat([clean[None], ablated[n:].view(n_random, n, -1).mean(0)]),
     }
-    rows = []
-    n_removable = {}
+    frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=seed)
+    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
+                       behaviour=engine.behaviour.describe(prompts),
+                       importance_order=[_label(h) for h in order])
+    return frame
+
+
+def _pruning_frame(by_order: dict[str, torch.Tensor], clean: torch.Tensor, order: list[Head], *, margin: float,
+                   seed: int) -> tuple[pd.DataFrame, dict[str, int]]:
+    """`pruning_curve`'s rows from each order's (n_removed, prompt) losses, and how many heads each order
+    removes with the rise's upper CI still below `margin`."""
+    rows, n_removable, n = [], {}, len(order)
     for name, losses in by_order.items():
         loss_mean, loss_low, loss_high = _ci(losses.T, seed=seed, label=f"pruning/{name}")
         rise = (losses - clean).T
@@ -933,12 +943,8 @@ def pruning_curve(
             removed = _label(order[k - 1]) if (name == "importance" and k) else ""
             rows.append({"order": name, "n_removed": k, "removed": removed, "loss": loss_mean[k], "ci_low": loss_low[k],
                          "ci_high": loss_high[k], "rise": rise_mean[k], "rise_ci_low": rise_low[k],
-                         "rise_ci_high": rise_high[k], "n_prompts": len(prompts)})
-    frame = pd.DataFrame(rows)
-    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
-                       behaviour=engine.behaviour.describe(prompts),
-                       importance_order=[_label(h) for h in order])
-    return frame
+                         "rise_ci_high": rise_high[k], "n_prompts": losses.shape[1]})
+    return pd.DataFrame(rows), n_removable
 
 
 # ---------------------------------------------------------------------------------------------

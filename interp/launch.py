@@ -184,7 +184,7 @@ def _check_dtype(dtype):
 
     from interp.errors import BadInput
 
-    resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    resolved = (getattr(torch, dtype) if dtype in DTYPES else None) if isinstance(dtype, str) else dtype
     allowed = {getattr(torch, name) for name in DTYPES}
     if resolved not in allowed:
         raise BadInput(f"dtype={dtype!r} is not supported; expected one of {list(DTYPES)} (or the torch dtype).")

@@ -290,6 +290,20 @@ def test_place_applies_dtype_and_device(monkeypatch):
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
+def test_move_copies_only_when_asked_and_needed():
+    from interp import launch
+    from interp.errors import BadInput
+
+    model = _model()
+    assert launch.move(model, device="cpu", dtype="float32", copy=True) is model  # already there: no copy
+    half = launch.move(model, dtype=torch.bfloat16, copy=True)
+    assert half is not model and next(half.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == torch.float32
+    assert launch.move(model, dtype="float16") is model and next(model.parameters()).dtype == torch.float16
+    with pytest.raises(BadInput, match="expected one of"):
+        launch.move(model, dtype="half")
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU (skipped without CUDA)
 
