@@ -460,9 +460,9 @@ def _no_future_method_message(methods: Sequence[str], notes: Sequence[str]) -> s
 class MethodRuns:
     """What the methods measured, before localisation and the verdict."""
 
+    adapter: ModelAdapter  # the adapter the later methods ran: one example per forward if the batch mixes
     rows: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    adapter: ModelAdapter | None = None  # the adapter the later methods ran: one example per forward if the batch mixes
     future_influence: dict[bool, dict[int, torch.Tensor]] = field(
         default_factory=lambda: {False: {}, True: {}})  # ones_mask -> length -> (cut, query), where above tol
     padding_pair: Pair | None = None  # the worst pad-content pair, for localisation
@@ -671,7 +671,7 @@ def decide(table: pd.DataFrame, plan: AuditPlan, *, leaks: Sequence[str], locate
         verdict = "leak"
     else:
         verdict = "exact_zero" if max_influence == 0.0 else "numerical_noise"
-    first_sites = dict(located.first) if localised else {kind: "output" for kind in leaks}
+    first_sites: dict[str, str | None] = dict(located.first) if localised else {kind: "output" for kind in leaks}
     first = next((first_sites.get(kind) for kind in leaks if first_sites.get(kind)), None)
     if leaks and first is None:
         first = "output"

@@ -135,7 +135,7 @@ def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: 
                  short_len: int = SHORT_LEN) -> dict[str, int]:
     """Tokens per method (gradient counted as 3 forwards' worth per row: forward + backward)."""
     variants = 2 if with_mask else 1
-    tokens = {"truncation": 0, "perturbation": 0, "gradient": 0}
+    tokens: dict[str, float] = {"truncation": 0, "perturbation": 0, "gradient": 0}
     if "truncation" in methods:
         if incremental and max_len > short_len:
             # the incremental pass is one forward's worth, shared by both mask variants

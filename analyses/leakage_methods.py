@@ -64,8 +64,9 @@ def declared_bidirectional(model: Any) -> bool:
         if True in flags:
             return False
     if isinstance(model, nn.Module):
-        flags = {m.is_causal for m in model.modules() if m is not model and isinstance(getattr(m, "is_causal", None), bool)}
-        if flags == {False}:
+        module_flags = {getattr(m, "is_causal") for m in model.modules()
+                        if m is not model and isinstance(getattr(m, "is_causal", None), bool)}
+        if module_flags == {False}:
             return True
     return False
 
@@ -338,9 +339,9 @@ def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
         progress(1, f"perturbation L={n_pos}")
     influence = distributed.fmax_merge(influence)  # (cut, query) over the ranks' row blocks
     cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
-    rows = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
-                 detail="every token from the source on resampled", ones_mask=adapter.ones_mask)
-    return rows, influence
+    found = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
+                  detail="every token from the source on resampled", ones_mask=adapter.ones_mask)
+    return found, influence
 
 
 def embedding_module(model: Any, vocab: int | None) -> nn.Module | None:
@@ -352,7 +353,7 @@ def embedding_module(model: Any, vocab: int | None) -> nn.Module | None:
         return hook_dict["hook_embed"]
     embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
     matching = [m for m in embeddings if m.num_embeddings == vocab]
-    return (matching or embeddings or [None])[0]
+    return (matching or embeddings)[0] if embeddings else None
 
 
 @contextlib.contextmanager
@@ -584,7 +585,7 @@ def localise(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], pairs: l
     positions over the spread of its outputs (`_scale`).
     """
     order: list[str] = []
-    worst: dict[str, tuple[float, int]] = {}
+    worst: dict[str, tuple[float, int | None]] = {}
     for pair in pairs:
         captured = []
         for tokens in (pair["tokens_a"], pair["tokens_b"]):
@@ -630,7 +631,7 @@ def localisation_threshold(leak: float, tol: float) -> float:
 def _future_pairs(prompt: torch.Tensor, cuts: list[int], vocab: int, seed: int) -> list[Pair]:
     generator = _generator(seed, "localise", prompt.shape[-1])
     n_pos = prompt.shape[-1]
-    pairs = []
+    pairs: list[Pair] = []
     for cut in cuts:
         later = torch.arange(n_pos) > cut
         changed = torch.where(later, _resample(prompt, vocab, generator), prompt)
@@ -642,7 +643,7 @@ def _batch_pairs(prompts: torch.Tensor, vocab: int, seed: int) -> list[Pair]:
     generator = _generator(seed, "localise-batch", prompts.shape[-1])
     pair = prompts[:2]
     all_pos = torch.ones(prompts.shape[-1], dtype=torch.bool)
-    pairs = []
+    pairs: list[Pair] = []
     for row in (0, 1):
         changed = pair.clone()
         changed[1 - row] = _resample(pair[1 - row], vocab, generator)
