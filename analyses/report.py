@@ -944,7 +944,8 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
     (folder / "summary.md").write_text(report_html.markdown(data, table), encoding="utf-8")
     page = report_html.page(data, table, images)
     (folder / "report.html").write_text(page, encoding="utf-8")
-    meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": None if data.leakage is None else data.leakage.brief(),
+    leakage = None if data.leakage is None else data.leakage.brief()
+    meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": leakage,
             "highlights": json.loads(table.to_json(orient="records")), "schema_version": report_format.SCHEMA_VERSION,
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
             "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}
