@@ -194,7 +194,8 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_new": _gelu_tanh}
+ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_new": _gelu_tanh}
 
 
 class GatedMLP(nn.Module):

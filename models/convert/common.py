@@ -182,8 +182,8 @@ def kv_names(group: int) -> tuple[str, str, str, str]:
 Converter = Callable[[Any, dict[str, torch.Tensor], str], tuple[Any, dict[str, torch.Tensor]]]
 
 # Hugging Face activation name -> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
-ACTIVATIONS: dict[str, ActFn] = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu",
-               "silu": "silu", "swish": "silu"}
+ACTIVATIONS: dict[str, ActFn] = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+                                 "relu": "relu", "silu": "silu", "swish": "silu"}
 
 
 def activation(name: Any, family: str, field: str) -> ActFn:
