@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from analyses import leakage
+from analyses.leakage_methods import _change, _rows, _scale, truncation
+from analyses.leakage_types import Finding
 from models.kv_cache import incremental_outputs, supports_incremental
 
 SHORT_LEN = 64  # black-box truncation kept up to this length when the incremental reference covers the rest
@@ -38,7 +39,7 @@ INCREMENTAL_DETAIL = "incremental reference (KV cache): positions after query_po
 
 
 LONG_MAX_CUTS = 4  # perturbation cuts per length above SHORT_LEN once the incremental reference covers every cut
-_PENDING: dict[tuple, list[dict]] = {}  # rows of the all-ones-mask variant, computed in the same pass
+_PENDING: dict[tuple, list[Finding]] = {}  # rows of the all-ones-mask variant, computed in the same pass
 
 
 def perturbation_cuts(model: Any, length: int, max_cuts: int | None) -> int | None:
@@ -54,7 +55,7 @@ def _key(model: Any, prompts: torch.Tensor) -> tuple:
 
 
 def incremental_rows(model: Any, adapter, prompts: torch.Tensor, tol: float,
-                     progress: Callable = lambda *a, **k: None) -> list[dict]:
+                     progress: Callable = lambda *a, **k: None) -> list[Finding]:
     """Truncation rows from the incremental path vs the full forward (`adapter`), one per query.
 
     A model taking a mask is audited with and without an all-ones mask: both full forwards are
@@ -66,31 +67,31 @@ def incremental_rows(model: Any, adapter, prompts: torch.Tensor, tol: float,
     n_prompts, n_pos = prompts.shape
     with torch.no_grad():
         fulls = [variant(prompts) for variant in variants]  # each (prompt, pos, feature), float32 on the CPU
-    scales = [leakage._scale(full) for full in fulls]
+    scales = [_scale(full) for full in fulls]
     influence = torch.full((len(variants), 1, n_pos - 1), math.nan)  # (variant, one cut per query, query)
     for t, logits in enumerate(incremental_outputs(model, prompts)):
         if t == n_pos - 1:  # the last position has no later token to leak from
             break
         reference = logits.float().cpu().reshape(n_prompts, -1)
         for i, (full, scale) in enumerate(zip(fulls, scales)):
-            influence[i, 0, t] = float(leakage._change(reference, full[:, t]).amax()) / scale
+            influence[i, 0, t] = float(_change(reference, full[:, t]).amax()) / scale
     queries = torch.arange(n_pos - 1)[None]
     progress(1, "incremental reference")
-    rows = [leakage._rows("truncation", n_pos, part, tol, query=queries, source=queries + 1, detail=INCREMENTAL_DETAIL)
-            for part in influence]
+    rows = [_rows("truncation", n_pos, part, tol, query=queries, source=queries + 1, detail=INCREMENTAL_DETAIL,
+                  ones_mask=variant.ones_mask) for part, variant in zip(influence, variants)]
     if len(rows) > 1:
         _PENDING[key] = rows[1]
     return rows[0]
 
 
 def truncation_rows(model: Any, adapter, prompts: torch.Tensor, tol: float, *, progress: Callable = lambda *a, **k: None,
-                    short_len: int = SHORT_LEN) -> list[dict]:
+                    short_len: int = SHORT_LEN) -> list[Finding]:
     """The audit's truncation test: incremental reference + short black-box truncation where the
     model allows it, else black-box truncation over every prefix (module docstring)."""
     n_pos = prompts.shape[1]
     if not supports_incremental(model) or n_pos <= short_len:
-        return leakage.truncation(adapter, prompts, tol, progress=progress)
-    rows = leakage.truncation(adapter, prompts[:, :short_len], tol, progress=progress)
+        return truncation(adapter, prompts, tol, progress=progress)
+    rows = truncation(adapter, prompts[:, :short_len], tol, progress=progress)
     rows += incremental_rows(model, adapter, prompts, tol, progress=progress)
     progress(max(0, n_pos - short_len - 1), "incremental reference")  # the planned black-box prefixes it replaced
     return rows
@@ -134,7 +135,7 @@ def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: 
                  short_len: int = SHORT_LEN) -> dict[str, int]:
     """Tokens per method (gradient counted as 3 forwards' worth per row: forward + backward)."""
     variants = 2 if with_mask else 1
-    tokens = {"truncation": 0, "perturbation": 0, "gradient": 0}
+    tokens: dict[str, float] = {"truncation": 0, "perturbation": 0, "gradient": 0}
     if "truncation" in methods:
         if incremental and max_len > short_len:
             # the incremental pass is one forward's worth, shared by both mask variants

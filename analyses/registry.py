@@ -128,7 +128,7 @@ def _model_claim(model, entry: ClaimEntry, *, seed: int) -> dict:
     verdict = "supported" if report.causal else "refuted"
     return {"claim": entry.kind, "label": "model", "layer": None, "head": None, "verdict": verdict,
             "statement": "the model is causal: no output depends on a later token", "p_adjusted": float("nan"),
-            "reasons": str(report).strip().splitlines()[0] if report.causal else str(report).strip()}
+            "reasons": report.title if report.causal else str(report).strip()}
 
 
 # an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked

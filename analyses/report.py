@@ -241,7 +241,7 @@ class ReportData:
     similarity: pd.DataFrame | None  # labelled (label x label) pattern similarity
     importance: pd.DataFrame | None  # layer, head, importance, ci_low, ci_high
     redundancy: pd.DataFrame | None  # joint-ablation findings on the top pairs
-    leakage: dict[str, Any] | None  # verdict, causal, max_influence, first_leaking_site, text, summary, methods
+    leakage: Any  # the audit's analyses.leakage.LeakageReport, or None when not audited
     methods: list[str]
     settings: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
@@ -565,23 +565,12 @@ def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: li
     summary["behaviour"] = behaviour.describe(prompts)
 
 
-def _leakage(model: nn.Module, *, seed: int, max_len: int) -> dict[str, Any]:
+def _leakage(model: nn.Module, *, seed: int, max_len: int):
+    """The leakage audit's `LeakageReport` (kept as the object; the renderers read its fields)."""
     from analyses import leakage
 
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None) or max_len
-    report = leakage.audit(model, max_len=min(max_len, n_ctx), seed=seed, progress=False)
-    return {
-        "verdict": report.verdict,
-        "causal": bool(report.causal),
-        "leaks": list(report.leaks),
-        "max_influence": None if math.isnan(report.max_influence) else float(report.max_influence),
-        "first_leaking_site": report.first_leaking_site,
-        "text": str(report),
-        "summary": report.summary_rows(),  # one row per check: method, status, max_influence, where
-        "methods": list(report.methods),
-        "lengths": list(report.lengths),
-        "tol": report.tol,
-    }
+    return leakage.audit(model, max_len=min(max_len, n_ctx), seed=seed, progress=False)
 
 
 def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> tuple[pd.DataFrame, list]:
@@ -689,10 +678,10 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
                      f"faithfulness) were skipped: {NOT_MEASURED}; claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
     if leakage is not None:
-        checks = "; ".join(f"{m} ({LEAKAGE_CHECKS.get(m, 'see analyses.leakage')})" for m in leakage.get("methods", []))
+        checks = "; ".join(f"{m} ({LEAKAGE_CHECKS.get(m, 'see analyses.leakage')})" for m in leakage.methods)
         lines.append(
-            f"Leakage audit (`analyses.leakage.audit`, sequences of {leakage.get('lengths')} tokens, seed {seed}, "
-            f"noise tolerance {leakage.get('tol', 0):g} of the output scale), the {len(leakage.get('methods', []))} "
+            f"Leakage audit (`analyses.leakage.audit`, sequences of {list(leakage.lengths)} tokens, seed {seed}, "
+            f"noise tolerance {leakage.tol:g} of the output scale), the {len(leakage.methods)} "
             f"checks of the verdict box, at every hook site: {checks}."
         )
     lines.append("Pattern similarity between heads: `analyses.redundancy.pattern_similarity` (one minus the "
@@ -763,16 +752,16 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
     return table
 
 
-def _leakage_finding(lk: dict[str, Any]) -> dict[str, str]:
-    finding = {"exact_zero": "causal (no output moved)", "numerical_noise": "causal (float rounding only)",
-               "leak": "causal leak", "bidirectional": "bidirectional (by design)"}.get(lk["verdict"], lk["verdict"])
-    if lk["verdict"] == "bidirectional":
-        evidence = "padding " + (f"LEAK ({', '.join(lk['leaks'])})" if lk.get("leaks") else "inert")
-    elif lk.get("max_influence") is not None:
-        evidence = f"max influence {lk['max_influence']:.2g}" + (f" at {lk['first_leaking_site']}" if lk.get("first_leaking_site") else "")
+def _leakage_finding(report) -> dict[str, str]:
+    """The leakage audit's line of the findings: its headline (worded in analyses.leakage) and evidence."""
+    if report.bidirectional:
+        evidence = "padding " + ("leaks" if report.leaks else "inert")
+    elif not math.isnan(report.max_influence):
+        site = f" at {report.first_leaking_site}" if report.first_leaking_site else ""
+        evidence = f"max influence {report.max_influence:.2g}{site}"
     else:
         evidence = ""
-    return {"finding": finding, "heads": "model", "evidence": evidence, "verdict": lk["verdict"]}
+    return {"finding": report.headline, "heads": "model", "evidence": evidence, "verdict": report.verdict}
 
 
 def _supported_by_head(data: ReportData) -> list[tuple[str, list]]:
@@ -927,7 +916,8 @@ def build_report(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     data.timings.update({name: stages.timings[name] for name in RENDER_STAGES})
-    return ReportResult(out, data.heads, data.claims, table, data.leakage, data.timings, data,
+    leakage = None if data.leakage is None else data.leakage.brief()
+    return ReportResult(out, data.heads, data.claims, table, leakage, data.timings, data,
                         data.settings.get("behaviour"))
 
 
@@ -958,7 +948,8 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
     (folder / "summary.md").write_text(report_html.markdown(data, table), encoding="utf-8")
     page = report_html.page(data, table, images)
     (folder / "report.html").write_text(page, encoding="utf-8")
-    meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": data.leakage,
+    leakage = None if data.leakage is None else data.leakage.brief()
+    meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": leakage,
             "highlights": json.loads(table.to_json(orient="records")), "schema_version": report_format.SCHEMA_VERSION,
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
             "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}

@@ -115,16 +115,14 @@ def _findings_section(data, table: pd.DataFrame) -> str:
 
 def _leakage_section(data) -> str:
     out = ['<h2 id="leakage">Leakage verdict</h2>']
-    lk = data.leakage
-    if lk is None:
+    report = data.leakage  # an analyses.leakage.LeakageReport: its headline is the verdict's one wording
+    if report is None:
         return out[0] + '<p class="muted">Not audited.</p>'
-    word = {"bidirectional": "bidirectional (by design): an encoder attends both ways; its padding was audited"}.get(
-        lk["verdict"], lk["verdict"])
-    out.append(f'<p class="{_cls(lk["verdict"])}">{esc(word)}</p>')
+    out.append(f'<p class="{_cls(report.verdict)}">{esc(report.headline)}</p>')
     rows = [[r["method"], r["status"], fmt.format_num(r["max_influence"], 3) if r["max_influence"] is not None else "-",
-             r["where"]] for r in lk.get("summary", [])]
+             r["where"]] for r in report.summary_rows()]
     out.append(scroll(table_html(["check", "status", "max influence (of the output scale)", "where"], rows, numeric=(2,))))
-    out.append(f"<details><summary class=\"muted\">audit text</summary><pre>{esc(lk['text'])}</pre></details>")
+    out.append(f"<details><summary class=\"muted\">audit text</summary><pre>{esc(str(report))}</pre></details>")
     return "".join(out)
 
 

@@ -412,27 +412,24 @@ def _check_max_len_flag(model, max_len: int | None) -> None:
 
 
 def _verdict_table(result, spec: str):
-    """The audit's verdict as a rich table: one row per method, status coloured."""
+    """The audit's verdict as a rich table: one row per method, coloured by the report's own tones."""
     from rich.table import Table
 
-    words = {"exact_zero": ("causal: no output moved", "green"),
-             "numerical_noise": (f"causal: float rounding only (<= tol {result.tol:g})", "green"),
-             "leak": (f"LEAK ({', '.join(result.leaks)})", "red"),
-             "bidirectional": ("bidirectional by design; padding audited" + (f"; LEAK ({', '.join(result.leaks)})" if result.leaks else ""),
-                               "red" if result.leaks else "cyan")}
-    text, colour = words[result.verdict]
+    from analyses.leakage import STATUS_TONE
+
+    colours = {"ok": "green", "leak": "red", "neutral": "cyan", "warn": "yellow", "skipped": "dim"}
+    colour = colours[result.tone]
     caption = f"lengths {list(result.lengths)}, {result.n_prompts} prompts, {result.seconds:.1f} s"
     if result.first_leaking_site:
         caption = f"first leaking site: {result.first_leaking_site}; " + caption
-    table = Table(title=f"Leakage audit of {spec}: [bold {colour}]{text}[/bold {colour}]", caption=caption, header_style="bold")
+    table = Table(title=f"Leakage audit of {spec}: [bold {colour}]{result.headline}[/bold {colour}]", caption=caption,
+                  header_style="bold")
     for column in ("method", "status", "max influence", "where"):
         table.add_column(column)
-    status_colours = {"leak": "red", "exact zero": "green", "noise": "green", "triangular": "green",
-                      "weight above diagonal": "yellow", "bidirectional": "cyan", "skipped": "dim"}
     for row in result.summary_rows():
         status = row["status"]
         value = "-" if row["max_influence"] is None else f"{row['max_influence']:.3g}"
-        c = status_colours.get(status, "white")
+        c = colours[STATUS_TONE.get(status, "neutral")]
         table.add_row(row["method"], f"[{c}]{status}[/{c}]", value, row["where"])
     return table
 

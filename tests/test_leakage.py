@@ -9,7 +9,6 @@ from torch import nn
 
 from analyses.leakage import (
     METHODS,
-    ONES_MASK_DETAIL,
     SPREAD_FLOOR,
     _scale,
     LeakageReport,
@@ -70,7 +69,7 @@ def test_each_future_method_alone_finds_the_mask_fast_path(method):
     report = audit(build("mask_fast_path", 0), methods=(method,), draws=1, n_prompts=1, localise_leaks=False)
     assert report.leaks == ("future",), str(report)
     leaking = report.table[report.table["influence"] > report.tol]
-    assert leaking["detail"].str.endswith(ONES_MASK_DETAIL).all()  # seen only with a mask of ones
+    assert leaking["ones_mask"].all() and report.ones_mask_only  # seen only with a mask of ones
 
 
 def test_mask_only_leak_is_a_future_leak_located_with_the_mask():
@@ -78,13 +77,13 @@ def test_mask_only_leak_is_a_future_leak_located_with_the_mask():
     assert "future" in report.leaks and report.first_leaking_sites["future"] == "blocks.0.mixer"
     assert any("all-ones attention_mask" in note for note in report.notes)
     plain = report.table[report.table["method"].isin(["truncation", "perturbation", "gradient"])
-                         & ~report.table["detail"].str.endswith(ONES_MASK_DETAIL)]
+                         & ~report.table["ones_mask"]]
     assert plain["influence"].max() <= report.tol  # without a mask it is causal
 
 
 def test_a_model_without_a_mask_argument_runs_the_future_methods_once():
     report = audit(lambda tokens: build("masked_fill", 0)(tokens), max_len=8, vocab_size=13)
-    assert report.causal and not report.table["detail"].str.endswith(ONES_MASK_DETAIL).any()
+    assert report.causal and not report.table["ones_mask"].any()
 
 
 @pytest.mark.parametrize("methods", [("gradient",), ("pattern",), ("padding",), ("batch", "pattern")])

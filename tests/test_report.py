@@ -442,8 +442,10 @@ def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
     from types import SimpleNamespace
 
     from analyses import report_html
+    from analyses.leakage import LeakageReport, empty_table
 
-    leakage = {"verdict": "bidirectional", "leaks": [], "text": "audit", "summary": [], "methods": []}
+    leakage = LeakageReport(model_name="encoder", verdict="bidirectional", max_influence=0.0, first_leaking_site=None,
+                            leaks=(), table=empty_table())
     section = report_html._leakage_section(SimpleNamespace(leakage=leakage))
     assert 'class="neutral"' in section and "bidirectional (by design)" in section and 'class="refuted"' not in section
     row = pd.Series({"label": "L0H0", "claim": "previous_token", "verdict": "supported", "statement": "L0H0 looks back",

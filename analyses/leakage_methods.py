@@ -1,0 +1,661 @@
+"""The leakage audit's black-box methods, the model adapter and localisation.
+
+Each method runs a model (through `ModelAdapter`: any model seen as tokens -> (batch, seq,
+features)) on paired inputs and returns `Finding` rows (`leakage_types`); `localise` repeats a
+pair with every site captured to say where a leak enters. Above `leakage_types`, below
+`leakage_fast` (the incremental reference) and `leakage` (the report and `audit`, which
+re-exports every public name here). The methods are described in `analyses.leakage`'s docstring.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import math
+import zlib
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+import torch
+from torch import nn
+
+from analyses.leakage_types import (
+    LOCALISE_FRACTION,
+    MAX_ROWS_PER_METHOD,
+    SPREAD_FLOOR,
+    Finding,
+    Pair,
+    method_tol,
+)
+from interp import distributed
+from interp.errors import BadType, InterpError, ModelError
+from interp.modelinfo import context_length, model_config, vocab_size
+
+# ---------------------------------------------------------------------------------------------
+# The model, seen as tokens -> (batch, seq, features)
+# ---------------------------------------------------------------------------------------------
+
+def _config(model: Any) -> Any:
+    return model_config(model)
+
+
+infer_vocab_size = vocab_size  # the one helper lives in interp.modelinfo
+infer_n_ctx = context_length
+
+
+def declared_bidirectional(model: Any) -> bool:
+    """Whether the model says it is an encoder: cfg.causal / cfg.is_causal False, or every
+    attention module carrying an `is_causal` flag (Hugging Face) has it False."""
+    cfg = _config(model)
+    for name in ("causal", "is_causal"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, bool):
+            return not value
+    if isinstance(model, nn.Module) and hasattr(model, "hook_dict"):
+        import interp.loading  # noqa: F401  (registers the TransformerBridge site finder)
+        from interp.hooks import attention_sites
+
+        try:
+            flags = {site.causal for site in attention_sites(model)}
+        except (TypeError, AttributeError):
+            flags = set()
+        if flags == {False}:
+            return True
+        if True in flags:
+            return False
+    if isinstance(model, nn.Module):
+        module_flags = {getattr(m, "is_causal") for m in model.modules()
+                        if m is not model and isinstance(getattr(m, "is_causal", None), bool)}
+        if module_flags == {False}:
+            return True
+    return False
+
+
+def _accepts_attention_mask(model: Callable) -> bool:
+    forward = model.forward if isinstance(model, nn.Module) else model
+    try:
+        return "attention_mask" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _first_tensor(out: Any) -> Any:
+    """The per-position output of a forward: a tensor, `.logits`, `.last_hidden_state`, or the first element."""
+    if isinstance(out, torch.Tensor):
+        return out
+    for name in ("logits", "last_hidden_state"):
+        value = getattr(out, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(out, dict) and out:
+        return _first_tensor(out.get("logits", next(iter(out.values()))))
+    if isinstance(out, (tuple, list)) and out:
+        return _first_tensor(out[0])
+    return out
+
+
+class ModelAdapter:
+    """Runs any supported model on token batches and returns float outputs (batch, seq, features).
+
+    `max_rows` (None or 1) caps the rows per forward: 1 in the copy `one_per_forward` returns,
+    used once the model is known to mix the examples of a batch.
+    """
+
+    def __init__(self, model: Callable, *, max_tokens: int = 4096):
+        if not callable(model):
+            raise BadType(f"model must be an nn.Module or a callable tokens -> outputs, got {type(model).__name__}.")
+        self.model = model
+        self.module = model if isinstance(model, nn.Module) else None
+        self.name = getattr(_config(model), "model_name", None) or type(model).__name__
+        self.takes_mask = _accepts_attention_mask(model)
+        self.max_tokens = max_tokens
+        self.max_rows: int | None = None
+        self.ones_mask = False  # pass attention_mask=ones when a call gives none (see `with_ones_mask`)
+        params = list(self.module.parameters()) if self.module is not None else []
+        self.device = params[0].device if params else torch.device("cpu")
+        self.dtype = params[0].dtype if params else torch.float32
+
+    def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 finite_where: torch.Tensor | None = None, check_finite: bool = True) -> torch.Tensor:
+        """Outputs (batch, seq, features) as float; NaN at checked positions raises a ValueError."""
+        if self.max_rows is not None and tokens.shape[0] > self.max_rows:
+            step = self.max_rows
+            return torch.cat([
+                self(tokens[i:i + step], None if attention_mask is None else attention_mask[i:i + step],
+                     finite_where=None if finite_where is None else finite_where[i:i + step], check_finite=check_finite)
+                for i in range(0, tokens.shape[0], step)
+            ])
+        tokens = tokens.to(self.device)
+        if attention_mask is None and self.ones_mask:
+            attention_mask = torch.ones_like(tokens)
+        kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device).long()}
+        out = _first_tensor(self._run(tokens, kwargs))
+        batch, n_pos = tokens.shape
+        if not isinstance(out, torch.Tensor) or out.ndim < 2 or tuple(out.shape[:2]) != (batch, n_pos):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            hint = (" It looks sequence-first: transpose it to (batch, seq, ...)."
+                    if isinstance(out, torch.Tensor) and out.ndim >= 2 and tuple(out.shape[:2]) == (n_pos, batch) else "")
+            raise ValueError(
+                f"the model returned {shape} for tokens of shape ({batch}, {n_pos}); the audit needs one output "
+                f"per position, shaped (batch, seq, ...) = ({batch}, {n_pos}, ...).{hint} Wrap the model, e.g. "
+                "`audit(lambda tokens: model(tokens).logits)`."
+            )
+        out = out.reshape(batch, n_pos, -1).float().cpu()  # comparisons run on the CPU, in float32
+        if check_finite:
+            watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
+            if not torch.isfinite(watched).all():
+                cause = ("a fully masked attention row (every key padding) is the usual cause: fill it with zeros"
+                         if attention_mask is not None and not bool(attention_mask.bool().all(-1).all()) else
+                         "no position was padded, so the cause is inside the model (an overflow, a division by zero, "
+                         "or NaN produced by its own code)")
+                raise ModelError(
+                    f"the model returned NaN or inf for tokens of shape ({batch}, {n_pos}); the audit compares "
+                    f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
+                )
+        return out
+
+    def _run(self, tokens: torch.Tensor, kwargs: dict) -> Any:
+        """The model's forward; its own failure becomes a ModelError that says which model and where."""
+        try:
+            return self.model(tokens, **kwargs)
+        except (InterpError, ValueError):  # already a message about the input (ours, or the model's own check)
+            raise
+        except Exception as error:
+            from interp.errors import user_frame
+
+            where = user_frame(error, ()) or "its forward"
+            raise ModelError(f"the model {self.name} raised {type(error).__name__} at {where} on tokens of shape "
+                             f"{tuple(tokens.shape)}: {error}") from error
+
+    def with_ones_mask(self) -> "ModelAdapter":
+        """A copy that passes an all-ones attention_mask wherever a call gives none: a model may take
+        another code path when it is handed a mask (a fast path that drops the causal mask when no
+        position is padded), and that path must be audited too."""
+        other = copy.copy(self)
+        other.ones_mask = True
+        return other
+
+    def one_per_forward(self) -> "ModelAdapter":
+        """A copy that runs one example per forward pass: for a model that mixes the examples of a
+        batch, so that mixing cannot pass for a causal leak."""
+        other = copy.copy(self)
+        other.max_rows = 1
+        return other
+
+    def rows_per_forward(self, n_pos: int) -> int:
+        rows = max(1, self.max_tokens // max(n_pos, 1))
+        return rows if self.max_rows is None else min(rows, self.max_rows)
+
+    def chunks(self, tokens: torch.Tensor, *, shard: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
+        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows.
+        `shard`: in a process group, only this rank's blocks (every world-th); merge the results."""
+        step = self.rows_per_forward(tokens.shape[1])
+        for index, start in enumerate(range(0, tokens.shape[0], step)):
+            if shard and not distributed.mine(index):
+                continue
+            rows = slice(start, min(start + step, tokens.shape[0]))
+            yield rows, self(tokens[rows])
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+
+def _generator(seed: int, purpose: str, length: int = 0) -> torch.Generator:
+    """A seeded generator per purpose and length, so one method's draws never shift another's."""
+    return torch.Generator().manual_seed(zlib.crc32(f"{seed}/{purpose}/{length}".encode()))
+
+
+def _prompts(n: int, length: int, vocab: int, seed: int) -> torch.Tensor:
+    from interp.data import random_tokens
+
+    return random_tokens(n, length, vocab, seed=zlib.crc32(f"{seed}/prompts/{length}".encode())).tokens  # (prompt, pos)
+
+
+def _resample(tokens: torch.Tensor, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """Every token replaced by a different one: (token + uniform{1..vocab-1}) mod vocab."""
+    shift = torch.randint(1, vocab, tokens.shape, generator=generator)
+    return (tokens + shift) % vocab
+
+
+def _scale(out: torch.Tensor) -> float:
+    """The unit influences are measured in: the outputs' spread, i.e. the root mean square of
+    `out` minus each feature's mean over batch and position (last axis = features).
+
+    A common offset carries no information, so it must not dilute a leak (a leak of 1e-3 under an
+    offset of -300 is 2e-3 of the spread but 3e-6 of the RMS). The spread is floored at
+    SPREAD_FLOOR of the RMS: below that the offset's own float rounding (one ulp is 1.2e-7 of it)
+    would approach tol; 1.0 when the outputs are all zero.
+    """
+    x = out.detach().float()
+    flat = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)  # (sample, feature)
+    rms = float(flat.pow(2).mean().sqrt())
+    spread = float((flat - flat.mean(dim=0, keepdim=True)).pow(2).mean().sqrt())
+    value = max(spread, SPREAD_FLOOR * rms)
+    return value if value > 0 and math.isfinite(value) else 1.0
+
+
+def _change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b|, 0 where equal (including equal infinities), inf where one side is not finite."""
+    diff = (a - b).abs()
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    return torch.where(same, torch.zeros_like(diff), diff.nan_to_num(nan=math.inf))
+
+
+def _rows(method: str, length: int, influence: torch.Tensor, tol: float, *, query: torch.Tensor,
+          source: torch.Tensor | None, site: str = "output", detail: str = "", ones_mask: bool = False) -> list[Finding]:
+    """Table rows for a matrix of influences (NaN = not measured): those above tol, plus the maximum.
+    `ones_mask`: the runs passed an all-ones attention_mask (`ModelAdapter.with_ones_mask`)."""
+    flat = influence.flatten()
+    measured = ~torch.isnan(flat)
+    if not measured.any():
+        return []
+    keep = (flat > tol) & measured
+    top = int(torch.where(measured, flat, torch.full_like(flat, -1.0)).argmax())
+    keep[top] = True
+    index = keep.nonzero().flatten()
+    if len(index) > MAX_ROWS_PER_METHOD:
+        index = index[flat[index].argsort(descending=True)[:MAX_ROWS_PER_METHOD]]
+    q, s = query.flatten(), None if source is None else source.flatten()
+    return [
+        {"method": method, "site": site, "length": length, "query_pos": int(q[i]),
+         "source_pos": None if s is None else int(s[i]), "influence": float(flat[i]), "detail": detail,
+         "ones_mask": ones_mask}
+        for i in index.tolist()
+    ]
+
+
+class _Progress:
+    """A progress bar (interp.progress, rich) when asked for, else nothing."""
+
+    def __init__(self, enabled: bool, total: int):
+        from interp.progress import Bar
+
+        self.bar = Bar(total, "leakage audit", enabled=enabled, unit="passes")
+
+    def __call__(self, n: int = 1, stage: str | None = None) -> None:
+        self.bar.advance(n, stage)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods: each returns table rows (dicts with TABLE_COLUMNS)
+# ---------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progress: Callable = lambda *a, **k: None) -> list[Finding]:
+    """Every prefix length L < T against the full length T: outputs at positions < L must not move.
+
+    Covers every (query, source) pair at every length with a change that cannot miss (the later
+    positions are removed). Cost: sum of prefix lengths, about T^2 / 2 tokens per prompt.
+    """
+    n_prompts, n_pos = prompts.shape
+    full = adapter(prompts)  # (prompt, pos, feature)
+    scale = _scale(full)
+    influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
+    for length in range(1, n_pos):
+        if not distributed.mine(length):  # prefixes shared out over a process group, merged below
+            continue
+        out = adapter(prompts[:, :length])
+        influence[length - 1, :length] = _change(out, full[:, :length]).amax(dim=(0, 2)) / scale
+        progress(1, "truncation")
+    influence = distributed.fmax_merge(influence)
+    cuts, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
+    return _rows("truncation", n_pos, influence, tol, query=queries, source=cuts + 1,
+                 detail="every position from the source on removed", ones_mask=adapter.ones_mask)
+
+
+@torch.no_grad()
+def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: float, *, draws: int = 2,
+                 seed: int = 0, max_cuts: int | None = None, progress: Callable = lambda *a, **k: None) -> tuple[list[Finding], torch.Tensor]:
+    """For each cut t, every token after t resampled to a different token (`draws` times);
+    outputs at positions <= t must not move. All (prompt, cut, draw) rows share few forward passes.
+
+    Returns the table rows and the (cut, query) influence matrix (NaN where not measured).
+    `max_cuts` spreads at most that many cuts evenly (always including the last); None: every cut.
+    """
+    n_prompts, n_pos = prompts.shape
+    cuts = torch.arange(n_pos - 1)
+    if max_cuts is not None and len(cuts) > max_cuts:
+        cuts = torch.linspace(0, n_pos - 2, max_cuts).round().long().unique()
+    generator = _generator(seed, "perturbation", n_pos)
+    prompt_idx, cut_idx = torch.meshgrid(torch.arange(n_prompts), cuts, indexing="ij")
+    prompt_idx = prompt_idx.flatten().repeat(draws)  # (row,)
+    cut_idx = cut_idx.flatten().repeat(draws)  # (row,)
+    base_rows = prompts[prompt_idx]  # (row, pos)
+    later = torch.arange(n_pos) > cut_idx[:, None]  # (row, pos): positions after the cut
+    perturbed = torch.where(later, _resample(base_rows, vocab, generator), base_rows)
+    base = adapter(prompts)  # (prompt, pos, feature)
+    scale = _scale(base)
+    influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
+    for rows, out in adapter.chunks(perturbed, shard=True):
+        change = _change(out, base[prompt_idx[rows]].to(out.device)).amax(dim=-1).cpu()  # (row, pos)
+        change = change.masked_fill(later[rows], math.nan) / scale
+        for cut in cut_idx[rows].unique().tolist():
+            mine = change[cut_idx[rows] == cut].amax(dim=0)  # (pos,)
+            influence[cut] = torch.fmax(influence[cut], mine)
+        progress(1, f"perturbation L={n_pos}")
+    influence = distributed.fmax_merge(influence)  # (cut, query) over the ranks' row blocks
+    cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
+    found = _rows("perturbation", n_pos, influence, tol, query=queries, source=cut_grid + 1,
+                  detail="every token from the source on resampled", ones_mask=adapter.ones_mask)
+    return found, influence
+
+
+def embedding_module(model: Any, vocab: int | None) -> nn.Module | None:
+    """Where input embeddings enter: `hook_embed`, else the token nn.Embedding; None for black boxes."""
+    if not isinstance(model, nn.Module):
+        return None
+    hook_dict = getattr(model, "hook_dict", None)
+    if isinstance(hook_dict, dict) and "hook_embed" in hook_dict:
+        return hook_dict["hook_embed"]
+    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    matching = [m for m in embeddings if m.num_embeddings == vocab]
+    return (matching or embeddings)[0] if embeddings else None
+
+
+@contextlib.contextmanager
+def _embedding_leaf(module: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Replace the module's output by a leaf tensor that requires grad; yields the leaves made."""
+    leaves: list[torch.Tensor] = []
+
+    def hook(_module, _inputs, output):
+        if not isinstance(output, torch.Tensor) or leaves:
+            return None
+        leaf = output.detach().requires_grad_(True)
+        leaves.append(leaf)
+        return leaf
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield leaves
+    finally:
+        handle.remove()
+
+
+def gradient(adapter: ModelAdapter, embed: nn.Module, prompt: torch.Tensor, tol: float, *, seed: int = 0,
+             progress: Callable = lambda *a, **k: None) -> list[Finding]:
+    """Jacobian of each query's output wrt every later input embedding, as a norm relative to
+    its largest Jacobian onto an earlier (allowed) position.
+
+    One copy of the prompt per query position, a random projection of that query's output
+    only; the gradient at later positions is exactly zero for a correct model. The copies share
+    forward and backward passes unless the model mixes examples.
+    """
+    n_pos = prompt.shape[-1]
+    queries = torch.arange(n_pos - 1)
+    generator = _generator(seed, "gradient", n_pos)
+    influence = torch.full((n_pos - 1, n_pos), math.nan)  # (query, source)
+    step = adapter.rows_per_forward(n_pos)
+    for start in range(0, len(queries), step):
+        mine = queries[start:start + step]
+        tokens = prompt.reshape(1, n_pos).expand(len(mine), n_pos)
+        with torch.enable_grad(), _embedding_leaf(embed) as leaves:
+            out = adapter(tokens)  # (copy, pos, feature)
+            if not leaves or leaves[0].shape[:2] != tokens.shape:
+                return []
+            project = torch.randn(out.shape, generator=generator).to(out.device)
+            project = project * (torch.arange(n_pos) == mine[:, None]).to(out.device)[..., None]
+            (grad,) = torch.autograd.grad((out * project).sum(), leaves[0])
+        norms = grad.detach().float().flatten(2).norm(dim=-1).cpu()  # (copy, source)
+        earlier = torch.arange(n_pos) <= mine[:, None]  # (copy, source)
+        allowed = norms.masked_fill(~earlier, 0.0).amax(dim=-1, keepdim=True).clamp_min(1e-30)
+        influence[mine] = (norms / allowed).masked_fill(earlier, math.nan)
+        progress(1, "gradient")
+    query_grid, sources = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
+    return _rows("gradient", n_pos, influence, tol, query=query_grid, source=sources,
+                 site="input embedding", detail="|d out[query] / d embed[source]| / max over allowed sources",
+                 ones_mask=adapter.ones_mask)
+
+
+@torch.no_grad()
+def pattern_check(model: Any, adapter: ModelAdapter, prompts: torch.Tensor, tol: float) -> tuple[list[Finding], str | None]:
+    """Largest attention weight above the diagonal at every attention site (never trusted alone)."""
+    from interp.hooks import attention_sites, hooked
+
+    try:
+        sites = [site for site in attention_sites(model) if "pattern" in site.hooks]
+    except (TypeError, AttributeError) as error:
+        return [], f"pattern check skipped: {str(error).split(';')[0]}"
+    if not sites:
+        return [], "pattern check skipped: no attention site exposes a pattern hook"
+    n_pos = prompts.shape[1]
+    above = torch.ones(n_pos, n_pos, dtype=torch.bool).triu(diagonal=1)  # (query, key)
+    found: dict[str, torch.Tensor] = {}
+
+    def record(pattern: torch.Tensor, hook) -> None:
+        weights = pattern.detach().float().cpu().amax(dim=(0, 1))  # (query, key)
+        found[hook.name] = weights.masked_fill(~above, math.nan)
+
+    with hooked(model, [(site.hook("pattern"), record) for site in sites]):
+        adapter(prompts)
+    rows = []
+    query_grid, key_grid = torch.meshgrid(torch.arange(n_pos), torch.arange(n_pos), indexing="ij")
+    for name, weights in found.items():
+        rows += _rows("pattern", n_pos, weights, method_tol("pattern", tol), query=query_grid, source=key_grid, site=name,
+                      detail="attention weight on a later key")
+    return rows, None
+
+
+@torch.no_grad()
+def batch_mixing(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: float, *, seed: int = 0) -> list[Finding]:
+    """Each example's outputs must be the same alone and in a batch, and must not move when the
+    other examples of the batch change (checked in both directions: even rows, then odd rows)."""
+    n_prompts, n_pos = prompts.shape
+    together = adapter(prompts)  # (prompt, pos, feature)
+    scale = _scale(together)
+    alone = torch.cat([adapter(prompts[i:i + 1]) for i in range(n_prompts)])
+    influence = _change(together, alone).amax(dim=-1) / scale  # (prompt, pos)
+    generator = _generator(seed, "batch", n_pos)
+    for parity in (0, 1):
+        changed = (torch.arange(n_prompts) % 2 == parity)[:, None]  # (prompt, 1)
+        other = adapter(torch.where(changed, _resample(prompts, vocab, generator), prompts))
+        moved = (_change(other, together).amax(dim=-1) / scale).masked_fill(changed, 0.0)
+        influence = torch.maximum(influence, moved)
+    per_pos = influence.amax(dim=0)[None]  # (1, pos)
+    return _rows("batch", n_pos, per_pos, tol, query=torch.arange(n_pos)[None], source=None,
+                 detail="change of an example's outputs caused by the rest of its batch")
+
+
+@torch.no_grad()
+def padding_check(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: float, *, pad_id: int = 0,
+                  seed: int = 0, bidirectional: bool = False) -> tuple[list[Finding], list[str], Pair]:
+    """Padding must be inert: pad content must not move real positions (left and right padding),
+    right padding must reproduce the unpadded outputs, and (encoders) a fully masked row gives no NaN.
+
+    Returns table rows, notes (left padding that shifts position ids is noted, not counted: no
+    information flows from the pads) and the pair of the worst pad-content change, for localisation.
+    """
+    n_prompts, n_pos = prompts.shape
+    n_pad = max(1, n_pos // 3)
+    real = prompts[:, : n_pos - n_pad]  # (prompt, real_pos)
+    n_real = real.shape[1]
+    generator = _generator(seed, "padding", n_pos)
+    pads_a = torch.full((n_prompts, n_pad), pad_id)
+    pads_b = _resample(pads_a, vocab, generator)
+    unpadded = adapter(real)
+    scale = _scale(unpadded)
+    rows: list[Finding] = []
+    notes: list[str] = []
+    worst: Pair = {"influence": -1.0}
+    for side in ("right", "left"):
+        def cat(real_part: torch.Tensor, pad_part: torch.Tensor) -> torch.Tensor:
+            return torch.cat([real_part, pad_part] if side == "right" else [pad_part, real_part], dim=1)
+
+        mask = cat(torch.ones(n_prompts, n_real, dtype=torch.long), torch.zeros(n_prompts, n_pad, dtype=torch.long))
+        real_pos = mask[0].bool()
+        out_a = adapter(cat(real, pads_a), mask, finite_where=mask)
+        out_b = adapter(cat(real, pads_b), mask, finite_where=mask)
+        content = _change(out_a[:, real_pos], out_b[:, real_pos]).amax(dim=(0, 2)) / scale  # (real_pos,)
+        versus = _change(out_a[:, real_pos], unpadded).amax(dim=(0, 2)) / scale
+        positions = real_pos.nonzero().flatten()
+        rows += _rows("padding", n_pos, content[None], tol, query=positions[None], source=None,
+                      detail=f"{side} padding: pad content changed")
+        if float(content.max()) > worst["influence"]:
+            worst = {"influence": float(content.max()), "tokens_a": cat(real, pads_a)[:1], "tokens_b": cat(real, pads_b)[:1],
+                     "mask": mask[:1], "row": 0, "observe": real_pos}
+        if side == "right":
+            rows += _rows("padding", n_pos, versus[None], tol, query=positions[None], source=None,
+                          detail="right padding vs unpadded")
+        elif float(versus.max()) > tol and float(content.max()) <= tol:  # else the padding rows tell it
+            notes.append(
+                f"left padding moves real positions by {float(versus.max()):.2e} of the output scale although pad "
+                "content does not matter: the model numbers positions from the start of the padded row; pass "
+                "position_ids (or left-pad only with models that derive positions from the attention mask)."
+            )
+    if bidirectional:
+        mask = torch.ones(2, n_pos, dtype=torch.long)
+        mask[1] = 0
+        out = adapter(prompts[:2] if n_prompts >= 2 else prompts.repeat(2, 1), mask, check_finite=False)
+        bad = (~torch.isfinite(out[1])).any(dim=-1).float() * math.inf  # (pos,)
+        rows += _rows("padding", n_pos, torch.nan_to_num(bad, nan=0.0)[None], tol, query=torch.arange(n_pos)[None],
+                      source=None, detail="fully masked row: inf means NaN or inf in the output")
+    return rows, notes, worst
+
+
+# ---------------------------------------------------------------------------------------------
+# Localisation: the same paired runs with every site captured, in forward order
+# ---------------------------------------------------------------------------------------------
+
+def site_modules(model: Any) -> list[tuple[str, nn.Module]]:
+    """Hook points of a hooked model, else every submodule: the sites localisation watches."""
+    if not isinstance(model, nn.Module):
+        return []
+    from transformer_lens.hook_points import HookPoint
+
+    hook_points = [(name, m) for name, m in model.named_modules() if isinstance(m, HookPoint)]
+    if not hook_points:
+        return [(name, m) for name, m in model.named_modules() if name]
+    # a hook point may have several names (TransformerBridge aliases): keep the plainest
+    names: dict[int, list[str]] = {}
+    for name, m in [*hook_points, *getattr(model, "hook_dict", {}).items()]:
+        names.setdefault(id(m), []).append(name)
+    plainest = {key: min(found, key=lambda n: ("_original_component" in n, n.count("."), len(n)))
+                for key, found in names.items()}
+    return [(plainest[id(m)], m) for _, m in hook_points]
+
+
+@contextlib.contextmanager
+def _capturing(sites: list[tuple[str, nn.Module]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Record every site's output tensor, in the order the forward pass produces them."""
+    seen: list[tuple[str, torch.Tensor]] = []
+    calls: dict[str, int] = {}
+
+    def make(name: str):
+        def hook(_module, _inputs, output):
+            tensor = _first_tensor(output)
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                calls[name] = calls.get(name, 0) + 1
+                key = name if calls[name] == 1 else f"{name}#{calls[name]}"
+                seen.append((key, tensor.detach().float().cpu().clone()))
+        return hook
+
+    handles = [module.register_forward_hook(make(name)) for name, module in sites]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _observed(tensor: torch.Tensor, row: int, observe: torch.Tensor, n_rows: int) -> torch.Tensor | None:
+    """The observed positions of one row of a site tensor, positions first; None if not positional."""
+    n_pos = observe.shape[0]
+    if tensor.ndim >= 2 and tensor.shape[0] == n_rows:
+        batch_axis = 0
+    elif tensor.ndim >= 2 and tensor.shape[1] == n_rows and tensor.shape[0] == n_pos:
+        batch_axis = 1  # sequence-first layout
+    else:
+        return None
+    one = tensor.select(batch_axis, row)
+    axes = [axis for axis in range(one.ndim) if one.shape[axis] == n_pos]
+    if not axes:
+        return None
+    return one.movedim(axes[0], 0)[observe]
+
+
+@torch.no_grad()
+def localise(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], pairs: list[Pair], tol: float) -> pd.DataFrame:
+    """Influence at every site, in forward order, for paired runs that differ only where a leak may enter.
+
+    Each pair has `tokens_a`, `tokens_b` (rows, pos), optional `mask`, the observed `row` and the
+    `observe` positions (bool, pos). A site's influence is its largest change at observed
+    positions over the spread of its outputs (`_scale`).
+    """
+    order: list[str] = []
+    worst: dict[str, tuple[float, int | None]] = {}
+    for pair in pairs:
+        captured = []
+        for tokens in (pair["tokens_a"], pair["tokens_b"]):
+            with _capturing(sites) as seen:
+                with torch.no_grad():
+                    out = adapter(tokens, pair.get("mask"), finite_where=pair.get("mask"))
+            captured.append(seen + [("output", out)])
+        for (name, a), (name_b, b) in zip(*captured):
+            if name != name_b or a.shape != b.shape:
+                continue
+            a_obs = _observed(a, pair["row"], pair["observe"], tokens.shape[0])
+            b_obs = _observed(b, pair["row"], pair["observe"], tokens.shape[0])
+            if a_obs is None or b_obs is None:
+                continue
+            if name not in worst:
+                order.append(name)
+                worst[name] = (0.0, None)
+            finite = a[torch.isfinite(a)]
+            scale = _scale(finite) if finite.numel() else 1.0
+            change = _change(a_obs, b_obs).flatten(1).amax(dim=1) / scale if a_obs.numel() else torch.zeros(1)
+            value = float(change.max()) if change.numel() else 0.0
+            if value > worst[name][0]:
+                positions = pair["observe"].nonzero().flatten()
+                worst[name] = (value, int(positions[int(change.argmax())]))
+    threshold = localisation_threshold(worst.get("output", (0.0, None))[0], tol)
+    return pd.DataFrame(
+        [{"order": i, "site": name, "influence": worst[name][0], "query_pos": worst[name][1],
+          "leaks": worst[name][0] > threshold} for i, name in enumerate(order)],
+        columns=["order", "site", "influence", "query_pos", "leaks"],
+    )
+
+
+def localisation_threshold(leak: float, tol: float) -> float:
+    """The influence above which a site counts as carrying the leak: a fraction of the leak's own size
+    at the output (never more than tol). A leak just above tol enters at a site that measures just
+    under tol; judged against tol, the blame would fall on a later, per-position layer that cannot
+    leak. Sites upstream of the leak see identical inputs at observed positions: exactly 0."""
+    if not leak > 0:
+        return tol
+    return min(tol, LOCALISE_FRACTION * leak)
+
+
+def _future_pairs(prompt: torch.Tensor, cuts: list[int], vocab: int, seed: int) -> list[Pair]:
+    generator = _generator(seed, "localise", prompt.shape[-1])
+    n_pos = prompt.shape[-1]
+    pairs: list[Pair] = []
+    for cut in cuts:
+        later = torch.arange(n_pos) > cut
+        changed = torch.where(later, _resample(prompt, vocab, generator), prompt)
+        pairs.append({"tokens_a": prompt[None], "tokens_b": changed[None], "row": 0, "observe": ~later})
+    return pairs
+
+
+def _batch_pairs(prompts: torch.Tensor, vocab: int, seed: int) -> list[Pair]:
+    generator = _generator(seed, "localise-batch", prompts.shape[-1])
+    pair = prompts[:2]
+    all_pos = torch.ones(prompts.shape[-1], dtype=torch.bool)
+    pairs: list[Pair] = []
+    for row in (0, 1):
+        changed = pair.clone()
+        changed[1 - row] = _resample(pair[1 - row], vocab, generator)
+        pairs.append({"tokens_a": pair, "tokens_b": changed, "row": row, "observe": all_pos})
+    return pairs
+
+
+def _odd_length(max_len: int) -> int:
+    return max_len if max_len % 2 or max_len < 5 else max_len - 1
+
+
+def _first(located: pd.DataFrame) -> str | None:
+    leaking = located[located["leaks"]]
+    return None if leaking.empty else str(leaking.iloc[0]["site"])
+
