@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from interp import distributed
-from interp.data import PromptSet, check_prompts
+from interp.data import PromptSet, Repeats, check_prompts
 from interp.errors import user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
 from interp.modelinfo import check_finite_weights
@@ -55,7 +55,8 @@ class BatchContext:
     tokens: torch.Tensor  # (batch, pos)
     attention_mask: torch.Tensor | None  # (batch, pos) bool, True = real token
     causal: bool
-    meta: dict  # the PromptSet's meta (prefix_len, offset, ...)
+    meta: dict  # the PromptSet's meta (kind, seed, ...)
+    repeats: Repeats | None = None  # the PromptSet's repeat structure
 
     @functools.cached_property
     def real(self) -> torch.Tensor:
@@ -178,7 +179,7 @@ def stream(
             def make_hook(site: AttentionSite, last: bool):
                 def hook(tensor: torch.Tensor, hook=None):
                     causal = site.causal if site.causal is not None else _infer_causal(tensor, role)
-                    context = BatchContext(site, tokens, mask, causal, batch.meta)
+                    context = BatchContext(site, tokens, mask, causal, batch.meta, batch.repeats)
                     outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
                     if last and raise_after_last:
                         raise StopForward
@@ -187,7 +188,7 @@ def stream(
                 return hook
 
             fwd_hooks = [(name, make_hook(site, i == len(sites) - 1)) for i, (name, site) in enumerate(zip(names, sites))]
-            device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta)
+            device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta, repeats=batch.repeats)
             try:
                 with torch.no_grad(), hooked(model, fwd_hooks):
                     if forward is not None:
