@@ -36,22 +36,21 @@ Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs),
 (`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
 `{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`.
 
-Minimal recomputation (`importance`, `joint_ablation`, `pruning_curve`, `compensation` on
-HookedGPT-like models): the clean forward runs once per batch, caching each layer's `z` and
-mid-block residual stream; ablating heads whose earliest layer is `l` adds their change in
-output (new z - clean z) @ W_O to the cached residual and resumes from layer `l`'s MLP. No work
-before the ablated head's layer is repeated, and layer `l`'s attention is never recomputed; for
-the built-in losses the unembedding and cross-entropy run fused in blocks of positions, only
-where a target is scored, so the full logits never exist; a behaviour on the final hidden state
-stops at `ln_final` and never runs the unembedding. Measured (benchmarks/bench_redundancy):
-about 1.8x less CPU than one `run_with_hooks` forward per head, equal to 1e-5. Other models, or
-`fast=False`, run one hooked forward per ablation.
+Ablations run through `interp.ablation.AblationEngine` (`importance`, `joint_ablation`,
+`pruning_curve`, `compensation`): where the model says resuming is exact (`HookedGPT.resumable`,
+sequential pre-norm blocks) the clean forward runs once per batch and each ablation resumes after its
+earliest layer's attention (`model.run_from`), with the loss read fused from the final residual
+(`model.next_token_loss_from_resid`). Measured (benchmarks/bench_redundancy): about 1.8x less CPU
+than one `run_with_hooks` forward per head, equal to 1e-5. Other models (post-norm, parallel blocks),
+or `fast=False`, run one hooked forward per ablation. (`analyses.redundancy.AblationEngine` is a
+deprecated alias of `interp.ablation.AblationEngine`.)
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Sequence, get_args
+from typing import Literal, Sequence, get_args
 
 import einops
 import numpy as np
@@ -61,14 +60,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
+from interp import ablation as _ablation
 from interp import distributed
+from interp.ablation import LossFn, resolve_behaviour, resumable
 from interp.behaviour import (
-    Behaviour,
     BehaviourLike,
-    check_values,
     clean_summaries,
     final_output,
-    from_loss_fn,
     next_token_loss,
 )
 from interp.capture import stream
@@ -81,11 +79,9 @@ from interp.claims import (
     test_claims,
     threshold_evidence,
 )
-from interp.data import PromptSet, check_prompts
-from interp.errors import BadInput, BadType
+from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 from interp.interventions import (
-    ABLATION_KINDS,
     AblationKind,
     AblationValues,
     Head,
@@ -95,13 +91,20 @@ from interp.interventions import (
     check_heads,
     head_label,
     parse_head,
-    reference_activations,
 )
-from interp.modelinfo import context_length, vocab_size
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
-from models.gpt import HookedGPT
 
-LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,): deprecated, see behaviour=
+
+
+def __getattr__(name: str):
+    """`AblationEngine` moved to `interp.ablation`; the old name here still works, with a DeprecationWarning."""
+    if name == "AblationEngine":
+        warnings.warn("analyses.redundancy.AblationEngine moved to interp.ablation.AblationEngine; import it from there.",
+                      DeprecationWarning, stacklevel=2)
+        return _ablation.AblationEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 SuggestBy = Literal["pattern", "output", "second_order"]
 OrderBy = Literal["gradient", "ablation"]
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
@@ -117,13 +120,6 @@ MARGIN_SOURCE = ("cheap-removal margin in nats/token (toolkit default; Michel et
 lm_loss = next_token_loss("all")  # next-token cross-entropy per prompt at every real prediction
 induction_loss = next_token_loss("repeats")  # ... on the repeated copies only (prompts from `repeated_tokens`)
 
-FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
-
-
-def _behaviour(behaviour: BehaviourLike, loss_fn: LossFn | None, model: nn.Module, where: str) -> Behaviour:
-    """The behaviour an analysis measures; a next-token loss chosen by default or by name scores every
-    real position here (as `lm_loss`): pass `induction_loss` (or positions="auto") for the repeats only."""
-    return from_loss_fn(behaviour, loss_fn, model, where, positions="all")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,230 +367,6 @@ def output_similarity(
 
 
 # ---------------------------------------------------------------------------------------------
-# the ablation engine: per-prompt losses under ablations, resuming from the cached clean run
-
-
-def resumable(model: nn.Module) -> bool:
-    """Whether the forward can be resumed mid-model: a HookedGPT / HookedEncoder of sequential
-    pre-norm blocks (resid_mid + mlp(ln2(resid_mid))). Post-norm (BERT) and parallel attention + MLP
-    blocks (GPT-NeoX) run the hooked full forward instead."""
-    cfg = getattr(model, "cfg", None)
-    return (isinstance(model, HookedGPT) and not getattr(cfg, "post_norm", False)
-            and not getattr(cfg, "parallel_attn_mlp", False))
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-@dataclass
-class _CleanBatch:
-    """One batch's clean run: what resuming needs."""
-
-    prompts: PromptSet
-    tokens: torch.Tensor  # (batch, pos)
-    mask: torch.Tensor | None  # (batch, pos) bool
-    positions: torch.Tensor  # (batch, pos)
-    z: dict[int, torch.Tensor]  # layer -> (batch, pos, head, d_head)
-    resid_mid: dict[int, torch.Tensor]  # layer -> (batch, pos, d_model)
-    resid_final: torch.Tensor  # (batch, pos, d_model), before ln_final
-    loss: torch.Tensor  # (batch,)
-    summary: torch.Tensor | None = None  # what a compare-to-clean behaviour compares with (e.g. pooled embedding)
-
-
-class AblationEngine:
-    """Per-prompt losses of a model under head ablations, with as little recomputation as possible.
-
-    Built once per (model, prompts, method); `losses(head_sets)` returns the clean loss
-    (prompt,) and the loss with each set ablated (set, prompt). On a HookedGPT the clean run
-    is cached per batch and each ablation resumes from its earliest layer (`fast=True`);
-    otherwise (or with `fast=False`) each ablation is one full forward with hooks.
-    Ablation values come from `interp.interventions` (mean / resample over `reference`,
-    default the prompts themselves), so numbers equal `with ablate(...): model(...)`.
-    The loss is the `behaviour`'s value (`interp.behaviour`; default: the model's own).
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        prompts: PromptSet,
-        method: AblationKind = "mean",
-        *,
-        reference: PromptSet | ReferenceActivations | None = None,
-        loss_fn: LossFn | None = None,
-        batch_size: int = 16,
-        seed: int = 0,
-        fast: bool = True,
-        behaviour: BehaviourLike = None,
-    ):
-        if method not in ABLATION_KINDS:
-            raise ValueError(f"method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
-        if not isinstance(prompts, PromptSet):
-            raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
-        check_prompts(prompts, n_ctx=context_length(model), d_vocab=vocab_size(model))  # plain models too
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be at least 1.")
-        self.model, self.prompts, self.method = model, prompts, method
-        self.behaviour = _behaviour(behaviour, loss_fn, model, "AblationEngine")
-        self.batch_size, self.seed = batch_size, seed
-        self.fast = fast and resumable(model)
-        self.sites = {site.layer: site for site in attention_sites(model)}
-        if method == "zero":
-            self.reference = None
-        elif isinstance(reference, ReferenceActivations):
-            self.reference = reference
-        else:
-            source = self.behaviour.model_prompts(prompts) if reference is None else reference
-            self.reference = reference_activations(model, source, site="z",
-                                                   keep_samples=method == "resample", batch_size=batch_size)
-
-    # -- values and hooks
-
-    def values(self) -> AblationValues:
-        """A fresh source of ablation values (resampling streams seeded per head, as `ablate` does)."""
-        return AblationValues(self.method, self.reference, self.seed)
-
-    def hooks(self, heads: Iterable[Head], values: AblationValues) -> list[tuple[str, Callable]]:
-        by_layer: dict[int, list[int]] = {}
-        for layer, index in heads:
-            by_layer.setdefault(layer, []).append(index)
-
-        def make_hook(layer: int, indices: list[int]):
-            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
-                z = z.clone()
-                for index in indices:
-                    z[:, :, index] = values(layer, index, z[:, :, index])
-                return z
-            return hook
-
-        return [(self.sites[layer].hook("z"), make_hook(layer, idx)) for layer, idx in sorted(by_layer.items())]
-
-    # -- clean run
-
-    @torch.no_grad()
-    def clean(self, batch: PromptSet) -> _CleanBatch:
-        model = self.model
-        tokens = self.behaviour.model_prompts(batch).tokens.to(_device(model))
-        mask = None if batch.attention_mask is None else batch.attention_mask.to(tokens.device).bool()
-        _, positions = model.embed_tokens(tokens, mask)
-        names = {}
-        for layer, block in enumerate(model.blocks):
-            names[self.sites[layer].hook("z")] = ("z", layer)
-            names[block.hook_resid_mid.name] = ("mid", layer)
-        final, cache = model.run_with_cache(tokens, attention_mask=mask, stop_at_layer=len(model.blocks),
-                                            names_filter=lambda n: n in names, return_cache_object=False)
-        z = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "z"}
-        mid = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "mid"}
-        summary = self.behaviour.clean_summary(self.output_from_resid(final), batch) if self.behaviour.compares_to_clean else None
-        loss = self.loss_from_resid(final, batch, "clean run", summary)
-        return _CleanBatch(batch, tokens, mask, positions, z, mid, final, loss, summary)
-
-    # -- resumed runs
-
-    @torch.no_grad()
-    def resume(self, clean: _CleanBatch, heads: Sequence[Head], values: AblationValues,
-               capture: Sequence[str] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Final residual stream (before ln_final) and captured activations, with `heads` ablated."""
-        model = self.model
-        start = min(layer for layer, _ in heads)
-        block = model.blocks[start]
-        attn = block.attn
-        z_clean = clean.z[start]
-        delta = torch.zeros_like(clean.resid_mid[start])
-        for layer, index in heads:
-            if layer == start:
-                change = values(layer, index, z_clean[:, :, index]) - z_clean[:, :, index]  # (batch, pos, d_head)
-                delta += einops.einsum(change, attn.W_O[index], "batch pos d_head, d_head d_model -> batch pos d_model")
-        resid = clean.resid_mid[start] + delta
-        if not block.cfg.attn_only:
-            resid = resid + block.mlp(block.ln2(resid))
-        later = [(layer, index) for layer, index in heads if layer > start]
-        captured: dict[str, torch.Tensor] = {}
-
-        def keep(act, hook):
-            captured[hook.name] = act
-            return None
-
-        hooks = self.hooks(later, values) + [(name, keep) for name in capture]
-        with hooked(model, hooks):
-            for block in model.blocks[start + 1 :]:
-                resid = block(resid, clean.mask, clean.positions)
-        return resid, captured
-
-    @torch.no_grad()
-    def loss_from_resid(self, resid: torch.Tensor, batch: PromptSet, what: str,
-                        summary: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-prompt behaviour value from the final residual stream (batch, pos, d_model), before ln_final.
-
-        For next-token behaviours (`target_weights`) the unembedding and cross-entropy run fused,
-        a block of positions at a time and only at scored positions, so the (batch, pos, d_vocab)
-        logits never exist (about 2x faster here, equal to 1e-6). A behaviour on the final hidden
-        state reads `ln_final(resid)` and the unembedding never runs. `summary`: the clean run's,
-        for behaviours that compare with it.
-        """
-        model, behaviour = self.model, self.behaviour
-        if behaviour.target_weights is None or behaviour.reads != "logits":
-            return check_values(behaviour(self.output_from_resid(resid), batch, summary), len(batch), what, behaviour)
-        weights = behaviour.target_weights(batch).to(resid.device)  # (batch, pos - 1), each row summing to one
-        rows = weights.nonzero(as_tuple=True)
-        x = model.ln_final(resid[:, :-1][rows])  # (scored, d_model)
-        targets = batch.tokens.to(resid.device)[:, 1:][rows]  # (scored,)
-        dtype = torch.promote_types(resid.dtype, torch.float32)
-        per = torch.empty(len(targets), dtype=dtype, device=resid.device)
-        for start in range(0, len(targets), FUSED_CHUNK):
-            part = slice(start, start + FUSED_CHUNK)
-            logits = model.unembed(x[part]).to(dtype)  # (chunk, d_vocab)
-            per[part] = torch.logsumexp(logits, -1) - logits.gather(-1, targets[part, None])[:, 0]
-        loss = torch.zeros(len(batch), dtype=dtype, device=resid.device)
-        loss.index_add_(0, rows[0], per * weights[rows])
-        return check_values(loss, len(batch), what, behaviour)
-
-    def output_from_resid(self, resid: torch.Tensor) -> torch.Tensor:
-        """What the behaviour reads, from the final residual stream: ln_final(resid), unembedded for logits."""
-        hidden = self.model.ln_final(resid)
-        return self.model.unembed(hidden) if self.behaviour.reads == "logits" else hidden
-
-    @torch.no_grad()
-    def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
-        """The final output the behaviour reads (logits or hidden state), with `heads` ablated."""
-        with hooked(self.model, self.hooks(heads, values)):
-            return final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
-
-    def value(self, output: torch.Tensor, batch: PromptSet, summary: torch.Tensor | None, what: str) -> torch.Tensor:
-        """The behaviour on a full forward's output, checked."""
-        return check_values(self.behaviour(output, batch, summary), len(batch), what, self.behaviour)
-
-    def losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt)."""
-        head_sets = [check_heads(self.model, heads) for heads in head_sets]
-        sources = [self.values() for _ in head_sets]
-        clean_parts, ablated_parts = [], []
-        for indices, batch in distributed.shard(self.prompts, self.batch_size).batches(self.batch_size):
-            for values in sources:
-                values.prompt_index = indices  # resampling keyed by global prompt index
-            if self.fast:
-                clean = self.clean(batch)
-                clean_loss, summary = clean.loss, clean.summary
-            else:
-                with torch.no_grad():
-                    output = final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
-                summary = self.behaviour.clean_summary(output, batch)
-                clean_loss = self.value(output, batch, summary, "clean run")
-            rows = []
-            for heads, values in zip(head_sets, sources):
-                what = f"ablating {'+'.join(map(_label, heads))}"
-                if self.fast:
-                    rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what, summary))
-                else:
-                    rows.append(self.value(self._full(batch, heads, values), batch, summary, what))
-            clean_parts.append(clean_loss.detach().double().cpu())
-            ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
-        clean_loss = torch.cat(clean_parts) if clean_parts else torch.zeros(0, dtype=torch.float64)
-        ablated = torch.cat(ablated_parts, dim=1) if ablated_parts else torch.zeros(len(head_sets), 0, dtype=torch.float64)
-        return distributed.gather_prompts(clean_loss), distributed.gather_prompts(ablated, dim=1)
-
-
-# ---------------------------------------------------------------------------------------------
 # importance
 
 
@@ -618,7 +390,7 @@ def gradient_importance(
     behaviour measured as a distance from the clean run (`embedding_change`) the clean run is its
     minimum, so the gradient is zero there: rank by ablation instead.
     """
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
     sites = list(engine.sites.values())
     n_heads = max(site.n_heads for site in sites)
@@ -626,8 +398,7 @@ def gradient_importance(
     out = []
     for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
         values.prompt_index = indices  # resampling keyed by global prompt index
-        tokens = batch.tokens.to(_device(model))
-        mask = torch.ones(len(batch), len(sites), n_heads, device=tokens.device, requires_grad=True)
+        mask = torch.ones(len(batch), len(sites), n_heads, device=engine.device, requires_grad=True)
 
         def make_hook(layer: int, heads: int):
             def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
@@ -673,7 +444,7 @@ def importance(
     model's own); `frame.attrs["behaviour"]` says which, in words.
     """
     _check_n(prompts)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
                             batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
     heads = all_heads(model)
     clean, ablated = engine.losses([[h] for h in heads])
@@ -715,7 +486,7 @@ def second_order(
     One extra backward per head: meant for small models.
     """
     _check_n(prompts)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
     sites = list(engine.sites.values())
     heads = all_heads(model)
@@ -723,8 +494,7 @@ def second_order(
     hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)
     index = {h: i for i, h in enumerate(heads)}
     for batch in prompts.batches(batch_size):
-        tokens = batch.tokens.to(_device(model))
-        mask = torch.ones(len(heads), device=tokens.device, requires_grad=True)
+        mask = torch.ones(len(heads), device=engine.device, requires_grad=True)
 
         def make_hook(site):
             def hook(z: torch.Tensor, hook=None) -> torch.Tensor:
@@ -825,12 +595,12 @@ def joint_ablation(
     if isinstance(pairs, int) and not isinstance(pairs, bool):
         proposing, prompts = prompts.split(0.5, seed=seed)
         _check_n(prompts)
-        behaviour = _behaviour(behaviour, loss_fn, model, "joint_ablation")
+        behaviour = resolve_behaviour(behaviour, loss_fn, model, "joint_ablation")
         loss_fn = None
         pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, behaviour=behaviour,
                               batch_size=batch_size, seed=seed)
     pairs = _parse_pairs(model, pairs)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
                             batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
     singles = sorted({h for pair in pairs for h in pair})
     sets = [[h] for h in singles] + [list(pair) for pair in pairs]
@@ -869,9 +639,44 @@ class CompensationResult:
             index="ablated", columns="compensating")
 
 
-def _result_of(model: nn.Module, layer: int, head: int, z: torch.Tensor) -> torch.Tensor:
-    """A head's write to the residual stream from its z (batch, pos, d_head) -> (batch, pos, d_model)."""
-    return einops.einsum(z, model.blocks[layer].attn.W_O[head], "batch pos d_head, d_head d_model -> batch pos d_model")
+@dataclass
+class _CompensationRun:
+    """What `compensation` measures with, and its per-batch results, (batch,) tensors per head or pair."""
+
+    engine: _ablation.AblationEngine
+    everything: tuple[Head, ...]  # every head C
+    ablated_heads: tuple[Head, ...]  # the heads A ablated for the compensation matrix
+    result_names: dict[int, str]  # layer -> its hook_result name
+    direct: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
+    total: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
+    comp: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    align: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    takeover: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    sources_total: dict[Head, AblationValues] = field(init=False)  # C ablated everywhere
+    sources_direct: dict[Head, AblationValues] = field(init=False)  # C's direct path ablated
+    sources_a: dict[Head, AblationValues] = field(init=False)  # A ablated for the matrix
+
+    def __post_init__(self) -> None:
+        values = self.engine.values
+        # ablation value sources, one per head and purpose (each resampling stream seeded alike)
+        self.sources_total = {h: values() for h in self.everything}
+        self.sources_direct = {h: values() for h in self.everything}
+        self.sources_a = {a: values() for a in self.ablated_heads}
+
+    def later(self, a: Head) -> list[Head]:
+        return [c for c in self.everything if c[0] > a[0]]
+
+
+@dataclass
+class _CleanEffects:
+    """One batch's clean run, each head's change of write when ablated and its clean direct effect."""
+
+    clean: _ablation.CleanBatch
+    write_change: dict[Head, torch.Tensor]  # head -> (batch, pos, d_model): ablated minus clean write
+    direct: dict[Head, torch.Tensor]  # head -> (batch,): clean direct effect
+
+    def loss_from(self, engine: _ablation.AblationEngine, resid: torch.Tensor) -> torch.Tensor:
+        return engine.loss_from_resid(resid, self.clean.prompts, "direct effect", self.clean.summary)
 
 
 def compensation(
@@ -904,73 +709,81 @@ def compensation(
     _check_n(prompts)
     if not resumable(model):
         raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
-                            behaviour=behaviour)
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size,
+                                      seed=seed, behaviour=behaviour)
     everything = all_heads(model)
-    ablated_heads = everything if heads is None else check_heads(model, heads)
-    later = {a: [c for c in everything if c[0] > a[0]] for a in ablated_heads}
-    result_names = {site.layer: site.hook("result") for site in engine.sites.values()}
-    sources_total = {h: engine.values() for h in everything}
-    sources_direct = {h: engine.values() for h in everything}
-    sources_a = {a: engine.values() for a in ablated_heads}
-    direct, total = [], []
-    comp: dict[tuple[Head, Head], list[torch.Tensor]] = {}
-    align: dict[tuple[Head, Head], list[torch.Tensor]] = {}
-    takeover: dict[tuple[Head, Head], list[torch.Tensor]] = {}
+    run = _CompensationRun(engine, everything, everything if heads is None else check_heads(model, heads),
+                           {site.layer: site.hook("result") for site in engine.sites.values()})
     for batch in prompts.batches(batch_size):
-        clean = engine.clean(batch)
-
-        def loss_from(resid: torch.Tensor) -> torch.Tensor:
-            return engine.loss_from_resid(resid, batch, "direct effect", clean.summary)
-
         with torch.no_grad():
-            # clean direct effect and ablated write of every head
-            clean_de, write_change = {}, {}
-            for c in everything:
-                z = clean.z[c[0]][:, :, c[1]]
-                change = _result_of(model, c[0], c[1], sources_direct[c](c[0], c[1], z) - z)  # ablated - clean write
-                write_change[c] = change
-                clean_de[c] = loss_from(clean.resid_final + change) - clean.loss
-            direct.append(torch.stack([clean_de[c] for c in everything]))
-            total.append(torch.stack([
-                loss_from(engine.resume(clean, [c], sources_total[c])[0]) - clean.loss for c in everything]))
-            for a in ablated_heads:
-                if not later[a]:
-                    continue
-                capture = sorted({result_names[c[0]] for c in later[a]})
-                resid, captured = engine.resume(clean, [a], sources_a[a], capture=capture)
-                loss_a = loss_from(resid)
-                role = -write_change[a]  # A's clean write minus its ablated write: what A contributes
-                for c in later[a]:
-                    result_c = captured[result_names[c[0]]][:, :, c[1]]  # (batch, pos, d_model), A ablated
-                    z_clean_c = clean.z[c[0]][:, :, c[1]]
-                    result_c_clean = _result_of(model, c[0], c[1], z_clean_c)
-                    # C's direct path ablated on top of A's ablation: its ablated value replaces its new write
-                    ablated_c = result_c_clean + write_change[c]
-                    de = loss_from(resid - result_c + ablated_c) - loss_a
-                    comp.setdefault((a, c), []).append(de - clean_de[c])
-                    moved = (result_c - result_c_clean).flatten(1)
-                    role_flat = role.flatten(1)
-                    align.setdefault((a, c), []).append(F.cosine_similarity(moved, role_flat, dim=-1, eps=1e-12))
-                    takeover.setdefault((a, c), []).append(
-                        (moved * role_flat).sum(-1) / role_flat.pow(2).sum(-1).clamp(min=1e-30))
-    direct_t, total_t = torch.cat(direct, 1).T.double().cpu(), torch.cat(total, 1).T.double().cpu()  # (prompt, head)
-    effects = _heads_frame(everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t, "total_effect": total_t},
-                           len(prompts), main="self_repair", seed=seed)
-    pairs = list(comp)
+            effects = _clean_effects(run, engine.clean(batch))
+            run.direct.append(torch.stack([effects.direct[c] for c in everything]))
+            run.total.append(torch.stack([effects.loss_from(engine, engine.resume(effects.clean, [c], run.sources_total[c])[0])
+                                          - effects.clean.loss for c in everything]))
+            for a in run.ablated_heads:
+                if run.later(a):
+                    _backup_effects(run, effects, a)
+    return _compensation_result(run, prompts, method=method, seed=seed)
+
+
+def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _CleanEffects:
+    """Every head's ablated-minus-clean write and its clean direct effect (its write change alone added
+    to the clean final residual stream)."""
+    model = run.engine.model
+    effects = _CleanEffects(clean, {}, {})
+    for c in run.everything:
+        z = clean.z[c[0]][:, :, c[1]]  # (batch, pos, d_head)
+        change = model.head_write(c[0], c[1], run.sources_direct[c](c[0], c[1], z) - z)  # ablated - clean write
+        effects.write_change[c] = change
+        effects.direct[c] = effects.loss_from(run.engine, clean.resid_final + change) - clean.loss
+    return effects
+
+
+def _backup_effects(run: _CompensationRun, effects: _CleanEffects, a: Head) -> None:
+    """With A ablated: every later head C's direct effect (compensation), and how far C's write moves
+    toward A's role (alignment, takeover); appended to `run`."""
+    model, engine, clean = run.engine.model, run.engine, effects.clean
+    later = run.later(a)
+    capture = sorted({run.result_names[c[0]] for c in later})
+    resid, captured = engine.resume(clean, [a], run.sources_a[a], capture=capture)
+    loss_a = effects.loss_from(engine, resid)
+    role = -effects.write_change[a]  # A's clean write minus its ablated write: what A contributes
+    role_flat = role.flatten(1)
+    for c in later:
+        result_c = captured[run.result_names[c[0]]][:, :, c[1]]  # (batch, pos, d_model), A ablated
+        result_c_clean = model.head_write(c[0], c[1], clean.z[c[0]][:, :, c[1]])
+        # C's direct path ablated on top of A's ablation: its ablated value replaces its new write
+        ablated_c = result_c_clean + effects.write_change[c]
+        de = effects.loss_from(engine, resid - result_c + ablated_c) - loss_a
+        run.comp.setdefault((a, c), []).append(de - effects.direct[c])
+        moved = (result_c - result_c_clean).flatten(1)
+        run.align.setdefault((a, c), []).append(F.cosine_similarity(moved, role_flat, dim=-1, eps=1e-12))
+        run.takeover.setdefault((a, c), []).append((moved * role_flat).sum(-1) / role_flat.pow(2).sum(-1).clamp(min=1e-30))
+
+
+_MATRIX_COLUMNS = ["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation", "ci_low", "ci_high",
+                   "takeover", "takeover_ci_low", "takeover_ci_high", "alignment", "alignment_ci_low",
+                   "alignment_ci_high", "n_prompts"]
+
+
+def _compensation_result(run: _CompensationRun, prompts: PromptSet, *, method: AblationKind, seed: int) -> CompensationResult:
+    """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair."""
+    direct_t, total_t = torch.cat(run.direct, 1).T.double().cpu(), torch.cat(run.total, 1).T.double().cpu()  # (prompt, head)
+    effects = _heads_frame(run.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
+                                            "total_effect": total_t}, len(prompts), main="self_repair", seed=seed)
+    per_prompt = {p: {"compensation": torch.cat(run.comp[p]).double().cpu(),
+                      "alignment": torch.cat(run.align[p]).double().cpu(),
+                      "takeover": torch.cat(run.takeover[p]).double().cpu()} for p in run.comp}
+    pairs = list(run.comp)
     if pairs:
-        matrix = _pairs_frame(pairs, {"compensation": torch.stack([torch.cat(comp[p]) for p in pairs], 1).double().cpu(),
-                                      "takeover": torch.stack([torch.cat(takeover[p]) for p in pairs], 1).double().cpu(),
-                                      "alignment": torch.stack([torch.cat(align[p]) for p in pairs], 1).double().cpu()},
-                              len(prompts), main="compensation", seed=seed)
+        metrics = {name: torch.stack([per_prompt[p][name] for p in pairs], 1) for name in ("compensation", "takeover",
+                                                                                             "alignment")}
+        matrix = _pairs_frame(pairs, metrics, len(prompts), main="compensation", seed=seed)
     else:
-        matrix = pd.DataFrame(columns=["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation",
-                                       "ci_low", "ci_high", "takeover", "takeover_ci_low", "takeover_ci_high",
-                                       "alignment", "alignment_ci_low", "alignment_ci_high", "n_prompts"])
-    matrix.attrs.update(metric="compensation", method=method, behaviour=engine.behaviour.describe(prompts))
-    effects.attrs["behaviour"] = engine.behaviour.describe(prompts)
-    per_prompt = {p: {"compensation": torch.cat(comp[p]).double().cpu(), "alignment": torch.cat(align[p]).double().cpu(),
-                      "takeover": torch.cat(takeover[p]).double().cpu()} for p in pairs}
+        matrix = pd.DataFrame(columns=_MATRIX_COLUMNS)
+    described = run.engine.behaviour.describe(prompts)
+    matrix.attrs.update(metric="compensation", method=method, behaviour=described)
+    effects.attrs["behaviour"] = described
     return CompensationResult(effects, matrix, per_prompt)
 
 
@@ -1008,7 +821,7 @@ def pruning_curve(
     if n_random < 1:
         raise ValueError(f"n_random={n_random} must be at least 1.")
     heads = all_heads(model)
-    engine = AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
     if order_by == "gradient":
         estimate = gradient_importance(model, prompts, method, reference=engine.reference, behaviour=engine.behaviour,
@@ -1061,11 +874,11 @@ class _AblationDeltas:
     batch_size: int = 16
     behaviour: BehaviourLike = field(default=None, compare=False)  # what the loss is; default: the model's own
 
-    def engine(self, ctx: Context) -> AblationEngine:
+    def engine(self, ctx: Context) -> _ablation.AblationEngine:
         """One engine per context and settings; the behaviour is the claim's, else the test's (`ctx.behaviour`)."""
         behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
         key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size)
-        return ctx.cached(key, lambda: AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
+        return ctx.cached(key, lambda: _ablation.AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
                                                       behaviour=behaviour, batch_size=self.batch_size, seed=ctx.seed))
 
     def named(self, ctx: Context, **extra) -> dict:

@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from analyses import report_format
+from analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
 from interp import distributed
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
@@ -528,29 +529,6 @@ def _git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-# an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked
-# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/test_behaviour.py), edits of
-# the pattern are discarded (FACTS.md) and no random-init twin can be built: necessity and importance only
-BRIDGE_ENCODER_EVIDENCE = ("observational", "control_shuffled", "necessity")
-NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "
-                "pattern edits are discarded and no random-init twin can be built, so sufficiency, faithfulness and "
-                "the random-init control were not run; convert the model natively for them")
-
-
-def claim_evidence_for(model: nn.Module) -> tuple[str, ...] | None:
-    """The evidence kinds claims about `model` should gather: all (None) where pattern edits take effect;
-    on an encoder or random-head model through the bridge, the observational test, the shuffled-token
-    control and necessity (z ablation), measured on its behaviour (`interp.behaviour`)."""
-    return BRIDGE_ENCODER_EVIDENCE if _bridge_without_pattern_edits(model) else None
-
-
-def _bridge_without_pattern_edits(model: nn.Module) -> bool:
-    if type(model).__name__ != "TransformerBridge":
-        return False
-    sites = attention_sites(model)
-    return bool(getattr(model, "head_is_random", False)) or not (sites and sites[0].causal)
-
-
 def _has_meaningful_loss(model: nn.Module) -> bool:
     """Whether ablations measure something: every model has a behaviour (`interp.behaviour.default_behaviour`:
     the next-token loss, or the sentence-embedding change for an encoder or a random head), and z ablations
@@ -578,7 +556,7 @@ def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: li
     """State the behaviour in the Methods (and which evidence a bridge encoder could not give), the
     model summary (HTML and Markdown) and the settings (report.json)."""
     methods.insert(1, behaviour_method(behaviour, prompts))
-    if _bridge_without_pattern_edits(model):
+    if bridge_without_pattern_edits(model):
         methods.insert(2, f"Causal evidence: necessity only; {NOT_MEASURED}.")
     settings["behaviour"] = {**behaviour.spec(), "measured": behaviour.describe(prompts)}
     summary["behaviour"] = behaviour.describe(prompts)
@@ -615,8 +593,6 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, be
     scan.attrs = {}  # pandas deep-copies attrs on every row and copy: the verdicts are kept in the list instead
     frames.append(scan.assign(source="scan", _verdict=range(len(scan))))
     if claims_file is not None:
-        from interp.testing import run_claims
-
         # the file's claims run on the file's own [prompts]: they were written for them
         frames.append(run_claims(model, claims_file, behaviour=behaviour).assign(source=f"claims file {Path(str(claims_file.path)).name}"))
     frame = pd.concat(frames, ignore_index=True, sort=False)

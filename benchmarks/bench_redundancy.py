@@ -44,7 +44,7 @@ def _model():
 
 def bench_importance(repeats: int = 2) -> dict:
     """Time the three ways to get every single-head mean-ablation loss change; check they agree."""
-    from analyses.redundancy import AblationEngine
+    from interp.ablation import AblationEngine
     from interp.data import random_tokens
     from interp.interventions import HeadAblation, all_heads, batched_head_ablations, reference_activations
 

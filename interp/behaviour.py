@@ -43,7 +43,8 @@ from torch import nn
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites, hooked
-from models.gpt import HookedGPT, next_token_cross_entropy, next_token_targets
+from models.gpt import HookedGPT, next_token_targets
+from models.gpt import masked_next_token_loss as models_masked_next_token_loss
 
 Reads = Literal["logits", "hidden"]
 Positions = Literal["auto", "all", "repeats"]
@@ -161,12 +162,9 @@ def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> tor
 
 
 def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch.Tensor) -> torch.Tensor:
-    """The one masked next-token loss: (batch,) mean cross-entropy over the (batch, pos - 1) `mask`,
-    summed in float64 and returned in the logits' (upcast) dtype; 0 for a prompt with nothing scored."""
-    per = next_token_cross_entropy(logits, prompts.tokens)  # (batch, pos - 1)
-    weights = mask.to(per.device, torch.float64)
-    mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
-    return mean.to(per.dtype)
+    """(batch,) mean cross-entropy over the (batch, pos - 1) `mask` of the prompts' next-token predictions:
+    `models.gpt.masked_next_token_loss` on the prompts' tokens."""
+    return models_masked_next_token_loss(logits, prompts.tokens, mask)
 
 
 def check_next_token_targets(prompts: PromptSet) -> None:
@@ -475,7 +473,7 @@ def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Beh
     stop = behaviour.reads == "hidden" and isinstance(model, HookedGPT)
     if behaviour.reads == "hidden" and not stop:
         raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
-                       f"{type(model).__name__}; use analyses.redundancy.AblationEngine(..., fast=False).")
+                       f"{type(model).__name__}; use interp.ablation.AblationEngine(..., fast=False).")
     kwargs = {"stop_at_layer": len(model.blocks)} if stop else {}
     clean_parts, ablated_parts = [], []
     for batch in prompts.batches(batch_size):

@@ -23,6 +23,7 @@ process returns; pass a fresh (empty) accumulator, or its earlier contents count
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, get_args
 
@@ -92,10 +93,25 @@ def _model_limits(model: nn.Module) -> dict[str, int | None]:
     return {"n_ctx": getattr(cfg, "n_ctx", None), "d_vocab": getattr(cfg, "d_vocab", None)}
 
 
-def _supports_stop_at_layer(model: nn.Module) -> bool:
+def can_stop_early(model: nn.Module) -> bool:
+    """Whether `model(tokens, stop_at_layer=n)` runs only blocks 0..n-1 (and no unembedding): our HookedGPT /
+    HookedEncoder (converted models included), or any model whose forward takes `stop_at_layer`
+    (TransformerLens's bridge). The one place the toolkit decides whether a forward can stop early."""
     from models.gpt import HookedGPT
 
-    return isinstance(model, HookedGPT)
+    if isinstance(model, HookedGPT):
+        return True
+    try:
+        return "stop_at_layer" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def stop_after(model: nn.Module, layers: Iterable[int]) -> dict[str, int]:
+    """Forward keyword arguments that stop after the last of `layers` (the layers a set of hooks sits on):
+    `{"stop_at_layer": max(layers) + 1}` where the model can stop early (`can_stop_early`), else `{}`."""
+    last = max(layers)
+    return {"stop_at_layer": last + 1} if can_stop_early(model) else {}
 
 
 def select_sites(model: nn.Module, layers: Iterable[int] | None = None) -> list[AttentionSite]:
@@ -123,6 +139,32 @@ def _infer_causal(pattern: torch.Tensor, role: str = "pattern") -> bool:
     return bool(torch.triu(pattern.detach().float(), diagonal=1).abs().max() == 0)
 
 
+@dataclass(frozen=True)
+class _StreamPlan:
+    """What `stream` hooks and how each batch's forward stops."""
+
+    sites: list[AttentionSite]  # the chosen sites, in forward order
+    names: list[str]  # each site's hook name for the role
+    role: str
+    stop_kwargs: dict[str, int]  # {"stop_at_layer": n} when the model stops there, else {}
+    raise_after_last: bool  # raise StopForward from the last site's hook
+
+
+def _plan_stream(model: nn.Module, layers: Iterable[int] | None, role: Role, early_stop: EarlyStop) -> _StreamPlan:
+    """The sites to hook and how to stop: `stop_at_layer` where asked (or "auto") and the model can."""
+    sites = select_sites(model, layers)
+    stoppable = can_stop_early(model)
+    if early_stop == "stop_at_layer" and not stoppable:
+        raise ValueError(
+            f"early_stop='stop_at_layer' needs a HookedGPT or HookedEncoder (or a forward that takes stop_at_layer), "
+            f"got {type(model).__name__}; use early_stop='exception' or 'auto'."
+        )
+    use_stop_at_layer = early_stop in ("stop_at_layer", "auto")
+    return _StreamPlan(sites, [site.hook(role) for site in sites], role,
+                       stop_after(model, [site.layer for site in sites]) if use_stop_at_layer else {},
+                       early_stop in ("exception", "auto"))
+
+
 def stream(
     model: nn.Module,
     prompts: PromptSet,
@@ -144,10 +186,10 @@ def stream(
 
     `early_stop`: "exception" raises `StopForward` from the hook of the last needed site
     (caught here; hooks are always removed), so nothing after that hook runs, not even the
-    rest of its own layer; "stop_at_layer" passes `stop_at_layer` to a HookedGPT /
-    HookedEncoder (the rest of the last layer runs, the unembedding does not); "auto" does
-    both on our models and "exception" on others; "none" runs the whole forward.
-    `forward(model, batch)` overrides how a batch is fed to the model (default
+    rest of its own layer; "stop_at_layer" passes `stop_at_layer` to a model that can stop early
+    (`can_stop_early`: HookedGPT / HookedEncoder; the rest of the last layer runs, the unembedding
+    does not); "auto" does both where the model can stop early and "exception" elsewhere; "none"
+    runs the whole forward. `forward(model, batch)` overrides how a batch is fed to the model (default
     `model(batch.tokens, **batch.model_kwargs())`; the batch is already on the model's device).
     """
     if early_stop not in get_args(EarlyStop):
@@ -156,68 +198,64 @@ def stream(
         raise ValueError(f"batch_size={batch_size} must be at least 1.")
     check_prompts(prompts, **_model_limits(model))
     check_finite_weights(model)
-    sites = select_sites(model, layers)
-    names = [site.hook(role) for site in sites]
-    ours = _supports_stop_at_layer(model)
-    use_stop_at_layer = early_stop == "stop_at_layer" or (early_stop == "auto" and ours)
-    raise_after_last = early_stop in ("exception", "auto")
-    if early_stop == "stop_at_layer" and not ours:
-        raise ValueError(
-            f"early_stop='stop_at_layer' needs a HookedGPT or HookedEncoder, got {type(model).__name__}; "
-            "use early_stop='exception' or 'auto'."
-        )
+    plan = _plan_stream(model, layers, role, early_stop)
     accumulator = PerPromptAccumulator() if accumulator is None else accumulator
     device = _device(model)
     was_training = model.training
     model.eval()
     try:
         for batch in distributed.shard(prompts, batch_size).prompts.batches(batch_size):
-            tokens = batch.tokens.to(device)
-            mask = None if batch.attention_mask is None else batch.attention_mask.to(device).bool()
-            outputs: dict[int, dict[str, torch.Tensor]] = {}
-
-            def make_hook(site: AttentionSite, last: bool):
-                def hook(tensor: torch.Tensor, hook=None):
-                    causal = site.causal if site.causal is not None else _infer_causal(tensor, role)
-                    context = BatchContext(site, tokens, mask, causal, batch.meta, batch.repeats)
-                    outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
-                    if last and raise_after_last:
-                        raise StopForward
-                    return None
-
-                return hook
-
-            fwd_hooks = [(name, make_hook(site, i == len(sites) - 1)) for i, (name, site) in enumerate(zip(names, sites))]
-            device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta, repeats=batch.repeats)
-            try:
-                with torch.no_grad(), hooked(model, fwd_hooks):
-                    if forward is not None:
-                        forward(model, device_batch)
-                    elif use_stop_at_layer:
-                        model(tokens, stop_at_layer=sites[-1].layer + 1, **device_batch.model_kwargs())
-                    else:
-                        model(tokens, **device_batch.model_kwargs())
-            except StopForward:
-                pass
-            except Exception as error:  # the user's model failing is theirs to fix, and says where
-                failure = user_failure(error, f"the model {type(model).__name__}")
-                if failure is None:
-                    raise
-                raise failure from error
-            missing = [name for name, site in zip(names, sites) if site.layer not in outputs]
-            if missing:
-                raise RuntimeError(
-                    f"hooks {missing} never fired during the forward pass; the model does not run through "
-                    "them (check attention_sites(model) and the `forward` argument)."
-                )
-            metrics = outputs[sites[0].layer].keys()
+            outputs = _stream_batch(model, batch, reduce, plan, forward=forward, device=device)
             accumulator.update({
-                metric: torch.stack([outputs[site.layer][metric] for site in sites], dim=1)  # (batch, layer, head, ...)
-                for metric in metrics
+                metric: torch.stack([outputs[site.layer][metric] for site in plan.sites], dim=1)  # (batch, layer, head, ...)
+                for metric in outputs[plan.sites[0].layer]
             })
     finally:
         model.train(was_training)
     return distributed.merge(accumulator)
+
+
+def _stream_batch(model: nn.Module, batch: PromptSet, reduce: Reducer, plan: _StreamPlan, *,
+                  forward: Callable[[nn.Module, PromptSet], object] | None,
+                  device: torch.device) -> dict[int, dict[str, torch.Tensor]]:
+    """One batch's forward with the plan's hooks: {layer: {metric: (batch, head, ...)}}."""
+    tokens = batch.tokens.to(device)
+    mask = None if batch.attention_mask is None else batch.attention_mask.to(device).bool()
+    outputs: dict[int, dict[str, torch.Tensor]] = {}
+
+    def make_hook(site: AttentionSite, last: bool):
+        def hook(tensor: torch.Tensor, hook=None):
+            causal = site.causal if site.causal is not None else _infer_causal(tensor, plan.role)
+            context = BatchContext(site, tokens, mask, causal, batch.meta, batch.repeats)
+            outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
+            if last and plan.raise_after_last:
+                raise StopForward
+            return None
+
+        return hook
+
+    fwd_hooks = [(name, make_hook(site, site is plan.sites[-1])) for name, site in zip(plan.names, plan.sites)]
+    device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta, repeats=batch.repeats)
+    try:
+        with torch.no_grad(), hooked(model, fwd_hooks):
+            if forward is not None:
+                forward(model, device_batch)
+            else:
+                model(tokens, **plan.stop_kwargs, **device_batch.model_kwargs())
+    except StopForward:
+        pass
+    except Exception as error:  # the user's model failing is theirs to fix, and says where
+        failure = user_failure(error, f"the model {type(model).__name__}")
+        if failure is None:
+            raise
+        raise failure from error
+    missing = [name for name, site in zip(plan.names, plan.sites) if site.layer not in outputs]
+    if missing:
+        raise RuntimeError(
+            f"hooks {missing} never fired during the forward pass; the model does not run through "
+            "them (check attention_sites(model) and the `forward` argument)."
+        )
+    return outputs
 
 
 class PerPromptAccumulator:

@@ -4,53 +4,28 @@ An *attention site* is one attention layer seen through its hooks: which hook ca
 v (batch, pos, head, d_head), attn_scores and pattern (batch, head, query, key), z
 (batch, pos, head, d_head) and result (batch, pos, head, d_model). Analyses ask
 `attention_sites(model)` for these names and never spell hook strings themselves.
+
+Each way of hooking a model defines the finder of its own sites (`interp.sites`), below this
+module; `BUILTIN_SITE_FINDERS` names them in the order they are tried.
 """
 from __future__ import annotations
 
 import contextlib
 import difflib
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Literal, get_args
+from typing import Callable, Iterable, Iterator
 
 from torch import nn
 
+from interp.loading import bridge_sites
+from interp.mha import mha_sites
+from interp.sdpa import intercepted_sites
+from interp.sites import ROLES, AttentionSite, Role, SiteFinder
 from models.components import hook_is_live
 
-Role = Literal["q", "k", "v", "attn_scores", "pattern", "z", "result"]
-ROLES: tuple[str, ...] = get_args(Role)
-
-
-@dataclass(frozen=True)
-class AttentionSite:
-    """One attention layer: its index in forward order, its module path and its hook names."""
-
-    layer: int  # 0-based index in forward order
-    module: str  # path of the attention module, e.g. "blocks.0.attn"
-    n_heads: int
-    d_head: int
-    causal: bool | None  # True causal, False bidirectional, None unknown
-    hooks: dict[str, str] = field(default_factory=dict)  # role -> full hook name
-    # key/value heads (grouped-query attention): k and v hooks carry n_kv_heads heads and query
-    # head h reads key/value head h // (n_heads // n_kv_heads); None means n_heads
-    n_kv_heads: int | None = None
-    scale: float | None = None  # score scale; None means 1 / sqrt(d_head)
-    output_module: str | None = None  # the module whose output the heads' results sum to (default `module`)
-    notes: tuple[str, ...] = ()  # what a reader must know about these hooks (repeated k/v, missing roles)
-
-    def kv_head(self, head: int) -> int:
-        """The key/value head that query head `head` reads."""
-        return head // (self.n_heads // (self.n_kv_heads or self.n_heads))
-
-    def hook(self, role: Role) -> str:
-        """Full hook name for a role; a clear error if this site does not expose it."""
-        if role not in self.hooks:
-            raise KeyError(
-                f"attention site {self.module!r} has no {role!r} hook; it exposes {sorted(self.hooks)}."
-            )
-        return self.hooks[role]
-
-    def label(self, head: int) -> str:
-        return f"L{self.layer}H{head}"
+__all__ = [
+    "ROLES", "AttentionSite", "BUILTIN_SITE_FINDERS", "Role", "SiteFinder", "attention_sites", "check_hook_names",
+    "hooked", "live_hooks", "register_site_finder",
+]
 
 
 def _block_sites(model: nn.Module) -> list[AttentionSite]:
@@ -71,23 +46,25 @@ def _block_sites(model: nn.Module) -> list[AttentionSite]:
     return sites
 
 
-SiteFinder = Callable[[nn.Module], "list[AttentionSite] | None"]
-_SITE_FINDERS: list[SiteFinder] = []
+# the built-in kinds of model, tried in this order (the order `attention_sites` has always tried them):
+# a TransformerBridge, a model hooked by `hook_attention` (nn.MultiheadAttention), a model hooked by
+# `hook_sdpa`; a model laid out as TransformerLens lays it out (HookedGPT, HookedEncoder) comes last
+BUILTIN_SITE_FINDERS: tuple[SiteFinder, ...] = (bridge_sites, mha_sites, intercepted_sites)
+_SITE_FINDERS: list[SiteFinder] = []  # a user's own, tried after the built-in ones
 
 
 def register_site_finder(finder: SiteFinder) -> SiteFinder:
-    """Teach `attention_sites` a new kind of model: `finder` returns its sites, or None if not its kind."""
+    """Teach `attention_sites` a new kind of model: `finder` returns its sites, or None if not its kind.
+
+    Finders registered here are tried after `BUILTIN_SITE_FINDERS`, in registration order, and
+    before the TransformerLens block layout."""
     _SITE_FINDERS.append(finder)
     return finder
 
 
 def attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention sites of a supported model, in forward order."""
-    import interp.loading  # noqa: F401  registers the TransformerBridge site finder
-    import interp.mha  # noqa: F401  registers the hooked-MultiheadAttention site finder
-    import interp.sdpa  # noqa: F401  registers the SDPA-interception site finder
-
-    for finder in _SITE_FINDERS:
+    for finder in (*BUILTIN_SITE_FINDERS, *_SITE_FINDERS):
         sites = finder(model)
         if sites is not None:
             return sites

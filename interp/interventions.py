@@ -21,7 +21,6 @@ removes its hooks in `finally` (through `interp.hooks.hooked`).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal, Sequence, Union, get_args
@@ -32,6 +31,7 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp import distributed
+from interp.capture import stop_after
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
@@ -133,22 +133,13 @@ def as_prompts(prompts: PromptSet | torch.Tensor) -> PromptSet:
     raise BadType(f"prompts must be an interp.data.PromptSet or a (prompt, pos) token tensor, got {type(prompts).__name__}.")
 
 
-def _accepts(model: nn.Module, argument: str) -> bool:
-    try:
-        return argument in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def run_stopping_after(model: nn.Module, prompts: PromptSet, last_layer: int) -> None:
-    """Forward `prompts` through the model, stopping after block `last_layer` where the model allows it."""
+    """Forward `prompts` through the model, stopping after block `last_layer` where the model allows it
+    (`interp.capture.stop_after`)."""
     kwargs = prompts.model_kwargs()
     tokens = prompts.tokens.to(getattr(model, "device", prompts.tokens.device))
     kwargs = {k: v.to(tokens.device) for k, v in kwargs.items()}
-    if _accepts(model, "stop_at_layer"):
-        model(tokens, stop_at_layer=last_layer + 1, **kwargs)
-    else:
-        model(tokens, **kwargs)
+    model(tokens, **stop_after(model, [last_layer]), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +472,92 @@ def check_pattern_rows(pattern: torch.Tensor, what: str = "pattern") -> None:
         )
 
 
+def _check_pattern_spec(pattern: PatternSpec, label: str) -> None:
+    """A pattern argument of a kind substitute_pattern takes; a tensor's rows must sum to one."""
+    if isinstance(pattern, str):
+        _check_choice("pattern", pattern, IDEAL_PATTERNS)
+    elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
+        raise BadType(
+            f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
+            f"got {type(pattern).__name__}."
+        )
+    if isinstance(pattern, torch.Tensor):
+        if pattern.ndim not in (2, 3):
+            raise ValueError(f"pattern has shape {tuple(pattern.shape)}; expected (query, key) or (batch, query, key).")
+        check_pattern_rows(pattern, f"pattern for {label}")
+
+
+@dataclass(kw_only=True)
+class _PatternSubstitution:
+    """The hooks of one `substitute_pattern`: `read_mask` on the scores notes which keys the model
+    allows, `replace` on the pattern puts the new pattern in the head's place."""
+
+    site: AttentionSite
+    head: int
+    pattern: PatternSpec
+    permute_keys: bool
+    generator: torch.Generator
+    allowed: torch.Tensor | None = None  # (batch, query, key), from the scores of the current forward
+
+    @property
+    def label(self) -> str:
+        return head_label((self.site.layer, self.head))
+
+    def read_mask(self, scores: torch.Tensor, hook=None) -> None:  # (batch, head, query, key)
+        # masked keys are -inf in the scores; a near-one-hot head's real keys can be exactly 0 after softmax
+        if bool(scores.isneginf().any()) or not self.site.causal:
+            self.allowed = ~scores[:, self.head].isneginf()
+
+    def replace(self, original: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, head, query, key)
+        allowed, self.allowed = self.allowed, None  # (batch, query, key)
+        if allowed is None:  # no scores hook, or one carrying weights (some bridges): read it off the pattern
+            allowed = _allowed_keys(original, self.site.causal)
+        new = self._checked(self._target(original, allowed), original, allowed)  # (batch, query, key)
+        if self.permute_keys:
+            new = permute_among_allowed(new, allowed, self.generator)
+        out = original.clone()  # clone: the caller's cache may hold `original`
+        out[:, self.head] = new
+        return out
+
+    def _target(self, original: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """The pattern asked for, before shape checks: (query, key) or (batch, query, key)."""
+        pattern, own = self.pattern, original[:, self.head]  # own: (batch, query, key)
+        if pattern is None:
+            return own
+        if isinstance(pattern, str) and pattern == "uniform":
+            return allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
+        if isinstance(pattern, str):
+            return on_real_positions(lambda m: ideal_pattern(pattern, m, causal=bool(self.site.causal)), allowed, own)
+        if isinstance(pattern, torch.Tensor):
+            return pattern
+
+        def make(m: int) -> torch.Tensor:
+            made = torch.as_tensor(pattern(m))
+            check_pattern_rows(made, f"pattern({m}) for {self.label}")
+            return made
+
+        return on_real_positions(make, allowed, own)
+
+    def _checked(self, new: torch.Tensor, original: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """`new` on the head's device, dtype and (batch, query, key) shape; refused where it does not fit,
+        or puts weight on keys a causal model cannot attend."""
+        batch, _, n_query, n_key = original.shape
+        new = new.to(device=original.device, dtype=original.dtype)
+        if new.shape[-2:] != (n_query, n_key) or (new.ndim == 3 and new.shape[0] != batch):
+            raise ValueError(
+                f"substituted pattern for {self.label} has shape {tuple(new.shape)}, but the "
+                f"head's pattern is (batch={batch}, query={n_query}, key={n_key}); pass a (query, key) tensor "
+                "for this sequence length, or a callable n_pos -> (query, key)."
+            )
+        new = new.expand(batch, n_query, n_key)
+        if self.site.causal and bool((new.masked_fill(allowed, 0) > 1e-6).any()) and self.pattern is not None:
+            raise ValueError(
+                f"substituted pattern for {self.label} puts weight on future (or padded) keys, "
+                "which this causal model cannot attend to; use a lower-triangular pattern (e.g. ideal_pattern(..., causal=True))."
+            )
+        return new
+
+
 @contextlib.contextmanager
 def substitute_pattern(
     model: nn.Module,
@@ -501,66 +578,12 @@ def substitute_pattern(
     """
     check_heads(model, [(layer, head)])
     site = _sites_by_layer(model)[layer]
-    if isinstance(pattern, str):
-        _check_choice("pattern", pattern, IDEAL_PATTERNS)
-    elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
-        raise BadType(
-            f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
-            f"got {type(pattern).__name__}."
-        )
-    if isinstance(pattern, torch.Tensor):
-        if pattern.ndim not in (2, 3):
-            raise ValueError(f"pattern has shape {tuple(pattern.shape)}; expected (query, key) or (batch, query, key).")
-        check_pattern_rows(pattern, f"pattern for {head_label((layer, head))}")
-    generator = torch.Generator().manual_seed(seed)
-    masked: dict[str, torch.Tensor] = {}
-
-    def read_mask(scores: torch.Tensor, hook=None) -> None:  # (batch, head, query, key)
-        # masked keys are -inf in the scores; a near-one-hot head's real keys can be exactly 0 after softmax
-        if bool(scores.isneginf().any()) or not site.causal:
-            masked["allowed"] = ~scores[:, head].isneginf()
-
-    def hook(original: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, head, query, key)
-        batch, _, n_query, n_key = original.shape
-        allowed = masked.pop("allowed", None)  # (batch, query, key)
-        if allowed is None:  # no scores hook, or one carrying weights (some bridges): read it off the pattern
-            allowed = _allowed_keys(original, site.causal)
-        if pattern is None:
-            new = original[:, head]
-        elif isinstance(pattern, str) and pattern == "uniform":
-            new = allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
-        elif isinstance(pattern, str):
-            new = on_real_positions(lambda m: ideal_pattern(pattern, m, causal=bool(site.causal)), allowed, original[:, head])
-        elif isinstance(pattern, torch.Tensor):
-            new = pattern
-        else:
-            def make(m: int) -> torch.Tensor:
-                made = torch.as_tensor(pattern(m))
-                check_pattern_rows(made, f"pattern({m}) for {head_label((layer, head))}")
-                return made
-            new = on_real_positions(make, allowed, original[:, head])
-        new = new.to(device=original.device, dtype=original.dtype)
-        if new.shape[-2:] != (n_query, n_key) or (new.ndim == 3 and new.shape[0] != batch):
-            raise ValueError(
-                f"substituted pattern for {head_label((layer, head))} has shape {tuple(new.shape)}, but the "
-                f"head's pattern is (batch={batch}, query={n_query}, key={n_key}); pass a (query, key) tensor "
-                "for this sequence length, or a callable n_pos -> (query, key)."
-            )
-        new = new.expand(batch, n_query, n_key)
-        if site.causal and bool((new.masked_fill(allowed, 0) > 1e-6).any()) and pattern is not None:
-            raise ValueError(
-                f"substituted pattern for {head_label((layer, head))} puts weight on future (or padded) keys, "
-                "which this causal model cannot attend to; use a lower-triangular pattern (e.g. ideal_pattern(..., causal=True))."
-            )
-        if permute_keys:
-            new = permute_among_allowed(new, allowed, generator)
-        out = original.clone()  # clone: the caller's cache may hold `original`
-        out[:, head] = new
-        return out
-
-    hooks = [(site.hook("pattern"), hook)]
+    _check_pattern_spec(pattern, head_label((layer, head)))
+    substitution = _PatternSubstitution(site=site, head=head, pattern=pattern, permute_keys=permute_keys,
+                                        generator=torch.Generator().manual_seed(seed))
+    hooks = [(site.hook("pattern"), substitution.replace)]
     if "attn_scores" in site.hooks:
-        hooks.insert(0, (site.hook("attn_scores"), read_mask))
+        hooks.insert(0, (site.hook("attn_scores"), substitution.read_mask))
     with hooked(model, hooks):
         yield model
 

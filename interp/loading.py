@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from interp.errors import BadInput, BadType, CheckpointError, ModelError
-from interp.hooks import ROLES, AttentionSite, register_site_finder
+from interp.sites import ROLES, AttentionSite
 from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
@@ -451,8 +451,7 @@ def _bridge_causal(bridge: nn.Module) -> bool | None:
     return None
 
 
-@register_site_finder
-def _bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
+def bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
     """Sites of a TransformerBridge: blocks.{l}.attn.hook_{role}.
 
     `hook_result` only fires when `cfg.use_attn_result` is on (`bridge.set_use_attn_result(True)`),

@@ -50,7 +50,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.hooks import ROLES, AttentionSite, register_site_finder
+from interp.sites import ROLES, AttentionSite
 from models.components import CachingRoot, hook_is_live
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
@@ -138,27 +138,57 @@ class HookedMultiheadAttention(HookedRootModule):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Same signature and return values as `nn.MultiheadAttention.forward`."""
+        """Same signature and return values as `nn.MultiheadAttention.forward`.
+
+        Stages: inputs to (batch, pos, d) layout, per-head q/k/v, one additive mask, attention
+        (explicit through the hooks when one is live or weights are asked for, else the fused
+        kernel), the output projection per head, and the caller's layout back."""
         if query.is_nested:
             raise ValueError(
                 "HookedMultiheadAttention got a nested tensor; per-head hooks need padded tensors. "
                 "Pass a padded batch with key_padding_mask instead."
             )
         batched = query.dim() == 3
-        if not batched:  # unbatched (pos, embed_dim) inputs
-            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-            if key_padding_mask is not None:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif not self.batch_first:
-            query, key, value = (einops.rearrange(t, "pos batch d -> batch pos d") for t in (query, key, value))
+        query, key, value, key_padding_mask = self._batch_first(query, key, value, key_padding_mask)
         if is_causal and attn_mask is None:
             raise RuntimeError(
                 "Need attn_mask if specifying the is_causal hint (as nn.MultiheadAttention does); "
                 "build one with nn.Transformer.generate_square_subsequent_mask(n_pos)."
             )
-        batch, n_query, _ = query.shape
-        n_heads, d_head = self.num_heads, self.head_dim
+        q, k, v = self._heads(query, key, value)  # (batch, pos, head, d_head)
+        mask = self._merged_mask(attn_mask, key_padding_mask, dtype=q.dtype, n_key=k.shape[1])
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if self.explicit_needed() or need_weights:
+            z, weights = self._explicit_attention(q, k, v, mask, dropout_p)
+        else:
+            # is_causal aligns the mask top-left: right only when keys and queries correspond one to one
+            causal_only = is_causal and key_padding_mask is None and k.shape[1] == q.shape[1]
+            z = self._fused_attention(q, k, v, mask, dropout_p=dropout_p, causal_only=causal_only)
+        out = self._output(self.hook_z(z))  # (batch, pos, d_model)
+        if need_weights and average_attn_weights:
+            weights = weights.mean(dim=1)  # (batch, query, key)
+        if not batched:
+            out = out.squeeze(0)
+            weights = weights.squeeze(0) if weights is not None else None
+        elif not self.batch_first:
+            out = einops.rearrange(out, "batch pos d -> pos batch d")
+        return out, (weights if need_weights else None)
 
+    def _batch_first(self, query, key, value, key_padding_mask):
+        """Unbatched (pos, d) inputs get a batch of one; (pos, batch, d) inputs become (batch, pos, d)."""
+        if query.dim() != 3:  # unbatched (pos, embed_dim) inputs
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:
+            query, key, value = (einops.rearrange(t, "pos batch d -> batch pos d") for t in (query, key, value))
+        return query, key, value, key_padding_mask
+
+    def _heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor):
+        """q, k, v split into heads, each (batch, pos, head, d_head); k and v gain the bias_k / bias_v
+        and zero-attention keys where the module has them."""
+        batch, n_heads, d_head = query.shape[0], self.num_heads, self.head_dim
         q, k, v = self._project(query, key, value)  # (batch, pos, embed_dim)
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.reshape(1, 1, -1).expand(batch, 1, -1)], dim=1)
@@ -169,50 +199,54 @@ class HookedMultiheadAttention(HookedRootModule):
         if self.add_zero_attn:
             k = torch.cat([k, k.new_zeros(batch, 1, n_heads, d_head)], dim=1)
             v = torch.cat([v, v.new_zeros(batch, 1, n_heads, d_head)], dim=1)
-        n_key = k.shape[1]
+        return q, k, v
 
-        # one additive mask broadcasting to (batch, head, query, key), as torch merges them
-        mask = _additive(attn_mask, q.dtype, "attn_mask")
+    def _merged_mask(self, attn_mask, key_padding_mask, *, dtype: torch.dtype, n_key: int) -> torch.Tensor | None:
+        """One additive mask broadcasting to (batch, head, query, key), as torch merges them."""
+        mask = _additive(attn_mask, dtype, "attn_mask")
         if mask is not None:
             if mask.dim() == 2:
                 mask = einops.rearrange(mask, "query key -> 1 1 query key")
             else:
-                mask = einops.rearrange(mask, "(batch head) query key -> batch head query key", head=n_heads)
-        padding = _additive(key_padding_mask, q.dtype, "key_padding_mask")
+                mask = einops.rearrange(mask, "(batch head) query key -> batch head query key", head=self.num_heads)
+        padding = _additive(key_padding_mask, dtype, "key_padding_mask")
         if padding is not None:
             padding = einops.rearrange(padding, "batch key -> batch 1 1 key")
             mask = padding if mask is None else mask + padding
         if mask is not None and mask.shape[-1] < n_key:  # the bias_kv / zero-attention key is never masked
             mask = F.pad(mask, (0, n_key - mask.shape[-1]))
-        dropout_p = self.dropout if self.training else 0.0
+        return mask
 
-        weights = None
-        if self.explicit_needed() or need_weights:
-            q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-            scores = einops.einsum(
-                q, k, "batch query head d_head, batch key head d_head -> batch head query key"
-            ) / math.sqrt(d_head)
-            if mask is not None:
-                scores = scores + mask
-            scores = self.hook_attn_scores(scores)
-            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
-            z = einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
-        else:
-            # is_causal aligns the mask top-left: right only when keys and queries correspond one to one
-            causal_only = is_causal and key_padding_mask is None and k.shape[1] == q.shape[1]
-            fused = F.scaled_dot_product_attention(
-                einops.rearrange(q, "batch pos head d_head -> batch head pos d_head"),
-                einops.rearrange(k, "batch pos head d_head -> batch head pos d_head"),
-                einops.rearrange(v, "batch pos head d_head -> batch head pos d_head"),
-                attn_mask=None if causal_only else mask,
-                dropout_p=dropout_p,
-                is_causal=causal_only,
-            )
-            z = einops.rearrange(fused, "batch head pos d_head -> batch pos head d_head")
-        z = self.hook_z(z)
+    def _explicit_attention(self, q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores, mask, softmax and weights @ values, each step through its hook: z (batch, pos, head,
+        d_head) and the weights (batch, head, query, key) after dropout."""
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        scores = einops.einsum(
+            q, k, "batch query head d_head, batch key head d_head -> batch head query key"
+        ) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
+        z = einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
+        return z, weights
 
-        w_o = einops.rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=n_heads)
+    def _fused_attention(self, q, k, v, mask, *, dropout_p: float, causal_only: bool) -> torch.Tensor:
+        """The fused kernel, when no hook needs the scores: z (batch, pos, head, d_head)."""
+        fused = F.scaled_dot_product_attention(
+            einops.rearrange(q, "batch pos head d_head -> batch head pos d_head"),
+            einops.rearrange(k, "batch pos head d_head -> batch head pos d_head"),
+            einops.rearrange(v, "batch pos head d_head -> batch head pos d_head"),
+            attn_mask=None if causal_only else mask,
+            dropout_p=dropout_p,
+            is_causal=causal_only,
+        )
+        return einops.rearrange(fused, "batch head pos d_head -> batch pos head d_head")
+
+    def _output(self, z: torch.Tensor) -> torch.Tensor:
+        """out_proj applied per head (each head's write through hook_result when it is live): (batch, pos, d_model)."""
+        w_o = einops.rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=self.num_heads)
         if hook_is_live(self.hook_result):
             result = self.hook_result(einops.einsum(
                 z, w_o, "batch pos head d_head, head d_head d_model -> batch pos head d_model"
@@ -222,15 +256,7 @@ class HookedMultiheadAttention(HookedRootModule):
             out = einops.einsum(z, w_o, "batch pos head d_head, head d_head d_model -> batch pos d_model")
         if self.out_proj.bias is not None:
             out = out + self.out_proj.bias  # (batch, pos, d_model)
-
-        if need_weights and average_attn_weights:
-            weights = weights.mean(dim=1)  # (batch, query, key)
-        if not batched:
-            out = out.squeeze(0)
-            weights = weights.squeeze(0) if weights is not None else None
-        elif not self.batch_first:
-            out = einops.rearrange(out, "batch pos d -> pos batch d")
-        return out, (weights if need_weights else None)
+        return out
 
 
 class AttentionHookedModel(CachingRoot):
@@ -333,8 +359,7 @@ def unhook_attention(model: nn.Module) -> nn.Module:
     return model
 
 
-@register_site_finder
-def _mha_sites(model: nn.Module) -> list[AttentionSite] | None:
+def mha_sites(model: nn.Module) -> list[AttentionSite] | None:
     """Sites of a hooked MultiheadAttention model, in module-registration order.
 
     Registration order is forward order for `nn.TransformerEncoder` and the usual

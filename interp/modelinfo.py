@@ -14,46 +14,13 @@ import einops
 import torch
 from torch import nn
 
-CONTEXT_FIELDS = ("n_ctx", "n_positions", "max_position_embeddings", "block_size")
-VOCAB_FIELDS = ("d_vocab", "vocab_size")
+# the config facts live one level down, where the hooking modules this one reads (interp.sdpa) can ask them too
+from interp.modelconfig import CONTEXT_FIELDS, VOCAB_FIELDS, context_length, model_config, vocab_size
 
-
-def model_config(model: Any) -> Any:
-    """`model.cfg` (ours, TransformerLens) or `model.config` (Hugging Face), else None."""
-    return getattr(model, "cfg", None) or getattr(model, "config", None)
-
-
-def _positive_int_field(cfg: Any, names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def vocab_size(model: Any) -> int | None:
-    """cfg.d_vocab, a Hugging Face config's vocab_size, or the largest nn.Embedding's rows."""
-    found = _positive_int_field(model_config(model), VOCAB_FIELDS)
-    if found is not None or not isinstance(model, nn.Module):
-        return found
-    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
-    return max(sizes) if sizes else None
-
-
-def context_length(model: Any) -> int | None:
-    """The longest sequence the model takes: cfg.n_ctx, n_positions, max_position_embeddings,
-    block_size (nanoGPT), or the rows of a positional nn.Embedding (a second, smaller embedding
-    beside the token embedding, or one whose name says `pos`). None when the model does not say."""
-    found = _positive_int_field(model_config(model), CONTEXT_FIELDS)
-    if found is not None or not isinstance(model, nn.Module):
-        return found
-    embeddings = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
-    positional = [m for name, m in embeddings if "pos" in name.rsplit(".", 1)[-1].lower()]
-    if positional:
-        return positional[0].num_embeddings
-    if len(embeddings) == 2:
-        return min(m.num_embeddings for _, m in embeddings)
-    return None
+__all__ = [
+    "CONTEXT_FIELDS", "VOCAB_FIELDS", "OVWeights", "check_finite_weights", "context_length", "final_norm", "model_config",
+    "output_logits", "ov_weights", "token_embedding", "unembedding", "vocab_size",
+]
 
 
 def check_finite_weights(model: Any) -> None:

@@ -56,7 +56,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.errors import BadInput, ModelError
-from interp.hooks import ROLES, AttentionSite, register_site_finder
+from interp.sites import ROLES, AttentionSite
 from interp.mha import AttentionHookedModel
 from models.components import hook_is_live
 
@@ -400,7 +400,7 @@ class _Recorder(TorchFunctionMode):
 
 def default_example(model: nn.Module) -> tuple[torch.Tensor]:
     """Two short sequences of token ids from the model's vocabulary (its nn.Embedding or config)."""
-    from interp.modelinfo import context_length, vocab_size
+    from interp.modelconfig import context_length, vocab_size
 
     d_vocab = vocab_size(model)
     if d_vocab is None:
@@ -676,8 +676,7 @@ def sdpa_sites(model: nn.Module) -> dict[str, SDPASite]:
     return model.__dict__["_interp_sdpa_sites"]
 
 
-@register_site_finder
-def _intercepted_sites(model: nn.Module) -> list[AttentionSite] | None:
+def intercepted_sites(model: nn.Module) -> list[AttentionSite] | None:
     """Sites of a model hooked by hook_sdpa, in the order the probe saw the calls."""
     if not is_intercepted(model):
         return None

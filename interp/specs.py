@@ -26,7 +26,7 @@ to test them on::
 
 Heads are labelled `L{layer}H{head}`, 0-based. A claim kind prefixed with `not ` expects the
 verdict "refuted"; any other claim expects "supported" (an inconclusive verdict fails both).
-Which kinds exist is decided by `analyses.head_claims` (`interp claims --list-kinds`).
+Which kinds exist is decided by `analyses.registry` (`interp claims --list-kinds`).
 Syntax errors are reported as `FILE:LINE:COLUMN: message`.
 """
 from __future__ import annotations
@@ -333,88 +333,131 @@ def _line_of(text: str, key: str, section: str | None = None) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _ClaimsSource:
+    """The text of a claims file and its path, to point errors at FILE:LINE:COLUMN."""
+
+    text: str
+    path: str
+
+    def line(self, key: str, section: str | None = None) -> int:
+        return _line_of(self.text, key, section)
+
+    def fail(self, message: str, line: int = 0, column: int = 1) -> ClaimsFileError:
+        return ClaimsFileError(f"{self.path}:{line or '?'}:{column if line else '?'}: {message}")
+
+
 def parse_claims_text(text: str, path: str = "<claims>", *, valid_kinds: Iterable[str] | None = None) -> ClaimsFile:
-    """Parse claims-file text; errors name FILE:LINE:COLUMN and the fix."""
+    """Parse claims-file text; errors name FILE:LINE:COLUMN and the fix.
+
+    Stages: TOML, the top-level keys, the [prompts] table, the [claims] table (checked against
+    `valid_kinds` when given)."""
+    source = _ClaimsSource(text, path)
+    document = _toml_document(source)
+    model, alpha = _top_level(document, source)
+    prompts = _prompt_spec(document, source)
+    kinds = sorted(valid_kinds) if valid_kinds is not None else None
+    entries = _claim_entries(document, source, kinds)
+    return ClaimsFile(entries, model, prompts, alpha, path)
+
+
+def _toml_document(source: _ClaimsSource) -> dict[str, Any]:
+    """The parsed TOML; a syntax error names its line and column."""
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(source.text)
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         where = _TOML_POSITION.search(message)
         if where:
             line, column = where.group(1), where.group(2)
         else:  # "(at end of document)": point at the end of the last line
-            lines = text.splitlines() or [""]
+            lines = source.text.splitlines() or [""]
             line, column = str(len(lines)), str(len(lines[-1]) + 1)
         reason = _TOML_POSITION.sub("", message).replace("(at end of document)", "at the end of the file").strip()
-        raise ClaimsFileError(f"{path}:{line}:{column}: TOML syntax error: {reason}") from None
+        raise ClaimsFileError(f"{source.path}:{line}:{column}: TOML syntax error: {reason}") from None
 
-    def fail(message: str, line: int = 0, column: int = 1) -> ClaimsFileError:
-        return ClaimsFileError(f"{path}:{line or '?'}:{column if line else '?'}: {message}")
 
+def _top_level(document: dict[str, Any], source: _ClaimsSource) -> tuple[str | None, float]:
+    """The known top-level keys only; `model` and `alpha` checked: (model, alpha)."""
     unknown = sorted(set(document) - set(_TOP_KEYS))
     if unknown:
-        raise fail(f"unknown top-level key {unknown[0]!r}; expected some of {list(_TOP_KEYS)}.", _line_of(text, unknown[0]))
+        raise source.fail(f"unknown top-level key {unknown[0]!r}; expected some of {list(_TOP_KEYS)}.", source.line(unknown[0]))
     model = document.get("model")
     if model is not None and not isinstance(model, str):
-        raise fail(f"model = {model!r} must be a string model spec, e.g. \"toy-induction\".", _line_of(text, "model"))
+        raise source.fail(f"model = {model!r} must be a string model spec, e.g. \"toy-induction\".", source.line("model"))
     alpha = document.get("alpha", 0.05)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 1:
-        raise fail(f"alpha = {alpha!r} must be a number in (0, 1), e.g. 0.05.", _line_of(text, "alpha"))
+        raise source.fail(f"alpha = {alpha!r} must be a number in (0, 1), e.g. 0.05.", source.line("alpha"))
+    return model, float(alpha)
 
+
+def _prompt_spec(document: dict[str, Any], source: _ClaimsSource) -> PromptSpec:
+    """The [prompts] table as a PromptSpec (a prompt file relative to the claims file)."""
     prompt_table = document.get("prompts", {})
     if not isinstance(prompt_table, dict):
-        raise fail("prompts must be a table: [prompts] kind = \"repeated\" ...", _line_of(text, "prompts"))
+        raise source.fail("prompts must be a table: [prompts] kind = \"repeated\" ...", source.line("prompts"))
     allowed = [f.name for f in fields(PromptSpec)]
     for key in prompt_table:
         if key not in allowed:
-            raise fail(f"unknown prompts key {key!r}; expected some of {allowed}.", _line_of(text, key, "prompts"))
+            raise source.fail(f"unknown prompts key {key!r}; expected some of {allowed}.", source.line(key, "prompts"))
     try:
-        if "file" in prompt_table and path != "<claims>":
+        if "file" in prompt_table and source.path != "<claims>":
             # a prompt file is relative to the claims file
-            prompt_table = {**prompt_table, "file": str(Path(path).parent / prompt_table["file"]), "kind": "file"}
-        prompts = PromptSpec(**prompt_table)
+            prompt_table = {**prompt_table, "file": str(Path(source.path).parent / prompt_table["file"]), "kind": "file"}
+        return PromptSpec(**prompt_table)
     except (SpecError, TypeError) as error:
         key = "kind" if "kind" in str(error) else next(iter(prompt_table), "prompts")
-        raise fail(str(error).removeprefix("prompts: "), _line_of(text, key, "prompts")) from None
+        raise source.fail(str(error).removeprefix("prompts: "), source.line(key, "prompts")) from None
 
+
+def _claim_entries(document: dict[str, Any], source: _ClaimsSource, kinds: list[str] | None) -> tuple[ClaimEntry, ...]:
+    """One ClaimEntry per (target, kind) of the [claims] table, in file order; none claimed twice."""
     claim_table = document.get("claims")
     if not isinstance(claim_table, dict) or not claim_table:
-        raise fail("no claims: add a [claims] table, e.g.\n[claims]\nL1H2 = \"induction\"", _line_of(text, "claims"))
-    kinds = sorted(valid_kinds) if valid_kinds is not None else None
+        raise source.fail("no claims: add a [claims] table, e.g.\n[claims]\nL1H2 = \"induction\"", source.line("claims"))
     entries: list[ClaimEntry] = []
-    for target, value in claim_table.items():
-        line = _line_of(text, target, "claims")
+    for key, value in claim_table.items():
+        line = source.line(key, "claims")
         values = [value] if isinstance(value, str) else value
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-            raise fail(f"{target} = {value!r}: expected a claim kind or a list of kinds, e.g. \"induction\".", line)
-        target = target.strip()
-        if target.lower() == "model":
-            heads: tuple[tuple[int, int], ...] = ()
-        else:
-            try:
-                heads = tuple(parse_head(part) for part in target.split("~"))
-            except SpecError as error:
-                raise fail(f"{error} Pairs are written \"L0H1 ~ L0H3\"; a whole-model claim uses the key model.", line) from None
-            if len(heads) > 2:
-                raise fail(f"{target!r}: a claim is about one head or a pair of heads (\"L0H1 ~ L0H3\").", line)
-            target = " ~ ".join(f"L{l}H{h}" for l, h in heads)
+            raise source.fail(f"{key} = {value!r}: expected a claim kind or a list of kinds, e.g. \"induction\".", line)
+        target, heads = _claim_target(key.strip(), source, line)
         for raw in values:
-            kind = raw.strip()
-            expect: Expect = "supported"
-            if kind.lower().startswith("not "):
-                expect, kind = "refuted", kind[4:].strip()
-            kind = kind.replace("-", "_").replace(" ", "_").lower()
-            if kinds is not None and kind not in kinds:
-                import difflib
-
-                close = difflib.get_close_matches(kind, kinds, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise fail(f"{target}: unknown claim kind {raw!r}; expected one of {kinds}.{hint}", line)
+            kind, expect = _claim_kind(raw, kinds, source, target=target, line=line)
             entry = ClaimEntry(target, heads, kind, expect, line)
             if any(e.name == entry.name for e in entries):
-                raise fail(f"{entry.name!r} is claimed twice; remove one.", line)
+                raise source.fail(f"{entry.name!r} is claimed twice; remove one.", line)
             entries.append(entry)
-    return ClaimsFile(tuple(entries), model, prompts, float(alpha), path)
+    return tuple(entries)
+
+
+def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """A [claims] key as (label, heads): "model" -> ("model", ()), "L0H1~L0H3" -> ("L0H1 ~ L0H3", ((0, 1), (0, 3)))."""
+    if target.lower() == "model":
+        return target, ()
+    try:
+        heads = tuple(parse_head(part) for part in target.split("~"))
+    except SpecError as error:
+        raise source.fail(f"{error} Pairs are written \"L0H1 ~ L0H3\"; a whole-model claim uses the key model.", line) from None
+    if len(heads) > 2:
+        raise source.fail(f"{target!r}: a claim is about one head or a pair of heads (\"L0H1 ~ L0H3\").", line)
+    return " ~ ".join(f"L{l}H{h}" for l, h in heads), heads
+
+
+def _claim_kind(raw: str, kinds: list[str] | None, source: _ClaimsSource, *, target: str, line: int) -> tuple[str, Expect]:
+    """A claim value as (kind, expect): "not induction" -> ("induction", "refuted"); unknown kinds refused."""
+    kind = raw.strip()
+    expect: Expect = "supported"
+    if kind.lower().startswith("not "):
+        expect, kind = "refuted", kind[4:].strip()
+    kind = kind.replace("-", "_").replace(" ", "_").lower()
+    if kinds is not None and kind not in kinds:
+        import difflib
+
+        close = difflib.get_close_matches(kind, kinds, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise source.fail(f"{target}: unknown claim kind {raw!r}; expected one of {kinds}.{hint}", line)
+    return kind, expect
 
 
 def read_claims_file(path: str | Path, *, valid_kinds: Iterable[str] | None = None) -> ClaimsFile:

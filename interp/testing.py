@@ -90,128 +90,31 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
 #
 # `read_claims(path)` parses one (errors give FILE:LINE:COLUMN); `run_claims(model, file)` tests
 # every claim of the file at once (one Benjamini-Hochberg correction over the file) and returns
-# one row per claim with `expect` and `passed`. As a pytest plugin (entry point `pytest11`,
+# one row per claim with `expect` and `passed`; both live in `analyses.registry`, with the claim
+# kinds they accept, and are re-exported here. As a pytest plugin (entry point `pytest11`,
 # name `interp_claims`), files named `claims*.toml` or `*.claims.toml` become test files with
 # one item per claim; an item fails with the verdict's reasons. The model comes from
 # `--interp-model SPEC`, else the file's `model`, else the ini option `interp_model`.
 
 import fnmatch as _fnmatch
 
-from interp.specs import ClaimEntry, ClaimsFile, ClaimsFileError, build_prompts, read_claims_file
+from analyses.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
+from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in [claims])
+# the claim kinds moved to analyses.registry; the old names here still work, with a DeprecationWarning
+_MOVED_TO_REGISTRY = ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds")
 
 
-def head_claim_kinds() -> dict[str, object]:
-    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `analyses.head_claims`, and "dispensable"."""
-    from analyses import head_claims, redundancy
+def __getattr__(name: str):
+    if name in _MOVED_TO_REGISTRY:
+        import warnings
 
-    return {**head_claims.PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
+        from analyses import registry
 
-
-def pair_claim_kinds() -> dict[str, object]:
-    """Claim kind -> factory `((l, h), (l, h)) -> Claim` for pairs of heads ("L0H1 ~ L0H3")."""
-    from analyses import redundancy
-
-    return {"redundant": redundancy.redundant_claim, "backs_up": redundancy.backup_claim}
-
-
-def claim_kinds() -> list[str]:
-    """Every kind a claims file may name."""
-    return sorted({*head_claim_kinds(), *pair_claim_kinds(), *MODEL_CLAIM_KINDS})
-
-
-def read_claims(path) -> ClaimsFile:
-    """Parse a claims file, checking its claim kinds against those the toolkit knows."""
-    claims_file = read_claims_file(path, valid_kinds=claim_kinds())
-    pair, single = set(pair_claim_kinds()), set(head_claim_kinds())
-    for entry in claims_file.claims:
-        where = f"{claims_file.path}:{entry.line or '?'}:1"
-        if entry.kind in MODEL_CLAIM_KINDS and entry.heads:
-            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about the whole model; write it as model = \"{entry.kind}\".")
-        if entry.kind in pair and len(entry.heads) != 2:
-            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about a pair of heads; write \"L0H1 ~ L0H3\" = \"{entry.kind}\".")
-        if entry.kind in single and len(entry.heads) != 1:
-            raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about one head; write L1H2 = \"{entry.kind}\".")
-    return claims_file
-
-
-def _claim_object(entry: ClaimEntry):
-    if len(entry.heads) == 2:
-        return pair_claim_kinds()[entry.kind](*entry.heads)
-    layer, head = entry.heads[0]
-    return head_claim_kinds()[entry.kind](layer, head)
-
-
-def run_claims(
-    model,
-    claims_file: ClaimsFile,
-    *,
-    prompts=None,
-    prompt_overrides: dict | None = None,
-    seed: int | None = None,
-    progress: bool = False,
-    behaviour=None,
-):
-    """Test every claim of a claims file on `model`: one row per claim, in file order.
-
-    Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
-    `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
-    of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
-    `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model whose
-    interventions would measure nothing (an encoder or random-head model through the
-    TransformerLens bridge) gets the observational test and the shuffled-token control only
-    (`analyses.report.claim_evidence_for`). `behaviour`: what causal
-    evidence measures (`interp.behaviour`; default: the model's own), named in the `behaviour` column.
-    """
-    import dataclasses
-
-    import pandas as pd
-
-    from interp.claims import test_claims
-
-    if prompts is None:
-        spec = claims_file.prompts
-        if prompt_overrides:
-            spec = dataclasses.replace(spec, **prompt_overrides)
-        prompts = build_prompts(model, spec, default_n=64)
-    seed = claims_file.prompts.seed if seed is None else seed
-    head_entries = [e for e in claims_file.claims if e.heads]
-    rows = []
-    if head_entries:
-        from analyses.report import claim_evidence_for
-
-        frame = test_claims(model, [_claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed,
-                            evidence=claim_evidence_for(model), progress=progress, behaviour=behaviour)
-        for entry, (_, row) in zip(head_entries, frame.iterrows()):
-            rows.append({**_entry_columns(entry), **row.to_dict()})
-    for entry in claims_file.claims:
-        if not entry.heads:
-            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed)})
-    order = {entry.name: i for i, entry in enumerate(claims_file.claims)}
-    frame = pd.DataFrame(rows)
-    frame["passed"] = frame["verdict"] == frame["expect"]
-    frame = frame.sort_values("name", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
-    front = ["name", "claim", "label", "layer", "head", "expect", "verdict", "passed", "p_adjusted", "reasons", "line"]
-    return frame[[c for c in front if c in frame.columns] + [c for c in frame.columns if c not in front]]
-
-
-def _entry_columns(entry: ClaimEntry) -> dict:
-    return {"name": entry.name, "expect": entry.expect, "line": entry.line}
-
-
-def _model_claim(model, entry: ClaimEntry, *, seed: int) -> dict:
-    """The whole-model claim "causal", tested by the leakage audit."""
-    from analyses.leakage import audit
-
-    report = audit(model, seed=seed, progress=False)
-    verdict = "supported" if report.causal else "refuted"
-    return {"claim": entry.kind, "label": "model", "layer": None, "head": None, "verdict": verdict,
-            "statement": "the model is causal: no output depends on a later token", "p_adjusted": float("nan"),
-            "reasons": str(report).strip().splitlines()[0] if report.causal else str(report).strip()}
-
-
+        warnings.warn(f"interp.testing.{name} moved to analyses.registry.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(registry, name)
+    raise AttributeError(f"module 'interp.testing' has no attribute {name!r}")
 def claim_failure_message(row) -> str:
     """Why a claim did not get its expected verdict, for a test report."""
     expected = "supported" if row["expect"] == "supported" else "refuted"

@@ -351,6 +351,11 @@ class Attention(nn.Module):
         self.hook_z = HookPoint()  # (batch, pos, head, d_head)
         self.hook_result = HookPoint()  # (batch, pos, head, d_model)
 
+    def head_write(self, head: int, z: torch.Tensor) -> torch.Tensor:
+        """One head's write to the residual stream, z (batch, pos, d_head) -> (batch, pos, d_model):
+        `hook_result[:, :, head]` for that z; the heads' writes plus `b_O` sum to the attention output."""
+        return einops.einsum(z, self.W_O[head], "batch pos d_head, d_head d_model -> batch pos d_model")
+
     def kv_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The stored key/value weights and biases, one per key/value head."""
         if self.group > 1:
@@ -505,7 +510,17 @@ class TransformerBlock(nn.Module):
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_mask, positions))
         if self.cfg.parallel_attn_mlp:
             return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(self.mlp(self.ln2(resid))))
-        resid = self.hook_resid_mid(resid + attn_out)
+        return self.after_attention(self.hook_resid_mid(resid + attn_out))
+
+    @property
+    def resumes_after_attention(self) -> bool:
+        """Whether `after_attention(resid_mid)` finishes this block: sequential pre-norm blocks only
+        (a parallel block's MLP reads resid_pre; a post-norm block normalises resid_mid first)."""
+        return not (self.cfg.post_norm or self.cfg.parallel_attn_mlp)
+
+    def after_attention(self, resid: torch.Tensor) -> torch.Tensor:
+        """The rest of a sequential pre-norm block from `hook_resid_mid` (batch, pos, d_model) to
+        `hook_resid_post`: what resuming a forward after an edit of this layer's attention runs."""
         if not self.cfg.attn_only:
             resid = resid + self.hook_mlp_out(self.mlp(self.ln2(resid)))
         return self.hook_resid_post(resid)

@@ -55,13 +55,12 @@ class HookedEncoder(HookedGPT):
         if cfg.lm_head is not None:
             self.unembed = Unembed(cfg)
 
-    def head(self, resid: torch.Tensor) -> torch.Tensor:
-        resid = self.ln_final(resid)
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.cfg.lm_head is None:
-            return resid  # (batch, pos, d_model): no vocabulary head
+            return hidden  # (..., d_model): no vocabulary head
         if self.cfg.lm_head == "mlm":
-            resid = self.mlm_head(resid)
-        return self.unembed(resid)
+            hidden = self.mlm_head(hidden)
+        return self.unembed(hidden)
 
     def forward(self, tokens: torch.Tensor, return_type="logits", *, attention_mask=None, stop_at_layer=None,
                 token_type_ids=None):

@@ -25,6 +25,7 @@ from models.components import CachingRoot, Embed, PosEmbed, TransformerBlock, Un
 from models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
+FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
 
 
 class TokenTypeError(TypeError, ValueError):
@@ -72,7 +73,11 @@ class HookedGPT(CachingRoot):
 
     def head(self, resid: torch.Tensor) -> torch.Tensor:
         """Final residual stream (batch, pos, d_model) -> logits (batch, pos, d_vocab)."""
-        return self.unembed(self.ln_final(resid))
+        return self.logits_from_hidden(self.ln_final(resid))
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final hidden state, after `ln_final` (..., d_model) -> logits (..., d_vocab)."""
+        return self.unembed(hidden)
 
     # TransformerLens's tools read cfg.device and cfg.dtype
     @property
@@ -143,14 +148,18 @@ class HookedGPT(CachingRoot):
         self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Residual stream at layer 0, and the position ids (padding-aware, as Hugging Face does)."""
-        if attention_mask is None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape)
-        else:
-            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        positions = self.position_ids(tokens.shape, attention_mask, device=tokens.device)
         resid = self.hook_embed(self.embed(tokens))
         if self.cfg.positional_embedding_type == "standard":
             resid = resid + self.hook_pos_embed(self.pos_embed(positions))
         return self.embed_extras(resid, tokens, token_type_ids), positions  # (batch, pos, d_model), (batch, pos)
+
+    @staticmethod
+    def position_ids(shape: tuple[int, ...], attention_mask: torch.Tensor | None, *, device=None) -> torch.Tensor:
+        """(batch, pos) position ids: 0, 1, ... over the real tokens, padding-aware as Hugging Face counts them."""
+        if attention_mask is None:
+            return torch.arange(shape[1], device=device).expand(tuple(shape[:2]))
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     def check_attention_mask(self, attention_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor | None:
         if attention_mask is None:
@@ -226,6 +235,80 @@ class HookedGPT(CachingRoot):
         loss = self.loss(logits, tokens, attention_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else (logits, loss)
 
+    # -- what analyses need from the forward: resuming it, each head's write, the loss from the residual
+
+    @property
+    def resumable(self) -> bool:
+        """Whether `run_from(layer, resid_mid, after_attention=True)` equals the full forward: every block
+        sequential pre-norm. Post-norm (BERT) and parallel (GPT-NeoX) blocks are not; callers run the hooked
+        full forward there. (Resuming at `hook_resid_pre` is exact for every block type.)"""
+        return all(block.resumes_after_attention for block in self.blocks)
+
+    def run_from(
+        self,
+        layer: int,
+        resid: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        after_attention: bool = False,
+        stop_at_layer: int | None = None,
+    ) -> torch.Tensor:
+        """Resume the forward from a cached residual stream (batch, pos, d_model); the residual stream
+        after block `stop_at_layer - 1` (default: the last, before `ln_final`; `head` makes logits of it).
+
+        `resid` is `blocks.{layer}.hook_resid_pre`, or with `after_attention=True` `blocks.{layer}.hook_resid_mid`
+        (that layer's attention is not rerun: only where `resumable`). Hooks attached to the later blocks fire
+        as in the full forward. `positions` default to those the full forward gives for `attention_mask`.
+        """
+        last = self.cfg.n_layers if stop_at_layer is None else stop_at_layer
+        if not 0 <= layer < self.cfg.n_layers or not layer < last <= self.cfg.n_layers:
+            raise ValueError(f"run_from(layer={layer}, stop_at_layer={stop_at_layer}); expected 0 <= layer < "
+                             f"stop_at_layer <= {self.cfg.n_layers}.")
+        if resid.ndim != 3 or resid.shape[-1] != self.cfg.d_model:
+            raise ValueError(f"resid has shape {tuple(resid.shape)}; expected (batch, pos, {self.cfg.d_model}), "
+                             f"e.g. a cached blocks.{layer}.hook_resid_pre.")
+        if after_attention and not self.blocks[layer].resumes_after_attention:
+            raise ValueError(f"block {layer} is not sequential pre-norm, so it cannot resume after its attention; "
+                             f"resume from blocks.{layer}.hook_resid_pre, or run the full forward.")
+        attention_mask = self.check_attention_mask(attention_mask, resid[..., 0])
+        if positions is None:
+            positions = self.position_ids(resid.shape, attention_mask, device=resid.device)
+        if after_attention:
+            resid = self.blocks[layer].after_attention(resid)
+            layer += 1
+        for block in self.blocks[layer:last]:
+            resid = block(resid, attention_mask, positions)
+        return resid
+
+    def head_write(self, layer: int, head: int, z: torch.Tensor) -> torch.Tensor:
+        """Head `head` of block `layer`: its write to the residual stream for z (batch, pos, d_head) ->
+        (batch, pos, d_model), what `blocks.{layer}.attn.hook_result` carries for it."""
+        return self.blocks[layer].attn.head_write(head, z)
+
+    def next_token_loss_from_resid(
+        self, resid: torch.Tensor, tokens: torch.Tensor, weights: torch.Tensor, *, chunk: int = FUSED_CHUNK
+    ) -> torch.Tensor:
+        """Per-prompt weighted next-token cross-entropy (batch,) from the final residual stream
+        (batch, pos, d_model): sum over predictions q of weights[b, q] * CE(q predicts token q + 1).
+
+        With weights = mask / mask.sum(-1) this is `masked_next_token_loss(self.head(resid), tokens, mask)`
+        (to float tolerance), computed fused: the unembedding and cross-entropy run a block of `chunk`
+        positions at a time and only where a weight is non-zero, so the (batch, pos, d_vocab) logits never exist.
+        """
+        rows = weights.nonzero(as_tuple=True)
+        x = self.ln_final(resid[:, :-1][rows])  # (scored, d_model)
+        targets = tokens.to(resid.device)[:, 1:][rows]  # (scored,)
+        dtype = torch.promote_types(resid.dtype, torch.float32)
+        per = torch.empty(len(targets), dtype=dtype, device=resid.device)
+        for start in range(0, len(targets), chunk):
+            part = slice(start, start + chunk)
+            logits = self.logits_from_hidden(x[part]).to(dtype)  # (chunk, d_vocab)
+            per[part] = torch.logsumexp(logits, -1) - logits.gather(-1, targets[part, None])[:, 0]
+        loss = torch.zeros(resid.shape[0], dtype=dtype, device=resid.device)
+        loss.index_add_(0, rows[0], per * weights[rows])
+        return loss
+
     @staticmethod
     def loss(
         logits: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, per_token: bool = False
@@ -254,6 +337,15 @@ def next_token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torc
     tokens = tokens.to(logits.device)
     per = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     return per.view(tokens.shape[0], -1)  # (batch, pos - 1)
+
+
+def masked_next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The one masked next-token loss: (batch,) mean cross-entropy over the (batch, pos - 1) `mask` of scored
+    predictions, summed in float64 and returned in the logits' (upcast) dtype; 0 for a prompt with nothing scored."""
+    per = next_token_cross_entropy(logits, tokens)  # (batch, pos - 1)
+    weights = mask.to(per.device, torch.float64)
+    mean = (per.double() * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+    return mean.to(per.dtype)
 
 
 def next_token_targets(attention_mask: torch.Tensor | None, shape: tuple[int, int] | None = None) -> torch.Tensor:

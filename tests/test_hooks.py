@@ -78,6 +78,22 @@ def test_register_site_finder_teaches_a_new_layout(monkeypatch):
     assert attention_sites(HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=8, d_vocab=10, n_ctx=4)))[0].module == "blocks.0.attn"
 
 
+def test_builtin_site_finders_are_an_explicit_list_tried_before_registered_ones(monkeypatch):
+    from interp import sites
+    from interp.loading import bridge_sites
+    from interp.mha import mha_sites
+    from interp.sdpa import intercepted_sites
+
+    assert hooks_module.BUILTIN_SITE_FINDERS == (bridge_sites, mha_sites, intercepted_sites)
+    assert hooks_module.AttentionSite is sites.AttentionSite and hooks_module.ROLES == ALL_ROLES
+    # a registered finder that claims every model never shadows a built-in kind
+    monkeypatch.setattr(hooks_module, "_SITE_FINDERS", [])
+    register_site_finder(lambda model: [AttentionSite(0, "everything", 1, 4, None, {})])
+    encoder = hook_attention(nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1))
+    assert attention_sites(encoder)[0].module == "layers.0.self_attn"
+    assert attention_sites(OddModel())[0].module == "everything"
+
+
 def test_check_hook_names_suggests_close_names(tiny_gpt):
     check_hook_names(tiny_gpt, ["blocks.0.attn.hook_pattern", "hook_embed"])
     with pytest.raises(KeyError, match=r"'blocks\.1\.attn\.hook_scores'.*Did you mean .*blocks\.1\.attn\.hook_attn_scores"):

@@ -218,3 +218,11 @@ def test_redundancy_checks_prompts_against_a_plain_models_vocabulary():
     assert len(importance) == 8 and importance["delta_loss"].notna().all()
     with pytest.raises(ValueError, match="outside the model's vocabulary \\[0, 53\\)"):
         redundancy.importance(model, PromptSet(torch.full((8, 6), 60)), "mean", gradient=False)
+
+
+def test_modelinfo_reexports_the_config_facts_of_modelconfig():
+    from interp import modelconfig, modelinfo
+
+    for name in ("model_config", "vocab_size", "context_length", "CONTEXT_FIELDS", "VOCAB_FIELDS"):
+        assert getattr(modelinfo, name) is getattr(modelconfig, name)
+    assert modelconfig.vocab_size(torch.nn.Embedding(11, 4)) == 11 and modelconfig.context_length(dataclasses.make_dataclass("M", [("config", dict)])({"n_ctx": 7})) == 7

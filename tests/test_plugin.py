@@ -13,7 +13,7 @@ import analyses.redundancy  # noqa: F401
 import interp.loading  # noqa: F401
 from interp import cli
 from interp.specs import ClaimsFileError, parse_claims_text
-from interp.testing import claim_kinds, read_claims, run_claims
+from analyses.registry import claim_kinds, read_claims, run_claims
 
 pytest_plugins = ["pytester"]
 
@@ -209,3 +209,28 @@ def test_cli_lists_the_claim_kinds(capsys):
     for kind in ("induction", "previous_token", "positional", "dispensable", "redundant", "causal"):
         assert kind in out
     assert cli.main(["claims"]) == 2
+
+
+def test_claim_registry_names_still_import_from_their_old_homes():
+    import interp
+    from analyses import registry, report
+    from interp import testing
+
+    for name in ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds"):
+        with pytest.warns(DeprecationWarning, match=f"analyses.registry.{name}"):
+            assert getattr(testing, name) is getattr(registry, name)
+    assert testing.read_claims is registry.read_claims is interp.read_claims
+    assert testing.run_claims is registry.run_claims is interp.run_claims
+    assert report.claim_evidence_for is registry.claim_evidence_for
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        testing.nope  # noqa: B018
+
+
+def test_registry_imports_no_analysis_and_no_face_at_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, analyses.registry; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'interp', 'analyses')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "torch" not in out and "interp.testing" not in out and "analyses.report" not in out, out

@@ -20,3 +20,19 @@ def test_readme_python_tour_runs_and_claims_hold():
                                              namespace["head_claims"].previous_token_head(0, 2)], prompts)
     assert table.verdict.tolist() == ["supported", "supported"]
     assert namespace["leakage"].audit(model).causal
+
+
+def test_readme_layout_names_every_module_and_folder():
+    """The Layout section lists each .py file of models/, interp/ and analyses/, and each folder beside them."""
+    root = README.parent
+    layout = re.search(r"## Layout\n\n```\n(.*?)```", README.read_text(), re.S).group(1)
+    words = set(re.findall(r"[\w.]+/?", layout))
+    missing = []
+    for package in ("models", "interp", "analyses"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path.name != "__init__.py" and path.name not in words:
+                missing.append(str(path.relative_to(root)))
+        for folder in sorted(p for p in (root / package).iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+            if f"{folder.name}/" not in words:
+                missing.append(str(folder.relative_to(root)) + "/")
+    assert not missing, f"README's Layout section does not list {missing}"

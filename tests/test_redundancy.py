@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from analyses import redundancy as R
+from interp.ablation import AblationEngine
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate, all_heads
@@ -60,7 +61,7 @@ def test_lm_loss_equals_the_models_loss(tiny_gpt):
 @pytest.mark.parametrize("loss_fn", [R.lm_loss, R.induction_loss])
 def test_fused_loss_equals_loss_on_logits(tiny_gpt, loss_fn):
     prompts = repeated_tokens(5, 6, tiny_gpt.cfg.d_vocab, seed=3)
-    engine = R.AblationEngine(tiny_gpt, prompts, "zero", loss_fn=loss_fn)
+    engine = AblationEngine(tiny_gpt, prompts, "zero", loss_fn=loss_fn)
     resid = tiny_gpt(prompts.tokens, stop_at_layer=tiny_gpt.cfg.n_layers)
     fused = engine.loss_from_resid(resid, prompts, "test")
     torch.testing.assert_close(fused, loss_fn(tiny_gpt(prompts.tokens), prompts), atol=1e-6, rtol=1e-6)
@@ -70,8 +71,8 @@ def test_fused_loss_equals_loss_on_logits(tiny_gpt, loss_fn):
 def test_resuming_engine_equals_hooked_forwards(tiny_gpt, method):
     prompts = random_tokens(6, 12, tiny_gpt.cfg.d_vocab, seed=1)
     sets = [[(0, 1)], [(1, 3)], [(0, 0), (1, 2)], [(1, 0), (1, 1)], all_heads(tiny_gpt)]
-    fast = R.AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2)
-    slow = R.AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2, fast=False)
+    fast = AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2)
+    slow = AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2, fast=False)
     assert fast.fast and not slow.fast
     clean_f, ablated_f = fast.losses(sets)
     clean_s, ablated_s = slow.losses(sets)
@@ -97,8 +98,8 @@ def test_resuming_engine_on_rotary_and_padded_encoder(tiny_encoder):
              (tiny_encoder, PromptSet(tokens, mask), lambda logits, p: logits[:, :, 0].mean(-1))]
     for model, prompts, loss_fn in cases:
         sets = [[(0, 1)], [(1, 0), (model.cfg.n_layers - 1, 1)]]
-        fast = R.AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3).losses(sets)
-        slow = R.AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3, fast=False).losses(sets)
+        fast = AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3).losses(sets)
+        slow = AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3, fast=False).losses(sets)
         for f, s in zip(fast, slow):
             torch.testing.assert_close(f, s, atol=1e-5, rtol=1e-5)
 
@@ -132,7 +133,7 @@ def test_gradient_estimate_matches_finite_differences(tiny_gpt):
     """-dL/dm at m = 1 against (L(1 - eps) - L(1)) / eps, with z' = mean + m (z - mean)."""
     prompts = random_tokens(4, 10, tiny_gpt.cfg.d_vocab, seed=4)
     estimate = R.gradient_importance(tiny_gpt, prompts, "mean")  # (prompt, layer, head)
-    engine = R.AblationEngine(tiny_gpt, prompts, "mean")
+    engine = AblationEngine(tiny_gpt, prompts, "mean")
     means = engine.reference.means
     eps = 1e-3
     for layer, head in [(0, 2), (1, 1)]:

@@ -1,0 +1,52 @@
+"""What a model's config says about it: its vocabulary size and context length.
+
+The part of `interp.modelinfo` that knows no way of hooking a model, so that those ways
+(`interp.sdpa` probes a model with token ids from its vocabulary) can ask it while
+`interp.modelinfo` reads their weights; `interp.modelinfo` re-exports every name here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+CONTEXT_FIELDS = ("n_ctx", "n_positions", "max_position_embeddings", "block_size")
+VOCAB_FIELDS = ("d_vocab", "vocab_size")
+
+
+def model_config(model: Any) -> Any:
+    """`model.cfg` (ours, TransformerLens) or `model.config` (Hugging Face), else None."""
+    return getattr(model, "cfg", None) or getattr(model, "config", None)
+
+
+def _positive_int_field(cfg: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def vocab_size(model: Any) -> int | None:
+    """cfg.d_vocab, a Hugging Face config's vocab_size, or the largest nn.Embedding's rows."""
+    found = _positive_int_field(model_config(model), VOCAB_FIELDS)
+    if found is not None or not isinstance(model, nn.Module):
+        return found
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
+    return max(sizes) if sizes else None
+
+
+def context_length(model: Any) -> int | None:
+    """The longest sequence the model takes: cfg.n_ctx, n_positions, max_position_embeddings,
+    block_size (nanoGPT), or the rows of a positional nn.Embedding (a second, smaller embedding
+    beside the token embedding, or one whose name says `pos`). None when the model does not say."""
+    found = _positive_int_field(model_config(model), CONTEXT_FIELDS)
+    if found is not None or not isinstance(model, nn.Module):
+        return found
+    embeddings = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
+    positional = [m for name, m in embeddings if "pos" in name.rsplit(".", 1)[-1].lower()]
+    if positional:
+        return positional[0].num_embeddings
+    if len(embeddings) == 2:
+        return min(m.num_embeddings for _, m in embeddings)
+    return None
