@@ -695,8 +695,9 @@ def _prompts_paragraph(prompts: PromptSet, seed: int) -> str:
     meta = prompts.meta
     kind = meta.get("kind", "tokens")
     desc = f"{len(prompts)} {kind} prompts of up to {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
-    if kind == "repeated":
-        desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
+    repeats = prompts.repeats
+    if kind == "repeated" and repeats is not None:
+        desc += f", a random block of {repeats.period} tokens repeated {repeats.n_repeats or 2} times"
     if meta.get("tokenizer") == "char":
         desc += ", through the toolkit's character tokenizer"
     elif meta.get("tokenizer"):
