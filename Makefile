@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)  ## the main job on the embedded default model
 	$(PY) -m interp.cli demo
 
-test: $(STAMP)  ## the default suite (slow tests excluded), notebooks included
+test: $(STAMP)  ## the type check, then the default suite (slow tests excluded), notebooks included
+	$(PY) -m mypy
 	$(PY) -m pytest -m "not slow" -q
 
 test-slow: $(STAMP)

@@ -2,7 +2,8 @@
 
 A claim here is an `interp.claims.Claim` whose evidence functions read the metrics of
 `analyses.positional` and `analyses.induction` and intervene with `interp.interventions`.
-Presets (each cites where its threshold comes from):
+Each head type of `analyses.head_types` is a preset (`head_type_claim`; a type registered there
+becomes one too); the built-ins, each citing where its threshold comes from:
 
   previous_token   more than half of the attention on query - 1          (Clark et al. 2019)
   next_token       more than half on query + 1 (bidirectional models)    (Clark et al. 2019)
@@ -34,7 +35,7 @@ Evidence (the kinds of `interp.claims`), as implemented here:
   comparable head (the mean over the other heads of its layer), paired per prompt. The
   behaviour (`interp.behaviour`, `resolve_behaviour`) is the one passed to `test_claims` /
   `scan`, else the model's own: for a causal LM the next-token loss on the repeated copies for
-  prompts with repeats (`meta["prefix_len"]`), otherwise on every position; for an encoder the
+  prompts with a repeat period (`prompts.repeats`), otherwise on every position; for an encoder the
   change of the mean-pooled sentence embedding (cosine distance from the clean run). Every
   causal evidence names it (`extra["behaviour"]`, the verdict table's `behaviour` column);
 - sufficiency: substituting the idealised pattern recovers the behaviour: fraction of loss
@@ -62,9 +63,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, get_args
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, get_args
 
 import numpy as np
 import pandas as pd
@@ -72,8 +74,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analyses.induction import NoRepeats, copying_scores, ngram_targets, repeat_queries, scores_per_prompt
-from analyses.positional import POSITIONAL_METRICS, TIE_TOLERANCE, focus_per_prompt
+from analyses.head_types import (  # CLARK, OLSSON, SINK, DUPLICATE: re-exported (their home was here)
+    CLARK,  # noqa: F401
+    DUPLICATE,  # noqa: F401
+    ELHAGE,
+    HEAD_TYPES,
+    OLSSON,  # noqa: F401
+    SINK,  # noqa: F401
+    TIE_TOLERANCE,
+    VOITA,
+    HeadType,
+    HeadTypeParams,
+    PlainParams,
+    ShuffleExpect,
+    TargetBatch,
+    WindowTarget,
+    get_head_type,
+    head_types,
+    offset_type,
+    reduce_head_types,
+)
+from analyses.induction import NoRepeats, copying_scores, repeat_queries, repeat_types, scores_per_prompt
+from analyses.positional import focus_per_prompt, positional_metrics
 from interp import distributed
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
@@ -97,16 +119,8 @@ ClaimKind = Literal[
     "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
     "positional",
 ]
-CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)
-ShuffleExpect = Literal["stay", "drop"]
-
-# short citations (the titles are in the module docstring's references)
-CLARK = "Clark et al. 2019"
-VOITA = "Voita et al. 2019"
-OLSSON = "Olsson et al. 2022"
-SINK = "Clark et al. 2019; Xiao et al. 2023"
-DUPLICATE = "Olsson et al. 2022; Wang et al. 2022"
-ELHAGE = "Elhage et al. 2021; Olsson et al. 2022"
+CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)  # the built-in kinds; `PRESETS` also has registered head types
+# short citations (the titles are in the module docstring's references): CLARK, VOITA, ... from analyses.head_types
 SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
 INDUCTION_METRICS = ("induction", "duplicate_token")
 REPEAT_POSITION_METRICS = ("induction_position", "duplicate_position")
@@ -122,15 +136,14 @@ def _keep(ctx: Context, obj: Any) -> Any:
 
 
 def _shuffled(ctx: Context, prompts: PromptSet, *, keep_repeats: bool = False) -> PromptSet:
-    """The shuffled-token control of `prompts` (seeded by the context). By default the repeat
-    bookkeeping (`meta["prefix_len"]`...) is dropped, since after shuffling the repeats are wherever
-    the tokens went; `keep_repeats=True` keeps it, to measure attention to where the repeats *were*."""
+    """The shuffled-token control of `prompts` (seeded by the context). By default the repeat period
+    is dropped (`interp.data.shuffled`), since after shuffling the repeats are wherever the tokens
+    went; `keep_repeats=True` keeps the original `repeats`, to measure attention to where they *were*."""
     def make():
         control = shuffled(prompts, seed=ctx.seed)
         if keep_repeats:
-            return _keep(ctx, control)
-        meta = {k: v for k, v in control.meta.items() if k not in ("prefix_len", "offset", "n_repeats")}
-        return _keep(ctx, dataclasses.replace(control, meta=meta))
+            control = dataclasses.replace(control, repeats=prompts.repeats)
+        return _keep(ctx, control)
     return ctx.cached(("shuffled", id(prompts), keep_repeats), make)
 
 
@@ -180,13 +193,12 @@ def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str,
 
 def reduce_repeat_positions(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
     """pattern (batch, head, query, key) -> (batch, head): mean weight of the repeat queries
-    (q >= offset + prefix_len, from the prompts' meta) on the key prefix_len - 1 back
+    (q >= offset + prefix_len, from the prompts' `repeats`) on the key prefix_len - 1 back
     ("induction_position": where the induction target sits in an unshuffled repeat) and prefix_len
     back ("duplicate_position"). Fixed relative offsets: they do not follow the tokens."""
-    prefix_len, offset = ctx.meta["prefix_len"], ctx.meta.get("offset", 0)
-    n = pattern.shape[-1]
+    prefix_len = ctx.repeats.period
     queries = ctx.real.clone()  # (batch, query)
-    queries[:, : offset + prefix_len] = False
+    queries[:, : ctx.repeats.start] = False
     out = {}
     for name, back in (("induction_position", prefix_len - 1), ("duplicate_position", prefix_len)):
         weight = pattern.float().diagonal(offset=-back, dim1=-2, dim2=-1)  # (batch, head, query - back)
@@ -206,51 +218,40 @@ def offset_index(n_pos: int, offset: int) -> int:
     return offset + n_pos - 1
 
 
-def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, prompts: PromptSet | None = None) -> torch.Tensor:
+def head_metric(ctx: Context, metric: str | HeadType, *, model: nn.Module | None = None,
+                prompts: PromptSet | None = None) -> torch.Tensor:
     """Per-prompt metric (prompt, layer, head) for every head, memoised per (model, prompts).
 
-    `metric`: one of `analyses.positional.POSITIONAL_METRICS`, `induction`, `duplicate_token`, or
-    `argmax_at:K` (fraction of queries whose maximum weight sits at relative offset K; K may be
-    `first`). Raises Inconclusive when the prompts cannot define it.
+    `metric`: a `HeadType` (registered ones are read off the shared passes below), or a name: one of
+    `analyses.positional.positional_metrics()` (the positional head types' metrics and argmax
+    rates, mean_distance, entropy), the metric of a head type that needs repeats (`induction`,
+    `duplicate_token`, ...), `induction_position` / `duplicate_position`, or `argmax_at:K` (fraction
+    of queries whose maximum weight sits at relative offset K; K may be `first`). Raises
+    Inconclusive when the prompts cannot define it.
     """
     model = ctx.model if model is None else model
     prompts = ctx.prompts if prompts is None else prompts
-    if metric in POSITIONAL_METRICS:
+    if isinstance(metric, HeadType):
+        if HEAD_TYPES.get(metric.name) is not metric:  # not registered: measured in a pass of its own
+            values = _own_pass(ctx, metric, model, prompts)
+            return _defined(values, metric.column)
+        metric = metric.column
+    if metric in positional_metrics():
         values = ctx.cached(("focus", id(model), id(prompts)),
                             lambda: focus_per_prompt(model, prompts, batch_size=ctx.batch_size))[metric]
-    elif metric in INDUCTION_METRICS:
-        def induction():
-            try:
-                return scores_per_prompt(model, prompts, batch_size=ctx.batch_size)
-            except NoRepeats as error:
-                raise Inconclusive(f"the prompts lack what an {metric} claim needs: {error}") from None
-        values = ctx.cached(("induction", id(model), id(prompts)), induction)[metric]
+    elif metric in {t.column for t in repeat_types()}:
+        values = _repeat_scores(ctx, model, prompts, metric)[metric]
     elif metric in REPEAT_POSITION_METRICS:
-        if "prefix_len" not in prompts.meta:
-            raise Inconclusive(f"{metric} needs prompts with a known repeat structure (meta prefix_len, from "
-                               "interp.data.repeated_tokens); these prompts have none.")
-        if prompts.meta["prefix_len"] < 2:
-            raise Inconclusive(f"prefix_len={prompts.meta['prefix_len']}: the induction target would be the query "
-                               "itself; use prefix_len >= 2.")
-        if prompts.meta.get("offset", 0) + prompts.meta["prefix_len"] >= prompts.n_pos:
-            raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={prompts.meta['prefix_len']}).")
-        values = ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(
-            model, prompts, reduce_repeat_positions, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result())[metric]
+        values = _repeat_positions(ctx, model, prompts)[metric]
     elif metric.startswith("argmax_at:"):
-        offset = metric.split(":", 1)[1]
-        counts = ctx.cached(("argmax", id(model), id(prompts)),
-                            lambda: argmax_offsets_per_prompt(model, prompts, batch_size=ctx.batch_size))
-        if offset == "first":
-            values = counts["first_hits"] / counts["first_count"]
-        else:
-            k = int(offset)
-            index = offset_index(prompts.n_pos, k)
-            if not 0 <= index < counts["hits"].shape[-1]:
-                raise Inconclusive(f"offset {k} does not fit prompts of {prompts.n_pos} positions.")
-            values = counts["hits"][..., index] / counts["count"][..., index]
+        values = _argmax_at(ctx, model, prompts, metric.split(":", 1)[1])
     else:
-        known = list(POSITIONAL_METRICS) + list(INDUCTION_METRICS) + list(REPEAT_POSITION_METRICS) + ["argmax_at:K"]
+        known = list(positional_metrics()) + [t.column for t in repeat_types()] + list(REPEAT_POSITION_METRICS) + ["argmax_at:K"]
         raise ValueError(f"unknown head metric {metric!r}; expected one of {known}.")
+    return _defined(values, metric)
+
+
+def _defined(values: torch.Tensor, metric: str) -> torch.Tensor:
     if torch.isnan(values).all():
         raise Inconclusive(f"{metric} is undefined on these prompts (e.g. next_token on a causal model, or "
                            "an offset longer than every prompt).")
@@ -259,14 +260,83 @@ def head_metric(ctx: Context, metric: str, *, model: nn.Module | None = None, pr
     return values
 
 
+def _own_pass(ctx: Context, head_type: HeadType, model: nn.Module, prompts: PromptSet) -> torch.Tensor:
+    """(prompt, layer, head) metric of an unregistered head type, in one streamed pass."""
+    def compute():
+        if head_type.needs == "repeats":
+            try:
+                from analyses.induction import _check_repeats
+
+                _check_repeats(prompts)
+            except NoRepeats as error:
+                raise Inconclusive(f"the prompts lack what a {head_type.name} claim needs: {error}") from None
+        reducer = functools.partial(reduce_head_types, types=(head_type,), argmax=False)
+        return stream(model, prompts, reducer, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result()
+    _keep(ctx, head_type)
+    return ctx.cached(("head_type", id(head_type), id(model), id(prompts)), compute)[head_type.column]
+
+
+def _repeat_scores(ctx: Context, model: nn.Module, prompts: PromptSet, metric: str) -> dict[str, torch.Tensor]:
+    def induction():
+        try:
+            return scores_per_prompt(model, prompts, batch_size=ctx.batch_size)
+        except NoRepeats as error:
+            raise Inconclusive(f"the prompts lack what an {metric} claim needs: {error}") from None
+    return ctx.cached(("induction", id(model), id(prompts)), induction)
+
+
+def _repeat_positions(ctx: Context, model: nn.Module, prompts: PromptSet) -> dict[str, torch.Tensor]:
+    repeats = prompts.repeats
+    if repeats is None or repeats.period is None:
+        raise Inconclusive("induction_position / duplicate_position need prompts with a known repeat structure (a period, "
+                           "from interp.data.repeated_tokens); these prompts have none.")
+    if repeats.period < 2:
+        raise Inconclusive(f"prefix_len={repeats.period}: the induction target would be the query itself; use prefix_len >= 2.")
+    if repeats.start >= prompts.n_pos:
+        raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={repeats.period}).")
+    return ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(
+        model, prompts, reduce_repeat_positions, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result())
+
+
+def _argmax_at(ctx: Context, model: nn.Module, prompts: PromptSet, offset: str) -> torch.Tensor:
+    """(prompt, layer, head) argmax rate at relative offset `offset` (or "first"): `offset_type(offset)`'s
+    argmax rate, read off one pass that counts every offset at once."""
+    counts = ctx.cached(("argmax", id(model), id(prompts)),
+                        lambda: argmax_offsets_per_prompt(model, prompts, batch_size=ctx.batch_size))
+    if offset == "first":
+        return counts["first_hits"] / counts["first_count"]
+    k = int(offset)
+    index = offset_index(prompts.n_pos, k)
+    if not 0 <= index < counts["hits"].shape[-1]:
+        raise Inconclusive(f"offset {k} does not fit prompts of {prompts.n_pos} positions.")
+    return counts["hits"][..., index] / counts["count"][..., index]
+
+
 # --------------------------------------------------------------------------- evidence functions
 
 
+def claim_head_type(claim: Claim) -> HeadType | None:
+    """The head type a claim is about: its typed params' (`HeadTypeParams`), else the registered type whose
+    metric a plain-dict claim names (None for other claims, e.g. positional ones)."""
+    if isinstance(claim.params, HeadTypeParams):
+        return claim.params.head_type
+    metric = claim.params.get("metric")
+    return next((t for t in HEAD_TYPES.values() if t.column == metric), None)
+
+
 def _claim_metric(claim: Claim, ctx: Context) -> str:
+    """The name of the metric the claim is judged on (`argmax_at:auto` resolved to the modal offset)."""
     metric = claim.params["metric"]
     if metric == "argmax_at:auto":
         return f"argmax_at:{modal_offset(ctx, claim.layer, claim.head)}"
     return metric
+
+
+def _claim_measure(claim: Claim, ctx: Context) -> str | HeadType:
+    """What `head_metric` measures for the claim: its typed head type, else the metric's name."""
+    if isinstance(claim.params, HeadTypeParams):
+        return claim.params.head_type
+    return _claim_metric(claim, ctx)
 
 
 def modal_offset(ctx: Context, layer: int, head: int) -> str:
@@ -301,11 +371,11 @@ class Observational:
     also the copying OV circuit (a head that matches prefixes but does not copy is not an induction head)."""
 
     def values(self, claim: Claim, ctx: Context, *, model=None, prompts=None) -> torch.Tensor:
-        return head_metric(ctx, _claim_metric(claim, ctx), model=model, prompts=prompts)[:, claim.layer, claim.head]
+        return head_metric(ctx, _claim_measure(claim, ctx), model=model, prompts=prompts)[:, claim.layer, claim.head]
 
     def head_scores(self, claim: Claim, ctx: Context) -> np.ndarray:
         """(layer, head) mean metric: the head ranking that stability compares."""
-        return head_metric(ctx, _claim_metric(claim, ctx)).double().mean(0).numpy()
+        return head_metric(ctx, _claim_measure(claim, ctx)).double().mean(0).numpy()
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         metric = _claim_metric(claim, ctx)
@@ -414,9 +484,9 @@ Part = Literal["behaviour", "first_copy"]
 def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.Tensor, str]:
     """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1), and its name.
 
-    part="behaviour": for prompts with repeats (`meta["prefix_len"]`), the predictions of the second
+    part="behaviour": for prompts with a repeat period (`prompts.repeats`), the predictions of the second
     and later copies that an earlier copy makes predictable (q >= offset + prefix_len); for natural
-    repeats (`meta["match_len"]` without prefix_len) the predictions right after a repeated n-gram
+    repeats (a `match_len` without a period) the predictions right after a repeated n-gram
     (`analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
     (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
     the repeated copies' loss advantage is measured.
@@ -426,16 +496,15 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     n = prompts.n_pos
     real = torch.ones(len(prompts), n, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
     mask = real[:, 1:] & real[:, :-1]  # (prompt, pos - 1)
-    prefix_len = prompts.meta.get("prefix_len")
+    repeats = prompts.repeats
     query = torch.arange(n - 1)
-    if prefix_len is None:
+    if repeats is None or repeats.period is None:
         if part == "first_copy":
             raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
-        if "match_len" in prompts.meta:  # natural repeats: the predictions right after a repeated n-gram
-            return mask & repeat_queries(prompts)[:, :-1], f"next-token loss after a repeated {prompts.meta['match_len']}-gram"
+        if repeats is not None and repeats.match_len is not None:  # natural repeats: right after a repeated n-gram
+            return mask & repeat_queries(prompts)[:, :-1], f"next-token loss after a repeated {repeats.match_len}-gram"
         return mask, "next-token loss on every position"
-    offset = prompts.meta.get("offset", 0)
-    start = offset + prefix_len
+    offset, prefix_len, start = repeats.offset, repeats.period, repeats.start
     if start > n - 2:
         raise Inconclusive(f"prompts of {n} positions have no repeated copy to predict (prefix_len={prefix_len}).")
     if part == "first_copy":
@@ -571,7 +640,7 @@ class Necessity:
                 ctx.model, group, "mean", reference=reference, seed=ctx.seed), behaviour=chosen) - clean
             extra["delta_loss_role_group"] = float(together.mean())
         notes = ""
-        if "prefix_len" in ctx.prompts.meta and chosen.name == "next_token_loss":
+        if _has_period(ctx.prompts) and chosen.name == "next_token_loss":
             # how much of the repeated copies' advantage over the first copy the ablation removes
             first = behaviour_loss(ctx, ("clean",), part="first_copy")
             gap = float(first.mean() - clean.mean())
@@ -588,45 +657,21 @@ class Necessity:
 
 
 def ideal_for(claim: Claim, causal: bool = True) -> Callable[[PromptSet], Any]:
-    """The idealised pattern the claim describes, as batch -> a `substitute_pattern` pattern (a name,
-    a callable n_pos -> (query, key), or a (batch, query, key) tensor built from the batch's tokens)."""
-    kind = claim.params.get("ideal")
-    if kind in ("previous_token", "first_token", "self"):
-        return lambda batch: kind
-    if kind == "next_token":
-        def shift(n_pos: int) -> torch.Tensor:
-            q = torch.arange(n_pos)
-            return F.one_hot((q + 1).clamp(max=n_pos - 1), n_pos).float()  # (query, key); the last query: itself
-        return lambda batch: shift
-    if kind == "local_window":
-        window = claim.params["window"]
-
-        def band(n_pos: int) -> torch.Tensor:
-            q = torch.arange(n_pos)
-            distance = q[:, None] - q[None, :]  # (query, key): q - k
-            allowed = (distance.abs() <= window) & ((distance >= 0) if causal else True)
-            return allowed.float() / allowed.float().sum(-1, keepdim=True)
-        return lambda batch: band
-    if kind in ("induction", "duplicate_token"):
-        return lambda batch: content_pattern(batch, kind)
-    raise Inconclusive(f"claim {claim.name!r} describes no idealised pattern to substitute.")
+    """The idealised pattern the claim describes, as batch -> a (batch, query, key) tensor for
+    `substitute_pattern`: its head type's `ideal_pattern` (uniform over the target keys)."""
+    head_type = claim_head_type(claim)
+    if head_type is None or head_type.sufficiency is None or claim.params.get("ideal") is None:
+        raise Inconclusive(f"claim {claim.name!r} describes no idealised pattern to substitute.")
+    window = claim.params.get("window")
+    if isinstance(head_type.target, WindowTarget) and window is not None and window != head_type.target.window:
+        head_type = dataclasses.replace(head_type, target=WindowTarget(int(window)))
+    return lambda batch: head_type.ideal_pattern(TargetBatch.from_prompts(batch, causal=causal))
 
 
 def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
-    """(batch, query, key) ideal induction / duplicate-token pattern from the tokens: uniform over the
-    targets (the token after each earlier occurrence / each earlier occurrence); no target: the first real key."""
-    tokens = batch.tokens
-    real = torch.ones_like(tokens, dtype=torch.bool) if batch.attention_mask is None else batch.attention_mask.bool()
-    target = ngram_targets(tokens, real, batch.meta.get("match_len", 1))  # (batch, query, key): earlier occurrences
-    if kind == "induction":
-        shifted = torch.zeros_like(target)
-        shifted[..., 1:] = target[..., :-1]
-        target = shifted & real[:, None, :]
-    first = real.long().argmax(-1)  # (batch,)
-    fallback = F.one_hot(first, tokens.shape[1]).bool()[:, None, :].expand_as(target)
-    target = torch.where(target.any(-1, keepdim=True), target, fallback & real[:, :, None])
-    pattern = target.float()
-    return pattern / pattern.sum(-1, keepdim=True).clamp(min=1.0)
+    """(batch, query, key) ideal pattern of head type `kind` (e.g. induction, duplicate_token) from the
+    tokens: uniform over the targets; no target: the first real key."""
+    return get_head_type(kind).ideal_pattern(TargetBatch.from_prompts(batch, causal=True))
 
 
 def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple, behaviour: Behaviour,
@@ -725,55 +770,62 @@ def _label(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 
 
-def _pattern_claim(name: str, layer: int, head: int, statement: str, metric: str, threshold: Threshold,
-                   ideal: str | None, shuffle: ShuffledControl, sufficiency: float, **params) -> Claim:
+def _has_period(prompts: PromptSet) -> bool:
+    return prompts.repeats is not None and prompts.repeats.period is not None
+
+
+def head_type_claim(head_type: HeadType | str, layer: int, head: int, *, threshold: float | None = None,
+                    sufficiency: float | None = None, copying: float | None = None, **params: Any) -> Claim:
+    """The claim "head (layer, head) is a `head_type` head", with every evidence kind that applies:
+    observational (the metric against `threshold`, default the type's), the shuffled control the type
+    expects, the random-init control, necessity, faithfulness, stability, and sufficiency (its ideal
+    pattern recovers the behaviour) when the type has a sufficiency threshold. `params` override the
+    type's own (e.g. window); `copying` the OV copying threshold of types that check one."""
+    t = get_head_type(head_type) if isinstance(head_type, str) else head_type
+    unknown = sorted(set(params) - set(dict(t.params)))
+    if unknown:
+        raise TypeError(f"{t.name} claims take no parameter {unknown[0]!r}; they take threshold, sufficiency"
+                        f"{''.join(', ' + k for k in dict(t.params))}.")
+    threshold = t.threshold if threshold is None else threshold
+    values = {**dict(t.params), **params}
     evidence: dict[str, Any] = {
         "observational": Observational(),
-        "control_shuffled": shuffle,
+        "control_shuffled": ShuffledControl(t.shuffle, decisive=t.shuffle_decisive),
         "control_random_init": RandomInitControl(),
         "necessity": Necessity(),
         "faithfulness": Faithfulness(),
         "stability": Stability(),
     }
-    thresholds = {"observational": threshold}
-    if ideal is not None:
+    thresholds = {"observational": Threshold(threshold, t.citation)}
+    if t.sufficiency is not None:
         evidence["sufficiency"] = Sufficiency()
-        thresholds["sufficiency"] = Threshold(sufficiency, SUFFICIENCY)
-    return Claim(name, ((layer, head),), statement, {"metric": metric, "ideal": ideal, **params}, thresholds, evidence)
+        thresholds["sufficiency"] = Threshold(t.sufficiency if sufficiency is None else sufficiency, SUFFICIENCY)
+    if t.copying is not None:
+        thresholds["copying"] = Threshold(t.copying if copying is None else copying, ELHAGE)
+    return Claim(t.name, ((layer, head),), t.describe(_label(layer, head), threshold, **values),
+                 HeadTypeParams(t, tuple(values.items())), thresholds, evidence)
 
 
 def previous_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """More than `threshold` of the head's attention on the previous token (Clark et al. 2019: > 0.5)."""
-    return _pattern_claim("previous_token", layer, head,
-                          f"{_label(layer, head)} attends to the previous token (> {threshold:g} of its attention)",
-                          "prev_token", Threshold(threshold, CLARK), "previous_token", ShuffledControl("stay", decisive=False),
-                          sufficiency)
+    return head_type_claim("previous_token", layer, head, threshold=threshold, sufficiency=sufficiency)
 
 
 def next_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """More than `threshold` of the attention on the next token (Clark et al. 2019: > 0.5). Defined for
     bidirectional models only: on a causal model the metric is undefined and the verdict inconclusive."""
-    return _pattern_claim("next_token", layer, head,
-                          f"{_label(layer, head)} attends to the next token (> {threshold:g} of its attention)",
-                          "next_token", Threshold(threshold, CLARK), "next_token", ShuffledControl("stay", decisive=False),
-                          sufficiency)
+    return head_type_claim("next_token", layer, head, threshold=threshold, sufficiency=sufficiency)
 
 
 def self_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """More than `threshold` of the attention on the query's own position (Clark et al. 2019's rule)."""
-    return _pattern_claim("self_token", layer, head,
-                          f"{_label(layer, head)} attends to its own position (> {threshold:g} of its attention)",
-                          "self_token", Threshold(threshold, CLARK), "self", ShuffledControl("stay", decisive=False),
-                          sufficiency)
+    return head_type_claim("self_token", layer, head, threshold=threshold, sufficiency=sufficiency)
 
 
 def first_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """A sink head: more than `threshold` of the attention on the first position (Clark et al. 2019's
     [CLS] heads; Xiao et al. 2023's attention sinks)."""
-    return _pattern_claim("first_token", layer, head,
-                          f"{_label(layer, head)} attends to the first position, a sink (> {threshold:g} of its attention)",
-                          "first_token", Threshold(threshold, SINK), "first_token", ShuffledControl("stay", decisive=False),
-                          sufficiency)
+    return head_type_claim("first_token", layer, head, threshold=threshold, sufficiency=sufficiency)
 
 
 def local_window_head(layer: int, head: int, *, threshold: float = 0.5, window: int = 3, sufficiency: float = 0.5) -> Claim:
@@ -782,10 +834,7 @@ def local_window_head(layer: int, head: int, *, threshold: float = 0.5, window: 
     on short prompts even a uniform head puts most of its weight near the query."""
     if window != 3:
         raise ValueError(f"window={window}: analyses.positional measures local_window with window=3; use window=3.")
-    return _pattern_claim("local_window", layer, head,
-                          f"{_label(layer, head)} attends within {window} positions of the query (> {threshold:g} of its attention)",
-                          "local_window", Threshold(threshold, CLARK), "local_window",
-                          ShuffledControl("stay", decisive=False), sufficiency, window=window)
+    return head_type_claim("local_window", layer, head, threshold=threshold, sufficiency=sufficiency, window=window)
 
 
 def induction_head(layer: int, head: int, *, threshold: float = 0.5, copying: float = 0.0, sufficiency: float = 0.5) -> Claim:
@@ -793,21 +842,29 @@ def induction_head(layer: int, head: int, *, threshold: float = 0.5, copying: fl
     attention of repeat queries on the token after the earlier occurrence of the current token
     (prefix matching), an OV circuit that copies (eigenvalue copying score > `copying`), and no such
     attention to where the target *was* once the tokens are shuffled (copying from a fixed offset fails)."""
-    claim = _pattern_claim("induction", layer, head,
-                           f"{_label(layer, head)} is an induction head (prefix matching > {threshold:g}, copying OV)",
-                           "induction", Threshold(threshold, OLSSON), "induction", ShuffledControl("drop", decisive=True),
-                           sufficiency, position_metric="induction_position")
-    thresholds = {**claim.thresholds, "copying": Threshold(copying, ELHAGE)}
-    return dataclasses.replace(claim, thresholds=thresholds)
+    return head_type_claim("induction", layer, head, threshold=threshold, sufficiency=sufficiency, copying=copying)
 
 
 def duplicate_token_head(layer: int, head: int, *, threshold: float = 0.5, sufficiency: float = 0.5) -> Claim:
     """More than `threshold` of the attention of repeat queries on earlier occurrences of the current token
     (Olsson et al. 2022; Wang et al. 2022), not to where they *were* once the tokens are shuffled."""
-    return _pattern_claim("duplicate_token", layer, head,
-                          f"{_label(layer, head)} attends to earlier occurrences of the current token (> {threshold:g})",
-                          "duplicate_token", Threshold(threshold, DUPLICATE), "duplicate_token",
-                          ShuffledControl("drop", decisive=True), sufficiency, position_metric="duplicate_position")
+    return head_type_claim("duplicate_token", layer, head, threshold=threshold, sufficiency=sufficiency)
+
+
+@dataclass(frozen=True)
+class PositionalParams(PlainParams):
+    """A positional claim's parameters: the relative offset (an int, "first", or None: the modal offset
+    of the tested prompts). Reads as the plain mapping {"metric": "argmax_at:K", "offset": K}."""
+
+    offset: int | str | None = None
+
+    @property
+    def head_type(self) -> HeadType | None:
+        """The positional head type judged (`analyses.head_types.offset_type`); None until the offset is known."""
+        return None if self.offset is None else offset_type(self.offset)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metric": "argmax_at:auto" if self.offset is None else f"argmax_at:{self.offset}", "offset": self.offset}
 
 
 def positional_head(layer: int, head: int, *, offset: int | str | None = None, threshold: float = 0.9) -> Claim:
@@ -827,7 +884,6 @@ def positional_head(layer: int, head: int, *, offset: int | str | None = None, t
         offset = int(offset)
     where = ("the first position" if offset == "first" else "one relative offset" if offset is None
              else f"relative offset {offset}")
-    metric = "argmax_at:auto" if offset is None else f"argmax_at:{offset}"
     evidence = {
         "observational": Observational(),
         "control_shuffled": ShuffledControl("stay", decisive=True),
@@ -837,10 +893,10 @@ def positional_head(layer: int, head: int, *, offset: int | str | None = None, t
     return Claim("positional", ((layer, head),),
                  f"{_label(layer, head)} is positional: its maximum weight sits at {where} for >= {threshold:.0%} of queries, "
                  "whatever the tokens",
-                 {"metric": metric, "offset": offset}, {"observational": Threshold(threshold, VOITA)}, evidence)
+                 PositionalParams(offset), {"observational": Threshold(threshold, VOITA)}, evidence)
 
 
-PRESETS: dict[str, Callable[..., Claim]] = {
+_NAMED_PRESETS: dict[str, Callable[..., Claim]] = {
     "previous_token": previous_token_head,
     "next_token": next_token_head,
     "self_token": self_token_head,
@@ -852,34 +908,46 @@ PRESETS: dict[str, Callable[..., Claim]] = {
 }
 
 
+class _Presets(Mapping):
+    """kind -> claim factory (layer, head, **params): the built-in presets, then one per head type
+    registered since (`analyses.head_types.register`), read live from the registry."""
+
+    def __getitem__(self, kind: str) -> Callable[..., Claim]:
+        if kind in _NAMED_PRESETS:
+            return _NAMED_PRESETS[kind]
+        if kind in HEAD_TYPES:
+            return functools.partial(head_type_claim, HEAD_TYPES[kind])
+        raise KeyError(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*_NAMED_PRESETS, *(name for name in HEAD_TYPES if name not in _NAMED_PRESETS)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+PRESETS: Mapping[str, Callable[..., Claim]] = _Presets()
+
+
 def make_claim(kind: str, layer: int, head: int, **params) -> Claim:
-    """A preset claim by kind name (`CLAIM_KINDS`), e.g. make_claim("induction", 1, 2)."""
+    """A preset claim by kind name (`CLAIM_KINDS`, or a registered head type), e.g. make_claim("induction", 1, 2)."""
     if kind not in PRESETS:
-        raise ValueError(f"unknown claim kind {kind!r}; expected one of {list(CLAIM_KINDS)}.")
+        raise ValueError(f"unknown claim kind {kind!r}; expected one of {list(PRESETS)}.")
     return PRESETS[kind](layer, head, **params)
 
 
 # --------------------------------------------------------------------------- scan
 
 
-def _has_repeats(prompts: PromptSet) -> bool:
-    from analyses.induction import repeat_queries
-
-    return bool(repeat_queries(prompts).any(-1).all())
-
-
 def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> list[Claim]:
-    """Claims suggested by the metrics on `prompts`: for every head, each preset whose point estimate
-    clears its threshold; a head that clears none gets its closest preset (so every head is tested)."""
+    """Claims suggested by the metrics on `prompts`: for every head, each head type (`analyses.head_types`,
+    those the model and prompts define) whose point estimate clears its threshold, and a positional claim
+    where the maximum sits at one offset for >= 90% of queries; a head that clears none gets its closest
+    head type (so every head is tested)."""
     ctx = Context(model, prompts, batch_size=batch_size)
-    kinds = ["previous_token", "self_token", "first_token", "local_window"]
-    if attention_sites(model)[0].causal is False:
-        kinds.insert(1, "next_token")
-    metrics = {kind: PRESETS[kind](0, 0).params["metric"] for kind in kinds}
-    if _has_repeats(prompts):
-        kinds += ["induction", "duplicate_token"]
-        metrics.update(induction="induction", duplicate_token="duplicate_token")
-    means = {kind: head_metric(ctx, metrics[kind]).double().mean(0) for kind in kinds}  # (layer, head)
+    causal = attention_sites(model)[0].causal
+    kinds = [t for t in head_types() if t.available(prompts, causal=causal) is None]
+    means = {t.name: head_metric(ctx, t).double().mean(0) for t in kinds}  # (layer, head)
     counts = ctx.cached(("argmax", id(model), id(prompts)), lambda: argmax_offsets_per_prompt(model, prompts, batch_size=batch_size))
     modes = _modal_offsets(counts, prompts.n_pos)
     claims: list[Claim] = []
@@ -888,11 +956,10 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> li
         for head in range(n_heads):
             chosen = []
             ratios = {}
-            for kind in kinds:
-                threshold = PRESETS[kind](layer, head).thresholds["observational"].value
-                ratios[kind] = float(means[kind][layer, head]) / threshold
-                if ratios[kind] > 1:
-                    chosen.append(PRESETS[kind](layer, head))
+            for t in kinds:
+                ratios[t.name] = float(means[t.name][layer, head]) / t.threshold
+                if ratios[t.name] > 1:
+                    chosen.append(PRESETS[t.name](layer, head))
             mode = modes[layer][head]
             rate = _rate_at(counts, prompts.n_pos, layer, head, mode)
             if rate >= 0.9:

@@ -4,19 +4,20 @@ On a prompt with repeats, a query token t at position q whose token also occurre
 at position j < q:
 - `duplicate_token`: weight on the earlier occurrences j of the same token;
 - `induction` (prefix matching): weight on the tokens right after them, j + 1 (<= q).
-Per prompt, each is the mean over *repeat queries*. With `meta["prefix_len"]` (from
-`interp.data.repeated_tokens`) they are the positions of the second and later copies,
-p >= meta["offset"] + prefix_len, which repeat by construction (accidental collisions inside
+Per prompt, each is the mean over *repeat queries*. With a repeat period (`prompts.repeats`,
+from `interp.data.repeated_tokens`; legacy `meta["prefix_len"]`) they are the positions of the
+second and later copies, p >= offset + period, which repeat by construction (accidental collisions inside
 the first copy do not count); otherwise, every real position whose token occurred before.
 Targets always include every earlier occurrence, as in TransformerLens.
 
 Natural text (e.g. bytes of source code) repeats single tokens everywhere, so a one-token match
-says little; `meta["match_len"] = k` makes the repeat a k-gram: the earlier occurrences of a
+says little; `Repeats(match_len=k)` (legacy `meta["match_len"] = k`) makes the repeat a k-gram: the earlier occurrences of a
 query q are the positions j <= q - k whose k tokens ending at j equal the k tokens ending at q
 (`ngram_targets`; the two n-grams do not overlap, so a run such as eight spaces does not make
 the previous position an "earlier occurrence" and its successor, the query itself, an
 induction target), and the repeat queries are the positions that have one (within the repeated
-copies when `prefix_len` is also given). k = 1 is the definition above.
+copies when a period is also given). k = 1 is the definition above. Both are head types
+(`analyses.head_types`); a registered type that needs repeats gets its column here too.
 
 Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
 "duplicate_token_head", error_measure="mul")` on one unpadded prompt of length T: its
@@ -40,6 +41,8 @@ import torch
 from torch import nn
 from transformer_lens import FactoredMatrix
 
+from analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
+from analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
 from analyses.positional import nan_aware_frame
 from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet
@@ -54,53 +57,31 @@ class NoRepeats(ValueError):
     """The prompts contain no repeated tokens, so induction and duplicate-token scores are undefined."""
 
 
-def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) -> torch.Tensor:
-    """(batch, query, key) bool: keys j <= q - match_len whose `match_len` tokens ending at j equal those
-    ending at q (all real; the n-grams do not overlap); match_len=1: the earlier occurrences of the query's token."""
-    if not isinstance(match_len, int) or match_len < 1:
-        raise ValueError(f"match_len={match_len!r} must be a positive integer (the n-gram length of a repeat).")
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
-    matched = same.clone()
-    for back in range(1, match_len):  # token q - back equals token j - back
-        shifted = torch.zeros_like(same)
-        shifted[:, back:, back:] = same[:, :-back, :-back]
-        matched &= shifted
-    return matched.tril(diagonal=-match_len)
+def repeat_types() -> tuple[HeadType, ...]:
+    """The registered head types that need repeats (induction, duplicate_token, and any registered since)."""
+    return head_types(needs=("repeats",))
 
 
 def repeat_queries(prompts: PromptSet) -> torch.Tensor:
     """(prompt, pos) bool: the queries the scores average over (see the module docstring)."""
-    tokens = prompts.tokens
-    real = torch.ones_like(tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
-    prefix_len = prompts.meta.get("prefix_len")
-    match_len = prompts.meta.get("match_len")
-    if match_len is not None:
-        queries = ngram_targets(tokens, real, match_len).any(-1) & real
-        if prefix_len is not None:
-            queries[:, : prompts.meta.get("offset", 0) + prefix_len] = False
-        return queries
-    if prefix_len is not None:
-        start = prompts.meta.get("offset", 0) + prefix_len
-        queries = torch.zeros_like(real)
-        queries[:, start:] = True
-        return queries & real
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (prompt, query, key)
-    earlier = same.tril(diagonal=-1)
-    return earlier.any(-1) & real
+    real = torch.ones_like(prompts.tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
+    return repeat_query_mask(prompts.tokens, real, prompts.repeats)
 
 
 def _check_repeats(prompts: PromptSet) -> torch.Tensor:
-    prefix_len = prompts.meta.get("prefix_len")
-    if prefix_len is not None and prefix_len < 2:
+    repeats = prompts.repeats
+    if repeats is not None and repeats.period is not None and repeats.period < 2:
         # every repeat is the previous token: "the token after it" is the query itself (issue 11 #6)
-        raise BadInput(f"prompts with prefix_len={prefix_len}: the induction target of every repeat is the query "
+        raise BadInput(f"prompts with prefix_len={repeats.period}: the induction target of every repeat is the query "
                        "itself, so induction cannot be told from self-attention; use prefix_len >= 2.")
     queries = repeat_queries(prompts)
     none = (~queries.any(-1)).nonzero().flatten().tolist()
     if none:
-        source = f"meta prefix_len={prompts.meta['prefix_len']}" if "prefix_len" in prompts.meta else "no token occurs twice"
-        if "match_len" in prompts.meta:
-            source = f"no {prompts.meta['match_len']}-gram occurs twice"
+        source = "no token occurs twice"
+        if repeats is not None and repeats.match_len is not None:
+            source = f"no {repeats.match_len}-gram occurs twice"
+        elif repeats is not None and repeats.period is not None:
+            source = f"meta prefix_len={repeats.period}"
         raise NoRepeats(
             f"prompts {prompts.row_numbers(none[:5])} have no repeated tokens to score ({source}, {prompts.n_pos} positions); "
             "induction needs repeats: use interp.data.repeated_tokens(n, prefix_len, d_vocab)."
@@ -109,19 +90,9 @@ def _check_repeats(prompts: PromptSet) -> torch.Tensor:
 
 
 def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
-    """pattern (batch, head, query, key) -> {"induction", "duplicate_token": (batch, head)}."""
-    pattern = pattern.float()
-    tokens, real = ctx.tokens, ctx.real
-    batch = PromptSet(tokens.cpu(), None if ctx.attention_mask is None else ctx.attention_mask.long().cpu(), ctx.meta)
-    queries = repeat_queries(batch).to(pattern.device)[:, None, :]  # (batch, 1, query)
-    duplicate = ngram_targets(tokens, real, ctx.meta.get("match_len", 1))[:, None]  # (batch, 1, query, key): earlier occurrences
-    induction = torch.zeros_like(duplicate)
-    induction[..., 1:] = duplicate[..., :-1]  # the token after each earlier occurrence (key <= query)
-    induction &= real[:, None, None, :]
-    return {
-        "induction": masked_mean((pattern * induction).sum(-1), queries),
-        "duplicate_token": masked_mean((pattern * duplicate).sum(-1), queries),
-    }
+    """pattern (batch, head, query, key) -> {"induction", "duplicate_token", ...: (batch, head)}: the metric of
+    every head type that needs repeats (`repeat_types`)."""
+    return reduce_head_types(pattern, ctx, repeat_types(), argmax=False)
 
 
 def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, layers=None) -> dict[str, torch.Tensor]:

@@ -29,12 +29,21 @@ first key from numerator and denominator; `prev_token` never does.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from analyses.head_types import (
+    TIE_TOLERANCE,  # noqa: F401  (re-exported: its home was here)
+    HeadType,
+    TargetBatch,
+    WindowTarget,
+    argmax_ties,
+    head_types,
+)
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet
 from interp.stats import head_frame
@@ -44,22 +53,19 @@ POSITIONAL_METRICS = (
     "prev_token_argmax", "self_token_argmax", "next_token_argmax", "first_token_argmax",
 )
 CAUSAL_UNDEFINED = ("next_token", "next_token_argmax")
-TIE_TOLERANCE = 1e-6  # weights within this of a row's maximum count as tied maxima
+POSITION_NEEDS = ("any", "bidirectional")  # head types measured here; "repeats" types: analyses.induction
 
 
-def _at_offset(x: torch.Tensor, offset: int) -> torch.Tensor:
-    """x (..., query, key) -> (..., query): x[q, q + offset], zero/False where that key is out of range."""
-    diagonal = torch.diagonal(x, offset=offset, dim1=-2, dim2=-1)  # (..., query - |offset|)
-    pad = (abs(offset), 0) if offset < 0 else (0, offset)
-    if diagonal.dtype == torch.bool:
-        return F.pad(diagonal.to(torch.uint8), pad).bool()
-    return F.pad(diagonal, pad)
+def positional_types() -> tuple[HeadType, ...]:
+    """The registered head types measured by `focus` (those that need no repeats), built-ins first."""
+    return head_types(needs=POSITION_NEEDS)
 
 
-def _at_first(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    """x (batch, head, query, key), first (batch,) -> (batch, head, query): the weight on each prompt's first key."""
-    index = first[:, None, None, None].expand(x.shape[0], x.shape[1], x.shape[2], 1)
-    return x.gather(-1, index).squeeze(-1)
+def positional_metrics() -> tuple[str, ...]:
+    """`POSITIONAL_METRICS` plus the columns of head types registered since (`analyses.head_types.register`)."""
+    extra = [c for t in positional_types() for c in (t.column, f"{t.column}_argmax" if t.argmax else None)
+             if c is not None and c not in POSITIONAL_METRICS]
+    return POSITIONAL_METRICS + tuple(extra)
 
 
 def _check_lengths(prompts: PromptSet, need: int = 2) -> None:
@@ -71,17 +77,9 @@ def _check_lengths(prompts: PromptSet, need: int = 2) -> None:
         )
 
 
-def _window_mass(pattern: torch.Tensor, window: int) -> torch.Tensor:
-    """(batch, head, query): weight on keys with |q - k| <= window, summed diagonal by diagonal."""
-    n = pattern.shape[-1]
-    total = torch.zeros(pattern.shape[:-1], dtype=pattern.dtype, device=pattern.device)
-    for offset in range(-min(window, n - 1), min(window, n - 1) + 1):
-        total += _at_offset(pattern, offset)
-    return total
-
-
 class FocusReducer:
-    """Reduces one batch's pattern (batch, head, query, key) to {metric: (batch, head)}.
+    """Reduces one batch's pattern (batch, head, query, key) to {metric: (batch, head)}: the metric
+    (and argmax rate) of every positional head type (`positional_types`), mean distance and entropy.
 
     Keeps a scratch buffer the size of one pattern and reuses it across batches and
     layers: on a CPU, allocating a fresh 16 MB temporary per operation costs more (page
@@ -90,6 +88,8 @@ class FocusReducer:
 
     def __init__(self, window: int = 3):
         self.window = window
+        self.types = tuple(dataclasses.replace(t, target=WindowTarget(window)) if t.name == "local_window" else t
+                           for t in positional_types())
         self._scratch: dict[str, torch.Tensor] = {}
 
     def _buffer(self, name: str, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -100,45 +100,29 @@ class FocusReducer:
 
     def __call__(self, pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
         pattern = pattern.float()
-        allowed = ctx.allowed  # (batch, 1, query, key)
-        n_allowed = allowed.sum(-1, dtype=torch.float32)  # (batch, 1, query)
+        batch = TargetBatch.from_context(ctx)
+        n_allowed = ctx.allowed.sum(-1, dtype=torch.float32)  # (batch, 1, query)
         scored = n_allowed >= 2  # (batch, 1, query)
         n = pattern.shape[-1]
         position = torch.arange(n, device=pattern.device, dtype=torch.float32)
-        prev_ok = scored & _at_offset(allowed, -1)
-        next_ok = scored & _at_offset(allowed, 1)
         scratch = self._buffer("float", pattern, torch.float32)
+        queries = {t.name: t.scored_queries(batch)[:, None] for t in self.types}  # (batch, 1, query) each
 
         table = (position[:, None] - position[None, :]).abs()  # (query, key): |q - k|
         distance = torch.mul(pattern, table, out=scratch).sum(-1)  # (batch, head, query)
-        out = {
-            "prev_token": masked_mean(_at_offset(pattern, -1), prev_ok),
-            "self_token": masked_mean(_at_offset(pattern, 0), scored),
-            "first_token": masked_mean(_at_first(pattern, ctx.first_real), scored),
-            "next_token": masked_mean(_at_offset(pattern, 1), next_ok),
-            "local_window": masked_mean(_window_mass(pattern, self.window), scored),
-            "mean_distance": masked_mean(distance, scored),
-        }
+        out = {t.column: masked_mean(t.weight(pattern, batch), queries[t.name]) for t in self.types}
+        out["mean_distance"] = masked_mean(distance, scored)
         # entropy: -sum p log p, with 0 log 0 = 0 through the clamp; in place in the scratch buffer
         torch.clamp_min(pattern, 1e-30, out=scratch).log_().mul_(pattern)
         entropy = -scratch.sum(-1)  # (batch, head, query)
         out["entropy"] = masked_mean(entropy / n_allowed.clamp(min=2).log(), scored)
-
-        # argmax with ties split evenly: a target's share is 1 / (number of keys tied at the max).
-        # Keys a real query may not see have weight 0 < its row max, so they never tie.
-        threshold = pattern.amax(-1) - TIE_TOLERANCE  # (batch, head, query)
-        # the comparison written as 0.0 / 1.0 into the float scratch: summing floats is ~10x
-        # cheaper than summing bools (which converts a full-size copy first)
-        n_max = torch.ge(pattern, threshold[..., None], out=scratch).sum(-1).clamp(min=1)  # (batch, head, query)
-
-        def share(weight: torch.Tensor) -> torch.Tensor:  # weight at the target, (batch, head, query)
-            return (weight >= threshold).float() / n_max
-
-        out["prev_token_argmax"] = masked_mean(share(_at_offset(pattern, -1)), prev_ok)
-        out["self_token_argmax"] = masked_mean(share(_at_offset(pattern, 0)), scored)
-        out["next_token_argmax"] = masked_mean(share(_at_offset(pattern, 1)), next_ok)
-        out["first_token_argmax"] = masked_mean(share(_at_first(pattern, ctx.first_real)), scored)
-        return out
+        # argmax with ties split evenly, the tie count written into the float scratch
+        threshold, n_max = argmax_ties(pattern, scratch)
+        for t in self.types:
+            if t.argmax:
+                out[f"{t.column}_argmax"] = masked_mean(t.hits(pattern, batch, threshold, n_max), queries[t.name])
+        order = {name: i for i, name in enumerate(POSITIONAL_METRICS)}
+        return dict(sorted(out.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def reduce_focus(pattern: torch.Tensor, ctx: BatchContext, window: int = 3) -> dict[str, torch.Tensor]:
@@ -149,7 +133,7 @@ def reduce_focus(pattern: torch.Tensor, ctx: BatchContext, window: int = 3) -> d
 def focus_per_prompt(
     model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, layers=None
 ) -> dict[str, torch.Tensor]:
-    """{metric: (prompt, layer, head)} for every metric in `POSITIONAL_METRICS` (see the module docstring).
+    """{metric: (prompt, layer, head)} for every metric in `positional_metrics()` (see the module docstring).
 
     Streams in batches and stops after the last layer asked for. On causal models
     `next_token` and `next_token_argmax` are all NaN (kept, so every model gives the same keys).
@@ -198,8 +182,9 @@ def focus(
 ) -> pd.DataFrame:
     """One row per (layer, head): each positional metric with a bootstrap CI over prompts, and `n_prompts`.
 
-    Columns: `layer`, `head`, then for each of `POSITIONAL_METRICS` the value, `_ci_low`,
-    `_ci_high`; `next_token*` columns are NaN for causal models. CIs are 95% percentile
+    Columns: `layer`, `head`, then for each of `POSITIONAL_METRICS` (and of the head types registered
+    since, `positional_metrics()`) the value, `_ci_low`, `_ci_high`; `next_token*` columns are NaN for
+    causal models. CIs are 95% percentile
     bootstraps over prompts (`interp.stats.head_frame`).
     """
     per_prompt = focus_per_prompt(model, prompts, window=window, batch_size=batch_size, layers=layers)

@@ -41,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,6 +55,9 @@ from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
+
+if TYPE_CHECKING:
+    from interp.progress import Stages
 
 MARKER = ".interp-report"  # a file in every report directory: `interp demo` may replace such a directory
 # evidence for models without a meaningful loss (encoders, random task heads): ablation evidence
@@ -110,10 +113,10 @@ def select_heads(
         chosen = [lh for lh in chosen if lh[0] in layers]
     if heads is not None:
         heads = list(heads)
-        bad = [lh for lh in heads if lh not in every]
-        if bad:
+        unknown = [lh for lh in heads if lh not in every]
+        if unknown:
             shape = ", ".join(f"layer {s.layer}: heads 0..{s.n_heads - 1}" for s in sites)
-            raise ValueError(f"head L{bad[0][0]}H{bad[0][1]} does not exist ({shape}).")
+            raise ValueError(f"head L{unknown[0][0]}H{unknown[0][1]} does not exist ({shape}).")
         chosen = [lh for lh in chosen if lh in heads]
     if not chosen:
         raise ValueError(f"the selection (layers={layers}, heads={heads}) leaves no heads; widen it.")
@@ -179,8 +182,8 @@ def head_metrics(
         scores = induction.scores(model, prompts, seed=seed, layers=needed)
         extra = [c for c in scores.columns if c not in frame.columns or c in ("layer", "head")]
         frame = frame.merge(scores[extra], on=["layer", "head"], how="left")
-    chosen = set(chosen)
-    frame = frame[[(l, h) in chosen for l, h in zip(frame["layer"], frame["head"])]].reset_index(drop=True)
+    kept = set(chosen)
+    frame = frame[[(l, h) in kept for l, h in zip(frame["layer"], frame["head"])]].reset_index(drop=True)
     frame.insert(0, "label", [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])])
     if "n_prompts" in frame.columns:  # keep n_prompts last
         frame = frame[[c for c in frame.columns if c != "n_prompts"] + ["n_prompts"]]
@@ -277,7 +280,7 @@ class ReportResult:
 RENDER_STAGES = ["plots, tables and pages", "moving into place"]
 
 
-def _Stages(names: list[str], progress) -> "Stages":  # noqa: N802 (the report's stage bar, called like the class it was)
+def _Stages(names: list[str], progress: bool | Stages) -> Stages:  # noqa: N802 (the report's stage bar, called like the class it was)
     """The stages `names` under one bar: added to the caller's `interp.progress.Stages` when `progress` is
     one (build_report keeps it open across compute and render), else a new bar when `progress` is True."""
     from interp.progress import Stages
@@ -298,7 +301,7 @@ def compute(
     claims_file=None,
     seed: int = 0,
     leakage_len: int = 32,
-    progress: bool = False,
+    progress: bool | Stages = False,
     max_cards: int = MAX_CARDS,
     colour_scale: str = "common",
     behaviour=None,
@@ -692,8 +695,9 @@ def _prompts_paragraph(prompts: PromptSet, seed: int) -> str:
     meta = prompts.meta
     kind = meta.get("kind", "tokens")
     desc = f"{len(prompts)} {kind} prompts of up to {prompts.n_pos} tokens (seed {meta.get('seed', seed)}"
-    if kind == "repeated":
-        desc += f", a random block of {meta.get('prefix_len')} tokens repeated {meta.get('n_repeats', 2)} times"
+    repeats = prompts.repeats
+    if kind == "repeated" and repeats is not None:
+        desc += f", a random block of {repeats.period} tokens repeated {repeats.n_repeats or 2} times"
     if meta.get("tokenizer") == "char":
         desc += ", through the toolkit's character tokenizer"
     elif meta.get("tokenizer"):
@@ -805,7 +809,8 @@ def _partial_findings(data: ReportData, supported: set[str], room: int) -> list[
     if not room or not len(claims) or "observational_passed" not in claims.columns:
         return []
     verdicts = data.verdicts or [None] * len(claims)
-    rows, seen = [], set(supported)
+    rows: list[dict[str, str]] = []
+    seen = set(supported)
     candidates = [(r, v) for (_, r), v in zip(claims.iterrows(), verdicts)
                   if r["verdict"] == "inconclusive" and _is_true(r["observational_passed"])]
     for row, verdict in sorted(candidates, key=lambda rv: (-_effect(rv[0]), head_sort_key(rv[0]["label"]))):

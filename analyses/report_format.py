@@ -245,10 +245,26 @@ def define(column: str) -> str | None:
     """The glossary entry of a column (exact name, else by its suffix); None when undefined."""
     if column in GLOSSARY:
         return GLOSSARY[column]
+    registered = _head_type_glossary()
+    if column in registered:
+        return registered[column]
     for suffix, text in _SUFFIXES:
-        if column.endswith(suffix) and column[: -len(suffix)] in GLOSSARY:
-            return text.format(base=column[: -len(suffix)])
+        base = column[: -len(suffix)]
+        if column.endswith(suffix) and (base in GLOSSARY or base in registered):
+            return text.format(base=base)
     return None
+
+
+def _head_type_glossary() -> dict[str, str]:
+    """Glossary entries of registered head types' columns (`analyses.head_types`): metric and argmax rate."""
+    from analyses.head_types import HEAD_TYPES
+
+    out = {}
+    for t in HEAD_TYPES.values():
+        out[t.column] = t.description or f"mean attention weight on the keys a {t.name} head attends to; in [0, 1]"
+        out[f"{t.column}_argmax"] = (f"fraction of queries whose largest weight is on a key a {t.name} head attends to "
+                                     "(ties split); in [0, 1]")
+    return out
 
 
 def columns_markdown(files: Mapping[str, Iterable[str]]) -> str:

@@ -72,6 +72,7 @@ def cluster_order(similarity: np.ndarray) -> list[int]:
         i, j = np.unravel_index(int(np.argmin(distance)), distance.shape)
         i, j = min(i, j), max(i, j)
         a, b = leaves[i], leaves[j]
+        assert a is not None and b is not None  # merged clusters are at distance inf, never the argmin
         merged = (len(a) * distance[i] + len(b) * distance[j]) / (len(a) + len(b))
         distance[i], distance[:, i] = merged, merged
         distance[i, i] = np.inf

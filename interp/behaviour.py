@@ -130,7 +130,7 @@ def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.
     "all": every prediction whose query and target are real tokens; "repeats": only those of the
     second and later copies of `interp.data.repeated_tokens` prompts (q >= offset + prefix_len),
     which an earlier copy makes predictable; "auto": "repeats" when the prompts have a repeat
-    structure (meta prefix_len), else "all".
+    period (`prompts.repeats`, meta prefix_len), else "all".
     """
     if positions not in get_args(Positions):
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
@@ -138,13 +138,12 @@ def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.
     if n_pos < 2:
         raise UndefinedOnPrompts(f"the next-token loss needs prompts of at least 2 tokens; these have {n_pos}.")
     mask = next_token_targets(prompts.attention_mask, (n, n_pos))
-    prefix_len = prompts.meta.get("prefix_len")
-    if positions == "all" or (positions == "auto" and prefix_len is None):
+    start = None if prompts.repeats is None else prompts.repeats.start
+    if positions == "all" or (positions == "auto" and start is None):
         return mask
-    if prefix_len is None:
-        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (meta has prefix_len); "
-                       f"got kind {prompts.kind!r}. Use positions='all' for the loss at every position.")
-    start = prompts.meta.get("offset", 0) + prefix_len
+    if start is None:
+        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (a repeat period, "
+                       f"meta prefix_len); got kind {prompts.kind!r}. Use positions='all' for the loss at every position.")
     if start > n_pos - 2:
         raise UndefinedOnPrompts(f"the prompts ({n_pos} tokens) have no repeated token to predict after position {start + 1}.")
     return mask & (torch.arange(n_pos - 1) >= start)
@@ -152,7 +151,7 @@ def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.
 
 def next_token_description(prompts: PromptSet, positions: Positions = "auto") -> str:
     """'next-token loss on every position' or '... on the repeated copies' for these prompts."""
-    repeats = positions == "repeats" or (positions == "auto" and "prefix_len" in prompts.meta)
+    repeats = positions == "repeats" or (positions == "auto" and prompts.repeats is not None and prompts.repeats.period is not None)
     return "next-token loss on the repeated copies" if repeats else "next-token loss on every position"
 
 

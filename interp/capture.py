@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from interp import distributed
-from interp.data import PromptSet, check_prompts
+from interp.data import PromptSet, Repeats, check_prompts
 from interp.errors import user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
 from interp.modelinfo import check_finite_weights
@@ -56,7 +56,8 @@ class BatchContext:
     tokens: torch.Tensor  # (batch, pos)
     attention_mask: torch.Tensor | None  # (batch, pos) bool, True = real token
     causal: bool
-    meta: dict  # the PromptSet's meta (prefix_len, offset, ...)
+    meta: dict  # the PromptSet's meta (kind, seed, ...)
+    repeats: Repeats | None = None  # the PromptSet's repeat structure
 
     @functools.cached_property
     def real(self) -> torch.Tensor:
@@ -225,7 +226,7 @@ def _stream_batch(model: nn.Module, batch: PromptSet, reduce: Reducer, plan: _St
     def make_hook(site: AttentionSite, last: bool):
         def hook(tensor: torch.Tensor, hook=None):
             causal = site.causal if site.causal is not None else _infer_causal(tensor, plan.role)
-            context = BatchContext(site, tokens, mask, causal, batch.meta)
+            context = BatchContext(site, tokens, mask, causal, batch.meta, batch.repeats)
             outputs[site.layer] = {name: value.detach() for name, value in reduce(tensor, context).items()}
             if last and plan.raise_after_last:
                 raise StopForward
@@ -234,7 +235,7 @@ def _stream_batch(model: nn.Module, batch: PromptSet, reduce: Reducer, plan: _St
         return hook
 
     fwd_hooks = [(name, make_hook(site, site is plan.sites[-1])) for name, site in zip(plan.names, plan.sites)]
-    device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta)
+    device_batch = PromptSet(tokens, mask.long() if mask is not None else None, batch.meta, repeats=batch.repeats)
     try:
         with torch.no_grad(), hooked(model, fwd_hooks):
             if forward is not None:

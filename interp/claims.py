@@ -533,7 +533,7 @@ def test_claims(
                                          behaviour=behaviour))
 
 
-test_claims.__test__ = False  # not a pytest test, despite its name
+setattr(test_claims, "__test__", False)  # not a pytest test, despite its name
 
 
 # --------------------------------------------------------------------------- stability (generic)
@@ -582,7 +582,7 @@ class Stability:
                 continue
             agree.append(ev.passed == reference.passed)
             corr = math.nan
-            if ref_scores is not None:
+            if ranks is not None and ref_scores is not None:  # both set, or neither
                 corr = _spearman(ref_scores, np.asarray(ranks(claim, sub)))
                 corrs.append(corr)
             notes.append(f"{name}: {ev.effect:.3f} passed={ev.passed}" + (f", rank corr {corr:.3f}" if math.isfinite(corr) else ""))

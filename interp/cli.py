@@ -27,10 +27,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
 from interp.launch import add_flags as add_scale_flags, place
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -47,19 +50,19 @@ def _stderr_console(quiet: bool = False):
 
 def _out_console(args) -> Any:
     """Where human-readable results go: stdout, or stderr when JSON is written to stdout."""
-    from rich.console import Console
-
     to_stderr = getattr(args, "json", None) == "-"
     stream = sys.stderr if to_stderr else sys.stdout
     width = None if stream.isatty() else _columns_env() or 120  # a terminal's own width; else $COLUMNS or 120
-    return _pipe_safe(Console)(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False,
+    return _pipe_safe_console()(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False,
                                width=width)
 
 
-def _pipe_safe(console_class):
+def _pipe_safe_console() -> type[Console]:
     """A rich Console class whose closed pipe raises BrokenPipeError (exit 0 in `main`), not rich's SystemExit(1),
     which would read as "a finding" (`interp verify | head -1`)."""
-    class PipeSafeConsole(console_class):
+    from rich.console import Console
+
+    class PipeSafeConsole(Console):
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError("stdout was closed by the reader")
@@ -580,7 +583,7 @@ def cmd_verify(args) -> int:
     n_failed = None if passed is None else int((~passed).sum())
     _emit_json(args, "verify", args.spec or DEFAULT_SPEC, {"n_checks": len(frame), "n_failed": n_failed,
                                                            "checks": _frame_records(frame)})
-    if passed is None:
+    if n_failed is None:  # no "passed" column
         return EXIT_OK
     console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
     return EXIT_FINDING if n_failed else EXIT_OK

@@ -2,7 +2,8 @@
 
 A `PromptSet` holds `tokens` (n_prompts, pos) and, for padded text, an `attention_mask`
 (n_prompts, pos) with 1 for real tokens and 0 for padding. `meta` records how it was made
-(kind, seed, prefix length...) so reports can state their methods.
+(kind, seed, prefix length...) so reports can state their methods; `repeats` (a `Repeats`)
+is the repeat structure that induction scores, claims and behaviours read.
 """
 from __future__ import annotations
 
@@ -15,13 +16,50 @@ from interp.errors import BadInput, BadType
 
 
 @dataclass(frozen=True)
+class Repeats:
+    """The repeat structure of a prompt set: where a token repeats an earlier one.
+
+    With a `period` (`repeated_tokens`' prefix_len), the token at position p >= offset + period
+    repeats the token at p - period; without one, a repeat is wherever a token (or, with
+    `match_len` = k, a k-gram) occurred before. `match_len` None means single tokens.
+    """
+
+    period: int | None = None  # prefix_len: length of the repeated block; None: repeats found in the tokens
+    offset: int = 0  # position of the first block's first token (1 after a BOS token)
+    n_repeats: int | None = None  # copies of the block (None: not built by repetition)
+    match_len: int | None = None  # n-gram length that makes a repeat (None: 1, single tokens)
+
+    @property
+    def start(self) -> int | None:
+        """First position of the second copy (offset + period); None without a period."""
+        return None if self.period is None else self.offset + self.period
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> "Repeats | None":
+        """The structure the legacy meta keys (prefix_len, offset, n_repeats, match_len) describe; None if none."""
+        if meta.get("prefix_len") is None and meta.get("match_len") is None:
+            return None
+        return cls(period=meta.get("prefix_len"), offset=meta.get("offset", 0) or 0, n_repeats=meta.get("n_repeats"),
+                   match_len=meta.get("match_len"))
+
+    def without_period(self) -> "Repeats | None":
+        """What survives shuffling the tokens: the n-gram length, not the period (None if nothing is left)."""
+        return None if self.match_len is None else Repeats(match_len=self.match_len)
+
+
+@dataclass(frozen=True)
 class PromptSet:
     tokens: torch.Tensor  # (prompt, pos) long
     attention_mask: torch.Tensor | None = None  # (prompt, pos) 1 = real, 0 = padding
     meta: dict[str, Any] = field(default_factory=dict)  # kind, seed, prefix_len, ...
     rows: torch.Tensor | None = None  # (prompt,) each prompt's row in the set it was taken from; None = 0..n-1
+    repeats: Repeats | None = None  # repeat structure; None: derived from meta's prefix_len / match_len, if any
 
     def __post_init__(self) -> None:
+        if self.repeats is None:  # sets built with the legacy meta keys (users, notebooks) keep working
+            object.__setattr__(self, "repeats", Repeats.from_meta(self.meta))
+        elif not isinstance(self.repeats, Repeats):
+            raise BadType(f"PromptSet.repeats must be an interp.data.Repeats or None, got {type(self.repeats).__name__}.")
         if not isinstance(self.tokens, torch.Tensor) or self.tokens.ndim != 2:
             shape = tuple(self.tokens.shape) if isinstance(self.tokens, torch.Tensor) else type(self.tokens).__name__
             raise BadInput(f"PromptSet.tokens must be a (prompt, pos) tensor, got {shape}.")
@@ -143,9 +181,9 @@ def repeated_tokens(
 ) -> PromptSet:
     """A random prefix followed by the same prefix again: the induction test (Olsson et al. 2022).
 
-    `meta["prefix_len"]` is the repeat period and `meta["offset"]` the position of the first
-    prefix token (1 with a BOS token, else 0): the token at position p >= offset + prefix_len
-    repeats the token at p - prefix_len.
+    `repeats.period` (also `meta["prefix_len"]`) is the repeat period and `repeats.offset` the
+    position of the first prefix token (1 with a BOS token, else 0): the token at position
+    p >= offset + prefix_len repeats the token at p - prefix_len.
     """
     _check_counts(n, prefix_len=prefix_len, d_vocab=d_vocab, n_repeats=n_repeats)
     if prefix_len < 2:
@@ -158,9 +196,10 @@ def repeated_tokens(
     tokens = prefix.repeat(1, n_repeats)  # (prompt, pos)
     if bos is not None:
         tokens = torch.cat([torch.full((n, 1), bos), tokens], dim=1)
+    repeats = Repeats(period=prefix_len, offset=0 if bos is None else 1, n_repeats=n_repeats)
     meta = {"kind": "repeated", "seed": seed, "d_vocab": d_vocab, "bos": bos,
-            "prefix_len": prefix_len, "offset": 0 if bos is None else 1, "n_repeats": n_repeats}
-    return PromptSet(tokens, meta=meta)
+            "prefix_len": prefix_len, "offset": repeats.offset, "n_repeats": n_repeats}
+    return PromptSet(tokens, meta=meta, repeats=repeats)
 
 
 def shuffled(prompts: PromptSet, *, seed: int = 0, keep_first: bool | None = None) -> PromptSet:
@@ -168,6 +207,7 @@ def shuffled(prompts: PromptSet, *, seed: int = 0, keep_first: bool | None = Non
 
     The bag of tokens is unchanged, so a metric that survives shuffling depends on position,
     not on content. `keep_first` (default: keep it when the set has a BOS token) pins position 0.
+    The repeat period is dropped (the repeats are wherever the tokens went); `match_len` is kept.
     """
     keep_first = prompts.meta.get("bos") is not None if keep_first is None else keep_first
     generator = _generator(seed)
@@ -176,8 +216,10 @@ def shuffled(prompts: PromptSet, *, seed: int = 0, keep_first: bool | None = Non
         real = torch.arange(prompts.n_pos) if prompts.attention_mask is None else prompts.attention_mask[row].nonzero().flatten()
         movable = real[1:] if keep_first else real
         tokens[row, movable] = tokens[row, movable[torch.randperm(len(movable), generator=generator)]]
-    meta = {**prompts.meta, "kind": f"shuffled({prompts.kind})", "shuffle_seed": seed}
-    return replace(prompts, tokens=tokens, meta=meta)
+    repeats = None if prompts.repeats is None else prompts.repeats.without_period()
+    meta = {k: v for k, v in prompts.meta.items() if k not in ("prefix_len", "offset", "n_repeats")}
+    meta.update(kind=f"shuffled({prompts.kind})", shuffle_seed=seed)
+    return replace(prompts, tokens=tokens, meta=meta, repeats=repeats)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import pickle
 import socket
@@ -180,7 +181,7 @@ def merge(accumulator):
     if not active():
         return accumulator
     if hasattr(accumulator, "tensors") and hasattr(accumulator, "align"):
-        layout = next((part for part in gather_objects(accumulator.layout()) if part), {})
+        layout: dict[str, tuple[int, ...]] = next((part for part in gather_objects(accumulator.layout()) if part), {})
         accumulator.align(layout)
         all_reduce_sum(accumulator.tensors())
         return accumulator
@@ -206,9 +207,7 @@ def fmax_merge(value: torch.Tensor) -> torch.Tensor:
     result does not depend on the order of the ranks."""
     if not active():
         return value
-    merged = None
-    for part in gather_objects(value.cpu()):
-        merged = part if merged is None else torch.fmax(merged, part)
+    merged = functools.reduce(torch.fmax, gather_objects(value.cpu()))  # one part per rank, at least one
     return merged.to(value.device)
 
 

@@ -50,7 +50,7 @@ def _alias(parser: argparse.ArgumentParser, option: str, alias: str) -> None:
     --nnodes / --nproc-per-node) anywhere on its command line, so `--n-prompts` gets through."""
     action = parser._option_string_actions.get(option)
     if action is not None and alias not in parser._option_string_actions:
-        action.option_strings.append(alias)
+        action.option_strings = [*action.option_strings, alias]  # typeshed: a read-only Sequence
         parser._option_string_actions[alias] = action
 
 

@@ -66,8 +66,10 @@ class Bar:
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.completed += n
         if self._progress is not None:
-            fields = {} if note is None else {"note": note}
-            self._progress.update(self._task, advance=n, **fields)
+            if note is None:
+                self._progress.update(self._task, advance=n)
+            else:
+                self._progress.update(self._task, advance=n, note=note)
 
     def describe(self, description: str) -> None:
         self.description = description

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Protocol, cast
 
 import einops
 import pandas as pd
@@ -46,6 +46,18 @@ ATOL, RTOL = 1e-4, 1e-4
 # (atol, rtol) per dtype of the hooked tensor: a few units of its rounding (bfloat16 keeps 8
 # significant bits, float16 11); float32 and float64 use ATOL, RTOL
 TOLERANCES = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 4e-3)}
+
+
+class _HookRoot(Protocol):
+    """What verify needs of a model: TransformerLens's temporary-hooks context (a hook root or a bridge)."""
+
+    def hooks(self, fwd_hooks: list, bwd_hooks: list = ..., reset_hooks_end: bool = ...) -> ContextManager[Any]: ...
+
+
+def _hooks(model: nn.Module, fwd_hooks: list[tuple[str, Callable]]) -> ContextManager[Any]:
+    """`model.hooks(fwd_hooks, reset_hooks_end=True)`: every model with attention sites has it, but
+    torch types an unknown module attribute as Tensor | Module."""
+    return cast(_HookRoot, model).hooks(fwd_hooks=fwd_hooks, reset_hooks_end=True)
 
 
 def _first(output: Any) -> torch.Tensor:
@@ -78,7 +90,8 @@ def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple
             f"verify_hooks cannot guess an input for a {type(model).__name__}; pass tokens=... "
             "(a tensor, or a tuple of positional arguments for the model's forward)."
         )
-    shape = (2, 6, first.embed_dim) if first.batch_first else (6, 2, first.embed_dim)
+    width = first.original.embed_dim  # the wrapper copies it, untyped
+    shape = (2, 6, width) if first.batch_first else (6, 2, width)
     x = torch.randn(shape, generator=generator)
     if isinstance(model, HookedMultiheadAttention):
         return (x, x, x), {}
@@ -195,7 +208,8 @@ def _per_query_head(site: AttentionSite, got: dict[str, torch.Tensor]) -> dict[s
 
 
 def _output_module(site: AttentionSite) -> str:
-    return site.output_module if getattr(site, "output_module", None) is not None else site.module
+    output = getattr(site, "output_module", None)
+    return output if output is not None else site.module
 
 
 def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:
@@ -259,7 +273,8 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
     model.eval()
     rows: list[dict] = [_weights_row(model)]
     allowed_before = getattr(model, "allow_non_finite_weights", None)
-    model.allow_non_finite_weights = True  # a HookedGPT refuses NaN weights; here each check shows what NaN does
+    # a HookedGPT refuses NaN weights; here each check shows what NaN does (setattr: a flag torch's typing lacks)
+    setattr(model, "allow_non_finite_weights", True)
     try:
         with torch.no_grad():
             module_out: dict[str, torch.Tensor] = {}
@@ -274,7 +289,7 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
                 return save
 
             try:
-                with model.hooks(fwd_hooks=[(name, saver(name)) for name in names], reset_hooks_end=True):
+                with _hooks(model, [(name, saver(name)) for name in names]):
                     model(*args, **kwargs)
             except TypeError as error:
                 if tokens is not None:
@@ -295,7 +310,7 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
         if allowed_before is None:
             del model.allow_non_finite_weights
         else:
-            model.allow_non_finite_weights = allowed_before
+            setattr(model, "allow_non_finite_weights", allowed_before)
     return pd.DataFrame(rows, columns=["layer", "site", "check", "passed", "detail"])
 
 
@@ -320,9 +335,9 @@ def _edit_checks(model: nn.Module, site: AttentionSite, args: tuple, kwargs: dic
     for offset, (role, name) in enumerate(sorted(site.hooks.items())):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with model.hooks(fwd_hooks=[(name, _identity)], reset_hooks_end=True):
+            with _hooks(model, [(name, _identity)]):
                 base = _first(model(*args, **kwargs)).detach()
-            with model.hooks(fwd_hooks=[(name, _noise_hook(1000 + offset))], reset_hooks_end=True):
+            with _hooks(model, [(name, _noise_hook(1000 + offset))]):
                 edited = _first(model(*args, **kwargs)).detach()
         change = (edited.double() - base.double()).nan_to_num(0.0).abs().max().item()
         scale = base.double().nan_to_num(0.0).abs().max().item()

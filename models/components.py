@@ -14,6 +14,7 @@ Weights are stored per head, as TransformerLens stores them: `W_Q[h]` is one hea
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar, overload
 
 import einops
 import torch
@@ -69,7 +70,7 @@ class CachingRoot(HookedRootModule):
         root has no `cfg` with n_heads / d_head / d_model to estimate from); refuse
         (naming the size and how to narrow it) when it exceeds the memory available."""
         cfg = getattr(self, "cfg", None)
-        if not all(hasattr(cfg, name) for name in ("n_heads", "d_head", "d_model")):
+        if cfg is None or not all(hasattr(cfg, name) for name in ("n_heads", "d_head", "d_model")):
             return 0  # a root without our config: nothing to estimate from
         d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
         per_token = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_heads * cfg.d_head, "v": cfg.n_heads * cfg.d_head,
@@ -99,6 +100,24 @@ def _available_bytes(device: torch.device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, RuntimeError, AttributeError):
         return None
+
+
+M = TypeVar("M", bound=nn.Module)
+
+if TYPE_CHECKING:
+    class ModuleStack(nn.ModuleList, Generic[M]):
+        """What the type checker sees of an `nn.ModuleList` whose items are all one module class
+        (torch types every item as `Module`); at runtime it is `nn.ModuleList` itself."""
+
+        def __init__(self, modules: Iterable[M] | None = None) -> None: ...
+        @overload
+        def __getitem__(self, idx: slice) -> ModuleStack[M]: ...
+        @overload
+        def __getitem__(self, idx: int) -> M: ...
+        def __getitem__(self, idx: int | slice) -> M | ModuleStack[M]: ...
+        def __iter__(self) -> Iterator[M]: ...
+else:
+    ModuleStack = nn.ModuleList
 
 
 def hook_is_live(hook: HookPoint) -> bool:
@@ -175,7 +194,8 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-ACT_FNS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_new": _gelu_tanh}
+ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu, "relu": F.relu, "silu": F.silu, "gelu_new": _gelu_tanh}
 
 
 class GatedMLP(nn.Module):
@@ -222,7 +242,7 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(x / scale) * self.w
 
 
-def make_norm(cfg: GPTConfig) -> nn.Module:
+def make_norm(cfg: GPTConfig) -> LayerNorm | RMSNorm | nn.Identity:
     """The model's norm layer: LayerNorm, RMSNorm or none."""
     if cfg.normalization_type == "LN":
         return LayerNorm(cfg)
@@ -231,7 +251,7 @@ def make_norm(cfg: GPTConfig) -> nn.Module:
     return nn.Identity()
 
 
-def make_mlp(cfg: GPTConfig) -> nn.Module:
+def make_mlp(cfg: GPTConfig) -> MLP | GatedMLP:
     return GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
 
 
@@ -324,6 +344,18 @@ class Attention(nn.Module):
     `W_K[h]` is the key map query head h uses (write to `_W_K[h // group]` to change it).
     """
 
+    # registered by name in __init__ (torch types such attributes as Tensor | Module): the key/value
+    # parameters are W_K... without grouping and _W_K... with it; the buffer exists for rotary models only
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    b_K: torch.Tensor
+    b_V: torch.Tensor
+    _W_K: torch.Tensor
+    _W_V: torch.Tensor
+    _b_K: torch.Tensor
+    _b_V: torch.Tensor
+    rotary_inv_freq: torch.Tensor
+
     def __init__(self, cfg: GPTConfig, causal: bool):
         super().__init__()
         self.cfg = cfg
@@ -403,12 +435,14 @@ class Attention(nn.Module):
 
     def fused_z(self, q, k, v, key_mask) -> torch.Tensor:
         """z through `F.scaled_dot_product_attention` (no hook can see its inside)."""
-        grouped = {"enable_gqa": True} if self.group > 1 else {}
+        # enable_gqa only when grouped (torch 2.4 lacks it); Any: typeshed cannot match a **dict to one keyword
+        grouped: dict[str, Any] = {"enable_gqa": True} if self.group > 1 else {}
         n_pos = q.shape[2]
         windowed = self.cfg.window_size is not None and n_pos > self.cfg.window_size
         if key_mask is None and not windowed:
             return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, **grouped)
         allowed = self.mask(n_pos, key_mask, q.device)
+        assert allowed is not None  # a key mask or a window applies, so mask() returns one
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, **grouped)
         # a query whose every key is padding attends to nothing (the kernel gives NaN there)
         return z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
@@ -446,6 +480,7 @@ class Attention(nn.Module):
         scores = self.hook_attn_scores(scores)
         pattern = torch.softmax(scores, dim=-1)
         if key_mask is not None:
+            assert allowed is not None  # mask() always masks when given a key mask
             # a query whose every key is padding attends to nothing, rather than to NaN
             pattern = pattern.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         pattern = self.hook_pattern(pattern)
@@ -459,20 +494,22 @@ class GroupedQueryAttention(Attention):
     def _expanded(self, stored: torch.Tensor) -> torch.Tensor:
         return stored.repeat_interleave(self.group, dim=0)  # (head, ...): row h is kv head h // group
 
+    # read-only views over the kv-head parameters, where Attention registers W_K... as parameters;
+    # assigning W_K on a grouped model is refused at runtime too
     @property
-    def W_K(self) -> torch.Tensor:
+    def W_K(self) -> torch.Tensor:  # type: ignore[override]
         return self._expanded(self._W_K)
 
     @property
-    def W_V(self) -> torch.Tensor:
+    def W_V(self) -> torch.Tensor:  # type: ignore[override]
         return self._expanded(self._W_V)
 
     @property
-    def b_K(self) -> torch.Tensor:
+    def b_K(self) -> torch.Tensor:  # type: ignore[override]
         return self._expanded(self._b_K)
 
     @property
-    def b_V(self) -> torch.Tensor:
+    def b_V(self) -> torch.Tensor:  # type: ignore[override]
         return self._expanded(self._b_V)
 
 

@@ -29,11 +29,13 @@ class GPTConfig:
     n_layers: int = 2  # number of transformer blocks
     n_heads: int = 4  # attention heads per layer
     d_model: int = 64  # width of the residual stream
-    d_head: int | None = None  # width of one head; default d_model // n_heads
+    # d_head and d_mlp: None in the constructor means the default, which __post_init__ writes in, so a
+    # config's readers always see an int (a dataclass cannot type a field's input and stored value apart)
+    d_head: int = None  # type: ignore[assignment]  # width of one head; default d_model // n_heads
     n_ctx: int = 128  # longest sequence the model accepts
     d_vocab: int = 64  # number of token ids
     attn_only: bool = False  # True: no MLPs (the induction-circuit setting of Olsson et al.)
-    d_mlp: int | None = None  # MLP hidden width; default 4 * d_model
+    d_mlp: int = None  # type: ignore[assignment]  # MLP hidden width; default 4 * d_model
     act_fn: ActFn = "gelu"  # MLP non-linearity
     normalization_type: NormType = "LN"  # "LN" (pre-norm LayerNorm) or None
     positional_embedding_type: PosEmbedType = "standard"  # learned absolute or rotary

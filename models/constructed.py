@@ -206,8 +206,8 @@ def pattern_heads(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     ablating both is as cheap as ablating one (a trap for redundancy claims read off similarity).
     """
     b = _Builder(1, 6, d_vocab, n_ctx, "constructed-pattern-heads")
-    for head, role in enumerate(["previous_token", "first_token", "self_token", "uniform",
-                                 "local_window", "local_window"]):
+    roles: list[HeadRole] = ["previous_token", "first_token", "self_token", "uniform", "local_window", "local_window"]
+    for head, role in enumerate(roles):
         b.set_pattern(0, head, role)
         b.set_copy(0, head, "out" if head == 0 else "scratch")
     return b.finish(
@@ -276,8 +276,9 @@ def induction_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     b.set_copy(0, 0, "prev")
     b.set_pattern(1, 0, "induction")
     b.set_copy(1, 0, "out")
+    fillers: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
     for layer in (0, 1):
-        for head, role in ((1, "first_token"), (2, "self_token"), (3, "uniform")):
+        for head, role in fillers:
             b.set_pattern(layer, head, role)
             b.set_copy(layer, head, "scratch")
     return b.finish(

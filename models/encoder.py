@@ -17,16 +17,18 @@ import torch
 from transformer_lens.hook_points import HookPoint
 
 from models.components import LayerNorm, MLMHead, TokenTypeEmbed, Unembed
-from models.config import EncoderConfig
-from models.gpt import HookedGPT
+from models.config import EncoderConfig, GPTConfig
+from models.gpt import HookedGPT, ReturnType
 
 
 class HookedEncoder(HookedGPT):
     """Bidirectional encoder; `forward(tokens, attention_mask=..., token_type_ids=...)`."""
 
     config_class = EncoderConfig
+    cfg: EncoderConfig  # HookedGPT.__init__ refuses any other config class
 
-    def build_embedding_extras(self, cfg: EncoderConfig) -> None:
+    def build_embedding_extras(self, cfg: GPTConfig) -> None:
+        assert isinstance(cfg, EncoderConfig)  # HookedGPT.__init__ checked it against config_class
         if cfg.n_token_types:
             self.token_type_embed = TokenTypeEmbed(cfg)
             self.hook_token_type_embed = HookPoint()  # (batch, pos, d_model)
@@ -49,7 +51,8 @@ class HookedEncoder(HookedGPT):
             raise ValueError("this HookedEncoder has no token-type embeddings (n_token_types=0); drop token_type_ids.")
         return self.embed_ln(resid) if self.cfg.embed_norm else resid
 
-    def build_head(self, cfg: EncoderConfig) -> None:
+    def build_head(self, cfg: GPTConfig) -> None:
+        assert isinstance(cfg, EncoderConfig)  # HookedGPT.__init__ checked it against config_class
         if cfg.lm_head == "mlm":
             self.mlm_head = MLMHead(cfg)
         if cfg.lm_head is not None:
@@ -62,8 +65,11 @@ class HookedEncoder(HookedGPT):
             hidden = self.mlm_head(hidden)
         return self.unembed(hidden)
 
-    def forward(self, tokens: torch.Tensor, return_type="logits", *, attention_mask=None, stop_at_layer=None,
-                token_type_ids=None):
+    # no loss_per_token: the encoder has no loss, so it takes fewer arguments than HookedGPT.forward
+    def forward(  # type: ignore[override]
+        self, tokens: torch.Tensor, return_type: ReturnType = "logits", *, attention_mask: torch.Tensor | None = None,
+        stop_at_layer: int | None = None, token_type_ids: torch.Tensor | None = None,
+    ):
         """tokens (batch, pos) -> logits (batch, pos, d_vocab), or the final residual stream
         (batch, pos, d_model) when the encoder has no head (`cfg.lm_head is None`); no loss here."""
         if return_type in ("loss", "both"):

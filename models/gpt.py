@@ -14,14 +14,15 @@ attention (see `models.components.Attention`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.components import CachingRoot, Embed, PosEmbed, TransformerBlock, Unembed, init_weights, make_norm
+from models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
+                               make_norm)
 from models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
@@ -37,6 +38,10 @@ class HookedGPT(CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
     config_class = GPTConfig
+    # set by the loaders (models.io, models.nanogpt, models.constructed); absent on a model built from a config
+    metadata: dict[str, Any]  # how the model was made
+    load_notes: list[str]  # what loading an older checkpoint adjusted
+    truth: dict[str, str]  # a constructed model's head roles, e.g. {"L0H0": "previous_token"}
 
     def __init__(self, cfg: GPTConfig | None = None, **overrides):
         super().__init__()
@@ -52,7 +57,8 @@ class HookedGPT(CachingRoot):
             self.pos_embed = PosEmbed(cfg)
             self.hook_pos_embed = HookPoint()  # (batch, pos, d_model)
         self.build_embedding_extras(cfg)
-        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=cfg.causal) for _ in range(cfg.n_layers))
+        self.blocks: ModuleStack[TransformerBlock] = ModuleStack(
+            TransformerBlock(cfg, causal=cfg.causal) for _ in range(cfg.n_layers))
         # a post-norm model's last block already ends in a norm
         self.ln_final = nn.Identity() if cfg.post_norm else make_norm(cfg)
         self.build_head(cfg)

@@ -53,11 +53,12 @@ def supports_incremental(model: nn.Module) -> bool:
 class _Cache:
     """Keys and values of one layer, preallocated for the whole sequence (no copy per step)."""
 
-    def __init__(self):
-        self.keys = self.values = None
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
 
     def extend(self, k: torch.Tensor, v: torch.Tensor, position: int, n_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys is None:  # (batch, head, pos, d_head), filled one position per step
+        if self.keys is None or self.values is None:  # (batch, head, pos, d_head), filled one position per step
             self.keys = k.new_empty(k.shape[0], k.shape[1], n_pos, k.shape[3])
             self.values = v.new_empty(v.shape[0], v.shape[1], n_pos, v.shape[3])
         self.keys[:, :, position] = k[:, :, 0]

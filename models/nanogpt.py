@@ -14,7 +14,7 @@ what was found and what was expected.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, overload
 
 import einops
 import torch
@@ -63,6 +63,11 @@ class _Keys:
     def __init__(self, state: Mapping[str, torch.Tensor]):
         self.state = {k.removeprefix(_COMPILED_PREFIX): v for k, v in state.items()}
         self.used: set[str] = set()
+
+    @overload
+    def take(self, key: str, shape: tuple[int, ...], optional: Literal[False] = False) -> torch.Tensor: ...
+    @overload
+    def take(self, key: str, shape: tuple[int, ...], optional: bool) -> torch.Tensor | None: ...
 
     def take(self, key: str, shape: tuple[int, ...], optional: bool = False) -> torch.Tensor | None:
         if key not in self.state:

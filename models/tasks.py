@@ -80,7 +80,7 @@ class InductionTask:
             # from `start` on, the token at p repeats the one at start + (p - start) % prefix_len
             source = noise[row, start:] if order is None else order[row]  # the prefix is source[:prefix_len]
             tokens[row, repeats] = source[(repeats - start) % prefix_len]
-            if start > int(offsets[row]):
+            if start > int(offsets[row]) and self.bos_token is not None:  # the first test implies the second
                 tokens[row, 0] = self.bos_token
         return tokens
 

@@ -86,7 +86,11 @@ def load_corpus(root: str | Path | None = None) -> TextCorpus:
     root = Path(root) if root is not None else stdlib_root()
     files = corpus_files(root)
     digest = hashlib.sha256()
-    train, held_out, train_names, held_names, total = [], [], [], [], 0
+    train: list[bytes] = []
+    held_out: list[bytes] = []
+    train_names: list[str] = []
+    held_names: list[str] = []
+    total = 0
     for relative in files:
         data = (root / relative).read_bytes().replace(SEPARATOR, b"")
         total += len(data)

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Callable, Literal, TypedDict, get_args
 
 import torch
 
@@ -158,16 +158,24 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, task: InductionTask | Te
 # ---------------------------------------------------------------- measuring what was learned
 
 
+class _Setting(TypedDict):
+    """One prompt setting of the evaluation grid (bos None: no BOS token)."""
+
+    prefix_len: int
+    offset: int
+    bos: int | None
+
+
 def evaluation_grid(task: InductionTask) -> list[dict]:
     """Prompt settings for the card: trained lengths, held-out lengths, unseen offsets, with and without BOS."""
     bos = task.bos_token
-    trained = [dict(prefix_len=12, offset=0, bos=bos), dict(prefix_len=20, offset=0, bos=None),
-               dict(prefix_len=30, offset=10, bos=bos)]
-    held_out = [dict(prefix_len=n, offset=0, bos=None) for n in task.held_out_prefix_lens]
+    trained = [_Setting(prefix_len=12, offset=0, bos=bos), _Setting(prefix_len=20, offset=0, bos=None),
+               _Setting(prefix_len=30, offset=10, bos=bos)]
+    held_out = [_Setting(prefix_len=n, offset=0, bos=None) for n in task.held_out_prefix_lens]
     longest = max(task.prefix_lens)
-    longer = [dict(prefix_len=longest + 3, offset=0, bos=bos), dict(prefix_len=longest + 5, offset=0, bos=None)]
-    far = [dict(prefix_len=20, offset=40, bos=bos), dict(prefix_len=30, offset=60, bos=None),
-           dict(prefix_len=12, offset=100, bos=None)]
+    longer = [_Setting(prefix_len=longest + 3, offset=0, bos=bos), _Setting(prefix_len=longest + 5, offset=0, bos=None)]
+    far = [_Setting(prefix_len=20, offset=40, bos=bos), _Setting(prefix_len=30, offset=60, bos=None),
+           _Setting(prefix_len=12, offset=100, bos=None)]
     rows = []
     for kind, settings in (("trained", trained), ("held-out length", held_out),
                            ("longer than trained", longer), ("unseen offset", far)):
@@ -218,7 +226,9 @@ def ablation_check(model: HookedGPT, heads: list[str], prefix_len: int = 25, n: 
             return z
         return hook
 
-    hooks = [(f"blocks.{layer}.attn.hook_z", zero(hs)) for layer, hs in by_layer.items()]
+    # typed as run_with_hooks's fwd_hooks (a list is invariant: a narrower element type is refused)
+    hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]] = [
+        (f"blocks.{layer}.attn.hook_z", zero(hs)) for layer, hs in by_layer.items()]
     second = slice(start + prefix_len, start + 2 * prefix_len - 1)
     first = slice(start, start + prefix_len - 1)
     clean = model(tokens, return_type="loss", loss_per_token=True)

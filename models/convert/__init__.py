@@ -182,7 +182,7 @@ from models.convert import bert, gpt2, llama, neox
 from models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField
 from models.encoder import HookedEncoder
 from models.gpt import HookedGPT
-from models.components import model_rotary_frequencies
+from models.components import Attention, model_rotary_frequencies
 
 # Hugging Face class -> (model_type, converter module)
 ARCHITECTURES: dict[str, tuple[str, Any]] = {
@@ -215,7 +215,7 @@ def architecture_of(hf_config: Any, declared: str | None = None) -> str:
     """The Hugging Face class to convert as: `declared` (a model's class), else config.architectures[0]."""
     names = [declared] if declared else list(getattr(hf_config, "architectures", None) or [])
     if not names:
-        names = [_BASE_CLASS.get(getattr(hf_config, "model_type", None), "")]
+        names = [_BASE_CLASS.get(getattr(hf_config, "model_type", None) or "", "")]
     name = names[0]
     if name not in ARCHITECTURES or ARCHITECTURES[name][0] != getattr(hf_config, "model_type", None):
         raise UnsupportedArchitecture(
@@ -246,7 +246,7 @@ def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:
                            f"missing {missing[:5]}, unexpected {unexpected[:5]}.")
     model.load_state_dict({k: t.contiguous() for k, t in state.items()}, assign=True)
     for module in model.modules():  # non-persistent buffers are still on meta
-        if hasattr(module, "rotary_inv_freq"):
+        if isinstance(module, Attention) and hasattr(module, "rotary_inv_freq"):
             module.rotary_inv_freq = model_rotary_frequencies(cfg).to(module.W_Q.device)
     model._apply(lambda t: t)  # record the real device and dtype on cfg
     model.check_weights()

@@ -7,6 +7,8 @@ from typing import Any, Callable
 import einops
 import torch
 
+from models.config import ActFn
+
 
 class ConversionError(ValueError):
     """A Hugging Face model that cannot be converted as given (config field, weights, folder)."""
@@ -180,11 +182,11 @@ def kv_names(group: int) -> tuple[str, str, str, str]:
 Converter = Callable[[Any, dict[str, torch.Tensor], str], tuple[Any, dict[str, torch.Tensor]]]
 
 # Hugging Face activation name -> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu",
-               "silu": "silu", "swish": "silu"}
+ACTIVATIONS: dict[str, ActFn] = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+                                 "relu": "relu", "silu": "silu", "swish": "silu"}
 
 
-def activation(name: Any, family: str, field: str) -> str:
+def activation(name: Any, family: str, field: str) -> ActFn:
     if name not in ACTIVATIONS:
         raise UnsupportedField(f"unsupported {family} config field {field}={name!r}; supported: {sorted(ACTIVATIONS)}.")
     return ACTIVATIONS[name]
