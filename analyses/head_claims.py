@@ -96,7 +96,7 @@ from analyses.head_types import (  # CLARK, OLSSON, SINK, DUPLICATE: re-exported
 )
 from analyses.induction import NoRepeats, copying_scores, repeat_queries, repeat_types, scores_per_prompt
 from analyses.positional import focus_per_prompt, positional_metrics
-from interp import distributed
+from interp import distributed, launch
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
 from interp.claims import (
@@ -114,6 +114,7 @@ from interp.claims import (
 from interp.data import PromptSet, shuffled
 from interp.hooks import attention_sites
 from interp.interventions import ablate, reference_activations, substitute_pattern
+from interp.launch import Device, DType
 
 ClaimKind = Literal[
     "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
@@ -939,11 +940,13 @@ def make_claim(kind: str, layer: int, head: int, **params) -> Claim:
 # --------------------------------------------------------------------------- scan
 
 
-def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32) -> list[Claim]:
+def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
+            device: Device = None, dtype: DType = None) -> list[Claim]:
     """Claims suggested by the metrics on `prompts`: for every head, each head type (`analyses.head_types`,
     those the model and prompts define) whose point estimate clears its threshold, and a positional claim
     where the maximum sits at one offset for >= 90% of queries; a head that clears none gets its closest
-    head type (so every head is tested)."""
+    head type (so every head is tested). `device` / `dtype`: measured on a moved copy (`interp.launch.move`)."""
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     ctx = Context(model, prompts, batch_size=batch_size)
     causal = attention_sites(model)[0].causal
     kinds = [t for t in head_types() if t.available(prompts, causal=causal) is None]
@@ -988,6 +991,8 @@ def scan(
     batch_size: int = 32,
     progress: bool = False,
     behaviour: BehaviourLike = None,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Propose claims for every head on one half of the prompts and test them on the other half.
 
@@ -995,7 +1000,9 @@ def scan(
     `interp.claims.test_claims` (one row per proposed claim, p-values corrected over all of them),
     with `proposed_on` / `tested_on` prompt counts. `behaviour` is what necessity, sufficiency and
     faithfulness measure (`interp.behaviour`; default: the model's own); the `behaviour` column says which.
+    `device` / `dtype`: both halves run on one moved copy of the model (`interp.launch.move`).
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     propose_half, test_half = prompts.split(0.5, seed=seed)
     claims = propose(model, propose_half, batch_size=batch_size)
     table = test_claims(model, claims, test_half, alpha=alpha, seed=seed, evidence=evidence, batch_size=batch_size,

@@ -44,10 +44,12 @@ from transformer_lens import FactoredMatrix
 from analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
 from analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
 from analyses.positional import nan_aware_frame
+from interp import launch
 from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites
+from interp.launch import Device, DType
 from interp.modelinfo import final_norm, ov_weights, token_embedding, unembedding
 
 INDUCTION_METRICS = ("induction", "duplicate_token")
@@ -95,9 +97,12 @@ def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torc
     return reduce_head_types(pattern, ctx, repeat_types(), argmax=False)
 
 
-def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, layers=None) -> dict[str, torch.Tensor]:
-    """{"induction", "duplicate_token": (prompt, layer, head)}; a `NoRepeats` error if a prompt has none."""
+def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, layers=None,
+                      device: Device = None, dtype: DType = None) -> dict[str, torch.Tensor]:
+    """{"induction", "duplicate_token": (prompt, layer, head)}; a `NoRepeats` error if a prompt has none.
+    `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); scores stay float32."""
     _check_repeats(prompts)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, reduce_induction, layers=layers, batch_size=batch_size, accumulator=PerPromptAccumulator())
     return acc.result()
 
@@ -123,15 +128,17 @@ def _centered_ln(module: nn.Module | None) -> tuple[bool, torch.Tensor | None]:
     return True, weight
 
 
-def copying_scores(model: nn.Module) -> torch.Tensor:
+def copying_scores(model: nn.Module, *, device: Device = None, dtype: DType = None) -> torch.Tensor:
     """(layer, head) OV-circuit eigenvalue copying score from the weights (see the module docstring).
 
     Weights come from `interp.modelinfo`: HookedGPT's own, nn.MultiheadAttention's
     `in_proj_weight` / `out_proj`, or the projections SDPA interception found; the embedding
     and unembedding are the model's (an nn.Embedding and a Linear to the vocabulary). Norms are
     folded where the model names them (HookedGPT's ln1 / ln_final); a site whose maps cannot be
-    read scores NaN.
+    read scores NaN. `device` / `dtype`: a moved copy's weights (`interp.launch.move`), cast to
+    float64 for the eigenvalues either way; the scores come back on the CPU.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     W_E, W_U = token_embedding(model), unembedding(model)
     if W_E is None or W_U is None:
         raise TypeError(
@@ -142,7 +149,7 @@ def copying_scores(model: nn.Module) -> torch.Tensor:
     with torch.no_grad():
         W_U = W_U.detach().double()
         centers, w_final = _centered_ln(final_norm(model))
-        out_map = torch.eye(W_U.shape[0], dtype=torch.float64)
+        out_map = torch.eye(W_U.shape[0], dtype=torch.float64, device=W_U.device)
         if centers:
             out_map = out_map - out_map.mean(0, keepdim=True)
             if w_final is not None:
@@ -165,15 +172,18 @@ def copying_scores(model: nn.Module) -> torch.Tensor:
             # a circuit the unembedding cannot see (all eigenvalues ~0) copies nothing: score 0
             zero = total <= 1e-9 * (left.norm(dim=(-2, -1)) * right.norm(dim=(-2, -1))).clamp(min=1e-30)
             scores[i, : site.n_heads] = torch.where(zero, 0.0, eigenvalues.real.sum(-1) / total.clamp(min=1e-300))
-    return scores.float()
+    return scores.float().cpu()
 
 
 def scores(
-    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None
+    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None,
+    device: Device = None, dtype: DType = None,
 ) -> pd.DataFrame:
     """One row per (layer, head): `induction`, `duplicate_token` (with bootstrap CIs over prompts),
     `copying` (weights only; its CI columns are NaN; all NaN for a model without an unembedding,
-    e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`."""
+    e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`.
+    `device` / `dtype`: run a moved copy of the model (`interp.launch.move`), once for both."""
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
     frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)
     if copying:

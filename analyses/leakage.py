@@ -123,6 +123,8 @@ from analyses.leakage_types import (  # noqa: F401  (re-exported)
     findings_table,
     method_tol,
 )
+from interp import launch
+from interp.launch import Device, DType
 from interp.modelinfo import check_finite_weights
 
 
@@ -698,6 +700,8 @@ def audit(
     localise_leaks: bool = True,
     pad_token_id: int | None = None,
     progress: bool = False,
+    device: Device = None,
+    dtype: DType = None,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see the module docstring for methods.
@@ -708,13 +712,16 @@ def audit(
     gradient cover every cut regardless); gradient_len: length of the Jacobian test; tol: largest
     influence called rounding (default 5e-5, or 2e-2 for float16 / bfloat16 models). Cost: the
     truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
-    long contexts pass a smaller max_len or watch `progress=True`.
+    long contexts pass a smaller max_len or watch `progress=True`. device / dtype: audit a moved
+    copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
     """
     start = time.perf_counter()
-    if isinstance(model, (str, os.PathLike)):  # as the CLI does: a factory without hooks is a black box
+    spec = isinstance(model, (str, os.PathLike))
+    if spec:  # as the CLI does: a factory without hooks is a black box
         from interp.loading import load_auditable
 
         model = load_auditable(model)
+    model = launch.move(model, device=device, dtype=dtype, copy=not spec)  # a loaded spec is ours to move
     _check_methods(methods)
     adapter = ModelAdapter(model)
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,

@@ -45,7 +45,9 @@ from analyses.head_types import (
     head_types,
 )
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, masked_mean, stream
+from interp import launch
 from interp.data import PromptSet
+from interp.launch import Device, DType
 from interp.stats import head_frame
 
 POSITIONAL_METRICS = (
@@ -131,16 +133,19 @@ def reduce_focus(pattern: torch.Tensor, ctx: BatchContext, window: int = 3) -> d
 
 
 def focus_per_prompt(
-    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, layers=None
+    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, layers=None,
+    device: Device = None, dtype: DType = None,
 ) -> dict[str, torch.Tensor]:
     """{metric: (prompt, layer, head)} for every metric in `positional_metrics()` (see the module docstring).
 
     Streams in batches and stops after the last layer asked for. On causal models
     `next_token` and `next_token_argmax` are all NaN (kept, so every model gives the same keys).
+    `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); metrics stay float32.
     """
     if window < 0:
         raise ValueError(f"window={window} must be >= 0 (0 is the query's own position).")
     _check_lengths(prompts)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, FocusReducer(window), layers=layers,
                  batch_size=batch_size, accumulator=PerPromptAccumulator())
     return acc.result()
@@ -178,16 +183,18 @@ def nan_aware_frame(per_prompt: dict[str, torch.Tensor], *, seed: int = 0, layer
 
 
 def focus(
-    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, seed: int = 0, layers=None
+    model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, seed: int = 0, layers=None,
+    device: Device = None, dtype: DType = None,
 ) -> pd.DataFrame:
     """One row per (layer, head): each positional metric with a bootstrap CI over prompts, and `n_prompts`.
 
     Columns: `layer`, `head`, then for each of `POSITIONAL_METRICS` (and of the head types registered
     since, `positional_metrics()`) the value, `_ci_low`, `_ci_high`; `next_token*` columns are NaN for
     causal models. CIs are 95% percentile
-    bootstraps over prompts (`interp.stats.head_frame`).
+    bootstraps over prompts (`interp.stats.head_frame`). `device` / `dtype`: as `focus_per_prompt`.
     """
-    per_prompt = focus_per_prompt(model, prompts, window=window, batch_size=batch_size, layers=layers)
+    per_prompt = focus_per_prompt(model, prompts, window=window, batch_size=batch_size, layers=layers,
+                                  device=device, dtype=dtype)
     return nan_aware_frame(per_prompt, seed=seed, layers=layers)
 
 
@@ -207,7 +214,8 @@ def reduce_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.
 
 
 def offset_profile(
-    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, confidence: float = 0.95, layers=None
+    model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, confidence: float = 0.95, layers=None,
+    device: Device = None, dtype: DType = None,
 ) -> pd.DataFrame:
     """Long frame (layer, head, offset, weight, weight_ci_low, weight_ci_high, n_prompts), for plots.
 
@@ -215,9 +223,11 @@ def offset_profile(
     k - q (negative: earlier keys); offsets no prompt has are absent (positive offsets in
     causal models). Streams into a `MomentAccumulator`, so memory does not depend on the
     number of prompts; the CI is therefore a normal approximation over prompts (not a
-    bootstrap; optimistic below ~30 prompts).
+    bootstrap; optimistic below ~30 prompts). `device` / `dtype`: run a moved copy of the model
+    (`interp.launch.move`); the weights are accumulated in float32 / float64.
     """
     _check_lengths(prompts)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, reduce_offsets, layers=layers, batch_size=batch_size, accumulator=MomentAccumulator())
     stats = acc.result(confidence)["weight"]  # each (layer, head, offset)
     n_layers, n_heads, n_offsets = stats["mean"].shape

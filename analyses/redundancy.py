@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, Union, get_args
+from typing import Literal, Sequence, get_args
 
 import einops
 import numpy as np
@@ -99,6 +99,7 @@ from interp.interventions import (
     head_label,
     parse_head,
 )
+from interp.launch import Device, DType  # noqa: F401  (the `device=` / `dtype=` of every analysis; re-exported)
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
 
@@ -112,8 +113,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-Device = Union[str, torch.device, None]  # "cpu", "cuda", "cuda:1", a torch.device
-DType = Union[str, torch.dtype, None]  # "float32", "bfloat16", "float16", or the torch dtype
 SuggestBy = Literal["pattern", "output", "second_order"]
 OrderBy = Literal["gradient", "ablation"]
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this

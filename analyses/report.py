@@ -50,11 +50,12 @@ from torch import nn
 
 from analyses import report_format
 from analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
-from interp import distributed
+from interp import distributed, launch
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
+from interp.launch import Device, DType
 
 if TYPE_CHECKING:
     from interp.progress import Stages
@@ -137,8 +138,8 @@ def mean_patterns(model: nn.Module, prompts: PromptSet, layers: Sequence[int], *
 
     def make_hook(layer: int, query_mask: list):
         def hook(pattern, hook):  # (batch, head, query, key)
-            weights = query_mask[0][:, None, :, None].to(pattern.dtype)  # (batch, 1, query, 1)
-            total = (pattern.detach().nan_to_num(0.0) * weights).sum(0).double().cpu()  # (head, query, key)
+            weights = query_mask[0][:, None, :, None].to(pattern.device, torch.float32)  # (batch, 1, query, 1)
+            total = (pattern.detach().float().nan_to_num(0.0) * weights).sum(0).double().cpu()  # (head, query, key)
             sums[layer] = sums.get(layer, 0) + total
             return None
 
@@ -305,17 +306,21 @@ def compute(
     max_cards: int = MAX_CARDS,
     colour_scale: str = "common",
     behaviour=None,
+    device: Device = None,
+    dtype: DType = None,
 ) -> ReportData:
     """Run every analysis the report shows; no files are written.
 
     Without `prompt_spec` / `prompts`, text models (those with a tokenizer) get the shipped
     corpus through their tokenizer (special tokens included), others repeated random tokens.
     `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
+    `device` / `dtype`: every analysis runs on one moved copy of the model (`interp.launch.move`).
     """
     from interp.specs import build_prompts
 
     started = time.perf_counter()
     _check_colour_scale(colour_scale)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     chosen = select_heads(model, layers, heads)
     check_card_limit(len(chosen), max_cards, len(attention_sites(model)))
     prompt_spec = prompt_spec or default_prompt_spec(model, seed)
@@ -892,6 +897,8 @@ def build_report(
     max_cards: int = MAX_CARDS,
     colour_scale: str = "common",
     behaviour=None,
+    device: Device = None,
+    dtype: DType = None,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
@@ -900,7 +907,7 @@ def build_report(
     prompts); `layers` / `heads` narrow the cards; `max_cards` lifts the card limit;
     `colour_scale` is "common" (0..1 for every heat map) or "per_head". `behaviour` (a name, an
     `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance, joint
-    ablation and the claims' causal evidence measure; the report states it.
+    ablation and the claims' causal evidence measure; the report states it. `device` / `dtype`: as `compute`.
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
@@ -908,7 +915,7 @@ def build_report(
     with _Stages(RENDER_STAGES, progress) as stages:
         data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
                        claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
-                       colour_scale=colour_scale, behaviour=behaviour)
+                       colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
         try:

@@ -46,6 +46,7 @@ import pandas as pd
 import torch
 from transformer_lens.utilities.statistics import derive_generator
 
+from interp import launch
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
@@ -435,12 +436,15 @@ def evaluate_claims(
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
     behaviour: Any = None,
+    device: launch.Device = None,
+    dtype: launch.DType = None,
 ) -> list[Verdict]:
     """Test many claims at once; one `Verdict` each, with p-values corrected over all of them.
 
     `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not
     define is skipped for that claim. `behaviour` (`interp.behaviour`: a name, a Behaviour or a
     callable) is what causal evidence measures unless a claim names its own; default: the model's.
+    `device` / `dtype`: every claim is tested on one moved copy of the model (`interp.launch.move`).
     """
     claims = list(claims)
     if not claims:
@@ -456,6 +460,7 @@ def evaluate_claims(
         raise ValueError(f"alpha={alpha} must be in (0, 1).")
     kinds = _check_evidence_kinds(evidence)
     check_heads(model, claims)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
     ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
@@ -517,6 +522,8 @@ def test_claims(
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
     behaviour: Any = None,
+    device: launch.Device = None,
+    dtype: launch.DType = None,
 ) -> pd.DataFrame:
     """Test claims on prompts: one row per claim with its verdict, adjusted p-value, reasons and evidence columns.
 
@@ -527,10 +534,11 @@ def test_claims(
 
     `table.attrs["verdicts"]` holds the `Verdict` objects (`.table()` gives each evidence table).
     Test on prompts that did not suggest the claims (`analyses.head_claims.scan` does the split).
+    `device` / `dtype`: as `evaluate_claims`.
     """
     return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,
                                          batch_size=batch_size, min_prompts=min_prompts, progress=progress,
-                                         behaviour=behaviour))
+                                         behaviour=behaviour, device=device, dtype=dtype))
 
 
 setattr(test_claims, "__test__", False)  # not a pytest test, despite its name

@@ -17,9 +17,14 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Union
+
+if TYPE_CHECKING:
+    import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
+Device = Union[str, "torch.device", None]  # "cpu", "cuda", "cuda:1", a torch.device; the analyses' `device=`
+DType = Union[str, "torch.dtype", None]  # "float32", "bfloat16", "float16", or the torch dtype; their `dtype=`
 _PLACEMENT: dict[str, str | None] = {"device": None, "dtype": None}
 
 
@@ -148,13 +153,19 @@ def place(model):
     return move(model, device=_PLACEMENT["device"], dtype=_PLACEMENT["dtype"])
 
 
-def move(model, *, device=None, dtype=None, copy: bool = False):
+def move(model, *, device: Device = None, dtype: DType = None, copy: bool = False):
     """`model` on `device` ("cpu", "cuda:1", a torch.device) in `dtype` (a name of `DTYPES` or a
     torch dtype); unchanged where both are None or already so. `copy=True` leaves the caller's
     model as it was and moves a copy (what the analyses' `device=` / `dtype=` do). A device or
-    dtype this process cannot use raises BadInput, before anything moves."""
+    dtype this process cannot use, or a model without `.to` (a plain callable), raises BadInput,
+    before anything moves."""
     if device is None and dtype is None:
         return model
+    if not callable(getattr(model, "to", None)):
+        from interp.errors import BadInput
+
+        raise BadInput(f"device= / dtype= need a model with .to() (an nn.Module); a {type(model).__name__} cannot be "
+                       "moved: move or cast it yourself and leave both unset.")
     target = {}
     if device is not None:
         target["device"] = _check_device(device)
