@@ -12,10 +12,12 @@ the side effect of an import.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Literal, Protocol, cast, get_args
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protocol, cast, get_args
 
 from torch import nn
-from transformer_lens.hook_points import HookPoint
+
+if TYPE_CHECKING:
+    from transformer_lens.hook_points import HookPoint
 
 Role = Literal["q", "k", "v", "attn_scores", "pattern", "z", "result"]
 ROLES: tuple[str, ...] = get_args(Role)
