@@ -36,6 +36,13 @@ Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs),
 (`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
 `{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`.
 
+Devices and dtypes: every entry point takes `device=` ("cpu", "cuda:1", ...) and `dtype=`
+("float32", "bfloat16", "float16"); the model is moved / cast by `interp.launch.move` (a copy: the
+caller's model is left as it was; move it yourself and leave both unset to avoid the copy's memory),
+prompts go to its device batch by batch, and statistics are accumulated in float32 or float64.
+A device or dtype this process cannot use raises BadInput. In bfloat16, losses and their changes
+move by a few 1e-2 nats from float32 (tests/test_redundancy.py states the tolerances).
+
 Ablations run through `interp.ablation.AblationEngine` (`importance`, `joint_ablation`,
 `pruning_curve`, `compensation`): where the model says resuming is exact (`HookedGPT.resumable`,
 sequential pre-norm blocks) the clean forward runs once per batch and each ablation resumes after its
@@ -51,7 +58,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Literal, Sequence, Union, get_args
 
 import einops
 import numpy as np
@@ -62,7 +69,7 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp import ablation as _ablation
-from interp import distributed
+from interp import distributed, launch
 from interp.ablation import LossFn, resolve_behaviour, resumable
 from interp.behaviour import (
     BehaviourLike,
@@ -106,6 +113,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+Device = Union[str, torch.device, None]  # "cpu", "cuda", "cuda:1", a torch.device
+DType = Union[str, torch.dtype, None]  # "float32", "bfloat16", "float16", or the torch dtype
 SuggestBy = Literal["pattern", "output", "second_order"]
 OrderBy = Literal["gradient", "ablation"]
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
@@ -204,6 +213,11 @@ def _heads_frame(heads: Sequence[Head], metrics: dict[str, torch.Tensor], n_prom
     return frame
 
 
+def _param_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the model's weights: a head mask in it keeps every matmul in one dtype."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
 def _all_pairs(heads: Sequence[Head]) -> list[tuple[Head, Head]]:
     return [(heads[i], heads[j]) for i in range(len(heads)) for j in range(i + 1, len(heads))]
 
@@ -270,6 +284,8 @@ def pattern_similarity(
     *,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Jensen-Shannon divergence (bits) between the attention patterns of every pair of heads.
 
@@ -279,6 +295,7 @@ def pattern_similarity(
     Memory does not grow with the number of prompts beyond one float per prompt and pair.
     Limits: it compares *where* heads look, not what they read or write (see output_similarity).
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     sites = attention_sites(model)
     causal = all(site.causal is True for site in sites)
@@ -346,6 +363,8 @@ def output_similarity(
     *,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """How alike every pair of heads' writes to the residual stream (`hook_result`) are.
 
@@ -356,6 +375,7 @@ def output_similarity(
     to rotation and scale of either head's output, 1 = same geometry over positions).
     One row per pair with CIs (`ci_low`/`ci_high` for cosine, `cka_ci_low`/`cka_ci_high`).
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
 
     def reduce(result: torch.Tensor, ctx) -> dict[str, torch.Tensor]:  # (batch, pos, head, d_model)
@@ -382,6 +402,8 @@ def gradient_importance(
     behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> torch.Tensor:
     """Head-mask gradient (Michel et al. 2019), per prompt: (prompt, layer, head).
 
@@ -392,6 +414,7 @@ def gradient_importance(
     behaviour measured as a distance from the clean run (`embedding_change`) the clean run is its
     minimum, so the gradient is zero there: rank by ablation instead.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
     sites = list(engine.sites.values())
@@ -400,7 +423,8 @@ def gradient_importance(
     out = []
     for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
         values.prompt_index = indices  # resampling keyed by global prompt index
-        mask = torch.ones(len(batch), len(sites), n_heads, device=engine.device, requires_grad=True)
+        mask = torch.ones(len(batch), len(sites), n_heads, device=engine.device, dtype=_param_dtype(model),
+                          requires_grad=True)
 
         def make_hook(layer: int, heads: int):
             def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
@@ -433,6 +457,8 @@ def importance(
     batch_size: int = 16,
     seed: int = 0,
     fast: bool = True,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Loss change when each head alone is ablated, and its gradient estimate, one row per head.
 
@@ -445,6 +471,7 @@ def importance(
     which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
     model's own); `frame.attrs["behaviour"]` says which, in words.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
                             batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
@@ -469,6 +496,37 @@ def importance(
     return frame
 
 
+def _batch_hessian(engine: _ablation.AblationEngine, batch: PromptSet, heads: Sequence[Head],
+                   values: AblationValues) -> torch.Tensor:
+    """d2L / dm_a dm_b (head, head) of one batch's summed loss, L being the behaviour's value with every
+    head's z written base + m (z - base) (the head mask of `gradient_importance`)."""
+    model = engine.model
+    sites = list(engine.sites.values())
+    index = {h: i for i, h in enumerate(heads)}
+    mask = torch.ones(len(heads), device=engine.device, dtype=_param_dtype(model), requires_grad=True)
+
+    def make_hook(site):
+        def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
+            with torch.no_grad():
+                base = torch.stack([values(site.layer, h, z[:, :, h].detach()) for h in range(site.n_heads)], dim=2)
+            scale = torch.stack([mask[index[(site.layer, h)]] for h in range(site.n_heads)])
+            return base + einops.rearrange(scale, "head -> 1 1 head 1") * (z - base)
+        return hook
+
+    # the explicit attention path (a no-op pattern hook) keeps every op twice differentiable
+    summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
+    hooks = [(site.hook("z"), make_hook(site)) for site in sites] + [(site.hook("pattern"), lambda p, hook: None) for site in sites]
+    hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)
+    with torch.enable_grad(), hooked(model, hooks):
+        output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
+        loss = engine.value(output, batch, summary, "second-order estimate").sum()
+        (grad,) = torch.autograd.grad(loss, mask, create_graph=True)
+        for i in range(len(heads)):
+            (row,) = torch.autograd.grad(grad[i], mask, retain_graph=True)
+            hessian[i] = row.detach().double().cpu()
+    return hessian
+
+
 def second_order(
     model: nn.Module,
     prompts: PromptSet,
@@ -479,6 +537,8 @@ def second_order(
     behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Second-order head-mask estimate of every pair's interaction: d2L / dm_a dm_b (mean over prompts).
 
@@ -487,35 +547,18 @@ def second_order(
     apart). One row per pair, column `interaction_estimate`; no CI (computed on the mean loss).
     One extra backward per head: meant for small models.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
-    sites = list(engine.sites.values())
     heads = all_heads(model)
-    values = engine.values()
-    hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)
     index = {h: i for i, h in enumerate(heads)}
-    for batch in prompts.batches(batch_size):
-        mask = torch.ones(len(heads), device=engine.device, requires_grad=True)
-
-        def make_hook(site):
-            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:
-                with torch.no_grad():
-                    base = torch.stack([values(site.layer, h, z[:, :, h].detach()) for h in range(site.n_heads)], dim=2)
-                scale = torch.stack([mask[index[(site.layer, h)]] for h in range(site.n_heads)])
-                return base + einops.rearrange(scale, "head -> 1 1 head 1") * (z - base)
-            return hook
-
-        # the explicit attention path (a no-op pattern hook) keeps every op twice differentiable
-        summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
-        hooks = [(site.hook("z"), make_hook(site)) for site in sites] + [(site.hook("pattern"), lambda p, hook: None) for site in sites]
-        with torch.enable_grad(), hooked(model, hooks):
-            output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
-            loss = engine.value(output, batch, summary, "second-order estimate").sum()
-            (grad,) = torch.autograd.grad(loss, mask, create_graph=True)
-            for i in range(len(heads)):
-                (row,) = torch.autograd.grad(grad[i], mask, retain_graph=True)
-                hessian[i] += row.detach().double().cpu()
+    hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)  # (head, head), summed over prompts
+    values = engine.values()
+    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+        values.prompt_index = indices  # resampling keyed by global prompt index
+        hessian += _batch_hessian(engine, batch, heads, values)
+    distributed.all_reduce_sum([hessian])  # every rank holds the sum over all prompts
     hessian /= len(prompts)
     pairs = _all_pairs(heads)
     frame = pd.DataFrame({
@@ -536,9 +579,11 @@ def second_order(
 def suggest_pairs(
     model: nn.Module, prompts: PromptSet, k: int = 5, *, by: SuggestBy = "second_order", method: AblationKind = "mean",
     loss_fn: LossFn | None = None, batch_size: int = 16, seed: int = 0, behaviour: BehaviourLike = None,
+    device: Device = None, dtype: DType = None,
 ) -> list[tuple[Head, Head]]:
     """The k pairs most likely to be redundant: most similar patterns (lowest JS), most similar
     outputs (highest CKA), or largest second-order interaction estimate."""
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     if by not in get_args(SuggestBy):
         raise ValueError(f"by={by!r}; expected one of {list(get_args(SuggestBy))}.")
     if k < 1:
@@ -582,6 +627,8 @@ def joint_ablation(
     batch_size: int = 16,
     seed: int = 0,
     fast: bool = True,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Loss change of ablating both heads of a pair against the sum of each alone.
 
@@ -593,6 +640,7 @@ def joint_ablation(
     interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
     removing one already removes most of what the other adds.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if isinstance(pairs, int) and not isinstance(pairs, bool):
         proposing, prompts = prompts.split(0.5, seed=seed)
@@ -668,6 +716,34 @@ class _CompensationRun:
     def later(self, a: Head) -> list[Head]:
         return [c for c in self.everything if c[0] > a[0]]
 
+    def pairs(self) -> list[tuple[Head, Head]]:
+        """Every (A, later C) of the compensation matrix, in the order the batches fill them."""
+        return list(dict.fromkeys((a, c) for a in self.ablated_heads for c in self.later(a)))
+
+    def key(self, indices: range) -> None:
+        """Key every source's resampling by the batch's global prompt indices (`AblationValues.prompt_index`)."""
+        for sources in (self.sources_total, self.sources_direct, self.sources_a):
+            for values in sources.values():
+                values.prompt_index = indices
+
+    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Direct and total effects (prompt, head) and the per-prompt values of each pair, every prompt of
+        every rank in global order: this rank's values go as one (row, prompt) tensor, one collective."""
+        pairs, n_heads = self.pairs(), len(self.everything)
+        stores = (self.comp, self.align, self.takeover)
+        if self.direct:
+            blocks = [torch.cat(self.direct, 1), torch.cat(self.total, 1)]
+            blocks += [torch.stack([torch.cat(store[p]) for p in pairs]) for store in stores if pairs]
+            local = torch.cat([block.double().cpu() for block in blocks])  # (row, prompt)
+        else:  # an empty shard
+            local = torch.zeros(2 * n_heads + 3 * len(pairs), 0, dtype=torch.float64)
+        rows = distributed.gather_prompts(local, dim=1)
+        direct, total = rows[:n_heads], rows[n_heads : 2 * n_heads]
+        rest = rows[2 * n_heads :].reshape(3, len(pairs), rows.shape[1])  # (metric, pair, prompt)
+        per_prompt = {p: {name: rest[k, i].clone() for k, name in enumerate(("compensation", "alignment", "takeover"))}
+                      for i, p in enumerate(pairs)}
+        return direct.T, total.T, per_prompt
+
 
 @dataclass
 class _CleanEffects:
@@ -692,6 +768,8 @@ def compensation(
     behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> CompensationResult:
     """Direct vs total effect per head, and how later heads compensate when a head is ablated.
 
@@ -708,6 +786,7 @@ def compensation(
     backup does). `heads` limits the ablated heads A (default all).
     Cost: one resumed forward per A and one unembedding per (A, C): meant for small models.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if not resumable(model):
         raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
@@ -716,7 +795,8 @@ def compensation(
     everything = all_heads(model)
     run = _CompensationRun(engine, everything, everything if heads is None else check_heads(model, heads),
                            {site.layer: site.hook("result") for site in engine.sites.values()})
-    for batch in prompts.batches(batch_size):
+    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+        run.key(indices)
         with torch.no_grad():
             effects = _clean_effects(run, engine.clean(batch))
             run.direct.append(torch.stack([effects.direct[c] for c in everything]))
@@ -770,13 +850,10 @@ _MATRIX_COLUMNS = ["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b
 
 def _compensation_result(run: _CompensationRun, prompts: PromptSet, *, method: AblationKind, seed: int) -> CompensationResult:
     """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair."""
-    direct_t, total_t = torch.cat(run.direct, 1).T.double().cpu(), torch.cat(run.total, 1).T.double().cpu()  # (prompt, head)
+    direct_t, total_t, per_prompt = run.gathered()  # (prompt, head), (prompt, head), pair -> {metric: (prompt,)}
     effects = _heads_frame(run.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
                                             "total_effect": total_t}, len(prompts), main="self_repair", seed=seed)
-    per_prompt = {p: {"compensation": torch.cat(run.comp[p]).double().cpu(),
-                      "alignment": torch.cat(run.align[p]).double().cpu(),
-                      "takeover": torch.cat(run.takeover[p]).double().cpu()} for p in run.comp}
-    pairs = list(run.comp)
+    pairs = list(per_prompt)
     if pairs:
         metrics = {name: torch.stack([per_prompt[p][name] for p in pairs], 1) for name in ("compensation", "takeover",
                                                                                              "alignment")}
@@ -806,6 +883,8 @@ def pruning_curve(
     behaviour: BehaviourLike = None,
     batch_size: int = 16,
     seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
 ) -> pd.DataFrame:
     """Loss as heads are removed one by one, least important first vs in random orders.
 
@@ -817,6 +896,7 @@ def pruning_curve(
     loss with its CI, `n_prompts`. `frame.attrs["n_removable"]` = {order: the largest number of
     heads removed with the rise's upper CI still below `margin`}.
     """
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if order_by not in get_args(OrderBy):
         raise ValueError(f"order_by={order_by!r}; expected one of {list(get_args(OrderBy))}.")
@@ -843,8 +923,18 @@ def pruning_curve(
         "importance": torch.cat([clean[None], ablated[:n]]),  # (n_removed, prompt)
         "random": torch.cat([clean[None], ablated[n:].view(n_random, n, -1).mean(0)]),
     }
-    rows = []
-    n_removable = {}
+    frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=seed)
+    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
+                       behaviour=engine.behaviour.describe(prompts),
+                       importance_order=[_label(h) for h in order])
+    return frame
+
+
+def _pruning_frame(by_order: dict[str, torch.Tensor], clean: torch.Tensor, order: list[Head], *, margin: float,
+                   seed: int) -> tuple[pd.DataFrame, dict[str, int]]:
+    """`pruning_curve`'s rows from each order's (n_removed, prompt) losses, and how many heads each order
+    removes with the rise's upper CI still below `margin`."""
+    rows, n_removable, n = [], {}, len(order)
     for name, losses in by_order.items():
         loss_mean, loss_low, loss_high = _ci(losses.T, seed=seed, label=f"pruning/{name}")
         rise = (losses - clean).T
@@ -855,12 +945,8 @@ def pruning_curve(
             removed = _label(order[k - 1]) if (name == "importance" and k) else ""
             rows.append({"order": name, "n_removed": k, "removed": removed, "loss": loss_mean[k], "ci_low": loss_low[k],
                          "ci_high": loss_high[k], "rise": rise_mean[k], "rise_ci_low": rise_low[k],
-                         "rise_ci_high": rise_high[k], "n_prompts": len(prompts)})
-    frame = pd.DataFrame(rows)
-    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
-                       behaviour=engine.behaviour.describe(prompts),
-                       importance_order=[_label(h) for h in order])
-    return frame
+                         "rise_ci_high": rise_high[k], "n_prompts": losses.shape[1]})
+    return pd.DataFrame(rows), n_removable
 
 
 # ---------------------------------------------------------------------------------------------

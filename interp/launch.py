@@ -145,14 +145,68 @@ def _silenced():
 
 def place(model):
     """Move a loaded model to the --device / --dtype of the running command (unchanged if unset)."""
-    device, dtype = _PLACEMENT["device"], _PLACEMENT["dtype"]
+    return move(model, device=_PLACEMENT["device"], dtype=_PLACEMENT["dtype"])
+
+
+def move(model, *, device=None, dtype=None, copy: bool = False):
+    """`model` on `device` ("cpu", "cuda:1", a torch.device) in `dtype` (a name of `DTYPES` or a
+    torch dtype); unchanged where both are None or already so. `copy=True` leaves the caller's
+    model as it was and moves a copy (what the analyses' `device=` / `dtype=` do). A device or
+    dtype this process cannot use raises BadInput, before anything moves."""
     if device is None and dtype is None:
         return model
+    target = {}
+    if device is not None:
+        target["device"] = _check_device(device)
+    if dtype is not None:
+        target["dtype"] = _check_dtype(dtype)
+    if _already(model, **target):
+        return model  # no copy, nothing moved
+    if copy:
+        import copy as copying
+
+        model = copying.deepcopy(model)
+    return model.to(**target)
+
+
+def _already(model, device=None, dtype=None) -> bool:
+    """Whether the model's first parameter is already on `device` (any index for a bare "cuda") in `dtype`."""
+    current = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    if current is None:
+        return False
+    same_device = device is None or (current.device.type == device.type and device.index in (None, current.device.index))
+    return same_device and (dtype is None or current.dtype == dtype)
+
+
+def _check_dtype(dtype):
+    """A torch floating dtype of `DTYPES`, from its name or itself; BadInput otherwise."""
     import torch
 
-    kwargs = {}
-    if device is not None:
-        kwargs["device"] = torch.device(device)
-    if dtype is not None:
-        kwargs["dtype"] = getattr(torch, dtype)
-    return model.to(**kwargs)
+    from interp.errors import BadInput
+
+    resolved = (getattr(torch, dtype) if dtype in DTYPES else None) if isinstance(dtype, str) else dtype
+    allowed = {getattr(torch, name) for name in DTYPES}
+    if resolved not in allowed:
+        raise BadInput(f"dtype={dtype!r} is not supported; expected one of {list(DTYPES)} (or the torch dtype).")
+    return resolved
+
+
+def _check_device(device):
+    """A torch.device this process can use; BadInput naming the problem otherwise."""
+    import torch
+
+    from interp.errors import BadInput
+
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise BadInput(f"device={device!r} is not a device: {error}. Use e.g. 'cpu', 'cuda' or 'cuda:1'.") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BadInput(f"device={device!r}: this machine has no CUDA device (torch sees none); use 'cpu'.")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise BadInput(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) here "
+                           f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1}).")
+    elif resolved.type not in ("cpu", "mps"):
+        raise BadInput(f"device={device!r}: {resolved.type} devices are not supported; use 'cpu' or 'cuda'.")
+    return resolved

@@ -46,6 +46,7 @@ def every_analysis() -> dict[str, pd.DataFrame]:
         "importance_resample": redundancy.importance(model, prompts, "resample", batch_size=4, gradient=False),
         "joint_ablation": redundancy.joint_ablation(model, prompts, [((0, 0), (0, 1)), ((1, 2), (1, 3))], batch_size=4),
     }
+    out.update(_second_order_compensation_pruning(model, prompts))
     patterns = report.mean_patterns(model, prompts, [0, 1], batch_size=4)
     out["mean_patterns"] = pd.DataFrame({"layer": [0, 1], "sum": [float(patterns[0].sum()), float(patterns[1].sum())],
                                          "first": [float(patterns[0].ravel()[5]), float(patterns[1].ravel()[7])]})
@@ -62,6 +63,34 @@ def every_analysis() -> dict[str, pd.DataFrame]:
         out[f"leakage_{name}"] = audit.table.assign(verdict=audit.verdict)
     part = distributed.shard(prompts, 4)
     out["group"] = {"world": distributed.world_size(), "rank": distributed.rank(), "shard": part.indices}
+    return out
+
+
+def _second_order_compensation_pruning(model, prompts) -> dict:
+    """second_order, compensation (resample: keyed draws; and one batch, so rank 0 has no prompts) and the
+    pruning curve; `work`: how many prompts went through the model's embedding on this rank, per analysis."""
+    from analyses import redundancy
+
+    seen: list[int] = []
+    handle = model.embed.register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
+    out, work = {}, {}
+    try:
+        for name, part, batch_size in (("", prompts, 4), ("_one_batch", prompts[:6], 8)):
+            seen.clear()
+            out[f"second_order{name}"] = redundancy.second_order(model, part, "resample", batch_size=batch_size)
+            work[f"second_order{name}"] = sum(seen)
+            seen.clear()
+            result = redundancy.compensation(model, part, "resample", heads=[(0, 1), (0, 3)], batch_size=batch_size)
+            out[f"compensation{name}_effects"], out[f"compensation{name}_matrix"] = result.effects, result.matrix
+            work[f"compensation{name}"] = sum(seen)
+        seen.clear()
+        curve = redundancy.pruning_curve(model, prompts, "mean", n_random=2, batch_size=4)
+        work["pruning_curve"] = sum(seen)
+    finally:
+        handle.remove()
+    out["pruning_curve"] = curve.assign(n_removable=curve.order.map(curve.attrs["n_removable"]),
+                                        importance_order=" ".join(curve.attrs["importance_order"]))
+    out["work"] = work
     return out
 
 
@@ -88,7 +117,9 @@ def assert_same(frame: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
 
 
 ANALYSES = ["focus", "offsets", "induction", "pattern_similarity", "output_similarity", "importance_mean",
-            "importance_resample", "joint_ablation", "mean_patterns", "claims", "leakage_hooked_gpt",
+            "importance_resample", "joint_ablation", "second_order", "second_order_one_batch", "compensation_effects",
+            "compensation_matrix", "compensation_one_batch_effects", "compensation_one_batch_matrix", "pruning_curve",
+            "mean_patterns", "claims", "leakage_hooked_gpt",
             "leakage_single_pair"]
 
 
@@ -102,6 +133,14 @@ def test_each_rank_ran_its_own_shard(single, ranks):
     assert single["group"] == {"world": 1, "rank": 0, "shard": range(18)}
     assert [r["group"] for r in ranks] == [{"world": 2, "rank": 0, "shard": range(0, 8)},
                                            {"world": 2, "rank": 1, "shard": range(8, 18)}]
+
+
+def test_ranks_share_the_work_of_second_order_compensation_and_pruning(single, ranks):
+    """Sharded, not repeated: every prompt's forwards run on exactly one rank."""
+    for name, total in single["work"].items():
+        assert [r["work"][name] for r in ranks] != [total, total], name
+        assert sum(r["work"][name] for r in ranks) == total, name
+    assert [r["work"]["second_order_one_batch"] for r in ranks][0] == 0  # rank 0's shard of one batch is empty
 
 
 def test_claim_verdicts_identical_and_meaningful(single, ranks):
@@ -249,6 +288,20 @@ def test_place_applies_dtype_and_device(monkeypatch):
     monkeypatch.setitem(launch._PLACEMENT, "device", "cpu")
     model = launch.place(_model())
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_move_copies_only_when_asked_and_needed():
+    from interp import launch
+    from interp.errors import BadInput
+
+    model = _model()
+    assert launch.move(model, device="cpu", dtype="float32", copy=True) is model  # already there: no copy
+    half = launch.move(model, dtype=torch.bfloat16, copy=True)
+    assert half is not model and next(half.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == torch.float32
+    assert launch.move(model, dtype="float16") is model and next(model.parameters()).dtype == torch.float16
+    with pytest.raises(BadInput, match="expected one of"):
+        launch.move(model, dtype="half")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -401,3 +401,76 @@ def test_toy_induction_redundancy_report(toy):
     at2 = curve[curve.n_removed == 2].set_index("order")
     assert at2.loc["importance", "rise_ci_high"] < at2.loc["random", "rise_ci_low"]
     assert curve.attrs["n_removable"] == {"importance": 0, "random": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# device= and dtype=
+
+BF16_LOSS_ATOL = 1e-3  # nats: loss values and their changes, bfloat16 vs float32 on tiny_gpt (1e-4 seen)
+BF16_SIMILARITY_ATOL = 1e-2  # cosines, CKA, JS, alignment, takeover (2e-3 seen)
+
+PLACED = {  # entry point -> (call, loss-valued columns, similarity-valued columns)
+    "importance": (lambda m, p, **k: R.importance(m, p, **k), ["delta_loss", "grad_estimate", "clean_loss"], []),
+    "joint_ablation": (lambda m, p, **k: R.joint_ablation(m, p, [((0, 0), (0, 1)), ((0, 2), (1, 3))], **k),
+                       ["interaction", "delta_both"], []),
+    "second_order": (lambda m, p, **k: R.second_order(m, p, **k), ["interaction_estimate"], []),
+    "compensation": (lambda m, p, **k: R.compensation(m, p, heads=[(0, 1)], **k).matrix, ["compensation"],
+                     ["takeover", "alignment"]),
+    "pruning_curve": (lambda m, p, **k: R.pruning_curve(m, p, n_random=1, **k), ["loss", "rise"], []),
+    "pattern_similarity": (lambda m, p, **k: R.pattern_similarity(m, p, **k), [], ["js_divergence"]),
+    "output_similarity": (lambda m, p, **k: R.output_similarity(m, p, **k), [], ["cosine", "cka"]),
+}
+
+
+@pytest.mark.parametrize("name", list(PLACED))
+def test_bfloat16_is_close_to_float32_and_leaves_the_model(tiny_gpt, name):
+    call, losses, similarities = PLACED[name]
+    prompts = repeated_tokens(8, 8, tiny_gpt.cfg.d_vocab, seed=3)
+    full, half = call(tiny_gpt, prompts), call(tiny_gpt, prompts, dtype="bfloat16")
+    moved = 0.0
+    for columns, atol in ((losses, BF16_LOSS_ATOL), (similarities, BF16_SIMILARITY_ATOL)):
+        for column in columns:
+            gap = (half[column] - full[column]).abs().max()
+            assert gap <= atol, (name, column, gap)
+            moved = max(moved, gap)
+    assert moved > 1e-7, "bfloat16 gave float32's numbers exactly: the dtype was not applied"
+    assert next(tiny_gpt.parameters()).dtype == torch.float32  # the caller's model was copied, not cast
+
+
+def test_device_cpu_gives_the_same_numbers(tiny_gpt):
+    prompts = repeated_tokens(8, 8, tiny_gpt.cfg.d_vocab, seed=3)
+    torch.testing.assert_close(torch.tensor(R.importance(tiny_gpt, prompts, device="cpu", dtype=torch.float32).delta_loss),
+                               torch.tensor(R.importance(tiny_gpt, prompts).delta_loss), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(PLACED))
+@pytest.mark.parametrize("placement,message", [
+    (dict(device="nonsense"), "is not a device"),
+    (dict(device="cuda:99"), "CUDA device"),
+    (dict(device="xla"), "not supported"),
+    (dict(dtype="float64"), "dtype='float64' is not supported"),
+    (dict(dtype=torch.int8), "is not supported"),
+])
+def test_bad_device_or_dtype_is_bad_input(tiny_gpt, name, placement, message):
+    from interp.errors import BadInput
+
+    call = PLACED[name][0]
+    with pytest.raises(BadInput, match=message):
+        call(tiny_gpt, repeated_tokens(4, 4, tiny_gpt.cfg.d_vocab, seed=3), **placement)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(PLACED))
+def test_on_gpu_equals_cpu(tiny_gpt, name):
+    call, losses, similarities = PLACED[name]
+    prompts = repeated_tokens(8, 8, tiny_gpt.cfg.d_vocab, seed=3)
+    cpu, gpu = call(tiny_gpt, prompts), call(tiny_gpt, prompts, device="cuda")
+    for column in losses + similarities:
+        torch.testing.assert_close(torch.tensor(gpu[column].to_numpy()), torch.tensor(cpu[column].to_numpy()),
+                                   rtol=1e-4, atol=1e-5, msg=f"{name}.{column}")
+    half = call(tiny_gpt, prompts, device="cuda", dtype="bfloat16")
+    for columns, atol in ((losses, BF16_LOSS_ATOL), (similarities, BF16_SIMILARITY_ATOL)):
+        for column in columns:
+            assert (half[column] - cpu[column]).abs().max() <= atol, (name, column)
+    assert next(tiny_gpt.parameters()).device.type == "cpu"
