@@ -66,7 +66,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, get_args
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence, cast, get_args
 
 import numpy as np
 import pandas as pd
@@ -103,6 +103,7 @@ from interp.claims import (
     Claim,
     Context,
     Evidence,
+    EvidenceFn,
     Inconclusive,
     Stability,
     Threshold,
@@ -112,6 +113,7 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet, shuffled
+from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.interventions import ablate, reference_activations, substitute_pattern
 from interp.launch import Device, DType
@@ -151,7 +153,7 @@ def _shuffled(ctx: Context, prompts: PromptSet, *, keep_repeats: bool = False) -
 def random_init_model(model: nn.Module, seed: int) -> nn.Module:
     """A freshly initialised model of the same class and shape (our models: a new seed in the config)."""
     cfg = getattr(model, "cfg", None)
-    if cfg is None or not dataclasses.is_dataclass(cfg):
+    if cfg is None or not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise Inconclusive(
             f"cannot build a randomly initialised {type(model).__name__}: it has no dataclass config to "
             "re-seed; the random-init control applies to HookedGPT / HookedEncoder models."
@@ -197,9 +199,13 @@ def reduce_repeat_positions(pattern: torch.Tensor, ctx: BatchContext) -> dict[st
     (q >= offset + prefix_len, from the prompts' `repeats`) on the key prefix_len - 1 back
     ("induction_position": where the induction target sits in an unshuffled repeat) and prefix_len
     back ("duplicate_position"). Fixed relative offsets: they do not follow the tokens."""
-    prefix_len = ctx.repeats.period
+    repeats = ctx.repeats
+    if repeats is None or repeats.period is None or repeats.start is None:
+        raise Inconclusive("induction_position / duplicate_position need prompts with a known repeat structure (a "
+                           "period, from interp.data.repeated_tokens); these prompts have none.")
+    prefix_len = repeats.period
     queries = ctx.real.clone()  # (batch, query)
-    queries[:, : ctx.repeats.start] = False
+    queries[:, : repeats.start] = False
     out = {}
     for name, back in (("induction_position", prefix_len - 1), ("duplicate_position", prefix_len)):
         weight = pattern.float().diagonal(offset=-back, dim1=-2, dim2=-1)  # (batch, head, query - back)
@@ -288,7 +294,7 @@ def _repeat_scores(ctx: Context, model: nn.Module, prompts: PromptSet, metric: s
 
 def _repeat_positions(ctx: Context, model: nn.Module, prompts: PromptSet) -> dict[str, torch.Tensor]:
     repeats = prompts.repeats
-    if repeats is None or repeats.period is None:
+    if repeats is None or repeats.period is None or repeats.start is None:  # start is None exactly without a period
         raise Inconclusive("induction_position / duplicate_position need prompts with a known repeat structure (a period, "
                            "from interp.data.repeated_tokens); these prompts have none.")
     if repeats.period < 2:
@@ -329,7 +335,7 @@ def _claim_metric(claim: Claim, ctx: Context) -> str:
     """The name of the metric the claim is judged on (`argmax_at:auto` resolved to the modal offset)."""
     metric = claim.params["metric"]
     if metric == "argmax_at:auto":
-        return f"argmax_at:{modal_offset(ctx, claim.layer, claim.head)}"
+        return f"argmax_at:{modal_offset(ctx, *_subject(claim))}"
     return metric
 
 
@@ -364,6 +370,26 @@ def _modal_offsets(counts: dict[str, torch.Tensor], n_pos: int, min_coverage: fl
             row.append("first" if float(first[l, h]) > float(rate[l, h, b]) else str(b - (n_pos - 1)))
         out.append(row)
     return out
+
+
+def _subject(claim: Claim) -> tuple[int, int]:
+    """The (layer, head) a head claim is about (its first head)."""
+    if not claim.heads:
+        raise BadInput(f"claim {claim.name!r} is about the whole model; {claim.kinds} evidence needs a head.")
+    return claim.heads[0]
+
+
+class _MetricEvidence(Protocol):
+    """Observational evidence whose per-prompt metric the controls recompute (`Observational`)."""
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence: ...
+
+    def values(self, claim: Claim, ctx: Context, *, model=None, prompts=None) -> torch.Tensor: ...
+
+
+def _metric_evidence(claim: Claim) -> _MetricEvidence:
+    """The claim's observational evidence as the controls use it: the per-prompt `values` of its metric."""
+    return cast(_MetricEvidence, claim.evidence["observational"])
 
 
 @dataclass(frozen=True)
@@ -418,7 +444,7 @@ class ShuffledControl:
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         if self.expect not in get_args(ShuffleExpect):
             raise ValueError(f"expect={self.expect!r}; expected one of {list(get_args(ShuffleExpect))}.")
-        observe = claim.evidence["observational"]
+        observe = _metric_evidence(claim)
         threshold = claim.thresholds["observational"]
         metric = _claim_metric(claim, ctx)
         if self.expect == "stay":
@@ -453,7 +479,7 @@ class RandomInitControl:
     below the trained model's (paired per prompt). A random model clearing the threshold refutes."""
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
-        observe = claim.evidence["observational"]
+        observe = _metric_evidence(claim)
         random_model = _random_model(ctx)
         trained = observe.values(claim, ctx)
         random = observe.values(claim, ctx, model=random_model)
@@ -499,7 +525,7 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     mask = real[:, 1:] & real[:, :-1]  # (prompt, pos - 1)
     repeats = prompts.repeats
     query = torch.arange(n - 1)
-    if repeats is None or repeats.period is None:
+    if repeats is None or repeats.period is None or repeats.start is None:  # start is None exactly without a period
         if part == "first_copy":
             raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
         if repeats is not None and repeats.match_len is not None:  # natural repeats: right after a repeated n-gram
@@ -565,8 +591,9 @@ def behaviour_loss(
     return ctx.cached(("loss", id(model), id(prompts), part, id(chosen)) + key, compute)
 
 
-def measure_clean(ctx: Context, behaviour: Behaviour) -> torch.Tensor:
-    """What the clean run is kept as for a behaviour that compares with it (e.g. pooled embeddings)."""
+def measure_clean(ctx: Context, behaviour: Behaviour) -> torch.Tensor | None:
+    """What the clean run is kept as for a behaviour that compares with it (e.g. pooled embeddings); None
+    for a behaviour that does not."""
     from interp.behaviour import clean_summaries
 
     return clean_summaries(ctx.model, ctx.prompts, behaviour, batch_size=ctx.batch_size)
@@ -619,10 +646,11 @@ class Necessity:
         chosen = resolve_behaviour(ctx, self.behaviour)
         behaviour = behaviour_text(ctx, chosen)
         clean = _clean_loss(ctx, chosen)
-        layer, head = claim.layer, claim.head
+        layer, head = _subject(claim)
         delta = _ablated_loss(ctx, layer, head, chosen) - clean  # (prompt,)
         observe = claim.evidence["observational"]
-        scores = observe.head_scores(claim, ctx) if hasattr(observe, "head_scores") else None
+        head_scores = getattr(observe, "head_scores", None)  # Observational's (layer, head) ranking, where it has one
+        scores = head_scores(claim, ctx) if head_scores is not None else None
         threshold = claim.thresholds["observational"]
         has_role = None if scores is None else np.vectorize(lambda v: threshold.judge(v, v) is True)(scores)
         others = comparable_heads(ctx.model, layer, head, has_role)
@@ -632,24 +660,26 @@ class Necessity:
         else:
             delta_others = torch.zeros_like(delta)
             against = "0 (every other head of this layer and later shares the role: compared with no effect)"
-        extra = {"delta_loss": float(delta.mean()), "delta_loss_comparable": float(delta_others.mean()),
-                 "loss_clean": float(clean.mean()), "behaviour": behaviour}
+        delta_loss = float(delta.mean())
+        extra: dict[str, float | str] = {"delta_loss": delta_loss, "delta_loss_comparable": float(delta_others.mean()),
+                                         "loss_clean": float(clean.mean()), "behaviour": behaviour}
         group = [(layer, h) for h in range(len(has_role[layer])) if has_role[layer, h]] if has_role is not None else []
+        delta_group: float | None = None  # the role group's loss change, with several heads in the role
         if (layer, head) in group and len(group) > 1:
             reference = _reference(ctx, chosen)
             together = behaviour_loss(ctx, ("ablate-group",) + tuple(group), lambda batch: ablate(
                 ctx.model, group, "mean", reference=reference, seed=ctx.seed), behaviour=chosen) - clean
-            extra["delta_loss_role_group"] = float(together.mean())
+            delta_group = extra["delta_loss_role_group"] = float(together.mean())
         notes = ""
         if _has_period(ctx.prompts) and chosen.name == "next_token_loss":
             # how much of the repeated copies' advantage over the first copy the ablation removes
             first = behaviour_loss(ctx, ("clean",), part="first_copy")
             gap = float(first.mean() - clean.mean())
             if gap > 0:
-                extra.update(loss_first_copy=float(first.mean()), advantage_removed=extra["delta_loss"] / gap)
+                extra.update(loss_first_copy=float(first.mean()), advantage_removed=delta_loss / gap)
                 notes = f"; removes {extra['advantage_removed']:.0%} of the repeat advantage"
-                if "delta_loss_role_group" in extra:
-                    extra["advantage_removed_role_group"] = extra["delta_loss_role_group"] / gap
+                if delta_group is not None:
+                    extra["advantage_removed_role_group"] = delta_group / gap
                     labels = "+".join(f"L{l}H{h}" for l, h in group)
                     notes += f", {labels} together {extra['advantage_removed_role_group']:.0%}"
         ev = difference_evidence("necessity", delta, delta_others, ctx, what=f"ablating {claim.label} minus comparable heads",
@@ -678,7 +708,7 @@ def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
 def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple, behaviour: Behaviour,
                  permute: bool = False) -> torch.Tensor:
     """Behaviour loss with the claim's head's pattern replaced by `pattern(batch)` (optionally permuted among keys)."""
-    layer, head = claim.layer, claim.head
+    layer, head = _subject(claim)
     return behaviour_loss(ctx, ("substitute", layer, head) + tag, lambda batch: substitute_pattern(
         ctx.model, layer, head, pattern(batch), permute_keys=permute, seed=ctx.seed), behaviour=behaviour)
 
@@ -699,13 +729,14 @@ class Sufficiency:
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         chosen = resolve_behaviour(ctx, self.behaviour)
         behaviour = behaviour_text(ctx, chosen)
-        pattern = ideal_for(claim, causal=attention_sites(ctx.model)[claim.layer].causal is not False)
+        layer, head = _subject(claim)
+        pattern = ideal_for(claim, causal=attention_sites(ctx.model)[layer].causal is not False)
         clean = _clean_loss(ctx, chosen)
-        ablated = _ablated_loss(ctx, claim.layer, claim.head, chosen)
+        ablated = _ablated_loss(ctx, layer, head, chosen)
         substituted = _substituted(ctx, claim, pattern, ("ideal", claim.params.get("ideal")), chosen)
         denominator = ablated - clean
-        extra = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
-                 "loss_substituted": float(substituted.mean()), "behaviour": behaviour}
+        extra: dict[str, float | str] = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
+                                         "loss_substituted": float(substituted.mean()), "behaviour": behaviour}
         scale = max(float(clean.mean().abs()), 1e-3)
         if float(denominator.mean()) <= 1e-3 * scale:
             return Evidence("sufficiency", math.nan, math.nan, math.nan, math.nan, claim.thresholds["sufficiency"].rule(),
@@ -713,7 +744,7 @@ class Sufficiency:
                             f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
                             "so the fraction recovered is undefined", extra)
         note = ""
-        mean_pattern = _mean_pattern(ctx, claim.layer, claim.head)
+        mean_pattern = _mean_pattern(ctx, layer, head)
         if mean_pattern is not None:
             averaged = _substituted(ctx, claim, lambda batch: mean_pattern, ("mean-pattern",), chosen)
             extra["recovered_by_mean_pattern"] = float((ablated - averaged).mean() / denominator.mean())
@@ -885,7 +916,7 @@ def positional_head(layer: int, head: int, *, offset: int | str | None = None, t
         offset = int(offset)
     where = ("the first position" if offset == "first" else "one relative offset" if offset is None
              else f"relative offset {offset}")
-    evidence = {
+    evidence: dict[str, EvidenceFn] = {
         "observational": Observational(),
         "control_shuffled": ShuffledControl("stay", decisive=True),
         "control_random_init": RandomInitControl(),
@@ -968,7 +999,7 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
             if rate >= 0.9:
                 chosen.append(positional_head(layer, head, offset=mode if mode == "first" else int(mode)))
             if not chosen:
-                best = max(ratios, key=ratios.get)
+                best = max(ratios, key=ratios.__getitem__)
                 chosen.append(PRESETS[best](layer, head))
             claims.extend(chosen)
     return claims

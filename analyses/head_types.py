@@ -406,15 +406,16 @@ class PlainParams(Mapping):
 @dataclass(frozen=True)
 class HeadTypeParams(PlainParams):
     """A head-type claim's parameters: its `HeadType` and parameter values (e.g. window). Reads as the
-    plain mapping: metric, ideal, window..., position_metric."""
+    plain mapping: metric, ideal, window..., position_metric. (The field is `param_values`, not
+    `values`, which would shadow the mapping's `values()`.)"""
 
     head_type: HeadType
-    values: tuple[tuple[str, Any], ...] = ()
+    param_values: tuple[tuple[str, Any], ...] = ()  # (name, value) of the type's parameters, e.g. (("window", 3),)
 
     def as_dict(self) -> dict[str, Any]:
         t = self.head_type
         plain: dict[str, Any] = {"metric": t.column, "ideal": t.ideal_name if t.sufficiency is not None else None}
-        plain.update(self.values)
+        plain.update(self.param_values)
         if t.position_metric is not None:
             plain["position_metric"] = t.position_metric
         return plain
@@ -503,6 +504,7 @@ def offset_type(k: int | str, *, threshold: float = 0.9) -> HeadType:
     """The positional family: a head whose maximum sits at relative offset `k` (or "first", the first
     position) for at least `threshold` of queries, whatever the tokens (Voita et al. 2019). Its argmax
     rate is what `analyses.head_claims.positional_head` judges (`argmax_at:K`)."""
+    target: Target
     if k == "first":
         target, name = FirstTarget(), "offset_first"
     else:

@@ -54,10 +54,11 @@ deprecated alias of `interp.ablation.AblationEngine`.)
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, get_args
+from typing import Any, Literal, Sequence, get_args
 
 import einops
 import numpy as np
@@ -146,7 +147,8 @@ def _ci(values: torch.Tensor, *, seed: int, label: str, chunk: int = 64) -> tupl
     """Mean and bootstrap CI of (prompt, k) values, k columns at a time (bounds the bootstrap's memory)."""
     values = values.double().reshape(values.shape[0], -1)
     parts = [bootstrap(values[:, i : i + chunk], seed=seed, label=f"{label}/{i}") for i in range(0, values.shape[1], chunk)]
-    return tuple(torch.cat([p[j] for p in parts]).numpy() for j in range(3))
+    mean, low, high = (torch.cat([p[j] for p in parts]).numpy() for j in range(3))
+    return mean, low, high
 
 
 def _label(head: Head) -> str:
@@ -493,7 +495,7 @@ def importance(
     return frame
 
 
-def _batch_hessian(engine: _ablation.AblationEngine, batch: PromptSet, heads: list[Head],
+def _batch_hessian(engine: _ablation.AblationEngine, batch: PromptSet, heads: Sequence[Head],
                    values: AblationValues) -> torch.Tensor:
     """d2L / dm_a dm_b (head, head) of one batch's summed loss, L being the behaviour's value with every
     head's z written base + m (z - base) (the head mask of `gradient_importance`)."""
@@ -808,7 +810,7 @@ def compensation(
 def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _CleanEffects:
     """Every head's ablated-minus-clean write and its clean direct effect (its write change alone added
     to the clean final residual stream)."""
-    model = run.engine.model
+    model = run.engine.resumable_model
     effects = _CleanEffects(clean, {}, {})
     for c in run.everything:
         z = clean.z[c[0]][:, :, c[1]]  # (batch, pos, d_head)
@@ -821,7 +823,7 @@ def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _Clean
 def _backup_effects(run: _CompensationRun, effects: _CleanEffects, a: Head) -> None:
     """With A ablated: every later head C's direct effect (compensation), and how far C's write moves
     toward A's role (alignment, takeover); appended to `run`."""
-    model, engine, clean = run.engine.model, run.engine, effects.clean
+    model, engine, clean = run.engine.resumable_model, run.engine, effects.clean
     later = run.later(a)
     capture = sorted({run.result_names[c[0]] for c in later})
     resid, captured = engine.resume(clean, [a], run.sources_a[a], capture=capture)
@@ -976,7 +978,7 @@ class _AblationDeltas:
         out = []
         for heads in head_sets:
             heads = tuple(sorted(heads))
-            clean, ablated = ctx.cached(key + ("losses", heads), lambda heads=heads: engine.losses([heads]))
+            clean, ablated = ctx.cached(key + ("losses", heads), functools.partial(engine.losses, [heads]))
             out.append(ablated[0] - clean)
         return out
 
@@ -1070,7 +1072,7 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
     are not (necessity, CI > margin), and together they cost more than the sum of each alone
     (observational, interaction CI > 0). Any of these failing clearly refutes the claim."""
     a, b = parse_head(a), parse_head(b)
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim(
         "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
         params={"margin": margin, "method": method},
@@ -1103,7 +1105,7 @@ def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", los
     ablation, so the claim is refuted outright.
     """
     a, b = parse_head(a), parse_head(b)
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
                  evidence={"observational": _Compensates("observational", **common),
                            "necessity": _Compensates("necessity", **common)})
@@ -1126,7 +1128,7 @@ def redundancy_claims(
 ) -> pd.DataFrame:
     """Test "redundant" for `pairs`, "dispensable" for `heads`, "backs up" for `backups` (A, B):
     one row per claim from `interp.claims.test_claims` (verdict, p_adjusted, reasons, evidence)."""
-    common = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     claims = [redundant_claim(a, b, margin=margin, **common) for a, b in _parse_pairs(model, pairs)] if pairs else []
     claims += [dispensable_claim(h, margin=margin, **common) for h in check_heads(model, heads)] if heads else []
     claims += [backup_claim(a, b, **common) for a, b in _parse_pairs(model, backups)] if backups else []

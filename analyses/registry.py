@@ -13,24 +13,26 @@ pytest starts); the analyses it names are imported when a kind or a claim is ask
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from interp.specs import ClaimEntry, ClaimsFile, ClaimsFileError, build_prompts, read_claims_file
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from interp.claims import Claim
+
 MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in [claims])
 
 
-def head_claim_kinds() -> dict[str, object]:
+def head_claim_kinds() -> dict[str, Callable[..., Claim]]:
     """Claim kind -> factory `(layer, head) -> Claim`: the presets of `analyses.head_claims`, and "dispensable"."""
     from analyses import head_claims, redundancy
 
     return {**head_claims.PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
 
 
-def pair_claim_kinds() -> dict[str, object]:
+def pair_claim_kinds() -> dict[str, Callable[..., Claim]]:
     """Claim kind -> factory `((l, h), (l, h)) -> Claim` for pairs of heads ("L0H1 ~ L0H3")."""
     from analyses import redundancy
 

@@ -126,6 +126,13 @@ class AblationEngine:
             self.reference = reference_activations(model, source, site="z",
                                                    keep_samples=method == "resample", batch_size=batch_size)
 
+    @property
+    def resumable_model(self) -> HookedGPT:
+        """The model on the fast path (clean runs cached, ablations resumed): `resumable` admits only a HookedGPT."""
+        if not isinstance(self.model, HookedGPT):
+            raise BadType(f"resuming needs a HookedGPT (see interp.ablation.resumable), got {type(self.model).__name__}.")
+        return self.model
+
     # -- values and hooks
 
     def values(self) -> AblationValues:
@@ -152,14 +159,16 @@ class AblationEngine:
     @torch.no_grad()
     def clean(self, batch: PromptSet) -> CleanBatch:
         """The batch's clean run to the final residual stream, caching every layer's z and resid_mid."""
-        model = self.model
+        model = self.resumable_model
         tokens = self.behaviour.model_prompts(batch).tokens.to(_device(model))
         mask = None if batch.attention_mask is None else batch.attention_mask.to(tokens.device).bool()
         positions = model.position_ids(tokens.shape, mask, device=tokens.device)
         names = {}
         for layer, block in enumerate(model.blocks):
             names[self.sites[layer].hook("z")] = ("z", layer)
-            names[block.hook_resid_mid.name] = ("mid", layer)
+            mid_name = block.hook_resid_mid.name
+            assert mid_name is not None  # HookedRootModule.setup names every hook point
+            names[mid_name] = ("mid", layer)
         final, cache = model.run_with_cache(tokens, attention_mask=mask, **stop_after(model, [len(model.blocks) - 1]),
                                             names_filter=lambda n: n in names, return_cache_object=False)
         z = {layer: cache[name] for name, (kind, layer) in names.items() if kind == "z"}
@@ -174,7 +183,7 @@ class AblationEngine:
     def resume(self, clean: CleanBatch, heads: Sequence[Head], values: AblationValues,
                capture: Sequence[str] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Final residual stream (before ln_final) and captured activations, with `heads` ablated."""
-        model = self.model
+        model = self.resumable_model
         start = min(layer for layer, _ in heads)
         z_clean = clean.z[start]
         delta = torch.zeros_like(clean.resid_mid[start])
@@ -210,12 +219,13 @@ class AblationEngine:
         if behaviour.target_weights is None or behaviour.reads != "logits":
             return check_values(behaviour(self.output_from_resid(resid), batch, summary), len(batch), what, behaviour)
         weights = behaviour.target_weights(batch).to(resid.device)  # (batch, pos - 1), each row summing to one
-        loss = self.model.next_token_loss_from_resid(resid, batch.tokens, weights)
+        loss = self.resumable_model.next_token_loss_from_resid(resid, batch.tokens, weights)
         return check_values(loss, len(batch), what, behaviour)
 
     def output_from_resid(self, resid: torch.Tensor) -> torch.Tensor:
         """What the behaviour reads, from the final residual stream: ln_final(resid), or the logits."""
-        return self.model.head(resid) if self.behaviour.reads == "logits" else self.model.ln_final(resid)
+        model = self.resumable_model
+        return model.head(resid) if self.behaviour.reads == "logits" else model.ln_final(resid)
 
     @torch.no_grad()
     def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
@@ -239,15 +249,15 @@ class AblationEngine:
 
     def losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt)."""
-        head_sets = [check_heads(self.model, heads) for heads in head_sets]
-        sources = [self.values() for _ in head_sets]
+        checked = [check_heads(self.model, heads) for heads in head_sets]
+        sources = [self.values() for _ in checked]
         clean_parts, ablated_parts = [], []
         for indices, batch in distributed.shard(self.prompts, self.batch_size).batches(self.batch_size):
             for values in sources:
                 values.prompt_index = indices  # resampling keyed by global prompt index
             clean, clean_loss, summary = self._clean_values(batch)
             rows = []
-            for heads, values in zip(head_sets, sources):
+            for heads, values in zip(checked, sources):
                 what = f"ablating {'+'.join(map(head_label, heads))}"
                 if clean is not None:
                     rows.append(self.loss_from_resid(self.resume(clean, heads, values)[0], batch, what, summary))
@@ -256,5 +266,5 @@ class AblationEngine:
             clean_parts.append(clean_loss.detach().double().cpu())
             ablated_parts.append(torch.stack(rows).detach().double().cpu() if rows else torch.zeros(0, len(batch), dtype=torch.float64))
         clean_loss = torch.cat(clean_parts) if clean_parts else torch.zeros(0, dtype=torch.float64)
-        ablated = torch.cat(ablated_parts, dim=1) if ablated_parts else torch.zeros(len(head_sets), 0, dtype=torch.float64)
+        ablated = torch.cat(ablated_parts, dim=1) if ablated_parts else torch.zeros(len(checked), 0, dtype=torch.float64)
         return distributed.gather_prompts(clean_loss), distributed.gather_prompts(ablated, dim=1)

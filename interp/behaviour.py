@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Union, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,9 @@ from interp.errors import BadInput
 from interp.hooks import attention_sites, hooked
 from models.gpt import HookedGPT, next_token_targets
 from models.gpt import masked_next_token_loss as models_masked_next_token_loss
+
+if TYPE_CHECKING:
+    from interp.interventions import AblationKind
 
 Reads = Literal["logits", "hidden"]
 Positions = Literal["auto", "all", "repeats"]
@@ -101,14 +104,15 @@ class Behaviour:
 
     def clean_summary(self, output: torch.Tensor, prompts: PromptSet) -> torch.Tensor | None:
         """What the clean run is kept as, for behaviours that compare with it; None otherwise."""
-        return self.summarise(output, prompts) if self.compares_to_clean else None
+        # __post_init__ refuses compares_to_clean without summarise
+        return self.summarise(output, prompts) if self.compares_to_clean and self.summarise is not None else None
 
     def describe(self, prompts: PromptSet | None = None) -> str:
         """The behaviour's short name, for these prompts where it depends on them (the next-token loss
         says which predictions it scores); `description` has the long form."""
         positions = dict(self.params).get("positions")
         if self.name == "next_token_loss" and prompts is not None and positions in get_args(Positions):
-            return next_token_description(prompts, positions)
+            return next_token_description(prompts, cast(Positions, positions))  # one of Positions, checked above
         return self.name
 
     def spec(self) -> dict[str, Any]:
@@ -298,7 +302,7 @@ def custom_behaviour(fn: Callable[[torch.Tensor, PromptSet], torch.Tensor], *, r
     """A user's `fn(output, prompts) -> (prompt,)` (larger = behaviour damaged) as a Behaviour."""
     if not callable(fn):
         raise BadInput(f"a behaviour must be callable as fn(output, prompts) -> (prompt,); got {type(fn).__name__}.")
-    name = name or getattr(fn, "__name__", "custom")
+    name = name or str(getattr(fn, "__name__", "custom"))
     return Behaviour(name, reads, fn, description=description or f"user behaviour {name} on the final {reads}")
 
 
@@ -377,7 +381,7 @@ def final_hidden_hook(model: nn.Module) -> str:
     last = f"blocks.{len(sites) - 1}.hook_resid_post" if sites else None
     if _causal(model) is not False and "ln_final.hook_out" in names:
         return "ln_final.hook_out"
-    if last in names:
+    if last is not None and last in names:
         return last
     raise BadInput(f"{type(model).__name__} exposes no hook with the final hidden state (ln_final.hook_out or "
                    f"{last}); use a behaviour that reads the logits (reads='logits').")
@@ -422,12 +426,13 @@ def check_values(values: Any, n: int, what: str, behaviour: Behaviour) -> torch.
 @torch.no_grad()
 def clean_summaries(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *, batch_size: int = 32) -> torch.Tensor | None:
     """(prompt, ...) what the clean run is compared by (e.g. the pooled embeddings); None when not needed."""
-    if not behaviour.compares_to_clean:
+    summarise = behaviour.summarise
+    if not behaviour.compares_to_clean or summarise is None:  # Behaviour has summarise when it compares
         return None
     parts = []
     for batch in prompts.batches(batch_size):
         output = final_output(model, behaviour.model_prompts(batch), behaviour.reads)
-        parts.append(behaviour.summarise(output, batch).detach().cpu())
+        parts.append(summarise(output, batch).detach().cpu())
     return torch.cat(parts)
 
 
@@ -455,7 +460,7 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
 
 
 @torch.no_grad()
-def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: str = "mean", *,
+def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: AblationKind = "mean", *,
                             reference=None, seed: int = 0, batch_size: int = 32,
                             chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
@@ -470,11 +475,12 @@ def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Beh
     if reference is None and kind != "zero":
         reference = reference_activations(model, behaviour.model_prompts(prompts), keep_samples=kind == "resample",
                                           batch_size=batch_size)
-    stop = behaviour.reads == "hidden" and isinstance(model, HookedGPT)
-    if behaviour.reads == "hidden" and not stop:
+    # a behaviour on the final hidden state: the HookedGPT stops before its unembedding
+    stop = model if behaviour.reads == "hidden" and isinstance(model, HookedGPT) else None
+    if behaviour.reads == "hidden" and stop is None:
         raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
                        f"{type(model).__name__}; use interp.ablation.AblationEngine(..., fast=False).")
-    kwargs = {"stop_at_layer": len(model.blocks)} if stop else {}
+    kwargs: dict[str, Any] = {"stop_at_layer": len(stop.blocks)} if stop is not None else {}
     clean_parts, ablated_parts = [], []
     for batch in prompts.batches(batch_size):
         run = behaviour.model_prompts(batch)
@@ -483,7 +489,7 @@ def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Beh
         clean_parts.append(check_values(behaviour(output, batch, summary), len(batch), "clean run", behaviour).double().cpu())
         outputs = batched_head_ablations(model, run, heads, kind, reference=reference, seed=seed, chunk_size=chunk_size,
                                          **kwargs)  # (head, batch, ...)
-        rows = [behaviour(model.ln_final(out) if stop else out, batch, summary) for out in outputs]
+        rows = [behaviour(stop.ln_final(out) if stop is not None else out, batch, summary) for out in outputs]
         ablated_parts.append(torch.stack([check_values(r, len(batch), "a batched ablation", behaviour) for r in rows])
                              .double().cpu())
     return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, get_args
+from typing import Any, Callable, Iterable, Literal, get_args
 
 import torch
 from torch import nn
@@ -107,7 +107,7 @@ def can_stop_early(model: nn.Module) -> bool:
         return False
 
 
-def stop_after(model: nn.Module, layers: Iterable[int]) -> dict[str, int]:
+def stop_after(model: nn.Module, layers: Iterable[int]) -> dict[str, Any]:  # keyword arguments for any forward
     """Forward keyword arguments that stop after the last of `layers` (the layers a set of hooks sits on):
     `{"stop_at_layer": max(layers) + 1}` where the model can stop early (`can_stop_early`), else `{}`."""
     last = max(layers)

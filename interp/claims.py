@@ -183,7 +183,7 @@ class Evidence:
     decisive: bool = False  # whether a failure refutes the claim (else it only withholds support)
     n_prompts: int = 0
     detail: str = ""  # what was measured, in a sentence
-    extra: Mapping[str, float] = field(default_factory=dict, hash=False)  # further numbers for reports
+    extra: Mapping[str, float | str] = field(default_factory=dict, hash=False)  # further numbers (and the behaviour) for reports
     # resamples behind p_value (sign flips); its smallest possible value is 1 / (n_resamples + 1); 0 = no test
     n_resamples: int = 0
     alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
@@ -262,7 +262,7 @@ def threshold_evidence(
     what: str,
     decisive: bool = True,
     label: str | None = None,
-    extra: Mapping[str, float] | None = None,
+    extra: Mapping[str, float | str] | None = None,
 ) -> Evidence:
     """Per-prompt values (prompt,) against a threshold: mean, bootstrap CI, one-sided sign-flip p-value.
 
@@ -292,7 +292,7 @@ def difference_evidence(
     decisive: bool = False,
     fail_below: float | None = None,
     label: str | None = None,
-    extra: Mapping[str, float] | None = None,
+    extra: Mapping[str, float | str] | None = None,
 ) -> Evidence:
     """Paired per-prompt difference a - b (prompt,) must exceed `margin`: CI and sign-flip p-value.
 
@@ -321,7 +321,7 @@ def ratio_evidence(
     decisive: bool = False,
     n_resamples: int = 1000,
     label: str | None = None,
-    extra: Mapping[str, float] | None = None,
+    extra: Mapping[str, float | str] | None = None,
 ) -> Evidence:
     """Ratio of means sum(num) / sum(den) over prompts (e.g. fraction of loss recovered) against a threshold.
 

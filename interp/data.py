@@ -76,11 +76,10 @@ class PromptSet:
                 f"{tuple(self.tokens.shape)}."
             )
         if self.attention_mask is not None:
-            self._check_mask_values()
+            self._check_mask_values(self.attention_mask)
 
-    def _check_mask_values(self) -> None:
+    def _check_mask_values(self, mask: torch.Tensor) -> None:
         """0/1 entries only, and at least one real token per prompt (a fully padded prompt has no statistics)."""
-        mask = self.attention_mask
         odd = mask[(mask != 0) & (mask != 1)]
         if odd.numel():
             raise BadInput(f"PromptSet.attention_mask holds {odd.flatten()[0].item()!r}; expected 1 for real tokens and "

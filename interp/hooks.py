@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol, cast
 
 from torch import nn
 
 from interp.loading import bridge_sites
 from interp.mha import mha_sites
 from interp.sdpa import intercepted_sites
-from interp.sites import ROLES, AttentionSite, Role, SiteFinder
+from interp.sites import ROLES, AttentionSite, HookRoot, Role, SiteFinder, hook_root
 from models.components import hook_is_live
 
 __all__ = [
@@ -28,19 +28,27 @@ __all__ = [
 ]
 
 
+class _BlockLayout(HookRoot, Protocol):
+    """A model laid out as TransformerLens lays them out (HookedGPT, HookedEncoder, HookedTransformer)."""
+
+    cfg: Any  # a GPTConfig or a TransformerLens config: n_heads, d_head, causal / is_causal
+    blocks: nn.ModuleList
+
+
 def _block_sites(model: nn.Module) -> list[AttentionSite]:
     """Sites of models laid out as TransformerLens lays them out: blocks[l].attn.hook_*."""
-    cfg = model.cfg
+    layout = cast(_BlockLayout, model)  # attention_sites checked blocks, cfg and hook_dict
+    cfg = layout.cfg
     causal = getattr(cfg, "causal", None)
     if causal is None:
         causal = getattr(cfg, "is_causal", None)
     sites = []
-    for layer, block in enumerate(model.blocks):
+    for layer, block in enumerate(layout.blocks):
         attn = getattr(block, "attn", None)
         if attn is None:
             continue
         prefix = f"blocks.{layer}.attn"
-        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
+        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in layout.hook_dict}
         n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
         sites.append(AttentionSite(layer, prefix, cfg.n_heads, cfg.d_head, causal, hooks, n_kv_heads=n_kv))
     return sites
@@ -78,9 +86,10 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
 
 def check_hook_names(model: nn.Module, names: Iterable[str]) -> None:
     """Raise a KeyError naming unknown hooks and the closest real ones."""
-    known = list(model.hook_dict)
+    hook_dict = hook_root(model).hook_dict
+    known = list(hook_dict)
     for name in names:
-        if name not in model.hook_dict:
+        if name not in hook_dict:
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
             hint = f" Did you mean {close}?" if close else f" The model has {len(known)} hooks; see model.hook_dict."
             raise KeyError(f"unknown hook name {name!r}.{hint}")
@@ -95,10 +104,10 @@ def hooked(model: nn.Module, fwd_hooks: Iterable[tuple[str, Callable]] = (), bwd
     """
     fwd_hooks, bwd_hooks = list(fwd_hooks), list(bwd_hooks)
     check_hook_names(model, [name for name, _ in fwd_hooks + bwd_hooks if isinstance(name, str)])
-    with model.hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks, reset_hooks_end=True):
+    with hook_root(model).hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks, reset_hooks_end=True):
         yield model
 
 
 def live_hooks(model: nn.Module) -> list[str]:
     """Names of hook points that currently have a forward or backward hook attached."""
-    return [name for name, hp in model.hook_dict.items() if hook_is_live(hp)]
+    return [name for name, hp in hook_root(model).hook_dict.items() if hook_is_live(hp)]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal, Sequence, Union, get_args
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Sequence, Union, cast, get_args
 
 import einops
 import torch
@@ -35,6 +35,9 @@ from interp.capture import stop_after
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 Head = tuple[int, int]  # (layer, head)
 HeadLike = Union[Head, str]  # (layer, head) or a label "L1H3"
@@ -77,13 +80,17 @@ def parse_head(head: HeadLike) -> Head:
         ) from None
 
 
+def _is_one_head(heads: HeadLike | Iterable[HeadLike]) -> TypeIs[HeadLike]:
+    """A label, or one (layer, head) pair of integers, rather than a collection of heads."""
+    return isinstance(heads, str) or (
+        isinstance(heads, (tuple, list)) and len(heads) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in heads)
+    )
+
+
 def parse_heads(heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
     """A tuple of (layer, head) from one head or many (pairs or labels), duplicates removed, order kept."""
-    if isinstance(heads, str) or (
-        isinstance(heads, (tuple, list)) and len(heads) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in heads)
-    ):
-        heads = [heads]
-    parsed = tuple(dict.fromkeys(parse_head(h) for h in heads))
+    many = [heads] if _is_one_head(heads) else heads
+    parsed = tuple(dict.fromkeys(parse_head(h) for h in many))
     if not parsed:
         raise ValueError("no heads given; pass at least one (layer, head) pair or 'L{layer}H{head}' label.")
     return parsed
@@ -244,6 +251,7 @@ class AblationValues:
         if self.kind == "zero":
             return torch.zeros_like(clean)
         ref = self.reference
+        assert ref is not None  # _resolve_reference (or the engine) gives one for every kind but "zero"
         if n_pos > ref.n_pos:
             raise ValueError(
                 f"the prompts have {n_pos} positions but the reference prompts only {ref.n_pos}; "
@@ -254,10 +262,11 @@ class AblationValues:
             return einops.repeat(mean, "pos d -> batch pos d", batch=batch)
         # resample: each prompt gets the head's value on a random reference prompt, a different
         # one from the prompt itself wherever that is possible
+        assert ref.samples is not None  # resampling references keep their samples (_resolve_reference checks)
         pool = ref.samples[layer][:, :n_pos, head]  # (ref_prompt, pos, d)
         n_ref = pool.shape[0]
         if self.prompt_index is not None:
-            return self._resample_keyed(layer, head, clean, pool)
+            return self._resample_keyed(layer, head, clean, pool, self.prompt_index)
         gen = self.generators.setdefault((layer, head), derive_generator(self.seed, "resample", layer, head))
         index = torch.randint(0, n_ref, (batch,), generator=gen)
         chosen = pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
@@ -268,13 +277,14 @@ class AblationValues:
             chosen = pool[index].to(device=clean.device, dtype=clean.dtype)
         return chosen
 
-    def _resample_keyed(self, layer: int, head: int, clean: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    def _resample_keyed(self, layer: int, head: int, clean: torch.Tensor, pool: torch.Tensor,
+                        prompt_index: range) -> torch.Tensor:
         """Resampling with one generator per (prompt's global index, head): see `prompt_index`."""
-        if len(self.prompt_index) != clean.shape[0]:
-            raise ValueError(f"prompt_index has {len(self.prompt_index)} prompts but the batch {clean.shape[0]}.")
+        if len(prompt_index) != clean.shape[0]:
+            raise ValueError(f"prompt_index has {len(prompt_index)} prompts but the batch {clean.shape[0]}.")
         n_ref = pool.shape[0]
         index = torch.empty(clean.shape[0], dtype=torch.long)
-        for row, prompt in enumerate(self.prompt_index):
+        for row, prompt in enumerate(prompt_index):
             gen = distributed.prompt_generator(self.seed, "resample", prompt, layer, head)
             index[row] = int(torch.randint(0, n_ref, (1,), generator=gen))
             if n_ref > 1 and bool((pool[index[row]].to(clean.device, clean.dtype) == clean[row]).all()):
@@ -527,7 +537,8 @@ class _PatternSubstitution:
         if isinstance(pattern, str) and pattern == "uniform":
             return allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
         if isinstance(pattern, str):
-            return on_real_positions(lambda m: ideal_pattern(pattern, m, causal=bool(self.site.causal)), allowed, own)
+            name = cast(IdealPattern, pattern)  # substitute_pattern checked it against IDEAL_PATTERNS
+            return on_real_positions(lambda m: ideal_pattern(name, m, causal=bool(self.site.causal)), allowed, own)
         if isinstance(pattern, torch.Tensor):
             return pattern
 
@@ -581,7 +592,7 @@ def substitute_pattern(
     _check_pattern_spec(pattern, head_label((layer, head)))
     substitution = _PatternSubstitution(site=site, head=head, pattern=pattern, permute_keys=permute_keys,
                                         generator=torch.Generator().manual_seed(seed))
-    hooks = [(site.hook("pattern"), substitution.replace)]
+    hooks: list[tuple[str, Callable]] = [(site.hook("pattern"), substitution.replace)]
     if "attn_scores" in site.hooks:
         hooks.insert(0, (site.hook("attn_scores"), substitution.read_mask))
     with hooked(model, hooks):

@@ -42,7 +42,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -51,6 +51,11 @@ from interp.errors import BadInput, BadType, CheckpointError, ModelError
 from interp.sites import ROLES, AttentionSite
 from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from models.gpt import HookedGPT
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
@@ -83,7 +88,7 @@ _ENCODER_TYPES = {
 }
 
 
-def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
+def save(model: HookedGPT, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
     """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `models.io.save_checkpoint`)."""
     return save_checkpoint(model, path, metadata)
 
@@ -345,7 +350,8 @@ def _hf_model(model: nn.Module, backend: str) -> nn.Module:
     except (UnsupportedArchitecture, UnsupportedField) as error:
         if backend == "auto" and importlib.util.find_spec("interp.sdpa") is not None:
             hooked_model = _sdpa(model)
-            hooked_model.load_notes = [f"not converted natively ({error}); hooked through the sdpa backend."]
+            # a note on the user's own model (not a HookedGPT): the CLI and the report read it
+            setattr(hooked_model, "load_notes", [f"not converted natively ({error}); hooked through the sdpa backend."])
             return hooked_model
         raise BadInput(f"{error} To use the bridge, save the model with save_pretrained(folder) and load the folder.") from None
     except ConversionError as error:  # the user's model: its weights do not fit its config
@@ -355,7 +361,7 @@ def _hf_model(model: nn.Module, backend: str) -> nn.Module:
     return converted
 
 
-def _describe_native(model: nn.Module, source: str) -> None:
+def _describe_native(model: HookedGPT, source: str) -> None:
     model.head_is_random = False
     model.load_notes = [
         f"converted natively from {model.cfg.original_architecture} ({source}) into {type(model).__name__}: every "
@@ -410,7 +416,7 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
     return bridge
 
 
-def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> nn.Module:
+def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> TransformerBridge:
     """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline."""
     folder = Path(folder).resolve()
     from transformer_lens.model_bridge import TransformerBridge
@@ -459,12 +465,13 @@ def bridge_sites(model: nn.Module) -> list[AttentionSite] | None:
     """
     if type(model).__name__ != "TransformerBridge" or not hasattr(model, "blocks"):
         return None
-    cfg = model.cfg
-    causal = _bridge_causal(model)
+    bridge = cast("TransformerBridge", model)  # by name: transformer_lens.model_bridge is imported only when used
+    cfg = bridge.cfg
+    causal = _bridge_causal(bridge)
     sites = []
-    for layer in range(len(model.blocks)):
+    for layer in range(len(bridge.blocks)):
         prefix = f"blocks.{layer}.attn"
-        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in model.hook_dict}
+        hooks = {role: f"{prefix}.hook_{role}" for role in ROLES if f"{prefix}.hook_{role}" in bridge.hook_dict}
         if not getattr(cfg, "use_attn_result", False):
             hooks.pop("result", None)
         n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads

@@ -41,7 +41,7 @@ mode) is switched off while hooked, so padded output positions are no longer zer
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import einops
 import torch
@@ -80,6 +80,28 @@ class HookedMultiheadAttention(HookedRootModule):
     hooked and cached on its own.
     """
 
+    # declared for the type checker (nn.Module types an unknown attribute as Tensor | Module);
+    # set in __init__ from the wrapped module (_COPIED_ATTRIBUTES and its parameters)
+    _original: nn.MultiheadAttention
+    embed_dim: int
+    kdim: int
+    vdim: int
+    _qkv_same_embed_dim: bool
+    num_heads: int
+    dropout: float
+    batch_first: bool
+    head_dim: int
+    add_zero_attn: bool
+    in_proj_weight: nn.Parameter | None
+    q_proj_weight: nn.Parameter | None
+    k_proj_weight: nn.Parameter | None
+    v_proj_weight: nn.Parameter | None
+    in_proj_bias: nn.Parameter | None
+    bias_k: nn.Parameter | None
+    bias_v: nn.Parameter | None
+    out_proj: nn.Linear
+    observed_causal: bool  # set by observe_causality; absent until it has run
+
     def __init__(self, original: nn.MultiheadAttention):
         super().__init__()
         if not isinstance(original, nn.MultiheadAttention):
@@ -116,12 +138,19 @@ class HookedMultiheadAttention(HookedRootModule):
     def explicit_needed(self) -> bool:
         return any(hook_is_live(getattr(self, name)) for name in _EXPLICIT_ROLES)
 
+    def in_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, key and value input projection matrices, each (embed_dim, its input dim): the
+        packed `in_proj_weight`'s thirds, or the separate ones when kdim / vdim differ from embed_dim."""
+        if self._qkv_same_embed_dim:
+            assert self.in_proj_weight is not None  # nn.MultiheadAttention packs q, k, v when their dims agree
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+            return w_q, w_k, w_v
+        assert self.q_proj_weight is not None and self.k_proj_weight is not None and self.v_proj_weight is not None
+        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+
     def _project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor):
         """Input projections, each (batch, pos, embed_dim)."""
-        if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
-        else:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        w_q, w_k, w_v = self.in_weights()
         b_q = b_k = b_v = None
         if self.in_proj_bias is not None:
             b_q, b_k, b_v = self.in_proj_bias.chunk(3)
@@ -167,6 +196,7 @@ class HookedMultiheadAttention(HookedRootModule):
             z = self._fused_attention(q, k, v, mask, dropout_p=dropout_p, causal_only=causal_only)
         out = self._output(self.hook_z(z))  # (batch, pos, d_model)
         if need_weights and average_attn_weights:
+            assert weights is not None  # need_weights took the explicit path
             weights = weights.mean(dim=1)  # (batch, query, key)
         if not batched:
             out = out.squeeze(0)
@@ -190,7 +220,7 @@ class HookedMultiheadAttention(HookedRootModule):
         and zero-attention keys where the module has them."""
         batch, n_heads, d_head = query.shape[0], self.num_heads, self.head_dim
         q, k, v = self._project(query, key, value)  # (batch, pos, embed_dim)
-        if self.bias_k is not None:
+        if self.bias_k is not None and self.bias_v is not None:  # add_bias_kv sets both
             k = torch.cat([k, self.bias_k.reshape(1, 1, -1).expand(batch, 1, -1)], dim=1)
             v = torch.cat([v, self.bias_v.reshape(1, 1, -1).expand(batch, 1, -1)], dim=1)
         q = einops.rearrange(q, "batch pos (head d_head) -> batch pos head d_head", head=n_heads)
@@ -323,13 +353,14 @@ def hook_attention(model: nn.Module) -> nn.Module:
     for module in model.modules():
         # the nested-tensor path would feed the attention modules nested tensors, which have no per-head view
         if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
-            module._interp_use_nested_tensor = module.use_nested_tensor
+            setattr(module, "_interp_use_nested_tensor", module.use_nested_tensor)  # put back by unhook_attention
             module.use_nested_tensor = False
     if not isinstance(model, AttentionHookedModel):
         if isinstance(model, HookedRootModule):  # already a hook root (its own class): re-index only
             model.setup()
             return model
         model.__class__ = _hooked_class(type(model))
+        model = cast(AttentionHookedModel, model)  # its class now derives from AttentionHookedModel
         model.is_caching, model.context_level = False, 0
     model.setup()
     return model
@@ -346,10 +377,10 @@ def unhook_attention(model: nn.Module) -> nn.Module:
     for name, module in hooked:
         module.reset_hooks(including_permanent=True)
         _replace(model, name, module.original.train(module.training))
-    for module in model.modules():
-        if hasattr(module, "_interp_use_nested_tensor"):
-            module.use_nested_tensor = module._interp_use_nested_tensor
-            del module._interp_use_nested_tensor
+    for child in model.modules():
+        if isinstance(child, nn.TransformerEncoder) and hasattr(child, "_interp_use_nested_tensor"):
+            child.use_nested_tensor = getattr(child, "_interp_use_nested_tensor")
+            del child._interp_use_nested_tensor
     if isinstance(model, AttentionHookedModel):
         model.__class__ = model._interp_original_class
         for attr in ("hook_dict", "mod_dict", "is_caching", "context_level"):

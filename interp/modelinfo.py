@@ -8,7 +8,7 @@ the user only when the model truly does not say.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import einops
 import torch
@@ -16,6 +16,9 @@ from torch import nn
 
 # the config facts live one level down, where the hooking modules this one reads (interp.sdpa) can ask them too
 from interp.modelconfig import CONTEXT_FIELDS, VOCAB_FIELDS, context_length, model_config, vocab_size
+
+if TYPE_CHECKING:
+    from interp.mha import HookedMultiheadAttention
 
 __all__ = [
     "CONTEXT_FIELDS", "VOCAB_FIELDS", "OVWeights", "check_finite_weights", "context_length", "final_norm", "model_config",
@@ -86,9 +89,11 @@ def ov_weights(model: nn.Module, site: Any) -> OVWeights | None:
     """Per-head W_V, W_O of one attention site: HookedGPT's own, nn.MultiheadAttention's
     `in_proj_weight` / `out_proj`, or the value and output projections SDPA interception found."""
     module = model.get_submodule(site.module) if site.module else model
-    if isinstance(getattr(module, "W_V", None), torch.Tensor) and isinstance(getattr(module, "W_O", None), torch.Tensor):
-        block = model.blocks[site.layer] if hasattr(model, "blocks") else None
-        return OVWeights(module.W_V, module.W_O, getattr(block, "ln1", None), "W_V, W_O")
+    W_V, W_O = getattr(module, "W_V", None), getattr(module, "W_O", None)
+    if isinstance(W_V, torch.Tensor) and isinstance(W_O, torch.Tensor):
+        blocks = getattr(model, "blocks", None)
+        block = blocks[site.layer] if blocks is not None else None
+        return OVWeights(W_V, W_O, getattr(block, "ln1", None), "W_V, W_O")
     from interp.mha import HookedMultiheadAttention
 
     if isinstance(module, HookedMultiheadAttention):
@@ -100,8 +105,8 @@ def ov_weights(model: nn.Module, site: Any) -> OVWeights | None:
     return None
 
 
-def _mha_ov(module: nn.Module) -> OVWeights:
-    w_v = module.in_proj_weight.chunk(3)[2] if module._qkv_same_embed_dim else module.v_proj_weight  # (out, in)
+def _mha_ov(module: HookedMultiheadAttention) -> OVWeights:
+    w_v = module.in_weights()[2]  # (embed_dim, vdim)
     n_heads = module.num_heads
     return OVWeights(
         einops.rearrange(w_v, "(head d_head) d_model -> head d_model d_head", head=n_heads),
@@ -117,10 +122,13 @@ def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
 
     v_path, start = site.v_proj
     n_kv = site.n_heads // site.kv_groups if site.kv_groups > 1 else site.n_kv_heads
-    w_v = linear_weight(model.get_submodule(v_path))[:, start:start + n_kv * site.d_value]  # (d_model, kv_head * d_head)
+    v_weight, w_o = linear_weight(model.get_submodule(v_path)), linear_weight(model.get_submodule(site.out_proj))
+    if v_weight is None or w_o is None:  # the probe records only linear layers as v_proj / out_proj
+        return None
+    w_v = v_weight[:, start:start + n_kv * site.d_value]  # (d_model, kv_head * d_head)
     W_V = einops.rearrange(w_v, "d_model (head d_head) -> head d_model d_head", head=n_kv)
     W_V = W_V.repeat_interleave(site.n_heads // n_kv, dim=0)  # one per query head
-    w_o = linear_weight(model.get_submodule(site.out_proj))  # (head * d_head, d_model)
+    # w_o: (head * d_head, d_model)
     W_O = einops.rearrange(w_o, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
     return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}")
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeGuard, cast
 
 import einops
 import torch
@@ -136,8 +136,9 @@ def linear_weight(module: nn.Module) -> torch.Tensor | None:
     """The (in, out) matrix of an nn.Linear or a Hugging Face Conv1D; None for anything else."""
     if isinstance(module, nn.Linear):
         return module.weight.t()
-    if type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None and module.weight.dim() == 2:
-        return module.weight
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return weight
     return None
 
 
@@ -324,7 +325,13 @@ def _result_hook(site: SDPASite) -> Callable:
     return per_head
 
 
-class _InterceptedForward:
+if TYPE_CHECKING:  # the type checker sees the nn.Module this class is always mixed into (see _intercepted_class)
+    _ForwardBase = nn.Module
+else:
+    _ForwardBase = object
+
+
+class _InterceptedForward(_ForwardBase):
     """First base of a hooked model's class: its forward runs under the interceptor only while a hook is live."""
 
     def forward(self, *args, **kwargs):
@@ -621,7 +628,8 @@ def _intercepted_class(cls: type) -> type:
     return _INTERCEPTED_CLASSES[cls]
 
 
-def is_intercepted(model: Any) -> bool:
+def is_intercepted(model: Any) -> TypeGuard[AttentionHookedModel]:
+    """Whether `hook_sdpa` hooked `model` (its class then derives from AttentionHookedModel)."""
     return isinstance(model, nn.Module) and "_interp_sdpa_sites" in model.__dict__
 
 
@@ -648,8 +656,9 @@ def hook_sdpa(model: nn.Module, example: Any = None) -> nn.Module:
     for site in sites.values():
         _attach_hook_points(model, site)
     model.__class__ = _intercepted_class(type(model))
+    model = cast(AttentionHookedModel, model)  # its class now derives from AttentionHookedModel
     model.is_caching, model.context_level = False, 0
-    model._interp_sdpa_sites = sites
+    model.__dict__["_interp_sdpa_sites"] = sites  # read back through __dict__ (is_intercepted, sdpa_sites)
     model.setup()
     return model
 

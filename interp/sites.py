@@ -12,9 +12,12 @@ the side effect of an import.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, get_args
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protocol, cast, get_args
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformer_lens.hook_points import HookPoint
 
 Role = Literal["q", "k", "v", "attn_scores", "pattern", "z", "result"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -51,6 +54,21 @@ class AttentionSite:
 
     def label(self, head: int) -> str:
         return f"L{self.layer}H{head}"
+
+
+class HookRoot(Protocol):
+    """What the toolkit reads of a hooked model (a TransformerLens hook root, a bridge, a model
+    hooked by `hook_attention` or `hook_sdpa`): its hook points by name and its temporary-hooks context."""
+
+    hook_dict: dict[str, HookPoint]
+
+    def hooks(self, fwd_hooks: list = ..., bwd_hooks: list = ..., reset_hooks_end: bool = ...) -> ContextManager[Any]: ...
+
+
+def hook_root(model: nn.Module) -> HookRoot:
+    """`model` as a hook root, for the type checker only (torch types an unknown module attribute as
+    Tensor | Module); callers have checked, or will fail on, `model.hook_dict` as before."""
+    return cast(HookRoot, model)
 
 
 # a site finder returns the sites of a model of its kind, in forward order, or None if the model is not its kind

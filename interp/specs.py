@@ -152,26 +152,32 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
                 f"prefix_len={prefix_len} repeated {n_repeats} times does not fit the model's context n_ctx={n_ctx}"
                 f"{' after its BOS token' if bos is not None else ''}; use prefix_len <= {room // n_repeats}."
             )
-        _need_vocab(d_vocab, spec.kind)
-        return data.repeated_tokens(n, prefix_len, _token_range(d_vocab, bos), seed=spec.seed, bos=bos, n_repeats=n_repeats)
+        vocab = _need_vocab(d_vocab, spec.kind)
+        return data.repeated_tokens(n, prefix_len, _token_range(vocab, bos), seed=spec.seed, bos=bos, n_repeats=n_repeats)
     if spec.kind == "random":
         seq_len = spec.seq_len or min(40, room)
         if seq_len > room:
             raise SpecError(f"seq_len={seq_len} exceeds the model's context n_ctx={n_ctx}; use seq_len <= {room}.")
-        _need_vocab(d_vocab, spec.kind)
-        return data.random_tokens(n, seq_len, _token_range(d_vocab, bos), seed=spec.seed, bos=bos)
-    if spec.kind == "file" and spec.file and spec.file.endswith(".json"):
-        return _json_prompts(Path(spec.file), d_vocab)
-    texts = _read_lines(Path(spec.file)) if spec.kind == "file" else default_texts()
+        vocab = _need_vocab(d_vocab, spec.kind)
+        return data.random_tokens(n, seq_len, _token_range(vocab, bos), seed=spec.seed, bos=bos)
+    if spec.kind == "file":
+        assert spec.file is not None  # PromptSpec refuses the kind "file" without a file
+        if spec.file.endswith(".json"):
+            return _json_prompts(Path(spec.file), d_vocab)
+        texts = _read_lines(Path(spec.file))
+    else:
+        texts = default_texts()
     return _text_prompts(model, texts, spec, n=spec.n, max_len=spec.max_len or min(64, n_ctx))
 
 
-def _need_vocab(d_vocab, kind: str) -> None:
+def _need_vocab(d_vocab: int | None, kind: str) -> int:
+    """The vocabulary size a token-id prompt kind draws from; a SpecError if the model has none."""
     if d_vocab is None:
         raise SpecError(
             f"prompt kind {kind!r} needs the model's vocabulary size (a config's d_vocab / vocab_size, or an "
             "nn.Embedding) and this model has none; use --prompts text or a .json file of token ids."
         )
+    return d_vocab
 
 
 def _bos_token(model) -> int | None:

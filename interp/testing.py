@@ -7,7 +7,10 @@ encoders' counterpart (bidirectional by design, padding inert, examples unmixed)
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _pytest._code.code import ExceptionInfo, TerminalRepr, TracebackStyle
 
 
 def _leak_message(report: Any) -> str:
@@ -125,10 +128,12 @@ def claim_failure_message(row) -> str:
 
 try:  # the plugin half needs pytest; the CLI half above does not
     import pytest as _pytest
-except ImportError:  # pragma: no cover
-    _pytest = None
 
-if _pytest is not None:
+    _HAS_PYTEST = True
+except ImportError:  # pragma: no cover
+    _HAS_PYTEST = False
+
+if _HAS_PYTEST:
 
     class ClaimFailed(AssertionError):
         """A claim did not get its expected verdict."""
@@ -180,7 +185,10 @@ if _pytest is not None:
                     self._outcome = error
             return self._outcome
 
-        def repr_failure(self, excinfo):
+        def repr_failure(self, excinfo: ExceptionInfo[BaseException],
+                         style: TracebackStyle | None = None) -> str | TerminalRepr:
+            """The error message alone for a bad claims file. (`style`: Node's signature; a Collector's
+            representation takes none.)"""
             if isinstance(excinfo.value, ClaimsFileError):
                 return str(excinfo.value)
             return super().repr_failure(excinfo)
@@ -193,6 +201,7 @@ if _pytest is not None:
             self.entry = entry
 
         def runtest(self):
+            assert isinstance(self.parent, ClaimsTomlFile)  # ClaimsTomlFile.collect makes every ClaimItem
             outcome = self.parent.outcome()
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -200,13 +209,14 @@ if _pytest is not None:
             if not bool(row["passed"]):
                 raise ClaimFailed(claim_failure_message(row))
 
-        def repr_failure(self, excinfo):
+        def repr_failure(self, excinfo: ExceptionInfo[BaseException],
+                         style: TracebackStyle | None = None) -> str | TerminalRepr:
             error = excinfo.value
             if isinstance(error, ClaimFailed):
                 return f"{self.path}:{self.entry.line}: {error}"
             if isinstance(error, (ValueError, KeyError, FileNotFoundError, _pytest.UsageError)):
                 return f"{self.path}:{self.entry.line}: could not test the claims: {type(error).__name__}: {error}"
-            return super().repr_failure(excinfo)
+            return super().repr_failure(excinfo, style)
 
         def reportinfo(self):
             return self.path, max(0, self.entry.line - 1), f"claim {self.entry.name}"

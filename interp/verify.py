@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, ContextManager, Protocol, cast
+from typing import Any, Callable, ContextManager
 
 import einops
 import pandas as pd
@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from interp.hooks import ROLES, AttentionSite, attention_sites
+from interp.sites import hook_root
 
 ATOL, RTOL = 1e-4, 1e-4
 # (atol, rtol) per dtype of the hooked tensor: a few units of its rounding (bfloat16 keeps 8
@@ -48,16 +49,10 @@ ATOL, RTOL = 1e-4, 1e-4
 TOLERANCES = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 4e-3)}
 
 
-class _HookRoot(Protocol):
-    """What verify needs of a model: TransformerLens's temporary-hooks context (a hook root or a bridge)."""
-
-    def hooks(self, fwd_hooks: list, bwd_hooks: list = ..., reset_hooks_end: bool = ...) -> ContextManager[Any]: ...
-
-
 def _hooks(model: nn.Module, fwd_hooks: list[tuple[str, Callable]]) -> ContextManager[Any]:
     """`model.hooks(fwd_hooks, reset_hooks_end=True)`: every model with attention sites has it, but
     torch types an unknown module attribute as Tensor | Module."""
-    return cast(_HookRoot, model).hooks(fwd_hooks=fwd_hooks, reset_hooks_end=True)
+    return hook_root(model).hooks(fwd_hooks=fwd_hooks, reset_hooks_end=True)
 
 
 def _first(output: Any) -> torch.Tensor:

@@ -42,6 +42,8 @@ class HookedGPT(CachingRoot):
     metadata: dict[str, Any]  # how the model was made
     load_notes: list[str]  # what loading an older checkpoint adjusted
     truth: dict[str, str]  # a constructed model's head roles, e.g. {"L0H0": "previous_token"}
+    head_is_random: bool  # a converted model whose task head was not in the checkpoint (interp.loading)
+    tokenizer: Any  # encodes strings for to_tokens: a CharTokenizer or a Hugging Face tokenizer
 
     def __init__(self, cfg: GPTConfig | None = None, **overrides):
         super().__init__()

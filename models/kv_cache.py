@@ -14,7 +14,7 @@ anything else (subclasses, replaced modules) is not claimed.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Generator
 
 import einops
 import torch
@@ -79,7 +79,7 @@ def _attend(attn: Attention, x: torch.Tensor, position: int, cache: _Cache, n_po
 
 
 @torch.no_grad()
-def incremental_outputs(model: HookedGPT, tokens: torch.Tensor) -> Iterator[torch.Tensor]:
+def incremental_outputs(model: HookedGPT, tokens: torch.Tensor) -> Generator[torch.Tensor, None, None]:
     """Logits (batch, d_vocab) of each position t = 0..T-1 in turn, computed from tokens[:, :t + 1] only."""
     if not supports_incremental(model):
         raise TypeError(f"{type(model).__name__} has no incremental path here; see models.kv_cache.supports_incremental.")

@@ -8,6 +8,7 @@ from interp.behaviour import masked_next_token_loss as behaviour_masked_loss
 from interp.behaviour import next_token_mask, next_token_weights
 from interp.capture import can_stop_early, stop_after
 from interp.data import PromptSet, random_tokens
+from interp.errors import BadType
 from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
 from models.gpt import masked_next_token_loss, next_token_cross_entropy
 
@@ -90,6 +91,15 @@ def test_the_ablation_engine_falls_back_to_the_hooked_forward_where_resuming_is_
     assert fast.fast is model.resumable
     for got, want in zip(fast.losses(sets), slow.losses(sets)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_engines_fast_path_model_is_its_hooked_gpt():
+    gpt = HookedGPT(GPTConfig(**SMALL))
+    engine = AblationEngine(gpt, random_tokens(4, 8, SMALL["d_vocab"], seed=1), "zero", batch_size=2)
+    assert engine.resumable_model is gpt
+    engine.model = torch.nn.Linear(2, 2)  # a model the fast path cannot resume
+    with pytest.raises(BadType, match="resuming needs a HookedGPT.*got Linear"):
+        engine.resumable_model
 
 
 def test_head_writes_sum_to_the_attention_output_minus_its_bias(model):

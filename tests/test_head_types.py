@@ -290,6 +290,15 @@ def test_typed_params_read_as_the_legacy_mapping():
         hc.head_type_claim("local_window", 0, 0, width=2)
 
 
+def test_typed_params_are_a_full_mapping():
+    # regression: a dataclass field named `values` shadowed Mapping.values(), so .values() raised TypeError
+    params = hc.local_window_head(0, 1).params
+    assert list(params.values()) == ["local_window", "local_window", 3]
+    assert list(params.keys()) == ["metric", "ideal", "window"] and dict(params.items()) == dict(params)
+    assert params.param_values == (("window", 3),) and params.get("window") == 3 and "window" in params
+    assert list(ht.HeadTypeParams(ht.get_head_type("previous_token")).values()) == ["prev_token", "previous_token"]
+
+
 def test_repeats_is_typed_and_derived_from_legacy_meta():
     prompts = repeated_tokens(2, 4, 20, bos=20, n_repeats=3)
     assert prompts.repeats == Repeats(period=4, offset=1, n_repeats=3) and prompts.repeats.start == 5

@@ -277,3 +277,21 @@ def test_fast_and_explicit_paths_agree_with_is_causal_and_extra_keys(options):
         with hooked(mha, [("hook_pattern", lambda t, hook: t)]):
             explicit, _ = mha(x, x, x, attn_mask=mask, is_causal=True, need_weights=False)
     torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kdim", [None, 5])
+def test_in_weights_are_the_wrapped_modules_projections(kdim):
+    mha = nn.MultiheadAttention(6, 2, kdim=kdim, vdim=kdim, batch_first=True)
+    w_q, w_k, w_v = HookedMultiheadAttention(mha).in_weights()
+    if kdim is None:  # packed: the thirds of in_proj_weight
+        assert torch.equal(torch.cat([w_q, w_k, w_v]), mha.in_proj_weight)
+    else:
+        assert (w_q, w_k, w_v) == (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+        assert w_k.shape == (6, 5)
+
+
+def test_hook_root_is_the_model_itself():
+    from interp.sites import hook_root
+
+    model = hook_attention(make_encoder(True))
+    assert hook_root(model) is model and "layers.0.self_attn.hook_pattern" in hook_root(model).hook_dict
