@@ -496,10 +496,10 @@ class RandomInitControl:
             passed = True
         else:
             passed = None
-        return Evidence("control_random_init", gap.effect, gap.ci_low, gap.ci_high, max(level.p_value, gap.p_value),
-                        f"random-init {below.rule()} and trained - random CI > 0", passed, True, len(trained),
-                        f"{level.detail}; {gap.detail}", {"random_init": level.effect}, n_resamples=gap.n_resamples,
-                        metric="trained minus random-init")
+        return Evidence("control_random_init", effect=gap.effect, ci_low=gap.ci_low, ci_high=gap.ci_high,
+                        p_value=max(level.p_value, gap.p_value), rule=f"random-init {below.rule()} and trained - random CI > 0",
+                        passed=passed, decisive=True, n_prompts=len(trained), detail=f"{level.detail}; {gap.detail}",
+                        extra={"random_init": level.effect}, n_resamples=gap.n_resamples, metric="trained minus random-init")
 
 
 # --------------------------------------------------------------------------- behaviour losses
@@ -739,10 +739,10 @@ class Sufficiency:
                                          "loss_substituted": float(substituted.mean()), "behaviour": behaviour}
         scale = max(float(clean.mean().abs()), 1e-3)
         if float(denominator.mean()) <= 1e-3 * scale:
-            return Evidence("sufficiency", math.nan, math.nan, math.nan, math.nan, claim.thresholds["sufficiency"].rule(),
-                            None, False, len(clean),
-                            f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
-                            "so the fraction recovered is undefined", extra)
+            return Evidence.unmeasured(
+                "sufficiency", rule=claim.thresholds["sufficiency"].rule(), n_prompts=len(clean), extra=extra,
+                detail=f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
+                       "so the fraction recovered is undefined")
         note = ""
         mean_pattern = _mean_pattern(ctx, layer, head)
         if mean_pattern is not None:

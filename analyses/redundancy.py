@@ -1048,9 +1048,9 @@ class _Compensates:
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         a, b = claim.heads
         if a[0] <= b[0]:
-            return Evidence(self.kind, math.nan, math.nan, math.nan, math.nan, "A after B", False, True,
-                            len(ctx.prompts), f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
-                            f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
+            return Evidence.unmeasured(self.kind, rule="A after B", passed=False, decisive=True, n_prompts=len(ctx.prompts),
+                                       detail=f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
+                                              f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
         behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
         key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size, b)
         result = ctx.cached(key, lambda: compensation(ctx.model, ctx.prompts, self.method, heads=[b], loss_fn=self.loss_fn,

@@ -38,7 +38,7 @@ machinery, and knows nothing of any particular metric.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, get_args
 
 import numpy as np
@@ -174,6 +174,7 @@ class Evidence:
     """One test of a claim: effect, CI over prompts, p-value, the pass rule and whether it passed."""
 
     kind: str  # an EvidenceKind
+    _: KW_ONLY  # the rest by keyword: ten numbers and flags in a row are easy to misplace
     effect: float  # effect size (a mean metric, a difference, a fraction of loss recovered...)
     ci_low: float  # confidence interval over prompts (NaN when none applies)
     ci_high: float
@@ -188,6 +189,13 @@ class Evidence:
     n_resamples: int = 0
     alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
     metric: str = ""  # what the effect measures, e.g. "argmax_at:-1" (the offset a positional claim was tested at)
+
+    @classmethod
+    def unmeasured(cls, kind: str, *, rule: str, n_prompts: int, detail: str, passed: bool | None = None,
+                   decisive: bool = False, extra: Mapping[str, float | str] | None = None) -> "Evidence":
+        """Evidence with no number behind it (effect, CI and p-value NaN): abstentions and structural refusals."""
+        return cls(kind, effect=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan, rule=rule, passed=passed,
+                   decisive=decisive, n_prompts=n_prompts, detail=detail, extra=dict(extra or {}))
 
     def row(self) -> dict[str, Any]:
         return {
@@ -277,7 +285,8 @@ def threshold_evidence(
     passed = threshold.judge(low, high)
     verb = {True: "clears", False: "misses", None: "straddles"}[passed]
     detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, mean, low, high, p, threshold.rule(), passed, decisive, len(values), detail, dict(extra or {}),
+    return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=threshold.rule(), passed=passed,
+                    decisive=decisive, n_prompts=len(values), detail=detail, extra=dict(extra or {}),
                     n_resamples=ctx.n_permutations)
 
 
@@ -306,7 +315,8 @@ def difference_evidence(
     fail_below = margin if fail_below is None else fail_below
     passed = True if low > margin else False if high < fail_below else None
     detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
-    return Evidence(kind, mean, low, high, p, f"CI > {margin:g}", passed, decisive, len(diff), detail, dict(extra or {}),
+    return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=f"CI > {margin:g}", passed=passed,
+                    decisive=decisive, n_prompts=len(diff), detail=detail, extra=dict(extra or {}),
                     n_resamples=ctx.n_permutations)
 
 
@@ -344,13 +354,14 @@ def ratio_evidence(
                              n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
     passed = threshold.judge(low, high) if math.isfinite(low) else None
     detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
-    return Evidence(kind, ratio, low, high, p, threshold.rule(), passed, decisive, n, detail, dict(extra or {}),
+    return Evidence(kind, effect=ratio, ci_low=low, ci_high=high, p_value=p, rule=threshold.rule(), passed=passed,
+                    decisive=decisive, n_prompts=n, detail=detail, extra=dict(extra or {}),
                     n_resamples=ctx.n_permutations)
 
 
 def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:
     """Evidence that could not be gathered: undecided, with the reason."""
-    return Evidence(kind, math.nan, math.nan, math.nan, math.nan, rule, None, False, n_prompts, reason)
+    return Evidence.unmeasured(kind, rule=rule, n_prompts=n_prompts, detail=reason)
 
 
 # --------------------------------------------------------------------------- running claims
@@ -600,8 +611,8 @@ class Stability:
         rule = f"outcome agrees in every condition; head-rank Spearman >= {self.min_rank_corr:g}"
         detail = (f"{self.base} outcome (passed={reference.passed}) agrees in {sum(agree)}/{len(agree)} conditions"
                   + (f", lowest rank corr {min_corr:.3f}" if math.isfinite(min_corr) else "") + ": " + "; ".join(notes))
-        return Evidence("stability", rate, math.nan, math.nan, math.nan, rule, passed, False, len(ctx.prompts), detail,
-                        {"min_rank_corr": min_corr})
+        return Evidence("stability", effect=rate, ci_low=math.nan, ci_high=math.nan, p_value=math.nan, rule=rule,
+                        passed=passed, n_prompts=len(ctx.prompts), detail=detail, extra={"min_rank_corr": min_corr})
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:

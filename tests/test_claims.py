@@ -111,7 +111,8 @@ def test_difference_and_ratio_evidence_known_answers(ctx):
 
 def test_verdict_rules():
     def ev(kind, passed, decisive=True, p=0.001):
-        return Evidence(kind, 1.0, 0.9, 1.1, p, "CI > 0.5", passed, decisive, 32, f"{kind} detail")
+        return Evidence(kind, effect=1.0, ci_low=0.9, ci_high=1.1, p_value=p, rule="CI > 0.5", passed=passed, decisive=decisive,
+                        n_prompts=32, detail=f"{kind} detail")
 
     assert decide([ev("observational", True), ev("necessity", True)], 0.01, 0.05, 32)[0] == "supported"
     verdict, reasons = decide([ev("observational", False), ev("necessity", True)], 0.01, 0.05, 32)
@@ -242,3 +243,17 @@ def test_verdict_frame_passed_column(tiny_gpt, prompts):
     frame = verdict_frame(verdicts)
     assert frame["observational_passed"].tolist() == [True]
     assert frame["verdict"].tolist() == ["supported"]
+
+
+def test_evidence_is_built_by_keyword():
+    """Only the kind is positional: ten numbers and flags in a row are easy to misplace."""
+    with pytest.raises(TypeError):
+        Evidence("observational", 1.0, 0.9, 1.1, 0.01, "CI > 0.5", True)  # type: ignore[misc]
+    ev = Evidence("observational", effect=1.0, ci_low=0.9, ci_high=1.1, p_value=0.01, rule="CI > 0.5", passed=True)
+    assert ev.row()["effect"] == 1.0 and ev.passed is True and ev.decisive is False
+
+
+def test_unmeasured_evidence_has_no_numbers():
+    ev = Evidence.unmeasured("sufficiency", rule="CI > 0.5", n_prompts=12, detail="loss does not move", extra={"dL": 0.0})
+    assert math.isnan(ev.effect) and math.isnan(ev.ci_low) and math.isnan(ev.p_value)
+    assert (ev.passed, ev.decisive, ev.n_prompts, ev.detail, dict(ev.extra)) == (None, False, 12, "loss does not move", {"dL": 0.0})
