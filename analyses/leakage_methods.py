@@ -52,7 +52,6 @@ def declared_bidirectional(model: Any) -> bool:
         if isinstance(value, bool):
             return not value
     if isinstance(model, nn.Module) and hasattr(model, "hook_dict"):
-        import interp.loading  # noqa: F401  (registers the TransformerBridge site finder)
         from interp.hooks import attention_sites
 
         try:

@@ -12,7 +12,7 @@ reference, and the audit time they predict from the measured seconds per token. 
 also runs the whole audit and reports its wall time.
 
 Run: `python -m benchmarks leakage_long` (a few minutes) or
-`python benchmarks/bench_leakage_long.py --len 1024 --audit`.
+`python -m benchmarks.bench_leakage_long --len 1024 --audit`.
 """
 from __future__ import annotations
 
