@@ -61,6 +61,7 @@ from torch import nn
 
 from analyses import leakage_fast
 from analyses.leakage_fast import CostEstimate
+from analyses.leakage_origin import OpPair, Origin, batch_rows, find_origin, pair_length
 from analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's public and test-facing names)
     ModelAdapter,
     _accepts_attention_mask,
@@ -81,7 +82,10 @@ from analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's 
     _rows,
     _scale,
     batch_mixing,
+    declaration,
     declared_bidirectional,
+    observed_masking,
+    user_forward,
     embedding_module,
     gradient,
     infer_n_ctx,
@@ -125,6 +129,7 @@ from analyses.leakage_types import (  # noqa: F401  (re-exported)
 )
 from interp import launch
 from interp.launch import Device, DType
+from interp.errors import ModelError
 from interp.modelinfo import check_finite_weights
 
 
@@ -171,11 +176,19 @@ class LeakageReport:
     methods: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    declared_by: str | None = None  # who declared the model bidirectional; None: it was expected to be causal
+    incomplete: dict[str, str] = field(default_factory=dict)  # check -> why the model's call for it could not run; exit 1
+    origins: dict[str, Origin] = field(default_factory=dict)  # leak kind -> the op and line where it appears
+
+    @property
+    def origin(self) -> Origin | None:
+        """Where the first leak (in LEAK_KINDS order) appears: file, line, function, op, source line."""
+        return next((self.origins[kind] for kind in self.leaks if kind in self.origins), None)
 
     @property
     def causal(self) -> bool:
-        """No position read a later one, no example read another, padding was inert."""
-        return self.verdict in ("exact_zero", "numerical_noise")
+        """No position read a later one, no example read another, padding was inert, every check ran."""
+        return self.verdict in ("exact_zero", "numerical_noise") and not self.incomplete
 
     @property
     def bidirectional(self) -> bool:
@@ -183,8 +196,9 @@ class LeakageReport:
 
     @property
     def exit_code(self) -> int:
-        """0: nothing wrong (causal, or bidirectional by design with inert padding); 1: a leak."""
-        return 1 if self.leaks else 0
+        """0: nothing wrong (causal, or bidirectional by design with inert padding); 1: a leak, or a check
+        the model calls for (padding, for a model taking an attention_mask) could not run."""
+        return 1 if self.leaks or self.incomplete else 0
 
     @property
     def headline(self) -> str:
@@ -193,6 +207,8 @@ class LeakageReport:
         text = VERDICT_WORDS[self.verdict].format(tol=self.tol, leaks=leaks)
         if self.bidirectional and self.leaks:
             text += "; " + VERDICT_WORDS["leak"].format(leaks=leaks)
+        if self.incomplete:
+            text += "; INCOMPLETE (" + ", ".join(self.incomplete) + " not checked)"
         return text
 
     @property
@@ -244,6 +260,9 @@ class LeakageReport:
             "first_leaking_site": self.first_leaking_site, "first_leaking_sites": self.first_leaking_sites,
             "leaks": list(self.leaks), "exit_code": self.exit_code, "tol": self.tol, "lengths": list(self.lengths),
             "n_prompts": self.n_prompts, "methods": list(self.methods), "notes": list(self.notes),
+            "declared_by": self.declared_by, "incomplete": dict(self.incomplete),
+            "origin": None if self.origin is None else self.origin.to_dict(),
+            "origins": {kind: origin.to_dict() for kind, origin in self.origins.items()},
             "seconds": round(self.seconds, 3), "summary": _clean(self.summary_rows()),
             "table": _clean(table.to_dict("records")), "sites": _clean(sites.to_dict("records")),
         }
@@ -257,11 +276,13 @@ class LeakageReport:
             lines.append(f"  max influence {self.max_influence:.3g} of the output scale")
         if self.first_leaking_site:
             lines.append(f"  first leaking site: {self.first_leaking_site}")
+        lines += [f"  origin ({kind}): {origin}" for kind, origin in self.origins.items()]
         lines.append(f"  lengths {list(self.lengths)}, {self.n_prompts} prompts, {self.seconds:.1f} s")
         for row in self.summary_rows():
             value = "-" if row["max_influence"] is None else f"{row['max_influence']:.3g}"
             lines.append(f"  {row['method']:<13} {row['status']:<22} {value:>10}  {row['where']}")
         lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  not checked: {reason}" for reason in self.incomplete.values()]
         return "\n".join(lines)
 
 
@@ -341,6 +362,7 @@ class AuditPlan:
     pad_id: int
     bidirectional: bool  # declared an encoder: future dependence is by design, not audited
     localise: bool  # localise leaks at every site
+    declared_by: str | None = None  # who declared it bidirectional (`declaration`); None: a causal model is expected
     mask_variants: tuple[bool, ...] = (False,)  # ones_mask of each run of the future methods
     passes: int = 0  # progress-bar steps: truncation prefixes, perturbation / gradient chunks, other methods
     cost: CostEstimate | None = None  # tokens and ETA (`leakage_fast.estimate`), when progress is shown
@@ -399,7 +421,8 @@ def _check_methods(methods: Sequence[str]) -> tuple[str, ...]:
 def plan_audit(model: Any, adapter: ModelAdapter, *, max_len: int | None = None, vocab_size: int | None = None,
                n_prompts: int = 2, seed: int = 0, tol: float | None = None, lengths: Sequence[int] | None = None,
                methods: Sequence[str] = METHODS, draws: int = 2, max_cuts: int | None = 16, gradient_len: int = 24,
-               localise_leaks: bool = True, pad_token_id: int | None = None) -> AuditPlan:
+               localise_leaks: bool = True, pad_token_id: int | None = None,
+               bidirectional: bool | None = None) -> AuditPlan:
     """Check `audit`'s arguments against the model and fix what it will run (no forward pass)."""
     methods = _check_methods(methods)
     if tol is None:  # rounding of the model's own precision: half-precision models round 1e3 times coarser
@@ -409,11 +432,12 @@ def plan_audit(model: Any, adapter: ModelAdapter, *, max_len: int | None = None,
     if n_prompts < 1 or draws < 1:
         raise ValueError(f"n_prompts={n_prompts} and draws={draws} must both be at least 1.")
     max_len, vocab, lengths = _resolve_sizes(model, max_len, vocab_size, lengths)
+    declared = declaration(model, bidirectional)
     plan = AuditPlan(
         max_len=max_len, vocab=vocab, lengths=lengths, methods=methods, n_prompts=n_prompts, draws=draws,
         max_cuts=max_cuts, gradient_len=min(gradient_len, max_len), tol=float(tol), seed=seed,
         pad_id=pad_token_id if pad_token_id is not None else getattr(_config(model), "pad_token_id", None) or 0,
-        bidirectional=declared_bidirectional(model), localise=localise_leaks,
+        bidirectional=declared is not None, declared_by=declared, localise=localise_leaks,
         mask_variants=(False, True) if adapter.takes_mask else (False,),
     )
     if not plan.bidirectional and not ({"truncation", "perturbation"} & set(methods)) and _embedding(model, plan) is None:
@@ -468,6 +492,7 @@ class MethodRuns:
     future_influence: dict[bool, dict[int, torch.Tensor]] = field(
         default_factory=lambda: {False: {}, True: {}})  # ones_mask -> length -> (cut, query), where above tol
     padding_pair: Pair | None = None  # the worst pad-content pair, for localisation
+    incomplete: dict[str, str] = field(default_factory=dict)  # check -> why it could not run
 
 
 @torch.no_grad()
@@ -548,8 +573,14 @@ def _run_padding(runs: MethodRuns, plan: AuditPlan) -> None:
     if not runs.adapter.takes_mask:
         runs.notes.append("padding skipped: the model takes no attention_mask")
         return
-    rows, notes, worst = padding_check(runs.adapter, plan.prompts(plan.n_prompts, _odd_length(plan.max_len)), plan.vocab,
-                                       plan.tol, pad_id=plan.pad_id, seed=plan.seed, bidirectional=plan.bidirectional)
+    try:
+        rows, notes, worst = padding_check(runs.adapter, plan.prompts(plan.n_prompts, _odd_length(plan.max_len)),
+                                           plan.vocab, plan.tol, pad_id=plan.pad_id, seed=plan.seed,
+                                           bidirectional=plan.bidirectional)
+    except ModelError as error:  # the model takes a mask but fails with one: padding is unaudited, not inert
+        runs.incomplete["padding"] = (f"padding check could not run: {error} Fix the model's attention_mask path, or pass "
+                               "--no-padding (methods without 'padding') to audit without it.")
+        return
     runs.rows += rows
     runs.notes += notes
     runs.padding_pair = worst
@@ -647,6 +678,81 @@ def _localisation_length(found: dict[int, torch.Tensor]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Stage 3b, the line of code: the first op where each kind of leak appears (`leakage_origin`)
+# ---------------------------------------------------------------------------------------------
+
+def locate_origins(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame, *, leaks: Sequence[str],
+                   plan: AuditPlan) -> dict[str, Origin]:
+    """Per leak kind, the op (file, line, function, source) where an observed output first moves."""
+    model = adapter.model
+    origins: dict[str, Origin] = {}
+    for kind in leaks:
+        pairs = {"future": _future_op_pairs, "batch": _batch_op_pairs, "padding": _padding_op_pairs}[kind](
+            model, runs, table, plan)
+        for pair, leak in pairs:
+            origin = find_origin(model, pair, localisation_threshold(leak, plan.tol))
+            if origin is not None:
+                origins[kind] = origin
+                break
+    return origins
+
+
+def _future_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The largest future leak as two pairs: the later tokens resampled, then (a leak through the length) removed."""
+    rows = _trusted(table, plan)
+    rows = rows[rows["method"].isin(FUTURE_METHODS) & above_threshold(rows, plan.tol)]
+    if rows.empty:
+        return []
+    top = rows.loc[rows["influence"].idxmax()]
+    cut = int(top["query_pos"]) if top["method"] == "gradient" else int(top["source_pos"]) - 1
+    length = max(cut + 2, pair_length(model, int(top["length"]), plan.max_len))
+    prompt = plan.prompts(1, length)  # (1, pos)
+    mask = torch.ones_like(prompt) if bool(rows["ones_mask"].all()) else None
+    later = torch.arange(length) > cut
+    resampled = torch.where(later, _resample(prompt, plan.vocab, _generator(plan.seed, "origin", length)), prompt)
+    keep = torch.arange(cut + 1)
+    span = f"{cut + 1}..{length - 1}"
+    content = OpPair("future", prompt, resampled, 0, keep, lambda q: f"row {q} now depends on positions {span}", mask)
+    prefix = OpPair("future", prompt, prompt[:, :cut + 1], 0, keep,
+                    lambda q: f"row {q} changes when positions {span} are removed (it depends on the length)",
+                    None if mask is None else mask[:, :cut + 1])
+    leak = float(top["influence"])
+    return [(content, leak), (prefix, leak)] if _differs_by_content(runs, top) else [(prefix, leak), (content, leak)]
+
+
+def _differs_by_content(runs: MethodRuns, top: Any) -> bool:
+    """Whether the largest future leak showed with the later tokens changed (else only with them removed)."""
+    return top["method"] != "truncation" or any(runs.future_influence[flag] for flag in (False, True))
+
+
+def _batch_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The first and the last row observed, every other row resampled."""
+    length = pair_length(model, _odd_length(plan.max_len), plan.max_len)
+    n_rows = batch_rows(model, length)
+    prompts = plan.prompts(n_rows, length)  # (row, pos)
+    others = _resample(prompts, plan.vocab, _generator(plan.seed, "origin-batch", length))
+    leak = float(table.loc[table["method"] == "batch", "influence"].max())
+    pairs = []
+    for row in (0, n_rows - 1):
+        variant = others.clone()
+        variant[row] = prompts[row]
+        pairs.append((OpPair("batch", prompts, variant, row, torch.arange(length),
+                             lambda q, r=row: f"row {r} (position {q}) now depends on the other rows of its batch"), leak))
+    return pairs
+
+
+def _padding_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The padding check's worst pair: the same real tokens and mask, other pad content."""
+    pair = runs.padding_pair
+    if pair is None or "tokens_a" not in pair:
+        return []
+    keep = pair["observe"].nonzero().flatten()
+    return [(OpPair("padding", pair["tokens_a"], pair["tokens_b"], 0, keep,
+                    lambda q: f"real position {q} now depends on the content of the padding", pair["mask"]),
+             float(pair["influence"]))]
+
+
+# ---------------------------------------------------------------------------------------------
 # Stage 4, the verdict
 # ---------------------------------------------------------------------------------------------
 
@@ -702,6 +808,7 @@ def audit(
     progress: bool = False,
     device: Device = None,
     dtype: DType = None,
+    bidirectional: bool | None = None,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see the module docstring for methods.
@@ -714,6 +821,10 @@ def audit(
     truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
     long contexts pass a smaller max_len or watch `progress=True`. device / dtype: audit a moved
     copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
+    bidirectional: True audits the model as an encoder (future dependence by design; padding and
+    batch still audited), False as a decoder; None (default) reads the model's own declaration
+    (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
+    expected to be causal, whatever its attention calls look like.
     """
     start = time.perf_counter()
     spec = isinstance(model, (str, os.PathLike))
@@ -726,7 +837,7 @@ def audit(
     adapter = ModelAdapter(model)
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
                       lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
-                      localise_leaks=localise_leaks, pad_token_id=pad_token_id)
+                      localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
     tick = _Progress(progress, plan.passes)
@@ -736,6 +847,7 @@ def audit(
         table = findings_table(runs.rows)
         leaks = leak_kinds(table, plan)
         located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
+        origins = locate_origins(adapter, runs, table, leaks=leaks, plan=plan) if plan.localise else {}
         tick(1, "localisation")
     decision = decide(table, plan, leaks=leaks, located=located, localised=bool(sites))
     return LeakageReport(
@@ -743,8 +855,24 @@ def audit(
         first_leaking_site=decision.first_leaking_site, leaks=leaks, table=table, sites=located.sites,
         first_leaking_sites=decision.first_leaking_sites, tol=plan.tol,
         lengths=tuple(sorted(set(plan.lengths) | {plan.max_len})), n_prompts=plan.n_prompts, methods=plan.methods,
-        notes=tuple(runs.notes) + located.notes, seconds=time.perf_counter() - start,
+        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, leaks), seconds=time.perf_counter() - start,
+        declared_by=plan.declared_by, incomplete=dict(runs.incomplete), origins=origins,
     )
+
+
+def _declaration_notes(model: Any, plan: AuditPlan, leaks: Sequence[str]) -> tuple[str, ...]:
+    """How the model was judged (declared, or expected causal), what the attention calls showed, and the way out."""
+    notes = [f"bidirectional: {plan.declared_by}"] if plan.declared_by else []
+    seen = observed_masking(model)
+    if seen:
+        notes.append(seen)
+    if "future" in leaks and not plan.bidirectional:
+        notes.append(BIDIRECTIONAL_HINT)
+    return tuple(notes)
+
+
+BIDIRECTIONAL_HINT = ("no declaration says this model is bidirectional, so it is expected to be causal; if it is meant "
+                      "to attend both ways (an encoder), pass --bidirectional (audit(..., bidirectional=True))")
 
 
 @contextlib.contextmanager

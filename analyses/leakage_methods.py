@@ -30,6 +30,8 @@ from analyses.leakage_types import (
 from interp import distributed
 from interp.errors import BadType, InterpError, ModelError
 from interp.modelinfo import context_length, model_config, vocab_size
+from models.config import EncoderConfig
+from models.zoo import ZooConfig
 
 # ---------------------------------------------------------------------------------------------
 # The model, seen as tokens -> (batch, seq, features)
@@ -43,39 +45,93 @@ infer_vocab_size = vocab_size  # the one helper lives in interp.modelinfo
 infer_n_ctx = context_length
 
 
-def declared_bidirectional(model: Any) -> bool:
-    """Whether the model says it is an encoder: cfg.causal / cfg.is_causal False, or every
-    attention module carrying an `is_causal` flag (Hugging Face) has it False."""
-    cfg = _config(model)
-    for name in ("causal", "is_causal"):
-        value = getattr(cfg, name, None)
-        if isinstance(value, bool):
-            return not value
-    if isinstance(model, nn.Module) and hasattr(model, "hook_dict"):
-        from interp.hooks import attention_sites
+# Hugging Face architectures that are encoders unless their config says `is_decoder=True` (a BERT used as a
+# decoder is causal and audited as one); only these, with `is_decoder` False, declare a model bidirectional.
+HF_ENCODER_TYPES = frozenset({
+    "albert", "bert", "camembert", "convbert", "deberta", "deberta-v2", "distilbert", "electra", "ernie", "esm",
+    "flaubert", "funnel", "ibert", "layoutlm", "longformer", "luke", "mobilebert", "modernbert", "mpnet", "mra",
+    "nezha", "nystromformer", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert",
+    "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso", "big_bird", "megatron-bert", "canine", "data2vec-text",
+})
 
-        try:
-            flags = {site.causal for site in attention_sites(model)}
-        except (TypeError, AttributeError):
-            flags = set()
-        if flags == {False}:
-            return True
-        if True in flags:
-            return False
-    if isinstance(model, nn.Module):
-        module_flags = {getattr(m, "is_causal") for m in model.modules()
-                        if m is not model and isinstance(getattr(m, "is_causal", None), bool)}
-        if module_flags == {False}:
-            return True
-    return False
+
+OWN_CONFIGS = (EncoderConfig, ZooConfig)  # the toolkit's own configs: their `causal` field is a declaration
+
+
+def _hf_config(model: Any) -> Any:
+    """The Hugging Face config of `model` (itself, or wrapped by a TransformerBridge): one with `model_type`."""
+    for holder in (model, getattr(model, "original_model", None), getattr(model, "model", None)):
+        config = getattr(holder, "config", None)
+        if config is not None and isinstance(getattr(config, "model_type", None), str):
+            return config
+    return None
+
+
+def declaration(model: Any, bidirectional: bool | None = None) -> str | None:
+    """Who declares `model` bidirectional (the reason, for the report), or None: a causal model is expected.
+
+    Declarations are what the model *is*, never what a forward pass shows: the user's flag
+    (`bidirectional=True`; `False` audits even an encoder as causal), our `HookedEncoder` and the
+    audit's own zoo encoders (`causal = False` on `OWN_CONFIGS`), or a Hugging Face encoder architecture whose config
+    has `is_decoder=False`. An attention call seen without a mask, an `is_causal=False` attribute
+    or a `cfg.causal` on some other object is observation: reported (`observed_masking`), never an excuse.
+    """
+    if bidirectional is not None:
+        if not isinstance(bidirectional, bool):
+            raise BadType(f"bidirectional={bidirectional!r} must be True, False or None (None: read the model's declaration).")
+        return "declared by the caller (bidirectional=True)" if bidirectional else None
+    cfg = getattr(model, "cfg", None)
+    if isinstance(cfg, OWN_CONFIGS) and cfg.causal is False:
+        return f"declared by its config ({type(cfg).__name__}.causal = False: an encoder)"
+    config = _hf_config(model)
+    if config is not None and config.model_type in HF_ENCODER_TYPES and getattr(config, "is_decoder", False) is False:
+        return f"declared by its Hugging Face config (model_type {config.model_type!r}, is_decoder=False: an encoder)"
+    return None
+
+
+def declared_bidirectional(model: Any, bidirectional: bool | None = None) -> bool:
+    """Whether the model declares itself an encoder (`declaration`)."""
+    return declaration(model, bidirectional) is not None
+
+
+def observed_masking(model: Any) -> str | None:
+    """What the attention sites saw of masking (evidence for the report, never a verdict), or None."""
+    if not (isinstance(model, nn.Module) and hasattr(model, "hook_dict")):
+        return None
+    from interp.hooks import attention_sites
+
+    try:
+        flags = [site.causal for site in attention_sites(model)]
+    except (TypeError, AttributeError, InterpError):
+        return None
+    if not flags:
+        return None
+    unmasked = sum(flag is False for flag in flags)
+    if unmasked == 0:
+        return None
+    return (f"{unmasked} of {len(flags)} attention call(s) were seen without a causal mask (no is_causal, no "
+            "triangular mask); observed, not declared: the model is audited as causal")
+
+
+def user_forward(model: Callable) -> Callable:
+    """The forward the user wrote: through our hooking wrappers (`hook_sdpa`, `hook_attention`) to their class's own."""
+    original = getattr(type(model), "_interp_original_class", None)
+    if isinstance(model, nn.Module) and original is not None:
+        return original.forward
+    return model.forward if isinstance(model, nn.Module) else model
 
 
 def _accepts_attention_mask(model: Callable) -> bool:
-    forward = model.forward if isinstance(model, nn.Module) else model
+    """Whether the model the user gave takes an `attention_mask` (its own forward's signature, read through our
+    wrappers; a `**kwargs` forward of a Hugging Face model counts)."""
     try:
-        return "attention_mask" in inspect.signature(forward).parameters
+        parameters = inspect.signature(user_forward(model)).parameters
     except (TypeError, ValueError):
         return False
+    if "attention_mask" in parameters:
+        return True
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return var_kw and _hf_config(model) is not None
 
 
 def _first_tensor(out: Any) -> Any:

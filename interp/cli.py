@@ -383,6 +383,10 @@ def cmd_audit_leakage(args) -> int:
         kwargs["n_prompts"] = args.n
     if args.tol is not None:
         kwargs["tol"] = args.tol
+    if args.bidirectional:
+        kwargs["bidirectional"] = True
+    if args.no_padding:
+        kwargs["methods"] = tuple(m for m in leakage.METHODS if m != "padding")
     result = leakage.audit(model, **kwargs)
     console = _out_console(args)
     console.print(_verdict_table(result, args.spec))
@@ -771,6 +775,11 @@ def _audit_parser(command) -> None:
     p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
     p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
     p.add_argument("--tol", type=_tol, default=None, metavar="X", help="relative influence below which a change is numerical noise")
+    p.add_argument("--bidirectional", action="store_true",
+                   help="the model is meant to attend both ways (an encoder): audit padding and batch only; without it, "
+                        "a model that does not declare itself an encoder must be causal")
+    p.add_argument("--no-padding", action="store_true",
+                   help="skip the padding check (else a model taking an attention_mask must pass it)")
     _add_common(p)
 
 
