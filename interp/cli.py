@@ -23,11 +23,12 @@ imports what it needs when it runs, so `interp --help` answers at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
 from interp.launch import add_flags as add_scale_flags, place
@@ -48,9 +49,47 @@ def _stderr_console(quiet: bool = False):
     return Console(stderr=True, quiet=quiet, highlight=False)
 
 
+MACHINE_FLAGS = ("json", "sarif", "junit")  # flags whose target may be "-": one machine-readable document on stdout
+
+
+def _stdout_document(args) -> bool:
+    """Whether a machine-readable document goes to stdout (then everything else goes to stderr)."""
+    return any(getattr(args, flag, None) == "-" for flag in MACHINE_FLAGS)
+
+
+_PENDING_STDOUT: list[str] = []  # the document for stdout, written once the command's own output is fenced off
+
+
+@contextlib.contextmanager
+def _fenced_stdout(args) -> Iterator[None]:
+    """With a document for stdout, whatever runs meanwhile (the user's model printing at build time, a C
+    extension or `os.write(1, ...)`) goes to stderr, redirected at the file-descriptor level; the
+    document is written to stdout after, alone."""
+    targets = [flag for flag in MACHINE_FLAGS if getattr(args, flag, None) == "-"]
+    if len(targets) > 1:
+        raise InputError(f"--{' and --'.join(targets)} both write to stdout (-); give all but one of them a FILE.")
+    if not targets:
+        yield
+        return
+    sys.stdout.flush()
+    saved, real = os.dup(1), sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        sys.stdout = real
+    for text in _PENDING_STDOUT:
+        sys.stdout.write(text)
+    _PENDING_STDOUT.clear()
+
+
 def _out_console(args) -> Any:
     """Where human-readable results go: stdout, or stderr when JSON is written to stdout."""
-    to_stderr = getattr(args, "json", None) == "-"
+    to_stderr = _stdout_document(args)
     stream = sys.stderr if to_stderr else sys.stdout
     width = None if stream.isatty() else _columns_env() or 120  # a terminal's own width; else $COLUMNS or 120
     return _pipe_safe_console()(stderr=to_stderr, quiet=getattr(args, "quiet", False) and to_stderr, highlight=False,
@@ -171,15 +210,25 @@ def _write_json(target: str | None, payload: Any) -> None:
     if target is None:
         return
     text = json.dumps(payload, indent=2, sort_keys=True, default=_json_default) + "\n"
+    _write_text(target, text, "JSON")
+
+
+def _write_text(target: str, text: str, what: str) -> None:
+    """`text` to stdout (after the command, see `_fenced_stdout`) or to the file `target`, written whole or not at all."""
     if target == "-":
-        sys.stdout.write(text)
+        _PENDING_STDOUT.append(text)
         return
     path = Path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            temporary.write_text(text)
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
     except OSError as error:
-        raise InputError(f"cannot write JSON to {target}: {error.strerror or error}") from None
+        raise InputError(f"cannot write {what} to {target}: {error.strerror or error}") from None
 
 
 def _json_default(value: Any) -> Any:
@@ -395,11 +444,26 @@ def cmd_audit_leakage(args) -> int:
         console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
                                    columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
                                    width=console.width))
+    for kind, origin in result.origins.items():
+        console.print(f"[bold]origin ({kind})[/bold]: {origin}")
     for note in result.notes:
         console.print(f"note: {note}")
+    for reason in result.incomplete.values():
+        console.print(f"[red]not checked[/red]: {reason}")
+    _write_ci_files(args, result)
     if args.json is not None:
         _emit_json(args, "audit-leakage", args.spec, json.loads(result.to_json()))
     return result.exit_code
+
+
+def _write_ci_files(args, result) -> None:
+    """--sarif and --junit: the audit in the formats code-scanning and test-report UIs read."""
+    from analyses import leakage_ci
+
+    if args.sarif is not None:
+        _write_text(args.sarif, json.dumps(leakage_ci.to_sarif(result), indent=2) + "\n", "SARIF")
+    if args.junit is not None:
+        _write_text(args.junit, leakage_ci.to_junit(result, f"interp audit-leakage {args.spec}"), "JUnit XML")
 
 
 def _check_max_len_flag(model, max_len: int | None) -> None:
@@ -780,6 +844,9 @@ def _audit_parser(command) -> None:
                         "a model that does not declare itself an encoder must be causal")
     p.add_argument("--no-padding", action="store_true",
                    help="skip the padding check (else a model taking an attention_mask must pass it)")
+    p.add_argument("--sarif", metavar="FILE|-", default=None,
+                   help="also write SARIF 2.1.0 (one result per leak, at the line where it appears) to FILE or stdout")
+    p.add_argument("--junit", metavar="FILE|-", default=None, help="also write JUnit XML (one test case per check)")
     _add_common(p)
 
 
@@ -856,7 +923,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     debug = bool(os.environ.get("INTERP_DEBUG"))
     try:
-        code = args.handler(args)
+        with _fenced_stdout(args):
+            code = args.handler(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
         return code
     except KeyboardInterrupt:
