@@ -88,6 +88,8 @@ from analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's 
     user_forward,
     embedding_module,
     gradient,
+    half_precision_floors,
+    NoiseFloor,
     infer_n_ctx,
     infer_vocab_size,
     localisation_threshold,
@@ -103,6 +105,7 @@ from analyses.leakage_types import (  # noqa: F401  (re-exported)
     FUTURE_METHODS,
     GRADIENT_TOL_FACTOR,
     HALF_PRECISION_TOL,
+    NOISE_FACTOR,
     LEAK_KINDS,
     LOCALISE_FRACTION,
     MAX_ROWS_PER_METHOD,
@@ -287,8 +290,8 @@ class LeakageReport:
 
 
 def _clean(records: list[dict]) -> list[dict]:
-    """NaN as None, for JSON."""
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in records]
+    """NaN and infinities as None, for JSON."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in records]
 
 
 def _summary_row(report: LeakageReport, method: str) -> dict[str, Any]:
@@ -298,7 +301,7 @@ def _summary_row(report: LeakageReport, method: str) -> dict[str, Any]:
         return {"method": method, "status": "skipped", "max_influence": None, "where": ""}
     top = mine.loc[mine["influence"].idxmax()]
     value = float(top["influence"])
-    status = "leak" if value > method_tol(method, report.tol) else ("exact zero" if value == 0 else "noise")
+    status = "leak" if value > float(top["threshold"]) else ("exact zero" if value == 0 else "noise")
     if method == "pattern":
         status = "weight above diagonal" if value > PATTERN_TOL else "triangular"
     elif report.bidirectional and METHOD_KIND[method] == "future":
@@ -366,6 +369,17 @@ class AuditPlan:
     mask_variants: tuple[bool, ...] = (False,)  # ones_mask of each run of the future methods
     passes: int = 0  # progress-bar steps: truncation prefixes, perturbation / gradient chunks, other methods
     cost: CostEstimate | None = None  # tokens and ETA (`leakage_fast.estimate`), when progress is shown
+    noise: NoiseFloor | None = None  # a half-precision model's own rounding (`half_precision_floors`)
+
+    @property
+    def tol_same(self) -> float:
+        """The threshold of comparisons at one length (perturbation, batch, padding)."""
+        return self.tol if self.noise is None else max(self.tol, NOISE_FACTOR * self.noise.same_length)
+
+    @property
+    def tol_length(self) -> float:
+        """The threshold of comparisons across lengths (truncation): different lengths run different kernels."""
+        return self.tol if self.noise is None else max(self.tol, NOISE_FACTOR * self.noise.across_lengths)
 
     def prompts(self, n: int, length: int) -> torch.Tensor:
         """The audit's random prompts (prompt, pos): the same for every method at a length."""
@@ -502,15 +516,15 @@ def run_methods(model: Any, adapter: ModelAdapter, plan: AuditPlan, *, tick: Any
     runs = MethodRuns(adapter=adapter)
     long_prompts = plan.prompts(max(plan.n_prompts, 2), plan.max_len)  # (prompt, pos)
     if "batch" in plan.methods:
-        batch_rows = batch_mixing(adapter, long_prompts, plan.vocab, plan.tol, seed=plan.seed)
-        runs.rows += batch_rows
+        mixing = batch_mixing(adapter, long_prompts, plan.vocab, plan.tol_same, seed=plan.seed)
+        runs.rows += mixing
         tick(1, "batch")
-        if any(row["influence"] > plan.tol for row in batch_rows):
+        if any(row["influence"] > plan.tol_same for row in mixing):
             runs.adapter = adapter.one_per_forward()  # mixing must not pose as a leak in the other methods
             runs.notes.append("the model mixes examples of a batch: the other tests ran one example per forward pass")
     if plan.bidirectional:
         short = plan.prompts(plan.n_prompts, plan.lengths[0])
-        runs.rows += perturbation(runs.adapter, short, plan.vocab, plan.tol, draws=1, seed=plan.seed,
+        runs.rows += perturbation(runs.adapter, short, plan.vocab, plan.tol_same, draws=1, seed=plan.seed,
                                   max_cuts=plan.max_cuts)[0]
         runs.notes.append("declared bidirectional (an encoder): future dependence is by design and not counted")
     else:
@@ -550,14 +564,14 @@ def _run_variant(model: Any, variant: ModelAdapter, plan: AuditPlan, *, prompts:
     rows: list[Finding] = []
     found: dict[int, torch.Tensor] = {}
     if "truncation" in plan.methods:
-        rows += leakage_fast.truncation_rows(model, variant, prompts[:plan.n_prompts], plan.tol, progress=tick)
+        rows += leakage_fast.truncation_rows(model, variant, prompts[:plan.n_prompts], plan.tol_length, progress=tick)
     if "perturbation" in plan.methods:
         for length in plan.lengths:
             perturbed, influence = perturbation(
-                variant, plan.prompts(plan.n_prompts, length), plan.vocab, plan.tol, draws=plan.draws, seed=plan.seed,
+                variant, plan.prompts(plan.n_prompts, length), plan.vocab, plan.tol_same, draws=plan.draws, seed=plan.seed,
                 progress=tick, max_cuts=leakage_fast.perturbation_cuts(model, length, plan.max_cuts))
             rows += perturbed
-            if float(influence.nan_to_num(0.0).max()) > plan.tol:
+            if float(influence.nan_to_num(0.0).max()) > plan.tol_same:
                 found[length] = influence
     gradient_failed = False
     if "gradient" in plan.methods and embed is not None:
@@ -575,7 +589,7 @@ def _run_padding(runs: MethodRuns, plan: AuditPlan) -> None:
         return
     try:
         rows, notes, worst = padding_check(runs.adapter, plan.prompts(plan.n_prompts, _odd_length(plan.max_len)),
-                                           plan.vocab, plan.tol, pad_id=plan.pad_id, seed=plan.seed,
+                                           plan.vocab, plan.tol_same, pad_id=plan.pad_id, seed=plan.seed,
                                            bidirectional=plan.bidirectional)
     except ModelError as error:  # the model takes a mask but fails with one: padding is unaudited, not inert
         runs.incomplete["padding"] = (f"padding check could not run: {error} Fix the model's attention_mask path, or pass "
@@ -840,6 +854,7 @@ def audit(
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
+    plan = replace(plan, noise=half_precision_floors(model, adapter, plan.prompts(max(plan.n_prompts, 2), plan.max_len)))
     tick = _Progress(progress, plan.passes)
     sites = site_modules(model) if plan.localise else []
     with _evaluating(model, tick):
@@ -863,6 +878,9 @@ def audit(
 def _declaration_notes(model: Any, plan: AuditPlan, leaks: Sequence[str]) -> tuple[str, ...]:
     """How the model was judged (declared, or expected causal), what the attention calls showed, and the way out."""
     notes = [f"bidirectional: {plan.declared_by}"] if plan.declared_by else []
+    if plan.noise is not None:
+        notes.append(f"half precision: rounding measured on the model itself is {plan.noise}; changes count as leaks "
+                     f"above {plan.tol_same:.3g} at one length and {plan.tol_length:.3g} across lengths")
     seen = observed_masking(model)
     if seen:
         notes.append(seen)

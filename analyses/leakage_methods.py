@@ -13,6 +13,7 @@ import copy
 import inspect
 import math
 import zlib
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pandas as pd
@@ -297,15 +298,17 @@ def _change(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(same, torch.zeros_like(diff), diff.nan_to_num(nan=math.inf))
 
 
-def _rows(method: str, length: int, influence: torch.Tensor, tol: float, *, query: torch.Tensor,
+def _rows(method: str, length: int, influence: torch.Tensor, tol: float | torch.Tensor, *, query: torch.Tensor,
           source: torch.Tensor | None, site: str = "output", detail: str = "", ones_mask: bool = False) -> list[Finding]:
     """Table rows for a matrix of influences (NaN = not measured): those above tol, plus the maximum.
+    `tol`: the threshold of every entry, or one per entry (shaped like `influence`); each row keeps its own.
     `ones_mask`: the runs passed an all-ones attention_mask (`ModelAdapter.with_ones_mask`)."""
     flat = influence.flatten()
+    threshold = torch.as_tensor(tol, dtype=flat.dtype).expand_as(influence).flatten()
     measured = ~torch.isnan(flat)
     if not measured.any():
         return []
-    keep = (flat > tol) & measured
+    keep = (flat > threshold) & measured
     top = int(torch.where(measured, flat, torch.full_like(flat, -1.0)).argmax())
     keep[top] = True
     index = keep.nonzero().flatten()
@@ -315,7 +318,7 @@ def _rows(method: str, length: int, influence: torch.Tensor, tol: float, *, quer
     return [
         {"method": method, "site": site, "length": length, "query_pos": int(q[i]),
          "source_pos": None if s is None else int(s[i]), "influence": float(flat[i]), "detail": detail,
-         "ones_mask": ones_mask}
+         "ones_mask": ones_mask, "threshold": float(threshold[i])}
         for i in index.tolist()
     ]
 
@@ -714,3 +717,46 @@ def _first(located: pd.DataFrame) -> str | None:
     leaking = located[located["leaks"]]
     return None if leaking.empty else str(leaking.iloc[0]["site"])
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Half precision: the model's own rounding, measured
+# ---------------------------------------------------------------------------------------------
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """A half-precision model's rounding in influence units: at one length, and across lengths."""
+
+    same_length: float  # the prompts run as one batch against one at a time
+    across_lengths: float  # deviation from a float32 copy at the full length plus the largest at shorter lengths
+
+    def __str__(self) -> str:
+        return f"{self.same_length:.2g} at one length, {self.across_lengths:.2g} across lengths"
+
+
+@torch.no_grad()
+def half_precision_floors(model: Any, adapter: ModelAdapter, prompts: torch.Tensor) -> NoiseFloor | None:
+    """The rounding of a float16 / bfloat16 model, measured on the model itself (None in float32).
+
+    Two runs of a causal model at different lengths are two roundings of the same numbers, so they
+    differ by at most the sum of their deviations from a float32 copy; at one length, rounding
+    can only differ with the batch's arrangement. A black box with no float32 copy gets the
+    float32 copy's part as infinity (the truncation test then cannot decide alone; perturbation can).
+    """
+    if adapter.dtype not in HALF_DTYPES or adapter.module is None:
+        return None
+    together = adapter(prompts)  # (prompt, pos, feature)
+    scale = _scale(together)
+    alone = torch.cat([adapter(prompts[i:i + 1]) for i in range(prompts.shape[0])])
+    same = float(_change(together, alone).max()) / scale
+    try:
+        reference = ModelAdapter(copy.deepcopy(adapter.module).float())
+    except Exception:  # a model that cannot be copied: its length comparisons are not trusted below inf
+        return NoiseFloor(same, math.inf)
+    n_pos = prompts.shape[1]
+    deviations = [float(_change(adapter(prompts[:, :n]), reference(prompts[:, :n])).max()) / scale
+                  for n in sorted({n_pos, max(1, n_pos // 2), max(1, n_pos // 4), 1})]
+    return NoiseFloor(same, deviations[-1] + max(deviations))

@@ -32,7 +32,10 @@ DEFAULT_TOL = 5e-5  # float32: rounding measured <= 2.8e-5 (toy-induction, 128 t
 SPREAD_FLOOR = 1e-2  # the scale is the outputs' spread, but at least this fraction of their RMS
 GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (rounding measured <= 2.1e-8): it
 # counts a leak above tol * 0.1 (its unit is one source position's Jacobian; the 1e-4 planted leak measures >= 3.4e-5)
-HALF_PRECISION_TOL = 2e-2  # float16 / bfloat16 weights: leaks below this cannot be told from rounding
+HALF_PRECISION_TOL = 5e-3  # float16 / bfloat16 weights: below this a same-length change may be rounding (bf16's
+# unit roundoff is 3.9e-3); comparisons across lengths, or a model whose rounding depends on the batch, are judged
+# against a noise floor measured on the model itself (`leakage_methods.half_precision_floors`) times NOISE_FACTOR
+NOISE_FACTOR = 3.0  # a half-precision change counts a leak above this multiple of the model's measured rounding
 MAX_TOL = 1e-2  # float32: a tol above 1% of the output scale would call real leaks rounding
 MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it
 LOCALISE_FRACTION = 0.1  # a site carries the leak when it moves by more than this fraction of the leak's own size
@@ -56,6 +59,7 @@ class Finding(TypedDict):
     influence: float
     detail: str
     ones_mask: bool
+    threshold: float  # the influence above which this row counts a leak (its method's tol, or a measured noise floor)
 
 
 TABLE_COLUMNS: list[str] = list(Finding.__annotations__)
@@ -85,6 +89,7 @@ def findings_table(rows: list[Finding]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     table["source_pos"] = table["source_pos"].astype("Int64")
     table["ones_mask"] = table["ones_mask"].fillna(False).astype(bool)
+    table["threshold"] = table["threshold"].astype(float)
     return table
 
 
@@ -99,9 +104,10 @@ def method_tol(method: str, tol: float) -> float:
     return tol * GRADIENT_TOL_FACTOR if method == "gradient" else tol
 
 
-def above_threshold(table: pd.DataFrame, tol: float) -> pd.Series:
-    """Rows whose influence is above their method's threshold."""
-    return table["influence"] > table["method"].map(lambda method: method_tol(method, tol)).astype(float)
+def above_threshold(table: pd.DataFrame, tol: float | None = None) -> pd.Series:
+    """Rows whose influence is above their own threshold (the one their method was judged by; `tol` is unused,
+    kept for callers that pass the report's)."""
+    return table["influence"] > table["threshold"]
 
 
 def check_tol(tol: Any, dtype: torch.dtype = torch.float32) -> float:

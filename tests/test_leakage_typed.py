@@ -111,7 +111,7 @@ def test_to_dict_keeps_its_keys_and_adds_the_headline():
     keys = set(_report().to_dict())
     assert keys == {"model", "causal", "verdict", "headline", "max_influence", "first_leaking_site",
                     "first_leaking_sites", "leaks", "exit_code", "tol", "lengths", "n_prompts", "methods", "notes",
-                    "seconds", "summary", "table", "sites"}
+                    "seconds", "summary", "table", "sites", "declared_by", "incomplete", "origin", "origins"}
     assert set(_report().brief()) == {"verdict", "headline", "causal", "leaks", "max_influence", "first_leaking_site",
                                       "text", "summary", "methods", "lengths", "tol"}
 
