@@ -704,7 +704,12 @@ def locate_origins(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame,
         pairs = {"future": _future_op_pairs, "batch": _batch_op_pairs, "padding": _padding_op_pairs}[kind](
             model, runs, table, plan)
         for pair, leak in pairs:
-            origin = find_origin(model, pair, localisation_threshold(leak, plan.tol))
+            try:
+                origin = find_origin(model, pair, localisation_threshold(leak, plan.tol))
+            except Exception as error:  # the model failed on a pair the methods did not run: no line for this kind
+                runs.notes.append(f"the {kind} leak's line of code was not found: the model raised "
+                                  f"{type(error).__name__} on the localisation inputs ({error})")
+                continue
             if origin is not None:
                 origins[kind] = origin
                 break
@@ -729,7 +734,7 @@ def _future_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: Au
     content = OpPair("future", prompt, resampled, 0, keep, lambda q: f"row {q} now depends on positions {span}", mask)
     prefix = OpPair("future", prompt, prompt[:, :cut + 1], 0, keep,
                     lambda q: f"row {q} changes when positions {span} are removed (it depends on the length)",
-                    None if mask is None else mask[:, :cut + 1])
+                    mask, None if mask is None else mask[:, :cut + 1])
     leak = float(top["influence"])
     return [(content, leak), (prefix, leak)] if _differs_by_content(runs, top) else [(prefix, leak), (content, leak)]
 

@@ -97,7 +97,8 @@ class OpPair:
     row: int
     keep: torch.Tensor
     describe: Callable[[int], str]  # the observed position that moved -> the detail's words
-    mask: torch.Tensor | None = None
+    mask: torch.Tensor | None = None  # the reference's attention_mask
+    variant_mask: torch.Tensor | None = None  # the variant's, when it differs in length
 
 
 class _Stop(BaseException):
@@ -312,7 +313,7 @@ def _compare_window(model: Callable, pair: OpPair, window: _Window, threshold: f
                 found.append(_origin(pair, func, args, kwargs, value, pair.describe(moved)))
                 raise _Stop
 
-    _run(model, pair.variant, pair.mask, visit)
+    _run(model, pair.variant, pair.mask if pair.variant_mask is None else pair.variant_mask, visit)
     return found[0] if found else None
 
 

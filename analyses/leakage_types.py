@@ -85,11 +85,13 @@ def empty_table() -> pd.DataFrame:
 
 
 def findings_table(rows: list[Finding]) -> pd.DataFrame:
-    """`rows` as the report's table: TABLE_COLUMNS, `source_pos` a nullable integer, `ones_mask` a bool."""
+    """`rows` as the report's table: TABLE_COLUMNS, `source_pos` a nullable integer, `ones_mask` a bool, and a
+    `threshold` per row (a row built without one gets its method's float32 default)."""
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     table["source_pos"] = table["source_pos"].astype("Int64")
     table["ones_mask"] = table["ones_mask"].fillna(False).astype(bool)
-    table["threshold"] = table["threshold"].astype(float)
+    default = table["method"].map(lambda method: method_tol(method, DEFAULT_TOL))  # rows built by hand
+    table["threshold"] = table["threshold"].astype(float).fillna(default.astype(float))
     return table
 
 
