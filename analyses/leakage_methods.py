@@ -304,11 +304,11 @@ def _rows(method: str, length: int, influence: torch.Tensor, tol: float | torch.
     `tol`: the threshold of every entry, or one per entry (shaped like `influence`); each row keeps its own.
     `ones_mask`: the runs passed an all-ones attention_mask (`ModelAdapter.with_ones_mask`)."""
     flat = influence.flatten()
-    threshold = torch.as_tensor(tol, dtype=flat.dtype).expand_as(influence).flatten()
+    threshold = torch.as_tensor(tol, dtype=torch.float64).expand(influence.shape).flatten()
     measured = ~torch.isnan(flat)
     if not measured.any():
         return []
-    keep = (flat > threshold) & measured
+    keep = (flat.double() > threshold) & measured
     top = int(torch.where(measured, flat, torch.full_like(flat, -1.0)).argmax())
     keep[top] = True
     index = keep.nonzero().flatten()
