@@ -618,8 +618,28 @@ def _capturing(sites: list[tuple[str, nn.Module]]) -> Iterator[list[tuple[str, t
             handle.remove()
 
 
+def restrict(tensor: torch.Tensor, *, n_rows: int, n_pos: int, row: int, keep: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """The observed part of an op's output and its first positional axis; None if it has no positional axis."""
+    t = tensor.detach()
+    if n_rows > 1:
+        for axis in reversed(range(t.ndim)):
+            if t.shape[axis] == n_rows * n_pos:
+                t = t.unflatten(axis, (n_rows, n_pos))
+    positional: list[int] = []
+    for axis in reversed(range(t.ndim)):
+        if t.shape[axis] == n_pos:
+            t = t.index_select(axis, keep.to(t.device))
+            positional = [axis] + [a for a in positional]
+        elif n_rows > 1 and t.shape[axis] == n_rows:
+            t = t.select(axis, row)
+            positional = [a - 1 for a in positional]
+    return (t, positional[0]) if positional else None
+
+
 def _observed(tensor: torch.Tensor, row: int, observe: torch.Tensor, n_rows: int) -> torch.Tensor | None:
-    """The observed positions of one row of a site tensor, positions first; None if not positional."""
+    """The observed positions of one row of a site tensor, positions first; None if not positional.
+    Only the first positional axis is restricted: a hook's scores are masked already (-inf in both runs on
+    a later key), so a score that moves on a later key is the mask's own failure, seen where it happens."""
     n_pos = observe.shape[0]
     if tensor.ndim >= 2 and tensor.shape[0] == n_rows:
         batch_axis = 0

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from analyses.leakage_methods import _change, _scale
+from analyses.leakage_methods import _change, _scale, restrict
 from interp.modelinfo import context_length
 
 MAX_BYTES = 256 * 2**20  # reference outputs kept per window
@@ -129,24 +129,6 @@ def _tensors(out: Any) -> list[torch.Tensor]:
 def _op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or type(func).__name__
     return {"__getitem__": "getitem", "__get__": "attribute"}.get(name, name.strip("_") or name)
-
-
-def restrict(tensor: torch.Tensor, *, n_rows: int, n_pos: int, row: int, keep: torch.Tensor) -> tuple[torch.Tensor, int] | None:
-    """The observed part of an op's output and its first positional axis; None if it has no positional axis."""
-    t = tensor.detach()
-    if n_rows > 1:
-        for axis in reversed(range(t.ndim)):
-            if t.shape[axis] == n_rows * n_pos:
-                t = t.unflatten(axis, (n_rows, n_pos))
-    positional: list[int] = []
-    for axis in reversed(range(t.ndim)):
-        if t.shape[axis] == n_pos:
-            t = t.index_select(axis, keep.to(t.device))
-            positional = [axis] + [a for a in positional]
-        elif n_rows > 1 and t.shape[axis] == n_rows:
-            t = t.select(axis, row)
-            positional = [a - 1 for a in positional]
-    return (t, positional[0]) if positional else None
 
 
 def _influence(a: torch.Tensor, b: torch.Tensor) -> float | None:
