@@ -53,7 +53,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import pandas as pd
 import torch
@@ -761,9 +761,12 @@ def _batch_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: Aud
     for row in (0, n_rows - 1):
         variant = others.clone()
         variant[row] = prompts[row]
-        pairs.append((OpPair("batch", prompts, variant, row, torch.arange(length),
-                             lambda q, r=row: f"row {r} (position {q}) now depends on the other rows of its batch"), leak))
+        pairs.append((OpPair("batch", prompts, variant, row, torch.arange(length), _batch_words(row)), leak))
     return pairs
+
+
+def _batch_words(row: int) -> Callable[[int], str]:
+    return lambda q: f"row {row} (position {q}) now depends on the other rows of its batch"
 
 
 def _padding_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
