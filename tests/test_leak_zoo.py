@@ -152,7 +152,7 @@ def test_cli_exit_code(case, on_path, tmp_path):
 def test_cli_names_the_line(case, on_path, tmp_path):
     _, envelope = audit_cli(case.spec, case.flags, tmp_path)
     _assert_origin(envelope, case.path, case.lines(), case.id)
-    assert len(envelope["result"]["origins"]) == len(envelope["result"]["leaks"])
+    assert envelope is not None and len(envelope["result"]["origins"]) == len(envelope["result"]["leaks"])
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if not c.flags])
@@ -220,7 +220,8 @@ def test_mutant_exit_code(name, mutant_folder, on_path, monkeypatch, tmp_path):
     code, envelope = audit_cli(mutant.spec, (), tmp_path)
     assert code == mutant.expected_exit, f"{name} ({mutant.edit}): exit {code}, expected {mutant.expected_exit}"
     if code == 0:  # an equivalent mutant is a causal decoder, not an excused "encoder"
-        assert envelope is not None and envelope["result"]["verdict"] != "bidirectional", envelope["result"]["headline"]
+        assert envelope is not None
+        assert envelope["result"]["verdict"] != "bidirectional", envelope["result"]["headline"]
 
 
 @pytest.mark.xfail(strict=False, reason=NOT_YET)

@@ -21,6 +21,7 @@ Judged by reasoning (and checked with `analyses.leakage.audit` in tests/test_lea
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -145,7 +146,7 @@ def generate(folder: str | Path) -> tuple[list[Mutant], list[Mutant]]:
     folder.mkdir(parents=True, exist_ok=True)
     made: list[Mutant] = []
     for source, (module, prefix, buffer, factory, flash) in SOURCES.items():
-        text = Path(module.__file__).read_text()
+        text = Path(inspect.getfile(module)).read_text()
         for edit in _edits(prefix, buffer, flash is not None):
             mutated, line = apply(text, edit)
             name = f"leakzoo_mutant_{edit.name}"
