@@ -147,7 +147,8 @@ def _influence(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 def _moved_position(a: torch.Tensor, b: torch.Tensor, axis: int, keep: torch.Tensor) -> int:
     """The observed position (an index into `keep`'s values) whose entries moved most."""
-    change = _change(a.float(), b.float()).movedim(axis, 0).flatten(1).amax(dim=1)  # (position,)
+    change = _change(a.float(), b.float()).movedim(axis, 0)
+    change = change.reshape(change.shape[0], -1).amax(dim=1)  # (position,)
     return int(keep[int(change.argmax())])
 
 

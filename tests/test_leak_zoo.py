@@ -24,7 +24,6 @@ from leakzoo import marked_line, mutants  # noqa: E402  (tests/ is on sys.path: 
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-NOT_YET = "origin not implemented yet"
 TOLERANCE = 2  # lines between the reported origin and the marked line
 
 
@@ -57,7 +56,6 @@ class Case:
 
 NANO_APPLY = ("nano-mask", "nano-softmax")
 MIN_APPLY = ("min-mask", "min-softmax")
-BIDIRECTIONAL_FLAG = pytest.mark.xfail(strict=False, reason="--bidirectional not implemented yet")
 
 CASES = [
     # correct: exit 0, no false alarm
@@ -97,8 +95,7 @@ CASES = [
 
 
 def _param(case: Case):
-    marks = [BIDIRECTIONAL_FLAG] if "--bidirectional" in case.flags else []
-    return pytest.param(case, id=case.id, marks=marks)
+    return pytest.param(case, id=case.id)
 
 
 def audit_cli(spec: str, flags: tuple[str, ...], folder: Path) -> tuple[int, dict | None]:
@@ -147,7 +144,6 @@ def test_cli_exit_code(case, on_path, tmp_path):
     assert (result["verdict"] == "bidirectional") == case.factory.startswith("bert"), result["headline"]
 
 
-@pytest.mark.xfail(strict=False, reason=NOT_YET)
 @pytest.mark.parametrize("case", [_param(c) for c in CASES if c.exit])
 def test_cli_names_the_line(case, on_path, tmp_path):
     _, envelope = audit_cli(case.spec, case.flags, tmp_path)
@@ -224,7 +220,6 @@ def test_mutant_exit_code(name, mutant_folder, on_path, monkeypatch, tmp_path):
         assert envelope["result"]["verdict"] != "bidirectional", envelope["result"]["headline"]
 
 
-@pytest.mark.xfail(strict=False, reason=NOT_YET)
 @pytest.mark.parametrize("name", _mutant_params(leaking=True))
 def test_mutant_origin(name, mutant_folder, on_path, monkeypatch, tmp_path):
     folder, made = mutant_folder
@@ -256,7 +251,6 @@ def test_mutant_python_api(name, mutant_folder, monkeypatch, capsys):
 # Machine output
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=False, reason="model output still reaches stdout (the lead fixes it)")
 @pytest.mark.parametrize("spec, code", [("leakzoo.nanostyle:prints_and_leaks", 1), ("leakzoo.plain:writes_fd1", 0)])
 def test_json_to_stdout_is_one_document(spec, code):
     """A model printing while it is built (sys.stdout) or writing to fd 1 in its forward: stdout holds only the envelope."""
