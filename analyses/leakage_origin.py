@@ -205,6 +205,13 @@ def _visible_later(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Te
         if mask is None:
             return torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
         visible = mask if mask.dtype == torch.bool else mask.float() > -1e4  # an additive mask lets through > -1e4
+    elif name in ("matmul", "bmm", "einsum"):  # attention weights times values: weight on a later key leaks
+        weights = [t for t in args if isinstance(t, torch.Tensor) and t.ndim >= 2
+                   and tuple(t.shape[-2:]) == (n_pos, n_pos) and t.is_floating_point()]
+        if not weights or bool((weights[0] < 0).any()):
+            return None
+        square = weights[0].detach().reshape(-1, n_pos, n_pos).cpu().gt(0).any(dim=0)  # (query, key)
+        return square & torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
     elif name in ("masked_fill", "masked_fill_"):
         mask = args[1] if len(args) > 1 else kwargs.get("mask")
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:

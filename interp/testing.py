@@ -22,8 +22,19 @@ def _leak_message(report: Any) -> str:
     ]
     if report.bidirectional:
         lines.append("The model is bidirectional by design (an encoder): every position reads later ones.")
+    for kind, origin in report.origins.items():
+        lines.append(f"The {kind} leak appears at {origin.frame.file}:{origin.frame.line} in {origin.frame.function} "
+                     f"({origin.op}): {origin.frame.code}")
+        lines.append(f"  {origin.detail}" + (f"; {origin.mask}" if origin.mask else ""))
+        if origin.user_frame is not None:
+            lines.append(f"  called from {origin.user_frame}")
     if report.first_leaking_site:
         lines.append(f"First leaking site (forward order): {report.first_leaking_site}.")
+    for reason in report.incomplete.values():
+        lines.append(f"Not checked: {reason}")
+    if "future" in report.leaks and not report.bidirectional:
+        lines.append("If the model is meant to attend both ways (an encoder), use assert_bidirectional_padding_inert, "
+                     "or declare it: audit(..., bidirectional=True).")
     table = report.table
     import pandas as pd
 
@@ -47,7 +58,9 @@ def assert_causal(model: Any, **audit_kwargs: Any):
     """Raise an AssertionError unless `model` is causal (no position reads a later token, no
     example reads another, padding is inert); return the `LeakageReport` otherwise.
 
-    Keyword arguments go to `analyses.leakage.audit` (max_len, vocab_size, tol, lengths, ...).
+    Keyword arguments go to `analyses.leakage.audit` (max_len, vocab_size, tol, lengths, ...). The model
+    is expected to be causal unless it declares itself an encoder (`analyses.leakage.declaration`): what its
+    attention calls look like excuses nothing. The message names the line of code where each leak appears.
     """
     from analyses.leakage import audit
 
@@ -62,7 +75,9 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
     content moves no real position, right padding reproduces the unpadded outputs, a fully masked
     row gives no NaN) and whose examples do not mix; return the `LeakageReport` otherwise.
 
-    The encoder's counterpart of `assert_causal`, which fails on every encoder by design.
+    The encoder's counterpart of `assert_causal`, which fails on every encoder by design. The model must
+    declare itself an encoder (a HookedEncoder, a Hugging Face encoder config) or the caller must, with
+    `bidirectional=True`.
     """
     from analyses.leakage import audit
 
@@ -70,7 +85,8 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
     if not report.bidirectional:
         raise AssertionError(
             f"{report.model_name} is not declared bidirectional (verdict {report.verdict!r}): the audit treats it as "
-            "causal. Use assert_causal for decoders; an encoder declares itself with cfg.causal = False."
+            "causal. Use assert_causal for decoders; for an encoder that does not declare itself (a HookedEncoder "
+            "or a Hugging Face encoder config does), pass bidirectional=True."
         )
     if report.leaks:
         raise AssertionError(_leak_message(report))

@@ -290,3 +290,14 @@ def test_threshold_is_a_column_of_every_row():
     assert "threshold" in report.table and report.table["threshold"].notna().all()
     gradient = report.table[report.table["method"] == "gradient"]
     assert (gradient["threshold"] == leakage.method_tol("gradient", report.tol)).all()
+
+
+def test_assert_causal_names_the_line_and_the_way_out(userpkg):
+    import ci_gpt
+
+    from interp.testing import assert_bidirectional_padding_inert, assert_causal
+
+    with pytest.raises(AssertionError, match=r"(?s)ci_gpt.py:\d+ in Attn.forward \(scaled_dot_product_attention\).*"
+                                             r"bidirectional=True"):
+        assert_causal(ci_gpt.unmasked(), max_len=16)
+    assert assert_bidirectional_padding_inert(ci_gpt.unmasked(), max_len=16, bidirectional=True).bidirectional

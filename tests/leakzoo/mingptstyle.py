@@ -48,7 +48,7 @@ class CausalSelfAttention(nn.Module):
         att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float('-inf'))  # SITE: min-mask
         att = F.softmax(att, dim=-1)  # SITE: min-softmax
         att = self.attn_drop(att)
-        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)  # SITE: min-av
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_drop(self.proj(y))
 

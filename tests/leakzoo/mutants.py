@@ -62,6 +62,7 @@ class Edit:
     after: str = ""  # label of the line the edited line is moved after
     leaks: bool = True
     reason: str = ""
+    corrupts: tuple[str, ...] = ()  # labels of the attention calls the edit corrupts (they count as its origin too)
 
 
 def _edits(prefix: str, buffer: str, flash: bool) -> list[Edit]:
@@ -70,7 +71,9 @@ def _edits(prefix: str, buffer: str, flash: bool) -> list[Edit]:
     edits = [
         Edit("delete_mask", "the masked_fill line deleted", mask, delete=True),
         Edit("triu", "tril -> triu where the mask is built", build, "torch.tril(", "torch.triu("),
-        Edit("inf_to_zero", "float('-inf') -> 0 in the masked_fill", mask, "float('-inf')", "0"),
+        # scores filled with 0 keep the same weight in both runs: the first output to move is the weights times v
+        Edit("inf_to_zero", "float('-inf') -> 0 in the masked_fill", mask, "float('-inf')", "0",
+             corrupts=(f"{prefix}-av",)),
         Edit("wrong_corner", "the mask sliced from the bottom-left corner", mask,
              f"{buffer}[:, :, :T, :T]", f"{buffer}[:, :, -T:, :T]"),
         Edit("after_softmax", "the masked_fill moved after the softmax (filling 0)", mask,
@@ -133,6 +136,11 @@ def _mask_lines(text: str, prefix: str) -> tuple[int, ...]:
     return tuple(_site(lines, f"{prefix}-{label}") + 1 for label in ("mask", "softmax"))
 
 
+def _site_lines(text: str, labels: tuple[str, ...]) -> tuple[int, ...]:
+    lines = text.splitlines()
+    return tuple(_site(lines, label) + 1 for label in labels)
+
+
 def names(leaking: bool | None = None) -> list[str]:
     """The mutants' module names in `generate`'s order (only those judged to leak, or not to, when
     `leaking` says so), without writing anything."""
@@ -156,7 +164,8 @@ def generate(folder: str | Path) -> tuple[list[Mutant], list[Mutant]]:
             made.append(Mutant(
                 name=name, source=source, edit=edit.edit,
                 spec=f"{name}:{flash if edit.site.endswith('-sdpa') else factory}", path=path, line=line,
-                deleted=edit.delete, mask_built=built, also=_mask_lines(mutated, prefix) if built else (),
+                deleted=edit.delete, mask_built=built,
+                also=(_mask_lines(mutated, prefix) if built else ()) + _site_lines(mutated, edit.corrupts),
                 leaks=edit.leaks, reason=edit.reason,
             ))
     importlib.invalidate_caches()  # the folder's new modules importable now

@@ -72,7 +72,7 @@ class CausalSelfAttention(nn.Module):
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))  # SITE: nano-mask
         att = F.softmax(att, dim=-1)  # SITE: nano-softmax
         att = self.attn_dropout(att)
-        return att @ v
+        return att @ v  # SITE: nano-av
 
     def forward(self, x):
         B, T, C = x.size()  # batch, time, channels
