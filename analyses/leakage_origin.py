@@ -225,14 +225,16 @@ def _visible_later(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Te
     return square & torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
 
 
-def mask_words(visible: torch.Tensor | None) -> str | None:
-    """"key 6 is visible to query 5" (the first such pair, and how many there are), or None."""
+def mask_words(visible: torch.Tensor | None, weights: bool = False) -> str | None:
+    """"the mask lets key 6 be seen by query 5" (the first such pair, and how many there are), or None."""
     if visible is None or not bool(visible.any()):
         return None
     pairs = visible.nonzero()
     query, key = (int(v) for v in pairs[0])
     more = f"; {len(pairs)} (query, later key) pairs are visible" if len(pairs) > 1 else ""
-    return f"the mask lets key {key} be seen by query {query}{more}"
+    what = f"the attention weights give query {query} weight on key {key}" if weights else \
+        f"the mask lets key {key} be seen by query {query}"
+    return what + more
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,7 +313,8 @@ def _origin(pair: OpPair, func: Any, args: tuple, kwargs: dict, influence: float
     site, user = call_site(sys._getframe(1))
     frame = site or Frame("<unknown>", 0, "<unknown>", "")
     visible = _visible_later(func, args, kwargs, pair.reference.shape[1]) if pair.kind == "future" else None
-    return Origin(pair.kind, frame, _op_name(func), detail, influence, mask_words(visible), user)
+    words = mask_words(visible, weights=_op_name(func) in ("matmul", "bmm", "einsum"))
+    return Origin(pair.kind, frame, _op_name(func), detail, influence, words, user)
 
 
 def find_origin(model: Callable, pair: OpPair, threshold: float) -> Origin | None:
