@@ -74,7 +74,7 @@ class Origin:
         user = None if self.user_frame is None else vars(self.user_frame)
         return {"file": self.frame.file, "line": self.frame.line, "function": self.frame.function, "op": self.op,
                 "code": self.frame.code, "kind": self.kind, "detail": self.detail, "mask": self.mask,
-                "influence": None if math.isnan(self.influence) else self.influence, "user_frame": user}
+                "influence": self.influence if math.isfinite(self.influence) else None, "user_frame": user}
 
     def __str__(self) -> str:
         text = f"{Path(self.frame.file).name}:{self.frame.line} in {self.frame.function}: {self.frame.code}: {self.detail}"
@@ -246,7 +246,6 @@ class _Window:
     start: int
     stored: dict[int, tuple[str, list[tuple[torch.Tensor, int] | None]]]
     end: int = -1  # last index stored
-    ops: int = 0  # ops the reference ran in total (when it ran to the end)
     finished: bool = False  # the reference ran to its end inside this window
 
 
