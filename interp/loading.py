@@ -27,6 +27,12 @@ architectures), "bridge" (TransformerBridge), "sdpa" (interception of the model'
 `scaled_dot_product_attention` calls, `interp.sdpa`), "auto" (native when supported, then the
 others). Every loaded Hugging Face model carries `load_notes` saying which route it took.
 
+A folder's weight files are read only inside the folder (a sharded index naming `/etc/passwd` or
+`../x` is refused, `models.convert.files`), and on every route the model built must hold every
+tensor from the file and nothing initialised at random, of the file's shapes, never cast from
+integers (native: the converters; sdpa and bridge: `interp.hfcheck` on transformers' loading
+report); each failure is a `CheckpointError` (exit 2) naming the folder or file.
+
 A bridge whose Hugging Face folder holds only the base model (e.g. MiniLM-L6, "BertModel")
 gets a task head that transformers initialises randomly on every load; such a model has
 `head_is_random = True` and a note in `load_notes`: measure it on the final residual stream,
@@ -453,11 +459,13 @@ def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "c
     except Exception as error:  # the user's folder: say which, and what transformers said
         raise CheckpointError(f"{folder}: transformers could not load this Hugging Face folder: "
                               f"{type(error).__name__}: {error}") from error
-    for loaded in loads:
-        check_loaded(loaded, folder, dtypes, declared)
+    for record in loads:
+        check_loaded(record, folder, dtypes, declared)
     loaded = type(bridge.original_model).__name__
     bridge.head_is_random = bool(declared) and loaded not in declared
-    bridge.load_notes = []
+    bridge.load_notes = [] if loads else [
+        "transformers' loading report was not seen (the bridge did not call PreTrainedModel.from_pretrained): "
+        "a tensor missing from the folder, initialised at random, cannot be ruled out."]
     if bridge.head_is_random:
         bridge.load_notes.append(
             f"{folder.name} holds a {declared} checkpoint but the bridge built a {loaded}: its task head is "

@@ -413,3 +413,11 @@ def test_fuzz_index_files(names, weight_map, shape, pristine, tmp_path_factory):
     _loads_or_names(folder, str(folder))
     if shape == "per-tensor" and all(n in ("shard.safetensors", "./shard.safetensors") for n in names):
         assert type(interp.load(folder)).__name__ == "HookedGPT"
+
+
+def test_an_index_that_links_out_of_the_folder_is_refused(tmp_path):
+    folder = as_index(gpt2_folder(tmp_path), lambda names: {n: "shard.safetensors" for n in names})
+    os.replace(folder / "model.safetensors.index.json", tmp_path / "elsewhere.json")
+    (folder / "model.safetensors.index.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json, which resolves to .*elsewhere\.json, outside"):
+        interp.load(folder)

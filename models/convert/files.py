@@ -77,7 +77,7 @@ def read_index(folder: Path) -> dict[str, Path]:
     """tensor name -> shard path of a sharded folder's index, checked: an object, confined, every shard present."""
     index = folder / INDEX
     try:
-        document = json.loads(index.read_text(encoding="utf-8"))
+        document = json.loads(confined(folder, INDEX).read_text(encoding="utf-8"))
     except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise WeightFileError(f"{index} is not valid JSON ({error}); {_RESAVE}.") from None
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
