@@ -7,7 +7,8 @@ tensors into float parameters, each with only a log line. Here each is a `Checkp
 
 - before loading, `check_folder`: config values (`models.convert.check_values`) and the weight
   files (confined to the folder, readable: `models.convert.files`);
-- after loading, `check_loaded` on transformers' own loading report (`output_loading_info=True`).
+- after loading, `check_loaded` on transformers' own loading report (`output_loading_info=True`),
+  and on the weights themselves (finite, not cast from integers).
   When the bridge builds another class than the folder declares (MiniLM's `BertModel` booted as
   `BertForMaskedLM`, `head_is_random`), the task head's tensors may be missing or dropped: only
   the base model's must all come from the file.
@@ -37,11 +38,16 @@ class Loaded:
     base: str  # its base model's prefix with a dot ('transformer.'), '' for a base model
     info: dict[str, Any]  # transformers' loading report: missing_keys, unexpected_keys, mismatched_keys
     floating: frozenset[str]  # state-dict names of its floating-point tensors
+    nonfinite: tuple[str, ...]  # parameters holding NaN or inf
 
     @classmethod
     def of(cls, model: nn.Module, info: dict[str, Any]) -> Loaded:
-        floating = frozenset(k for k, v in model.state_dict().items() if v.dtype.is_floating_point)
-        return cls(type(model).__name__, _base_prefix(model), info, floating)
+        import torch
+
+        state = model.state_dict()
+        floating = frozenset(k for k, v in state.items() if v.dtype.is_floating_point)
+        nonfinite = tuple(k for k in sorted(floating) if not torch.isfinite(state[k].sum()) and not torch.isfinite(state[k]).all())
+        return cls(type(model).__name__, _base_prefix(model), info, floating, nonfinite)
 
 
 def check_folder(folder: Path) -> dict[str, tuple[str, Path]]:
@@ -103,6 +109,9 @@ def check_loaded(loaded: Loaded, folder: Path, dtypes: dict[str, tuple[str, Path
         raise CheckpointError(f"{folder}: the file holds {unexpected[:6]}, but the {built} built from config.json has "
                               "no such tensors (transformers would drop them). " + _FIX)
     _check_float(loaded, folder, dtypes)
+    if loaded.nonfinite:
+        raise CheckpointError(f"{folder}: non-finite weights (NaN or inf) in {list(loaded.nonfinite[:8])}; fix or re-train "
+                              "the model before analysing it.")
 
 
 def _base_prefix(model: nn.Module) -> str:

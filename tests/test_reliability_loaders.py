@@ -194,6 +194,8 @@ CASES: list[tuple[str, Callable[[Path, str], Path], str, str]] = [
     ("bin-not-weights", lambda r, n: _bin(r, n, b"not a pickle"), "auto", r"pytorch_model\.bin cannot be read.*weights_only"),
     ("bin-not-weights-sdpa", lambda r, n: _bin(r, n, b"not a pickle"), "sdpa", r"pytorch_model\.bin cannot be read"),
     ("bin-a-list", lambda r, n: _bin(r, n, [1, 2]), "auto", r"pytorch_model\.bin holds a list, not a state dict"),
+    ("nan-weight-sdpa", lambda r, n: edit_tensors(gpt2_folder(r, n), lambda t: t[MLP_IN].fill_(float("nan"))), "sdpa",
+     r"nan-weight-sdpa: non-finite weights .*transformer\.h\.0\.mlp\.c_fc\.weight"),
     ("n-head-zero", lambda r, n: edit_config(gpt2_folder(r, n), n_head=0), "auto", r"n_head=0.*positive integer"),
     ("n-head-zero-sdpa", lambda r, n: edit_config(gpt2_folder(r, n), n_head=0), "sdpa", r"n_head=0.*positive integer"),
     ("n-positions-string", lambda r, n: edit_config(gpt2_folder(r, n), n_positions="32"), "auto",
@@ -294,7 +296,7 @@ def test_non_utf8_prompt_file_names_the_file(tmp_path):
 
 # ------------------------------------------------------------------ fuzz: checkpoint and index files
 
-FUZZ = settings(derandomize=True, max_examples=40, deadline=None, database=None,
+FUZZ = settings(derandomize=True, max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -356,12 +358,12 @@ def test_fuzz_our_checkpoint_config(cut, flips, header, json_flips, pristine, tm
 
 
 @FUZZ
-@given(**MUTATION)
-def test_fuzz_hugging_face_weights(cut, flips, header, pristine, tmp_path_factory):
+@given(**MUTATION, backend=st.sampled_from(["auto", "sdpa"]))
+def test_fuzz_hugging_face_weights(cut, flips, header, backend, pristine, tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf")
     (folder / "config.json").write_text(pristine["config"])
     (folder / "model.safetensors").write_bytes(_mutate(pristine["hf"], cut, _aim(flips, header, pristine["hf"])))
-    _loads_or_names(folder, str(folder))
+    _loads_or_names(folder, str(folder), backend)
 
 
 DTYPES = st.sampled_from([torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int32, torch.int64, torch.bool,
@@ -421,3 +423,18 @@ def test_an_index_that_links_out_of_the_folder_is_refused(tmp_path):
     (folder / "model.safetensors.index.json").symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json, which resolves to .*elsewhere\.json, outside"):
         interp.load(folder)
+
+
+def test_a_head_the_bridge_adds_may_be_random_but_a_base_tensor_may_not_be_missing(tmp_path):
+    """A BertModel folder booted as BertForMaskedLM (MiniLM's case): the MLM head is random and noted
+    (`head_is_random`); a tensor of the encoder itself missing from the file is refused."""
+    config = transformers.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=16, max_position_embeddings=16)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(tmp_path / "bert")
+    bridge = interp.load(tmp_path / "bert", backend="bridge")
+    assert bridge.head_is_random is True and "randomly initialised" in bridge.load_notes[0]
+    edit_tensors(tmp_path / "bert", lambda tensors: tensors.pop("encoder.layer.0.attention.self.query.weight"))
+    with pytest.raises(CheckpointError, match=r"needs \['bert\.encoder\.layer\.0\.attention\.self\.query\.weight'\], "
+                                              r"which are not in the file"):
+        interp.load(tmp_path / "bert", backend="bridge")
