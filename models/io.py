@@ -117,8 +117,6 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         raise CheckpointError(f"{config_path}: invalid config: {error}") from None
     model = model_class(config)
     state = read_weights(weights_path, device)
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     _check_state(state, model.state_dict(), weights_path, config_path)
     notes = check_fingerprint(weights_path, config_path, config.to_dict(), config_class)
     model.load_state_dict(state)

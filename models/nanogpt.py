@@ -37,7 +37,7 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
         ) from None
     if not isinstance(checkpoint, Mapping) or not isinstance(checkpoint.get("model_args"), Mapping) \
             or not isinstance(checkpoint.get("model"), Mapping):
-        found = sorted(checkpoint)[:10] if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
+        found = sorted(map(str, checkpoint))[:10] if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
         raise ValueError(
             f"{path} is not a nanoGPT checkpoint: expected a dict with 'model_args' and 'model' (the state dict), "
             f"found {found}. Save it as nanoGPT does: torch.save({{'model': model.state_dict(), "

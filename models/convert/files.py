@@ -76,8 +76,9 @@ def confined(folder: Path, name: str, index: Path | None = None) -> Path:
 def read_index(folder: Path) -> dict[str, Path]:
     """tensor name -> shard path of a sharded folder's index, checked: an object, confined, every shard present."""
     index = folder / INDEX
+    path = confined(folder, INDEX)
     try:
-        document = json.loads(confined(folder, INDEX).read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise WeightFileError(f"{index} is not valid JSON ({error}); {_RESAVE}.") from None
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
@@ -147,8 +148,9 @@ def file_dtypes(folder: str | os.PathLike) -> dict[str, tuple[str, Path]]:
     """tensor name -> (dtype, file) over the folder's weight files, each checked readable (headers only for safetensors)."""
     dtypes: dict[str, tuple[str, Path]] = {}
     folder = Path(folder)
+    kind = weight_kind(folder)
     for path in weight_files(folder):
-        if weight_kind(folder) == BIN:
+        if kind == BIN:
             dtypes.update({k: (str(v.dtype), path) for k, v in read_bin(path).items()})
         else:
             dtypes.update({k: (v, path) for k, v in safetensors_dtypes(path).items()})
