@@ -317,7 +317,12 @@ def _origin(pair: OpPair, func: Any, args: tuple, kwargs: dict, influence: float
 
 
 def find_origin(model: Callable, pair: OpPair, threshold: float) -> Origin | None:
-    """The first op whose restricted output differs between the pair's runs by more than `threshold`."""
+    """The first op whose restricted output differs between the pair's runs by more than `threshold`.
+
+    Both inputs run once untraced first: a model's first forward may do work of its own (a weight check,
+    a cache filled per shape) that a later one skips, and the traced passes must take the same path."""
+    _run(model, pair.reference, pair.mask, lambda *args: None)
+    _run(model, pair.variant, pair.mask if pair.variant_mask is None else pair.variant_mask, lambda *args: None)
     start = 0
     while True:
         window = _reference_window(model, pair, start)

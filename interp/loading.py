@@ -27,6 +27,12 @@ architectures), "bridge" (TransformerBridge), "sdpa" (interception of the model'
 `scaled_dot_product_attention` calls, `interp.sdpa`), "auto" (native when supported, then the
 others). Every loaded Hugging Face model carries `load_notes` saying which route it took.
 
+A folder's weight files are read only inside the folder (a sharded index naming `/etc/passwd` or
+`../x` is refused, `models.convert.files`), and on every route the model built must hold every
+tensor from the file and nothing initialised at random, of the file's shapes, never cast from
+integers (native: the converters; sdpa and bridge: `interp.hfcheck` on transformers' loading
+report); each failure is a `CheckpointError` (exit 2) naming the folder or file.
+
 A bridge whose Hugging Face folder holds only the base model (e.g. MiniLM-L6, "BertModel")
 gets a task head that transformers initialises randomly on every load; such a model has
 `head_is_random = True` and a note in `load_notes`: measure it on the final residual stream,
@@ -248,8 +254,9 @@ def load_nanogpt_file(path: Path) -> nn.Module:
     try:
         return load_nanogpt(path)
     except ValueError as error:
-        raise CheckpointError(f"{error} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
-                       "with interp.save as safetensors + JSON.)") from None
+        said = str(error) if str(path) in str(error) else f"{path}: {error}"
+        raise CheckpointError(f"{said} (The .pt route of interp.load reads nanoGPT checkpoints only; save other models "
+                              "with interp.save as safetensors + JSON.)") from None
 
 
 @contextlib.contextmanager
@@ -317,13 +324,25 @@ def _load_with_backend(spec: Any, backend: str, device) -> nn.Module:
 
 
 def _hf_from_folder(folder: Path) -> nn.Module:
-    """The Hugging Face model a folder declares (its task head included), built by transformers offline."""
+    """The Hugging Face model a folder declares (its task head included), built by transformers offline;
+    refused unless every tensor came from the folder's files (`interp.hfcheck`)."""
     import transformers
 
-    declared = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    from interp.hfcheck import from_pretrained_checked
+
+    declared = _declared(folder)
     model_class = getattr(transformers, declared[0], None) if declared else None
     with _hub_offline():
-        return (model_class or transformers.AutoModel).from_pretrained(str(folder), local_files_only=True).eval()
+        return from_pretrained_checked(model_class or transformers.AutoModel, folder)
+
+
+def _declared(folder: Path) -> list[str]:
+    """config.json's `architectures` (a CheckpointError if the file is not a JSON object)."""
+    try:
+        declared = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (ValueError, AttributeError) as error:  # not JSON (or not UTF-8), or JSON but not an object
+        raise CheckpointError(f"{folder / 'config.json'} is not a JSON object ({error}); is the folder complete?") from None
+    return list(declared) if isinstance(declared, list) else []
 
 
 def _sdpa_module():
@@ -403,11 +422,9 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
         except (UnsupportedArchitecture, UnsupportedField) as error:
             if backend == "native":
                 raise BadInput(f"backend='native': {error}") from None
-            bridge = load_hf_folder(folder, device=device)
-            bridge.load_notes.insert(0, f"not converted natively: {error} Loaded through the bridge instead; {BRIDGE_LIMITS}")
-            return bridge
+            return _bridge_fallback(folder, error, device)
         except ConversionError as error:  # the user's folder: its weights do not fit its config
-            raise CheckpointError(f"{folder}: {error}") from None
+            raise CheckpointError(str(error) if str(folder) in str(error) else f"{folder}: {error}") from None
         _describe_native(model, str(folder))
         model.tokenizer = _folder_tokenizer(folder, model.load_notes)
         return model.to(device)
@@ -416,24 +433,39 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
     return bridge
 
 
+def _bridge_fallback(folder: Path, reason: Exception, device) -> nn.Module:
+    """The bridge for a folder the native converter does not handle; if it fails too, the native reason comes first."""
+    try:
+        bridge = load_hf_folder(folder, device=device)
+    except CheckpointError as error:
+        raise CheckpointError(f"{folder}: not converted natively: {reason} The bridge fallback failed too: {error}") from error
+    bridge.load_notes.insert(0, f"not converted natively: {reason} Loaded through the bridge instead; {BRIDGE_LIMITS}")
+    return bridge
+
+
 def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> TransformerBridge:
-    """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline."""
+    """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline; refused unless
+    every tensor of the model it wraps came from the folder's files (`interp.hfcheck`)."""
     folder = Path(folder).resolve()
     from transformer_lens.model_bridge import TransformerBridge
 
+    from interp.hfcheck import check_folder, check_loaded, recorded_loads
+
+    declared = _declared(folder)
+    dtypes = check_folder(folder)
     try:
-        declared = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
-    except (ValueError, AttributeError) as error:  # not JSON, or JSON but not an object
-        raise CheckpointError(f"{folder / 'config.json'} is not a JSON object ({error}); is the folder complete?") from None
-    try:
-        with _hub_offline():
+        with _hub_offline(), recorded_loads() as loads:
             bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
     except Exception as error:  # the user's folder: say which, and what transformers said
         raise CheckpointError(f"{folder}: transformers could not load this Hugging Face folder: "
                               f"{type(error).__name__}: {error}") from error
+    for record in loads:
+        check_loaded(record, folder, dtypes, declared)
     loaded = type(bridge.original_model).__name__
     bridge.head_is_random = bool(declared) and loaded not in declared
-    bridge.load_notes = []
+    bridge.load_notes = [] if loads else [
+        "transformers' loading report was not seen (the bridge did not call PreTrainedModel.from_pretrained): "
+        "a tensor missing from the folder, initialised at random, cannot be ruled out."]
     if bridge.head_is_random:
         bridge.load_notes.append(
             f"{folder.name} holds a {declared} checkpoint but the bridge built a {loaded}: its task head is "

@@ -123,7 +123,14 @@ def default_texts() -> list[str]:
 
 
 def _read_lines(path: Path) -> list[str]:
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(f"prompt file {path} is not UTF-8 text (byte {error.start}: {error.reason}); save it as "
+                        "UTF-8, one prompt a line.") from None
+    except OSError as error:
+        raise SpecError(f"prompt file {path} cannot be read: {error}") from None
+    lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line and not line.startswith("#")]
     if not lines:
         raise SpecError(f"prompt file {path} has no non-empty lines.")

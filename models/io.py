@@ -117,7 +117,21 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         raise CheckpointError(f"{config_path}: invalid config: {error}") from None
     model = model_class(config)
     state = read_weights(weights_path, device)
-    expected = model.state_dict()
+    _check_state(state, model.state_dict(), weights_path, config_path)
+    notes = check_fingerprint(weights_path, config_path, config.to_dict(), config_class)
+    model.load_state_dict(state)
+    try:
+        model.check_weights()
+    except ValueError as error:  # NaN or inf in the file
+        raise CheckpointError(f"{weights_path}: {error}") from None
+    model.metadata = document.get("metadata", {})
+    model.load_notes = notes
+    return model.to(device).eval()
+
+
+def _check_state(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], weights_path: Path,
+                 config_path: Path) -> None:
+    """Refuse weights whose names, shapes or dtypes are not the config's (integers are never cast to float)."""
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     wrong_shape = [f"{k}: file {tuple(state[k].shape)} vs config {tuple(v.shape)}"
                    for k, v in expected.items() if k in state and state[k].shape != v.shape]
@@ -127,12 +141,11 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shapes {wrong_shape[:5]}. "
             "Re-save the model with models.io.save_checkpoint, or fix the config."
         )
-    notes = check_fingerprint(weights_path, config_path, config.to_dict(), config_class)
-    model.load_state_dict(state)
-    model.check_weights()
-    model.metadata = document.get("metadata", {})
-    model.load_notes = notes
-    return model.to(device).eval()
+    integer = [f"{k} ({state[k].dtype})" for k, v in expected.items()
+               if v.dtype.is_floating_point and not state[k].dtype.is_floating_point]
+    if integer:
+        raise CheckpointError(f"{weights_path}: tensors {integer[:5]} are not floating point; weights cast from integers "
+                              "would be another model. Re-save the model with interp.save.")
 
 
 def read_weights(weights_path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -35,8 +35,9 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
             f"{path} cannot be read as a nanoGPT checkpoint with torch.load(weights_only=True): {error}. "
             "Expected a file saved by nanoGPT's train.py (a dict with 'model_args' and 'model')."
         ) from None
-    if not isinstance(checkpoint, Mapping) or "model_args" not in checkpoint or "model" not in checkpoint:
-        found = sorted(checkpoint)[:10] if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
+    if not isinstance(checkpoint, Mapping) or not isinstance(checkpoint.get("model_args"), Mapping) \
+            or not isinstance(checkpoint.get("model"), Mapping):
+        found = sorted(map(str, checkpoint))[:10] if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
         raise ValueError(
             f"{path} is not a nanoGPT checkpoint: expected a dict with 'model_args' and 'model' (the state dict), "
             f"found {found}. Save it as nanoGPT does: torch.save({{'model': model.state_dict(), "
@@ -50,9 +51,13 @@ def config_from_args(model_args: Mapping[str, Any]) -> GPTConfig:
     missing = [name for name in REQUIRED_ARGS if name not in model_args]
     if missing:
         raise ValueError(f"nanoGPT model_args lack {missing}; expected the keys {list(REQUIRED_ARGS)} (and 'bias').")
+    for name in REQUIRED_ARGS:  # int("2") or int(2.7) would quietly make another model
+        value = model_args[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"nanoGPT model_args {name}={value!r} must be a positive integer.")
     return GPTConfig(
-        n_layers=int(model_args["n_layer"]), n_heads=int(model_args["n_head"]), d_model=int(model_args["n_embd"]),
-        n_ctx=int(model_args["block_size"]), d_vocab=int(model_args["vocab_size"]), d_mlp=4 * int(model_args["n_embd"]),
+        n_layers=model_args["n_layer"], n_heads=model_args["n_head"], d_model=model_args["n_embd"],
+        n_ctx=model_args["block_size"], d_vocab=model_args["vocab_size"], d_mlp=4 * model_args["n_embd"],
         act_fn="gelu", normalization_type="LN", layer_norm_eps=1e-5, model_name="nanoGPT",
     )
 
@@ -76,6 +81,10 @@ class _Keys:
             raise ValueError(f"nanoGPT state dict has no {key!r} (shape {shape} expected); is this a nanoGPT checkpoint?")
         tensor = self.state[key]
         self.used.add(key)
+        if not isinstance(tensor, torch.Tensor) or not tensor.dtype.is_floating_point:
+            what = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"nanoGPT state dict: {key!r} is {what}; weights must be floating point (cast to float, "
+                             "integers would make another model).")
         if tuple(tensor.shape) != shape:
             raise ValueError(f"nanoGPT state dict: {key!r} has shape {tuple(tensor.shape)}, model_args imply {shape}.")
         return tensor.float()

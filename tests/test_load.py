@@ -219,6 +219,9 @@ def test_hf_folder_loads_with_the_hub_offline_and_restores_the_setting(monkeypat
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(TransformerBridge, "boot_transformers", staticmethod(fake_boot))
     (tmp_path / "config.json").write_text("{}")
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(1)}, str(tmp_path / "model.safetensors"))  # the folder's files are checked before booting
     from interp.loading import load_hf_folder
 
     with pytest.raises(RuntimeError, match="stop here"):

@@ -179,7 +179,8 @@ import torch
 
 from models.config import GPTConfig
 from models.convert import bert, gpt2, llama, neox
-from models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField
+from models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField, check_values
+from models.convert.files import WEIGHT_FILES, WeightFileError, read_folder_weights
 from models.encoder import HookedEncoder
 from models.gpt import HookedGPT
 from models.components import Attention, model_rotary_frequencies
@@ -201,10 +202,10 @@ _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "lla
                "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM",
                "bert": "BertModel",
                "roberta": "RobertaModel"}
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
-__all__ = ["ARCHITECTURES", "ConversionError", "UnsupportedArchitecture", "UnsupportedField", "architecture_of", "convert",
-           "convert_folder", "convert_model", "read_folder_weights", "supported_architectures"]
+__all__ = ["ARCHITECTURES", "WEIGHT_FILES", "ConversionError", "UnsupportedArchitecture", "UnsupportedField", "WeightFileError",
+           "architecture_of", "check_values", "convert", "convert_folder", "convert_model", "read_config", "read_folder_weights",
+           "supported_architectures"]
 
 
 def supported_architectures() -> list[str]:
@@ -229,6 +230,7 @@ def convert(hf_config: Any, tensors: dict[str, torch.Tensor], architecture: str 
     """A HookedGPT / HookedEncoder from a Hugging Face config object and its state dict (eval mode)."""
     name = architecture_of(hf_config, architecture)
     family = ARCHITECTURES[name][1]
+    check_values(hf_config)
     cfg = family.config(hf_config, name)
     state = family.state_dict(hf_config, cfg, tensors)
     return _build(cfg, state)
@@ -249,13 +251,17 @@ def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:
         if isinstance(module, Attention) and hasattr(module, "rotary_inv_freq"):
             module.rotary_inv_freq = model_rotary_frequencies(cfg).to(module.W_Q.device)
     model._apply(lambda t: t)  # record the real device and dtype on cfg
-    model.check_weights()
+    try:
+        model.check_weights()
+    except ValueError as error:  # NaN or inf in the user's weights
+        raise ConversionError(str(error)) from None
     return model.eval()
 
 
 def convert_model(hf_model: Any) -> HookedGPT:
-    """Convert an instantiated Hugging Face model (its tensors are copied, never shared)."""
-    tensors = {k: v.detach().to(torch.float32, copy=True) for k, v in hf_model.state_dict().items()}
+    """Convert an instantiated Hugging Face model (its tensors are copied, never shared; integer ones are refused)."""
+    tensors = {k: v.detach().to(torch.float32 if v.dtype.is_floating_point else v.dtype, copy=True)
+               for k, v in hf_model.state_dict().items()}
     return convert(hf_model.config, tensors, type(hf_model).__name__)
 
 
@@ -276,36 +282,14 @@ def read_config(folder: str | os.PathLike) -> Any:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except (ValueError, KeyError) as error:
         raise UnsupportedArchitecture(f"{folder}/config.json is not a config transformers knows: {error}") from None
-
-
-def read_folder_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of a folder: model.safetensors, sharded safetensors with their index, or
-    pytorch_model.bin (read with weights_only=True, never unpickled)."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    if (folder / "model.safetensors").exists():
-        return load_file(str(folder / "model.safetensors"))
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        missing = [s for s in shards if not (folder / s).exists()]
-        if missing:
-            raise ConversionError(f"{index.name} lists shards {missing} that are not in {folder}.")
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            tensors.update(load_file(str(folder / shard)))
-        return tensors
-    if (folder / "pytorch_model.bin").exists():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise ConversionError(
-        f"{folder} has config.json but no weights: expected one of {list(WEIGHT_FILES)} "
-        "(save the model with save_pretrained, which writes model.safetensors)."
-    )
+    except Exception as error:  # huggingface_hub's StrictDataclassError: a field of the wrong type
+        said = " ".join(str(error).split())
+        raise ConversionError(f"{folder}/config.json holds an invalid value ({said}); fix it in config.json.") from None
 
 
 def convert_folder(folder: str | os.PathLike) -> HookedGPT:
     """Convert a local Hugging Face folder (config.json + weights); the tokenizer is not needed."""
     hf_config = read_config(folder)
     name = architecture_of(hf_config)  # refuse before reading gigabytes of weights
+    check_values(hf_config)
     return convert(hf_config, read_folder_weights(folder), name)

@@ -1,6 +1,7 @@
 """What every family converter shares: errors, the field check, reading tensors by name and shape."""
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable
 
@@ -76,6 +77,37 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+# sizes that must be positive integers wherever a config has them (None: "the default", where a family allows it)
+POSITIVE_SIZES = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "hidden_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings")
+_MAY_BE_NONE = {"n_inner", "num_key_value_heads", "head_dim"}
+_EPSILON = re.compile(r"(^|_)(eps|epsilon)$")  # layer_norm_eps, rms_norm_eps, layer_norm_epsilon
+
+
+def check_values(hf_config: Any) -> None:
+    """Raise naming the first size that is not a positive integer or epsilon that is not a positive finite number.
+
+    Checked on every route (a negative epsilon makes every output NaN; n_head=0 divides by zero):
+    the config is the user's file, so the error says to fix config.json."""
+    values = hf_config.to_dict()
+    for name in POSITIVE_SIZES:
+        value = values.get(name)
+        if name in values and not (value is None and name in _MAY_BE_NONE) and not _positive_int(value):
+            raise ConversionError(f"config field {name}={value!r} must be a positive integer; fix it in config.json.")
+    for name, value in sorted(values.items()):
+        if _EPSILON.search(name) and value is not None and not _positive_finite(value):
+            raise ConversionError(f"config field {name}={value!r} must be a positive finite number (the norm divides "
+                                  "by sqrt(variance + eps)); fix it in config.json (1e-5 is usual).")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 LLAMA3_ROPE = {"factor": "NTK_by_parts_factor", "low_freq_factor": "NTK_by_parts_low_freq_factor",
                "high_freq_factor": "NTK_by_parts_high_freq_factor", "original_max_position_embeddings": "NTK_original_ctx_len"}
 
@@ -133,6 +165,11 @@ class Weights:
                 "the weights do not belong to this config.json."
             )
         tensor = self.tensors[key]
+        if not tensor.dtype.is_floating_point:
+            raise ConversionError(
+                f"tensor {key!r} is {tensor.dtype}; weights must be floating point (float32, float16, bfloat16): cast "
+                "to float, integer weights would make another model (a quantised checkpoint? dequantise it first)."
+            )
         if tuple(tensor.shape) != tuple(shape):
             raise ConversionError(
                 f"tensor {key!r} has shape {tuple(tensor.shape)} but the config ({why}) implies {tuple(shape)}; "
