@@ -174,10 +174,12 @@ def _write_json(target: str | None, payload: Any) -> None:
     if target == "-":
         sys.stdout.write(text)
         return
+    from models.files import write_atomic  # a full disk keeps the earlier file: no 0-byte JSON
+
     path = Path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_atomic(path, text)
     except OSError as error:
         raise InputError(f"cannot write JSON to {target}: {error.strerror or error}") from None
 
