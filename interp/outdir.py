@@ -69,7 +69,7 @@ def read_manifest(folder: Path) -> dict[str, dict]:
     Raises OutputDirError when an entry names a path outside the folder: we never write one.
     """
     path = folder / MANIFEST
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():  # a linked manifest is not ours: never read, never written through
         return {}
     try:
         entries = json.loads(path.read_text(encoding="utf-8")).get("files", {})
@@ -95,14 +95,14 @@ def _plain_relative(name: object) -> bool:
 
 
 def confined(folder: Path, name: str) -> Path:
-    """`folder/name`, resolved, when it lies inside `folder` with no symlink on the way; else OutputDirError.
+    """`folder/name`, resolved, when it lies inside `folder` and no part of it is a symlink; else OutputDirError.
 
-    Every path the toolkit writes or deletes in an output folder goes through here. The last
-    part may itself be a symlink: replacing or removing it acts on the link, inside the folder.
+    Every path the toolkit writes or deletes in an output folder goes through here (a link,
+    even the last part, is refused: `write_atomic` would write through it).
     """
     root = Path(os.path.realpath(folder))
     path = root.joinpath(*name.split("/")) if _plain_relative(name) else None
-    if path is None or Path(os.path.realpath(path.parent)) != path.parent:
+    if path is None or Path(os.path.realpath(path)) != path:
         raise OutputDirError(f"{name!r} is a path outside the output directory {folder} (or through a symlink out "
                              "of it); interp writes and deletes only inside it. Nothing was written there.")
     return path
@@ -119,7 +119,7 @@ def _inside(folder: Path, name: str) -> bool:
 def ours(folder: Path) -> set[str]:
     """The files under `folder` that a previous run wrote and nobody changed since."""
     manifest = read_manifest(folder)
-    owned = {MANIFEST} if (folder / MANIFEST).is_file() else set()
+    owned = {MANIFEST} if (folder / MANIFEST).is_file() and not (folder / MANIFEST).is_symlink() else set()
     for name, entry in manifest.items():
         if not isinstance(entry, dict) or not _inside(folder, name):
             continue
@@ -166,7 +166,7 @@ def _refuse_foreign(out: Path) -> None:
     foreign = foreign_files(out)
     if not foreign:
         return
-    if (out / LEGACY_MARKER).is_file() and not (out / MANIFEST).is_file():
+    if (out / LEGACY_MARKER).is_file() and not (out / MANIFEST).exists():
         raise OutputDirError(
             f"output directory {out} is a report written before manifests ({MANIFEST}): its files cannot be told "
             "from your edits, so --force replaces none of them. Nothing was deleted: delete the folder yourself if it "

@@ -98,6 +98,19 @@ def test_a_crafted_manifest_entry_deletes_nothing_outside(kind, tmp_path):
     assert not outdir.is_replaceable(out)
 
 
+def test_a_manifest_that_is_a_symlink_is_neither_read_nor_written_through(tmp_path):
+    out = tmp_path / "rep"
+    outdir.write(out, render_files({"a.csv": "1"}))
+    victim = tmp_path / "victim.json"
+    victim.write_text((out / outdir.MANIFEST).read_text())  # a manifest of ours, outside: the link looks genuine
+    (out / outdir.MANIFEST).unlink()
+    (out / outdir.MANIFEST).symlink_to(victim)
+    before = snapshot(tmp_path)
+    with pytest.raises(outdir.OutputDirError, match=r"holds files no previous report wrote.*\.interp-manifest\.json"):
+        outdir.write(out, render_files({"a.csv": "2"}), force=True)
+    assert snapshot(tmp_path) == before
+
+
 def test_cli_report_force_on_a_crafted_manifest_is_refused_before_computing(tmp_path, capsys):
     out, entries, _ = crafted("parent", tmp_path)
     add_to_manifest(out, entries)
@@ -168,7 +181,8 @@ def test_a_file_of_ours_is_not_deleted_through_a_symlinked_folder(tmp_path):
 def test_confined_refuses_every_path_outside(tmp_path):
     (tmp_path / "rep").mkdir()
     (tmp_path / "rep" / "link").symlink_to(tmp_path)
-    for name in ["../x", "/etc/passwd", "a/../../x", "link/x", "", ".", "a//b"]:
+    (tmp_path / "rep" / "alias").symlink_to(tmp_path / "x")
+    for name in ["../x", "/etc/passwd", "a/../../x", "link/x", "", ".", "a//b", "alias"]:
         with pytest.raises(outdir.OutputDirError, match="outside"):
             outdir.confined(tmp_path / "rep", name)
     assert outdir.confined(tmp_path / "rep", "plots/x.png") == (tmp_path / "rep" / "plots" / "x.png").resolve()
@@ -476,6 +490,8 @@ def test_cli_report_refuses_an_unwritable_out_before_loading_the_model(unwritabl
 CASES = [  # (item, sub-case, test that covers it, error class, exit code)
     *[("1", f"manifest entry: {kind}", "test_a_crafted_manifest_entry_deletes_nothing_outside", "OutputDirError", 2)
       for kind in MANIFEST_KINDS],
+    ("1", "manifest is a symlink to a file outside", "test_a_manifest_that_is_a_symlink_is_neither_read_nor_written_through",
+     "OutputDirError", 2),
     ("1", "interp report --force, crafted manifest", "test_cli_report_force_on_a_crafted_manifest_is_refused_before_computing",
      "OutputDirError", 2),
     ("1", "folder swapped for a link while computing (write)", "test_a_folder_swapped_for_a_symlink_after_the_check_is_not_written_through",
@@ -503,4 +519,4 @@ def test_the_table_names_real_tests_and_exit_codes():
         assert test in names, case
         cls = {"OutputDirError": outdir.OutputDirError, "BadInput": BadInput, "OSError": OSError}[error]
         assert exit_code_for(cls("x")) == code, case
-    assert len(CASES) == 20
+    assert len(CASES) == 21
