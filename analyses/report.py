@@ -36,8 +36,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +51,7 @@ from analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_
 from interp import distributed, launch
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
+from models.files import write_atomic
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 from interp.launch import Device, DType
@@ -916,13 +915,9 @@ def build_report(
         data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
                        claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
                        colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-        try:
+        with outdir.staging(out) as tmp:
             table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
             stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     data.timings.update({name: stages.timings[name] for name in RENDER_STAGES})
     leakage = None if data.leakage is None else data.leakage.brief()
     return ReportResult(out, data.heads, data.claims, table, leakage, data.timings, data,
@@ -945,24 +940,24 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
     images = {**report_plots.head_figures(data, plots), **report_plots.summary_figures(data, plots)}
     table = highlights(data)
     claims_csv = _claims_csv(data.claims)
-    data.heads.to_csv(folder / "heads.csv", index=False, float_format=FLOAT_FORMAT)
-    claims_csv.to_csv(folder / "claims.csv", index=False, float_format=FLOAT_FORMAT)
+    write_atomic(folder / "heads.csv", data.heads.to_csv(index=False, float_format=FLOAT_FORMAT))
+    write_atomic(folder / "claims.csv", claims_csv.to_csv(index=False, float_format=FLOAT_FORMAT))
     columns = {"heads.csv": list(data.heads.columns), "claims.csv": list(claims_csv.columns)}
     if data.redundancy is not None:
-        data.redundancy.to_csv(folder / "redundancy.csv", index=False, float_format=FLOAT_FORMAT)
+        write_atomic(folder / "redundancy.csv", data.redundancy.to_csv(index=False, float_format=FLOAT_FORMAT))
         columns["redundancy.csv"] = list(data.redundancy.columns)
-    (folder / "columns.md").write_text(report_format.columns_markdown(columns), encoding="utf-8")
+    write_atomic(folder / "columns.md", report_format.columns_markdown(columns))
     data.provenance["wall_time_s"] = round(data.provenance.get("wall_time_s", 0.0) + time.perf_counter() - started, 2)
-    (folder / "summary.md").write_text(report_html.markdown(data, table), encoding="utf-8")
+    write_atomic(folder / "summary.md", report_html.markdown(data, table))
     page = report_html.page(data, table, images)
-    (folder / "report.html").write_text(page, encoding="utf-8")
+    write_atomic(folder / "report.html", page)
     leakage = None if data.leakage is None else data.leakage.brief()
     meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": leakage,
             "highlights": json.loads(table.to_json(orient="records")), "schema_version": report_format.SCHEMA_VERSION,
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
             "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}
-    (folder / "report.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    (folder / MARKER).write_text("written by analyses.report; `interp demo` may replace this directory\n")
+    write_atomic(folder / "report.json", json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_atomic(folder / MARKER, "written by analyses.report; `interp demo` may replace this directory\n")
     return table
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from models.files import write_atomic
+
 
 def _figure(width: float, height: float):
     from matplotlib.figure import Figure
@@ -125,7 +127,7 @@ def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
 
 def save(fig, path: Path) -> str:
     """Write a figure as PNG (no timestamp metadata, so reruns give the same bytes); returns its relative path."""
-    fig.savefig(path, format="png", metadata={"Software": None})
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
     return f"plots/{path.name}"
 
 

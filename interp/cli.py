@@ -218,15 +218,12 @@ def _write_text(target: str, text: str, what: str) -> None:
     if target == "-":
         _PENDING_STDOUT.append(text)
         return
+    from models.files import write_atomic  # a full disk keeps the earlier file: no 0-byte JSON
+
     path = Path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            temporary.write_text(text)
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_atomic(path, text)
     except OSError as error:
         raise InputError(f"cannot write {what} to {target}: {error.strerror or error}") from None
 

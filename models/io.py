@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from models.config import EncoderConfig, GPTConfig
 from models.encoder import HookedEncoder
+from models.files import write_atomic
 from models.gpt import HookedGPT
 
 ARCHITECTURES = {"GPTConfig": (GPTConfig, HookedGPT), "EncoderConfig": (EncoderConfig, HookedEncoder)}
@@ -55,18 +55,6 @@ def checkpoint_paths(path: str | os.PathLike) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".safetensors"), stem.with_name(stem.name + ".json")
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, so a failure leaves nothing half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_checkpoint(model: HookedGPT, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
     """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json; returns the weights path."""
     weights_path, config_path = checkpoint_paths(path)
@@ -75,8 +63,8 @@ def save_checkpoint(model: HookedGPT, path: str | os.PathLike, metadata: dict[st
     config = model.cfg.to_dict()
     document = {"config": config, "metadata": metadata or {}}
     header = {CONFIG_KEY: canonical_config(config), FINGERPRINT_KEY: config_fingerprint(config)}
-    _atomic_write(weights_path, lambda tmp: save_file(tensors, tmp, metadata=header))
-    _atomic_write(config_path, lambda tmp: Path(tmp).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n"))
+    write_atomic(weights_path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
+    write_atomic(config_path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     return weights_path
 
 

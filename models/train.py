@@ -35,6 +35,7 @@ import torch
 
 from models.config import GPTConfig
 from models.gpt import HookedGPT
+from models.files import write_atomic
 from models.io import save_checkpoint
 from models.tasks import InductionTask, TextTask, evaluate_induction, fixed_prefix_task
 
@@ -326,7 +327,7 @@ Control heads: previous-token {', '.join(control['head_roles']['previous_token_h
 induction (score >= {INDUCTION_THRESHOLD}) {', '.join(control['head_roles']['induction_heads']) or 'none'}.
 Mean induction scores: {control['head_roles']['mean_induction_score']}.
 """
-    path.write_text(text)
+    write_atomic(path, text)
 
 
 # ---------------------------------------------------------------- the natural-text model (stdlib-bytes)
@@ -518,7 +519,7 @@ The card claims no head roles: they are tested as claims (previous-token, induct
 and on planted repeats, duplicate-token), with controls, necessity and sufficiency, in
 `notebooks/04_text_model.ipynb`.
 """
-    path.write_text(text)
+    write_atomic(path, text)
 
 
 # ---------------------------------------------------------------- command line

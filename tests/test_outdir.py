@@ -99,13 +99,14 @@ def test_a_failed_render_leaves_the_folder_as_it_was(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
 
 
-def test_a_legacy_report_folder_is_ours_by_its_report_json(tmp_path):
+def test_a_legacy_report_folder_is_all_foreign(tmp_path):
+    """Before manifests nothing recorded what a report wrote: its files cannot be told from edits (issue 24 #2)."""
     out = tmp_path / "old"
     (out / "plots").mkdir(parents=True)
     (out / outdir.LEGACY_MARKER).write_text("written by analyses.report")
     (out / "report.json").write_text(json.dumps({"files": ["heads.csv", "plots/L0H0.png"]}))
     (out / "heads.csv").write_text("x")
     (out / "plots" / "L0H0.png").write_text("png")
-    assert outdir.foreign_files(out) == []
-    (out / "notes.txt").write_text("mine")
-    assert outdir.foreign_files(out) == ["notes.txt"]
+    assert outdir.foreign_files(out) == [outdir.LEGACY_MARKER, "heads.csv", "plots/L0H0.png", "report.json"]
+    with pytest.raises(outdir.OutputDirError, match="written before manifests"):
+        outdir.check(out, force=True)

@@ -1,0 +1,61 @@
+"""The one way the toolkit writes a file: to a temporary file in the same folder, then renamed.
+
+`write_atomic(path, content)` leaves either the earlier file or the new one, whole: a full
+disk, a crash or Ctrl-C part-way never leaves a half-written or empty file, and never a
+temporary file behind. Every writer of `models/`, `interp/` and `analyses/` goes through it
+(`tests/test_reliability_files.py` checks the source for any other write).
+
+A symlink at `path` is written through (its target is replaced; the link stays), and the new
+file keeps the earlier file's permissions (else the umask's usual ones, not mkstemp's 0600).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Callable, Union
+
+Content = Union[str, bytes, Callable[[Path], object]]
+
+
+def write_atomic(path: str | os.PathLike, content: Content, *, encoding: str = "utf-8") -> Path:
+    """Write `content` (text, bytes, or a function that writes the file at the path it is given) to `path`.
+
+    Returns the path written (a symlink's target). The folder must exist.
+    """
+    final = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    tmp = _reserve(final)
+    try:
+        if callable(content):
+            content(tmp)
+        else:
+            data = content.encode(encoding) if isinstance(content, str) else bytes(content)
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+        _keep_mode(final, tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return final
+
+
+def _reserve(final: Path) -> Path:
+    """Create an empty, unused temporary file beside `final` (mode 0666 less the umask)."""
+    while True:
+        tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _keep_mode(final: Path, tmp: Path) -> None:
+    """Give the new file the permissions of the file it replaces."""
+    try:
+        mode = stat.S_IMODE(final.stat().st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(tmp, mode)
