@@ -117,6 +117,7 @@ from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.interventions import ablate, reference_activations, substitute_pattern
 from interp.launch import Device, DType
+from interp.validate import check_inputs
 
 ClaimKind = Literal[
     "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
@@ -977,11 +978,12 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
     those the model and prompts define) whose point estimate clears its threshold, and a positional claim
     where the maximum sits at one offset for >= 90% of queries; a head that clears none gets its closest
     head type (so every head is tested). `device` / `dtype`: measured on a moved copy (`interp.launch.move`)."""
+    check_inputs("propose", model, prompts)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     ctx = Context(model, prompts, batch_size=batch_size)
     causal = attention_sites(model)[0].causal
-    kinds = [t for t in head_types() if t.available(prompts, causal=causal) is None]
-    means = {t.name: head_metric(ctx, t).double().mean(0) for t in kinds}  # (layer, head)
+    means = _defined_means(ctx, [t for t in head_types() if t.available(prompts, causal=causal) is None])
+    kinds = [t for t in head_types() if t.name in means]
     counts = ctx.cached(("argmax", id(model), id(prompts)), lambda: argmax_offsets_per_prompt(model, prompts, batch_size=batch_size))
     modes = _modal_offsets(counts, prompts.n_pos)
     claims: list[Claim] = []
@@ -1003,6 +1005,18 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
                 chosen.append(PRESETS[best](layer, head))
             claims.extend(chosen)
     return claims
+
+
+def _defined_means(ctx: Context, kinds: list[HeadType]) -> dict[str, torch.Tensor]:
+    """{type name: (layer, head) mean metric} of the types the prompts define; a type undefined on them (an
+    offset no prompt reaches, a next token on a causal model) proposes nothing, as unavailable types do."""
+    means = {}
+    for t in kinds:
+        try:
+            means[t.name] = head_metric(ctx, t).double().mean(0)
+        except Inconclusive:
+            continue
+    return means
 
 
 def _rate_at(counts: dict[str, torch.Tensor], n_pos: int, layer: int, head: int, mode: str) -> float:
@@ -1033,6 +1047,7 @@ def scan(
     faithfulness measure (`interp.behaviour`; default: the model's own); the `behaviour` column says which.
     `device` / `dtype`: both halves run on one moved copy of the model (`interp.launch.move`).
     """
+    _, seed = check_inputs("scan", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     propose_half, test_half = prompts.split(0.5, seed=seed)
     claims = propose(model, propose_half, batch_size=batch_size)

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 
 from interp.capture import BatchContext, masked_mean
 from interp.data import PromptSet, Repeats
-from interp.errors import BadInput
+from interp.errors import BadInput, BadType
+from interp.validate import check_unit_interval, check_whole
 
 Needs = Literal["any", "repeats", "bidirectional"]
 ShuffleExpect = Literal["stay", "drop"]
@@ -57,7 +58,10 @@ ELHAGE = "Elhage et al. 2021; Olsson et al. 2022"
 
 
 def _at_offset(x: torch.Tensor, offset: int) -> torch.Tensor:
-    """x (..., query, key) -> (..., query): x[q, q + offset], zero/False where that key is out of range."""
+    """x (..., query, key) -> (..., query): x[q, q + offset], zero/False where that key is out of range
+    (all of them for an offset as long as the sequence)."""
+    if abs(offset) >= x.shape[-1]:
+        return torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
     diagonal = torch.diagonal(x, offset=offset, dim1=-2, dim2=-1)  # (..., query - |offset|)
     pad = (abs(offset), 0) if offset < 0 else (0, offset)
     if diagonal.dtype == torch.bool:
@@ -163,6 +167,9 @@ class OffsetTarget:
 
     k: int
 
+    def __post_init__(self) -> None:
+        check_whole(self.k, "k", "OffsetTarget")  # 0.7 is no offset (int() made it 0)
+
     def __call__(self, batch: TargetBatch) -> torch.Tensor:
         position = torch.arange(batch.n_pos, device=batch.allowed.device)
         return (position[None, :] - position[:, None] == self.k) & batch.allowed  # (query, key): k - q == offset
@@ -195,6 +202,9 @@ class WindowTarget:
     """Keys within `window` positions of the query (|q - k| <= window)."""
 
     window: int
+
+    def __post_init__(self) -> None:
+        check_whole(self.window, "window", "WindowTarget", minimum=0)
 
     def __call__(self, batch: TargetBatch) -> torch.Tensor:
         position = torch.arange(batch.n_pos, device=batch.allowed.device)
@@ -230,8 +240,8 @@ def repeat_queries_of(batch: TargetBatch) -> torch.Tensor:
 
 
 def offset_target(k: int) -> OffsetTarget:
-    """The target "the key at relative offset k" (e.g. -2: two tokens back)."""
-    return OffsetTarget(int(k))
+    """The target "the key at relative offset k" (e.g. -2: two tokens back); k a whole number."""
+    return OffsetTarget(k)
 
 
 # --------------------------------------------------------------------------- the head type
@@ -271,6 +281,19 @@ class HeadType:
             raise BadInput(f"HeadType {self.name!r}: fallback={self.fallback!r}; expected one of {list(get_args(Fallback))}.")
         if not callable(self.target):
             raise BadInput(f"HeadType {self.name!r}: target must be a callable TargetBatch -> (batch, query, key) bool.")
+        check_unit_interval(self.threshold, "threshold", f"HeadType {self.name!r}")  # a share of attention
+        check_unit_interval(self.sufficiency, "sufficiency", f"HeadType {self.name!r}", optional=True)
+        self._check_statement()
+
+    def _check_statement(self) -> None:
+        """The statement formats with label, threshold and the type's params (else every claim of it would fail)."""
+        try:
+            self.describe("L0H0")
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as error:
+            fields = ["label", "threshold", *dict(self.params)]
+            raise BadInput(f"HeadType {self.name!r}: its statement {self.statement!r} does not format "
+                           f"({type(error).__name__}: {error}); it may use the fields {{{'}, {'.join(fields)}}} "
+                           "(threshold is a number, e.g. {threshold:g}), or add the field to params.") from None
 
     @property
     def column(self) -> str:
@@ -284,6 +307,9 @@ class HeadType:
     def mask(self, batch: TargetBatch) -> torch.Tensor:
         """(batch, query, key) bool: the target keys the queries may attend to."""
         target = self.target(batch)
+        if not isinstance(target, torch.Tensor):
+            raise BadInput(f"head type {self.name!r}: its target returned {type(target).__name__ if target is not None else 'None'}; "
+                           f"expected a (batch, query, key) = {tuple(batch.allowed.shape)} bool mask (a torch.Tensor).")
         if target.shape != batch.allowed.shape or target.dtype != torch.bool:
             raise BadInput(f"head type {self.name!r}: its target gave {tuple(target.shape)} {target.dtype}; expected a "
                            f"(batch, query, key) = {tuple(batch.allowed.shape)} bool mask.")
@@ -456,14 +482,24 @@ def _builtins() -> dict[str, HeadType]:
 
 HEAD_TYPES: dict[str, HeadType] = _builtins()  # name -> HeadType, in registration order
 BUILTIN_HEAD_TYPES: tuple[str, ...] = tuple(HEAD_TYPES)
-RESERVED = ("positional",)  # claim kinds that are not head types
+# claim kinds that are not head types (analyses.registry: positional, pair and model claims, dispensable) and
+# the words of the claims-file syntax ("not induction", the key `model`)
+RESERVED = ("positional", "redundant", "backs_up", "dispensable", "causal", "not", "model")
 
 
 def register(head_type: HeadType, *, replace: bool = False) -> HeadType:
-    """Add a head type to the registry (metrics, claims, scan and the report then include it)."""
+    """Add a head type to the registry (metrics, claims, scan and the report then include it). The type is
+    first tried on small test batches (`try_head_type`), so a broken one never reaches the registry."""
     if not isinstance(head_type, HeadType):
-        raise BadInput(f"register() takes a HeadType, got {type(head_type).__name__}.")
-    if head_type.name in RESERVED or (not replace and head_type.name in HEAD_TYPES):
+        raise BadType(f"register() takes a HeadType, got {type(head_type).__name__}; build one with "
+                      "HeadType(name, statement, target).")
+    if head_type.name.lower() in RESERVED:
+        raise BadInput(f"{head_type.name!r} is a claim kind or a word of the claims-file syntax (reserved: "
+                       f"{list(RESERVED)}), so a claim of that head type could not be written; pick another name.")
+    if head_type.name != head_type.name.lower():
+        raise BadInput(f"head type name {head_type.name!r} has capitals; claims files lowercase claim kinds, so name it "
+                       f"{head_type.name.lower()!r}.")
+    if not replace and head_type.name in HEAD_TYPES:
         raise BadInput(f"a head type (or claim kind) named {head_type.name!r} exists already; pick another name or pass "
                        "replace=True.")
     if head_type.name in BUILTIN_HEAD_TYPES and replace:
@@ -471,8 +507,52 @@ def register(head_type: HeadType, *, replace: bool = False) -> HeadType:
     clash = [t.name for t in HEAD_TYPES.values() if t.column == head_type.column and t.name != head_type.name]
     if clash:
         raise BadInput(f"head type {head_type.name!r} would write column {head_type.column!r}, which {clash[0]!r} writes.")
+    try_head_type(head_type)
     HEAD_TYPES[head_type.name] = head_type
     return head_type
+
+
+def _trial_batches(head_type: HeadType) -> list[tuple[str, TargetBatch]]:
+    """Small batches a head type must handle: repeated tokens seen by a causal model (unless the type needs a
+    bidirectional one) and by a bidirectional one, and a left-padded set seen causally."""
+    from interp.data import pad, repeated_tokens
+
+    repeated = repeated_tokens(2, 3, 8, seed=0)  # (2, 6)
+    padded = pad([[1, 2, 1, 2, 3], [4, 5, 4]], padding_side="left")  # (2, 5)
+    causal = [] if head_type.needs == "bidirectional" else [("causal", repeated), ("causal, left-padded", padded)]
+    return [(f"{kind} {tuple(p.tokens.shape)}", TargetBatch.from_prompts(p, causal=kind.startswith("causal")))
+            for kind, p in [*causal, ("bidirectional", repeated)]]
+
+
+def try_head_type(head_type: HeadType) -> None:
+    """Run every part of a head type (target, queries, metric, argmax rate, ideal pattern) on `_trial_batches`;
+    a BadInput naming the part, the error and the batch when one fails or gives the wrong shape."""
+    for what, batch in _trial_batches(head_type):
+        pattern = batch.allowed.float()[:, None]  # (batch, 1, query, key): uniform over the allowed keys
+        pattern = pattern / pattern.sum(-1, keepdim=True).clamp(min=1.0)
+        parts: list[tuple[str, Callable[[], torch.Tensor], tuple[int, ...]]] = [
+            ("target", lambda: head_type.mask(batch), tuple(batch.allowed.shape)),
+            ("queries", lambda: head_type.scored_queries(batch), tuple(batch.real.shape)),
+            ("metric", lambda: head_type.metric_values(pattern, batch), (batch.tokens.shape[0], 1)),
+            ("ideal pattern", lambda: head_type.ideal_pattern(batch), tuple(batch.allowed.shape)),
+        ]
+        if head_type.argmax:
+            parts.append(("argmax rate", lambda: head_type.argmax_rate(pattern, batch), (batch.tokens.shape[0], 1)))
+        for part, run, shape in parts:
+            _try_part(head_type, part, run, shape, what)
+
+
+def _try_part(head_type: HeadType, part: str, run: Callable[[], torch.Tensor], shape: tuple[int, ...], what: str) -> None:
+    where = f"tried on a {what} test batch at registration; fix it before registering"
+    try:
+        got = run()
+    except BadInput as error:
+        raise BadInput(f"{error} ({where})") from None
+    except Exception as error:  # the user's own code: any failure is theirs to fix, named here
+        raise BadInput(f"head type {head_type.name!r}: its {part} raised {type(error).__name__}: {error} ({where}).") from None
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != shape:
+        found = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        raise BadInput(f"head type {head_type.name!r}: its {part} gave {found}; expected shape {shape} ({where}).")
 
 
 def unregister(name: str) -> None:
@@ -508,7 +588,7 @@ def offset_type(k: int | str, *, threshold: float = 0.9) -> HeadType:
     if k == "first":
         target, name = FirstTarget(), "offset_first"
     else:
-        k = int(k)
+        k = check_whole(int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k, "k", "offset_type")
         target, name = OffsetTarget(k), f"offset_{'m' if k < 0 else 'p'}{abs(k)}"
     where = "the first position" if k == "first" else f"relative offset {k}"
     return HeadType(name, "{label}'s maximum weight sits at " + where + " for >= {threshold:.0%} of queries",

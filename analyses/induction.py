@@ -51,6 +51,7 @@ from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.modelinfo import final_norm, ov_weights, token_embedding, unembedding
+from interp.validate import check_inputs
 
 INDUCTION_METRICS = ("induction", "duplicate_token")
 
@@ -101,6 +102,7 @@ def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int =
                       device: Device = None, dtype: DType = None) -> dict[str, torch.Tensor]:
     """{"induction", "duplicate_token": (prompt, layer, head)}; a `NoRepeats` error if a prompt has none.
     `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); scores stay float32."""
+    layers, _ = check_inputs("scores_per_prompt", model, prompts, layers=layers)
     _check_repeats(prompts)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, reduce_induction, layers=layers, batch_size=batch_size, accumulator=PerPromptAccumulator())
@@ -183,6 +185,7 @@ def scores(
     `copying` (weights only; its CI columns are NaN; all NaN for a model without an unembedding,
     e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`.
     `device` / `dtype`: run a moved copy of the model (`interp.launch.move`), once for both."""
+    layers, seed = check_inputs("induction.scores", model, prompts, layers=layers, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
     frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)

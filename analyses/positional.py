@@ -49,6 +49,7 @@ from interp import launch
 from interp.data import PromptSet
 from interp.launch import Device, DType
 from interp.stats import head_frame
+from interp.validate import check_inputs
 
 POSITIONAL_METRICS = (
     "prev_token", "self_token", "first_token", "next_token", "local_window", "mean_distance", "entropy",
@@ -142,6 +143,7 @@ def focus_per_prompt(
     `next_token` and `next_token_argmax` are all NaN (kept, so every model gives the same keys).
     `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); metrics stay float32.
     """
+    layers, _ = check_inputs("focus_per_prompt", model, prompts, layers=layers)
     if window < 0:
         raise ValueError(f"window={window} must be >= 0 (0 is the query's own position).")
     _check_lengths(prompts)
@@ -193,6 +195,7 @@ def focus(
     causal models. CIs are 95% percentile
     bootstraps over prompts (`interp.stats.head_frame`). `device` / `dtype`: as `focus_per_prompt`.
     """
+    layers, seed = check_inputs("focus", model, prompts, layers=layers, seed=seed)
     per_prompt = focus_per_prompt(model, prompts, window=window, batch_size=batch_size, layers=layers,
                                   device=device, dtype=dtype)
     return nan_aware_frame(per_prompt, seed=seed, layers=layers)
@@ -226,6 +229,7 @@ def offset_profile(
     bootstrap; optimistic below ~30 prompts). `device` / `dtype`: run a moved copy of the model
     (`interp.launch.move`); the weights are accumulated in float32 / float64.
     """
+    layers, _ = check_inputs("offset_profile", model, prompts, layers=layers)
     _check_lengths(prompts)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, reduce_offsets, layers=layers, batch_size=batch_size, accumulator=MomentAccumulator())

@@ -102,6 +102,7 @@ from interp.interventions import (
 )
 from interp.launch import Device, DType  # noqa: F401  (the `device=` / `dtype=` of every analysis; re-exported)
 from interp.stats import MIN_PROMPTS, TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
+from interp.validate import check_head_pair, check_inputs
 
 
 
@@ -294,6 +295,7 @@ def pattern_similarity(
     Memory does not grow with the number of prompts beyond one float per prompt and pair.
     Limits: it compares *where* heads look, not what they read or write (see output_similarity).
     """
+    _, seed = check_inputs("pattern_similarity", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     sites = attention_sites(model)
@@ -374,6 +376,7 @@ def output_similarity(
     to rotation and scale of either head's output, 1 = same geometry over positions).
     One row per pair with CIs (`ci_low`/`ci_high` for cosine, `cka_ci_low`/`cka_ci_high`).
     """
+    _, seed = check_inputs("output_similarity", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
 
@@ -413,6 +416,7 @@ def gradient_importance(
     behaviour measured as a distance from the clean run (`embedding_change`) the clean run is its
     minimum, so the gradient is zero there: rank by ablation instead.
     """
+    _, seed = check_inputs("gradient_importance", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
                             behaviour=behaviour)
@@ -470,6 +474,7 @@ def importance(
     which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
     model's own); `frame.attrs["behaviour"]` says which, in words.
     """
+    _, seed = check_inputs("importance", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
@@ -546,6 +551,7 @@ def second_order(
     apart). One row per pair, column `interaction_estimate`; no CI (computed on the mean loss).
     One extra backward per head: meant for small models.
     """
+    _, seed = check_inputs("second_order", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
@@ -582,6 +588,7 @@ def suggest_pairs(
 ) -> list[tuple[Head, Head]]:
     """The k pairs most likely to be redundant: most similar patterns (lowest JS), most similar
     outputs (highest CKA), or largest second-order interaction estimate."""
+    _, seed = check_inputs("suggest_pairs", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     if by not in get_args(SuggestBy):
         raise ValueError(f"by={by!r}; expected one of {list(get_args(SuggestBy))}.")
@@ -639,6 +646,7 @@ def joint_ablation(
     interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
     removing one already removes most of what the other adds.
     """
+    _, seed = check_inputs("joint_ablation", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if isinstance(pairs, int) and not isinstance(pairs, bool):
@@ -785,6 +793,7 @@ def compensation(
     backup does). `heads` limits the ablated heads A (default all).
     Cost: one resumed forward per A and one unembedding per (A, C): meant for small models.
     """
+    _, seed = check_inputs("compensation", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if not resumable(model):
@@ -895,6 +904,7 @@ def pruning_curve(
     loss with its CI, `n_prompts`. `frame.attrs["n_removable"]` = {order: the largest number of
     heads removed with the rise's upper CI still below `margin`}.
     """
+    _, seed = check_inputs("pruning_curve", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     if order_by not in get_args(OrderBy):
@@ -1072,6 +1082,7 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
     are not (necessity, CI > margin), and together they cost more than the sum of each alone
     (observational, interaction CI > 0). Any of these failing clearly refutes the claim."""
     a, b = parse_head(a), parse_head(b)
+    check_head_pair(a, b, "redundant")
     common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim(
         "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
@@ -1105,6 +1116,7 @@ def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", los
     ablation, so the claim is refuted outright.
     """
     a, b = parse_head(a), parse_head(b)
+    check_head_pair(a, b, "backs_up")
     common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
                  evidence={"observational": _Compensates("observational", **common),
@@ -1128,6 +1140,7 @@ def redundancy_claims(
 ) -> pd.DataFrame:
     """Test "redundant" for `pairs`, "dispensable" for `heads`, "backs up" for `backups` (A, B):
     one row per claim from `interp.claims.test_claims` (verdict, p_adjusted, reasons, evidence)."""
+    _, seed = check_inputs("redundancy_claims", model, prompts, seed=seed)
     common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
     claims = [redundant_claim(a, b, margin=margin, **common) for a, b in _parse_pairs(model, pairs)] if pairs else []
     claims += [dispensable_claim(h, margin=margin, **common) for h in check_heads(model, heads)] if heads else []

@@ -55,6 +55,7 @@ from models.files import write_atomic
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 from interp.launch import Device, DType
+from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
 
 if TYPE_CHECKING:
     from interp.progress import Stages
@@ -65,6 +66,7 @@ MARKER = ".interp-report"  # a file in every report directory: `interp demo` may
 NO_LOSS_EVIDENCE = ("observational", "control_shuffled")
 MAX_CARDS = 64  # more heads than this make an unreadable page: narrow with layers= / heads=, or raise max_cards
 DEFAULT_N = 64  # prompts for the observational metrics
+LEAKAGE_LEN = 32  # longest sequence the leakage audit runs (at most the model's context)
 TOP_PAIRS = 3  # most similar head pairs tested by joint ablation
 FLOAT_FORMAT = "%.6g"  # CSV float format: stable across runs, enough digits for every CI
 COLOUR_SCALES = ("common", "per_head")  # pattern heat maps: one 0..1 scale for all, or each head's own maximum
@@ -300,7 +302,7 @@ def compute(
     heads: Iterable[tuple[int, int]] | None = None,
     claims_file=None,
     seed: int = 0,
-    leakage_len: int = 32,
+    leakage_len: int = LEAKAGE_LEN,
     progress: bool | Stages = False,
     max_cards: int = MAX_CARDS,
     colour_scale: str = "common",
@@ -319,6 +321,11 @@ def compute(
 
     started = time.perf_counter()
     _check_colour_scale(colour_scale)
+    check_model(model, "report")
+    seed, layers = check_seed(seed, "report"), check_layers(layers, "report")
+    if prompts is not None:
+        check_prompts(prompts, "report")
+    leakage_len = report_max_len(model, leakage_len)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     chosen = select_heads(model, layers, heads)
     check_card_limit(len(chosen), max_cards, len(attention_sites(model)))
@@ -569,12 +576,20 @@ def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: li
     summary["behaviour"] = behaviour.describe(prompts)
 
 
+def report_max_len(model: nn.Module, leakage_len: int) -> int:
+    """The longest sequence the report's leakage audit runs: `leakage_len`, at most the model's context
+    (`interp.modelinfo.context_length`: cfg.n_ctx, n_positions, a nanoGPT block_size ...)."""
+    from interp.modelinfo import context_length
+
+    check_whole(leakage_len, "leakage_len", "report", minimum=2)  # LEAKAGE_LEN by default
+    return min(leakage_len, context_length(model) or leakage_len)
+
+
 def _leakage(model: nn.Module, *, seed: int, max_len: int):
     """The leakage audit's `LeakageReport` (kept as the object; the renderers read its fields)."""
     from analyses import leakage
 
-    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None) or max_len
-    return leakage.audit(model, max_len=min(max_len, n_ctx), seed=seed, progress=False)
+    return leakage.audit(model, max_len=max_len, seed=seed, progress=False)  # max_len: `report_max_len`
 
 
 def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> tuple[pd.DataFrame, list]:
@@ -898,6 +913,7 @@ def build_report(
     behaviour=None,
     device: Device = None,
     dtype: DType = None,
+    leakage_len: int = LEAKAGE_LEN,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
@@ -907,6 +923,7 @@ def build_report(
     `colour_scale` is "common" (0..1 for every heat map) or "per_head". `behaviour` (a name, an
     `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance, joint
     ablation and the claims' causal evidence measure; the report states it. `device` / `dtype`: as `compute`.
+    `leakage_len`: the longest sequence the leakage audit runs (at most the model's context).
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
@@ -914,7 +931,7 @@ def build_report(
     with _Stages(RENDER_STAGES, progress) as stages:
         data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
                        claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
-                       colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype)
+                       colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype, leakage_len=leakage_len)
         with outdir.staging(out) as tmp:
             table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
             stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))

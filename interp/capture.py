@@ -32,7 +32,7 @@ from torch import nn
 
 from interp import distributed
 from interp.data import PromptSet, Repeats, check_prompts
-from interp.errors import user_failure
+from interp.errors import BadInput, user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked
 from interp.modelinfo import check_finite_weights
 
@@ -119,13 +119,13 @@ def select_sites(model: nn.Module, layers: Iterable[int] | None = None) -> list[
     sites = attention_sites(model)
     if layers is None:
         return sites
-    wanted = sorted(set(int(layer) for layer in layers))
+    from interp.validate import check_layers
+
+    wanted = list(check_layers(layers, "layers") or ())  # whole numbers only: 0.5 is no layer
     known = {site.layer: site for site in sites}
     missing = [layer for layer in wanted if layer not in known]
     if missing or not wanted:
-        raise ValueError(
-            f"layers {missing or wanted} do not exist; this model has attention layers {sorted(known)}."
-        )
+        raise BadInput(f"layers {missing or wanted} do not exist; this model has attention layers {sorted(known)}.")
     return [known[layer] for layer in wanted]
 
 

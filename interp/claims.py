@@ -48,7 +48,7 @@ from transformer_lens.utilities.statistics import derive_generator
 
 from interp import launch
 from interp.data import PromptSet
-from interp.errors import BadType
+from interp.validate import check_claims, check_model, check_prompts, check_seed
 from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
 EvidenceKind = Literal[
@@ -437,7 +437,7 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
 
 def evaluate_claims(
     model: torch.nn.Module,
-    claims: Sequence[Claim],
+    claims: Claim | Sequence[Claim],
     prompts: PromptSet,
     *,
     alpha: float = 0.05,
@@ -457,16 +457,10 @@ def evaluate_claims(
     callable) is what causal evidence measures unless a claim names its own; default: the model's.
     `device` / `dtype`: every claim is tested on one moved copy of the model (`interp.launch.move`).
     """
-    claims = list(claims)
-    if not claims:
-        raise ValueError("no claims to test; pass a list of Claim objects (see analyses.head_claims).")
-    bad = [c for c in claims if not isinstance(c, Claim)]
-    if bad:
-        raise TypeError(f"expected Claim objects, got {type(bad[0]).__name__}; build claims with analyses.head_claims.")
-    if not isinstance(prompts, PromptSet):
-        raise BadType(f"prompts must be an interp.data.PromptSet, got {type(prompts).__name__}.")
-    if len(prompts) == 0:
-        raise ValueError("the prompt set is empty; pass at least one prompt.")
+    check_model(model, "test_claims")
+    claims = check_claims(claims, Claim, "test_claims")  # a single Claim is one claim
+    check_prompts(prompts, "test_claims")
+    seed = check_seed(seed, "test_claims")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha} must be in (0, 1).")
     kinds = _check_evidence_kinds(evidence)
@@ -523,7 +517,7 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
 
 def test_claims(
     model: torch.nn.Module,
-    claims: Sequence[Claim],
+    claims: Claim | Sequence[Claim],
     prompts: PromptSet,
     *,
     alpha: float = 0.05,

@@ -392,12 +392,15 @@ def cmd_report(args) -> int:
 
         claims = read_claims(args.claims)
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
-    # text models get text prompts unless --prompts named a kind
+    max_len = getattr(args, "max_len", None)  # `interp demo` passes none
+    if max_len is not None:
+        _check_max_len_flag(model, max_len)  # against the model's own context length, before any work
     prompt_spec = report.model_prompt_spec(model, prompt_spec, asked=getattr(args, "prompts", None) is not None)
     result = report.build_report(
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
         max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
+        leakage_len=max_len or report.LEAKAGE_LEN,
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -749,7 +752,7 @@ def _tol(text: str) -> float:
     return value
 
 
-SEED_MAX = 2**32 - 1  # torch generators take 64 bits; analyses add small offsets to a seed, so 32 leave room
+from interp.validate import SEED_MAX  # noqa: E402  (the API's seed range too: interp.validate.check_seed)
 
 
 def _seed(text: str) -> int:
@@ -825,6 +828,8 @@ def _report_parser(command) -> None:
                    help="most head cards the report may have (default 64; MiniLM-L6 has 72 heads)")
     p.add_argument("--colour-scale", choices=["common", "per_head"], default="common",
                    help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
+    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N",
+                   help="longest sequence the leakage audit runs (default 32, at most the model's context)")
     _add_common(p)
 
 

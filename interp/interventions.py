@@ -35,6 +35,7 @@ from interp.capture import stop_after
 from interp.data import PromptSet
 from interp.errors import BadType
 from interp.hooks import AttentionSite, attention_sites, hooked
+from interp.modelinfo import output_logits
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -667,7 +668,7 @@ def batched_head_ablations(
         if prompts.attention_mask is not None:
             kwargs["attention_mask"] = einops.repeat(prompts.attention_mask, "batch pos -> (copy batch) pos", copy=len(chunk))
         with hooked(model, hooks):
-            out = model(expanded.to(getattr(model, "device", expanded.device)), **kwargs)
+            out = output_logits(model(expanded.to(getattr(model, "device", expanded.device)), **kwargs), model)
         if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(chunk) * batch:
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DTYPES = ("float32", "bfloat16", "float16")
 Device = Union[str, "torch.device", None]  # "cpu", "cuda", "cuda:1", a torch.device; the analyses' `device=`
 DType = Union[str, "torch.dtype", None]  # "float32", "bfloat16", "float16", or the torch dtype; their `dtype=`
-_PLACEMENT: dict[str, str | None] = {"device": None, "dtype": None}
+_PLACEMENT: dict[str, str | None] = {"device": None, "dtype": None, "output": None}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -45,6 +45,9 @@ def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                help="cpu, cuda, cuda:1 ... (default: cpu; under torchrun on GPUs, each rank's own GPU)")
             group.add_argument("--dtype", choices=DTYPES, default=None,
                                help="model weights' dtype (statistics are accumulated in float32 or float64)")
+            group.add_argument("--output", default=None, metavar="KEY",
+                               help="which part of a forward returning a dict or tuple is the logits: a key (logits) "
+                                    "or a tuple index (1); see interp.load(..., output=)")
             sub.set_defaults(handler=Scaled(handler))
             _alias(sub, "--n", "--n-prompts")
     return parser
@@ -113,7 +116,8 @@ class Scaled:
 
             threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // workers)
             return spawn_local(_run_rank, (self.handler, args), workers=workers, threads=threads)
-        _PLACEMENT.update(device=getattr(args, "device", None), dtype=getattr(args, "dtype", None))
+        _PLACEMENT.update(device=getattr(args, "device", None), dtype=getattr(args, "dtype", None),
+                          output=getattr(args, "output", None))
         return self.handler(args)
 
 
@@ -126,7 +130,7 @@ def _run_rank(handler: Callable, args) -> int:
     device = getattr(args, "device", None)
     if device is None and distributed.default_backend() == "nccl":
         device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}"
-    _PLACEMENT.update(device=device, dtype=getattr(args, "dtype", None))
+    _PLACEMENT.update(device=device, dtype=getattr(args, "dtype", None), output=getattr(args, "output", None))
     if distributed.is_main():
         return handler(args)
     with tempfile.TemporaryDirectory(prefix=f"interp-rank{distributed.rank()}-") as scratch, _silenced():
@@ -149,7 +153,13 @@ def _silenced():
 
 
 def place(model):
-    """Move a loaded model to the --device / --dtype of the running command (unchanged if unset)."""
+    """Move a loaded model to the --device / --dtype of the running command (unchanged if unset), and record
+    its --output selector (`interp.validate.select_output`; a digit is a tuple index)."""
+    output = _PLACEMENT.get("output")
+    if output is not None:
+        from interp.validate import select_output
+
+        select_output(model, int(output) if output.lstrip("-").isdigit() else output)
     return move(model, device=_PLACEMENT["device"], dtype=_PLACEMENT["dtype"])
 
 

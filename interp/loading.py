@@ -55,6 +55,7 @@ from torch import nn
 
 from interp.errors import BadInput, BadType, CheckpointError, ModelError
 from interp.sites import ROLES, AttentionSite
+from interp.validate import check_not_meta, check_output_selector, select_output
 from models import io
 from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
@@ -113,8 +114,19 @@ def builtin_path(name: str) -> Path:
     return weights
 
 
-def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
-    """A hooked model from a spec (see the module docstring for the kinds of spec and backends); eval mode."""
+def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto", output: Any = None) -> nn.Module:
+    """A hooked model from a spec (see the module docstring for the kinds of spec and backends); eval mode.
+
+    `output`: which part of the forward's output is the logits, for a model returning a dict or a tuple
+    (a key or attribute such as "logits", a tuple index such as 1, or a function of the output;
+    `interp.validate.select_output`). Not needed for a tensor, a `.logits` or a {"logits": ...}."""
+    output = check_output_selector(output)  # a bad selector fails before the load
+    model = _load_spec(spec, device=device, backend=backend)
+    return select_output(model, output) if output is not None else model
+
+
+def _load_spec(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
+    """`load` without the output selector."""
     if backend not in BACKENDS:
         raise BadInput(f"backend={backend!r} is not one of {list(BACKENDS)}; 'auto' picks native conversion when it can.")
     if backend != "auto":
@@ -207,6 +219,8 @@ def _call_factory(spec: str) -> nn.Module:
 
 def _from_module(model: nn.Module) -> nn.Module:
     from transformer_lens import HookedRootModule
+
+    check_not_meta(model, "interp.load")  # hooking runs a forward, which meta tensors cannot
 
     from interp.mha import HookedMultiheadAttention, hook_attention
 

@@ -8,7 +8,7 @@ the user only when the model truly does not say.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import einops
 import torch
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTEXT_FIELDS", "VOCAB_FIELDS", "OVWeights", "check_finite_weights", "context_length", "final_norm", "model_config",
-    "output_logits", "ov_weights", "token_embedding", "unembedding", "vocab_size",
+    "describe_output", "output_logits", "ov_weights", "token_embedding", "unembedding", "vocab_size",
 ]
 
 
@@ -133,11 +133,88 @@ def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
     return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}")
 
 
-def output_logits(output: Any) -> Any:
-    """The logits of a model's output: a tensor as is, a Hugging Face `ModelOutput`'s `.logits`, or the
-    first element of a tuple (nanoGPT returns (logits, loss)); anything else unchanged."""
+def output_logits(output: Any, model: Any = None) -> torch.Tensor:
+    """The logits in a model's output: the one place every measurement reads a forward's output.
+
+    With a selector recorded on `model` (`interp.load(..., output=)`, `--output`, `interp.validate.select_output`):
+    that key, attribute, tuple index or function. Without: a tensor as is, a Hugging Face `ModelOutput`'s
+    `.logits`, a mapping's "logits", the one non-scalar tensor of a tuple (nanoGPT returns (logits, loss)).
+    Anything else, or a tuple or mapping with several candidates, is a BadInput naming what was returned
+    and how to say which part is the logits."""
+    from interp.validate import output_selector
+
+    selector = output_selector(model)
     if isinstance(output, torch.Tensor):
         return output
+    if selector is not None:
+        return _selected(output, selector)
+    logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)):
+        candidates = [x for x in output if isinstance(x, torch.Tensor) and x.ndim >= 2]
+        if len(candidates) == 1:
+            return candidates[0]
+    raise _which_output(output)
+
+
+def _selected(output: Any, selector: Any) -> torch.Tensor:
+    """The part of `output` the selector names (see `output_logits`)."""
+    from interp.errors import BadInput
+
+    if callable(selector):
+        part = selector(output)
+    elif isinstance(selector, int):
+        if not isinstance(output, (tuple, list)) or not -len(output) <= selector < len(output):
+            size = f"{len(output)} elements" if isinstance(output, (tuple, list)) else "no index"
+            raise BadInput(f"output={selector} selects an element of the model's output, which has {size}: "
+                           f"it returned {describe_output(output)}.")
+        part = output[selector]
+    elif isinstance(output, Mapping):
+        if selector not in output:
+            raise BadInput(f"output={selector!r} is not in the model's output: keys {list(output)}; it returned "
+                           f"{describe_output(output)}.")
+        part = output[selector]
+    else:
+        part = getattr(output, selector, None)
+    if not isinstance(part, torch.Tensor):
+        raise BadInput(f"output={selector!r} gives {describe_output(part)}, not the logits tensor; the model returned "
+                       f"{describe_output(output)}.")
+    return part
+
+
+def describe_output(output: Any, depth: int = 0) -> str:
+    """A short description of a forward's output: 'a dict {'scores': tensor (2, 6, 61), ...}'."""
+    def part(x: Any) -> str:
+        if isinstance(x, torch.Tensor):
+            return f"tensor {tuple(x.shape)}"
+        return describe_output(x, depth + 1) if depth < 1 and isinstance(x, (tuple, list, Mapping)) else type(x).__name__
+    if isinstance(output, torch.Tensor):
+        return f"a tensor {tuple(output.shape)}"
+    if isinstance(output, Mapping):
+        items = ", ".join(f"{k!r}: {part(v)}" for k, v in list(output.items())[:6])
+        return f"a {type(output).__name__} {{{items}}}"
+    if isinstance(output, (tuple, list)):
+        return f"a {type(output).__name__} ({', '.join(part(x) for x in output[:6])})"
+    return f"a {type(output).__name__}"
+
+
+def _which_output(output: Any):
+    """The BadInput for an output whose logits cannot be told apart: what it is and how to choose."""
+    from interp.errors import BadInput
+
+    if isinstance(output, Mapping):
+        key = next((k for k, v in output.items() if isinstance(v, torch.Tensor) and v.ndim >= 2), None)
+        how = f"output={key!r}" if key is not None else "output='<key>'"
+        cli = f"--output {key}" if key is not None else "--output KEY"
+    elif isinstance(output, (tuple, list)):
+        last = len(output) - 1
+        how, cli = f"output={last} (a tuple index)", f"--output {last}"
+    else:
+        how, cli = "output=<attribute or function>", "--output NAME"
+    return BadInput(f"the model returned {describe_output(output)}, and the toolkit cannot tell which part is the "
+                    f"logits; say which: interp.load(spec, {how}) or interp.validate.select_output(model, ...) in Python, "
+                    f"{cli} on the command line.")
     logits = getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor):
         return logits

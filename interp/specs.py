@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, get_args
 
 from interp.errors import BadInput
+from interp.validate import check_head_pair
 
 PromptKind = Literal["repeated", "random", "text"]
 PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
@@ -454,6 +455,11 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
         raise source.fail(f"{error} Pairs are written \"L0H1 ~ L0H3\"; a whole-model claim uses the key model.", line) from None
     if len(heads) > 2:
         raise source.fail(f"{target!r}: a claim is about one head or a pair of heads (\"L0H1 ~ L0H3\").", line)
+    if len(heads) == 2:
+        try:
+            check_head_pair(*heads, what="pair")
+        except BadInput as error:
+            raise source.fail(str(error), line) from None
     return " ~ ".join(f"L{l}H{h}" for l, h in heads), heads
 
 

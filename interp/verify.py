@@ -67,6 +67,17 @@ def _first(output: Any) -> torch.Tensor:
     raise TypeError(f"cannot find a tensor in a model output of type {type(output).__name__}.")
 
 
+def _model_output(model: nn.Module, output: Any) -> torch.Tensor:
+    """The model's logits where it reads token ids (`interp.modelinfo.output_logits`: its `output=` selector, a
+    clear error for a dict or tuple it cannot tell apart); the main tensor of an embeddings model's output."""
+    from interp.modelinfo import output_logits, vocab_size
+    from interp.validate import output_selector
+
+    if output_selector(model) is not None or vocab_size(model):
+        return output_logits(output, model)
+    return _first(output)
+
+
 def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple, dict]:
     """A small, seeded input for the model: token ids if it has a vocabulary, else embeddings."""
     from interp.modelinfo import context_length, vocab_size
@@ -172,21 +183,35 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
         ok, detail = _close(got["z"], expected.to(got["z"].dtype))
         row("z_pattern_v", ok, detail)
     if "result" in got and module_out is not None:
-        summed = got["result"].double().sum(dim=2)  # (batch, pos, d_model)
-        out = module_out.detach().double()
-        if out.shape != summed.shape and out.ndim == 3 and out.transpose(0, 1).shape == summed.shape:
-            out = out.transpose(0, 1)  # a (pos, batch, d_model) module output
-        if out.shape != summed.shape:
-            row("result_sum", False, f"module output shape {tuple(out.shape)} vs summed results {tuple(summed.shape)}")
-        else:
-            offset = out - summed
-            constant = offset.reshape(-1, offset.shape[-1]).mean(0)
-            ok, detail = _close(summed + constant, out)
-            if bias is not None:
-                ok_b, detail_b = _close(constant, bias.detach().double().to(constant.device))
-                ok, detail = ok and ok_b, f"{detail}; offset vs output bias {detail_b}"
-            row("result_sum", ok, detail)
+        row("result_sum", *_result_sum(got["result"], module_out, bias))
     return rows
+
+
+def _result_sum(result: torch.Tensor, module_out: torch.Tensor, bias) -> tuple[bool, str]:
+    """Whether the heads' results (batch, pos, head, d_model) sum to the module's output up to one constant
+    vector (equal to `bias` where given). In half precision each head's result is rounded before the sum, so
+    the relative tolerance of the model's dtype scales with the summands' magnitude, sum_h |result_h|."""
+    summed = result.double().sum(dim=2)  # (batch, pos, d_model)
+    scale = result.double().abs().sum(dim=2)  # (batch, pos, d_model)
+    out = module_out.detach().double()
+    if out.shape != summed.shape and out.ndim == 3 and out.transpose(0, 1).shape == summed.shape:
+        out = out.transpose(0, 1)  # a (pos, batch, d_model) module output
+    if out.shape != summed.shape:
+        return False, f"module output shape {tuple(out.shape)} vs summed results {tuple(summed.shape)}"
+    offset = out - summed
+    constant = offset.reshape(-1, offset.shape[-1]).mean(0)  # (d_model,)
+    atol, rtol = TOLERANCES.get(module_out.dtype, (ATOL, RTOL))
+    err = (summed + constant - out).abs()
+    ok = bool((err <= atol + rtol * torch.maximum(scale, out.abs())).all())
+    detail = f"max abs error {err.max().item():.2e}"
+    if bias is not None:  # the constant is a mean of rounded rows: the same scaled tolerance, on the mean scale
+        expected = bias.detach().double().to(constant.device)
+        if expected.shape != constant.shape:
+            return False, f"{detail}; output bias shape {tuple(expected.shape)} vs offset {tuple(constant.shape)}"
+        gap = (constant - expected).abs()  # (d_model,)
+        ok = ok and bool((gap <= atol + rtol * scale.reshape(-1, scale.shape[-1]).mean(0)).all())
+        detail = f"{detail}; offset vs output bias max abs error {gap.max().item():.2e}"
+    return ok, detail
 
 
 def _per_query_head(site: AttentionSite, got: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -331,9 +356,9 @@ def _edit_checks(model: nn.Module, site: AttentionSite, args: tuple, kwargs: dic
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with _hooks(model, [(name, _identity)]):
-                base = _first(model(*args, **kwargs)).detach()
+                base = _model_output(model, model(*args, **kwargs)).detach()
             with _hooks(model, [(name, _noise_hook(1000 + offset))]):
-                edited = _first(model(*args, **kwargs)).detach()
+                edited = _model_output(model, model(*args, **kwargs)).detach()
         change = (edited.double() - base.double()).nan_to_num(0.0).abs().max().item()
         scale = base.double().nan_to_num(0.0).abs().max().item()
         detail = f"noise at {name} moved the output by up to {change:.2e} (output scale {scale:.2e})"

@@ -307,14 +307,16 @@ def rotary_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torc
     Computed per call from the positions in use (never an (n_ctx, d_head) table, which for a
     converted model with a 128k context would cost gigabytes); each angle is one float product,
     the same number a precomputed table holds."""
-    angles = positions.float().unsqueeze(-1) * inv_freq  # (batch, pos, rotary_dim / 2)
+    angles = positions.float().unsqueeze(-1) * inv_freq.float()  # (batch, pos, rotary_dim / 2): float32 in any dtype
     angles = einops.rearrange(torch.cat([angles, angles], dim=-1), "batch pos d_rot -> batch 1 pos d_rot")
     return angles.cos(), angles.sin()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the leading rotary_dim dims of x (batch, head, pos, d_head) (GPT-NeoX convention:
-    halves, not adjacent pairs); the remaining dims pass through (partial rotary)."""
+    halves, not adjacent pairs); the remaining dims pass through (partial rotary). cos and sin (float32)
+    are cast to x's dtype: a half-precision model stays in half precision."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     rotary_dim = cos.shape[-1]
     if rotary_dim < x.shape[-1]:
         return torch.cat([apply_rotary(x[..., :rotary_dim], cos, sin), x[..., rotary_dim:]], dim=-1)

@@ -257,7 +257,7 @@ def test_registry():
         unregister("induction")
     with pytest.raises(BadInput, match="built-in"):
         register(ht.get_head_type("induction"), replace=True)
-    with pytest.raises(BadInput, match="exists already"):
+    with pytest.raises(BadInput, match="'positional' is a claim kind"):
         register(dataclasses.replace(TWO_BACK, name="positional"))
     with pytest.raises(BadInput, match="writes"):
         register(dataclasses.replace(TWO_BACK, metric="prev_token"))

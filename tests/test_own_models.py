@@ -86,7 +86,13 @@ def test_output_logits_of_every_output_kind():
     assert output_logits(logits) is logits
     assert output_logits(CausalLMOutput(logits=logits)) is logits
     assert output_logits((logits, None)) is logits  # nanoGPT's (logits, loss)
-    assert output_logits("other") == "other"
+    assert output_logits({"logits": logits, "loss": None}) is logits
+    from interp.errors import BadInput
+
+    for other, said in [("other", "a str"), ((logits[..., :2], logits), r"a tuple \(tensor \(2, 3, 2\), tensor"),
+                        ({"scores": logits, "hidden": logits}, "a dict")]:  # issue 24: never passed on unchanged
+        with pytest.raises(BadInput, match=said):
+            output_logits(other)
 
 
 def test_modelinfo_reads_plain_models():
