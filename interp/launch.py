@@ -39,7 +39,8 @@ def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 continue
             group = sub.add_argument_group("scale-out")
             group.add_argument("--workers", type=_workers, default=1, metavar="N",
-                               help="run on N local processes (a gloo group; numbers identical to 1); "
+                               help="run on N local processes (a gloo group; numbers identical to 1), at most "
+                                    f"{MAX_WORKERS_PER_CORE} per CPU core ({max_workers()} here); "
                                     "or launch with torchrun --nproc-per-node N -m interp.cli ...")
             group.add_argument("--device", default=None, metavar="DEV",
                                help="cpu, cuda, cuda:1 ... (default: cpu; under torchrun on GPUs, each rank's own GPU)")
@@ -59,13 +60,32 @@ def _alias(parser: argparse.ArgumentParser, option: str, alias: str) -> None:
         parser._option_string_actions[alias] = action
 
 
+MAX_WORKERS_PER_CORE = 4  # local processes per CPU core that --workers / spawn_local accept
+
+
+def max_workers() -> int:
+    """The most local worker processes accepted: MAX_WORKERS_PER_CORE x the CPU cores of this machine."""
+    return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def workers_problem(value: int) -> str | None:
+    """Why `value` local worker processes are refused, or None when they are fine."""
+    if value < 1:
+        return f"--workers {value}: need at least 1 process"
+    if value > max_workers():
+        return (f"--workers {value}: at most {max_workers()} ({MAX_WORKERS_PER_CORE} per CPU core, "
+                f"{os.cpu_count() or 1} cores here); more processes only compete for the same cores")
+    return None
+
+
 def _workers(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of processes") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--workers {value}: need at least 1 process")
+    problem = workers_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
