@@ -857,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
         return _report_error(args.command, error, debug)
 
 
-def _report_error(command: str, error: Exception, debug: bool) -> int:
+def _report_error(command: str, error: BaseException, debug: bool) -> int:
     """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
 
     Bad input and a failing user model: exit 2, one line naming what failed and where (the

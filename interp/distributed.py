@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from interp.errors import EXIT_INTERNAL, BadInput, RemoteFailure, exit_code_for
+from interp.workercap import workers_problem
 
 _LOCAL_DEPTH = [0]  # > 0 inside `local()`: collectives are off for this process
 
@@ -338,8 +339,6 @@ def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = 
     A child that fails makes this call raise the child's exception again: the same class and
     message (`interp.errors.RemoteFailure`), so the same exit code, with a note naming the rank.
     """
-    from interp.launch import workers_problem
-
     problem = workers_problem(workers)
     if problem is not None:
         raise BadInput(problem.replace("--workers ", "workers=", 1) + ".")
@@ -359,10 +358,10 @@ def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = 
         children.append(child)
     if return_all:
         return _collect(children, results, workers, timeout_s)
-    return _run_rank_0(children, results, (workers, port, fn, args, backend, threads))
+    return _run_rank_0(children, results, workers, port, fn, args, backend, threads)
 
 
-def _run_rank_0(children, results, group: tuple):
+def _run_rank_0(children, results, workers: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None):
     """Rank 0's share in this process while `_Watcher` reads the children's failures."""
     watcher = _Watcher(children, results)
     earlier: list[RemoteFailure | None] = []  # a worker's failure reported before rank 0's own error
@@ -371,7 +370,7 @@ def _run_rank_0(children, results, group: tuple):
         earlier.append(watcher.failure())
 
     try:
-        value = _worker(0, *group, on_error=note_earlier)
+        value = _worker(0, workers, port, fn, args, backend, threads, on_error=note_earlier)
     except Exception as error:
         if earlier and earlier[0] is not None and exit_code_for(error) == EXIT_INTERNAL:  # rank 0 saw its peer go
             raise earlier[0].rebuild() from None

@@ -148,9 +148,11 @@ class RemoteFailure:
 
         reported = as_reported(error)
         text = "".join(traceback.format_exception(error))
+        pickled: bytes | None
         try:
-            pickled: bytes | None = pickle.dumps(reported)
-            pickle.loads(pickled)  # our own bytes; a class pickle cannot find by name fails here, not in the parent
+            data = pickle.dumps(reported)
+            pickle.loads(data)  # our own bytes; a class pickle cannot find by name fails here, not in the parent
+            pickled = data
         except Exception:  # any pickling failure: fall back to the name and message
             pickled = None
         return cls(pickled, type(reported).__name__, str(reported), process, text)

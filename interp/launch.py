@@ -19,6 +19,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Callable, Union
 
+from interp.workercap import MAX_WORKERS_PER_CORE, max_workers, workers_problem
+
 if TYPE_CHECKING:
     import torch
 
@@ -58,24 +60,6 @@ def _alias(parser: argparse.ArgumentParser, option: str, alias: str) -> None:
     if action is not None and alias not in parser._option_string_actions:
         action.option_strings = [*action.option_strings, alias]  # typeshed: a read-only Sequence
         parser._option_string_actions[alias] = action
-
-
-MAX_WORKERS_PER_CORE = 4  # local processes per CPU core that --workers / spawn_local accept
-
-
-def max_workers() -> int:
-    """The most local worker processes accepted: MAX_WORKERS_PER_CORE x the CPU cores of this machine."""
-    return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
-
-
-def workers_problem(value: int) -> str | None:
-    """Why `value` local worker processes are refused, or None when they are fine."""
-    if value < 1:
-        return f"--workers {value}: need at least 1 process"
-    if value > max_workers():
-        return (f"--workers {value}: at most {max_workers()} ({MAX_WORKERS_PER_CORE} per CPU core, "
-                f"{os.cpu_count() or 1} cores here); more processes only compete for the same cores")
-    return None
 
 
 def _workers(text: str) -> int:
