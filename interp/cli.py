@@ -936,22 +936,19 @@ def main(argv: list[str] | None = None) -> int:
         return _report_error(args.command, error, debug)
 
 
-def _report_error(command: str, error: Exception, debug: bool) -> int:
+def _report_error(command: str, error: BaseException, debug: bool) -> int:
     """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
 
     Bad input and a failing user model: exit 2, one line naming what failed and where (the
     traceback with INTERP_DEBUG=1). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
     """
-    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, ModelError, exit_code_for, toolkit_roots, user_frame
+    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, as_reported, exit_code_for
 
     if isinstance(error, BrokenPipeError) or _stdout_closed(error):
         _silence_stdout()
         return OK
+    error = as_reported(error)  # raised inside the user's own model or factory: their input, not our bug
     code = exit_code_for(error)
-    where = user_frame(error, toolkit_roots()) if code == INTERNAL else None
-    if where is not None:  # raised inside the user's own model or factory: their input, not our bug
-        error = ModelError(f"the model's own code raised {type(error).__name__} at {where}: {_message(error)}")
-        code = exit_code_for(error)
     if code == INTERNAL:
         import traceback
 

@@ -33,13 +33,15 @@ import os
 import pickle
 import socket
 import sys
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 
-from interp.errors import BadInput
+from interp.errors import EXIT_INTERNAL, BadInput, RemoteFailure, exit_code_for
+from interp.workercap import workers_problem
 
 _LOCAL_DEPTH = [0]  # > 0 inside `local()`: collectives are off for this process
 
@@ -235,20 +237,61 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+TORCHRUN_HINT = ("torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT: launch with "
+                 "`torchrun --nproc-per-node N -m interp.cli ...`, or unset them to run in one process.")
+
+
+def _env_int(env, name: str, low: int, high: int | None = None) -> int:
+    """The whole number `env[name]` within [low, high]; BadInput naming the variable otherwise."""
+    text = env[name]
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise BadInput(f"{name}={text!r} (from the environment) is not a whole number. {TORCHRUN_HINT}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"within {low} .. {high}"
+        raise BadInput(f"{name}={value} (from the environment) must be {bounds}. {TORCHRUN_HINT}")
+    return value
+
+
+def check_torchrun_env(env=None) -> dict[str, int]:
+    """RANK, WORLD_SIZE (and LOCAL_RANK, MASTER_PORT where set) as integers, checked before any process
+    group starts: a rank outside the world would wait for its peers forever. BadInput otherwise."""
+    env = os.environ if env is None else env
+    world = _env_int(env, "WORLD_SIZE", 1)
+    rank_ = _env_int(env, "RANK", -(2**63))
+    if not 0 <= rank_ < world:
+        raise BadInput(f"RANK={rank_} is outside a world of WORLD_SIZE={world} processes (ranks 0 .. {world - 1}). "
+                       f"{TORCHRUN_HINT}")
+    values = {"RANK": rank_, "WORLD_SIZE": world}
+    if "LOCAL_RANK" in env:
+        values["LOCAL_RANK"] = _env_int(env, "LOCAL_RANK", 0)
+    if "MASTER_PORT" in env:
+        values["MASTER_PORT"] = _env_int(env, "MASTER_PORT", 1, 65535)
+    if not env.get("MASTER_ADDR", "").strip():
+        raise BadInput(f"MASTER_ADDR is not set (or empty): the address of rank 0 is needed. {TORCHRUN_HINT}")
+    return values
+
+
 def init_from_env(backend: str | None = None, timeout_s: float = 1800) -> bool:
     """Join the process group `torchrun` describes in the environment (RANK, WORLD_SIZE,
-    MASTER_ADDR, MASTER_PORT); False (and nothing done) when not launched that way."""
+    MASTER_ADDR, MASTER_PORT; checked first by `check_torchrun_env`); False (and nothing done)
+    when not launched that way."""
     dist = _dist()
     if dist.is_initialized() or "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return dist.is_initialized()
+    values = check_torchrun_env()
     backend = backend or default_backend()
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(values.get("LOCAL_RANK", 0))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     return True
 
 
-def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None):
+def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None,
+            on_error: Callable[[BaseException], None] | None = None):
+    """`fn(*args)` as rank `rank_` of the group; `on_error(error)` runs before the group is torn down, so
+    a failure is reported before the other ranks can see this one go."""
     if threads is not None:
         torch.set_num_threads(threads)
     group_env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank_), WORLD_SIZE=str(world),
@@ -258,6 +301,10 @@ def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backen
     try:
         init_from_env(backend)
         return fn(*args)
+    except BaseException as error:
+        if on_error is not None:
+            on_error(error)
+        raise
     finally:
         if _dist().is_initialized():
             _dist().destroy_process_group()
@@ -269,18 +316,16 @@ def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backen
 
 
 def _child(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None,
-           silent: bool, results) -> None:
+           silent: bool, results, return_value: bool) -> None:
     if silent:
         devnull = open(os.devnull, "w")
         sys.stdout = sys.stderr = devnull
-    try:
-        value = _worker(rank_, world, port, fn, args, backend, threads)
-        if results is not None:  # plain pickle bytes: tensors copied, not shared through descriptors of a dead process
-            results.put((rank_, "ok", pickle.dumps(value)))
-    except BaseException as error:  # reported to the parent, which fails loudly
-        if results is not None:
-            results.put((rank_, "error", f"{type(error).__name__}: {error}"))
-        raise
+    def report(error: BaseException) -> None:  # its class and message go to the parent, which raises them again
+        results.put((rank_, "error", RemoteFailure.of(error, f"worker rank {rank_}")))
+
+    value = _worker(rank_, world, port, fn, args, backend, threads, on_error=report)
+    if return_value:  # plain pickle bytes: tensors copied, not shared through descriptors of a dead process
+        results.put((rank_, "ok", pickle.dumps(value)))
 
 
 def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = "gloo",
@@ -291,68 +336,123 @@ def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = 
     1..N-1 are spawned children with their output silenced. With `return_all`, every rank
     runs in a child and the list of their return values (rank order) is returned: what tests
     use to compare ranks. `threads`: torch threads per process (None: unchanged).
-    A child that fails makes this call raise `RuntimeError` naming it.
+    A child that fails makes this call raise the child's exception again: the same class and
+    message (`interp.errors.RemoteFailure`), so the same exit code, with a note naming the rank.
     """
-    if workers < 1:
-        raise BadInput(f"--workers {workers}: need at least 1 process.")
+    problem = workers_problem(workers)
+    if problem is not None:
+        raise BadInput(problem.replace("--workers ", "workers=", 1) + ".")
     if workers == 1 and not return_all:
         return fn(*args)
     import torch.multiprocessing as mp
 
     context = mp.get_context("spawn")
     port = _free_port()
-    results = context.SimpleQueue() if return_all else None
+    results = context.SimpleQueue()
     first_child = 0 if return_all else 1
     children = []
     for r in range(first_child, workers):
-        child = context.Process(target=_child, args=(r, workers, port, fn, args, backend, threads, not return_all, results),
-                                daemon=True)
+        child = context.Process(target=_child, args=(r, workers, port, fn, args, backend, threads, not return_all, results,
+                                                     return_all), daemon=True)
         child.start()
         children.append(child)
     if return_all:
         return _collect(children, results, workers, timeout_s)
-    watcher = _watch(children)
+    return _run_rank_0(children, results, workers, port, fn, args, backend, threads)
+
+
+def _run_rank_0(children, results, workers: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None):
+    """Rank 0's share in this process while `_Watcher` reads the children's failures."""
+    watcher = _Watcher(children, results)
+    earlier: list[RemoteFailure | None] = []  # a worker's failure reported before rank 0's own error
+
+    def note_earlier(error: BaseException) -> None:  # before rank 0's group goes, which makes the workers fail too
+        earlier.append(watcher.failure())
+
     try:
-        return _worker(0, workers, port, fn, args, backend, threads)
+        value = _worker(0, workers, port, fn, args, backend, threads, on_error=note_earlier)
+    except Exception as error:
+        if earlier and earlier[0] is not None and exit_code_for(error) == EXIT_INTERNAL:  # rank 0 saw its peer go
+            raise earlier[0].rebuild() from None
+        raise
     finally:
-        watcher.set()
+        watcher.stop()
         for child in children:
             child.join(timeout=60)
+    failure = watcher.failure()
+    if failure is not None:  # rank 0 finished, a worker did not: its result is not the whole
+        raise failure.rebuild()
+    return value
 
 
 def _collect(children, results, workers: int, timeout_s: float) -> list[Any]:
     values: dict[int, Any] = {}
-    errors = []
+    failure: RemoteFailure | None = None
     for _ in range(workers):
         rank_, status, value = results.get()
         if status == "ok":
             values[rank_] = pickle.loads(value)  # bytes our own child wrote, never a user's file
         else:
-            errors.append(f"rank {rank_}: {value}")
+            failure = value
             break
     for child in children:
-        child.join(timeout=5 if errors else timeout_s)
+        child.join(timeout=5 if failure else timeout_s)
         if child.is_alive():
             child.terminate()
-    if errors:
-        raise RuntimeError(f"a worker process failed: {errors[0]}")
+    if failure is not None:
+        raise failure.rebuild()
     return [values[r] for r in range(workers)]
 
 
-def _watch(children):
-    """A thread that ends this process when a child dies with an error (the collectives of
-    the surviving ranks would otherwise wait for it until the group times out)."""
-    import threading
+class _Watcher:
+    """A thread that reads the children's failure reports and ends this process when a child has
+    failed and rank 0 stays blocked (the collectives of the surviving ranks would otherwise wait for
+    it until the group times out): with the child's message and exit code, or 3 for a child that died
+    without a report (killed, out of memory)."""
 
-    done = threading.Event()
+    GRACE_S = 20  # for rank 0 to see its peer gone and raise the worker's error itself
 
-    def run():
-        while not done.wait(0.5):
-            for child in children:
-                if child.exitcode not in (None, 0):
-                    print(f"interp: worker process {child.name} exited with code {child.exitcode}; stopping.",
-                          file=sys.__stderr__)
-                    os._exit(3)
+    def __init__(self, children, results):
+        import threading
 
-    threading.Thread(target=run, daemon=True).start()
-    return done
+        self.children, self.results = children, results
+        self.failures: list[RemoteFailure] = []
+        self.lock, self.done = threading.Lock(), threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _read(self) -> None:
+        with self.lock:
+            while not self.results.empty():
+                _, status, value = self.results.get()
+                if status == "error":
+                    self.failures.append(value)
+
+    def failure(self) -> RemoteFailure | None:
+        """The first failure a child has reported (a child reports before its group goes), or None."""
+        self._read()
+        return self.failures[0] if self.failures else None
+
+    def stop(self) -> None:
+        self.done.set()
+
+    def _run(self) -> None:
+        failed_at = None
+        while not self.done.wait(0.5):
+            self._read()
+            dead = [child for child in self.children if child.exitcode not in (None, 0)]
+            if not dead and not self.failures:
+                continue
+            failed_at = failed_at or time.monotonic()
+            if self.failures and time.monotonic() - failed_at < self.GRACE_S:
+                continue  # rank 0 normally raises the worker's error itself, through the CLI
+            self._end(dead)
+
+    def _end(self, dead) -> None:
+        if self.done.is_set():
+            return
+        if self.failures:
+            error = self.failures[0].rebuild()
+            print(f"interp: error in {self.failures[0].process}: {error}", file=sys.__stderr__)
+            os._exit(exit_code_for(error))
+        print(f"interp: worker process {dead[0].name} exited with code {dead[0].exitcode}; stopping.", file=sys.__stderr__)
+        os._exit(EXIT_INTERNAL)

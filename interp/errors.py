@@ -109,3 +109,64 @@ def user_frame(error: BaseException, toolkit_roots: tuple[str, ...]) -> str | No
             found = f"{filename}:{traceback.tb_lineno}"
         traceback = traceback.tb_next
     return found
+
+
+def model_code_failure(error: BaseException, where: str) -> ModelError:
+    """The ModelError for `error` raised at `where` (`file:line`) in the user's own model or factory code."""
+    text = str(error)
+    if isinstance(error, KeyError) and text.startswith(("'", '"')):
+        text = text[1:-1]
+    return ModelError(f"the model's own code raised {type(error).__name__} at {where}: {text or type(error).__name__}")
+
+
+def as_reported(error: BaseException) -> BaseException:
+    """`error` as the CLI classifies it: a would-be internal error (exit 3) raised inside the user's own
+    code (`user_frame`) becomes the `model_code_failure` there (exit 2); anything else is returned as is."""
+    if exit_code_for(error) != EXIT_INTERNAL:
+        return error
+    where = user_frame(error, toolkit_roots())
+    return error if where is None else model_code_failure(error, where)
+
+
+class RemoteFailure:
+    """An exception raised in another process (a worker rank), as picklable data, so that the parent can
+    raise the same class with the same message (and so exit with the same code).
+
+    `of(error, process)` in the failing process: the error as the CLI would classify it there
+    (`as_reported`, which needs the traceback's frames), pickled when that round-trips, else its class
+    name and message. `rebuild()` in the parent: that exception again, with a note naming the process
+    and carrying its traceback; a class that cannot be rebuilt becomes an InternalError naming it.
+    """
+
+    def __init__(self, pickled: bytes | None, name: str, message: str, process: str, traceback: str):
+        self.pickled, self.name, self.message, self.process, self.traceback = pickled, name, message, process, traceback
+
+    @classmethod
+    def of(cls, error: BaseException, process: str) -> "RemoteFailure":
+        import pickle
+        import traceback
+
+        reported = as_reported(error)
+        text = "".join(traceback.format_exception(error))
+        pickled: bytes | None
+        try:
+            data = pickle.dumps(reported)
+            pickle.loads(data)  # our own bytes; a class pickle cannot find by name fails here, not in the parent
+            pickled = data
+        except Exception:  # any pickling failure: fall back to the name and message
+            pickled = None
+        return cls(pickled, type(reported).__name__, str(reported), process, text)
+
+    def rebuild(self) -> BaseException:
+        import pickle
+
+        error: BaseException | None = None
+        if self.pickled is not None:
+            try:
+                error = pickle.loads(self.pickled)  # bytes our own worker process wrote, never a user's file
+            except Exception:  # the class cannot be rebuilt here
+                error = None
+        if not isinstance(error, BaseException):
+            error = InternalError(f"{self.process} failed with {self.name}: {self.message}")
+        error.add_note(f"raised in {self.process}:\n{self.traceback.rstrip()}")
+        return error

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Callable, Union
 
+from interp.workercap import MAX_WORKERS_PER_CORE, max_workers, workers_problem
+
 if TYPE_CHECKING:
     import torch
 
@@ -39,7 +41,8 @@ def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 continue
             group = sub.add_argument_group("scale-out")
             group.add_argument("--workers", type=_workers, default=1, metavar="N",
-                               help="run on N local processes (a gloo group; numbers identical to 1); "
+                               help="run on N local processes (a gloo group; numbers identical to 1), at most "
+                                    f"{MAX_WORKERS_PER_CORE} per CPU core ({max_workers()} here); "
                                     "or launch with torchrun --nproc-per-node N -m interp.cli ...")
             group.add_argument("--device", default=None, metavar="DEV",
                                help="cpu, cuda, cuda:1 ... (default: cpu; under torchrun on GPUs, each rank's own GPU)")
@@ -67,8 +70,9 @@ def _workers(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of processes") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--workers {value}: need at least 1 process")
+    problem = workers_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
