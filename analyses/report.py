@@ -309,6 +309,7 @@ def compute(
     behaviour=None,
     device: Device = None,
     dtype: DType = None,
+    bidirectional: bool | None = None,
 ) -> ReportData:
     """Run every analysis the report shows; no files are written.
 
@@ -316,6 +317,7 @@ def compute(
     corpus through their tokenizer (special tokens included), others repeated random tokens.
     `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
     `device` / `dtype`: every analysis runs on one moved copy of the model (`interp.launch.move`).
+    `bidirectional`: the leakage audit's declaration (`analyses.leakage.audit`); None reads the model's own.
     """
     from interp.specs import build_prompts
 
@@ -336,7 +338,8 @@ def compute(
     evidence = claim_evidence_for(model)
     measured = report_behaviour(model, prompts, behaviour)
     results, timings = _run_stages(model, prompts, chosen, claims_file, seed=seed, leakage_len=leakage_len,
-                                   has_loss=has_loss, evidence=evidence, progress=progress, behaviour=measured)
+                                   has_loss=has_loss, evidence=evidence, progress=progress, behaviour=measured,
+                                   bidirectional=bidirectional)
     claims, verdicts = results["claims"]
     heads_frame = _heads_table(results["metrics"], results["importance"], claims)
     causal = bool(attention_sites(model)[0].causal)
@@ -355,13 +358,14 @@ def compute(
     return data
 
 
-def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_loss, evidence, progress, behaviour):
+def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_loss, evidence, progress, behaviour,
+                bidirectional=None):
     """Every measurement of the report, timed, under one progress bar: stage name -> result."""
     from analyses import viewer
 
     layers = sorted({l for l, _ in chosen})
     stages = {
-        "leakage audit": lambda: _leakage(model, seed=seed, max_len=leakage_len),
+        "leakage audit": lambda: _leakage(model, seed=seed, max_len=leakage_len, bidirectional=bidirectional),
         "mean patterns": lambda: mean_patterns(model, prompts, layers),
         "positional metrics": lambda: head_metrics(model, prompts, seed=seed, heads=chosen),
         "offset profiles": lambda: offset_profiles(model, prompts, layers=layers),
@@ -585,11 +589,12 @@ def report_max_len(model: nn.Module, leakage_len: int) -> int:
     return min(leakage_len, context_length(model) or leakage_len)
 
 
-def _leakage(model: nn.Module, *, seed: int, max_len: int):
+def _leakage(model: nn.Module, *, seed: int, max_len: int, bidirectional: bool | None = None):
     """The leakage audit's `LeakageReport` (kept as the object; the renderers read its fields)."""
     from analyses import leakage
 
-    return leakage.audit(model, max_len=max_len, seed=seed, progress=False)  # max_len: `report_max_len`
+    return leakage.audit(model, max_len=max_len, seed=seed, progress=False,  # max_len: `report_max_len`
+                         bidirectional=bidirectional)
 
 
 def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, behaviour=None) -> tuple[pd.DataFrame, list]:
@@ -778,7 +783,9 @@ def _leakage_finding(report) -> dict[str, str]:
         evidence = "padding " + ("leaks" if report.leaks else "inert")
     elif not math.isnan(report.max_influence):
         site = f" at {report.first_leaking_site}" if report.first_leaking_site else ""
-        evidence = f"max influence {report.max_influence:.2g}{site}"
+        origin = report.origin
+        line = "" if origin is None else f"; first at {Path(origin.frame.file).name}:{origin.frame.line} ({origin.op})"
+        evidence = f"max influence {report.max_influence:.2g}{site}{line}"
     else:
         evidence = ""
     return {"finding": report.headline, "heads": "model", "evidence": evidence, "verdict": report.verdict}
@@ -914,6 +921,7 @@ def build_report(
     device: Device = None,
     dtype: DType = None,
     leakage_len: int = LEAKAGE_LEN,
+    bidirectional: bool | None = None,
 ) -> ReportResult:
     """Compute and write a report directory (see the module docstring); returns where and the highlights.
 
@@ -923,7 +931,8 @@ def build_report(
     `colour_scale` is "common" (0..1 for every heat map) or "per_head". `behaviour` (a name, an
     `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance, joint
     ablation and the claims' causal evidence measure; the report states it. `device` / `dtype`: as `compute`.
-    `leakage_len`: the longest sequence the leakage audit runs (at most the model's context).
+    `leakage_len`: the longest sequence the leakage audit runs (at most the model's context); `bidirectional`:
+    the audit's declaration (None: the model's own, as `analyses.leakage.audit` reads it).
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
@@ -931,7 +940,8 @@ def build_report(
     with _Stages(RENDER_STAGES, progress) as stages:
         data = compute(model, spec=spec, prompt_spec=prompt_spec, prompts=prompts, layers=layers, heads=heads,
                        claims_file=claims_file, seed=seed, progress=stages, max_cards=max_cards,
-                       colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype, leakage_len=leakage_len)
+                       colour_scale=colour_scale, behaviour=behaviour, device=device, dtype=dtype, leakage_len=leakage_len,
+                       bidirectional=bidirectional)
         with outdir.staging(out) as tmp:
             table = stages.run(RENDER_STAGES[0], lambda: render(data, tmp))
             stages.run(RENDER_STAGES[1], lambda: _commit(tmp, out))

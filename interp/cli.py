@@ -400,7 +400,7 @@ def cmd_report(args) -> int:
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
         max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
-        leakage_len=max_len or report.LEAKAGE_LEN,
+        leakage_len=max_len or report.LEAKAGE_LEN, bidirectional=True if getattr(args, "bidirectional", False) else None,
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -830,6 +830,9 @@ def _report_parser(command) -> None:
                    help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
     p.add_argument("--max-len", type=_positive_int, default=None, metavar="N",
                    help="longest sequence the leakage audit runs (default 32, at most the model's context)")
+    p.add_argument("--bidirectional", action="store_true",
+                   help="the model is meant to attend both ways (an encoder): the leakage audit checks padding and "
+                        "batch only (as audit-leakage --bidirectional)")
     _add_common(p)
 
 

@@ -301,3 +301,16 @@ def test_assert_causal_names_the_line_and_the_way_out(userpkg):
                                              r"bidirectional=True"):
         assert_causal(ci_gpt.unmasked(), max_len=16)
     assert assert_bidirectional_padding_inert(ci_gpt.unmasked(), max_len=16, bidirectional=True).bidirectional
+
+
+def test_the_report_follows_the_same_declaration(userpkg):
+    from analyses import report
+
+    import interp
+
+    model = interp.load("ci_gpt:unmasked")  # hooked by SDPA interception, as `interp report` does
+    data = report.compute(model, leakage_len=8, max_cards=64, behaviour="next-token")
+    assert data.leakage.verdict == "leak" and data.leakage.origin is not None
+    declared = report.compute(model, leakage_len=8, max_cards=64, behaviour="next-token", bidirectional=True)
+    assert declared.leakage.verdict == "bidirectional"
+    assert "first at ci_gpt.py" in report._leakage_finding(data.leakage)["evidence"]
