@@ -437,15 +437,17 @@ def cmd_audit_leakage(args) -> int:
     if args.no_padding:
         kwargs["methods"] = tuple(m for m in leakage.METHODS if m != "padding")
     result = leakage.audit(model, **kwargs)
+    from rich.markup import escape
+
     console = _out_console(args)
     console.print(_verdict_table(result, args.spec))
+    for kind, origin in result.origins.items():  # where to look first: the line of code
+        console.print(f"[bold]origin ({kind})[/bold]: {escape(str(origin))}")
     if result.leaks and len(result.table):
         top = result.table.sort_values("influence", ascending=False)
         console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
                                    columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
                                    width=console.width))
-    for kind, origin in result.origins.items():
-        console.print(f"[bold]origin ({kind})[/bold]: {origin}")
     for note in result.notes:
         console.print(f"note: {note}")
     for reason in result.incomplete.values():
@@ -839,8 +841,12 @@ def _report_parser(command) -> None:
 def _audit_parser(command) -> None:
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
                 "interp audit-leakage toy-induction --max-len 64 --json audit.json",
-                "Perturbation, gradient and pattern checks at every hook site; batch mixing and padding.\n"
-                "Exit 0: causal; 1: a leak was found; 2: bad input.")
+                "Truncation, perturbation, gradient and pattern checks; batch mixing, padding.\n"
+                "A model must be causal unless it declares itself an encoder (HookedEncoder,\n"
+                "a Hugging Face encoder config) or you pass --bidirectional. Each leak is\n"
+                "located at the line of code where it appears (also in --sarif, --junit).\n"
+                "Exit 0: causal; 1: a leak, or a check the model calls for could not run;\n"
+                "2: bad input.")
     p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
     p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
     p.add_argument("--tol", type=_tol, default=None, metavar="X", help="relative influence below which a change is numerical noise")
