@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from interp.errors import EXIT_INTERNAL, BadInput, RemoteFailure, exit_code_for
+from interp.errors import EXIT_INTERNAL, BadInput, InternalError, RemoteFailure, exit_code_for
 from interp.workercap import workers_problem
 
 _LOCAL_DEPTH = [0]  # > 0 inside `local()`: collectives are off for this process
@@ -385,11 +385,27 @@ def _run_rank_0(children, results, workers: int, port: int, fn: Callable, args: 
     return value
 
 
+def _next_report(children, results, deadline: float) -> tuple[int, str, Any]:
+    """The next (rank, status, value) a child put on `results`; an InternalError when a child died without
+    reporting (killed, out of memory) or the deadline passed, never a wait for ever."""
+    while results.empty():
+        silent = [child for child in children if child.exitcode not in (None, 0)]
+        if silent or time.monotonic() > deadline:
+            for child in children:
+                child.terminate()
+            why = (f"worker process {silent[0].name} died with exit code {silent[0].exitcode} without reporting"
+                   if silent else "the worker processes did not finish within timeout_s")
+            raise InternalError(f"{why}; nothing was returned. Rerun with one worker to see its own error.")
+        time.sleep(0.1)
+    return results.get()
+
+
 def _collect(children, results, workers: int, timeout_s: float) -> list[Any]:
     values: dict[int, Any] = {}
     failure: RemoteFailure | None = None
+    deadline = time.monotonic() + timeout_s
     for _ in range(workers):
-        rank_, status, value = results.get()
+        rank_, status, value = _next_report(children, results, deadline)
         if status == "ok":
             values[rank_] = pickle.loads(value)  # bytes our own child wrote, never a user's file
         else:

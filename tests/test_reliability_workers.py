@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,17 @@ def test_remote_failure_rebuilds_or_names_the_class():
     lost = RemoteFailure.of(Unpicklable("odd"), "worker rank 1").rebuild()
     assert isinstance(lost, InternalError) and "Unpicklable: odd" in str(lost) and exit_code_for(lost) == 3
     assert isinstance(RemoteFailure.of(ModelError("m"), "w").rebuild(), ModelError)
+
+
+def _rank_1_is_killed():
+    if distributed.rank() == 1:
+        os._exit(9)  # as the out-of-memory killer would: no report, no exception
+    return distributed.rank()
+
+
+def test_every_rank_mode_does_not_wait_for_a_killed_child():
+    """`return_all` (the tests' mode): a child that dies without a report ends the call with an InternalError."""
+    started = time.monotonic()
+    with pytest.raises(InternalError, match="died with exit code 9 without reporting"):
+        distributed.spawn_local(_rank_1_is_killed, workers=2, threads=1, return_all=True, timeout_s=300)
+    assert time.monotonic() - started < 120
