@@ -36,14 +36,19 @@ toy-induction model at 128 tokens (comparing different lengths runs different ke
 smallest planted leak (about 1e-4 of the output) measured 9.96e-5 or more. A decoder that numbers
 positions from the start of a left-padded row (Hugging Face GPT-2 without position_ids) gets a
 note, not a leak: no information flows from the pads, which the pad-content test checks.
-Bidirectional encoders (cfg.causal False, or Hugging Face attention modules with is_causal
-False) are reported as bidirectional by design; their padding mask is audited instead.
+A model is expected to be causal unless it *declares* itself bidirectional (`declaration`: the
+caller's `bidirectional=True`, our encoder configs, a Hugging Face encoder config with
+`is_decoder=False`); what the attention calls look like is reported, never an excuse. A declared
+encoder is reported as bidirectional by design; its padding mask and batch are audited instead.
+Each leak is then located at its line of code (`leakage_origin`); `leakage_ci` renders the report
+as SARIF and JUnit.
 
 Layout (dependencies point down): `leakage_types` (methods, verdicts, the `Finding` row,
 thresholds) <- `leakage_methods` (the adapter, the black-box methods, localisation) <-
-`leakage_fast` (the incremental reference and the cost estimate) <- this module: `LeakageReport`
-(the verdict's wording, defined here once, and its renderings) and `audit`, run in four stages:
-`plan_audit` (an `AuditPlan`), `run_methods`, `locate_leaks`, `decide`.
+`leakage_fast` (the incremental reference and the cost estimate), `leakage_origin` (the op and
+line) <- this module: `LeakageReport` (the verdict's wording, defined here once, and its
+renderings) and `audit`, run in stages: `plan_audit` (an `AuditPlan`), `run_methods`,
+`locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide` <- `leakage_ci`.
 """
 from __future__ import annotations
 
