@@ -40,26 +40,25 @@ def _long_pair() -> OpPair:
     return OpPair("future", tokens, changed, 0, torch.arange(CUT + 1), lambda q: f"row {q} moved")
 
 
-def memory_origin() -> dict:
-    """In a fresh process: the op-level search at 1,024 tokens (its peak RSS after the model is built)."""
+def _timed_in_fresh_process(step) -> dict:
+    """Build the GPT-2-small-shaped model, reset the peak RSS, run `step(model)`: its seconds and what it found."""
     torch.set_num_threads(1)
     model = leaky(GPT2_SMALL)
     reset_peak_rss()
     start = time.perf_counter()
     with torch.no_grad():
-        origin = find_origin(model, _long_pair(), 1e-5)
-    return {"seconds": time.perf_counter() - start, "found": str(origin)}
+        found = step(model)
+    return {"seconds": time.perf_counter() - start, "found": str(found)}
+
+
+def memory_origin() -> dict:
+    """In a fresh process: the op-level search at 1,024 tokens (its peak RSS after the model is built)."""
+    return _timed_in_fresh_process(lambda model: find_origin(model, _long_pair(), 1e-5))
 
 
 def memory_forward() -> dict:
     """In a fresh process: one plain forward of the same 1,024 tokens."""
-    torch.set_num_threads(1)
-    model = leaky(GPT2_SMALL)
-    reset_peak_rss()
-    start = time.perf_counter()
-    with torch.no_grad():
-        model(_long_pair().reference)
-    return {"seconds": time.perf_counter() - start}
+    return _timed_in_fresh_process(lambda model: model(_long_pair().reference).shape)
 
 
 def main() -> None:
