@@ -200,6 +200,19 @@ def offset_profiles(model: nn.Module, prompts: PromptSet, *, layers=None, max_of
     return frame[frame["offset"].abs() <= max_offset].reset_index(drop=True)
 
 
+def _causal_words(model: nn.Module, sites: list) -> str:
+    """The header's word on causality: what the model declares (as the leakage audit reads it), and what
+    its attention calls showed when that disagrees, never an observation passed off as a declaration."""
+    from analyses.leakage_methods import declaration
+
+    declared = declaration(model)
+    if declared is not None:
+        return f"no: bidirectional, {declared}"
+    if any(site.causal is False for site in sites):
+        return "expected (nothing declares it bidirectional), but attention was seen unmasked: see the leakage verdict"
+    return "yes (decoder)"
+
+
 def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
     """Plain facts about the model for the report's header."""
     sites = attention_sites(model)
@@ -210,7 +223,7 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
         "attention layers": len(sites),
         "heads per layer": ", ".join(sorted({str(s.n_heads) for s in sites})),
         "d_head": ", ".join(sorted({str(s.d_head) for s in sites})),
-        "causal": {True: "yes (decoder)", False: "no (bidirectional encoder)", None: "unknown"}[sites[0].causal if sites else None],
+        "causal": _causal_words(model, sites),
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
     for name in ("d_model", "n_ctx", "d_vocab", "attn_only", "positional_embedding_type", "original_architecture",

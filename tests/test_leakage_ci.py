@@ -314,3 +314,4 @@ def test_the_report_follows_the_same_declaration(userpkg):
     declared = report.compute(model, leakage_len=8, max_cards=64, behaviour="next-token", bidirectional=True)
     assert declared.leakage.verdict == "bidirectional"
     assert "first at ci_gpt.py" in report._leakage_finding(data.leakage)["evidence"]
+    assert report.model_summary(model, None)["causal"].startswith("expected")  # observed unmasked, not an encoder
