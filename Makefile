@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-all bench notebooks clean
+.PHONY: demo test test-slow test-all test-wheel bench notebooks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,17 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q
+
+# the default suite against a built wheel in a fresh venv, run from another folder (the editable
+# install's dependencies are borrowed through a .pth; the venv holds the wheel's interp alone)
+WHEEL_DIR = build/wheel-test
+test-wheel: $(STAMP)
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)/run
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR) .
+	$(PY) -m venv --without-pip $(WHEEL_DIR)/venv
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$($(WHEEL_DIR)/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/deps.pth"
+	$(PY) -m pip --python $(WHEEL_DIR)/venv/bin/python install --quiet --no-deps $(WHEEL_DIR)/*.whl
+	cd $(WHEEL_DIR)/run && ../venv/bin/python -m pytest $(CURDIR)/tests -m "not slow" -q -p no:cacheprovider
 
 bench: $(STAMP)  ## speed ratios against references measured in the same run
 	$(PY) -m benchmarks

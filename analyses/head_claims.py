@@ -1,8 +1,8 @@
 """Built-in head claims, the evidence that tests them, and `scan`, which proposes and tests claims for every head.
 
 A claim here is an `interp.claims.Claim` whose evidence functions read the metrics of
-`analyses.positional` and `analyses.induction` and intervene with `interp.interventions`.
-Each head type of `analyses.head_types` is a preset (`head_type_claim`; a type registered there
+`interp.analyses.positional` and `interp.analyses.induction` and intervene with `interp.interventions`.
+Each head type of `interp.analyses.head_types` is a preset (`head_type_claim`; a type registered there
 becomes one too); the built-ins, each citing where its threshold comes from:
 
   previous_token   more than half of the attention on query - 1          (Clark et al. 2019)
@@ -54,9 +54,9 @@ Elhage et al. 2021, "A mathematical framework for transformer circuits"; Olsson 
 "In-context learning and induction heads"; Wang et al. 2022, "Interpretability in the wild";
 Xiao et al. 2023, "Efficient streaming language models with attention sinks".
 
-Limits: the copying score (`analyses.induction.copying_scores`) is read from the weights, with
+Limits: the copying score (`interp.analyses.induction.copying_scores`) is read from the weights, with
 no interval; necessity compares with the *mean* of the other heads of the layer, so two
-redundant heads can each pass while either alone is dispensable (see analyses.redundancy);
+redundant heads can each pass while either alone is dispensable (see interp.analyses.redundancy);
 a positional claim without an offset takes the modal offset of the prompts it is tested on.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from analyses.head_types import (  # CLARK, OLSSON, SINK, DUPLICATE: re-exported (their home was here)
+from interp.analyses.head_types import (  # CLARK, OLSSON, SINK, DUPLICATE: re-exported (their home was here)
     CLARK,  # noqa: F401
     DUPLICATE,  # noqa: F401
     ELHAGE,
@@ -94,8 +94,8 @@ from analyses.head_types import (  # CLARK, OLSSON, SINK, DUPLICATE: re-exported
     offset_type,
     reduce_head_types,
 )
-from analyses.induction import NoRepeats, copying_scores, repeat_queries, repeat_types, scores_per_prompt
-from analyses.positional import focus_per_prompt, positional_metrics
+from interp.analyses.induction import NoRepeats, copying_scores, repeat_queries, repeat_types, scores_per_prompt
+from interp.analyses.positional import focus_per_prompt, positional_metrics
 from interp import distributed, launch
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, stream
@@ -124,7 +124,7 @@ ClaimKind = Literal[
     "positional",
 ]
 CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)  # the built-in kinds; `PRESETS` also has registered head types
-# short citations (the titles are in the module docstring's references): CLARK, VOITA, ... from analyses.head_types
+# short citations (the titles are in the module docstring's references): CLARK, VOITA, ... from interp.analyses.head_types
 SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
 INDUCTION_METRICS = ("induction", "duplicate_token")
 REPEAT_POSITION_METRICS = ("induction_position", "duplicate_position")
@@ -173,7 +173,7 @@ def _random_model(ctx: Context) -> nn.Module:
 
 def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
     """pattern (batch, head, query, key) -> per relative offset k - q: how many scored queries have their
-    maximum there ("hits", ties split evenly, as in `analyses.positional`) and how many could ("count"),
+    maximum there ("hits", ties split evenly, as in `interp.analyses.positional`) and how many could ("count"),
     each (batch, head, 2 * pos - 1); and the same for the first position ("first_hits", "first_count":
     (batch, head)). Scored queries are those with at least two allowed keys."""
     pattern = pattern.float()
@@ -231,7 +231,7 @@ def head_metric(ctx: Context, metric: str | HeadType, *, model: nn.Module | None
     """Per-prompt metric (prompt, layer, head) for every head, memoised per (model, prompts).
 
     `metric`: a `HeadType` (registered ones are read off the shared passes below), or a name: one of
-    `analyses.positional.positional_metrics()` (the positional head types' metrics and argmax
+    `interp.analyses.positional.positional_metrics()` (the positional head types' metrics and argmax
     rates, mean_distance, entropy), the metric of a head type that needs repeats (`induction`,
     `duplicate_token`, ...), `induction_position` / `duplicate_position`, or `argmax_at:K` (fraction
     of queries whose maximum weight sits at relative offset K; K may be `first`). Raises
@@ -273,7 +273,7 @@ def _own_pass(ctx: Context, head_type: HeadType, model: nn.Module, prompts: Prom
     def compute():
         if head_type.needs == "repeats":
             try:
-                from analyses.induction import _check_repeats
+                from interp.analyses.induction import _check_repeats
 
                 _check_repeats(prompts)
             except NoRepeats as error:
@@ -515,7 +515,7 @@ def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.
     part="behaviour": for prompts with a repeat period (`prompts.repeats`), the predictions of the second
     and later copies that an earlier copy makes predictable (q >= offset + prefix_len); for natural
     repeats (a `match_len` without a period) the predictions right after a repeated n-gram
-    (`analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
+    (`interp.analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
     (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
     the repeated copies' loss advantage is measured.
     """
@@ -866,7 +866,7 @@ def local_window_head(layer: int, head: int, *, threshold: float = 0.5, window: 
     Clark et al. 2019's majority rule applied to a band. The random-init control matters most here:
     on short prompts even a uniform head puts most of its weight near the query."""
     if window != 3:
-        raise ValueError(f"window={window}: analyses.positional measures local_window with window=3; use window=3.")
+        raise ValueError(f"window={window}: interp.analyses.positional measures local_window with window=3; use window=3.")
     return head_type_claim("local_window", layer, head, threshold=threshold, sufficiency=sufficiency, window=window)
 
 
@@ -893,7 +893,7 @@ class PositionalParams(PlainParams):
 
     @property
     def head_type(self) -> HeadType | None:
-        """The positional head type judged (`analyses.head_types.offset_type`); None until the offset is known."""
+        """The positional head type judged (`interp.analyses.head_types.offset_type`); None until the offset is known."""
         return None if self.offset is None else offset_type(self.offset)
 
     def as_dict(self) -> dict[str, Any]:
@@ -943,7 +943,7 @@ _NAMED_PRESETS: dict[str, Callable[..., Claim]] = {
 
 class _Presets(Mapping):
     """kind -> claim factory (layer, head, **params): the built-in presets, then one per head type
-    registered since (`analyses.head_types.register`), read live from the registry."""
+    registered since (`interp.analyses.head_types.register`), read live from the registry."""
 
     def __getitem__(self, kind: str) -> Callable[..., Claim]:
         if kind in _NAMED_PRESETS:
@@ -974,7 +974,7 @@ def make_claim(kind: str, layer: int, head: int, **params) -> Claim:
 
 def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
             device: Device = None, dtype: DType = None) -> list[Claim]:
-    """Claims suggested by the metrics on `prompts`: for every head, each head type (`analyses.head_types`,
+    """Claims suggested by the metrics on `prompts`: for every head, each head type (`interp.analyses.head_types`,
     those the model and prompts define) whose point estimate clears its threshold, and a positional claim
     where the maximum sits at one offset for >= 90% of queries; a head that clears none gets its closest
     head type (so every head is tested). `device` / `dtype`: measured on a moved copy (`interp.launch.move`)."""

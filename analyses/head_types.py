@@ -9,7 +9,7 @@ of the keys a head of that type attends to. Everything else follows from it, gen
   as induction does: the repeated positions);
 - argmax rate: the share of scored queries whose maximum weight lands on a target key (ties
   split evenly among the tied keys, so a uniform head is credited to no one target);
-- ideal pattern (for substitution, `analyses.head_claims.Sufficiency`): uniform over the
+- ideal pattern (for substitution, `interp.analyses.head_claims.Sufficiency`): uniform over the
   target keys; a query without a target attends to the first real key (or to itself);
 - claims: statement, observational threshold with its citation, shuffled-token expectation
   ("stay": positional, "drop": content), sufficiency threshold, and which prompts it needs
@@ -18,8 +18,8 @@ of the keys a head of that type attends to. Everything else follows from it, gen
 Targets may add fast paths that give the same numbers without building the mask: `at(pattern,
 batch)`, the weight on a single target key per query (offsets read a diagonal), `weight(pattern,
 batch)`, the mass on the targets, and `has_target(batch)`. The registry (`HEAD_TYPES`,
-`register`, `get_head_type`) holds the built-ins; `analyses.positional.focus`,
-`analyses.induction.scores`, the claim presets, `scan` and the report read it, so a registered
+`register`, `get_head_type`) holds the built-ins; `interp.analyses.positional.focus`,
+`interp.analyses.induction.scores`, the claim presets, `scan` and the report read it, so a registered
 type gets its metric columns, its claims and its report card without further code:
 
     >>> two_back = HeadType("two_back", "{label} attends two tokens back (> {threshold:g})", offset_target(-2))
@@ -45,7 +45,7 @@ Fallback = Literal["first", "self"]
 NEEDS: tuple[str, ...] = get_args(Needs)
 TIE_TOLERANCE = 1e-6  # weights within this of a row's maximum count as tied maxima
 
-# short citations (titles in analyses.head_claims' references)
+# short citations (titles in interp.analyses.head_claims' references)
 CLARK = "Clark et al. 2019"
 VOITA = "Voita et al. 2019"
 OLSSON = "Olsson et al. 2022"
@@ -263,7 +263,7 @@ class HeadType:
     metric: str | None = None  # metric column name (default: `name`)
     ideal: str | None = None  # the ideal pattern's name in evidence text (default: `name`)
     fallback: Fallback = "first"  # ideal pattern of a query without a target: the first real key, or itself
-    argmax: bool = True  # whether `analyses.positional.focus` reports `{metric}_argmax`
+    argmax: bool = True  # whether `interp.analyses.positional.focus` reports `{metric}_argmax`
     queries: Callable[[TargetBatch], torch.Tensor] | None = None  # scored queries; default: scored with a target
     position_metric: str | None = None  # shuffle="drop": attention to where the target was (head_claims)
     copying: float | None = None  # OV copying-score threshold (induction), None: not checked
@@ -482,7 +482,7 @@ def _builtins() -> dict[str, HeadType]:
 
 HEAD_TYPES: dict[str, HeadType] = _builtins()  # name -> HeadType, in registration order
 BUILTIN_HEAD_TYPES: tuple[str, ...] = tuple(HEAD_TYPES)
-# claim kinds that are not head types (analyses.registry: positional, pair and model claims, dispensable) and
+# claim kinds that are not head types (interp.analyses.registry: positional, pair and model claims, dispensable) and
 # the words of the claims-file syntax ("not induction", the key `model`)
 RESERVED = ("positional", "redundant", "backs_up", "dispensable", "causal", "not", "model")
 
@@ -572,7 +572,7 @@ def get_head_type(name: str) -> HeadType:
         if t.column == name:
             return t
     raise BadInput(f"unknown head type {name!r}; registered: {list(HEAD_TYPES)} (add one with "
-                   "analyses.head_types.register).")
+                   "interp.analyses.head_types.register).")
 
 
 def head_types(*, needs: tuple[str, ...] | None = None) -> tuple[HeadType, ...]:
@@ -583,7 +583,7 @@ def head_types(*, needs: tuple[str, ...] | None = None) -> tuple[HeadType, ...]:
 def offset_type(k: int | str, *, threshold: float = 0.9) -> HeadType:
     """The positional family: a head whose maximum sits at relative offset `k` (or "first", the first
     position) for at least `threshold` of queries, whatever the tokens (Voita et al. 2019). Its argmax
-    rate is what `analyses.head_claims.positional_head` judges (`argmax_at:K`)."""
+    rate is what `interp.analyses.head_claims.positional_head` judges (`argmax_at:K`)."""
     target: Target
     if k == "first":
         target, name = FirstTarget(), "offset_first"

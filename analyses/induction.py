@@ -17,7 +17,7 @@ query q are the positions j <= q - k whose k tokens ending at j equal the k toke
 the previous position an "earlier occurrence" and its successor, the query itself, an
 induction target), and the repeat queries are the positions that have one (within the repeated
 copies when a period is also given). k = 1 is the definition above. Both are head types
-(`analyses.head_types`); a registered type that needs repeats gets its column here too.
+(`interp.analyses.head_types`); a registered type that needs repeats gets its column here too.
 
 Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
 "duplicate_token_head", error_measure="mul")` on one unpadded prompt of length T: its
@@ -41,9 +41,9 @@ import torch
 from torch import nn
 from transformer_lens import FactoredMatrix
 
-from analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
-from analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
-from analyses.positional import nan_aware_frame
+from interp.analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
+from interp.analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
+from interp.analyses.positional import nan_aware_frame
 from interp import launch
 from interp.capture import BatchContext, PerPromptAccumulator, masked_mean, stream
 from interp.data import PromptSet

@@ -64,10 +64,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analyses import leakage_fast
-from analyses.leakage_fast import CostEstimate
-from analyses.leakage_origin import OpPair, Origin, batch_rows, find_origin, pair_length
-from analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's public and test-facing names)
+from interp.analyses import leakage_fast
+from interp.analyses.leakage_fast import CostEstimate
+from interp.analyses.leakage_origin import OpPair, Origin, batch_rows, find_origin, pair_length
+from interp.analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's public and test-facing names)
     ModelAdapter,
     _accepts_attention_mask,
     _batch_pairs,
@@ -105,7 +105,7 @@ from analyses.leakage_methods import (  # noqa: F401  (re-exported: the audit's 
     site_modules,
     truncation,
 )
-from analyses.leakage_types import (  # noqa: F401  (re-exported)
+from interp.analyses.leakage_types import (  # noqa: F401  (re-exported)
     DEFAULT_TOL,
     FUTURE_METHODS,
     GRADIENT_TOL_FACTOR,

@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from analyses.leakage import LeakageReport, describe_row
-from analyses.leakage_origin import Frame, Origin
-from analyses.leakage_types import above_threshold
+from interp.analyses.leakage import LeakageReport, describe_row
+from interp.analyses.leakage_origin import Frame, Origin
+from interp.analyses.leakage_types import above_threshold
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 RULES: dict[str, tuple[str, str]] = {  # leak kind -> (rule name, what the rule checks)
@@ -117,7 +117,7 @@ def to_junit(report: LeakageReport, suite: str) -> str:
 
 
 def _failure_text(report: LeakageReport, method: str) -> str:
-    from analyses.leakage_types import METHOD_KIND
+    from interp.analyses.leakage_types import METHOD_KIND
 
     rows = report.table[(report.table["method"] == method)]
     rows = rows[above_threshold(rows, report.tol)].nlargest(3, "influence")

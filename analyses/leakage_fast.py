@@ -3,7 +3,7 @@
 The black-box truncation test runs every prefix length 1..T-1 of each prompt and compares it
 with the full forward: about T^2 / 2 tokens per prompt (about 3 hours for a 1,024-token
 GPT-2-small-shaped HookedGPT on 2 CPU cores). Where the model has an incremental path
-(`models.kv_cache`: one position at a time, keys and values cached, every module seeing only
+(`interp.models.kv_cache`: one position at a time, keys and values cached, every module seeing only
 the new position), the same question, "does the output at q change when everything after q is
 removed?", is answered for every q at once by comparing that path with the full forward:
 about one forward's worth of work per prompt (T single-position steps).
@@ -30,9 +30,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from analyses.leakage_methods import _change, _rows, _scale, truncation
-from analyses.leakage_types import Finding
-from models.kv_cache import incremental_outputs, supports_incremental
+from interp.analyses.leakage_methods import _change, _rows, _scale, truncation
+from interp.analyses.leakage_types import Finding
+from interp.models.kv_cache import incremental_outputs, supports_incremental
 
 SHORT_LEN = 64  # black-box truncation kept up to this length when the incremental reference covers the rest
 INCREMENTAL_DETAIL = "incremental reference (KV cache): positions after query_pos removed"

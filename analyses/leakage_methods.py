@@ -4,7 +4,7 @@ Each method runs a model (through `ModelAdapter`: any model seen as tokens -> (b
 features)) on paired inputs and returns `Finding` rows (`leakage_types`); `localise` repeats a
 pair with every site captured to say where a leak enters. Above `leakage_types`, below
 `leakage_fast` (the incremental reference) and `leakage` (the report and `audit`, which
-re-exports every public name here). The methods are described in `analyses.leakage`'s docstring.
+re-exports every public name here). The methods are described in `interp.analyses.leakage`'s docstring.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analyses.leakage_types import (
+from interp.analyses.leakage_types import (
     LOCALISE_FRACTION,
     MAX_ROWS_PER_METHOD,
     SPREAD_FLOOR,
@@ -31,8 +31,8 @@ from analyses.leakage_types import (
 from interp import distributed
 from interp.errors import BadType, InterpError, ModelError
 from interp.modelinfo import context_length, model_config, vocab_size
-from models.config import EncoderConfig
-from models.zoo import ZooConfig
+from interp.models.config import EncoderConfig
+from interp.models.zoo import ZooConfig
 
 # ---------------------------------------------------------------------------------------------
 # The model, seen as tokens -> (batch, seq, features)

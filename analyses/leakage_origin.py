@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from analyses.leakage_methods import _change, _scale, restrict
+from interp.analyses.leakage_methods import _change, _scale, restrict
 from interp.modelinfo import context_length
 
 MAX_BYTES = 256 * 2**20  # reference outputs kept per window

@@ -3,7 +3,7 @@
 The bottom layer of the audit (it imports nothing of it): `leakage_methods` (the black-box
 methods and localisation) and `leakage_fast` (the incremental reference) build `Finding` rows
 from it; `leakage` (the report and `audit`) sits on top. Every name here is re-exported by
-`analyses.leakage`, where users find them.
+`interp.analyses.leakage`, where users find them.
 """
 from __future__ import annotations
 

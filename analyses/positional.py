@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analyses.head_types import (
+from interp.analyses.head_types import (
     TIE_TOLERANCE,  # noqa: F401  (re-exported: its home was here)
     HeadType,
     TargetBatch,
@@ -56,7 +56,7 @@ POSITIONAL_METRICS = (
     "prev_token_argmax", "self_token_argmax", "next_token_argmax", "first_token_argmax",
 )
 CAUSAL_UNDEFINED = ("next_token", "next_token_argmax")
-POSITION_NEEDS = ("any", "bidirectional")  # head types measured here; "repeats" types: analyses.induction
+POSITION_NEEDS = ("any", "bidirectional")  # head types measured here; "repeats" types: interp.analyses.induction
 
 
 def positional_types() -> tuple[HeadType, ...]:
@@ -65,7 +65,7 @@ def positional_types() -> tuple[HeadType, ...]:
 
 
 def positional_metrics() -> tuple[str, ...]:
-    """`POSITIONAL_METRICS` plus the columns of head types registered since (`analyses.head_types.register`)."""
+    """`POSITIONAL_METRICS` plus the columns of head types registered since (`interp.analyses.head_types.register`)."""
     extra = [c for t in positional_types() for c in (t.column, f"{t.column}_argmax" if t.argmax else None)
              if c is not None and c not in POSITIONAL_METRICS]
     return POSITIONAL_METRICS + tuple(extra)

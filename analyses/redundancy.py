@@ -49,7 +49,7 @@ sequential pre-norm blocks) the clean forward runs once per batch and each ablat
 earliest layer's attention (`model.run_from`), with the loss read fused from the final residual
 (`model.next_token_loss_from_resid`). Measured (benchmarks/bench_redundancy): about 1.8x less CPU
 than one `run_with_hooks` forward per head, equal to 1e-5. Other models (post-norm, parallel blocks),
-or `fast=False`, run one hooked forward per ablation. (`analyses.redundancy.AblationEngine` is a
+or `fast=False`, run one hooked forward per ablation. (`interp.analyses.redundancy.AblationEngine` is a
 deprecated alias of `interp.ablation.AblationEngine`.)
 """
 from __future__ import annotations
@@ -109,7 +109,7 @@ from interp.validate import check_head_pair, check_inputs
 def __getattr__(name: str):
     """`AblationEngine` moved to `interp.ablation`; the old name here still works, with a DeprecationWarning."""
     if name == "AblationEngine":
-        warnings.warn("analyses.redundancy.AblationEngine moved to interp.ablation.AblationEngine; import it from there.",
+        warnings.warn("interp.analyses.redundancy.AblationEngine moved to interp.ablation.AblationEngine; import it from there.",
                       DeprecationWarning, stacklevel=2)
         return _ablation.AblationEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """What claims can be made and what evidence a model can give for them: the registry that the
-`interp` CLI, the pytest plugin (`interp.testing`) and the report (`analyses.report`) share.
+`interp` CLI, the pytest plugin (`interp.testing`) and the report (`interp.analyses.report`) share.
 
 - Claim kinds: the names a claims file may use (`interp.specs`), each with its factory
   (`head_claim_kinds`: one head, `pair_claim_kinds`: a pair of heads, `MODEL_CLAIM_KINDS`:
@@ -26,15 +26,15 @@ MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in 
 
 
 def head_claim_kinds() -> dict[str, Callable[..., Claim]]:
-    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `analyses.head_claims`, and "dispensable"."""
-    from analyses import head_claims, redundancy
+    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `interp.analyses.head_claims`, and "dispensable"."""
+    from interp.analyses import head_claims, redundancy
 
     return {**head_claims.PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
 
 
 def pair_claim_kinds() -> dict[str, Callable[..., Claim]]:
     """Claim kind -> factory `((l, h), (l, h)) -> Claim` for pairs of heads ("L0H1 ~ L0H3")."""
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     return {"redundant": redundancy.redundant_claim, "backs_up": redundancy.backup_claim}
 
@@ -124,7 +124,7 @@ def _entry_columns(entry: ClaimEntry) -> dict:
 
 def _model_claim(model, entry: ClaimEntry, *, seed: int) -> dict:
     """The whole-model claim "causal", tested by the leakage audit."""
-    from analyses.leakage import audit
+    from interp.analyses.leakage import audit
 
     report = audit(model, seed=seed, progress=False)
     verdict = "supported" if report.causal else "refuted"

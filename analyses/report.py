@@ -20,16 +20,16 @@ into a temporary sibling and moved into place at the end with a manifest (`inter
 so a failure never leaves a half-written report; `force=True` replaces only the files an
 earlier report wrote, and refuses, naming them, when the directory holds any other file.
 
-report.html also embeds an interactive attention viewer (`analyses.viewer`: a few prompts,
+report.html also embeds an interactive attention viewer (`interp.analyses.viewer`: a few prompts,
 weights quantised to uint8, script and style inlined) and a glossary of every metric.
 
 Stages: `compute` runs every analysis into a `ReportData` (typed results, no files);
-`render` writes the files (plots: `analyses.report_plots`; HTML and Markdown:
-`analyses.report_html`; formats and the glossary: `analyses.report_format`).
+`render` writes the files (plots: `interp.analyses.report_plots`; HTML and Markdown:
+`interp.analyses.report_html`; formats and the glossary: `interp.analyses.report_format`).
 
 Vocabulary: heads are `L{layer}H{head}`; `pattern` is the post-softmax attention
 (query, key); the relative offset of a key is key - query (-1 = previous token, as in
-`analyses.positional.offset_profile`).
+`interp.analyses.positional.offset_profile`).
 """
 from __future__ import annotations
 
@@ -46,12 +46,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analyses import report_format
-from analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
+from interp.analyses import report_format
+from interp.analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
 from interp import distributed, launch
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
-from models.files import write_atomic
+from interp.models.files import write_atomic
 from interp.data import PromptSet
 from interp.hooks import attention_sites, hooked
 from interp.launch import Device, DType
@@ -171,15 +171,15 @@ def head_metrics(
     """Positional focus metrics for every head, plus induction scores on repeated prompts; with CIs.
 
     One row per (layer, head): `label`, `layer`, `head`, each metric with `_ci_low` / `_ci_high`,
-    `n_prompts` (the columns of `analyses.positional.focus` and `analyses.induction.scores`).
+    `n_prompts` (the columns of `interp.analyses.positional.focus` and `interp.analyses.induction.scores`).
     """
-    from analyses import positional
+    from interp.analyses import positional
 
     chosen = select_heads(model, layers, heads)
     needed = sorted({l for l, _ in chosen})
     frame = positional.focus(model, prompts, seed=seed, layers=needed)
     if prompts.meta.get("kind") == "repeated":
-        from analyses import induction
+        from interp.analyses import induction
 
         scores = induction.scores(model, prompts, seed=seed, layers=needed)
         extra = [c for c in scores.columns if c not in frame.columns or c in ("layer", "head")]
@@ -194,7 +194,7 @@ def head_metrics(
 
 def offset_profiles(model: nn.Module, prompts: PromptSet, *, layers=None, max_offset: int = 32) -> pd.DataFrame:
     """Mean weight at each relative offset (key - query) per head: layer, head, offset, weight, CI."""
-    from analyses import positional
+    from interp.analyses import positional
 
     frame = positional.offset_profile(model, prompts, layers=layers)
     return frame[frame["offset"].abs() <= max_offset].reset_index(drop=True)
@@ -203,7 +203,7 @@ def offset_profiles(model: nn.Module, prompts: PromptSet, *, layers=None, max_of
 def _causal_words(model: nn.Module, sites: list) -> str:
     """The header's word on causality: what the model declares (as the leakage audit reads it), and what
     its attention calls showed when that disagrees, never an observation passed off as a declaration."""
-    from analyses.leakage_methods import declaration
+    from interp.analyses.leakage_methods import declaration
 
     declared = declaration(model)
     if declared is not None:
@@ -256,12 +256,12 @@ class ReportData:
     similarity: pd.DataFrame | None  # labelled (label x label) pattern similarity
     importance: pd.DataFrame | None  # layer, head, importance, ci_low, ci_high
     redundancy: pd.DataFrame | None  # joint-ablation findings on the top pairs
-    leakage: Any  # the audit's analyses.leakage.LeakageReport, or None when not audited
+    leakage: Any  # the audit's interp.analyses.leakage.LeakageReport, or None when not audited
     methods: list[str]
     settings: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     verdicts: list = field(default_factory=list)  # per claims row: its interp.claims.Verdict, or None (claims file)
-    viewer: Any = None  # analyses.viewer.ViewerData, or None
+    viewer: Any = None  # interp.analyses.viewer.ViewerData, or None
     warnings: list[str] = field(default_factory=list)  # prompts that cannot support a claim, and why
     provenance: dict[str, Any] = field(default_factory=dict)  # versions, commit, seed, prompt hash, wall time
     title: str = ""  # the model's name
@@ -330,7 +330,7 @@ def compute(
     corpus through their tokenizer (special tokens included), others repeated random tokens.
     `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
     `device` / `dtype`: every analysis runs on one moved copy of the model (`interp.launch.move`).
-    `bidirectional`: the leakage audit's declaration (`analyses.leakage.audit`); None reads the model's own.
+    `bidirectional`: the leakage audit's declaration (`interp.analyses.leakage.audit`); None reads the model's own.
     """
     from interp.specs import build_prompts
 
@@ -374,7 +374,7 @@ def compute(
 def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_loss, evidence, progress, behaviour,
                 bidirectional=None):
     """Every measurement of the report, timed, under one progress bar: stage name -> result."""
-    from analyses import viewer
+    from interp.analyses import viewer
 
     layers = sorted({l for l, _ in chosen})
     stages = {
@@ -604,7 +604,7 @@ def report_max_len(model: nn.Module, leakage_len: int) -> int:
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int, bidirectional: bool | None = None):
     """The leakage audit's `LeakageReport` (kept as the object; the renderers read its fields)."""
-    from analyses import leakage
+    from interp.analyses import leakage
 
     return leakage.audit(model, max_len=max_len, seed=seed, progress=False,  # max_len: `report_max_len`
                          bidirectional=bidirectional)
@@ -614,7 +614,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, be
     """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims.
 
     Returns the claims frame and, row by row, its `Verdict` (None for a claims file's rows)."""
-    from analyses import head_claims
+    from interp.analyses import head_claims
 
     frames = []
     scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
@@ -636,7 +636,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, be
 
 
 def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     if len(chosen) < 2:
         return None
@@ -647,14 +647,14 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
 
 
 def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     behaviour = behaviour or report_behaviour(model, prompts)
     return redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False)
 
 
 def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     if similarity is None or len(similarity) < 2:
         return None
@@ -715,13 +715,13 @@ def _methods(prompts, prompt_spec, *, seed, leakage, has_loss, causal, leakage_l
         lines.append("Importance, ablations and the ablation-based evidence of claims (necessity, sufficiency, "
                      f"faithfulness) were skipped: {NOT_MEASURED}; claims used {' and '.join(NO_LOSS_EVIDENCE)} evidence only.")
     if leakage is not None:
-        checks = "; ".join(f"{m} ({LEAKAGE_CHECKS.get(m, 'see analyses.leakage')})" for m in leakage.methods)
+        checks = "; ".join(f"{m} ({LEAKAGE_CHECKS.get(m, 'see interp.analyses.leakage')})" for m in leakage.methods)
         lines.append(
-            f"Leakage audit (`analyses.leakage.audit`, sequences of {list(leakage.lengths)} tokens, seed {seed}, "
+            f"Leakage audit (`interp.analyses.leakage.audit`, sequences of {list(leakage.lengths)} tokens, seed {seed}, "
             f"noise tolerance {leakage.tol:g} of the output scale), the {len(leakage.methods)} "
             f"checks of the verdict box, at every hook site: {checks}."
         )
-    lines.append("Pattern similarity between heads: `analyses.redundancy.pattern_similarity` (one minus the "
+    lines.append("Pattern similarity between heads: `interp.analyses.redundancy.pattern_similarity` (one minus the "
                  "Jensen-Shannon divergence in bits between the two heads' attention rows, averaged over queries and "
                  "prompts); the map's rows are ordered by average-linkage clustering of 1 - similarity, so similar "
                  "heads sit together.")
@@ -755,7 +755,7 @@ def _claims_paragraph(claims: pd.DataFrame, verdicts, has_loss: bool) -> str:
     floors = sorted({report_format.claim_floor(v) for v in verdicts if v is not None} - {0})
     b_text = ", ".join(f"B = {b:,}" for b in floors) or "B = 2,000"
     return (
-        "Claims: `analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
+        "Claims: `interp.analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
         "it on the other half, never on the prompts that proposed it. Each claim needs observational evidence "
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
         "shuffled-token prompts (position vs content)"
@@ -791,7 +791,7 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
 
 
 def _leakage_finding(report) -> dict[str, str]:
-    """The leakage audit's line of the findings: its headline (worded in analyses.leakage) and evidence."""
+    """The leakage audit's line of the findings: its headline (worded in interp.analyses.leakage) and evidence."""
     if report.bidirectional:
         evidence = "padding " + ("leaks" if report.leaks else "inert")
     elif not math.isnan(report.max_influence):
@@ -945,7 +945,7 @@ def build_report(
     `interp.behaviour.Behaviour` or a callable; default: the model's own) is what importance, joint
     ablation and the claims' causal evidence measure; the report states it. `device` / `dtype`: as `compute`.
     `leakage_len`: the longest sequence the leakage audit runs (at most the model's context); `bidirectional`:
-    the audit's declaration (None: the model's own, as `analyses.leakage.audit` reads it).
+    the audit's declaration (None: the model's own, as `interp.analyses.leakage.audit` reads it).
     """
     out = check_out_dir(out_dir, force)
     if seed is None:
@@ -966,13 +966,13 @@ def build_report(
 
 # --------------------------------------------------------------------------- rendering
 
-# the figures live in analyses.report_plots; these names stay importable from here
-from analyses.report_plots import importance_grid, plot_matrix, plot_offsets, plot_pattern  # noqa: E402,F401
+# the figures live in interp.analyses.report_plots; these names stay importable from here
+from interp.analyses.report_plots import importance_grid, plot_matrix, plot_offsets, plot_pattern  # noqa: E402,F401
 
 
 def render(data: ReportData, folder: Path) -> pd.DataFrame:
     """Write every file of the report into `folder`; returns the highlights table."""
-    from analyses import report_html, report_plots
+    from interp.analyses import report_html, report_plots
 
     started = time.perf_counter()
     plots = folder / "plots"
@@ -997,7 +997,7 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
             "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}
     write_atomic(folder / "report.json", json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-    write_atomic(folder / MARKER, "written by analyses.report; `interp demo` may replace this directory\n")
+    write_atomic(folder / MARKER, "written by interp.analyses.report; `interp demo` may replace this directory\n")
     return table
 
 

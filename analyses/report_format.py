@@ -256,8 +256,8 @@ def define(column: str) -> str | None:
 
 
 def _head_type_glossary() -> dict[str, str]:
-    """Glossary entries of registered head types' columns (`analyses.head_types`): metric and argmax rate."""
-    from analyses.head_types import HEAD_TYPES
+    """Glossary entries of registered head types' columns (`interp.analyses.head_types`): metric and argmax rate."""
+    from interp.analyses.head_types import HEAD_TYPES
 
     out = {}
     for t in HEAD_TYPES.values():
@@ -282,7 +282,7 @@ def columns_markdown(files: Mapping[str, Iterable[str]]) -> str:
     return "\n".join(lines)
 
 
-UNDEFINED = "(no definition yet: add one to analyses.report_format.GLOSSARY)"
+UNDEFINED = "(no definition yet: add one to interp.analyses.report_format.GLOSSARY)"
 JOINT_P = {
     "ci_low": "lower end of the 95% bootstrap interval of interaction (over prompts)",
     "ci_high": "upper end of the 95% bootstrap interval of interaction (over prompts)",

@@ -1,7 +1,7 @@
-"""The report's HTML page and Markdown summary, rendered from a `analyses.report.ReportData`.
+"""The report's HTML page and Markdown summary, rendered from a `interp.analyses.report.ReportData`.
 
 Every claim is shown as a small evidence table built from its `interp.claims.Verdict`
-(`analyses.report_format.evidence_rows`), p-values go through `format_p`, wide tables sit in
+(`interp.analyses.report_format.evidence_rows`), p-values go through `format_p`, wide tables sit in
 horizontal scroll containers, and the page ends with a glossary, the methods and a provenance
 footer. The page is self-contained: images by relative path, no external script or style.
 """
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from analyses import report_format as fmt
+from interp.analyses import report_format as fmt
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
 VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
@@ -115,7 +115,7 @@ def _findings_section(data, table: pd.DataFrame) -> str:
 
 def _leakage_section(data) -> str:
     out = ['<h2 id="leakage">Leakage verdict</h2>']
-    report = data.leakage  # an analyses.leakage.LeakageReport: its headline is the verdict's one wording
+    report = data.leakage  # an interp.analyses.leakage.LeakageReport: its headline is the verdict's one wording
     if report is None:
         return out[0] + '<p class="muted">Not audited.</p>'
     out.append(f'<p class="{_cls(report.verdict)}">{esc(report.headline)}</p>')
@@ -129,7 +129,7 @@ def _leakage_section(data) -> str:
 def _viewer_section(data) -> str:
     if data.viewer is None:
         return ""
-    from analyses.viewer import viewer_html
+    from interp.analyses.viewer import viewer_html
 
     v = data.viewer
     note = (f'<p class="muted">Per-prompt patterns of the first {len(v.tokens)} prompts for {len(v.heads)} heads, '

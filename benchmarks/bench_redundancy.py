@@ -37,7 +37,7 @@ TARGET_SPEEDUP = 1.5
 
 
 def _model():
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     return HookedGPT(GPTConfig(**BENCH_CONFIG)).eval()
 
@@ -101,7 +101,7 @@ def bench_importance(repeats: int = 2) -> dict:
 def similarity_probe(n_prompts: str, batch_size: str = "16") -> dict:
     """Run in a fresh process by `peak_rss_mb`: pattern similarity on n prompts, its time and memory."""
     torch.set_num_threads(1)
-    from analyses.redundancy import pattern_similarity
+    from interp.analyses.redundancy import pattern_similarity
     from interp.data import random_tokens
 
     model = _model()

@@ -1,6 +1,6 @@
 """Benchmark: data parallel over prompts, 1 process vs 2 processes at 1 thread each.
 
-Workload: `analyses.positional.focus_per_prompt` (11 metrics x every head, per prompt) on the
+Workload: `interp.analyses.positional.focus_per_prompt` (11 metrics x every head, per prompt) on the
 HookedGPT of bench_positional (4 layers, d_model 256, 8 heads, vocab 5,000), random prompts of
 128 tokens, batch 32. Each configuration runs in fresh spawned processes (`interp.distributed.
 spawn_local`, a gloo group for 2), every process pinned to 1 torch thread.
@@ -28,10 +28,10 @@ SEQ_LEN = 128
 def _focus_worker(n_prompts: int):
     import torch
 
-    from analyses.positional import focus_per_prompt
+    from interp.analyses.positional import focus_per_prompt
     from interp import distributed
     from interp.data import random_tokens
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     torch.set_num_threads(1)
     model = HookedGPT(GPTConfig(**MODEL)).eval()

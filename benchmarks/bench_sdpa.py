@@ -11,7 +11,7 @@ Candidates:
 - intercepted, attention cache / pattern cache: `run_with_cache` of every attention hook of
   every site (q, k, v, attn_scores, pattern, z, result) / of `hook_pattern` only;
 - HookedGPT, no hooks / attention cache / pattern cache: the same weights converted with
-  `models.nanogpt.from_nanogpt` (checked to give the same logits), HookedGPT's own hooks.
+  `interp.models.nanogpt.from_nanogpt` (checked to give the same logits), HookedGPT's own hooks.
 The cache comparison: intercepted attention cache / HookedGPT attention cache (target 1.05x),
 beside each model's own cache / no-hooks ratio.
 
@@ -92,7 +92,7 @@ def _attention_names(model) -> tuple[list[str], list[str]]:
 def build():
     """(plain, intercepted, hooked GPT, tokens): three models with one set of weights."""
     from interp.sdpa import hook_sdpa
-    from models.nanogpt import from_nanogpt
+    from interp.models.nanogpt import from_nanogpt
 
     torch.manual_seed(0)
     plain = NanoLayoutGPT(**ARGS).eval()

@@ -42,14 +42,14 @@ from interp.interventions import (
     reference_activations,
 )
 from interp.modelinfo import context_length, vocab_size
-from models.gpt import HookedGPT
+from interp.models.gpt import HookedGPT
 
 LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,): deprecated, see behaviour=
 
 
 def resolve_behaviour(behaviour: BehaviourLike, loss_fn: LossFn | None, model: nn.Module, where: str) -> Behaviour:
     """The behaviour an ablation measures; a next-token loss chosen by default or by name scores every
-    real position here (as `analyses.redundancy.lm_loss`): pass `induction_loss` (or positions="auto")
+    real position here (as `interp.analyses.redundancy.lm_loss`): pass `induction_loss` (or positions="auto")
     for the repeats only."""
     return from_loss_fn(behaviour, loss_fn, model, where, positions="all")
 

@@ -1,7 +1,7 @@
 """Behaviour: what causal evidence measures, as one named, typed choice.
 
-Necessity, sufficiency, faithfulness (`analyses.head_claims`) and importance, joint ablation,
-compensation and pruning (`analyses.redundancy`) all ask how much an intervention hurts a
+Necessity, sufficiency, faithfulness (`interp.analyses.head_claims`) and importance, joint ablation,
+compensation and pruning (`interp.analyses.redundancy`) all ask how much an intervention hurts a
 *behaviour*. A `Behaviour` says which one, and every report states it by name:
 
   next_token_loss    causal LMs: next-token cross-entropy (nats) per prompt, at the predictions
@@ -43,8 +43,8 @@ from torch import nn
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites, hooked
-from models.gpt import HookedGPT, next_token_targets
-from models.gpt import masked_next_token_loss as models_masked_next_token_loss
+from interp.models.gpt import HookedGPT, next_token_targets
+from interp.models.gpt import masked_next_token_loss as models_masked_next_token_loss
 
 if TYPE_CHECKING:
     from interp.interventions import AblationKind
@@ -167,7 +167,7 @@ def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> tor
 
 def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch.Tensor) -> torch.Tensor:
     """(batch,) mean cross-entropy over the (batch, pos - 1) `mask` of the prompts' next-token predictions:
-    `models.gpt.masked_next_token_loss` on the prompts' tokens."""
+    `interp.models.gpt.masked_next_token_loss` on the prompts' tokens."""
     return models_masked_next_token_loss(logits, prompts.tokens, mask)
 
 

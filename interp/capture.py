@@ -97,7 +97,7 @@ def can_stop_early(model: nn.Module) -> bool:
     """Whether `model(tokens, stop_at_layer=n)` runs only blocks 0..n-1 (and no unembedding): our HookedGPT /
     HookedEncoder (converted models included), or any model whose forward takes `stop_at_layer`
     (TransformerLens's bridge). The one place the toolkit decides whether a forward can stop early."""
-    from models.gpt import HookedGPT
+    from interp.models.gpt import HookedGPT
 
     if isinstance(model, HookedGPT):
         return True

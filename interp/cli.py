@@ -6,7 +6,7 @@
     interp scan [SPEC]              propose a claim for every head and test it on held-out prompts
     interp heads [SPEC]             per-head positional and induction metrics with CIs
     interp verify [SPEC]            prove that the model's hooks carry what their names say
-    interp train [ARGS...]          train a model (wraps `python -m models.train`)
+    interp train [ARGS...]          train a model (wraps `python -m interp.models.train`)
     interp demo                     `interp report` on the embedded default, then the highlights
 
 SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default), a
@@ -218,7 +218,7 @@ def _write_text(target: str, text: str, what: str) -> None:
     if target == "-":
         _PENDING_STDOUT.append(text)
         return
-    from models.files import write_atomic  # a full disk keeps the earlier file: no 0-byte JSON
+    from interp.models.files import write_atomic  # a full disk keeps the earlier file: no 0-byte JSON
 
     path = Path(target)
     try:
@@ -251,7 +251,7 @@ def _cell(column: str, value: Any) -> str:
         if column in INTEGER_KEYS and value.is_integer():
             return str(int(value))
         if column.startswith("p_"):
-            from analyses.report_format import format_p  # one way to write a p-value, as in the report
+            from interp.analyses.report_format import format_p  # one way to write a p-value, as in the report
 
             return format_p(value)
         if column in ("max_influence", "influence"):
@@ -377,7 +377,7 @@ def _select(args):
 
 
 def cmd_report(args) -> int:
-    from analyses import report
+    from interp.analyses import report
 
     layers, heads = _select(args)
     prompt_spec = _prompt_spec(args)  # bad flags fail before the model loads
@@ -388,7 +388,7 @@ def cmd_report(args) -> int:
     report.check_cards_before_loading(spec, layers, heads, max_cards)  # a too-large report fails before the load
     claims = None
     if args.claims:
-        from analyses.registry import read_claims
+        from interp.analyses.registry import read_claims
 
         claims = read_claims(args.claims)
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
@@ -421,7 +421,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_audit_leakage(args) -> int:
-    from analyses import leakage
+    from interp.analyses import leakage
 
     model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
     _check_max_len_flag(model, args.max_len)
@@ -460,7 +460,7 @@ def cmd_audit_leakage(args) -> int:
 
 def _write_ci_files(args, result) -> None:
     """--sarif and --junit: the audit in the formats code-scanning and test-report UIs read."""
-    from analyses import leakage_ci
+    from interp.analyses import leakage_ci
 
     if args.sarif is not None:
         _write_text(args.sarif, json.dumps(leakage_ci.to_sarif(result), indent=2) + "\n", "SARIF")
@@ -485,7 +485,7 @@ def _verdict_table(result, spec: str):
     """The audit's verdict as a rich table: one row per method, coloured by the report's own tones."""
     from rich.table import Table
 
-    from analyses.leakage import STATUS_TONE
+    from interp.analyses.leakage import STATUS_TONE
 
     colours = {"ok": "green", "leak": "red", "neutral": "cyan", "warn": "yellow", "skipped": "dim"}
     colour = colours[result.tone]
@@ -505,7 +505,7 @@ def _verdict_table(result, spec: str):
 
 
 def cmd_claims(args) -> int:
-    from analyses.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
+    from interp.analyses.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
 
     if args.list_kinds:
         print("claim kinds (prefix with 'not ' to expect a refutation):")
@@ -571,12 +571,12 @@ def _brief_reasons(frame, width: int = 110) -> list[str]:
 
 
 def cmd_scan(args) -> int:
-    from analyses import head_claims
+    from interp.analyses import head_claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args, default_n=args.n or 64)
-    from analyses.registry import claim_evidence_for
+    from interp.analyses.registry import claim_evidence_for
 
     everything = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
                                   behaviour=args.behaviour)
@@ -612,7 +612,7 @@ def _scan_footer(counts: dict[str, int], supported_only: bool) -> str:
 
 
 def cmd_heads(args) -> int:
-    from analyses import report
+    from interp.analyses import report
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
@@ -663,16 +663,16 @@ def cmd_train(args) -> int:
     import importlib
 
     try:
-        train = importlib.import_module("models.train")
+        train = importlib.import_module("interp.models.train")
     except ModuleNotFoundError as error:
-        raise InputError(f"models.train is not available ({error}).") from None
+        raise InputError(f"interp.models.train is not available ({error}).") from None
     argv = [a for a in args.train_args if a != "--"]
     entry = getattr(train, "main", None)
     if entry is None:
         import runpy
 
-        sys.argv = ["models.train", *argv]
-        runpy.run_module("models.train", run_name="__main__")
+        sys.argv = ["interp.models.train", *argv]
+        runpy.run_module("interp.models.train", run_name="__main__")
         return EXIT_OK
     try:
         code = entry(argv)
@@ -909,9 +909,9 @@ def _verify_parser(command) -> None:
 
 
 def _train_parser(command) -> None:
-    p = command("train", cmd_train, "Train a model (wraps python -m models.train; arguments pass through)",
+    p = command("train", cmd_train, "Train a model (wraps python -m interp.models.train; arguments pass through)",
                 "interp train -- --help")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for models.train")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for interp.models.train")
 
 
 def _demo_parser(command) -> None:
@@ -926,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if getattr(args, "command", None) == "train":
-        args.train_args = [*unknown, *args.train_args]  # models.train parses its own flags
+        args.train_args = [*unknown, *args.train_args]  # interp.models.train parses its own flags
     elif unknown:
         parser.parse_args(argv)  # the usual "unrecognized arguments" error, exit 2
     if getattr(args, "handler", None) is None:

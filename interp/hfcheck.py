@@ -5,8 +5,8 @@ shape (with `ignore_mismatched_sizes`), drops one the model has no place for and
 tensors into float parameters, each with only a log line. Here each is a `CheckpointError`
 (exit 2) naming the folder and the tensors, so a folder that loads is the model its files hold:
 
-- before loading, `check_folder`: config values (`models.convert.check_values`) and the weight
-  files (confined to the folder, readable: `models.convert.files`);
+- before loading, `check_folder`: config values (`interp.models.convert.check_values`) and the weight
+  files (confined to the folder, readable: `interp.models.convert.files`);
 - after loading, `check_loaded` on transformers' own loading report (`output_loading_info=True`),
   and on the weights themselves (finite, not cast from integers).
   When the bridge builds another class than the folder declares (MiniLM's `BertModel` booted as
@@ -52,8 +52,8 @@ class Loaded:
 
 def check_folder(folder: Path) -> dict[str, tuple[str, Path]]:
     """Refuse bad config values and unreadable or out-of-folder weight files; tensor name -> (dtype, file)."""
-    from models.convert import ConversionError, UnsupportedArchitecture, check_values, read_config
-    from models.convert.files import file_dtypes
+    from interp.models.convert import ConversionError, UnsupportedArchitecture, check_values, read_config
+    from interp.models.convert.files import file_dtypes
 
     try:
         try:
@@ -123,7 +123,7 @@ def _base_prefix(model: nn.Module) -> str:
 
 def _check_float(loaded: Loaded, folder: Path, dtypes: dict[str, tuple[str, Path]]) -> None:
     """Refuse an integer tensor of the file that the model holds as a floating-point parameter."""
-    from models.convert.files import is_integer_dtype
+    from interp.models.convert.files import is_integer_dtype
 
     prefix = loaded.base
     for name, (dtype, path) in sorted(dtypes.items()):

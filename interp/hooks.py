@@ -20,7 +20,7 @@ from interp.loading import bridge_sites
 from interp.mha import mha_sites
 from interp.sdpa import intercepted_sites
 from interp.sites import ROLES, AttentionSite, HookRoot, Role, SiteFinder, hook_root
-from models.components import hook_is_live
+from interp.models.components import hook_is_live
 
 __all__ = [
     "ROLES", "AttentionSite", "BUILTIN_SITE_FINDERS", "Role", "SiteFinder", "attention_sites", "check_hook_names",

@@ -1,6 +1,6 @@
 """Interventions on attention heads: ablations and pattern substitution, as small named objects.
 
-Vocabulary (as in `models.components`): a head is `(layer, head)`, labelled `L{layer}H{head}`;
+Vocabulary (as in `interp.models.components`): a head is `(layer, head)`, labelled `L{layer}H{head}`;
 `z` (batch, pos, head, d_head) is pattern @ v, `result` (batch, pos, head, d_model) is a head's
 write to the residual stream, `pattern` (batch, head, query, key) is the post-softmax weights.
 

@@ -9,7 +9,7 @@ Accepted specs, tried in this order:
 - a checkpoint of ours: `NAME`, `NAME.safetensors` or `NAME.json` (safetensors weights + JSON
   config; never unpickled);
 - a local Hugging Face model folder (a directory with `config.json`): converted natively into a
-  HookedGPT / HookedEncoder when `models.convert` supports its architecture (GPT-2, GPT-NeoX, Gemma, Phi-3,
+  HookedGPT / HookedEncoder when `interp.models.convert` supports its architecture (GPT-2, GPT-NeoX, Gemma, Phi-3,
   Llama, Mistral, Qwen2, BERT, RoBERTa; `model.cfg.original_architecture` says which), otherwise wrapped
   by `transformer_lens.model_bridge.TransformerBridge.boot_transformers` with the hub offline and a
   load note naming what will not work there. The tokenizer is optional;
@@ -17,7 +17,7 @@ Accepted specs, tried in this order:
 - `package.module:factory`: imported with importlib (never `eval`), called with no
   arguments, and its `nn.Module` loaded as above;
 - a nanoGPT checkpoint (`ckpt.pt`, `.pth`, `.ckpt`: `model_args` + `model` state dict), read
-  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`models.nanogpt`).
+  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`interp.models.nanogpt`).
 
 An `nn.Module` with no hooks and no `nn.MultiheadAttention` that calls
 `scaled_dot_product_attention` gets per-head hooks by interception (`interp.hook_sdpa`).
@@ -28,7 +28,7 @@ architectures), "bridge" (TransformerBridge), "sdpa" (interception of the model'
 others). Every loaded Hugging Face model carries `load_notes` saying which route it took.
 
 A folder's weight files are read only inside the folder (a sharded index naming `/etc/passwd` or
-`../x` is refused, `models.convert.files`), and on every route the model built must hold every
+`../x` is refused, `interp.models.convert.files`), and on every route the model built must hold every
 tensor from the file and nothing initialised at random, of the file's shapes, never cast from
 integers (native: the converters; sdpa and bridge: `interp.hfcheck` on transformers' loading
 report); each failure is a `CheckpointError` (exit 2) naming the folder or file.
@@ -56,18 +56,18 @@ from torch import nn
 from interp.errors import BadInput, BadType, CheckpointError, ModelError
 from interp.sites import ROLES, AttentionSite
 from interp.validate import check_not_meta, check_output_selector, select_output
-from models import io
-from models.io import checkpoint_paths, load_checkpoint, save_checkpoint
+from interp.models import io
+from interp.models.io import checkpoint_paths, load_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
 
-    from models.gpt import HookedGPT
+    from interp.models.gpt import HookedGPT
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
 # torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch
-from interp.specnames import BUILTINS  # noqa: E402
+from interp.specnames import BUILTINS, check_former_name  # noqa: E402
 SPEC_KINDS = (
     "a built-in name ({names})",
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
@@ -96,7 +96,7 @@ _ENCODER_TYPES = {
 
 
 def save(model: HookedGPT, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
-    """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `models.io.save_checkpoint`)."""
+    """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `interp.models.io.save_checkpoint`)."""
     return save_checkpoint(model, path, metadata)
 
 
@@ -173,7 +173,7 @@ def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: st
     module has no hooks is returned as is (in eval mode), a black box tokens -> outputs.
 
     The factory is called once, whichever it turns out to be; the CLI and
-    `analyses.leakage.audit("pkg.mod:factory")` both come here, so they audit the same model.
+    `interp.analyses.leakage.audit("pkg.mod:factory")` both come here, so they audit the same model.
     """
     if isinstance(spec, (str, os.PathLike)) and _FACTORY.match(os.fspath(spec)) and not _is_loadable_path(os.fspath(spec)):
         model = _call_factory(os.fspath(spec))
@@ -200,6 +200,7 @@ def _accepted() -> str:
 
 
 def _call_factory(spec: str) -> nn.Module:
+    check_former_name(spec)
     module_name, attr = spec.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -263,7 +264,7 @@ def _intercept_sdpa(model: nn.Module) -> nn.Module:
 
 def load_nanogpt_file(path: Path) -> nn.Module:
     """A nanoGPT checkpoint (`model_args` + `model`, read with weights_only=True) as a HookedGPT."""
-    from models.nanogpt import load_nanogpt
+    from interp.models.nanogpt import load_nanogpt
 
     try:
         return load_nanogpt(path)
@@ -376,7 +377,7 @@ def _sdpa(model: nn.Module) -> nn.Module:
 
 def _hf_model(model: nn.Module, backend: str) -> nn.Module:
     """An instantiated Hugging Face model: converted natively, or (auto) through the sdpa backend."""
-    from models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_model
+    from interp.models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_model
 
     try:
         converted = convert_model(model)
@@ -426,7 +427,7 @@ def _folder_tokenizer(folder: Path, notes: list[str]):
 def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
     """A local Hugging Face folder: converted natively when supported (backend auto/native), else
     (auto) through the bridge with a note naming what will not work there."""
-    from models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_folder
+    from interp.models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_folder
 
     folder = Path(folder).resolve()
     if backend in ("auto", "native"):

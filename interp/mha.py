@@ -51,7 +51,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.sites import ROLES, AttentionSite
-from models.components import CachingRoot, hook_is_live
+from interp.models.components import CachingRoot, hook_is_live
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 # attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)
@@ -346,7 +346,7 @@ def hook_attention(model: nn.Module) -> nn.Module:
     if not targets and not already:
         raise ValueError(
             f"{type(model).__name__} contains no torch.nn.MultiheadAttention module, so there is nothing to hook. "
-            "Models written with their own attention need HookPoints of their own (see models.components.Attention)."
+            "Models written with their own attention need HookPoints of their own (see interp.models.components.Attention)."
         )
     for name, mha in targets:
         _replace(model, name, HookedMultiheadAttention(mha))

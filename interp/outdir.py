@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from interp.errors import BadInput
-from models.files import write_atomic
+from interp.models.files import write_atomic
 
 MANIFEST = ".interp-manifest.json"
 LEGACY_MARKER = ".interp-report"  # in every report folder; without a manifest: a report written before manifests

@@ -9,6 +9,7 @@ an existing file or folder, a checkpoint NAME with NAME.safetensors or NAME.json
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,29 @@ BUILTINS: dict[str, str] = {
     "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
 }
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# installed top-level until 0.1; now only as interp.models and interp.analyses
+FORMER_PACKAGES = ("models", "analyses")
+
+
+def check_former_name(spec: str) -> None:
+    """Refuse `models.constructed:induction_circuit` and the like, naming the module's new path.
+
+    A user's own top-level `models` / `analyses` package (one that is not this toolkit's folder) keeps
+    working: `models:build` next to a user's notebook means their module, never ours.
+    """
+    module_name, _, attr = spec.partition(":")
+    top, _, rest = module_name.partition(".")
+    if top not in FORMER_PACKAGES:
+        return
+    ours = (Path(__file__).parent / top).resolve()
+    found = importlib.util.find_spec(top)  # a top-level find_spec imports nothing
+    if found is not None and found.origin is not None and Path(found.origin).resolve().parent != ours:
+        return
+    relative = Path(*rest.split(".")) if rest else Path()
+    if not ((ours / relative).with_suffix(".py").is_file() or (ours / relative / "__init__.py").is_file()):
+        return
+    raise BadInput(f"model spec {spec!r} names the toolkit's module by its former top-level name; it is "
+                   f"installed only as interp.{module_name} now. Use 'interp.{module_name}:{attr}'.")
 
 
 def could_load(text: str) -> bool:
@@ -43,6 +67,8 @@ def check_spec(text: str | os.PathLike | None) -> None:
     if not text.strip():  # an unset shell variable must not mean "the current folder" or the default model
         raise BadInput(f"the model spec is empty ({text!r}); pass a built-in name (e.g. toy-induction), a checkpoint "
                        "path, package.module:factory or a Hugging Face folder. Is a shell variable unset?")
+    if FACTORY.match(text):
+        check_former_name(text)
     if could_load(text):
         return
     close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)

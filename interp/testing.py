@@ -1,6 +1,6 @@
 """Assertions for users' own test suites (and, below, a pytest plugin for claims files).
 
-`assert_causal(model)` runs `analyses.leakage.audit` and raises an AssertionError that says
+`assert_causal(model)` runs `interp.analyses.leakage.audit` and raises an AssertionError that says
 where the leak enters and how large it is; `assert_bidirectional_padding_inert(encoder)` is the
 encoders' counterpart (bidirectional by design, padding inert, examples unmixed). This module is loaded by pytest as a plugin
 (entry point `interp_claims`), so it imports nothing heavy at import time.
@@ -38,7 +38,7 @@ def _leak_message(report: Any) -> str:
     table = report.table
     import pandas as pd
 
-    from analyses.leakage import above_threshold, describe_row
+    from interp.analyses.leakage import above_threshold, describe_row
 
     worst = table[above_threshold(table, report.tol) & (table["method"] != "pattern")]
     if not report.bidirectional or "padding" in report.leaks:
@@ -50,7 +50,7 @@ def _leak_message(report: Any) -> str:
         shown = pd.concat([ranked.drop_duplicates("method"), ranked]).drop_duplicates().head(6)
         for _, row in shown.iterrows():
             lines.append(f"  {describe_row(row)}")
-    lines.append("Full report: analyses.leakage.audit(model) (print it, or .to_json()).")
+    lines.append("Full report: interp.analyses.leakage.audit(model) (print it, or .to_json()).")
     return "\n".join(lines)
 
 
@@ -58,11 +58,11 @@ def assert_causal(model: Any, **audit_kwargs: Any):
     """Raise an AssertionError unless `model` is causal (no position reads a later token, no
     example reads another, padding is inert); return the `LeakageReport` otherwise.
 
-    Keyword arguments go to `analyses.leakage.audit` (max_len, vocab_size, tol, lengths, ...). The model
-    is expected to be causal unless it declares itself an encoder (`analyses.leakage.declaration`): what its
+    Keyword arguments go to `interp.analyses.leakage.audit` (max_len, vocab_size, tol, lengths, ...). The model
+    is expected to be causal unless it declares itself an encoder (`interp.analyses.leakage.declaration`): what its
     attention calls look like excuses nothing. The message names the line of code where each leak appears.
     """
-    from analyses.leakage import audit
+    from interp.analyses.leakage import audit
 
     report = audit(model, **audit_kwargs)
     if not report.causal:
@@ -79,7 +79,7 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
     declare itself an encoder (a HookedEncoder, a Hugging Face encoder config) or the caller must, with
     `bidirectional=True`.
     """
-    from analyses.leakage import audit
+    from interp.analyses.leakage import audit
 
     report = audit(model, **audit_kwargs)
     if not report.bidirectional:
@@ -109,7 +109,7 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
 #
 # `read_claims(path)` parses one (errors give FILE:LINE:COLUMN); `run_claims(model, file)` tests
 # every claim of the file at once (one Benjamini-Hochberg correction over the file) and returns
-# one row per claim with `expect` and `passed`; both live in `analyses.registry`, with the claim
+# one row per claim with `expect` and `passed`; both live in `interp.analyses.registry`, with the claim
 # kinds they accept, and are re-exported here. As a pytest plugin (entry point `pytest11`,
 # name `interp_claims`), files named `claims*.toml` or `*.claims.toml` become test files with
 # one item per claim; an item fails with the verdict's reasons. The model comes from
@@ -117,11 +117,11 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
 
 import fnmatch as _fnmatch
 
-from analyses.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
+from interp.analyses.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-# the claim kinds moved to analyses.registry; the old names here still work, with a DeprecationWarning
+# the claim kinds moved to interp.analyses.registry; the old names here still work, with a DeprecationWarning
 _MOVED_TO_REGISTRY = ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds")
 
 
@@ -129,9 +129,9 @@ def __getattr__(name: str):
     if name in _MOVED_TO_REGISTRY:
         import warnings
 
-        from analyses import registry
+        from interp.analyses import registry
 
-        warnings.warn(f"interp.testing.{name} moved to analyses.registry.{name}", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"interp.testing.{name} moved to interp.analyses.registry.{name}", DeprecationWarning, stacklevel=2)
         return getattr(registry, name)
     raise AttributeError(f"module 'interp.testing' has no attribute {name!r}")
 def claim_failure_message(row) -> str:

@@ -5,8 +5,8 @@ import warnings
 # warns "IProgress not found" in every notebook, though no tqdm bar is ever drawn here (bars are rich's)
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from models.config import EncoderConfig, GPTConfig
-from models.encoder import HookedEncoder
-from models.gpt import HookedGPT
+from interp.models.config import EncoderConfig, GPTConfig
+from interp.models.encoder import HookedEncoder
+from interp.models.gpt import HookedGPT
 
 __all__ = ["GPTConfig", "EncoderConfig", "HookedGPT", "HookedEncoder"]

@@ -23,7 +23,7 @@ from torch import nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from models.config import EncoderConfig, GPTConfig
+from interp.models.config import EncoderConfig, GPTConfig
 
 
 class CachingRoot(HookedRootModule):

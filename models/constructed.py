@@ -2,7 +2,7 @@
 
 They are the ground truth the toolkit's analyses are tested against: a claim about a head of
 one of these models has a right answer. Every factory returns a `HookedGPT` (so
-`interp.load("models.constructed:induction_circuit")` works) carrying two attributes:
+`interp.load("interp.models.constructed:induction_circuit")` works) carrying two attributes:
 
 - `model.truth`: the role of every head, e.g. `{"L0H0": "previous_token", "L1H0": "induction"}`
   (roles are the values of `HeadRole`);
@@ -39,8 +39,8 @@ from typing import Literal, get_args
 
 import torch
 
-from models.config import GPTConfig
-from models.gpt import HookedGPT
+from interp.models.config import GPTConfig
+from interp.models.gpt import HookedGPT
 
 HeadRole = Literal[
     "previous_token",  # all weight on query - 1 (query 0: on itself, the only key)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from transformer_lens.hook_points import HookPoint
 
-from models.components import LayerNorm, MLMHead, TokenTypeEmbed, Unembed
-from models.config import EncoderConfig, GPTConfig
-from models.gpt import HookedGPT, ReturnType
+from interp.models.components import LayerNorm, MLMHead, TokenTypeEmbed, Unembed
+from interp.models.config import EncoderConfig, GPTConfig
+from interp.models.gpt import HookedGPT, ReturnType
 
 
 class HookedEncoder(HookedGPT):

@@ -2,14 +2,14 @@
 
 Built on `transformer_lens.HookedRootModule`, so `run_with_cache`, `run_with_hooks`,
 `hooks()`, `ActivationCache`, `head_detector` and `patching` work on it unchanged.
-Hook names per layer `l` (shapes in the comments of `models.components`):
+Hook names per layer `l` (shapes in the comments of `interp.models.components`):
 `blocks.{l}.hook_resid_pre`, `blocks.{l}.attn.hook_q|hook_k|hook_v`, `hook_attn_scores`,
 `hook_pattern`, `hook_z`, `hook_result`, `blocks.{l}.hook_attn_out`, `blocks.{l}.hook_resid_mid`,
 `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`; plus `hook_embed`, `hook_pos_embed`.
-Variants (converted Hugging Face models, `models.convert`) add only what their components need:
+Variants (converted Hugging Face models, `interp.models.convert`) add only what their components need:
 `blocks.{l}.mlp.hook_pre_linear` (gated MLP), no `hook_pos_embed` (rotary), no `hook_resid_mid`
 (parallel attention + MLP); `hook_k` / `hook_v` carry the key/value heads under grouped-query
-attention (see `models.components.Attention`).
+attention (see `interp.models.components.Attention`).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
+from interp.models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
                                make_norm)
-from models.config import GPTConfig
+from interp.models.config import GPTConfig
 
 ReturnType = Literal["logits", "loss", "both", None]
 FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
@@ -38,7 +38,7 @@ class HookedGPT(CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
     config_class = GPTConfig
-    # set by the loaders (models.io, models.nanogpt, models.constructed); absent on a model built from a config
+    # set by the loaders (interp.models.io, interp.models.nanogpt, interp.models.constructed); absent on a model built from a config
     metadata: dict[str, Any]  # how the model was made
     load_notes: list[str]  # what loading an older checkpoint adjusted
     truth: dict[str, str]  # a constructed model's head roles, e.g. {"L0H0": "previous_token"}

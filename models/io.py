@@ -24,10 +24,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from models.config import EncoderConfig, GPTConfig
-from models.encoder import HookedEncoder
-from models.files import write_atomic
-from models.gpt import HookedGPT
+from interp.models.config import EncoderConfig, GPTConfig
+from interp.models.encoder import HookedEncoder
+from interp.models.files import write_atomic
+from interp.models.gpt import HookedGPT
 
 ARCHITECTURES = {"GPTConfig": (GPTConfig, HookedGPT), "EncoderConfig": (EncoderConfig, HookedEncoder)}
 CONFIG_KEY = "interp.config"  # safetensors metadata: the config the weights were saved with (canonical JSON)
@@ -127,7 +127,7 @@ def _check_state(state: dict[str, torch.Tensor], expected: dict[str, torch.Tenso
         raise CheckpointError(
             f"checkpoint {weights_path.name} does not match its config {config_path.name}: "
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shapes {wrong_shape[:5]}. "
-            "Re-save the model with models.io.save_checkpoint, or fix the config."
+            "Re-save the model with interp.models.io.save_checkpoint, or fix the config."
         )
     integer = [f"{k} ({state[k].dtype})" for k, v in expected.items()
                if v.dtype.is_floating_point and not state[k].dtype.is_floating_point]

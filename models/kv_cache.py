@@ -5,9 +5,9 @@ the new position alone (so a norm or mixer that looked across positions would se
 one) and attention reads the cached keys and values of earlier positions, with no mask to get
 wrong. For a correct causal model it equals the full forward up to float rounding; where the
 full forward reads later tokens, the two differ. The leakage audit compares them
-(`analyses.leakage_fast`), at the cost of about one forward instead of T forwards of prefixes.
+(`interp.analyses.leakage_fast`), at the cost of about one forward instead of T forwards of prefixes.
 
-Supported: exactly `HookedGPT` built from `models.components` blocks (LayerNorm or no norm,
+Supported: exactly `HookedGPT` built from `interp.models.components` blocks (LayerNorm or no norm,
 learned or rotary positions, grouped-query attention, MLP or attention-only, pre-norm and
 sequential; no sliding window). `supports_incremental(model)` says so;
 anything else (subclasses, replaced modules) is not claimed.
@@ -20,12 +20,12 @@ import einops
 import torch
 from torch import nn
 
-from models import components
-from models.components import MLP, Attention, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
+from interp.models import components
+from interp.models.components import MLP, Attention, Embed, LayerNorm, PosEmbed, TransformerBlock, Unembed
 
 # attention classes whose project_qkv / per_query_head / W_O / b_O / scale this path reuses
 ATTENTION_CLASSES = tuple(c for c in (Attention, getattr(components, "GroupedQueryAttention", None)) if c is not None)
-from models.gpt import HookedGPT
+from interp.models.gpt import HookedGPT
 
 
 def supports_incremental(model: nn.Module) -> bool:
@@ -82,7 +82,7 @@ def _attend(attn: Attention, x: torch.Tensor, position: int, cache: _Cache, n_po
 def incremental_outputs(model: HookedGPT, tokens: torch.Tensor) -> Generator[torch.Tensor, None, None]:
     """Logits (batch, d_vocab) of each position t = 0..T-1 in turn, computed from tokens[:, :t + 1] only."""
     if not supports_incremental(model):
-        raise TypeError(f"{type(model).__name__} has no incremental path here; see models.kv_cache.supports_incremental.")
+        raise TypeError(f"{type(model).__name__} has no incremental path here; see interp.models.kv_cache.supports_incremental.")
     tokens = model.check_tokens(tokens)
     n_pos = tokens.shape[1]
     caches = [_Cache() for _ in model.blocks]

@@ -19,8 +19,8 @@ from typing import Any, Literal, Mapping, overload
 import einops
 import torch
 
-from models.config import GPTConfig
-from models.gpt import HookedGPT
+from interp.models.config import GPTConfig
+from interp.models.gpt import HookedGPT
 
 REQUIRED_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 _COMPILED_PREFIX = "_orig_mod."

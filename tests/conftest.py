@@ -10,13 +10,13 @@ torch.set_num_threads(int(os.environ.get("INTERP_TEST_THREADS", "1")))
 
 @pytest.fixture(scope="module")
 def tiny_gpt():
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     return HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, seed=0)).eval()
 
 
 @pytest.fixture(scope="module")
 def tiny_encoder():
-    from models import EncoderConfig, HookedEncoder
+    from interp.models import EncoderConfig, HookedEncoder
 
     return HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, seed=0)).eval()

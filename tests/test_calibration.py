@@ -16,11 +16,11 @@ import math
 import pandas as pd
 import pytest
 
-from analyses import head_claims as hc
+from interp.analyses import head_claims as hc
 from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
 from interp.data import repeated_tokens
-from models import HookedGPT
-from models.train import toy_induction_config
+from interp.models import HookedGPT
+from interp.models.train import toy_induction_config
 
 ALPHA = 0.05
 SEEDS = (0, 1, 2, 3, 4)

@@ -104,7 +104,7 @@ def test_head_and_layer_flags():
 
 
 def test_build_prompts_follows_the_models_bos_and_context():
-    from models.constructed import induction_circuit
+    from interp.models.constructed import induction_circuit
 
     model = induction_circuit(n_ctx=32)
     prompts = build_prompts(model, PromptSpec(n=4, seed=1))
@@ -115,7 +115,7 @@ def test_build_prompts_follows_the_models_bos_and_context():
 
 
 def test_json_prompt_file(tmp_path):
-    from models.constructed import induction_circuit
+    from interp.models.constructed import induction_circuit
 
     path = tmp_path / "prompts.json"
     path.write_text("[[1, 2, 3], [4, 5]]")
@@ -131,10 +131,10 @@ def test_json_prompt_file(tmp_path):
 
 
 def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
-    result = run_cli("heads", "models.constructed:induction_circuit", "--n", "12", "--json", "-")
+    result = run_cli("heads", "interp.models.constructed:induction_circuit", "--n", "12", "--json", "-")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["command"] == "heads" and document["model"] == "models.constructed:induction_circuit"
+    assert document["command"] == "heads" and document["model"] == "interp.models.constructed:induction_circuit"
     rows = {row["label"]: row for row in document["result"]["heads"]}
     assert all(type(row["layer"]) is int and type(row["head"]) is int for row in rows.values())
     assert rows["L0H0"]["prev_token"] == pytest.approx(1.0, abs=1e-6)
@@ -145,7 +145,7 @@ def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
 
 
 def test_heads_selection_narrows_rows(capsys):
-    assert cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "--heads", "L1H0,L0H0", "-q",
+    assert cli.main(["heads", "interp.models.constructed:induction_circuit", "--n", "8", "--heads", "L1H0,L0H0", "-q",
                      "--json", "-"]) == 0
     rows = json.loads(capsys.readouterr().out)["result"]["heads"]
     assert [r["label"] for r in rows] == ["L0H0", "L1H0"]
@@ -177,14 +177,14 @@ def test_verify_table_prints_layers_as_integers(checkpoint, capsys):
 
 def test_verify_exit_1_when_a_check_fails(capsys):
     # the constructed heads are saturated (score gap 40): noise on q or k moves nothing, which verify reports
-    assert cli.main(["verify", "models.constructed:induction_circuit", "-q"]) == 1
+    assert cli.main(["verify", "interp.models.constructed:induction_circuit", "-q"]) == 1
     assert "checks passed" in capsys.readouterr().out
 
 
 def test_json_to_an_unwritable_place_is_an_input_error(tmp_path, capsys):
     target = tmp_path / "file"
     target.write_text("x")
-    code = cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "-q", "--json", str(target / "out.json")])
+    code = cli.main(["heads", "interp.models.constructed:induction_circuit", "--n", "8", "-q", "--json", str(target / "out.json")])
     assert code == 2
     assert "cannot write JSON" in capsys.readouterr().err
 
@@ -196,7 +196,7 @@ def test_json_to_an_unwritable_place_is_an_input_error(tmp_path, capsys):
 def zoo_specs(tmp_path, monkeypatch):
     """`package.module:factory` specs for a correct and a leaky zoo model (zoo factories take a seed)."""
     (tmp_path / "zoo_specs.py").write_text(
-        "from models.zoo import ZOO\n"
+        "from interp.models.zoo import ZOO\n"
         "def correct():\n    return ZOO['masked_fill'].build(0)\n"
         "def leaky():\n    return ZOO['off_by_one'].build(0)\n"
     )
@@ -221,13 +221,13 @@ def test_audit_leakage_exit_1_on_a_leak_with_json(zoo_specs, tmp_path, capsys):
 
 
 def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
-    assert cli.main(["audit-leakage", "models.constructed:induction_circuit", "--max-len", "4096", "-q"]) == 2
+    assert cli.main(["audit-leakage", "interp.models.constructed:induction_circuit", "--max-len", "4096", "-q"]) == 2
     err = capsys.readouterr().err
     assert "exceeds the model's context" in err and "Traceback" not in err
 
 
 def test_scan_json_lists_verdicts_for_every_head(capsys):
-    assert cli.main(["scan", "models.constructed:induction_circuit", "--n", "24", "-q", "--json", "-"]) == 0
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "24", "-q", "--json", "-"]) == 0
     result = json.loads(capsys.readouterr().out)["result"]
     rows = result["claims"]
     assert result["shown"] == "all" and result["n_hidden"] == 0 and sum(result["counts"].values()) == len(rows)
@@ -239,8 +239,8 @@ def test_scan_json_lists_verdicts_for_every_head(capsys):
 
 def test_train_passes_its_arguments_through(capsys):
     assert cli.main(["train", "--", "--help"]) == 0
-    assert "python -m models.train" in capsys.readouterr().out
-    assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # models.train's own usage error
+    assert "python -m interp.models.train" in capsys.readouterr().out
+    assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # interp.models.train's own usage error
 
 
 def test_demo_reports_on_the_embedded_default_and_replaces_its_own_report(tmp_path, capsys):
@@ -294,7 +294,7 @@ def test_scan_footer_counts_what_supported_only_hides():
 
 
 def test_scan_supported_only_reports_the_hidden_claims(capsys):
-    assert cli.main(["scan", "models.constructed:induction_circuit", "--n", "24", "--supported-only", "--json", "-"]) == 0
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "24", "--supported-only", "--json", "-"]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)["result"]
     assert result["shown"] == "supported" and all(r["verdict"] == "supported" for r in result["claims"])
@@ -322,7 +322,7 @@ def test_headers_break_only_at_underscores_and_hidden_columns_are_counted():
 @pytest.mark.parametrize("width", [80, 120])
 def test_heads_table_fits_the_terminal_without_breaking_words(width, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", str(width))
-    assert cli.main(["heads", "models.constructed:induction_circuit", "--n", "8", "-q"]) == 0
+    assert cli.main(["heads", "interp.models.constructed:induction_circuit", "--n", "8", "-q"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= width
@@ -340,10 +340,10 @@ def test_heads_table_fits_the_terminal_without_breaking_words(width, monkeypatch
 def test_report_progress_covers_rendering_and_writing(tmp_path):
     """The report's stages run in one bar that ends after the files are in place (it said "done" before
     plotting and HTML, a third of the time, had started)."""
-    from analyses import report
+    from interp.analyses import report
     from interp.progress import Stages
     from interp.specs import PromptSpec
-    from models.constructed import induction_circuit
+    from interp.models.constructed import induction_circuit
 
     stages = Stages([], enabled=False)
     result = report.build_report(induction_circuit(), tmp_path / "r", prompt_spec=PromptSpec(n=12), progress=stages)

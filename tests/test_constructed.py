@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from models.constructed import (
+from interp.models.constructed import (
     HEAD_ROLES,
     LOCAL_WINDOW,
     fixed_offset_copier,

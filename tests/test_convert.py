@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from interp import verify_hooks  # noqa: E402
-from models.convert import ConversionError, UnsupportedArchitecture, convert_folder, convert_model  # noqa: E402
+from interp.models.convert import ConversionError, UnsupportedArchitecture, convert_folder, convert_model  # noqa: E402
 
 TOL = 1e-4
 VOCAB, N_CTX, N_POS = 50, 32, 10
@@ -189,7 +189,7 @@ def test_grouped_query_hooks_carry_key_value_heads(case):
 
 
 def test_leakage_audit_calls_causal_models_causal_and_encoders_bidirectional(pair):
-    from analyses import leakage
+    from interp.analyses import leakage
 
     case, _, model = pair
     report = leakage.audit(model, max_len=8, n_prompts=1, draws=1, max_cuts=4, gradient_len=8, localise_leaks=False)
@@ -281,7 +281,7 @@ def test_converted_model_saves_and_loads_bit_exactly(case, tmp_path):
 
 
 def test_variant_configs_refuse_impossible_settings():
-    from models import GPTConfig
+    from interp.models import GPTConfig
 
     with pytest.raises(ValueError, match="n_key_value_heads=3 must be a positive divisor of n_heads=4"):
         GPTConfig(n_heads=4, d_model=32, n_key_value_heads=3)
@@ -292,7 +292,7 @@ def test_variant_configs_refuse_impossible_settings():
 
 
 def test_grouped_key_value_weights_are_stored_once_and_read_per_query_head():
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     model = HookedGPT(GPTConfig(n_layers=1, n_heads=6, d_model=24, n_key_value_heads=2, d_vocab=20, n_ctx=8,
                                 positional_embedding_type="rotary", seed=0)).eval()
@@ -323,7 +323,7 @@ def test_roberta_positions_match_hugging_face_own_defaults():
 
 def test_llama3_rope_scaling_matters_in_its_case():
     """Without the NTK-by-parts frequencies the llama3 case would not match: its test checks them."""
-    from models.components import rotary_frequencies
+    from interp.models.components import rotary_frequencies
 
     hf, model = _build("llama3-rope-scaling-gqa")
     tokens = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1))
@@ -386,7 +386,7 @@ if __name__ == "__main__":  # PYTHONPATH=. python tests/test_convert.py: the fig
 def test_importance_resumed_equals_the_full_hooked_forward(make):
     """The ablation engine resumes from cached residuals only where the block layout allows it;
     post-norm and parallel blocks must give what the hooked full forward gives."""
-    from analyses import redundancy
+    from interp.analyses import redundancy
     from interp.data import random_tokens
 
     model = convert_model(_randomise(make(), seed=3).eval())

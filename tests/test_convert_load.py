@@ -9,7 +9,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import models.convert  # noqa: E402
+import interp.models.convert  # noqa: E402
 from interp.errors import BadInput, CheckpointError  # noqa: E402
 from interp.loading import load  # noqa: E402
 
@@ -98,8 +98,8 @@ def test_unsupported_field_names_field_and_value(tmp_path):
 def test_unknown_field_with_a_non_default_value_is_refused():
     config = transformers.GPT2Config(vocab_size=40, n_positions=16, n_embd=12, n_layer=1, n_head=3)
     config.my_custom_switch = True
-    with pytest.raises(models.convert.ConversionError, match="my_custom_switch=True"):
-        models.convert.convert(config, {}, "GPT2LMHeadModel")
+    with pytest.raises(interp.models.convert.ConversionError, match="my_custom_switch=True"):
+        interp.models.convert.convert(config, {}, "GPT2LMHeadModel")
 
 
 def test_unsupported_architecture_native_names_the_supported_ones(tmp_path):
@@ -143,9 +143,9 @@ def test_cli_backend_flag_and_exit_code(tmp_path, gpt2_folder):
 
 
 def test_every_supported_field_is_in_the_module_docstring():
-    from models.convert import bert, gpt2, llama, neox
+    from interp.models.convert import bert, gpt2, llama, neox
 
-    doc = models.convert.__doc__
+    doc = interp.models.convert.__doc__
     tables = [gpt2.FIELDS, gpt2.ACCEPTED, neox.FIELDS, llama.FIELDS, *llama.FAMILY_FIELDS.values(), bert.FIELDS,
               bert.ACCEPTED]
     missing = [name for table in tables for name in table if f"`{name}`" not in doc]
@@ -167,11 +167,11 @@ def test_llama_folder_without_tokenizer_loads(tmp_path):
 def test_a_bert_decoder_or_cross_attention_is_not_converted_as_an_encoder():
     config = transformers.BertConfig(vocab_size=40, hidden_size=12, num_hidden_layers=1, num_attention_heads=3,
                                      intermediate_size=16, is_decoder=True)
-    with pytest.raises(models.convert.UnsupportedField, match="is_decoder=True"):
-        models.convert.convert(config, {}, "BertModel")
+    with pytest.raises(interp.models.convert.UnsupportedField, match="is_decoder=True"):
+        interp.models.convert.convert(config, {}, "BertModel")
     config = transformers.GPT2Config(vocab_size=40, n_positions=16, n_embd=12, n_layer=1, n_head=3, add_cross_attention=True)
-    with pytest.raises(models.convert.UnsupportedField, match="add_cross_attention=True"):
-        models.convert.convert(config, {}, "GPT2LMHeadModel")
+    with pytest.raises(interp.models.convert.UnsupportedField, match="add_cross_attention=True"):
+        interp.models.convert.convert(config, {}, "GPT2LMHeadModel")
 
 
 # config.json files shaped like published checkpoints (fields as older transformers wrote them)
@@ -208,7 +208,7 @@ PUBLISHED_CONFIGS = {
 def test_configs_shaped_like_published_checkpoints_convert(name):
     class_name, fields, expected = PUBLISHED_CONFIGS[name]
     hf_config = getattr(transformers, class_name).from_dict(fields)
-    architecture = models.convert.architecture_of(hf_config)
-    family = models.convert.ARCHITECTURES[architecture][1]
+    architecture = interp.models.convert.architecture_of(hf_config)
+    family = interp.models.convert.ARCHITECTURES[architecture][1]
     cfg = family.config(hf_config, architecture)
     assert {k: getattr(cfg, k) for k in expected} == expected

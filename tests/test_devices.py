@@ -1,4 +1,4 @@
-"""`device=` / `dtype=` on the analyses outside `analyses.redundancy` (its own are in test_redundancy.py).
+"""`device=` / `dtype=` on the analyses outside `interp.analyses.redundancy` (its own are in test_redundancy.py).
 
 Every entry point moves a copy of the model through `interp.launch.move`: the numbers in bfloat16
 are those of a copy cast by hand, close to float32's within the tolerances below, the caller's
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from analyses import head_claims as hc
-from analyses import induction, leakage, positional, report
+from interp.analyses import head_claims as hc
+from interp.analyses import induction, leakage, positional, report
 from interp import claims as interp_claims
 from interp.data import repeated_tokens
 from interp.errors import BadInput
-from models.zoo import build
+from interp.models.zoo import build
 
 BF16_WEIGHT_ATOL = 5e-3  # attention weights and rates, mean distance (in positions): bfloat16 vs float32 on tiny_gpt (7e-4 seen)
 BF16_COPYING_ATOL = 1e-2  # OV eigenvalue copying score in [-1, 1] (1e-3 seen)

@@ -20,7 +20,7 @@ D_VOCAB = 40
 
 
 def _model():
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     return HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=D_VOCAB, n_ctx=64, seed=0)).eval()
 
@@ -28,10 +28,10 @@ def _model():
 def every_analysis() -> dict[str, pd.DataFrame]:
     """Every sharded analysis on a tiny model, small batches so each rank runs several
     (18 prompts in batches of 4: 5 batches, split 2 / 3 between two ranks)."""
-    from analyses import head_claims as hc
-    from analyses import induction, positional, redundancy, report
+    from interp.analyses import head_claims as hc
+    from interp.analyses import induction, positional, redundancy, report
     from interp.claims import test_claims
-    from models.constructed import induction_circuit
+    from interp.models.constructed import induction_circuit
 
     torch.set_num_threads(1)
     model = _model()
@@ -55,8 +55,8 @@ def every_analysis() -> dict[str, pd.DataFrame]:
     claim_prompts = repeated_tokens(18, 12, 31, bos=31, seed=1)
     table = test_claims(circuit, claims, claim_prompts, batch_size=4)
     out["claims"] = table.drop(columns=[c for c in ("evidence",) if c in table.columns])
-    from analyses import leakage
-    from models.zoo import build
+    from interp.analyses import leakage
+    from interp.models.zoo import build
 
     for name in ("hooked_gpt", "single_pair"):
         audit = leakage.audit(build(name), max_len=16, localise_leaks=False)
@@ -69,7 +69,7 @@ def every_analysis() -> dict[str, pd.DataFrame]:
 def _second_order_compensation_pruning(model, prompts) -> dict:
     """second_order, compensation (resample: keyed draws; and one batch, so rank 0 has no prompts) and the
     pruning curve; `work`: how many prompts went through the model's embedding on this rank, per analysis."""
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     seen: list[int] = []
     handle = model.embed.register_forward_hook(lambda module, args, output: seen.append(output.shape[0]))
@@ -311,7 +311,7 @@ def test_move_copies_only_when_asked_and_needed():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_positional_on_gpu_equals_cpu():
-    from analyses.positional import focus_per_prompt
+    from interp.analyses.positional import focus_per_prompt
 
     prompts = repeated_tokens(12, 8, D_VOCAB, seed=3)
     cpu = focus_per_prompt(_model(), prompts, batch_size=4)
@@ -321,7 +321,7 @@ def test_positional_on_gpu_equals_cpu():
 
 
 def _nccl_focus():
-    from analyses.positional import focus_per_prompt
+    from interp.analyses.positional import focus_per_prompt
 
     return focus_per_prompt(_model().cuda(), repeated_tokens(12, 8, D_VOCAB, seed=3), batch_size=4)
 
@@ -329,7 +329,7 @@ def _nccl_focus():
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_nccl_two_gpus_equal_one_cpu_process():
-    from analyses.positional import focus_per_prompt
+    from interp.analyses.positional import focus_per_prompt
 
     ranks = distributed.spawn_local(_nccl_focus, workers=2, backend="nccl", return_all=True, timeout_s=300)
     cpu = focus_per_prompt(_model(), repeated_tokens(12, 8, D_VOCAB, seed=3), batch_size=4)

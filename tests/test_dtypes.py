@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analyses import leakage
+from interp.analyses import leakage
 from interp.verify import TOLERANCES, verify_hooks
-from models import GPTConfig, HookedGPT
-from models.zoo import build
+from interp.models import GPTConfig, HookedGPT
+from interp.models.zoo import build
 
 
 def _gpt(dtype: torch.dtype) -> HookedGPT:

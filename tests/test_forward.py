@@ -9,8 +9,8 @@ from interp.behaviour import next_token_mask, next_token_weights
 from interp.capture import can_stop_early, stop_after
 from interp.data import PromptSet, random_tokens
 from interp.errors import BadType
-from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
-from models.gpt import masked_next_token_loss, next_token_cross_entropy
+from interp.models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
+from interp.models.gpt import masked_next_token_loss, next_token_cross_entropy
 
 SMALL = dict(n_layers=3, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, seed=0)
 
@@ -188,7 +188,7 @@ def test_one_function_says_whether_a_forward_can_stop_early():
 
 
 def test_the_old_engine_name_still_works_with_a_deprecation_warning():
-    from analyses import redundancy
+    from interp.analyses import redundancy
 
     with pytest.warns(DeprecationWarning, match="interp.ablation"):
         assert redundancy.AblationEngine is AblationEngine

@@ -155,7 +155,7 @@ if batch:  # every analysis batches through these two
     data.PromptSet.batches = lambda self, size: plain(self, batch)
     distributed.Shard.batches = lambda self, size: sharded(self, batch)
 import interp
-from analyses import report
+from interp.analyses import report
 from interp.specs import build_prompts
 model = interp.load("toy-induction")
 prompts = build_prompts(model, report.default_prompt_spec(model, 0), default_n=report.DEFAULT_N)

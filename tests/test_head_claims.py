@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from analyses import head_claims as hc
-from analyses.positional import focus_per_prompt
+from interp.analyses import head_claims as hc
+from interp.analyses.positional import focus_per_prompt
 from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
-from models.constructed import fixed_offset_copier, induction_circuit, pattern_heads
+from interp.models.constructed import fixed_offset_copier, induction_circuit, pattern_heads
 
 D_VOCAB, N_CTX, PREFIX = 32, 64, 12
 BOS = D_VOCAB - 1
@@ -266,10 +266,10 @@ TOY = Path(__file__).resolve().parent.parent / "models" / "checkpoints" / "toy-i
 
 @pytest.fixture(scope="module")
 def toy():
-    from models.io import checkpoint_paths, load_checkpoint
+    from interp.models.io import checkpoint_paths, load_checkpoint
 
     if not checkpoint_paths(TOY)[0].exists():
-        pytest.skip(f"{TOY}.safetensors is not built yet (python -m models.train --task induction --seed 0 --out {TOY})")
+        pytest.skip(f"{TOY}.safetensors is not built yet (python -m interp.models.train --task induction --seed 0 --out {TOY})")
     model = load_checkpoint(TOY)
     roles = model.metadata.get("head_roles", {})
     prev = [parse_label(h) for h in roles.get("previous_token_heads", [])]

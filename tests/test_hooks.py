@@ -8,7 +8,7 @@ from transformer_lens.hook_points import HookPoint
 from interp import hooks as hooks_module
 from interp.hooks import AttentionSite, attention_sites, check_hook_names, hooked, live_hooks, register_site_finder
 from interp.mha import hook_attention
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 ALL_ROLES = ("q", "k", "v", "attn_scores", "pattern", "z", "result")
 

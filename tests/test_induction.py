@@ -1,14 +1,14 @@
-"""analyses.induction: known answers on a hand-set induction circuit, agreement with TransformerLens."""
+"""interp.analyses.induction: known answers on a hand-set induction circuit, agreement with TransformerLens."""
 from dataclasses import replace
 
 import pytest
 import torch
 from transformer_lens.head_detector import detect_head
 
-from analyses.induction import NoRepeats, copying_scores, repeat_queries, scores, scores_per_prompt
+from interp.analyses.induction import NoRepeats, copying_scores, repeat_queries, scores, scores_per_prompt
 from interp.data import PromptSet, repeated_tokens
-from models import GPTConfig, HookedGPT
-from models.constructed import fixed_offset_copier, induction_circuit
+from interp.models import GPTConfig, HookedGPT
+from interp.models.constructed import fixed_offset_copier, induction_circuit
 
 D_VOCAB, N_CTX = 24, 64
 

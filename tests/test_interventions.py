@@ -20,8 +20,8 @@ from interp.interventions import (
     substitute_pattern,
     uniform_pattern,
 )
-from models import HookedGPT
-from models.constructed import redundant_pair, single_head
+from interp.models import HookedGPT
+from interp.models.constructed import redundant_pair, single_head
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,7 @@ def test_redundant_pair_ablations():
 
 
 def test_substitution_reads_masked_keys_from_scores_even_for_a_one_hot_head():
-    from models.constructed import single_head
+    from interp.models.constructed import single_head
 
     model = single_head("previous_token")
     with torch.no_grad():

@@ -153,7 +153,7 @@ def test_cli_names_the_line(case, on_path, tmp_path):
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if not c.flags])
 def test_python_api_verdict(case, on_path, capsys):
-    from analyses import leakage
+    from interp.analyses import leakage
 
     module, factory = case.spec.split(":")
     report = leakage.audit(getattr(importlib.import_module(module), factory)())
@@ -233,7 +233,7 @@ def test_mutant_origin(name, mutant_folder, on_path, monkeypatch, tmp_path):
 @pytest.mark.parametrize("name", _mutant_params())
 def test_mutant_python_api(name, mutant_folder, monkeypatch, capsys):
     """The judgement checked with the API: leaking mutants leak, equivalent ones are causal, broken ones refused."""
-    from analyses import leakage
+    from interp.analyses import leakage
     from interp.errors import exit_code_for
 
     folder, made = mutant_folder

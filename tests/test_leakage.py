@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from analyses.leakage import (
+from interp.analyses.leakage import (
     METHODS,
     SPREAD_FLOOR,
     _scale,
@@ -28,8 +28,8 @@ from analyses.leakage import (
 )
 from interp.errors import ModelError
 from interp.testing import assert_causal
-from models import GPTConfig, HookedGPT
-from models.zoo import SINGLE_PAIR, ZOO, build
+from interp.models import GPTConfig, HookedGPT
+from interp.models.zoo import SINGLE_PAIR, ZOO, build
 
 SEEDS = (0, 1, 2)
 

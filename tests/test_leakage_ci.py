@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from analyses import leakage, leakage_ci
-from analyses.leakage_methods import _accepts_attention_mask, declaration
+from interp.analyses import leakage, leakage_ci
+from interp.analyses.leakage_methods import _accepts_attention_mask, declaration
 from interp import cli
 from interp.sdpa import hook_sdpa
-from models import zoo
+from interp.models import zoo
 
 GPT_SOURCE = '''
 import os
@@ -304,7 +304,7 @@ def test_assert_causal_names_the_line_and_the_way_out(userpkg):
 
 
 def test_the_report_follows_the_same_declaration(userpkg):
-    from analyses import report
+    from interp.analyses import report
 
     import interp
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from analyses import leakage, leakage_fast
+from interp.analyses import leakage, leakage_fast
 from interp.specnames import check_spec, could_load
-from models import GPTConfig, HookedGPT
-from models.kv_cache import incremental_outputs, supports_incremental
-from models.zoo import build
+from interp.models import GPTConfig, HookedGPT
+from interp.models.kv_cache import incremental_outputs, supports_incremental
+from interp.models.zoo import build
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """The leakage audit's typed results and stages: the all-ones-mask run is a column, the verdict's
-wording lives in analyses.leakage once, every renderer reads the object, and the layers do not cycle."""
+wording lives in interp.analyses.leakage once, every renderer reads the object, and the layers do not cycle."""
 import ast
 import json
 import math
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses import leakage
-from analyses.leakage import (
+from interp.analyses import leakage
+from interp.analyses.leakage import (
     TABLE_COLUMNS,
     VERDICT_WORDS,
     AuditPlan,
@@ -26,7 +26,7 @@ from analyses.leakage import (
     run_methods,
 )
 from interp.testing import assert_causal
-from models.zoo import build
+from interp.models.zoo import build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,10 +89,10 @@ def test_headline_and_tone(verdict, leaks, expected):
 
 
 def test_cli_json_text_and_html_render_the_one_wording(monkeypatch):
-    """Change the wording in analyses.leakage: the CLI table, str(), the JSON and the HTML report follow."""
+    """Change the wording in interp.analyses.leakage: the CLI table, str(), the JSON and the HTML report follow."""
     from rich.console import Console
 
-    from analyses import report, report_html
+    from interp.analyses import report, report_html
     from interp.cli import _verdict_table
 
     monkeypatch.setitem(VERDICT_WORDS, "leak", "PLANTED WORDING ({leaks})")
@@ -133,7 +133,7 @@ def test_a_mask_only_leak_says_so_in_its_rows():
 def test_cli_json_of_a_leak_carries_the_headline_and_the_column(tmp_path, monkeypatch, capsys):
     from interp import cli
 
-    (tmp_path / "typed_specs.py").write_text("from models.zoo import ZOO\ndef fast():\n    return ZOO['mask_fast_path'].build(0)\n")
+    (tmp_path / "typed_specs.py").write_text("from interp.models.zoo import ZOO\ndef fast():\n    return ZOO['mask_fast_path'].build(0)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     target = tmp_path / "audit.json"
     assert cli.main(["audit-leakage", "typed_specs:fast", "--max-len", "8", "-q", "--json", str(target)]) == 1
@@ -212,9 +212,9 @@ def _imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("module, forbidden", [
-    ("leakage_types", {"analyses.leakage", "analyses.leakage_methods", "analyses.leakage_fast"}),
-    ("leakage_methods", {"analyses.leakage", "analyses.leakage_fast"}),
-    ("leakage_fast", {"analyses.leakage"}),
+    ("leakage_types", {"interp.analyses.leakage", "interp.analyses.leakage_methods", "interp.analyses.leakage_fast"}),
+    ("leakage_methods", {"interp.analyses.leakage", "interp.analyses.leakage_fast"}),
+    ("leakage_fast", {"interp.analyses.leakage"}),
 ])
 def test_the_leakage_layers_point_down(module, forbidden):
     imported = _imports(ROOT / "analyses" / f"{module}.py")

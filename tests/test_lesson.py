@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from interp.mha import hook_attention
-from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
+from interp.models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
 
 
 def lesson_model(causal: bool, n_ctx: int = 8) -> nn.Module:

@@ -12,7 +12,7 @@ import interp
 from interp import loading as load_module
 from interp.hooks import attention_sites
 from interp.loading import load, save
-from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
+from interp.models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
 
 
 @pytest.mark.parametrize("kind", ["gpt", "gpt_rotary", "encoder"])
@@ -87,7 +87,7 @@ def factory_module(tmp_path, monkeypatch):
     (tmp_path / "user_models_for_test.py").write_text(textwrap.dedent("""
         import torch
         from torch import nn
-        from models import GPTConfig, HookedGPT
+        from interp.models import GPTConfig, HookedGPT
 
         def tiny():
             return HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=30, n_ctx=12, seed=1))

@@ -6,7 +6,7 @@ import torch
 from transformer_lens import ActivationCache, head_detector, patching
 
 from interp.hooks import hooked, live_hooks
-from models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
+from interp.models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT
 
 BATCH, POS = 3, 10
 

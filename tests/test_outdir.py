@@ -103,7 +103,7 @@ def test_a_legacy_report_folder_is_all_foreign(tmp_path):
     """Before manifests nothing recorded what a report wrote: its files cannot be told from edits (issue 24 #2)."""
     out = tmp_path / "old"
     (out / "plots").mkdir(parents=True)
-    (out / outdir.LEGACY_MARKER).write_text("written by analyses.report")
+    (out / outdir.LEGACY_MARKER).write_text("written by interp.analyses.report")
     (out / "report.json").write_text(json.dumps({"files": ["heads.csv", "plots/L0H0.png"]}))
     (out / "heads.csv").write_text("x")
     (out / "plots" / "L0H0.png").write_text("png")

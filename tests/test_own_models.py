@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import interp
-from analyses.induction import copying_scores
+from interp.analyses.induction import copying_scores
 from interp import cli
 from interp.errors import CheckpointError
 from interp.hooks import attention_sites
 from interp.modelinfo import context_length, ov_weights, token_embedding, unembedding, vocab_size
 from interp.verify import verify_hooks
-from models import HookedGPT
-from models.nanogpt import from_nanogpt
+from interp.models import HookedGPT
+from interp.models.nanogpt import from_nanogpt
 from own_models import EncoderLM, NanoArgs, NanoStyleGPT
 
 
@@ -216,7 +216,7 @@ def test_unrecognised_attention_keeps_the_black_box_audit(capsys):
 
 
 def test_redundancy_checks_prompts_against_a_plain_models_vocabulary():
-    from analyses import redundancy
+    from interp.analyses import redundancy
     from interp.data import PromptSet, repeated_tokens
 
     model = interp.load(EncoderLM().eval())

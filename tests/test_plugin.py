@@ -7,17 +7,17 @@ import pytest
 
 # imported here, before any in-process pytester run: pytester restores sys.modules after each run,
 # and transformer_lens (through datasets/pyarrow) cannot be imported a second time in one process
-import analyses.head_claims  # noqa: F401
-import analyses.leakage  # noqa: F401
-import analyses.redundancy  # noqa: F401
+import interp.analyses.head_claims  # noqa: F401
+import interp.analyses.leakage  # noqa: F401
+import interp.analyses.redundancy  # noqa: F401
 import interp.loading  # noqa: F401
 from interp import cli
 from interp.specs import ClaimsFileError, parse_claims_text
-from analyses.registry import claim_kinds, read_claims, run_claims
+from interp.analyses.registry import claim_kinds, read_claims, run_claims
 
 pytest_plugins = ["pytester"]
 
-CONSTRUCTED = "models.constructed:induction_circuit"
+CONSTRUCTED = "interp.models.constructed:induction_circuit"
 GOOD = textwrap.dedent(f"""\
     model = "{CONSTRUCTED}"
 
@@ -191,7 +191,7 @@ def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
     import dataclasses
 
     import interp
-    from models import HookedGPT
+    from interp.models import HookedGPT
 
     trained = interp.load("toy-induction")
     untrained = HookedGPT(dataclasses.replace(trained.cfg, seed=123)).eval()  # same shape, never trained
@@ -213,11 +213,11 @@ def test_cli_lists_the_claim_kinds(capsys):
 
 def test_claim_registry_names_still_import_from_their_old_homes():
     import interp
-    from analyses import registry, report
+    from interp.analyses import registry, report
     from interp import testing
 
     for name in ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds"):
-        with pytest.warns(DeprecationWarning, match=f"analyses.registry.{name}"):
+        with pytest.warns(DeprecationWarning, match=f"interp.analyses.registry.{name}"):
             assert getattr(testing, name) is getattr(registry, name)
     assert testing.read_claims is registry.read_claims is interp.read_claims
     assert testing.run_claims is registry.run_claims is interp.run_claims
@@ -230,7 +230,7 @@ def test_registry_imports_no_analysis_and_no_face_at_import():
     import subprocess
     import sys
 
-    code = ("import sys, analyses.registry; "
+    code = ("import sys, interp.analyses.registry; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'interp', 'analyses')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "torch" not in out and "interp.testing" not in out and "analyses.report" not in out, out
+    assert "torch" not in out and "interp.testing" not in out and "interp.analyses.report" not in out, out

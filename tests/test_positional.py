@@ -1,16 +1,16 @@
-"""analyses.positional: known answers on hand-set heads, padding, agreement with TransformerLens."""
+"""interp.analyses.positional: known answers on hand-set heads, padding, agreement with TransformerLens."""
 import math
 
 import pytest
 import torch
 from transformer_lens.head_detector import detect_head
 
-from analyses.positional import POSITIONAL_METRICS, focus, focus_per_prompt, offset_profile, reduce_focus
+from interp.analyses.positional import POSITIONAL_METRICS, focus, focus_per_prompt, offset_profile, reduce_focus
 from interp.capture import BatchContext
 from interp.data import PromptSet, pad, random_tokens
 from interp.hooks import AttentionSite
-from models import GPTConfig, HookedGPT
-from models.constructed import pattern_heads
+from interp.models import GPTConfig, HookedGPT
+from interp.models.constructed import pattern_heads
 
 T = 24
 
@@ -221,7 +221,7 @@ def test_minilm_positional_heads():
 
 
 def test_nan_aware_frame():
-    from analyses.positional import nan_aware_frame
+    from interp.analyses.positional import nan_aware_frame
 
     values = torch.rand(5, 1, 2)
     values[:, 0, 1] = float("nan")  # undefined for this head on every prompt

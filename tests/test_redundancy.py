@@ -1,17 +1,17 @@
-"""Known-answer tests for analyses.redundancy on constructed models, plus what toy-induction shows."""
+"""Known-answer tests for interp.analyses.redundancy on constructed models, plus what toy-induction shows."""
 import math
 
 import pytest
 import torch
 
-from analyses import redundancy as R
+from interp.analyses import redundancy as R
 from interp.ablation import AblationEngine
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate, all_heads
 from interp.stats import TooFewPrompts
-from models import GPTConfig, HookedGPT
-from models.constructed import _Builder, pattern_heads, redundant_pair
+from interp.models import GPTConfig, HookedGPT
+from interp.models.constructed import _Builder, pattern_heads, redundant_pair
 
 D_VOCAB, N_CTX = 16, 32
 

@@ -9,12 +9,12 @@ import textwrap
 import pytest
 import torch
 
-from analyses import leakage
-from analyses.leakage import audit
+from interp.analyses import leakage
+from interp.analyses.leakage import audit
 from interp import cli, data
 from interp.errors import BadInput
-from models import GPTConfig, HookedGPT
-from models.zoo import build
+from interp.models import GPTConfig, HookedGPT
+from interp.models.zoo import build
 
 VOCAB = 40
 
@@ -58,7 +58,7 @@ def test_fingerprint_recorded_and_old_checkpoints_load_with_a_note(tmp_path):
     from safetensors.torch import load_file, save_file
 
     import interp
-    from models import io
+    from interp.models import io
 
     interp.save(tiny(), tmp_path / "m")
     with safe_open(str(tmp_path / "m.safetensors"), "pt") as handle:
@@ -92,7 +92,7 @@ def test_edited_config_that_keeps_shapes_is_refused(tmp_path):
 # ------------------------------------------------------------------ 6. induction is never self-attention
 
 def test_a_repeat_period_of_one_is_refused_not_scored_as_induction():
-    from analyses import induction
+    from interp.analyses import induction
 
     with pytest.raises(BadInput, match="prefix_len=1"):
         data.repeated_tokens(4, 1, VOCAB)
@@ -120,7 +120,7 @@ def test_ideal_patterns_are_laid_on_each_prompts_real_positions():
 
 
 def test_claims_run_on_ragged_prompts():
-    from analyses import head_claims
+    from interp.analyses import head_claims
 
     model = tiny()
     rows = [[3, 4, 5, 6, 3, 4, 5, 6], [7, 8, 9, 7, 8, 9]] * 8
@@ -171,7 +171,7 @@ def test_a_factory_is_called_once_and_python_audits_what_the_cli_audits(counting
 # ------------------------------------------------------------------ 12. messages pointing at the right place
 
 def test_errors_name_the_row_of_the_users_file_not_of_a_split_half():
-    from analyses.positional import _check_lengths
+    from interp.analyses.positional import _check_lengths
 
     prompts = data.pad([[1, 2, 3]] * 5 + [[4]] + [[1, 2, 3]] * 4)
     _, second = prompts.split(0.5, seed=0)
@@ -228,11 +228,11 @@ def test_encoder_headline_is_the_padding_audit_and_one_line_assertion(tiny_encod
 
 def test_a_user_model_that_raises_is_a_model_error_naming_where(tmp_path, monkeypatch):
     """Issue 11 #9 from Python: the user's forward failing inside an analysis says it is theirs, and where."""
-    from analyses import positional
+    from interp.analyses import positional
     from interp.errors import ModelError
 
     (tmp_path / "userpkg_raises.py").write_text(textwrap.dedent('''
-        from models import HookedGPT
+        from interp.models import HookedGPT
 
         class Broken(HookedGPT):
             def forward(self, tokens, *args, **kwargs):

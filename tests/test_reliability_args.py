@@ -17,12 +17,12 @@ import pytest
 import torch
 
 import interp
-from analyses import head_claims, head_types, induction, positional, redundancy
+from interp.analyses import head_claims, head_types, induction, positional, redundancy
 from interp import cli, data, validate
 from interp.claims import test_claims as run_claims_table
 from interp.errors import BadInput, BadType, exit_code_for
 from interp.specs import ClaimsFileError, parse_claims_text
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 VOCAB, N_CTX = 40, 32
 TESTS = Path(__file__).resolve().parent
@@ -273,7 +273,7 @@ def test_half_precision_on_a_rotary_model(dtype):
 
 def test_float32_rotary_numbers_unchanged():
     """The cast is a no-op in float32: the rotary model's logits equal cos / sin applied by hand."""
-    from models.components import apply_rotary, rotary_angles
+    from interp.models.components import apply_rotary, rotary_angles
 
     x = torch.randn(2, 2, 5, 8)
     cos, sin = rotary_angles(torch.arange(5).expand(2, 5), torch.rand(4))
@@ -283,7 +283,7 @@ def test_float32_rotary_numbers_unchanged():
 
 def test_report_reads_the_models_context_length(files):
     """Item 9: analyses/report.py read cfg.n_ctx only; a nanoGPT-style block_size of 24 failed the leakage stage."""
-    from analyses import report
+    from interp.analyses import report
 
     model = interp.load("userpkg_args:nano24")
     result = report.compute(model, prompts=data.random_tokens(8, 12, 61), heads=[(0, 0)])

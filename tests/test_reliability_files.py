@@ -194,7 +194,7 @@ def legacy(tmp: Path) -> Path:
     """A report folder written before manifests, then used: an edited summary, a user file it lists."""
     out = tmp / "old"
     (out / "plots").mkdir(parents=True)
-    (out / outdir.LEGACY_MARKER).write_text("written by analyses.report")
+    (out / outdir.LEGACY_MARKER).write_text("written by interp.analyses.report")
     listed = ["heads.csv", "summary.md", "plots/L0H0.png", "notes.txt", "../outside.txt"]
     (out / "report.json").write_text(json.dumps({"files": listed}))
     (out / "heads.csv").write_text("x")
@@ -237,8 +237,8 @@ FULL_DISK = textwrap.dedent(r"""
     folder = Path(sys.argv[1])
     from interp import cli, outdir
     import interp
-    from models import GPTConfig, HookedGPT
-    from models import train
+    from interp.models import GPTConfig, HookedGPT
+    from interp.models import train
 
     tiny = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=40, n_ctx=16, seed=0))
     toy = json.loads(Path("models/checkpoints/toy-induction.json").read_text())["metadata"]
@@ -314,7 +314,7 @@ def test_a_full_disk_keeps_the_earlier_report(full_disk):
 
 
 def test_write_atomic_keeps_the_link_and_the_mode(tmp_path):
-    from models.files import write_atomic
+    from interp.models.files import write_atomic
 
     real = tmp_path / "real.json"
     real.write_text("old")
@@ -331,7 +331,7 @@ def test_write_atomic_keeps_the_link_and_the_mode(tmp_path):
 
 
 def test_write_atomic_cleans_up_when_the_writer_raises(tmp_path):
-    from models.files import write_atomic
+    from interp.models.files import write_atomic
 
     (tmp_path / "f.png").write_text("earlier")
 
@@ -392,7 +392,7 @@ def test_every_write_and_delete_goes_through_the_helpers():
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.relative_to(ROOT).as_posix() not in HELPERS:
                 found += _writes_outside_helpers(path, path.read_text())
-    assert found == [], "write through models.files.write_atomic (or interp.outdir for folders):\n" + "\n".join(found)
+    assert found == [], "write through interp.models.files.write_atomic (or interp.outdir for folders):\n" + "\n".join(found)
 
 
 def test_the_guard_sees_a_raw_write():

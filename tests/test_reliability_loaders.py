@@ -117,7 +117,7 @@ def _extra(tensors: dict) -> None:
 
 def _own_int_checkpoint(root: Path, name: str) -> Path:
     """One of our checkpoints (interp.save) whose weights file holds an int32 tensor, fingerprint intact."""
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     path = interp.save(HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=8, d_vocab=20, n_ctx=8, seed=0)), root / name)
     with safe_open(str(path), "pt") as handle:
@@ -129,7 +129,7 @@ def _own_int_checkpoint(root: Path, name: str) -> Path:
 
 
 def _nanogpt(root: Path, name: str, **changes) -> Path:
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     args = {"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "vocab_size": 20, "bias": True, **changes}
     model = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=8, d_vocab=20, n_ctx=8, seed=0))
@@ -303,7 +303,7 @@ FUZZ = settings(derandomize=True, max_examples=60, deadline=None, database=None,
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     """Bytes of a good HF folder's weights and of one of our checkpoints (weights + JSON)."""
-    from models import GPTConfig, HookedGPT
+    from interp.models import GPTConfig, HookedGPT
 
     root = tmp_path_factory.mktemp("pristine")
     folder = gpt2_folder(root)

@@ -144,7 +144,7 @@ def test_spawn_local_refuses_more_workers_than_the_cap():
 USER_PACKAGE = '''
 import torch
 from interp.errors import BadInput
-from models import GPTConfig, HookedGPT
+from interp.models import GPTConfig, HookedGPT
 
 
 class Picky(HookedGPT):

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses import report
+from interp.analyses import report
 from interp import outdir
 from interp.specs import PromptSpec
-from models.constructed import induction_circuit
+from interp.models.constructed import induction_circuit
 
 SPEC = PromptSpec(kind="repeated", n=24, prefix_len=10, seed=0)
 
@@ -23,7 +23,7 @@ def model():
 @pytest.fixture(scope="module")
 def built(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("reports") / "first"
-    return report.build_report(model, out, spec="models.constructed:induction_circuit", prompt_spec=SPEC)
+    return report.build_report(model, out, spec="interp.models.constructed:induction_circuit", prompt_spec=SPEC)
 
 
 class _Collector(HTMLParser):
@@ -120,7 +120,7 @@ def test_summary_and_highlights(built):
 
 
 def test_two_runs_give_identical_csvs(built, model, tmp_path):
-    again = report.build_report(model, tmp_path / "second", spec="models.constructed:induction_circuit", prompt_spec=SPEC)
+    again = report.build_report(model, tmp_path / "second", spec="interp.models.constructed:induction_circuit", prompt_spec=SPEC)
     for name in ("heads.csv", "claims.csv", "redundancy.csv"):
         assert (built.out_dir / name).read_bytes() == (again.out_dir / name).read_bytes(), name
 
@@ -200,7 +200,7 @@ def test_cli_report_refuses_a_non_empty_dir_before_loading_anything(tmp_path, ca
     from interp import cli
 
     (tmp_path / "keep.txt").write_text("mine")
-    assert cli.main(["report", "models.constructed:induction_circuit", "--out", str(tmp_path)]) == 2
+    assert cli.main(["report", "interp.models.constructed:induction_circuit", "--out", str(tmp_path)]) == 2
     assert "not empty; pass --force" in capsys.readouterr().err
     assert cli.main(["demo", "--out", str(tmp_path)]) == 2  # the demo replaces only earlier reports
     assert (tmp_path / "keep.txt").read_text() == "mine"
@@ -234,7 +234,7 @@ def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
 
 
 def test_p_values_have_one_format_and_name_the_floor():
-    from analyses.report_format import format_p
+    from interp.analyses.report_format import format_p
 
     assert format_p(1 / 2001, 2000) == "≤ 1/2001"
     assert format_p(float(np.float32(1 / 2001)), 2000) == "≤ 1/2001"  # a float32 floor
@@ -245,7 +245,7 @@ def test_p_values_have_one_format_and_name_the_floor():
 
 
 def test_every_claim_has_an_evidence_table_row_per_kind(built):
-    from analyses.report_format import evidence_rows
+    from interp.analyses.report_format import evidence_rows
 
     html = (built.out_dir / "report.html").read_text()
     data = built.data
@@ -264,8 +264,8 @@ def test_every_claim_has_an_evidence_table_row_per_kind(built):
 
 
 def test_evidence_rows_say_why_ablations_did_not_run(model):
-    from analyses.head_claims import previous_token_head
-    from analyses.report_format import evidence_rows
+    from interp.analyses.head_claims import previous_token_head
+    from interp.analyses.report_format import evidence_rows
     from interp.claims import evaluate_claims
     from interp.data import repeated_tokens
 
@@ -298,7 +298,7 @@ def test_positional_findings_name_their_offset(built):
 
 
 def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
-    from analyses.report_format import SCHEMA_VERSION, UNDEFINED
+    from interp.analyses.report_format import SCHEMA_VERSION, UNDEFINED
 
     text = (built.out_dir / "columns.md").read_text()
     assert f"schema version {SCHEMA_VERSION}" in text and UNDEFINED not in text
@@ -358,7 +358,7 @@ def test_offset_profile_draws_its_interval_and_heat_maps_share_a_scale():
 
 def test_similarity_map_is_clustered_and_readable_at_72_heads():
     import numpy as np
-    from analyses.report_plots import cluster_order, plot_matrix
+    from interp.analyses.report_plots import cluster_order, plot_matrix
 
     sim = np.array([[1, .1, .9, .1], [.1, 1, .1, .8], [.9, .1, 1, .1], [.1, .8, .1, 1.]])
     order = cluster_order(sim)
@@ -418,7 +418,7 @@ def test_card_limit_is_checked_from_the_config_before_loading(tmp_path, capsys, 
 
 def test_viewer_data_is_compact_and_drops_padding(model):
     import numpy as np
-    from analyses import viewer
+    from interp.analyses import viewer
     from interp.data import pad
 
     prompts = pad([[63, 1, 2, 3, 1, 2, 3], [63, 4, 5]], pad_id=0)
@@ -441,8 +441,8 @@ def test_html_viewer_and_warnings_in_the_page(built):
 def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
     from types import SimpleNamespace
 
-    from analyses import report_html
-    from analyses.leakage import LeakageReport, empty_table
+    from interp.analyses import report_html
+    from interp.analyses.leakage import LeakageReport, empty_table
 
     leakage = LeakageReport(model_name="encoder", verdict="bidirectional", max_influence=0.0, first_leaking_site=None,
                             leaks=(), table=empty_table())

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.io import checkpoint_paths, load_checkpoint
-from models.tasks import TextTask, evaluate_text
-from models.textcorpus import (
+from interp.models.io import checkpoint_paths, load_checkpoint
+from interp.models.tasks import TextTask, evaluate_text
+from interp.models.textcorpus import (
     SEPARATOR,
     as_tensor,
     compare_corpus,
@@ -27,7 +27,7 @@ from models.textcorpus import (
     planted_repeats,
     text_windows,
 )
-from models.train import check_time_budget, main, text_lm_config, train, TrainConfig
+from interp.models.train import check_time_budget, main, text_lm_config, train, TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bytes"
@@ -170,7 +170,7 @@ def test_command_line_refuses_a_run_over_budget(mini_root, tmp_path):
 
 
 def test_ngram_repeats_define_queries_and_targets():
-    from analyses.induction import ngram_targets, repeat_queries
+    from interp.analyses.induction import ngram_targets, repeat_queries
     from interp.data import PromptSet
 
     tokens = encode("xabcdyabcdz").unsqueeze(0)  # 'abcd' at 1..4 and 6..9
@@ -191,7 +191,7 @@ def test_ngram_repeats_define_queries_and_targets():
 
 
 def test_behaviour_mask_and_ideal_pattern_follow_natural_repeats():
-    from analyses.head_claims import behaviour_mask, content_pattern
+    from interp.analyses.head_claims import behaviour_mask, content_pattern
     from interp.data import PromptSet
 
     prompts = PromptSet(encode("xabcdyabcdz").unsqueeze(0), meta={"match_len": 4})

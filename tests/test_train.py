@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.config import GPTConfig
-from models.constructed import induction_circuit
-from models.io import checkpoint_paths, load_checkpoint
-from models.tasks import InductionTask, evaluate_induction, fixed_prefix_task, repeated_prompts
-from models.train import (
+from interp.models.config import GPTConfig
+from interp.models.constructed import induction_circuit
+from interp.models.io import checkpoint_paths, load_checkpoint
+from interp.models.tasks import InductionTask, evaluate_induction, fixed_prefix_task, repeated_prompts
+from interp.models.train import (
     INDUCTION_THRESHOLD,
     PREV_TOKEN_THRESHOLD,
     TrainConfig,
@@ -173,7 +173,7 @@ def test_main_writes_checkpoint_json_and_card(tmp_path):
     weights, config = checkpoint_paths(out)
     assert weights.exists() and config.exists() and (tmp_path / "mini.md").exists()
     meta = json.loads(config.read_text())["metadata"]
-    assert meta["command"].startswith("python -m models.train --steps 3")
+    assert meta["command"].startswith("python -m interp.models.train --steps 3")
     assert meta["training"]["steps"] == 3 and meta["training"]["seed"] == 0
     assert {"loss_first", "loss_second", "prev_token", "induction"} <= set(meta["evaluation"][0])
     assert meta["control"]["steps"] == 2
@@ -190,7 +190,7 @@ def test_main_writes_checkpoint_json_and_card(tmp_path):
 def shipped():
     if not checkpoint_paths(CHECKPOINT)[0].exists():
         pytest.fail(f"{CHECKPOINT}.safetensors is missing; rebuild it with "
-                    "`python -m models.train --task induction --seed 0 --out models/checkpoints/toy-induction`.")
+                    "`python -m interp.models.train --task induction --seed 0 --out models/checkpoints/toy-induction`.")
     return load_checkpoint(CHECKPOINT)
 
 

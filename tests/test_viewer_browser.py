@@ -12,9 +12,9 @@ import tempfile
 
 import pytest
 
-from analyses import report
+from interp.analyses import report
 from interp.specs import PromptSpec
-from models.constructed import induction_circuit
+from interp.models.constructed import induction_circuit
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -117,7 +117,7 @@ def minilm():
 @pytest.mark.real
 def test_viewer_on_minilm_text_prompts(browser, tmp_path, minilm):
     """The viewer alone (a page with just its section) on MiniLM's own tokens: fast enough for every run."""
-    from analyses import viewer
+    from interp.analyses import viewer
     from interp.specs import build_prompts
 
     model, _ = minilm

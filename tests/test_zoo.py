@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from models.zoo import OFFSET, SINGLE_PAIR, ZOO, ZooEntry, build
+from interp.models.zoo import OFFSET, SINGLE_PAIR, ZOO, ZooEntry, build
 
 
 def _future_change(model, cut: int, n_pos: int = 16, batch: int = 1, seed: int = 0) -> float:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import einops
 import torch
 
-from models.config import ActFn
+from interp.models.config import ActFn
 
 
 class ConversionError(ValueError):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from models.convert.common import ConversionError
+from interp.models.convert.common import ConversionError
 
 SAFETENSORS, INDEX, BIN = "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"
 WEIGHT_FILES = (SAFETENSORS, INDEX, BIN)

@@ -6,8 +6,8 @@ from typing import Any
 import einops
 import torch
 
-from models.config import GPTConfig
-from models.convert.common import DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields
+from interp.models.config import GPTConfig
+from interp.models.convert.common import DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields
 
 FIELDS = {
     "vocab_size": "d_vocab",

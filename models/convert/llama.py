@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from models.config import GPTConfig
-from models.convert.common import (DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
+from interp.models.config import GPTConfig
+from interp.models.convert.common import (DECODER, ConversionError, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
                                    per_head_bias, per_head_in, per_head_out, rope)
-from models.convert.gpt2 import unembedding
+from interp.models.convert.gpt2 import unembedding
 
 FIELDS = {
     "vocab_size": "d_vocab",

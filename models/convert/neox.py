@@ -6,9 +6,9 @@ from typing import Any
 import einops
 import torch
 
-from models.config import GPTConfig
-from models.convert.common import DECODER, ConversionError, Weights, activation, check_fields, rope
-from models.convert.gpt2 import unembedding
+from interp.models.config import GPTConfig
+from interp.models.convert.common import DECODER, ConversionError, Weights, activation, check_fields, rope
+from interp.models.convert.gpt2 import unembedding
 
 FIELDS = {
     "vocab_size": "d_vocab",
