@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Sequence, Union, cast, get_args
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Protocol, Sequence, Union, cast, get_args
 
 import einops
 import torch
@@ -362,6 +362,14 @@ class HeadAblation:
 
         return [(sites[layer].hook(self.site), make_hook(layer, indices)) for layer, indices in sorted(by_layer.items())]
 
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager:
+        """The hooks for one batch of an `interp.Run`: its reference values (over its prompts) and seed."""
+        reference = run.reference(self.kind) if self.site == "z" else run.cached(
+            ("reference", self.kind, self.site), lambda: reference_activations(
+                run.model, run.behaviour.model_prompts(run.prompts), site=self.site,
+                keep_samples=self.kind == "resample", batch_size=run.batch_size))
+        return hooked(run.model, self.hooks(run.model, reference, run.seed))
+
 
 @contextlib.contextmanager
 def ablate(
@@ -598,6 +606,46 @@ def substitute_pattern(
         hooks.insert(0, (site.hook("attn_scores"), substitution.read_mask))
     with hooked(model, hooks):
         yield model
+
+
+class PatternSource(Protocol):
+    """A pattern computed per batch of an `interp.Run` (e.g. a head type's ideal pattern), named by `spec()`."""
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def __call__(self, run: Any, batch: PromptSet) -> PatternSpec: ...
+
+
+@dataclass(frozen=True)
+class PatternSubstitution:
+    """Replace one head's post-softmax pattern (`substitute_pattern`), as an intervention of `interp.Run`.
+
+    `pattern`: "uniform" (over the keys the model allows), None (the head's own; with `permute=True`
+    its weights shuffled among the allowed keys of each row), or a `PatternSource`.
+    """
+
+    head: Head
+    pattern: str | PatternSource | None = "uniform"
+    permute: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "head", parse_head(self.head))
+        if isinstance(self.pattern, str) and self.pattern != "uniform":
+            raise ValueError(f"pattern={self.pattern!r}: a name here must be 'uniform'; pass None (the head's own, "
+                             "with permute=True) or a PatternSource for another pattern.")
+
+    def spec(self) -> dict:
+        pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern.spec()
+        return {"substitute": list(self.head), "pattern": pattern, "permute": self.permute}
+
+    @property
+    def label(self) -> str:
+        return head_label(self.head)
+
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager:
+        pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern(run, batch)
+        layer, head = self.head
+        return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed)
 
 
 def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0):

@@ -1,0 +1,300 @@
+"""One measurement object: a model, its prompts and a behaviour, measured under interventions.
+
+    run = interp.Run(model, prompts)                      # behaviour follows the model
+    effect = run.effect(interp.HeadAblation("L1H2", "mean"))
+    effect.mean, effect.ci_low, effect.ci_high            # per-prompt values kept: effect.values
+
+A `Run` moves the model once (`device=`, `dtype=`: a copy, the caller's model is left as it was),
+resolves the behaviour once (`interp.behaviour`: the model's own by default) and answers
+`effect(intervention)`: the behaviour's change per prompt, intervened minus clean, with a
+percentile-bootstrap CI over prompts. Every causal number of the toolkit (importance, joint
+ablation, compensation, pruning, the claims' necessity, sufficiency and faithfulness) is asked of
+a `Run`, so analyses share its memo and its choice of how to compute.
+
+An intervention is a frozen dataclass with `spec()` (plain data naming it) and
+`intervene(run, batch)` (a context manager of hooks for one batch); `HeadAblation`,
+`PatternSubstitution` (`interp.interventions`) are the built-in ones. How an effect is computed is
+the `strategy`:
+
+- "resume": head ablations at `z` on a model whose blocks allow it (`interp.ablation.resumable`):
+  the clean run is cached per batch and each ablation resumes from its earliest layer
+  (`interp.ablation.AblationEngine`); many ablations are computed in one sweep (`effects`);
+- "batched": head ablations alone, as copies of the batch in one expanded forward
+  (`interp.interventions.batched_head_ablations`: the GPU path);
+- "hooked": one forward per intervention with its hooks (every intervention, every model);
+- "auto" (default): "resume" where the model allows it, else "hooked".
+
+The memo key is the intervention's `spec()`, the prompt set's token and mask bytes, and a version
+of the model's parameters (each tensor's storage and torch's in-place version counter), so editing
+`W_Q[h]` in place recomputes the next effect. Writes through `.data` bypass torch's counter: call
+`forget()` after them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast, runtime_checkable
+
+import pandas as pd
+import torch
+from torch import nn
+
+from interp import launch
+from interp.behaviour import Behaviour, BehaviourLike, Positions, as_behaviour, batched_ablation_values, clean_summaries, measure
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.interventions import (
+    ABLATION_KINDS,
+    AblationKind,
+    HeadAblation,
+    ReferenceActivations,
+    reference_activations,
+)
+from interp.launch import Device, DType
+from interp.stats import bootstrap
+from interp.validate import check_inputs
+
+Strategy = Literal["auto", "resume", "hooked", "batched"]
+STRATEGIES: tuple[str, ...] = ("auto", "resume", "hooked", "batched")
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Intervention(Protocol):
+    """What `Run.effect` accepts: plain data naming it, and the hooks it sets for one batch."""
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def intervene(self, run: "Run", batch: PromptSet) -> ContextManager[Any]: ...
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The behaviour's change under one intervention, per prompt: `values = intervened - clean`."""
+
+    intervention: dict[str, Any]  # its spec()
+    values: torch.Tensor  # (prompt,) float64
+    clean: torch.Tensor  # (prompt,) the behaviour without the intervention
+    intervened: torch.Tensor  # (prompt,) with it
+    mean: float
+    ci_low: float
+    ci_high: float
+    behaviour: str  # which behaviour, in words
+    unit: str
+    n_prompts: int
+
+    def ci(self) -> tuple[float, float]:
+        return self.ci_low, self.ci_high
+
+    def frame(self) -> pd.DataFrame:
+        """One row: the intervention, the mean change and its CI, the clean mean, the behaviour."""
+        return pd.DataFrame([{"intervention": json.dumps(self.intervention, sort_keys=True), "effect": self.mean,
+                              "ci_low": self.ci_low, "ci_high": self.ci_high, "clean": float(self.clean.mean()),
+                              "behaviour": self.behaviour, "unit": self.unit, "n_prompts": self.n_prompts}])
+
+
+def prompt_fingerprint(prompts: PromptSet) -> str:
+    """A digest of the prompt set's tokens and attention mask (shape and bytes): equal content, equal key."""
+    digest = hashlib.blake2b(digest_size=16)
+    for tensor in (prompts.tokens, prompts.attention_mask):
+        if tensor is None:
+            digest.update(b"none")
+            continue
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{tuple(tensor.shape)}{tensor.dtype}".encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def parameter_version(model: nn.Module) -> tuple[tuple[int, int], ...]:
+    """(storage, in-place version) of every parameter and buffer: changes when any is edited in place or replaced."""
+    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, nn.Module) else []
+    return tuple((t.data_ptr(), t._version) for t in tensors)
+
+
+class Run:
+    """A model, its prompts, a behaviour and the settings every causal measurement shares (see the module)."""
+
+    def __init__(self, model: nn.Module, prompts: PromptSet, *, behaviour: BehaviourLike = None,
+                 positions: Positions = "auto", batch_size: int = 16, seed: int = 0, strategy: Strategy = "auto",
+                 reference: PromptSet | ReferenceActivations | None = None, device: Device = None,
+                 dtype: DType = None) -> None:
+        _, self.seed = check_inputs("Run", model, prompts, seed=seed)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise BadInput(f"Run: batch_size={batch_size!r} must be a whole number of at least 1.")
+        if strategy not in STRATEGIES:
+            raise BadInput(f"Run: strategy={strategy!r}; expected one of {list(STRATEGIES)}.")
+        self.model = launch.move(model, device=device, dtype=dtype, copy=True)
+        self.prompts = prompts
+        self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
+        self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
+        self._memo: dict[tuple, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"Run({type(self.model).__name__}, {len(self.prompts)} prompts, behaviour={self.behaviour.name!r}, "
+                f"batch_size={self.batch_size}, seed={self.seed}, strategy={self.strategy!r})")
+
+    # -- the memo
+
+    def cached(self, key: tuple, compute: Callable[[], T]) -> T:
+        """`compute()` once per key, the prompts' content and the parameters' version."""
+        full = (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
+        if full not in self._memo:
+            self._memo[full] = compute()
+        return self._memo[full]
+
+    def forget(self) -> None:
+        """Drop every memoised value (after editing weights through `.data`, which torch does not count)."""
+        self._memo.clear()
+
+    def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
+        """The same model, prompts and settings measuring another behaviour (a memo of its own)."""
+        other = Run.__new__(Run)
+        other.__dict__.update(self.__dict__)
+        other.behaviour, other._memo = as_behaviour(behaviour, self.model), {}
+        return other
+
+    # -- what the interventions read
+
+    def reference(self, kind: str) -> ReferenceActivations | None:
+        """Mean / resample ablation values at `z`, over the prompts the model reads under the behaviour
+        (or the `reference=` given); None for zero ablation."""
+        if kind not in ABLATION_KINDS:
+            raise BadInput(f"ablation kind {kind!r}; expected one of {list(ABLATION_KINDS)}.")
+        if kind == "zero":
+            return None
+        if isinstance(self._reference, ReferenceActivations):
+            return self._reference
+        source = self.behaviour.model_prompts(self.prompts) if self._reference is None else self._reference
+        return self.cached(("reference", kind), lambda: reference_activations(
+            self.model, source, site="z", keep_samples=kind == "resample", batch_size=self.batch_size))
+
+    def clean_summary(self) -> torch.Tensor | None:
+        """What a compare-to-clean behaviour compares with (e.g. pooled embeddings); None otherwise."""
+        return self.cached(("clean-summary",), lambda: clean_summaries(self.model, self.prompts, self.behaviour,
+                                                                        batch_size=self.batch_size))
+
+    def engine(self, kind: AblationKind) -> Any:
+        """The resuming ablation engine for `kind` (`interp.ablation.AblationEngine`), built once."""
+        from interp.ablation import AblationEngine
+
+        return self.cached(("engine", kind), lambda: AblationEngine(
+            self.model, self.prompts, kind, reference=self.reference(kind), behaviour=self.behaviour,
+            batch_size=self.batch_size, seed=self.seed, fast=True))
+
+    # -- measurements
+
+    def clean(self) -> torch.Tensor:
+        """The behaviour without intervention, per prompt (prompt,) float64, computed as the strategy does."""
+        return self.cached(("clean", self._path(None)), self._compute_clean)
+
+    def values(self, intervention: Intervention) -> torch.Tensor:
+        """The behaviour under `intervention`, per prompt (prompt,) float64."""
+        self.effects([intervention])
+        return self.cached(("values", self._spec(intervention)), _missing(intervention))
+
+    def effect(self, intervention: Intervention) -> Effect:
+        """Intervened minus clean, per prompt, with its mean and 95% bootstrap CI (see the module)."""
+        self.effects([intervention])
+        return self.cached(("effect", self._spec(intervention)), _missing(intervention))
+
+    def effects(self, interventions: Iterable[Intervention]) -> list[Effect]:
+        """`effect` of each, computing the missing ones together where the strategy can (one sweep of the prompts)."""
+        interventions = list(interventions)
+        missing = [i for i in interventions if self._key(("effect", self._spec(i))) not in self._memo]
+        by_path: dict[str, list[Intervention]] = {}
+        for intervention in missing:
+            by_path.setdefault(self._path(intervention), []).append(intervention)
+        for path, group in by_path.items():
+            self._store(group, *self._compute(path, group))
+        return [self._memo[self._key(("effect", self._spec(i)))] for i in interventions]
+
+    # -- the strategy picker
+
+    def _path(self, intervention: Intervention | None) -> str:
+        """How this intervention (None: the clean run) is measured: "resume", "batched" or "hooked"."""
+        from interp.ablation import resumable
+
+        ablation = intervention is None or (isinstance(intervention, HeadAblation) and intervention.site == "z")
+        if self.strategy == "hooked" or not ablation:
+            return "hooked"
+        if self.strategy == "batched":
+            return "batched:" + (intervention.kind if isinstance(intervention, HeadAblation) else "mean")
+        if self.strategy == "resume" and not resumable(self.model):
+            raise BadInput(f"Run: strategy='resume' needs a model whose blocks allow resuming (interp.ablation.resumable); "
+                           f"{type(self.model).__name__} does not. Use strategy='auto' or 'hooked'.")
+        if not resumable(self.model):
+            return "hooked"
+        return "resume:" + (intervention.kind if isinstance(intervention, HeadAblation) else "mean")
+
+    def _compute_clean(self) -> torch.Tensor:
+        path = self._path(None)
+        if path.startswith("resume:"):
+            return self.engine(_kind(path)).losses([])[0]
+        if path.startswith("batched:"):
+            return self._batched(_kind(path), [])[0]
+        return measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),
+                       batch_size=self.batch_size, what="clean run")
+
+    def _compute(self, path: str, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clean values (prompt,) and intervened values (intervention, prompt) for a group on one path."""
+        if path.startswith("resume:"):
+            return self.engine(_kind(path)).losses([_heads(i) for i in group])
+        if path.startswith("batched:"):
+            return self._batched(_kind(path), group)
+        rows = [measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),
+                        intervene=_bound(intervention, self), batch_size=self.batch_size,
+                        what=json.dumps(intervention.spec())) for intervention in group]
+        return self.clean(), torch.stack(rows) if rows else torch.zeros(0, len(self.prompts), dtype=torch.float64)
+
+    def _batched(self, kind: AblationKind, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
+        heads = [_heads(i) for i in group]
+        if any(len(h) != 1 for h in heads):
+            raise BadInput("Run: strategy='batched' ablates one head at a time; use 'resume' or 'hooked' for sets of heads.")
+        return batched_ablation_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
+                                       reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
+
+    def _store(self, group: Sequence[Intervention], clean: torch.Tensor, intervened: torch.Tensor) -> None:
+        for intervention, row in zip(group, intervened):
+            spec = self._spec(intervention)
+            values = (row - clean).double()  # (prompt,)
+            mean, low, high = (float(v) for v in bootstrap(values, seed=self.seed, label=spec))
+            effect = Effect(intervention.spec(), values, clean.double(), row.double(), mean, low, high,
+                            self.behaviour.describe(self.prompts), self.behaviour.unit, len(values))
+            self._memo[self._key(("values", spec))] = row.double()
+            self._memo[self._key(("effect", spec))] = effect
+
+    def _key(self, key: tuple) -> tuple:
+        return (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
+
+    @staticmethod
+    def _spec(intervention: Intervention) -> str:
+        if not isinstance(intervention, Intervention):
+            raise BadInput(f"Run.effect needs an intervention (a frozen dataclass with spec() and intervene(run, batch), "
+                           f"e.g. interp.HeadAblation('L1H2', 'mean')); got {type(intervention).__name__}.")
+        return json.dumps(intervention.spec(), sort_keys=True)
+
+
+def _kind(path: str) -> AblationKind:
+    kind = path.partition(":")[2]
+    assert kind in ABLATION_KINDS  # _path writes only HeadAblation kinds after the colon
+    return cast(AblationKind, kind)
+
+
+def _heads(intervention: Intervention) -> list[tuple[int, int]]:
+    assert isinstance(intervention, HeadAblation)  # only head ablations take the resume and batched paths
+    return list(intervention.heads)
+
+
+def _bound(intervention: Intervention, run: Run) -> Callable[[PromptSet], ContextManager[Any]]:
+    return lambda batch: intervention.intervene(run, batch)
+
+
+def _missing(intervention: Intervention) -> Callable[[], Any]:
+    def fail() -> Any:
+        raise AssertionError(f"Run.effects did not store {intervention.spec()}")  # effects() stores every one it is given
+    return fail
+
+
+__all__ = ["Effect", "Intervention", "Run", "STRATEGIES", "Strategy", "parameter_version", "prompt_fingerprint"]

@@ -1,0 +1,150 @@
+"""interp.Run: one measurement object for every causal number (effects, memo, strategies, bad input)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import interp
+from interp.data import PromptSet, repeated_tokens
+from interp.errors import BadInput
+from interp.interventions import HeadAblation, PatternSubstitution, ablate
+from interp.models.constructed import induction_circuit
+from interp.run import Effect, Run, parameter_version, prompt_fingerprint
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return interp.load("toy-induction")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return repeated_tokens(24, prefix_len=12, d_vocab=255, seed=0, bos=255)
+
+
+def test_the_notebook_snippet(toy, prompts) -> None:
+    run = interp.Run(toy, prompts)
+    effect = run.effect(interp.HeadAblation("L1H2", "mean"))
+    assert isinstance(effect, Effect) and effect.n_prompts == len(prompts) == effect.values.shape[0]
+    assert effect.mean == pytest.approx(float(effect.values.mean()))
+    assert effect.ci_low < effect.mean < effect.ci_high
+    assert effect.mean > 0.5  # the toy's induction head: ablating it costs the repeats their copy
+    assert effect.behaviour == "next-token loss on the repeated copies" and effect.unit == "nats"
+    torch.testing.assert_close(effect.values, effect.intervened - effect.clean)
+    row = effect.frame().iloc[0]
+    assert row.effect == effect.mean and row.n_prompts == len(prompts) and row.behaviour == effect.behaviour
+
+
+def test_an_effect_equals_the_hooked_forward_by_hand(toy, prompts) -> None:
+    """The resumed path and a plain `with ablate(...)` forward give the same per-prompt losses."""
+    run = Run(toy, prompts)
+    effect = run.effect(HeadAblation((1, 2), "mean"))
+    behaviour = run.behaviour
+    reference = run.reference("mean")
+    with torch.no_grad(), ablate(toy, [(1, 2)], "mean", reference=reference):
+        logits = toy(prompts.tokens)
+    by_hand = behaviour(logits, prompts).double()
+    torch.testing.assert_close(effect.intervened, by_hand, atol=2e-6, rtol=0)
+    hooked = Run(toy, prompts, strategy="hooked").effect(HeadAblation((1, 2), "mean"))
+    torch.testing.assert_close(hooked.values, effect.values, atol=2e-6, rtol=0)
+
+
+def test_batched_strategy_agrees_with_resuming(toy, prompts) -> None:
+    heads = [HeadAblation(h, "mean") for h in ("L0H0", "L1H1", "L1H2")]
+    resumed = Run(toy, prompts, strategy="resume").effects(heads)
+    batched = Run(toy, prompts, strategy="batched").effects(heads)
+    for a, b in zip(resumed, batched):
+        torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
+    with pytest.raises(BadInput, match="one head at a time"):
+        Run(toy, prompts, strategy="batched").effect(HeadAblation(["L0H0", "L0H1"], "mean"))
+
+
+def test_the_memo_serves_a_repeated_effect_without_a_forward(toy, prompts) -> None:
+    run = Run(toy, prompts)
+    first = run.effect(HeadAblation("L0H1", "zero"))
+    calls = []
+    handle = toy.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        again = run.effect(HeadAblation(((0, 1),), "zero"))  # the same spec, written another way
+    finally:
+        handle.remove()
+    assert again is first and calls == []
+
+
+def test_editing_a_weight_in_place_recomputes_the_next_effect(prompts) -> None:
+    model = induction_circuit()
+    tokens = prompts.tokens.clamp(max=model.cfg.d_vocab - 1)
+    run = Run(model, PromptSet(tokens))
+    intervention = HeadAblation("L1H0", "mean")
+    before = run.effect(intervention)
+    version = parameter_version(model)
+    with torch.no_grad():
+        model.blocks[1].attn.W_Q[0] *= 0.0  # the induction head no longer finds its target
+    assert parameter_version(model) != version
+    after = run.effect(intervention)
+    assert after is not before and abs(after.mean - before.mean) > 1e-3
+    assert run.effect(intervention) is after
+
+
+def test_prompt_fingerprint_is_content(prompts) -> None:
+    copy = PromptSet(prompts.tokens.clone(), meta=dict(prompts.meta))
+    assert prompt_fingerprint(copy) == prompt_fingerprint(prompts)
+    changed = prompts.tokens.clone()
+    changed[0, 3] += 1
+    assert prompt_fingerprint(PromptSet(changed)) != prompt_fingerprint(prompts)
+    masked = PromptSet(prompts.tokens, attention_mask=torch.ones_like(prompts.tokens))
+    assert prompt_fingerprint(masked) != prompt_fingerprint(prompts)
+
+
+def test_pattern_substitution_is_an_intervention(toy, prompts) -> None:
+    run = Run(toy, prompts)
+    uniform = run.effect(PatternSubstitution("L1H2", "uniform"))
+    own = run.effect(PatternSubstitution("L1H2", None))  # the head's own pattern: nothing changes
+    assert uniform.mean > 0.1
+    assert abs(own.mean) < 1e-5
+    assert PatternSubstitution((1, 2), None, permute=True).spec() == {"substitute": [1, 2], "pattern": None,
+                                                                       "permute": True}
+    with pytest.raises(ValueError, match="must be 'uniform'"):
+        PatternSubstitution("L1H2", "previous")
+
+
+def test_auto_strategy_hooks_models_that_cannot_resume(prompts) -> None:
+    from interp.models import EncoderConfig, HookedEncoder
+
+    encoder = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, d_vocab=256, seed=0,
+                                          post_norm=True))  # BERT's blocks: resuming after attention is not exact
+    run = Run(encoder, prompts, behaviour="embedding")
+    assert run._path(HeadAblation("L0H0")) == "hooked"
+    effect = run.effect(HeadAblation("L0H0", "mean"))
+    assert effect.values.shape == (len(prompts),) and bool((effect.clean == 0).all())  # same as itself: no change
+    with pytest.raises(BadInput, match="strategy='resume' needs"):
+        Run(encoder, prompts, behaviour="embedding", strategy="resume").effect(HeadAblation("L0H0"))
+
+
+def test_with_behaviour_keeps_the_settings(toy, prompts) -> None:
+    run = Run(toy, prompts, batch_size=8, seed=3)
+    every = run.with_behaviour(interp.next_token_loss("all"))
+    assert (every.batch_size, every.seed, every.model) == (8, 3, toy)
+    assert every.behaviour.describe(prompts) != run.behaviour.describe(prompts)
+    assert every.effect(HeadAblation("L1H2")).mean != run.effect(HeadAblation("L1H2")).mean
+
+
+def test_device_and_dtype_move_a_copy(toy, prompts) -> None:
+    run = Run(toy, prompts, dtype="bfloat16")
+    assert run.model is not toy and next(run.model.parameters()).dtype == torch.bfloat16
+    assert next(toy.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"batch_size": 0}, "batch_size=0"),
+    ({"strategy": "fast"}, "strategy='fast'"),
+    ({"seed": -1}, "seed"),
+])
+def test_bad_settings_are_refused(toy, prompts, kwargs, match) -> None:
+    with pytest.raises(BadInput, match=match):
+        Run(toy, prompts, **kwargs)
+
+
+def test_a_non_intervention_is_refused(toy, prompts) -> None:
+    with pytest.raises(BadInput, match="needs an intervention"):
+        Run(toy, prompts).effect("L1H2")  # type: ignore[arg-type]
