@@ -130,6 +130,7 @@ class Run:
         self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
         self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
         self._memo: dict[tuple, Any] = {}
+        self._derived: dict[Behaviour, Run] = {}  # with_behaviour's runs, one per behaviour
 
     def __repr__(self) -> str:
         return (f"Run({type(self.model).__name__}, {len(self.prompts)} prompts, behaviour={self.behaviour.name!r}, "
@@ -149,11 +150,16 @@ class Run:
         self._memo.clear()
 
     def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
-        """The same model, prompts and settings measuring another behaviour (a memo of its own)."""
-        other = Run.__new__(Run)
-        other.__dict__.update(self.__dict__)
-        other.behaviour, other._memo = as_behaviour(behaviour, self.model), {}
-        return other
+        """The same model, prompts and settings measuring another behaviour (a memo of its own, kept here)."""
+        chosen = as_behaviour(behaviour, self.model)
+        if chosen == self.behaviour:
+            return self
+        if chosen not in self._derived:
+            other = Run.__new__(Run)
+            other.__dict__.update(self.__dict__)
+            other.behaviour, other._memo, other._derived = chosen, {}, {}
+            self._derived[chosen] = other
+        return self._derived[chosen]
 
     # -- what the interventions read
 
@@ -276,6 +282,30 @@ class Run:
         return json.dumps(intervention.spec(), sort_keys=True)
 
 
+RUN_OPTIONS = ("behaviour", "positions", "batch_size", "seed", "strategy", "reference", "device", "dtype")
+
+
+def as_run(model: "nn.Module | Run", prompts: PromptSet | None, *, where: str, **options: Any) -> Run:
+    """The Run an analysis measures: `model` itself when it is one, else `Run(model, prompts, **options)`.
+
+    Options left None take the Run's defaults; with a Run given, every option must be left None (the
+    Run carries them) and `prompts` too.
+    """
+    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    if unknown:
+        raise TypeError(f"{where}: {unknown} are not Run options ({list(RUN_OPTIONS)}).")
+    given = {name: value for name, value in options.items() if value is not None}
+    if isinstance(model, Run):
+        if prompts is not None or given:
+            extra = ["prompts"] * (prompts is not None) + sorted(given)
+            raise BadInput(f"{where}: a Run carries its prompts and settings; {extra} cannot be given beside it. "
+                           "Build another Run with them, or pass (model, prompts, ...) instead.")
+        return model
+    if prompts is None:
+        raise BadInput(f"{where}: pass a Run, or a model and its prompts.")
+    return Run(model, prompts, **given)
+
+
 def _kind(path: str) -> AblationKind:
     kind = path.partition(":")[2]
     assert kind in ABLATION_KINDS  # _path writes only HeadAblation kinds after the colon
@@ -297,4 +327,5 @@ def _missing(intervention: Intervention) -> Callable[[], Any]:
     return fail
 
 
-__all__ = ["Effect", "Intervention", "Run", "STRATEGIES", "Strategy", "parameter_version", "prompt_fingerprint"]
+__all__ = ["Effect", "Intervention", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",
+           "prompt_fingerprint"]
