@@ -203,7 +203,7 @@ def offset_profiles(model: nn.Module, prompts: PromptSet, *, layers=None, max_of
 def _causal_words(model: nn.Module, sites: list) -> str:
     """The header's word on causality: what the model declares (as the leakage audit reads it), and what
     its attention calls showed when that disagrees, never an observation passed off as a declaration."""
-    from interp.analyses.leakage_methods import declaration
+    from interp.analyses.leakage import declaration
 
     declared = declaration(model)
     if declared is not None:

@@ -3,11 +3,11 @@
 Model: HookedGPT with 12 layers, d_model 768, 12 heads, vocab 50,257, n_ctx 1,024 (random
 weights). Measured, interleaved (`common.interleaved`), 2 prompts:
 - `forward`: one full forward of the 2 prompts at `--len` tokens (the audit's unit of work);
-- `incremental`: the KV-cache reference of `interp.analyses.leakage_fast` over the same prompts,
+- `incremental`: the KV-cache reference of `interp.analyses.leakage.fast` over the same prompts,
   compared with a full forward (what replaces the black-box truncation beyond 64 tokens);
 - `prefixes (sample)`: black-box truncation forwards at a few prefix lengths, from which the
   cost of every prefix 1..T-1 is integrated (running all of them takes hours here).
-Then the audit's token counts (`leakage_fast.count_tokens`) with and without the incremental
+Then the audit's token counts (`leakage.fast.count_tokens`) with and without the incremental
 reference, and the audit time they predict from the measured seconds per token. `--audit`
 also runs the whole audit and reports its wall time.
 
@@ -30,14 +30,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--audit", action="store_true", help="also run the whole audit (minutes)")
     args = parser.parse_args(argv)
-    from interp.analyses import leakage, leakage_fast
+    from interp.analyses import leakage
+    from interp.analyses.leakage import fast as leakage_fast
+    from interp.analyses.leakage.methods import _prompts
+    from interp.analyses.leakage.plan import _default_lengths
     from benchmarks.common import interleaved, pin_threads
     from interp.models import GPTConfig, HookedGPT
 
     threads = pin_threads(2)
     model = HookedGPT(GPTConfig(**GPT2_SMALL)).eval()
     adapter = leakage.ModelAdapter(model)
-    tokens = leakage._prompts(2, args.length, GPT2_SMALL["d_vocab"], 0)
+    tokens = _prompts(2, args.length, GPT2_SMALL["d_vocab"], 0)
     sample = [args.length // 8, args.length // 2, args.length - 1]
 
     def prefixes():
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
           "includes its own full forward)")
     print(f"  every prefix (black box)    ~{every_prefix:8.0f} s   (integrated from prefixes {sample})")
     print(f"  truncation: incremental + 64-token black box is ~{every_prefix / incremental:.0f}x cheaper")
-    lengths = leakage._default_lengths(args.length)
+    lengths = _default_lengths(args.length)
     common = dict(draws=2, max_cuts=16, gradient_len=24, with_mask=True)
     for incremental_path in (False, True):
         counts = leakage_fast.count_tokens(args.length, lengths, 2, leakage.METHODS, incremental=incremental_path, **common)

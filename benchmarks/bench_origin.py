@@ -1,4 +1,4 @@
-"""Benchmark: naming the line of code where a leak appears (`interp.analyses.leakage_origin`), against the audit itself.
+"""Benchmark: naming the line of code where a leak appears (`interp.analyses.leakage.origin`), against the audit itself.
 
 1. Cost on the benchmark model (HookedGPT, 4 layers, d_model 256, 8 heads, vocab 5,000, n_ctx
    128, random weights) whose last layer lost its causal mask: the default audit without
@@ -18,7 +18,7 @@ import time
 import torch
 
 from interp.analyses.leakage import audit
-from interp.analyses.leakage_origin import MAX_BYTES, OpPair, find_origin
+from interp.analyses.leakage.origin import MAX_BYTES, OpPair, find_origin
 from benchmarks.common import Ratio, interleaved, peak_rss_mb, pin_threads, print_table, reset_peak_rss
 from interp.models import GPTConfig, HookedGPT
 

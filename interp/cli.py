@@ -460,7 +460,7 @@ def cmd_audit_leakage(args) -> int:
 
 def _write_ci_files(args, result) -> None:
     """--sarif and --junit: the audit in the formats code-scanning and test-report UIs read."""
-    from interp.analyses import leakage_ci
+    from interp.analyses.leakage import ci as leakage_ci
 
     if args.sarif is not None:
         _write_text(args.sarif, json.dumps(leakage_ci.to_sarif(result), indent=2) + "\n", "SARIF")

@@ -5,7 +5,7 @@ the new position alone (so a norm or mixer that looked across positions would se
 one) and attention reads the cached keys and values of earlier positions, with no mask to get
 wrong. For a correct causal model it equals the full forward up to float rounding; where the
 full forward reads later tokens, the two differ. The leakage audit compares them
-(`interp.analyses.leakage_fast`), at the cost of about one forward instead of T forwards of prefixes.
+(`interp.analyses.leakage.fast`), at the cost of about one forward instead of T forwards of prefixes.
 
 Supported: exactly `HookedGPT` built from `interp.models.components` blocks (LayerNorm or no norm,
 learned or rotary positions, grouped-query attention, MLP or attention-only, pre-norm and

@@ -10,7 +10,6 @@ from torch import nn
 from interp.analyses.leakage import (
     METHODS,
     SPREAD_FLOOR,
-    _scale,
     LeakageReport,
     ModelAdapter,
     audit,
@@ -26,6 +25,7 @@ from interp.analyses.leakage import (
     localise,
     truncation,
 )
+from interp.analyses.leakage.methods import _scale
 from interp.errors import ModelError
 from interp.testing import assert_causal
 from interp.models import GPTConfig, HookedGPT

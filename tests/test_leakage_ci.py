@@ -14,8 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from interp.analyses import leakage, leakage_ci
-from interp.analyses.leakage_methods import _accepts_attention_mask, declaration
+from interp.analyses import leakage
+from interp.analyses.leakage import ci as leakage_ci
+from interp.analyses.leakage import declaration
+from interp.analyses.leakage.adapter import _accepts_attention_mask
 from interp import cli
 from interp.sdpa import hook_sdpa
 from interp.models import zoo

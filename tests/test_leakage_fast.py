@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp.analyses import leakage, leakage_fast
+from interp.analyses import leakage
+from interp.analyses.leakage import fast as leakage_fast
+from interp.analyses.leakage.methods import _prompts
 from interp.specnames import check_spec, could_load
 from interp.models import GPTConfig, HookedGPT
 from interp.models.kv_cache import incremental_outputs, supports_incremental
@@ -76,7 +78,7 @@ def test_reference_finds_one_leaking_pair_past_the_short_length_only_with_a_mask
         return allowed
 
     attn.mask = holed
-    tokens = leakage._prompts(2, 96, 23, 0)
+    tokens = _prompts(2, 96, 23, 0)
     plain = leakage_fast.incremental_rows(model, leakage.ModelAdapter(model), tokens, leakage.DEFAULT_TOL)
     masked = leakage_fast.incremental_rows(model, leakage.ModelAdapter(model).with_ones_mask(), tokens, leakage.DEFAULT_TOL)
     assert max(row["influence"] for row in plain) <= leakage.DEFAULT_TOL

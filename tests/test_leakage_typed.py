@@ -1,5 +1,6 @@
 """The leakage audit's typed results and stages: the all-ones-mask run is a column, the verdict's
-wording lives in interp.analyses.leakage once, every renderer reads the object, and the layers do not cycle."""
+wording lives in interp.analyses.leakage.report once, every renderer reads the object, and the
+layers do not cycle."""
 import ast
 import json
 import math
@@ -89,7 +90,7 @@ def test_headline_and_tone(verdict, leaks, expected):
 
 
 def test_cli_json_text_and_html_render_the_one_wording(monkeypatch):
-    """Change the wording in interp.analyses.leakage: the CLI table, str(), the JSON and the HTML report follow."""
+    """Change the wording in interp.analyses.leakage.report: the CLI table, str(), the JSON and the HTML report follow."""
     from rich.console import Console
 
     from interp.analyses import report, report_html
@@ -211,11 +212,18 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module, forbidden", [
-    ("leakage_types", {"interp.analyses.leakage", "interp.analyses.leakage_methods", "interp.analyses.leakage_fast"}),
-    ("leakage_methods", {"interp.analyses.leakage", "interp.analyses.leakage_fast"}),
-    ("leakage_fast", {"interp.analyses.leakage"}),
-])
-def test_the_leakage_layers_point_down(module, forbidden):
-    imported = _imports(ROOT / "analyses" / f"{module}.py")
+LEAKAGE = "interp.analyses.leakage"
+LAYERS = ("types", "adapter", "methods", "fast", "origin", "report", "plan", "stages", "ci")  # bottom first
+
+
+@pytest.mark.parametrize("depth, module", list(enumerate(LAYERS)))
+def test_the_leakage_layers_point_down(depth, module):
+    """Each module imports only those below it, never the package (its __init__ imports them all)."""
+    forbidden = {LEAKAGE} | {f"{LEAKAGE}.{above}" for above in LAYERS[depth + 1:]}
+    imported = _imports(ROOT / "analyses" / "leakage" / f"{module}.py")
     assert not imported & forbidden, imported & forbidden
+
+
+def test_every_leakage_module_has_a_layer():
+    modules = {path.stem for path in (ROOT / "analyses" / "leakage").glob("*.py")} - {"__init__"}
+    assert modules == set(LAYERS)

@@ -36,12 +36,12 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from interp.analyses.leakage_methods import _change, _scale, restrict
+from interp.analyses.leakage.methods import _change, _scale, restrict
 from interp.modelinfo import context_length
 
 MAX_BYTES = 256 * 2**20  # reference outputs kept per window
 _TORCH_DIRS = tuple(str(Path(str(module.__file__)).resolve().parent) for module in (torch, einops))  # ops pass through these
-_TOOLKIT_DIRS = tuple(str(Path(__file__).resolve().parent.parent / name) for name in ("interp", "analyses"))
+_TOOLKIT_DIRS = tuple(str(Path(__file__).resolve().parents[2] / name) for name in ("interp", "analyses"))
 _LIBRARY_DIRS = tuple({str(Path(p).resolve()) for key in ("purelib", "platlib", "stdlib") if (p := sysconfig.get_paths().get(key))})
 
 

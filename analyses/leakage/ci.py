@@ -2,7 +2,7 @@
 on the line where it appears) and JUnit XML (one test case per check).
 
 Both render a `LeakageReport` as it is; nothing is parsed back. In SARIF each leak kind is one
-result located at its origin (`leakage_origin.Origin`): the op's own line, or, when that lies in
+result located at its origin (`origin.Origin`): the op's own line, or, when that lies in
 an installed library, the first line in the user's files, the op then a related location.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from interp.analyses.leakage import LeakageReport, describe_row
-from interp.analyses.leakage_origin import Frame, Origin
-from interp.analyses.leakage_types import above_threshold
+from interp.analyses.leakage.origin import Frame, Origin
+from interp.analyses.leakage.report import LeakageReport, describe_row
+from interp.analyses.leakage.types import above_threshold
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 RULES: dict[str, tuple[str, str]] = {  # leak kind -> (rule name, what the rule checks)
@@ -117,7 +117,7 @@ def to_junit(report: LeakageReport, suite: str) -> str:
 
 
 def _failure_text(report: LeakageReport, method: str) -> str:
-    from interp.analyses.leakage_types import METHOD_KIND
+    from interp.analyses.leakage.types import METHOD_KIND
 
     rows = report.table[(report.table["method"] == method)]
     rows = rows[above_threshold(rows, report.tol)].nlargest(3, "influence")

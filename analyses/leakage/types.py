@@ -1,8 +1,8 @@
 """The leakage audit's vocabulary: methods, verdicts, leak kinds, the row type and the thresholds.
 
-The bottom layer of the audit (it imports nothing of it): `leakage_methods` (the black-box
-methods and localisation) and `leakage_fast` (the incremental reference) build `Finding` rows
-from it; `leakage` (the report and `audit`) sits on top. Every name here is re-exported by
+The bottom layer of the audit (it imports nothing of it): `methods` (the black-box methods
+and localisation) and `fast` (the incremental reference) build `Finding` rows from it; `report`
+(`LeakageReport`) and `stages` (`audit`) sit on top. Every public name here is re-exported by
 `interp.analyses.leakage`, where users find them.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from interp.errors import BadInput
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
 METHODS: tuple[str, ...] = get_args(Method)
-Verdict = Literal["exact_zero", "numerical_noise", "leak", "bidirectional"]  # wording: leakage.VERDICT_WORDS
+Verdict = Literal["exact_zero", "numerical_noise", "leak", "bidirectional"]  # wording: report.VERDICT_WORDS
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 LeakKind = Literal["future", "batch", "padding"]
 LEAK_KINDS: tuple[str, ...] = get_args(LeakKind)
@@ -34,7 +34,7 @@ GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (r
 # counts a leak above tol * 0.1 (its unit is one source position's Jacobian; the 1e-4 planted leak measures >= 3.4e-5)
 HALF_PRECISION_TOL = 5e-3  # float16 / bfloat16 weights: below this a same-length change may be rounding (bf16's
 # unit roundoff is 3.9e-3); comparisons across lengths, or a model whose rounding depends on the batch, are judged
-# against a noise floor measured on the model itself (`leakage_methods.half_precision_floors`) times NOISE_FACTOR
+# against a noise floor measured on the model itself (`methods.half_precision_floors`) times NOISE_FACTOR
 NOISE_FACTOR = 3.0  # a half-precision change counts a leak above this multiple of the model's measured rounding
 MAX_TOL = 1e-2  # float32: a tol above 1% of the output scale would call real leaks rounding
 MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it

@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from interp.analyses.leakage_methods import _change, _rows, _scale, truncation
-from interp.analyses.leakage_types import Finding
+from interp.analyses.leakage.methods import _change, _rows, _scale, truncation
+from interp.analyses.leakage.types import Finding
 from interp.models.kv_cache import incremental_outputs, supports_incremental
 
 SHORT_LEN = 64  # black-box truncation kept up to this length when the incremental reference covers the rest

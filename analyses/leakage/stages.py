@@ -1,0 +1,487 @@
+"""Stages 2 to 4 of the leakage audit, and `audit`, which runs them after `plan.plan_audit`.
+
+`run_methods` (every method of the plan, -> `MethodRuns`), `locate_leaks` (the hook site where
+each kind of leak enters) and `locate_origins` (its line of code), `decide` (the verdict); the
+methods themselves are described in `interp.analyses.leakage`'s docstring.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+
+import interp.analyses.leakage.fast as leakage_fast
+from interp.analyses.leakage.adapter import ModelAdapter, observed_masking
+from interp.analyses.leakage.methods import (
+    _batch_pairs,
+    _first,
+    _future_pairs,
+    _generator,
+    _odd_length,
+    _Progress,
+    _resample,
+    batch_mixing,
+    gradient,
+    half_precision_floors,
+    localisation_threshold,
+    localise,
+    padding_check,
+    pattern_check,
+    perturbation,
+    site_modules,
+)
+from interp.analyses.leakage.origin import OpPair, Origin, batch_rows, find_origin, pair_length
+from interp.analyses.leakage.plan import AuditPlan, _check_methods, _embedding, _no_future_method_message, plan_audit
+from interp.analyses.leakage.report import LeakageReport
+from interp.analyses.leakage.types import (
+    FUTURE_METHODS,
+    LEAK_KINDS,
+    METHOD_KIND,
+    METHODS,
+    SITE_COLUMNS,
+    TRUSTED,
+    Finding,
+    Pair,
+    Verdict,
+    above_threshold,
+    findings_table,
+    method_tol,
+)
+from interp import launch
+from interp.launch import Device, DType
+from interp.errors import ModelError
+
+# ---------------------------------------------------------------------------------------------
+# Stage 2, the methods: every row the plan asks for
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class MethodRuns:
+    """What the methods measured, before localisation and the verdict."""
+
+    adapter: ModelAdapter  # the adapter the later methods ran: one example per forward if the batch mixes
+    rows: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    future_influence: dict[bool, dict[int, torch.Tensor]] = field(
+        default_factory=lambda: {False: {}, True: {}})  # ones_mask -> length -> (cut, query), where above tol
+    padding_pair: Pair | None = None  # the worst pad-content pair, for localisation
+    incomplete: dict[str, str] = field(default_factory=dict)  # check -> why it could not run
+
+
+@torch.no_grad()
+def run_methods(model: Any, adapter: ModelAdapter, plan: AuditPlan, *, tick: Any = lambda *a, **k: None) -> MethodRuns:
+    """Run every method of the plan in order: batch, the future methods (or, for an encoder, one
+    perturbation), pattern, padding. A ValueError if no method could show a future leak."""
+    runs = MethodRuns(adapter=adapter)
+    long_prompts = plan.prompts(max(plan.n_prompts, 2), plan.max_len)  # (prompt, pos)
+    if "batch" in plan.methods:
+        mixing = batch_mixing(adapter, long_prompts, plan.vocab, plan.tol_same, seed=plan.seed)
+        runs.rows += mixing
+        tick(1, "batch")
+        if any(row["influence"] > plan.tol_same for row in mixing):
+            runs.adapter = adapter.one_per_forward()  # mixing must not pose as a leak in the other methods
+            runs.notes.append("the model mixes examples of a batch: the other tests ran one example per forward pass")
+    if plan.bidirectional:
+        short = plan.prompts(plan.n_prompts, plan.lengths[0])
+        runs.rows += perturbation(runs.adapter, short, plan.vocab, plan.tol_same, draws=1, seed=plan.seed,
+                                  max_cuts=plan.max_cuts)[0]
+        runs.notes.append("declared bidirectional (an encoder): future dependence is by design and not counted")
+    else:
+        _run_future(model, runs, plan, prompts=long_prompts, tick=tick)
+        if "pattern" in plan.methods:
+            pattern_rows, note = pattern_check(model, runs.adapter, plan.prompts(plan.n_prompts, plan.max_len), plan.tol)
+            runs.rows += pattern_rows
+            runs.notes += [note] if note else []
+            tick(1, "pattern")
+    if "padding" in plan.methods:
+        _run_padding(runs, plan)
+        tick(1, "padding")
+    return runs
+
+
+def _run_future(model: Any, runs: MethodRuns, plan: AuditPlan, *, prompts: torch.Tensor, tick: Any) -> None:
+    """The future methods, once per mask variant: as called without a mask, and (models taking one)
+    with a mask of ones, where a fast path may drop the causal mask."""
+    embed = _embedding(model, plan)
+    for ones_mask in plan.mask_variants:
+        variant = runs.adapter.with_ones_mask() if ones_mask else runs.adapter
+        try:
+            rows, found, gradient_failed = _run_variant(model, variant, plan, prompts=prompts, embed=embed, tick=tick)
+        except ModelError as error:
+            if not ones_mask:
+                raise
+            runs.notes.append(f"the model fails when handed an attention_mask, so its mask path was not audited: {error}")
+            continue
+        runs.rows += rows
+        runs.future_influence[ones_mask].update(found)
+        if gradient_failed and not ones_mask:
+            runs.notes.append("gradient skipped: the embedding output is not (batch, seq, d_model)")
+    if "gradient" in plan.methods and embed is None:
+        runs.notes.append("gradient skipped: no input embedding found (a black-box callable)")
+    if not any(row["method"] in FUTURE_METHODS for row in runs.rows):
+        raise ValueError(_no_future_method_message(plan.methods, runs.notes))
+
+
+def _run_variant(model: Any, variant: ModelAdapter, plan: AuditPlan, *, prompts: torch.Tensor,
+                 embed: nn.Module | None, tick: Any) -> tuple[list[Finding], dict[int, torch.Tensor], bool]:
+    """Truncation, perturbation and gradient through one adapter: rows, the perturbation influence
+    (cut, query) per length where it is above tol, and whether the gradient found no usable embedding."""
+    rows: list[Finding] = []
+    found: dict[int, torch.Tensor] = {}
+    if "truncation" in plan.methods:
+        rows += leakage_fast.truncation_rows(model, variant, prompts[:plan.n_prompts], plan.tol_length, progress=tick)
+    if "perturbation" in plan.methods:
+        for length in plan.lengths:
+            perturbed, influence = perturbation(
+                variant, plan.prompts(plan.n_prompts, length), plan.vocab, plan.tol_same, draws=plan.draws, seed=plan.seed,
+                progress=tick, max_cuts=leakage_fast.perturbation_cuts(model, length, plan.max_cuts))
+            rows += perturbed
+            if float(influence.nan_to_num(0.0).max()) > plan.tol_same:
+                found[length] = influence
+    gradient_failed = False
+    if "gradient" in plan.methods and embed is not None:
+        grad_rows = gradient(variant, embed, plan.prompts(1, plan.gradient_len)[0], method_tol("gradient", plan.tol),
+                             seed=plan.seed, progress=tick)
+        gradient_failed = not grad_rows
+        rows += grad_rows
+    return rows, found, gradient_failed
+
+
+def _run_padding(runs: MethodRuns, plan: AuditPlan) -> None:
+    """Pad content and right padding against the unpadded run, for models that take an attention_mask."""
+    if not runs.adapter.takes_mask:
+        runs.notes.append("padding skipped: the model takes no attention_mask")
+        return
+    try:
+        rows, notes, worst = padding_check(runs.adapter, plan.prompts(plan.n_prompts, _odd_length(plan.max_len)),
+                                           plan.vocab, plan.tol_same, pad_id=plan.pad_id, seed=plan.seed,
+                                           bidirectional=plan.bidirectional)
+    except ModelError as error:  # the model takes a mask but fails with one: padding is unaudited, not inert
+        runs.incomplete["padding"] = (f"padding check could not run: {error} Fix the model's attention_mask path, or pass "
+                               "--no-padding (methods without 'padding') to audit without it.")
+        return
+    runs.rows += rows
+    runs.notes += notes
+    runs.padding_pair = worst
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 3, localisation: where each kind of leak enters
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Localisation:
+    """Per leak kind, the sites in forward order (`sites`, SITE_COLUMNS) and the first that carries it."""
+
+    sites: pd.DataFrame
+    first: dict[str, str | None]
+    notes: tuple[str, ...] = ()
+
+
+def leak_kinds(table: pd.DataFrame, plan: AuditPlan) -> tuple[str, ...]:
+    """The kinds of leak the trusted rows above their threshold show (an encoder's future is by design)."""
+    trusted = _trusted(table, plan)
+    return tuple(sorted({METHOD_KIND[m] for m in trusted.loc[above_threshold(trusted, plan.tol), "method"]},
+                        key=LEAK_KINDS.index))
+
+
+def _trusted(table: pd.DataFrame, plan: AuditPlan) -> pd.DataFrame:
+    trusted = table[table["method"].isin(TRUSTED)]
+    if plan.bidirectional:
+        trusted = trusted[trusted["method"].map(METHOD_KIND) != "future"]
+    return trusted
+
+
+@torch.no_grad()
+def locate_leaks(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame, *, leaks: Sequence[str],
+                   plan: AuditPlan, sites: list[tuple[str, nn.Module]]) -> Localisation:
+    """Repeat a pair of runs per leak kind with every site captured; the first site that moves carries it.
+    `adapter` is the one the audit started with (batch mixing shows only with several rows per forward)."""
+    if not sites:
+        return Localisation(pd.DataFrame(columns=SITE_COLUMNS), {})
+    located: dict[str, pd.DataFrame] = {}  # kind -> localise's frame
+    notes: tuple[str, ...] = ()
+    if "batch" in leaks:
+        pairs = _batch_pairs(plan.prompts(2, _odd_length(plan.max_len)), plan.vocab, plan.seed)
+        located["batch"] = localise(adapter, sites, pairs, plan.tol)
+    pair = runs.padding_pair
+    if pair is not None and pair["influence"] > plan.tol:
+        located["padding"] = localise(runs.adapter, sites, [pair], plan.tol)
+    if "future" in leaks:
+        located["future"], notes = _localise_future_leak(runs, table, plan, sites)
+    frame = (pd.concat([found.assign(kind=kind) for kind, found in located.items()], ignore_index=True)[SITE_COLUMNS]
+             if located else pd.DataFrame(columns=SITE_COLUMNS))
+    return Localisation(frame, {kind: _first(found) for kind, found in located.items()}, notes)
+
+
+def _localise_future_leak(runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan,
+                          sites: list[tuple[str, nn.Module]]) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """Localise a future leak through the mask variant that showed it (the all-ones mask when only it did)."""
+    rows = _trusted(table, plan)
+    rows = rows[rows["method"].isin(FUTURE_METHODS) & above_threshold(rows, plan.tol)]
+    masked = bool(rows["ones_mask"].all())  # seen only with a mask of ones
+    notes = ["the future leak appears only when the model is given an all-ones attention_mask"] if masked else []
+    located = _localise_future(runs.adapter.with_ones_mask() if masked else runs.adapter, sites, plan,
+                               found=runs.future_influence[masked], table=rows[rows["ones_mask"] == masked])
+    if _first(located) is None:
+        notes.append("the leak did not reproduce under token resampling at any site (it depends on the "
+                     "presence of later positions rather than their content); localise it by hand")
+    return located, tuple(notes)
+
+
+def _localise_future(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], plan: AuditPlan, *,
+                     found: dict[int, torch.Tensor], table: pd.DataFrame) -> pd.DataFrame:
+    """Localise a future leak with perturbation pairs at the cuts where it was seen (at most 4).
+
+    `found`: the perturbation influence (cut, query) per length where it was above tol; `table`: the
+    future-method rows above tol that `adapter` (plain or with a mask of ones) produced."""
+    if found:
+        length = _localisation_length(found)
+        per_cut = found[length].nan_to_num(0.0).amax(dim=1)  # (cut,)
+        cuts = [int(c) for c in per_cut.argsort(descending=True)[:4] if float(per_cut[c]) > plan.tol]
+    else:  # seen only by truncation or the gradient: cuts from the table
+        leaking = table[(table["method"].isin(["truncation", "gradient"])) & above_threshold(table, plan.tol)]
+        if leaking.empty:
+            return localise(adapter, sites, [], plan.tol)
+        length = int(leaking["length"].max())
+        mine = leaking[leaking["length"] == length].nlargest(4, "influence")
+        cuts = sorted({int(s) - 1 if m == "truncation" else int(q)
+                       for m, q, s in zip(mine["method"], mine["query_pos"], mine["source_pos"])})
+    prompt = plan.prompts(1, length)[0]
+    return localise(adapter, sites, _future_pairs(prompt, cuts, plan.vocab, plan.seed), plan.tol)
+
+
+def _localisation_length(found: dict[int, torch.Tensor]) -> int:
+    odd = [length for length in found if length % 2 and length >= 5]
+    return max(odd) if odd else max(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 3b, the line of code: the first op where each kind of leak appears (`origin`)
+# ---------------------------------------------------------------------------------------------
+
+def locate_origins(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame, *, leaks: Sequence[str],
+                   plan: AuditPlan) -> dict[str, Origin]:
+    """Per leak kind, the op (file, line, function, source) where an observed output first moves."""
+    model = adapter.model
+    origins: dict[str, Origin] = {}
+    for kind in leaks:
+        pairs = {"future": _future_op_pairs, "batch": _batch_op_pairs, "padding": _padding_op_pairs}[kind](
+            model, runs, table, plan)
+        for pair, leak in pairs:
+            try:
+                origin = find_origin(model, pair, localisation_threshold(leak, plan.tol))
+            except Exception as error:  # the model failed on a pair the methods did not run: no line for this kind
+                runs.notes.append(f"the {kind} leak's line of code was not found: the model raised "
+                                  f"{type(error).__name__} on the localisation inputs ({error})")
+                continue
+            if origin is not None:
+                origins[kind] = origin
+                break
+    return origins
+
+
+def _future_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The largest future leak as two pairs: the later tokens resampled, then (a leak through the length) removed."""
+    rows = _trusted(table, plan)
+    rows = rows[rows["method"].isin(FUTURE_METHODS) & above_threshold(rows, plan.tol)]
+    if rows.empty:
+        return []
+    top = rows.loc[rows["influence"].idxmax()]
+    cut = int(top["query_pos"]) if top["method"] == "gradient" else int(top["source_pos"]) - 1
+    length = max(cut + 2, pair_length(model, int(top["length"]), plan.max_len))
+    prompt = plan.prompts(1, length)  # (1, pos)
+    mask = torch.ones_like(prompt) if bool(rows["ones_mask"].all()) else None
+    later = torch.arange(length) > cut
+    resampled = torch.where(later, _resample(prompt, plan.vocab, _generator(plan.seed, "origin", length)), prompt)
+    keep = torch.arange(cut + 1)
+    span = f"{cut + 1}..{length - 1}"
+    content = OpPair("future", prompt, resampled, 0, keep, lambda q: f"row {q} now depends on positions {span}", mask)
+    prefix = OpPair("future", prompt, prompt[:, :cut + 1], 0, keep,
+                    lambda q: f"row {q} changes when positions {span} are removed (it depends on the length)",
+                    mask, None if mask is None else mask[:, :cut + 1])
+    leak = float(top["influence"])
+    return [(content, leak), (prefix, leak)] if _differs_by_content(runs, top) else [(prefix, leak), (content, leak)]
+
+
+def _differs_by_content(runs: MethodRuns, top: Any) -> bool:
+    """Whether the largest future leak showed with the later tokens changed (else only with them removed)."""
+    return top["method"] != "truncation" or any(runs.future_influence[flag] for flag in (False, True))
+
+
+def _batch_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The first and the last row observed, every other row resampled."""
+    length = pair_length(model, _odd_length(plan.max_len), plan.max_len)
+    n_rows = batch_rows(model, length)
+    prompts = plan.prompts(n_rows, length)  # (row, pos)
+    others = _resample(prompts, plan.vocab, _generator(plan.seed, "origin-batch", length))
+    leak = float(table.loc[table["method"] == "batch", "influence"].max())
+    pairs = []
+    for row in (0, n_rows - 1):
+        variant = others.clone()
+        variant[row] = prompts[row]
+        pairs.append((OpPair("batch", prompts, variant, row, torch.arange(length), _batch_words(row)), leak))
+    return pairs
+
+
+def _batch_words(row: int) -> Callable[[int], str]:
+    return lambda q: f"row {row} (position {q}) now depends on the other rows of its batch"
+
+
+def _padding_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan) -> list[tuple[OpPair, float]]:
+    """The padding check's worst pair: the same real tokens and mask, other pad content."""
+    pair = runs.padding_pair
+    if pair is None or "tokens_a" not in pair:
+        return []
+    keep = pair["observe"].nonzero().flatten()
+    return [(OpPair("padding", pair["tokens_a"], pair["tokens_b"], 0, keep,
+                    lambda q: f"real position {q} now depends on the content of the padding", pair["mask"]),
+             float(pair["influence"]))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 4, the verdict
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict, the headline influence, and where each kind of leak enters."""
+
+    verdict: Verdict
+    max_influence: float
+    first_leaking_site: str | None
+    first_leaking_sites: dict[str, str | None]
+
+
+def decide(table: pd.DataFrame, plan: AuditPlan, *, leaks: Sequence[str], located: Localisation,
+           localised: bool) -> Decision:
+    """Verdict from the trusted rows: bidirectional (declared), leak (any kind found), else exact zero
+    or rounding. Without localisation (`localised` False) every leak is placed at the output."""
+    everything = _trusted(table, plan)  # an encoder's headline is what was audited, not its by-design future
+    max_influence = float(everything["influence"].max()) if not everything.empty else math.nan
+    verdict: Verdict
+    if plan.bidirectional:
+        verdict = "bidirectional"
+    elif leaks:
+        verdict = "leak"
+    else:
+        verdict = "exact_zero" if max_influence == 0.0 else "numerical_noise"
+    first_sites: dict[str, str | None] = dict(located.first) if localised else {kind: "output" for kind in leaks}
+    first = next((first_sites.get(kind) for kind in leaks if first_sites.get(kind)), None)
+    if leaks and first is None:
+        first = "output"
+    return Decision(verdict, max_influence, first, first_sites)
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry point: plan, run, localise, decide
+# ---------------------------------------------------------------------------------------------
+
+def audit(
+    model: Any,
+    *,
+    max_len: int | None = None,
+    vocab_size: int | None = None,
+    n_prompts: int = 2,
+    seed: int = 0,
+    tol: float | None = None,
+    lengths: Sequence[int] | None = None,
+    methods: Sequence[str] = METHODS,
+    draws: int = 2,
+    max_cuts: int | None = 16,
+    gradient_len: int = 24,
+    localise_leaks: bool = True,
+    pad_token_id: int | None = None,
+    progress: bool = False,
+    device: Device = None,
+    dtype: DType = None,
+    bidirectional: bool | None = None,
+) -> LeakageReport:
+    """Audit `model` for dependence of any output position on later tokens (and on other examples
+    of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
+
+    max_len: longest length audited (default cfg.n_ctx); lengths: the lengths perturbed (default
+    max_len, an odd middle length and 5; truncation always covers every length up to max_len);
+    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all; truncation and the
+    gradient cover every cut regardless); gradient_len: length of the Jacobian test; tol: largest
+    influence called rounding (default 5e-5, or 2e-2 for float16 / bfloat16 models). Cost: the
+    truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
+    long contexts pass a smaller max_len or watch `progress=True`. device / dtype: audit a moved
+    copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
+    bidirectional: True audits the model as an encoder (future dependence by design; padding and
+    batch still audited), False as a decoder; None (default) reads the model's own declaration
+    (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
+    expected to be causal, whatever its attention calls look like.
+    """
+    start = time.perf_counter()
+    spec = isinstance(model, (str, os.PathLike))
+    if spec:  # as the CLI does: a factory without hooks is a black box
+        from interp.loading import load_auditable
+
+        model = load_auditable(model)
+    model = launch.move(model, device=device, dtype=dtype, copy=not spec)  # a loaded spec is ours to move
+    _check_methods(methods)
+    adapter = ModelAdapter(model)
+    plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
+                      lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
+                      localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
+    if progress and not plan.bidirectional:
+        plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
+    plan = replace(plan, noise=half_precision_floors(model, adapter, plan.prompts(max(plan.n_prompts, 2), plan.max_len)))
+    tick = _Progress(progress, plan.passes)
+    sites = site_modules(model) if plan.localise else []
+    with _evaluating(model, tick):
+        runs = run_methods(model, adapter, plan, tick=tick)
+        table = findings_table(runs.rows)
+        leaks = leak_kinds(table, plan)
+        located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
+        origins = locate_origins(adapter, runs, table, leaks=leaks, plan=plan) if plan.localise else {}
+        tick(1, "localisation")
+    decision = decide(table, plan, leaks=leaks, located=located, localised=bool(sites))
+    return LeakageReport(
+        model_name=adapter.name, verdict=decision.verdict, max_influence=decision.max_influence,
+        first_leaking_site=decision.first_leaking_site, leaks=leaks, table=table, sites=located.sites,
+        first_leaking_sites=decision.first_leaking_sites, tol=plan.tol,
+        lengths=tuple(sorted(set(plan.lengths) | {plan.max_len})), n_prompts=plan.n_prompts, methods=plan.methods,
+        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, leaks), seconds=time.perf_counter() - start,
+        declared_by=plan.declared_by, incomplete=dict(runs.incomplete), origins=origins,
+    )
+
+
+def _declaration_notes(model: Any, plan: AuditPlan, leaks: Sequence[str]) -> tuple[str, ...]:
+    """How the model was judged (declared, or expected causal), what the attention calls showed, and the way out."""
+    notes = [f"bidirectional: {plan.declared_by}"] if plan.declared_by else []
+    if plan.noise is not None:
+        notes.append(f"half precision: rounding measured on the model itself is {plan.noise}; changes count as leaks "
+                     f"above {plan.tol_same:.3g} at one length and {plan.tol_length:.3g} across lengths")
+    seen = observed_masking(model)
+    if seen:
+        notes.append(seen)
+    if "future" in leaks and not plan.bidirectional:
+        notes.append(BIDIRECTIONAL_HINT)
+    return tuple(notes)
+
+
+BIDIRECTIONAL_HINT = ("no declaration says this model is bidirectional, so it is expected to be causal; if it is meant "
+                      "to attend both ways (an encoder), pass --bidirectional (audit(..., bidirectional=True))")
+
+
+@contextlib.contextmanager
+def _evaluating(model: Any, tick: _Progress) -> Iterator[None]:
+    """The model in eval mode for the audit, its training flag restored and the progress bar closed after."""
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        yield
+    finally:
+        tick.close()
+        if isinstance(model, nn.Module) and was_training:
+            model.train()
