@@ -9,7 +9,7 @@ of the keys a head of that type attends to. Everything else follows from it, gen
   as induction does: the repeated positions);
 - argmax rate: the share of scored queries whose maximum weight lands on a target key (ties
   split evenly among the tied keys, so a uniform head is credited to no one target);
-- ideal pattern (for substitution, `interp.analyses.head_claims.Sufficiency`): uniform over the
+- ideal pattern (for substitution, `interp.analyses.claims.Sufficiency`): uniform over the
   target keys; a query without a target attends to the first real key (or to itself);
 - claims: statement, observational threshold with its citation, shuffled-token expectation
   ("stay": positional, "drop": content), sufficiency threshold, and which prompts it needs
@@ -45,7 +45,7 @@ Fallback = Literal["first", "self"]
 NEEDS: tuple[str, ...] = get_args(Needs)
 TIE_TOLERANCE = 1e-6  # weights within this of a row's maximum count as tied maxima
 
-# short citations (titles in interp.analyses.head_claims' references)
+# short citations (titles in interp.analyses.claims.presets' references)
 CLARK = "Clark et al. 2019"
 VOITA = "Voita et al. 2019"
 OLSSON = "Olsson et al. 2022"
@@ -265,7 +265,7 @@ class HeadType:
     fallback: Fallback = "first"  # ideal pattern of a query without a target: the first real key, or itself
     argmax: bool = True  # whether `interp.analyses.positional.focus` reports `{metric}_argmax`
     queries: Callable[[TargetBatch], torch.Tensor] | None = None  # scored queries; default: scored with a target
-    position_metric: str | None = None  # shuffle="drop": attention to where the target was (head_claims)
+    position_metric: str | None = None  # shuffle="drop": attention to where the target was (claims.evidence)
     copying: float | None = None  # OV copying-score threshold (induction), None: not checked
     params: tuple[tuple[str, Any], ...] = ()  # further claim parameters, e.g. (("window", 3),)
     description: str = ""  # what the metric column means, for the report's glossary
@@ -482,7 +482,7 @@ def _builtins() -> dict[str, HeadType]:
 
 HEAD_TYPES: dict[str, HeadType] = _builtins()  # name -> HeadType, in registration order
 BUILTIN_HEAD_TYPES: tuple[str, ...] = tuple(HEAD_TYPES)
-# claim kinds that are not head types (interp.analyses.registry: positional, pair and model claims, dispensable) and
+# claim kinds that are not head types (interp.analyses.claims.registry: positional, pair and model claims, dispensable) and
 # the words of the claims-file syntax ("not induction", the key `model`)
 RESERVED = ("positional", "redundant", "backs_up", "dispensable", "causal", "not", "model")
 
@@ -583,7 +583,7 @@ def head_types(*, needs: tuple[str, ...] | None = None) -> tuple[HeadType, ...]:
 def offset_type(k: int | str, *, threshold: float = 0.9) -> HeadType:
     """The positional family: a head whose maximum sits at relative offset `k` (or "first", the first
     position) for at least `threshold` of queries, whatever the tokens (Voita et al. 2019). Its argmax
-    rate is what `interp.analyses.head_claims.positional_head` judges (`argmax_at:K`)."""
+    rate is what `interp.analyses.claims.positional_head` judges (`argmax_at:K`)."""
     target: Target
     if k == "first":
         target, name = FirstTarget(), "offset_first"

@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from interp.analyses import report_format
-from interp.analyses.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
+from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
 from interp import distributed, launch
 from interp.claims import DEFAULT_EVIDENCE
 from interp import outdir
@@ -614,10 +614,10 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None, be
     """Scan every head (propose on one half of the prompts, test on the other), plus the file's claims.
 
     Returns the claims frame and, row by row, its `Verdict` (None for a claims file's rows)."""
-    from interp.analyses import head_claims
+    from interp.analyses import claims
 
     frames = []
-    scan = head_claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
+    scan = claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
     scan_verdicts = list(scan.attrs.get("verdicts", [None] * len(scan)))
     scan.attrs = {}  # pandas deep-copies attrs on every row and copy: the verdicts are kept in the list instead
     frames.append(scan.assign(source="scan", _verdict=range(len(scan))))

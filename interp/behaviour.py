@@ -1,6 +1,6 @@
 """Behaviour: what causal evidence measures, as one named, typed choice.
 
-Necessity, sufficiency, faithfulness (`interp.analyses.head_claims`) and importance, joint ablation,
+Necessity, sufficiency, faithfulness (`interp.analyses.claims`) and importance, joint ablation,
 compensation and pruning (`interp.analyses.redundancy`) all ask how much an intervention hurts a
 *behaviour*. A `Behaviour` says which one, and every report states it by name:
 

@@ -32,7 +32,7 @@ A claim's p-value is the largest p-value among its evidence (an intersection-uni
 claim needs every requirement, so it is only as strong as its weakest one); the p-values of all
 claims tested together are corrected with Benjamini-Hochberg (`interp.stats`).
 
-Concrete claims live beside the metrics they use (`interp.analyses.head_claims`); this module is the
+Concrete claims live beside the metrics they use (`interp.analyses.claims`); this module is the
 machinery, and knows nothing of any particular metric.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Claim:
     """A hypothesis about one or more heads, and how to test it.
 
     `evidence` maps each evidence kind that applies to the object that gathers it; kinds not in
-    it do not apply to this claim. Build claims with the presets of `interp.analyses.head_claims`
+    it do not apply to this claim. Build claims with the presets of `interp.analyses.claims`
     (e.g. `previous_token_head(0, 3)`) or write your own evidence functions.
     """
 
@@ -534,11 +534,11 @@ def test_claims(
 
     Example::
 
-        from interp.analyses.head_claims import previous_token_head, induction_head
+        from interp.analyses.claims import previous_token_head, induction_head
         table = test_claims(model, [previous_token_head(0, 1), induction_head(1, 2)], prompts)
 
     `table.attrs["verdicts"]` holds the `Verdict` objects (`.table()` gives each evidence table).
-    Test on prompts that did not suggest the claims (`interp.analyses.head_claims.scan` does the split).
+    Test on prompts that did not suggest the claims (`interp.analyses.claims.scan` does the split).
     `device` / `dtype`: as `evaluate_claims`.
     """
     return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,

@@ -388,7 +388,7 @@ def cmd_report(args) -> int:
     report.check_cards_before_loading(spec, layers, heads, max_cards)  # a too-large report fails before the load
     claims = None
     if args.claims:
-        from interp.analyses.registry import read_claims
+        from interp.analyses.claims.registry import read_claims
 
         claims = read_claims(args.claims)
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
@@ -505,7 +505,7 @@ def _verdict_table(result, spec: str):
 
 
 def cmd_claims(args) -> int:
-    from interp.analyses.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
+    from interp.analyses.claims.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
 
     if args.list_kinds:
         print("claim kinds (prefix with 'not ' to expect a refutation):")
@@ -571,15 +571,15 @@ def _brief_reasons(frame, width: int = 110) -> list[str]:
 
 
 def cmd_scan(args) -> int:
-    from interp.analyses import head_claims
+    from interp.analyses import claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args, default_n=args.n or 64)
-    from interp.analyses.registry import claim_evidence_for
+    from interp.analyses.claims.registry import claim_evidence_for
 
-    everything = head_claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
-                                  behaviour=args.behaviour)
+    everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
+                             behaviour=args.behaviour)
     everything = everything.assign(reason=_brief_reasons(everything))
     frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
     console = _out_console(args)

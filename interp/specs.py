@@ -26,7 +26,7 @@ to test them on::
 
 Heads are labelled `L{layer}H{head}`, 0-based. A claim kind prefixed with `not ` expects the
 verdict "refuted"; any other claim expects "supported" (an inconclusive verdict fails both).
-Which kinds exist is decided by `interp.analyses.registry` (`interp claims --list-kinds`).
+Which kinds exist is decided by `interp.analyses.claims.registry` (`interp claims --list-kinds`).
 Syntax errors are reported as `FILE:LINE:COLUMN: message`.
 """
 from __future__ import annotations

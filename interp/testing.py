@@ -109,7 +109,7 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
 #
 # `read_claims(path)` parses one (errors give FILE:LINE:COLUMN); `run_claims(model, file)` tests
 # every claim of the file at once (one Benjamini-Hochberg correction over the file) and returns
-# one row per claim with `expect` and `passed`; both live in `interp.analyses.registry`, with the claim
+# one row per claim with `expect` and `passed`; both live in `interp.analyses.claims.registry`, with the claim
 # kinds they accept, and are re-exported here. As a pytest plugin (entry point `pytest11`,
 # name `interp_claims`), files named `claims*.toml` or `*.claims.toml` become test files with
 # one item per claim; an item fails with the verdict's reasons. The model comes from
@@ -117,11 +117,11 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
 
 import fnmatch as _fnmatch
 
-from interp.analyses.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
+from interp.analyses.claims.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-# the claim kinds moved to interp.analyses.registry; the old names here still work, with a DeprecationWarning
+# the claim kinds moved to interp.analyses.claims.registry; the old names here still work, with a DeprecationWarning
 _MOVED_TO_REGISTRY = ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds")
 
 
@@ -129,9 +129,9 @@ def __getattr__(name: str):
     if name in _MOVED_TO_REGISTRY:
         import warnings
 
-        from interp.analyses import registry
+        from interp.analyses.claims import registry
 
-        warnings.warn(f"interp.testing.{name} moved to interp.analyses.registry.{name}", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"interp.testing.{name} moved to interp.analyses.claims.registry.{name}", DeprecationWarning, stacklevel=2)
         return getattr(registry, name)
     raise AttributeError(f"module 'interp.testing' has no attribute {name!r}")
 def claim_failure_message(row) -> str:

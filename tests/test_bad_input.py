@@ -409,7 +409,7 @@ TOP_LINES = st.sampled_from(['model = "toy-induction"', "model = 3", "alpha = 0.
 @given(top=st.lists(TOP_LINES, max_size=3), claims=st.lists(st.tuples(CLAIM_KEYS, CLAIM_VALUES), max_size=4),
        header=st.booleans(), noise=st.text(max_size=8))
 def test_claims_parser_returns_a_file_or_an_error_with_file_line_column(top, claims, header, noise):
-    from interp.analyses.registry import head_claim_kinds, pair_claim_kinds
+    from interp.analyses.claims.registry import head_claim_kinds, pair_claim_kinds
 
     kinds = set(head_claim_kinds()) | set(pair_claim_kinds()) | {"causal"}
     body = "\n".join(top) + ("\n[claims]\n" if header else "\n") + "\n".join(f'"{k}" = {v}' for k, v in claims)

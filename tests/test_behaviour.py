@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from interp.analyses import head_claims as hc
+from interp.analyses import claims as hc
 from interp.analyses import redundancy as R
 from interp import behaviour as B
 from interp.claims import test_claims as run_test_claims

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import pytest
 
-from interp.analyses import head_claims as hc
+from interp.analyses import claims as hc
 from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
 from interp.data import repeated_tokens
 from interp.models import HookedGPT

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from interp.analyses import head_claims as hc
+from interp.analyses import claims as hc
+from interp.analyses.claims import scanning
 from interp.analyses import induction, leakage, positional, report
 from interp import claims as interp_claims
 from interp.data import repeated_tokens
@@ -60,8 +61,8 @@ PLACED = {
                                     {"induction": BF16_WEIGHT_ATOL, "duplicate_token": BF16_WEIGHT_ATOL}),
     "induction.copying_scores": (lambda m, p, **k: {"copying": induction.copying_scores(m, **k).numpy().astype(float)},
                                  {"copying": BF16_COPYING_ATOL}),
-    "head_claims.propose": (lambda m, p, **k: {"claims": np.array([c.name for c in hc.propose(m, p, **k)])}, None),
-    "head_claims.scan": (lambda m, p, **k: _columns(hc.scan(m, _prompts(16), evidence=EVIDENCE, **k), ["observational"]),
+    "claims.propose": (lambda m, p, **k: {"claims": np.array([c.name for c in hc.propose(m, p, **k)])}, None),
+    "claims.scan": (lambda m, p, **k: _columns(hc.scan(m, _prompts(16), evidence=EVIDENCE, **k), ["observational"]),
                          {"observational": BF16_EFFECT_ATOL}),
     "claims.test_claims": (lambda m, p, **k: _columns(interp_claims.test_claims(m, CLAIMS, p, evidence=EVIDENCE, **k),
                                                       ["observational"]),
@@ -102,13 +103,13 @@ def test_dtype_runs_a_cast_copy_close_to_float32(tiny_gpt, name):
 
 def test_propose_measures_the_cast_copy(tiny_gpt, monkeypatch):
     seen = []
-    measure = hc.argmax_offsets_per_prompt
+    measure = scanning.argmax_offsets_per_prompt
 
     def spy(model, prompts, **kwargs):
         seen.append(next(model.parameters()).dtype)
         return measure(model, prompts, **kwargs)
 
-    monkeypatch.setattr(hc, "argmax_offsets_per_prompt", spy)
+    monkeypatch.setattr(scanning, "argmax_offsets_per_prompt", spy)
     hc.propose(tiny_gpt, _prompts(), dtype=torch.float16)
     assert seen == [torch.float16]
 

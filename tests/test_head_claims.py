@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp.analyses import head_claims as hc
+from interp.analyses import claims as hc
+from interp.analyses.claims.causal import behaviour_mask, content_pattern
+from interp.analyses.claims.evidence import modal_offset
 from interp.analyses.positional import focus_per_prompt
-from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
+from interp.claims import Context, Inconclusive, evaluate_claims, test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.models.constructed import fixed_offset_copier, induction_circuit, pattern_heads
 
@@ -162,7 +164,7 @@ def test_repeat_position_metric_known_answer(circuit):
     # the previous-token head looks one back, never prefix_len - 1 back
     torch.testing.assert_close(position[:, 0, 0], torch.zeros(len(prompts)))
     random = random_tokens(8, 20, D_VOCAB, seed=0)
-    with pytest.raises(hc.Inconclusive, match="repeat structure"):
+    with pytest.raises(Inconclusive, match="repeat structure"):
         hc.head_metric(Context(circuit, random), "induction_position")
 
 
@@ -205,10 +207,10 @@ def test_next_token_claims_need_a_bidirectional_model(circuit, repeated, tiny_en
 
 def test_necessity_on_prompts_without_repeats_uses_every_position(circuit):
     prompts = random_tokens(16, 30, D_VOCAB - 1, bos=BOS, seed=3)
-    mask, name = hc.behaviour_mask(prompts)
+    mask, name = behaviour_mask(prompts)
     assert name == "next-token loss on every position" and bool(mask.all())
     rep = repeated_tokens(3, 5, D_VOCAB - 1, bos=BOS)
-    mask, name = hc.behaviour_mask(rep)
+    mask, name = behaviour_mask(rep)
     # BOS + 5 + 5 tokens: predictions from queries 6..9 (tokens 7..10) are repeats
     assert mask[0].nonzero().flatten().tolist() == [6, 7, 8, 9] and "repeated" in name
 
@@ -219,15 +221,15 @@ def test_argmax_offsets_agree_with_positional(circuit, repeated):
     torch.testing.assert_close(hc.head_metric(ctx, "argmax_at:-1"), focus["prev_token_argmax"])
     torch.testing.assert_close(hc.head_metric(ctx, "argmax_at:0"), focus["self_token_argmax"])
     torch.testing.assert_close(hc.head_metric(ctx, "argmax_at:first"), focus["first_token_argmax"])
-    assert hc.modal_offset(ctx, 0, 0) == "-1" and hc.modal_offset(ctx, 0, 1) == "first"
+    assert modal_offset(ctx, 0, 0) == "-1" and modal_offset(ctx, 0, 1) == "first"
     with pytest.raises(ValueError, match="unknown head metric 'prev'"):
         hc.head_metric(ctx, "prev")
 
 
 def test_content_pattern_known_answer():
     batch = PromptSet(torch.tensor([[9, 1, 2, 1, 2]]))
-    induction = hc.content_pattern(batch, "induction")[0]
-    duplicate = hc.content_pattern(batch, "duplicate_token")[0]
+    induction = content_pattern(batch, "induction")[0]
+    duplicate = content_pattern(batch, "duplicate_token")[0]
     # query 3 (token 1, earlier at 1) -> key 2; query 4 (token 2, earlier at 2) -> key 3; others -> first key
     assert induction.argmax(-1).tolist() == [0, 0, 0, 2, 3]
     assert duplicate.argmax(-1).tolist() == [0, 0, 0, 1, 2]
@@ -370,3 +372,18 @@ def test_toy_scan_finds_the_induction_heads(toy):
     for layer, head in induction:
         assert (f"L{layer}H{head}", "induction") in supported
     assert not any(claim == "induction" and label.startswith("L0") for label, claim in supported)
+
+
+def test_the_package_lists_each_lazy_name_once_and_typed():
+    """`interp.analyses.claims` imports its torch modules on first use: the names it loads lazily are
+    exactly those it imports for type checkers, and each resolves to the object of its module."""
+    import ast
+    import importlib
+
+    source = Path(hc.__file__).read_text()
+    typed = {alias.asname or alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.If)
+             and getattr(node.test, "id", None) == "TYPE_CHECKING" for sub in node.body for alias in sub.names}
+    assert typed == set(hc._LAZY)
+    for name, module in hc._LAZY.items():
+        assert getattr(hc, name) is getattr(importlib.import_module(f"interp.analyses.claims.{module}"), name)
+    assert hc.scan.__module__ == "interp.analyses.claims.scanning" and set(hc.__all__) <= set(dir(hc))

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from interp.analyses import head_claims as hc
+from interp.analyses import claims as hc
 from interp.analyses import head_types as ht
 from interp.analyses import positional, report
 from interp.analyses.head_types import HeadType, TargetBatch, register, unregister

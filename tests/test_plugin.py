@@ -7,13 +7,13 @@ import pytest
 
 # imported here, before any in-process pytester run: pytester restores sys.modules after each run,
 # and transformer_lens (through datasets/pyarrow) cannot be imported a second time in one process
-import interp.analyses.head_claims  # noqa: F401
+import interp.analyses.claims.scanning  # noqa: F401
 import interp.analyses.leakage  # noqa: F401
 import interp.analyses.redundancy  # noqa: F401
 import interp.loading  # noqa: F401
 from interp import cli
 from interp.specs import ClaimsFileError, parse_claims_text
-from interp.analyses.registry import claim_kinds, read_claims, run_claims
+from interp.analyses.claims.registry import claim_kinds, read_claims, run_claims
 
 pytest_plugins = ["pytester"]
 
@@ -213,11 +213,12 @@ def test_cli_lists_the_claim_kinds(capsys):
 
 def test_claim_registry_names_still_import_from_their_old_homes():
     import interp
-    from interp.analyses import registry, report
+    from interp.analyses import report
+    from interp.analyses.claims import registry
     from interp import testing
 
     for name in ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds"):
-        with pytest.warns(DeprecationWarning, match=f"interp.analyses.registry.{name}"):
+        with pytest.warns(DeprecationWarning, match=f"interp.analyses.claims.registry.{name}"):
             assert getattr(testing, name) is getattr(registry, name)
     assert testing.read_claims is registry.read_claims is interp.read_claims
     assert testing.run_claims is registry.run_claims is interp.run_claims
@@ -230,7 +231,7 @@ def test_registry_imports_no_analysis_and_no_face_at_import():
     import subprocess
     import sys
 
-    code = ("import sys, interp.analyses.registry; "
+    code = ("import sys, interp.analyses.claims.registry; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'interp', 'analyses')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "torch" not in out and "interp.testing" not in out and "interp.analyses.report" not in out, out

@@ -16,8 +16,8 @@ def test_readme_python_tour_runs_and_claims_hold():
     namespace: dict = {}
     exec(compile(source, str(README), "exec"), namespace)  # noqa: S102 - our own README
     model, prompts = namespace["model"], namespace["prompts"]
-    table = namespace["test_claims"](model, [namespace["head_claims"].induction_head(1, 2),
-                                             namespace["head_claims"].previous_token_head(0, 2)], prompts)
+    table = namespace["test_claims"](model, [namespace["claims"].induction_head(1, 2),
+                                             namespace["claims"].previous_token_head(0, 2)], prompts)
     assert table.verdict.tolist() == ["supported", "supported"]
     assert namespace["leakage"].audit(model).causal
 

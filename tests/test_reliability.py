@@ -120,12 +120,12 @@ def test_ideal_patterns_are_laid_on_each_prompts_real_positions():
 
 
 def test_claims_run_on_ragged_prompts():
-    from interp.analyses import head_claims
+    from interp.analyses import claims
 
     model = tiny()
     rows = [[3, 4, 5, 6, 3, 4, 5, 6], [7, 8, 9, 7, 8, 9]] * 8
     prompts = data.pad(rows)
-    frame = head_claims.scan(model, prompts, seed=0, evidence=("observational", "sufficiency"))
+    frame = claims.scan(model, prompts, seed=0, evidence=("observational", "sufficiency"))
     assert len(frame) and not frame["reasons"].str.contains("future \\(or padded\\)").any()
 
 

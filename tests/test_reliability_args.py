@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import interp
-from interp.analyses import head_claims, head_types, induction, positional, redundancy
+from interp.analyses import claims, head_types, induction, positional, redundancy
 from interp import cli, data, validate
 from interp.claims import test_claims as run_claims_table
 from interp.errors import BadInput, BadType, exit_code_for
@@ -116,7 +116,7 @@ def _nano(name: str):
 
 
 def _api_cases():
-    prev = head_claims.previous_token_head(0, 1)
+    prev = claims.previous_token_head(0, 1)
     p = repeated()
     return [
         # --- item 7: head-type arguments
@@ -161,7 +161,7 @@ def _api_cases():
         ("8 focus seed=True", lambda f: positional.focus(tiny(), p, seed=True), BadType, r"seed=True"),
         ("8 induction seed=-1", lambda f: induction.scores(tiny(), p, seed=-1), BadInput, r"seed=-1"),
         ("8 test_claims seed='a'", lambda f: run_claims_table(tiny(), [prev], p, seed="a"), BadType, r"seed='a'"),
-        ("8 scan seed=2**70", lambda f: head_claims.scan(tiny(), p, seed=2**70), BadInput, rf"seed={2**70}"),
+        ("8 scan seed=2**70", lambda f: claims.scan(tiny(), p, seed=2**70), BadInput, rf"seed={2**70}"),
         ("8 importance seed=-1", lambda f: redundancy.importance(tiny(), p, seed=-1), BadInput, r"seed=-1"),
         ("8 redundant self pair", lambda f: redundancy.redundant_claim((0, 1), (0, 1)), BadInput, r"L0H1 with itself"),
         ("8 backs_up self pair", lambda f: redundancy.backup_claim("L1H0", (1, 0)), BadInput, r"L1H0 with itself"),
@@ -181,7 +181,7 @@ def _api_cases():
         ("16 test_claims(m, [claim, 3])", lambda f: run_claims_table(tiny(), [prev, 3], p), BadType, r"expected Claim objects, got int \(3\)"),
         ("16 test_claims(m, claim, tensor)", lambda f: run_claims_table(tiny(), prev, p.tokens), BadType, r"PromptSet\(tokens\)"),
         ("16 test_claims(P, claims, m)", lambda f: run_claims_table(p, [prev], tiny()), BadType, r"swapped"),
-        ("16 scan(m, tensor)", lambda f: head_claims.scan(tiny(), p.tokens), BadType, r"PromptSet\(tokens\)"),
+        ("16 scan(m, tensor)", lambda f: claims.scan(tiny(), p.tokens), BadType, r"PromptSet\(tokens\)"),
         # --- item 13: model outputs, the meta device
         ("13 load output=3.5", lambda f: interp.load("toy-induction", output=3.5), BadType, r"output=3\.5"),
         ("13 dict without logits", lambda f: interp.verify_hooks(_nano("dict_scores")()), BadInput,
@@ -292,7 +292,7 @@ def test_report_reads_the_models_context_length(files):
 
 def test_a_single_claim_is_accepted():
     """Item 16: test_claims(m, claim) raised TypeError ('Claim' object is not iterable)."""
-    table = run_claims_table(tiny(), head_claims.previous_token_head(0, 1), repeated(16), evidence=["observational"])
+    table = run_claims_table(tiny(), claims.previous_token_head(0, 1), repeated(16), evidence=["observational"])
     assert list(table["label"]) == ["L0H1"]
 
 
@@ -323,7 +323,7 @@ def test_an_offset_no_prompt_reaches_is_undefined_not_a_crash():
     head_types.register(head_types.HeadType("two_ahead", "{label} attends 2 ahead (> {threshold:g})", head_types.offset_target(2)))
     frame = positional.focus(tiny(), repeated())
     assert frame["far_back"].isna().all() and frame["two_ahead"].isna().all()
-    table = head_claims.scan(tiny(), repeated(16), evidence=["observational"])
+    table = claims.scan(tiny(), repeated(16), evidence=["observational"])
     assert len(table) >= 4 and not table["claim"].isin(["far_back", "two_ahead"]).any()
 
 

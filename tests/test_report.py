@@ -264,7 +264,7 @@ def test_every_claim_has_an_evidence_table_row_per_kind(built):
 
 
 def test_evidence_rows_say_why_ablations_did_not_run(model):
-    from interp.analyses.head_claims import previous_token_head
+    from interp.analyses.claims import previous_token_head
     from interp.analyses.report_format import evidence_rows
     from interp.claims import evaluate_claims
     from interp.data import repeated_tokens

@@ -191,7 +191,7 @@ def test_ngram_repeats_define_queries_and_targets():
 
 
 def test_behaviour_mask_and_ideal_pattern_follow_natural_repeats():
-    from interp.analyses.head_claims import behaviour_mask, content_pattern
+    from interp.analyses.claims.causal import behaviour_mask, content_pattern
     from interp.data import PromptSet
 
     prompts = PromptSet(encode("xabcdyabcdz").unsqueeze(0), meta={"match_len": 4})

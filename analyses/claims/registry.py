@@ -7,9 +7,10 @@
 - The evidence policy: `claim_evidence_for(model)`, which evidence kinds claims about a model
   can gather (all of them, except on a bridge encoder whose pattern edits are discarded).
 
-It lives in `analyses/` (not in the plugin or the report) so that the faces import it and
+It lives in `analyses/claims/` (not in the plugin or the report) so that the faces import it and
 nothing in `analyses` imports a face. Standard library at import (the plugin loads it when
-pytest starts); the analyses it names are imported when a kind or a claim is asked for.
+pytest starts; `interp.analyses.claims` loads its other modules lazily for the same reason); the
+analyses it names are imported when a kind or a claim is asked for.
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in 
 
 
 def head_claim_kinds() -> dict[str, Callable[..., Claim]]:
-    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `interp.analyses.head_claims`, and "dispensable"."""
-    from interp.analyses import head_claims, redundancy
+    """Claim kind -> factory `(layer, head) -> Claim`: the presets of `interp.analyses.claims`, and "dispensable"."""
+    from interp.analyses import redundancy
+    from interp.analyses.claims.presets import PRESETS
 
-    return {**head_claims.PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
+    return {**PRESETS, "dispensable": lambda layer, head: redundancy.dispensable_claim((layer, head))}
 
 
 def pair_claim_kinds() -> dict[str, Callable[..., Claim]]:

@@ -1,0 +1,76 @@
+"""Claims about attention heads, and the evidence that tests them (`interp.claims` is the machinery:
+Claim, Evidence, Verdict, test_claims).
+
+- `presets`: one claim per head type (`induction_head(1, 2)`, `make_claim("induction", 1, 2)`) and
+  the positional claim;
+- `evidence`: observational evidence and its controls (shuffled tokens, random init);
+- `causal`: necessity, sufficiency and faithfulness, measured on a behaviour;
+- `scanning`: `propose` a claim per head from the metrics, `scan` (propose on half the prompts, test on the rest);
+- `registry`: the claim kinds a claims file may name, and the evidence policy.
+
+The registry is standard library at import (the pytest plugin loads it when pytest starts), so the
+names of the other modules, which need torch, are imported on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from interp.analyses.claims.registry import (
+    MODEL_CLAIM_KINDS,
+    bridge_without_pattern_edits,
+    claim_evidence_for,
+    claim_kinds,
+    claim_object,
+    head_claim_kinds,
+    pair_claim_kinds,
+    read_claims,
+    run_claims,
+)
+
+if TYPE_CHECKING:
+    from interp.analyses.claims.causal import Faithfulness, Necessity, Sufficiency
+    from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl, head_metric, random_init_model
+    from interp.analyses.claims.presets import (
+        CLAIM_KINDS,
+        PRESETS,
+        PositionalParams,
+        duplicate_token_head,
+        first_token_head,
+        head_type_claim,
+        induction_head,
+        local_window_head,
+        make_claim,
+        next_token_head,
+        positional_head,
+        previous_token_head,
+        self_token_head,
+    )
+    from interp.analyses.claims.scanning import propose, scan
+
+_LAZY = {  # name -> the module of this package that defines it
+    **dict.fromkeys(["Faithfulness", "Necessity", "Sufficiency"], "causal"),
+    **dict.fromkeys(["Observational", "RandomInitControl", "ShuffledControl", "head_metric", "random_init_model"], "evidence"),
+    **dict.fromkeys(["CLAIM_KINDS", "PRESETS", "PositionalParams", "duplicate_token_head", "first_token_head",
+                     "head_type_claim", "induction_head", "local_window_head", "make_claim", "next_token_head",
+                     "positional_head", "previous_token_head", "self_token_head"], "presets"),
+    **dict.fromkeys(["propose", "scan"], "scanning"),
+}
+
+__all__ = sorted([
+    *_LAZY,
+    "MODEL_CLAIM_KINDS", "bridge_without_pattern_edits", "claim_evidence_for", "claim_kinds", "claim_object",
+    "head_claim_kinds", "pair_claim_kinds", "read_claims", "run_claims",
+])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -1,0 +1,31 @@
+"""What the claims' evidence shares: the head a claim is about, its head type, and objects held for the
+life of an `interp.claims.Context` (so that `id()` keys in its memo stay unique)."""
+from __future__ import annotations
+
+from typing import Any
+
+from interp.analyses.head_types import HEAD_TYPES, HeadType, HeadTypeParams
+from interp.claims import Claim, Context
+from interp.errors import BadInput
+
+
+def keep(ctx: Context, obj: Any) -> Any:
+    """Hold `obj` for the life of the context, so `id(obj)` keys in the memo stay unique."""
+    ctx.memo.setdefault(("keep",), []).append(obj)
+    return obj
+
+
+def claim_head_type(claim: Claim) -> HeadType | None:
+    """The head type a claim is about: its typed params' (`HeadTypeParams`), else the registered type whose
+    metric a plain-dict claim names (None for other claims, e.g. positional ones)."""
+    if isinstance(claim.params, HeadTypeParams):
+        return claim.params.head_type
+    metric = claim.params.get("metric")
+    return next((t for t in HEAD_TYPES.values() if t.column == metric), None)
+
+
+def subject(claim: Claim) -> tuple[int, int]:
+    """The (layer, head) a head claim is about (its first head)."""
+    if not claim.heads:
+        raise BadInput(f"claim {claim.name!r} is about the whole model; {claim.kinds} evidence needs a head.")
+    return claim.heads[0]
