@@ -755,7 +755,7 @@ def _claims_paragraph(claims: pd.DataFrame, verdicts, has_loss: bool) -> str:
     floors = sorted({report_format.claim_floor(v) for v in verdicts if v is not None} - {0})
     b_text = ", ".join(f"B = {b:,}" for b in floors) or "B = 2,000"
     return (
-        "Claims: `interp.analyses.head_claims.scan` proposes one claim per head on one half of the prompts and tests "
+        "Claims: `interp.analyses.claims.scan` proposes one claim per head on one half of the prompts and tests "
         "it on the other half, never on the prompts that proposed it. Each claim needs observational evidence "
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
         "shuffled-token prompts (position vs content)"
