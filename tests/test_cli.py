@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from interp import cli
+from interp.cli import commands, tables
 from interp.specs import PROMPT_KINDS, PromptSpec, SpecError, build_prompts, parse_heads_flag, parse_layers_flag
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,9 +289,9 @@ def test_envelope_has_one_shape_and_integers_stay_integers():
 
 def test_scan_footer_counts_what_supported_only_hides():
     counts = {"supported": 3, "refuted": 2, "inconclusive": 5}
-    assert cli._scan_footer(counts, True).startswith("3 supported shown; 2 refuted and 5 inconclusive hidden by --supported-only")
-    assert cli._scan_footer(counts, False).startswith("3 supported, 2 refuted, 5 inconclusive")
-    assert "none hidden" in cli._scan_footer({"supported": 4, "refuted": 0, "inconclusive": 0}, True)
+    assert commands._scan_footer(counts, True).startswith("3 supported shown; 2 refuted and 5 inconclusive hidden by --supported-only")
+    assert commands._scan_footer(counts, False).startswith("3 supported, 2 refuted, 5 inconclusive")
+    assert "none hidden" in commands._scan_footer({"supported": 4, "refuted": 0, "inconclusive": 0}, True)
 
 
 def test_scan_supported_only_reports_the_hidden_claims(capsys):
@@ -305,18 +306,18 @@ def test_scan_supported_only_reports_the_hidden_claims(capsys):
 def test_headers_break_only_at_underscores_and_hidden_columns_are_counted():
     columns = ["label", "prev_token", "duplicate_token", "n_prompts"]
     cells = {"label": ["L0H0"], "prev_token": ["0.875"], "duplicate_token": ["0.001"], "n_prompts": ["24"]}
-    split, dropped = cli._fit_columns(columns, cells, 200)
+    split, dropped = tables._fit_columns(columns, cells, 200)
     assert not any(split.values()) and dropped == []
-    split, dropped = cli._fit_columns(columns, cells, 44)
+    split, dropped = tables._fit_columns(columns, cells, 44)
     assert all(split.values()) and dropped == []
-    assert cli._header_lines("duplicate_token", True) == ["duplicate_", "token"]
-    split, dropped = cli._fit_columns(columns, cells, 30)
+    assert tables._header_lines("duplicate_token", True) == ["duplicate_", "token"]
+    split, dropped = tables._fit_columns(columns, cells, 30)
     assert dropped == ["duplicate_token", "n_prompts"][-len(dropped):] and dropped
-    split, dropped = cli._fit_columns(columns, cells, 36, drop_first=("prev_token",))
+    split, dropped = tables._fit_columns(columns, cells, 36, drop_first=("prev_token",))
     assert dropped == ["prev_token"]  # the caller's least useful column goes first
     # text with spaces wraps at them: it needs only its longest word
-    assert cli._column_need("name", {"name": ["L1H3: not previous_token"]}, False) == len("previous_token")
-    assert cli._cut("one two three four", 12) == "one two ..." and cli._cut("short", 12) == "short"
+    assert tables._column_need("name", {"name": ["L1H3: not previous_token"]}, False) == len("previous_token")
+    assert commands._cut("one two three four", 12) == "one two ..." and commands._cut("short", 12) == "short"
 
 
 @pytest.mark.parametrize("width", [80, 120])

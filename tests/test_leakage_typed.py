@@ -94,7 +94,7 @@ def test_cli_json_text_and_html_render_the_one_wording(monkeypatch):
     from rich.console import Console
 
     from interp.analyses import report, report_html
-    from interp.cli import _verdict_table
+    from interp.cli.audit import _verdict_table
 
     monkeypatch.setitem(VERDICT_WORDS, "leak", "PLANTED WORDING ({leaks})")
     lk = _report("leak", ("future",), rows=[_finding(influence=0.5)])

@@ -1,0 +1,105 @@
+"""The `interp` command: one console script, one subcommand per job.
+
+    interp report [SPEC]            per-head pattern report (HTML, CSV, Markdown, PNG)
+    interp audit-leakage SPEC       does any output depend on a later token?
+    interp claims [SPEC] FILE       test the claims written in a TOML claims file
+    interp scan [SPEC]              propose a claim for every head and test it on held-out prompts
+    interp heads [SPEC]             per-head positional and induction metrics with CIs
+    interp verify [SPEC]            prove that the model's hooks carry what their names say
+    interp train [ARGS...]          train a model (wraps `python -m interp.models.train`)
+    interp demo                     `interp report` on the embedded default, then the highlights
+
+SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default), a
+checkpoint (NAME.safetensors + NAME.json), `package.module:factory`, or a local Hugging Face
+model folder.
+
+Exit codes: 0 ok; 1 a finding (a leak, a failed hook check, a refuted claim with --strict);
+2 a usage or input error (message on stderr, no traceback; set INTERP_DEBUG=1 for one);
+3 an internal error (a bug: the traceback is printed).
+
+Parsing flags imports neither torch nor transformer_lens (about 3 s here): every handler
+imports what it needs when it runs, so `interp --help` answers at once.
+
+The package: `parser` (flags), `commands` and `audit` (the handlers), `common` (loading the
+model, prompts, exit codes), `output` (consoles, stdout fencing, the JSON envelope), `tables`
+(DataFrames as terminal tables); here, `main` turns each outcome into an exit code. The public
+names (`__all__`) are the ones callers import from `interp.cli`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from interp.cli.common import EXIT_INPUT, _message
+from interp.cli.output import JSON_SCHEMA, _fenced_stdout, envelope, integers, toolkit_version
+from interp.cli.parser import build_parser
+from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
+
+__all__ = ["JSON_SCHEMA", "InputError", "build_parser", "envelope", "integers", "main", "toolkit_version"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "train":
+        args.train_args = [*unknown, *args.train_args]  # interp.models.train parses its own flags
+    elif unknown:
+        parser.parse_args(argv)  # the usual "unrecognized arguments" error, exit 2
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    debug = bool(os.environ.get("INTERP_DEBUG"))
+    try:
+        with _fenced_stdout(args):
+            code = args.handler(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
+        return code
+    except KeyboardInterrupt:
+        print(f"interp {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        return _report_error(args.command, error, debug)
+
+
+def _report_error(command: str, error: BaseException, debug: bool) -> int:
+    """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
+
+    Bad input and a failing user model: exit 2, one line naming what failed and where (the
+    traceback with INTERP_DEBUG=1). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
+    """
+    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, as_reported, exit_code_for
+
+    if isinstance(error, BrokenPipeError) or _stdout_closed(error):
+        _silence_stdout()
+        return OK
+    error = as_reported(error)  # raised inside the user's own model or factory: their input, not our bug
+    code = exit_code_for(error)
+    if code == INTERNAL:
+        import traceback
+
+        traceback.print_exception(error)
+        print(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback above.",
+              file=sys.stderr)
+        return code
+    if debug:
+        import traceback
+
+        traceback.print_exception(error)
+    print(f"interp {command}: error: {_message(error)}", file=sys.stderr)
+    return code
+
+
+def _stdout_closed(error: BaseException) -> bool:
+    """An OSError of writing to a closed pipe (EPIPE), however the writer wrapped it."""
+    import errno
+
+    return isinstance(error, OSError) and error.errno == errno.EPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's flush at exit does not raise again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,240 @@
+"""The handlers of `interp report`, `demo`, `claims`, `scan`, `heads`, `verify` and `train`
+(`audit-leakage` is in `interp.cli.audit`); each imports its analyses only when it runs."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from interp.cli.common import (DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _check_max_len_flag, _load, _prompt_spec, _prompts,
+                               _select)
+from interp.cli.output import _emit_json, _frame_records, _out_console
+from interp.cli.tables import _frame_table
+from interp.errors import BadInput  # no torch: --help stays fast
+
+
+def cmd_report(args) -> int:
+    from interp.analyses import report
+
+    layers, heads = _select(args)
+    prompt_spec = _prompt_spec(args)  # bad flags fail before the model loads
+    spec = args.spec or DEFAULT_SPEC
+    out = Path(args.out) if args.out else Path("reports") / _slug(spec)
+    report.check_out_dir(out, args.force)
+    max_cards = getattr(args, "max_cards", None) or report.MAX_CARDS
+    report.check_cards_before_loading(spec, layers, heads, max_cards)  # a too-large report fails before the load
+    claims = None
+    if args.claims:
+        from interp.analyses.claims.registry import read_claims
+
+        claims = read_claims(args.claims)
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    max_len = getattr(args, "max_len", None)  # `interp demo` passes none
+    if max_len is not None:
+        _check_max_len_flag(model, max_len)  # against the model's own context length, before any work
+    prompt_spec = report.model_prompt_spec(model, prompt_spec, asked=getattr(args, "prompts", None) is not None)
+    result = report.build_report(
+        model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
+        seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
+        max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
+        leakage_len=max_len or report.LEAKAGE_LEN, bidirectional=True if getattr(args, "bidirectional", False) else None,
+    )
+    console = _out_console(args)
+    console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
+    console.print(_frame_table(result.highlights, title="Strongest findings", width=console.width))
+    _emit_json(args, "report", spec, result.to_json())
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    """`interp report` on the embedded default; replaces an earlier demo report, never other files."""
+    out = Path(args.out)
+    force = True  # replaces only a previous report's own files (interp.outdir); refuses, naming them, if others are there
+    args_report = argparse.Namespace(
+        spec=DEFAULT_SPEC, out=str(out), force=force, prompts=None, n=args.n, seed=args.seed, prefix_len=None,
+        layers=None, heads=None, claims=None, quiet=args.quiet, json=None, behaviour=None,
+    )
+    return cmd_report(args_report)
+
+
+def cmd_claims(args) -> int:
+    from interp.analyses.claims.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
+
+    if args.list_kinds:
+        print("claim kinds (prefix with 'not ' to expect a refutation):")
+        print("  one head (L1H2 = ...):        " + ", ".join(sorted(head_claim_kinds())))
+        print("  a pair (\"L0H1 ~ L0H3\" = ...): " + ", ".join(sorted(pair_claim_kinds())))
+        print("  the model (model = ...):      " + ", ".join(MODEL_CLAIM_KINDS))
+        return EXIT_OK
+    if len(args.paths) == 1:
+        spec, claims_path = None, args.paths[0]
+    elif len(args.paths) == 2:
+        spec, claims_path = args.paths
+        if Path(spec).suffix == ".toml" and Path(spec).is_file() and not Path(claims_path).is_file():
+            raise BadInput(f"the arguments are [SPEC] FILE, model first: {spec!r} is a claims file and {claims_path!r} "
+                             f"is not; run: interp claims {claims_path} {spec}")
+    else:
+        raise BadInput(f"expected [SPEC] FILE (or --list-kinds), got {len(args.paths)} arguments: {args.paths}.")
+    claims_file = read_claims(claims_path)
+    spec = spec or claims_file.model
+    if spec is None:
+        raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
+    frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
+    console = _out_console(args)
+    shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
+    console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
+                               columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width,
+                               drop_first=("expect",)))
+    n_failed = int((~frame["passed"]).sum())
+    console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
+    _emit_json(args, "claims", spec, {"file": str(claims_path), "behaviour": _behaviour_names(frame),
+                                      "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
+                                      "claims": _frame_records(frame)})
+    return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _behaviour_names(frame) -> str:
+    """The behaviours the claims' causal evidence measured, joined ("" when none ran)."""
+    if "behaviour" not in frame.columns:
+        return ""
+    return ", ".join(dict.fromkeys(str(b) for b in frame["behaviour"] if isinstance(b, str) and b))
+
+
+def _short_reasons(reasons: str, passed: bool, width: int = 110) -> str:
+    """All the reasons of a claim that missed its expected verdict; the start of them for a claim that got it
+    (cut, never split at "; ": a reason may itself contain one)."""
+    return str(reasons) if not passed else _cut(str(reasons), width)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` shortened to at most `width` characters at a space, marked with " ..." when cut."""
+    return text if len(text) <= width else text[: width - 4].rsplit(" ", 1)[0] + " ..."
+
+
+def _brief_reasons(frame, width: int = 110) -> list[str]:
+    """Per row, the reason that decided the verdict, read from the Verdict objects that
+    `interp.claims.verdict_frame` keeps in `frame.attrs["verdicts"]` (`interp.claims.decide` puts the
+    deciding evidence first); without them, the start of the joined reasons text."""
+    verdicts = frame.attrs.get("verdicts")
+    if verdicts is None or len(verdicts) != len(frame):
+        return [_cut(str(r), width) for r in frame["reasons"]]
+    return [_cut(v.reasons[0] if v.reasons else "", width) for v in verdicts]
+
+
+def cmd_scan(args) -> int:
+    from interp.analyses import claims
+
+    _prompt_spec(args)  # bad flags fail before the model loads
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    prompts = _prompts(model, args, default_n=args.n or 64)
+    from interp.analyses.claims.registry import claim_evidence_for
+
+    everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
+                             behaviour=args.behaviour)
+    everything = everything.assign(reason=_brief_reasons(everything))
+    frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
+    console = _out_console(args)
+    shown = frame
+    columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
+    console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
+                               f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
+                               width=console.width))
+    counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
+    behaviour = _behaviour_names(everything)
+    console.print(_scan_footer(counts, args.supported_only) + (f"; behaviour: {behaviour}" if behaviour else ""))
+    _emit_json(args, "scan", args.spec or DEFAULT_SPEC, {
+        "counts": counts, "shown": "supported" if args.supported_only else "all",
+        "n_hidden": len(everything) - len(frame), "behaviour": behaviour,
+        "claims": _frame_records(frame.drop(columns=[c for c in ("evidence", "reason") if c in frame.columns]))})
+    return EXIT_OK
+
+
+VERDICTS = ("supported", "refuted", "inconclusive")
+
+
+def _scan_footer(counts: dict[str, int], supported_only: bool) -> str:
+    """What the scan found, and what --supported-only hid (never "0 refuted" when they were only hidden)."""
+    if not supported_only:
+        return ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + " (full reasons in --json)"
+    hidden = [f"{counts[v]} {v}" for v in VERDICTS[1:] if counts[v]]
+    text = f"{counts['supported']} supported shown"
+    return text + (f"; {' and '.join(hidden)} hidden by --supported-only" if hidden else "; none hidden") + \
+        " (full reasons in --json)"
+
+
+def cmd_heads(args) -> int:
+    from interp.analyses import report
+
+    _prompt_spec(args)  # bad flags fail before the model loads
+    layers, heads = _select(args)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    prompts = _prompts(model, args)
+    frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
+    console = _out_console(args)
+    shown, hidden = _heads_columns(frame)
+    console.print(_frame_table(frame, title=f"Heads of {args.spec or DEFAULT_SPEC} on {len(prompts)} {prompts.kind} prompts "
+                               "(means over prompts)", columns=shown, width=console.width, footer=hidden))
+    _emit_json(args, "heads", args.spec or DEFAULT_SPEC, {"heads": _frame_records(frame)})
+    return EXIT_OK
+
+
+def _heads_columns(frame) -> tuple[list[str], list[str]]:
+    """The metric means shown in the terminal, and footer lines counting what is left for --json."""
+    shown = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high", "_argmax")) and c not in ("layer", "head")
+             and not frame[c].isna().all()]
+    n_ci = sum(c.endswith("_ci_low") and not frame[c].isna().all() for c in frame.columns)
+    argmax = [c for c in frame.columns if c.endswith("_argmax") and not frame[c].isna().all()]
+    undefined = [c for c in frame.columns if not c.endswith(("_ci_low", "_ci_high")) and c not in ("layer", "head")
+                 and frame[c].isna().all()]
+    parts = [f"{n_ci} CIs"] + ([f"{len(argmax)} argmax rates"] if argmax else [])
+    notes = [f"not shown: {', '.join(parts)} (all in --json)"]
+    if undefined:
+        notes.append(f"undefined for this model and prompts: {', '.join(undefined)}")
+    return shown, notes
+
+
+def cmd_verify(args) -> int:
+    import interp
+
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    frame = interp.verify_hooks(model)
+    passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
+    console = _out_console(args)
+    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}", width=console.width))
+    n_failed = None if passed is None else int((~passed).sum())
+    _emit_json(args, "verify", args.spec or DEFAULT_SPEC, {"n_checks": len(frame), "n_failed": n_failed,
+                                                           "checks": _frame_records(frame)})
+    if n_failed is None:  # no "passed" column
+        return EXIT_OK
+    console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
+    return EXIT_FINDING if n_failed else EXIT_OK
+
+
+def cmd_train(args) -> int:
+    import importlib
+
+    try:
+        train = importlib.import_module("interp.models.train")
+    except ModuleNotFoundError as error:
+        raise BadInput(f"interp.models.train is not available ({error}).") from None
+    argv = [a for a in args.train_args if a != "--"]
+    entry = getattr(train, "main", None)
+    if entry is None:
+        import runpy
+
+        sys.argv = ["interp.models.train", *argv]
+        runpy.run_module("interp.models.train", run_name="__main__")
+        return EXIT_OK
+    try:
+        code = entry(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return int(code or 0)
+
+
+def _slug(spec: str) -> str:
+    name = Path(spec.split(":")[-1]).name if spec else DEFAULT_SPEC
+    name = name.removesuffix(".safetensors").removesuffix(".json")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "model"

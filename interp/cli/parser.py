@@ -1,0 +1,243 @@
+"""The `interp` command's flags: one subparser per command, each naming its handler; parsing them
+imports no torch."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable
+
+from interp.cli.audit import cmd_audit_leakage
+from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
+from interp.cli.common import DEFAULT_SPEC
+from interp.cli.output import JSON_SCHEMA, toolkit_version
+from interp.launch import add_flags as add_scale_flags
+from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and examples."""
+
+
+def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = True, seed: bool = True) -> None:
+    if seed:
+        p.add_argument("--seed", type=_seed, default=0, help="seed of every random choice (prompts, resampling); default 0")
+    if n:
+        p.add_argument("--n", type=_positive_int, default=None, metavar="N", help="number of prompts (default: per command)")
+    if json_:
+        p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+    p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
+                   help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
+                        "TransformerLens bridge; auto (default) converts natively when it can")
+
+
+def _add_prompts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompts", metavar="KIND|FILE", default=None,
+                   help="prompt kind (repeated, random, text) or a file (.txt one text a line, .json token-id lists); default: repeated")
+    p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="repeated prompts: length of the repeated block")
+
+
+def _add_behaviour(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--behaviour", choices=["next-token", "masked-lm", "embedding"], default=None,
+                   help="what necessity, sufficiency, faithfulness and importance measure: next-token loss, masked-LM "
+                        "loss, or the sentence-embedding change (default: the model's own: next-token for a causal LM, "
+                        "embedding for an encoder)")
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layers", metavar="L,L|A-B", default=None, help="only these layers, e.g. 0,1 or 0-3")
+    p.add_argument("--heads", metavar="LxHy,...", default=None, help="only these heads, e.g. L0H1,L1H2")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a positive finite number")
+    return value
+
+
+def _tol(text: str) -> float:
+    """--tol: finite, positive and below 0.05 (the audit itself refuses more than 0.01 for float32 models)."""
+    value = _positive_float(text)
+    if value >= 0.05:
+        raise argparse.ArgumentTypeError(f"{value:g} would call real leaks rounding; pass a value below 0.05 "
+                                         "(default 5e-5; rounding measures <= 3e-5 in float32)")
+    return value
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**32 - 1] (a larger one overflows torch's generators)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside [0, 2**32 - 1]; pass a smaller non-negative seed")
+    return value
+
+
+SPEC_HELP = f"model spec: built-in name, checkpoint path, package.module:factory or HF folder (default: {DEFAULT_SPEC})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="interp",
+        description="Look inside attention, and test what you think you see.",
+        epilog=(
+            "examples:\n"
+            "  interp report                         # report on the embedded toy-induction model\n"
+            "  interp audit-leakage my_pkg.models:gpt --json -\n"
+            "  interp claims toy-induction examples/claims.toml --strict\n\n"
+            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n"
+            "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n"
+            "Run `interp COMMAND --help` for each command's options."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON schema version, and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, handler: Callable, summary: str, example: str, description: str = "") -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name, help=summary, description=f"{summary}.\n\n{description}".rstrip(),
+            epilog=f"example:\n  {example}", formatter_class=_Formatter,
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    for add in (_report_parser, _audit_parser, _claims_parser, _scan_parser, _heads_parser, _verify_parser,
+                _train_parser, _demo_parser):
+        add(command)
+    return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
+
+
+class _VersionAction(argparse.Action):
+    """`interp --version`: the toolkit's version and the JSON schema's, looked up only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"interp {toolkit_version()} (JSON schema {JSON_SCHEMA})")
+        parser.exit()
+
+
+def _report_parser(command) -> None:
+    p = command("report", cmd_report, "Write a per-head pattern report (HTML, CSV, Markdown, PNG)",
+                "interp report toy-induction --n 64 --out reports/toy --force",
+                "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage\n"
+                "verdict, head similarity and importance, redundancy findings and a methods section.")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    _add_selection(p)
+    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: reports/<model>)")
+    p.add_argument("--force", action="store_true", help="replace an earlier report in the output directory (only its own files; other files are never deleted)")
+    p.add_argument("--claims", metavar="FILE", default=None, help="also test the claims in this TOML claims file")
+    _add_behaviour(p)
+    p.add_argument("--max-cards", type=_positive_int, default=None, metavar="N",
+                   help="most head cards the report may have (default 64; MiniLM-L6 has 72 heads)")
+    p.add_argument("--colour-scale", choices=["common", "per_head"], default="common",
+                   help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
+    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N",
+                   help="longest sequence the leakage audit runs (default 32, at most the model's context)")
+    p.add_argument("--bidirectional", action="store_true",
+                   help="the model is meant to attend both ways (an encoder): the leakage audit checks padding and "
+                        "batch only (as audit-leakage --bidirectional)")
+    _add_common(p)
+
+
+def _audit_parser(command) -> None:
+    p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
+                "interp audit-leakage toy-induction --max-len 64 --json audit.json",
+                "Truncation, perturbation, gradient and pattern checks; batch mixing, padding.\n"
+                "A model must be causal unless it declares itself an encoder (HookedEncoder,\n"
+                "a Hugging Face encoder config) or you pass --bidirectional. Each leak is\n"
+                "located at the line of code where it appears (also in --sarif, --junit).\n"
+                "Exit 0: causal; 1: a leak, or a check the model calls for could not run;\n"
+                "2: bad input.")
+    p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
+    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
+    p.add_argument("--tol", type=_tol, default=None, metavar="X", help="relative influence below which a change is numerical noise")
+    p.add_argument("--bidirectional", action="store_true",
+                   help="the model is meant to attend both ways (an encoder): audit padding and batch only; without it, "
+                        "a model that does not declare itself an encoder must be causal")
+    p.add_argument("--no-padding", action="store_true",
+                   help="skip the padding check (else a model taking an attention_mask must pass it)")
+    p.add_argument("--sarif", metavar="FILE|-", default=None,
+                   help="also write SARIF 2.1.0 (one result per leak, at the line where it appears) to FILE or stdout")
+    p.add_argument("--junit", metavar="FILE|-", default=None, help="also write JUnit XML (one test case per check)")
+    _add_common(p)
+
+
+def _claims_parser(command) -> None:
+    p = command("claims", cmd_claims, "Test the claims written in a TOML claims file",
+                "interp claims toy-induction examples/claims.toml --strict --json -",
+                "FILE format (see interp/specs.py):\n"
+                "  model = \"toy-induction\"      # optional when SPEC is given\n"
+                "  [prompts]\n  kind = \"repeated\"\n  n = 64\n"
+                "  [claims]\n  L1H2 = \"induction\"\n  L0H1 = [\"previous_token\", \"not induction\"]\n"
+                "  \"L0H1 ~ L0H3\" = \"redundant\"")
+    p.usage = "interp claims [options] [SPEC] FILE"
+    p.add_argument("paths", nargs="*", metavar="[SPEC] FILE", help="model spec (optional when the file names one) and the claims file")
+    p.add_argument("--list-kinds", action="store_true", help="list the claim kinds a claims file may use, and exit")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any claim does not get its expected verdict")
+    p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
+    p.add_argument("--seed", type=_seed, default=None, help="override the file's prompts.seed")
+    _add_behaviour(p)
+    _add_common(p, seed=False)
+
+
+def _scan_parser(command) -> None:
+    p = command("scan", cmd_scan, "Propose a claim for every head and test it on held-out prompts",
+                "interp scan toy-induction --n 128 --supported-only")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    p.add_argument("--supported-only", action="store_true",
+                   help="show only supported claims (the footer counts the hidden ones; --json keeps only the shown)")
+    _add_behaviour(p)
+    _add_common(p)
+
+
+def _heads_parser(command) -> None:
+    p = command("heads", cmd_heads, "Per-head positional and induction metrics with bootstrap CIs",
+                "interp heads toy-induction --prompts repeated --n 64 --json heads.json")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_prompts(p)
+    _add_selection(p)
+    _add_common(p)
+
+
+def _verify_parser(command) -> None:
+    p = command("verify", cmd_verify, "Prove the model's hooks carry what their names say",
+                "interp verify toy-induction",
+                "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the\n"
+                "attention output, an edit at each hook changes the output. Exit 1 if a check fails.")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    _add_common(p, n=False, seed=False)
+
+
+def _train_parser(command) -> None:
+    p = command("train", cmd_train, "Train a model (wraps python -m interp.models.train; arguments pass through)",
+                "interp train -- --help")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for interp.models.train")
+
+
+def _demo_parser(command) -> None:
+    p = command("demo", cmd_demo, "Report on the embedded default model and print the strongest findings",
+                "interp demo --out reports/toy-induction",
+                "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
+    p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
+    _add_common(p, json_=False)
