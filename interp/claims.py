@@ -229,6 +229,21 @@ class Verdict:
 # --------------------------------------------------------------------------- the context
 
 
+def memo_key(part: Any) -> Any:
+    """A memo key by content: a PromptSet by its token and mask bytes, a module by its parameters' version
+    (`interp.run`), a tuple part by part; anything else must be hashable by value (names, frozen dataclasses)."""
+    from interp.run import parameter_version, prompt_fingerprint
+
+    if isinstance(part, tuple):
+        return tuple(memo_key(p) for p in part)
+    if isinstance(part, PromptSet):
+        return ("prompts", prompt_fingerprint(part))
+    if isinstance(part, torch.nn.Module):
+        return ("module", type(part).__qualname__, parameter_version(part))
+    hash(part)  # an unhashable part is a bug of the caller: say so here, not as a silent miss
+    return part
+
+
 @dataclass
 class Context:
     """What evidence functions share while a batch of claims is tested: the model, the prompts,
@@ -244,10 +259,12 @@ class Context:
     behaviour: Any = None  # what causal evidence measures (`interp.behaviour`); None: the model's default
 
     def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """Compute once per key. Keys holding `id(obj)` stay valid because `keep` holds the object."""
-        if key not in self.memo:
-            self.memo[key] = compute()
-        return self.memo[key]
+        """Compute once per key. The key's parts are read by content (`memo_key`): a prompt set by its
+        tokens and mask, a model by its parameters' version, never by `id()`."""
+        full = memo_key(key)
+        if full not in self.memo:
+            self.memo[full] = compute()
+        return self.memo[full]
 
     def derive(self, **changes) -> "Context":
         """A context with some fields changed and a fresh memo (e.g. another model or prompt set)."""

@@ -23,21 +23,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Iterator, Literal, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
-from interp.analyses.claims.common import claim_head_type, keep, subject
-from interp.analyses.head_types import TargetBatch, WindowTarget, get_head_type
+from interp.analyses.claims.common import claim_head_type, subject
+from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type
 from interp.analyses.induction import repeat_queries
-from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss, measure
+from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss
 from interp.capture import MomentAccumulator, stream
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, ratio_evidence
 from interp.data import PromptSet
 from interp.hooks import attention_sites
-from interp.interventions import ablate, reference_activations, substitute_pattern
+from interp.interventions import HeadAblation, PatternSource, PatternSubstitution
+from interp.run import Run
 
 
 Part = Literal["behaviour", "first_copy"]
@@ -79,8 +80,8 @@ def resolve_behaviour(ctx: Context, behaviour: BehaviourLike = None) -> Behaviou
     default (`interp.behaviour.default_behaviour`: for a causal LM the next-token loss on the repeated
     copies when the prompts repeat, else on every position; for an encoder the embedding change)."""
     spec = ctx.behaviour if behaviour is None else behaviour
-    key = spec if spec is None or isinstance(spec, str) else id(spec)
-    return ctx.cached(("behaviour", id(ctx.model), key), lambda: as_behaviour(keep(ctx, spec), ctx.model))
+    key = spec if spec is None or isinstance(spec, str) else spec
+    return ctx.cached(("behaviour", ctx.model, key), lambda: as_behaviour(spec, ctx.model))
 
 
 def behaviour_text(ctx: Context, behaviour: Behaviour) -> str:
@@ -99,58 +100,41 @@ FIRST_COPY_LOSS = Behaviour("next_token_loss", "logits", _first_copy, descriptio
                             unit="nats", params=(("positions", "first_copy"),))
 
 
-@torch.no_grad()
-def behaviour_loss(
-    ctx: Context, key: tuple, intervene: Callable[[PromptSet], contextlib.AbstractContextManager] | None = None,
-    *, part: Part = "behaviour", behaviour: BehaviourLike = None,
-) -> torch.Tensor:
-    """Per-prompt behaviour value (prompt,) under an intervention (a context manager per batch),
-    memoised by `key`. `behaviour`: see `resolve_behaviour`. part="first_copy": the next-token
-    loss on the first copy of repeated prompts, whatever the behaviour (the repeat-advantage baseline)."""
-    model, prompts = ctx.model, ctx.prompts
-    if part not in get_args(Part):
-        raise ValueError(f"part={part!r}; expected one of {list(get_args(Part))}.")
-    chosen = FIRST_COPY_LOSS if part == "first_copy" else resolve_behaviour(ctx, behaviour)
-
-    def clean_reference():
-        return ctx.cached(("behaviour-clean", id(model), id(prompts), id(chosen)), lambda: measure_clean(ctx, chosen))
-
-    def compute() -> torch.Tensor:
-        clean = clean_reference() if chosen.compares_to_clean else None
-        try:
-            return measure(model, prompts, chosen, intervene=intervene, clean=clean, batch_size=ctx.batch_size,
-                           what=" ".join(map(str, key)))
-        except UndefinedOnPrompts as error:
-            raise Inconclusive(f"the prompts cannot define the behaviour {chosen.name}: {error}") from None
-
-    return ctx.cached(("loss", id(model), id(prompts), part, id(chosen)) + key, compute)
+def claims_run(ctx: Context, behaviour: Behaviour) -> Run:
+    """The `interp.Run` the claims' causal evidence asks: the context's model, prompts, batch size and seed,
+    one hooked forward per intervention (as `test_claims` has always measured), for `behaviour`."""
+    base = ctx.cached(("run",), lambda: Run(ctx.model, ctx.prompts, behaviour=behaviour, batch_size=ctx.batch_size,
+                                             seed=ctx.seed, strategy="hooked"))
+    return base.with_behaviour(behaviour)
 
 
-def measure_clean(ctx: Context, behaviour: Behaviour) -> torch.Tensor | None:
-    """What the clean run is kept as for a behaviour that compares with it (e.g. pooled embeddings); None
-    for a behaviour that does not."""
-    from interp.behaviour import clean_summaries
-
-    return clean_summaries(ctx.model, ctx.prompts, behaviour, batch_size=ctx.batch_size)
-
-
-def _reference(ctx: Context, behaviour: Behaviour | None = None):
-    """Mean-ablation values over the prompts the model reads under the behaviour (masked for masked-LM)."""
-    behaviour = behaviour or resolve_behaviour(ctx)
-    prompts = behaviour.model_prompts(ctx.prompts)
-    return ctx.cached(("reference", id(ctx.model), id(ctx.prompts), id(behaviour)),
-                      lambda: reference_activations(ctx.model, keep(ctx, prompts), batch_size=ctx.batch_size))
+@contextlib.contextmanager
+def _defined(behaviour: Behaviour) -> Iterator[None]:
+    """A behaviour the prompts cannot define makes the evidence inconclusive, not an error."""
+    try:
+        yield
+    except UndefinedOnPrompts as error:
+        raise Inconclusive(f"the prompts cannot define the behaviour {behaviour.name}: {error}") from None
 
 
 def _clean_loss(ctx: Context, behaviour: Behaviour) -> torch.Tensor:
-    return behaviour_loss(ctx, ("clean",), behaviour=behaviour)
+    with _defined(behaviour):
+        return claims_run(ctx, behaviour).clean()
+
+
+def _intervened_loss(ctx: Context, intervention: Any, behaviour: Behaviour) -> torch.Tensor:
+    """The behaviour (prompt,) under one intervention (`HeadAblation`, `PatternSubstitution`), via the Run."""
+    with _defined(behaviour):
+        return claims_run(ctx, behaviour).values(intervention)
 
 
 def _ablated_loss(ctx: Context, layer: int, head: int, behaviour: Behaviour) -> torch.Tensor:
-    reference = _reference(ctx, behaviour)
-    return behaviour_loss(ctx, ("ablate", layer, head),
-                          lambda batch: ablate(ctx.model, [(layer, head)], "mean", reference=reference, seed=ctx.seed),
-                          behaviour=behaviour)
+    return _intervened_loss(ctx, HeadAblation(((layer, head),), "mean"), behaviour)
+
+
+def _first_copy_loss(ctx: Context) -> torch.Tensor:
+    """The next-token loss on the first copy of repeated prompts: the repeat advantage's baseline."""
+    return _clean_loss(ctx, FIRST_COPY_LOSS)
 
 
 def comparable_heads(model: nn.Module, layer: int, head: int, has_role: np.ndarray | None = None) -> list[tuple[int, int]]:
@@ -201,14 +185,12 @@ class Necessity:
         group = [(layer, h) for h in range(len(has_role[layer])) if has_role[layer, h]] if has_role is not None else []
         delta_group: float | None = None  # the role group's loss change, with several heads in the role
         if (layer, head) in group and len(group) > 1:
-            reference = _reference(ctx, chosen)
-            together = behaviour_loss(ctx, ("ablate-group",) + tuple(group), lambda batch: ablate(
-                ctx.model, group, "mean", reference=reference, seed=ctx.seed), behaviour=chosen) - clean
+            together = _intervened_loss(ctx, HeadAblation(tuple(group), "mean"), chosen) - clean
             delta_group = extra["delta_loss_role_group"] = float(together.mean())
         notes = ""
         if _has_period(ctx.prompts) and chosen.name == "next_token_loss":
             # how much of the repeated copies' advantage over the first copy the ablation removes
-            first = behaviour_loss(ctx, ("clean",), part="first_copy")
+            first = _first_copy_loss(ctx)
             gap = float(first.mean() - clean.mean())
             if gap > 0:
                 extra.update(loss_first_copy=float(first.mean()), advantage_removed=delta_loss / gap)
@@ -222,16 +204,50 @@ class Necessity:
         return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (dL {extra['delta_loss']:.4g} vs {against}{notes})")
 
 
-def ideal_for(claim: Claim, causal: bool = True) -> Callable[[PromptSet], Any]:
-    """The idealised pattern the claim describes, as batch -> a (batch, query, key) tensor for
-    `substitute_pattern`: its head type's `ideal_pattern` (uniform over the target keys)."""
+@dataclass(frozen=True)
+class IdealPattern:
+    """A head type's idealised pattern (uniform over its target keys), built per batch: a `PatternSource`
+    for `interp.PatternSubstitution`."""
+
+    head_type: HeadType
+    causal: bool = True
+
+    def spec(self) -> dict[str, Any]:
+        return {"ideal": self.head_type.name, "window": getattr(self.head_type.target, "window", None),
+                "causal": self.causal}
+
+    def __call__(self, run: Run, batch: PromptSet) -> torch.Tensor:  # (batch, query, key)
+        return self.head_type.ideal_pattern(TargetBatch.from_prompts(batch, causal=self.causal))
+
+
+@dataclass(frozen=True)
+class HeadMeanPattern:
+    """The head's own (query, key) pattern averaged over the run's prompts (unpadded): a `PatternSource`."""
+
+    layer: int
+    head: int
+
+    def spec(self) -> dict[str, Any]:
+        return {"mean_pattern": [self.layer, self.head]}
+
+    def __call__(self, run: Run, batch: PromptSet) -> torch.Tensor:  # (query, key)
+        def compute() -> torch.Tensor:
+            acc = stream(run.model, run.prompts, lambda pattern, _: {"pattern": pattern.float()}, layers=[self.layer],
+                         batch_size=run.batch_size, accumulator=MomentAccumulator())
+            mean = acc.result()["pattern"]["mean"][0].float()  # (head, query, key)
+            return mean / mean.sum(-1, keepdim=True)  # renormalise away float error
+        return run.cached(("mean-pattern", self.layer), compute)[self.head]
+
+
+def ideal_for(claim: Claim, causal: bool = True) -> IdealPattern:
+    """The idealised pattern the claim describes: its head type's `ideal_pattern` (uniform over the target keys)."""
     head_type = claim_head_type(claim)
     if head_type is None or head_type.sufficiency is None or claim.params.get("ideal") is None:
         raise Inconclusive(f"claim {claim.name!r} describes no idealised pattern to substitute.")
     window = claim.params.get("window")
     if isinstance(head_type.target, WindowTarget) and window is not None and window != head_type.target.window:
         head_type = dataclasses.replace(head_type, target=WindowTarget(int(window)))
-    return lambda batch: head_type.ideal_pattern(TargetBatch.from_prompts(batch, causal=causal))
+    return IdealPattern(head_type, causal)
 
 
 def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
@@ -240,12 +256,10 @@ def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:
     return get_head_type(kind).ideal_pattern(TargetBatch.from_prompts(batch, causal=True))
 
 
-def _substituted(ctx: Context, claim: Claim, pattern: Callable[[PromptSet], Any], tag: tuple, behaviour: Behaviour,
+def _substituted(ctx: Context, claim: Claim, pattern: PatternSource | str | None, behaviour: Behaviour,
                  permute: bool = False) -> torch.Tensor:
-    """Behaviour loss with the claim's head's pattern replaced by `pattern(batch)` (optionally permuted among keys)."""
-    layer, head = subject(claim)
-    return behaviour_loss(ctx, ("substitute", layer, head) + tag, lambda batch: substitute_pattern(
-        ctx.model, layer, head, pattern(batch), permute_keys=permute, seed=ctx.seed), behaviour=behaviour)
+    """Behaviour loss with the claim's head's pattern replaced by `pattern` (optionally permuted among keys)."""
+    return _intervened_loss(ctx, PatternSubstitution(subject(claim), pattern, permute), behaviour)
 
 
 @dataclass(frozen=True)
@@ -268,7 +282,7 @@ class Sufficiency:
         pattern = ideal_for(claim, causal=attention_sites(ctx.model)[layer].causal is not False)
         clean = _clean_loss(ctx, chosen)
         ablated = _ablated_loss(ctx, layer, head, chosen)
-        substituted = _substituted(ctx, claim, pattern, ("ideal", claim.params.get("ideal")), chosen)
+        substituted = _substituted(ctx, claim, pattern, chosen)
         denominator = ablated - clean
         extra: dict[str, float | str] = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
                                          "loss_substituted": float(substituted.mean()), "behaviour": behaviour}
@@ -279,9 +293,8 @@ class Sufficiency:
                 detail=f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
                        "so the fraction recovered is undefined")
         note = ""
-        mean_pattern = _mean_pattern(ctx, layer, head)
-        if mean_pattern is not None:
-            averaged = _substituted(ctx, claim, lambda batch: mean_pattern, ("mean-pattern",), chosen)
+        if ctx.prompts.attention_mask is None:  # padded prompts' positions do not line up: no average pattern
+            averaged = _substituted(ctx, claim, HeadMeanPattern(layer, head), chosen)
             extra["recovered_by_mean_pattern"] = float((ablated - averaged).mean() / denominator.mean())
             note = f"; the head's own average pattern recovers {extra['recovered_by_mean_pattern']:.3f}"
         ev = ratio_evidence("sufficiency", ablated - substituted, denominator, claim.thresholds["sufficiency"], ctx,
@@ -289,20 +302,6 @@ class Sufficiency:
                             extra=extra)
         return dataclasses.replace(ev, detail=f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4f}, "
                                               f"ablated {extra['loss_ablated']:.4f}, substituted {extra['loss_substituted']:.4f}){note}")
-
-
-def _mean_pattern(ctx: Context, layer: int, head: int) -> torch.Tensor | None:
-    """The head's (query, key) pattern averaged over the prompts; None for padded prompts, whose
-    positions do not line up."""
-    if ctx.prompts.attention_mask is not None:
-        return None
-
-    def compute() -> torch.Tensor:
-        acc = stream(ctx.model, ctx.prompts, lambda pattern, _: {"pattern": pattern.float()}, layers=[layer],
-                     batch_size=ctx.batch_size, accumulator=MomentAccumulator())
-        mean = acc.result()["pattern"]["mean"][0].float()  # (head, query, key)
-        return mean / mean.sum(-1, keepdim=True)  # renormalise away float error
-    return ctx.cached(("mean-pattern", id(ctx.model), id(ctx.prompts), layer), compute)[head]
 
 
 @dataclass(frozen=True)
@@ -317,8 +316,8 @@ class Faithfulness:
         chosen = resolve_behaviour(ctx, self.behaviour)
         behaviour = behaviour_text(ctx, chosen)
         clean = _clean_loss(ctx, chosen)
-        uniform = _substituted(ctx, claim, lambda batch: "uniform", ("uniform",), chosen)
-        permuted = _substituted(ctx, claim, lambda batch: None, ("permuted",), chosen, permute=True)
+        uniform = _substituted(ctx, claim, "uniform", chosen)
+        permuted = _substituted(ctx, claim, None, chosen, permute=True)
         d_uniform, d_permuted = uniform - clean, permuted - clean
         effect = torch.minimum(d_uniform, d_permuted)
         ev = difference_evidence("faithfulness", effect, torch.zeros_like(effect), ctx, fail_below=1e-6,

@@ -1,18 +1,9 @@
-"""What the claims' evidence shares: the head a claim is about, its head type, and objects held for the
-life of an `interp.claims.Context` (so that `id()` keys in its memo stay unique)."""
+"""What the claims' evidence shares: the head a claim is about and its head type."""
 from __future__ import annotations
 
-from typing import Any
-
 from interp.analyses.head_types import HEAD_TYPES, HeadType, HeadTypeParams
-from interp.claims import Claim, Context
+from interp.claims import Claim
 from interp.errors import BadInput
-
-
-def keep(ctx: Context, obj: Any) -> Any:
-    """Hold `obj` for the life of the context, so `id(obj)` keys in the memo stay unique."""
-    ctx.memo.setdefault(("keep",), []).append(obj)
-    return obj
 
 
 def claim_head_type(claim: Claim) -> HeadType | None:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from interp.analyses.claims.common import keep, subject
+from interp.analyses.claims.common import subject
 from interp.analyses.head_types import HEAD_TYPES, TIE_TOLERANCE, HeadType, HeadTypeParams, ShuffleExpect, reduce_head_types
 from interp.analyses.induction import NoRepeats, copying_scores, repeat_types, scores_per_prompt
 from interp.analyses.positional import focus_per_prompt, positional_metrics
@@ -53,8 +53,8 @@ def _shuffled(ctx: Context, prompts: PromptSet, *, keep_repeats: bool = False) -
         control = shuffled(prompts, seed=ctx.seed)
         if keep_repeats:
             control = dataclasses.replace(control, repeats=prompts.repeats)
-        return keep(ctx, control)
-    return ctx.cached(("shuffled", id(prompts), keep_repeats), make)
+        return control
+    return ctx.cached(("shuffled", prompts, keep_repeats), make)
 
 
 def random_init_model(model: nn.Module, seed: int) -> nn.Module:
@@ -74,7 +74,7 @@ def random_init_model(model: nn.Module, seed: int) -> nn.Module:
 
 
 def _random_model(ctx: Context) -> nn.Module:
-    return ctx.cached(("random_init", id(ctx.model)), lambda: keep(ctx, random_init_model(ctx.model, ctx.seed + 7919)))
+    return ctx.cached(("random_init", ctx.model), lambda: random_init_model(ctx.model, ctx.seed + 7919))
 
 
 def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
@@ -151,7 +151,7 @@ def head_metric(ctx: Context, metric: str | HeadType, *, model: nn.Module | None
             return _defined(values, metric.column)
         metric = metric.column
     if metric in positional_metrics():
-        values = ctx.cached(("focus", id(model), id(prompts)),
+        values = ctx.cached(("focus", model, prompts),
                             lambda: focus_per_prompt(model, prompts, batch_size=ctx.batch_size))[metric]
     elif metric in {t.column for t in repeat_types()}:
         values = _repeat_scores(ctx, model, prompts, metric)[metric]
@@ -186,8 +186,7 @@ def _own_pass(ctx: Context, head_type: HeadType, model: nn.Module, prompts: Prom
                 raise Inconclusive(f"the prompts lack what a {head_type.name} claim needs: {error}") from None
         reducer = functools.partial(reduce_head_types, types=(head_type,), argmax=False)
         return stream(model, prompts, reducer, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result()
-    keep(ctx, head_type)
-    return ctx.cached(("head_type", id(head_type), id(model), id(prompts)), compute)[head_type.column]
+    return ctx.cached(("head_type", head_type, model, prompts), compute)[head_type.column]
 
 
 def _repeat_scores(ctx: Context, model: nn.Module, prompts: PromptSet, metric: str) -> dict[str, torch.Tensor]:
@@ -196,7 +195,7 @@ def _repeat_scores(ctx: Context, model: nn.Module, prompts: PromptSet, metric: s
             return scores_per_prompt(model, prompts, batch_size=ctx.batch_size)
         except NoRepeats as error:
             raise Inconclusive(f"the prompts lack what an {metric} claim needs: {error}") from None
-    return ctx.cached(("induction", id(model), id(prompts)), induction)
+    return ctx.cached(("induction", model, prompts), induction)
 
 
 def _repeat_positions(ctx: Context, model: nn.Module, prompts: PromptSet) -> dict[str, torch.Tensor]:
@@ -208,14 +207,14 @@ def _repeat_positions(ctx: Context, model: nn.Module, prompts: PromptSet) -> dic
         raise Inconclusive(f"prefix_len={repeats.period}: the induction target would be the query itself; use prefix_len >= 2.")
     if repeats.start >= prompts.n_pos:
         raise Inconclusive(f"prompts of {prompts.n_pos} positions hold no repeat (prefix_len={repeats.period}).")
-    return ctx.cached(("repeat_position", id(model), id(prompts)), lambda: stream(
+    return ctx.cached(("repeat_position", model, prompts), lambda: stream(
         model, prompts, reduce_repeat_positions, batch_size=ctx.batch_size, accumulator=PerPromptAccumulator()).result())
 
 
 def _argmax_at(ctx: Context, model: nn.Module, prompts: PromptSet, offset: str) -> torch.Tensor:
     """(prompt, layer, head) argmax rate at relative offset `offset` (or "first"): `offset_type(offset)`'s
     argmax rate, read off one pass that counts every offset at once."""
-    counts = ctx.cached(("argmax", id(model), id(prompts)),
+    counts = ctx.cached(("argmax", model, prompts),
                         lambda: argmax_offsets_per_prompt(model, prompts, batch_size=ctx.batch_size))
     if offset == "first":
         return counts["first_hits"] / counts["first_count"]
@@ -247,10 +246,10 @@ def _claim_measure(claim: Claim, ctx: Context) -> str | HeadType:
 def modal_offset(ctx: Context, layer: int, head: int) -> str:
     """The relative offset (or "first") where the head's maximum most often sits, pooled over the context's prompts."""
     def compute():
-        counts = ctx.cached(("argmax", id(ctx.model), id(ctx.prompts)),
+        counts = ctx.cached(("argmax", ctx.model, ctx.prompts),
                             lambda: argmax_offsets_per_prompt(ctx.model, ctx.prompts, batch_size=ctx.batch_size))
         return _modal_offsets(counts, ctx.prompts.n_pos)
-    return ctx.cached(("modal_offset", id(ctx.model), id(ctx.prompts)), compute)[layer][head]
+    return ctx.cached(("modal_offset", ctx.model, ctx.prompts), compute)[layer][head]
 
 
 def _modal_offsets(counts: dict[str, torch.Tensor], n_pos: int, min_coverage: float = 0.25) -> list[list[str]]:
@@ -304,7 +303,7 @@ class Observational:
         if copy_threshold is None:
             return evidence
         try:
-            copying = float(ctx.cached(("copying", id(ctx.model)), lambda: copying_scores(ctx.model))[claim.layer, claim.head])
+            copying = float(ctx.cached(("copying", ctx.model), lambda: copying_scores(ctx.model))[claim.layer, claim.head])
         except TypeError as error:
             return dataclasses.replace(evidence, detail=evidence.detail + f"; copying not checked ({error})")
         detail = evidence.detail + f"; OV copying score {copying:.3f} (needs > {copy_threshold.value:g})"

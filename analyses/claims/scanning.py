@@ -32,7 +32,7 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
     causal = attention_sites(model)[0].causal
     means = _defined_means(ctx, [t for t in head_types() if t.available(prompts, causal=causal) is None])
     kinds = [t for t in head_types() if t.name in means]
-    counts = ctx.cached(("argmax", id(model), id(prompts)), lambda: argmax_offsets_per_prompt(model, prompts, batch_size=batch_size))
+    counts = ctx.cached(("argmax", model, prompts), lambda: argmax_offsets_per_prompt(model, prompts, batch_size=batch_size))
     claims: list[Claim] = []
     n_layers, n_heads = next(iter(means.values())).shape
     for layer in range(n_layers):
