@@ -127,7 +127,9 @@ def test_build_report_hands_the_placement_to_compute(tiny_gpt, tmp_path, monkeyp
         seen.update(kwargs)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(report, "compute", fake_compute)
+    import interp.analyses.report.build as report_build
+
+    monkeypatch.setattr(report_build, "compute", fake_compute)  # build_report's own name for it
     with pytest.raises(RuntimeError, match="stop here"):
         report.build_report(tiny_gpt, tmp_path / "out", prompts=_prompts(), device="cpu", dtype="bfloat16")
     assert (seen["device"], seen["dtype"]) == ("cpu", "bfloat16")

@@ -156,13 +156,14 @@ if batch:  # every analysis batches through these two
     distributed.Shard.batches = lambda self, size: sharded(self, batch)
 import interp
 from interp.analyses import report
+from interp.analyses.report.build import _claims_csv
 from interp.specs import build_prompts
 model = interp.load("toy-induction")
 prompts = build_prompts(model, report.default_prompt_spec(model, 0), default_n=report.DEFAULT_N)
 if order == "reversed":
     prompts = prompts[torch.arange(len(prompts) - 1, -1, -1)]
 computed = report.compute(model, spec="toy-induction", seed=0, prompts=prompts)
-tables = {"heads.csv": computed.heads, "claims.csv": report._claims_csv(computed.claims), "redundancy.csv": computed.redundancy}
+tables = {"heads.csv": computed.heads, "claims.csv": _claims_csv(computed.claims), "redundancy.csv": computed.redundancy}
 for name, frame in tables.items():
     frame.to_csv(out / name, index=False, float_format="%.17g")
 """

@@ -307,6 +307,7 @@ def test_assert_causal_names_the_line_and_the_way_out(userpkg):
 
 def test_the_report_follows_the_same_declaration(userpkg):
     from interp.analyses import report
+    from interp.analyses.report.findings import _leakage_finding
 
     import interp
 
@@ -315,5 +316,5 @@ def test_the_report_follows_the_same_declaration(userpkg):
     assert data.leakage.verdict == "leak" and data.leakage.origin is not None
     declared = report.compute(model, leakage_len=8, max_cards=64, behaviour="next-token", bidirectional=True)
     assert declared.leakage.verdict == "bidirectional"
-    assert "first at ci_gpt.py" in report._leakage_finding(data.leakage)["evidence"]
+    assert "first at ci_gpt.py" in _leakage_finding(data.leakage)["evidence"]
     assert report.model_summary(model, None)["causal"].startswith("expected")  # observed unmasked, not an encoder

@@ -93,7 +93,8 @@ def test_cli_json_text_and_html_render_the_one_wording(monkeypatch):
     """Change the wording in interp.analyses.leakage.report: the CLI table, str(), the JSON and the HTML report follow."""
     from rich.console import Console
 
-    from interp.analyses import report, report_html
+    from interp.analyses.report import html as report_html
+    from interp.analyses.report.findings import _leakage_finding
     from interp.cli.audit import _verdict_table
 
     monkeypatch.setitem(VERDICT_WORDS, "leak", "PLANTED WORDING ({leaks})")
@@ -105,7 +106,7 @@ def test_cli_json_text_and_html_render_the_one_wording(monkeypatch):
     assert json.loads(lk.to_json())["headline"] == "PLANTED WORDING (future)"
     assert lk.brief()["headline"] == "PLANTED WORDING (future)"
     assert "PLANTED WORDING (future)" in report_html._leakage_section(type("Data", (), {"leakage": lk}))
-    assert report._leakage_finding(lk)["finding"] == "PLANTED WORDING (future)"
+    assert _leakage_finding(lk)["finding"] == "PLANTED WORDING (future)"
 
 
 def test_to_dict_keeps_its_keys_and_adds_the_headline():

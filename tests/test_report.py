@@ -156,7 +156,9 @@ def test_a_failure_leaves_nothing_half_written(model, tmp_path, monkeypatch):
         (folder / "heads.csv").write_text("partial")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(report, "render", broken)
+    import interp.analyses.report.build as report_build
+
+    monkeypatch.setattr(report_build, "render", broken)  # build_report's own name for it
     with pytest.raises(RuntimeError, match="disk full"):
         report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=12, prefix_len=10), heads=[(0, 0)])
     assert list(tmp_path.iterdir()) == []
@@ -234,7 +236,7 @@ def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
 
 
 def test_p_values_have_one_format_and_name_the_floor():
-    from interp.analyses.report_format import format_p
+    from interp.analyses.report.format import format_p
 
     assert format_p(1 / 2001, 2000) == "≤ 1/2001"
     assert format_p(float(np.float32(1 / 2001)), 2000) == "≤ 1/2001"  # a float32 floor
@@ -245,7 +247,7 @@ def test_p_values_have_one_format_and_name_the_floor():
 
 
 def test_every_claim_has_an_evidence_table_row_per_kind(built):
-    from interp.analyses.report_format import evidence_rows
+    from interp.analyses.report.format import evidence_rows
 
     html = (built.out_dir / "report.html").read_text()
     data = built.data
@@ -265,7 +267,7 @@ def test_every_claim_has_an_evidence_table_row_per_kind(built):
 
 def test_evidence_rows_say_why_ablations_did_not_run(model):
     from interp.analyses.claims import previous_token_head
-    from interp.analyses.report_format import evidence_rows
+    from interp.analyses.report.format import evidence_rows
     from interp.claims import evaluate_claims
     from interp.data import repeated_tokens
 
@@ -277,12 +279,16 @@ def test_evidence_rows_say_why_ablations_did_not_run(model):
 
 
 def test_findings_are_ranked_by_effect_size_numerically():
-    assert sorted(["L1H10", "L1H3", "L0H2", "L10H0"], key=report.head_sort_key) == ["L0H2", "L1H3", "L1H10", "L10H0"]
+    from interp.analyses.report.findings import head_order
+
+    heads = [((1, 10),), ((1, 3),), ((1, 3), (1, 10)), (), ((0, 2),), ((10, 0),)]
+    assert sorted(heads, key=head_order) == [(), ((0, 2),), ((1, 3),), ((1, 3), (1, 10)), ((1, 10),), ((10, 0),)]
     claims = pd.DataFrame({
         "label": ["L1H10", "L1H3", "L1H2"], "claim": ["induction"] * 3, "verdict": ["supported"] * 3,
         "observational": [0.5, 0.9, 0.5], "observational_ci_low": [0.4, 0.8, 0.4], "observational_ci_high": [0.6, 1.0, 0.6],
         "p_adjusted": [0.001, 0.01, 0.001]})
-    data = report.ReportData({}, pd.DataFrame(), claims, {}, None, None, None, None, None, [], {})
+    data = report.ReportData({}, pd.DataFrame(), claims, {}, None, None, None, None, None, [], {},
+                             claim_heads=[((1, 10),), ((1, 3),), ((1, 2),)])
     table = report.highlights(data, limit=2)
     assert list(table.heads) == ["L1H3", "L1H2"]  # strongest effect first; ties in numeric head order, not text
     assert table.attrs["n_supported"] == 3 and table.attrs["n_shown"] == 2
@@ -298,7 +304,7 @@ def test_positional_findings_name_their_offset(built):
 
 
 def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
-    from interp.analyses.report_format import SCHEMA_VERSION, UNDEFINED
+    from interp.analyses.report.format import SCHEMA_VERSION, UNDEFINED
 
     text = (built.out_dir / "columns.md").read_text()
     assert f"schema version {SCHEMA_VERSION}" in text and UNDEFINED not in text
@@ -352,13 +358,15 @@ def test_offset_profile_draws_its_interval_and_heat_maps_share_a_scale():
     assert common.axes[0].images[0].get_clim() == (0, 1.0)
     assert per_head.axes[0].images[0].get_clim()[1] == pytest.approx(0.07)
     assert "this head's scale" in per_head.axes[-1].get_ylabel()
+    from interp.analyses.report.pipeline import _check_colour_scale
+
     with pytest.raises(ValueError, match="colour_scale"):
-        report._check_colour_scale("rainbow")
+        _check_colour_scale("rainbow")
 
 
 def test_similarity_map_is_clustered_and_readable_at_72_heads():
     import numpy as np
-    from interp.analyses.report_plots import cluster_order, plot_matrix
+    from interp.analyses.report.plots import cluster_order, plot_matrix
 
     sim = np.array([[1, .1, .9, .1], [.1, 1, .1, .8], [.9, .1, 1, .1], [.1, .8, .1, 1.]])
     order = cluster_order(sim)
@@ -418,7 +426,7 @@ def test_card_limit_is_checked_from_the_config_before_loading(tmp_path, capsys, 
 
 def test_viewer_data_is_compact_and_drops_padding(model):
     import numpy as np
-    from interp.analyses import viewer
+    from interp.analyses.report import viewer
     from interp.data import pad
 
     prompts = pad([[63, 1, 2, 3, 1, 2, 3], [63, 4, 5]], pad_id=0)
@@ -441,7 +449,7 @@ def test_html_viewer_and_warnings_in_the_page(built):
 def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
     from types import SimpleNamespace
 
-    from interp.analyses import report_html
+    from interp.analyses.report import html as report_html
     from interp.analyses.leakage import LeakageReport, empty_table
 
     leakage = LeakageReport(model_name="encoder", verdict="bidirectional", max_influence=0.0, first_leaking_site=None,

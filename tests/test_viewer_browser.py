@@ -117,7 +117,7 @@ def minilm():
 @pytest.mark.real
 def test_viewer_on_minilm_text_prompts(browser, tmp_path, minilm):
     """The viewer alone (a page with just its section) on MiniLM's own tokens: fast enough for every run."""
-    from interp.analyses import viewer
+    from interp.analyses.report import viewer
     from interp.specs import build_prompts
 
     model, _ = minilm

@@ -22,7 +22,7 @@ def _cell(column: str, value: Any) -> str:
         if column in INTEGER_KEYS and value.is_integer():
             return str(int(value))
         if column.startswith("p_"):
-            from interp.analyses.report_format import format_p  # one way to write a p-value, as in the report
+            from interp.analyses.report.format import format_p  # one way to write a p-value, as in the report
 
             return format_p(value)
         if column in ("max_influence", "influence"):

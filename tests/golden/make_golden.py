@@ -16,10 +16,11 @@ MODEL = "toy-induction"
 def report_tables() -> dict[str, pd.DataFrame]:
     """heads.csv, claims.csv and redundancy.csv of `interp report toy-induction` with the default seed, as frames."""
     import interp
-    from analyses import report
+    from interp.analyses import report
+    from interp.analyses.report.build import _claims_csv
 
     data = report.compute(interp.load(MODEL), spec=MODEL, seed=0)
-    return {"heads.csv": data.heads, "claims.csv": report._claims_csv(data.claims), "redundancy.csv": data.redundancy}
+    return {"heads.csv": data.heads, "claims.csv": _claims_csv(data.claims), "redundancy.csv": data.redundancy}
 
 
 def main() -> None:

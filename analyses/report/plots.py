@@ -136,8 +136,8 @@ def head_figures(data, plots: Path) -> dict[str, str]:
     images = {}
     per_head = data.settings.get("colour_scale") == "per_head"
     offsets = data.offsets
-    for label in data.heads["label"]:
-        layer, head = (int(x) for x in label[1:].split("H"))
+    for label, layer, head in zip(data.heads["label"], data.heads["layer"], data.heads["head"]):
+        layer, head = int(layer), int(head)
         fig = _figure(6.6, 2.8)
         plot_pattern(data.patterns[layer][head], label, ax=fig.add_subplot(1, 2, 1), per_head=per_head)
         if offsets is not None:

@@ -282,7 +282,7 @@ def columns_markdown(files: Mapping[str, Iterable[str]]) -> str:
     return "\n".join(lines)
 
 
-UNDEFINED = "(no definition yet: add one to interp.analyses.report_format.GLOSSARY)"
+UNDEFINED = "(no definition yet: add one to interp.analyses.report.format.GLOSSARY)"
 JOINT_P = {
     "ci_low": "lower end of the 95% bootstrap interval of interaction (over prompts)",
     "ci_high": "upper end of the 95% bootstrap interval of interaction (over prompts)",

@@ -7,7 +7,7 @@ byte (uint8, weight * 255 rounded; the error is at most 1/510), so 4 prompts x 7
 its real tokens, whose strings come from the model's tokenizer when it has one (else the ids).
 
 `viewer_html(data)` returns the HTML section: the data as an inline JSON script, the script
-and style shipped as package data (`analyses/assets/viewer.js`, `viewer.css`), both inlined,
+and style shipped as package data (`analyses/report/assets/viewer.js`, `viewer.css`), both inlined,
 so the report still opens from a folder with no network.
 
 The page: choose a prompt and a head; hover (or focus) a token to see its attention over the
@@ -107,7 +107,7 @@ def viewer_data(model: nn.Module, prompts: PromptSet, heads: Sequence[tuple[int,
 
 
 def _asset(name: str) -> str:
-    return resources.files("analyses").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("interp.analyses.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _script_json(payload: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The report's HTML page and Markdown summary, rendered from a `interp.analyses.report.ReportData`.
 
 Every claim is shown as a small evidence table built from its `interp.claims.Verdict`
-(`interp.analyses.report_format.evidence_rows`), p-values go through `format_p`, wide tables sit in
+(`interp.analyses.report.format.evidence_rows`), p-values go through `format_p`, wide tables sit in
 horizontal scroll containers, and the page ends with a glossary, the methods and a provenance
 footer. The page is self-contained: images by relative path, no external script or style.
 """
@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from interp.analyses import report_format as fmt
+import interp.analyses.report.format as fmt
+from interp.analyses.report.viewer import viewer_html
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
 VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
@@ -129,8 +130,6 @@ def _leakage_section(data) -> str:
 def _viewer_section(data) -> str:
     if data.viewer is None:
         return ""
-    from interp.analyses.viewer import viewer_html
-
     v = data.viewer
     note = (f'<p class="muted">Per-prompt patterns of the first {len(v.tokens)} prompts for {len(v.heads)} heads, '
             f"weights quantised to 1/255 (uint8, {v.n_bytes / 1024:,.0f} KB before base64); this page: {PAGE_SIZE}.</p>")
@@ -143,7 +142,7 @@ def _cards_section(data, images: dict[str, str]) -> str:
         label = row["label"]
         parts.append(f'<div class="card" id="{esc(label)}"><h3>{esc(label)}</h3>'
                      f'<img src="{esc(images[label])}" alt="{esc(label)} mean pattern and offset profile">'
-                     f"{scroll(_metric_table(row))}<h4>Claims</h4>{_claim_blocks(data, label)}</div>")
+                     f"{scroll(_metric_table(row))}<h4>Claims</h4>{_claim_blocks(data, (row['layer'], row['head']))}</div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -160,13 +159,11 @@ def _metric_table(row: pd.Series) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
-def _claim_blocks(data, label: str) -> str:
-    claims = data.claims
-    if not len(claims):
+def _claim_blocks(data, head: tuple[int, int]) -> str:
+    """The claims about `head` (layer, head): every claim naming it among its subject heads."""
+    if not len(data.claims):
         return '<p class="muted">No claims tested.</p>'
-    verdicts = data.verdicts or [None] * len(claims)
-    mine = [(row, v) for (_, row), v in zip(claims.iterrows(), verdicts)
-            if label in [p.strip() for p in str(row["label"]).split("~")]]
+    mine = [(row, v) for row, v, subject in data.claim_rows() if head in subject]
     if not mine:
         return '<p class="muted">No claim was proposed for this head.</p>'
     return "".join(claim_block(row, v, data.settings.get("evidence")) for row, v in mine)
