@@ -77,7 +77,7 @@ def bench_importance(repeats: int = 2) -> dict:
         results["batched"] = out.double() - clean.double()
 
     timings = interleaved({"per-head forwards": per_head_forwards, "resuming": resuming}, repeats=repeats, warmup=0)
-    # the expanded batch is informative only (slower on a CPU, FACTS.md): timed once
+    # the expanded batch is informative only (slower on a CPU): timed once
     timings.update(interleaved({"batched (8 heads a pass)": batched}, repeats=1, warmup=0))
     difference = float((results["resuming"] - results["per_head"]).abs().max())
     difference_batched = float((results["batched"] - results["per_head"]).abs().max())

@@ -13,7 +13,7 @@ write to the residual stream, `pattern` (batch, head, query, key) is the post-so
   allowed keys: the faithfulness control "does it matter *where* the head looks?").
 - `batched_head_ablations`: many single-head ablations in one forward by expanding the batch.
   On a GPU that is the usual win; on these CPUs it measured about 2x *slower* than one
-  forward per head (FACTS.md), so analyses do not rely on it there.
+  forward per head (`python -m benchmarks redundancy` measures it), so analyses do not rely on it there.
 
 Hook names always come from `interp.hooks.attention_sites(model)`; every context manager
 removes its hooks in `finally` (through `interp.hooks.hooked`).
@@ -680,7 +680,7 @@ def batched_head_ablations(
     The batch is expanded to one copy per ablated head (`chunk_size` heads per forward, default
     all). `forward_kwargs` go to the model (e.g. `return_type="loss", loss_per_token=True`);
     the output must keep a batch axis. Equal to one forward per head to float tolerance.
-    Measured on these CPUs (FACTS.md) as about 2x slower than the sequential loop: use it on a GPU.
+    Measured on CPUs (`python -m benchmarks redundancy`) as about 2x slower than the sequential loop: use it on a GPU.
     """
     prompts = as_prompts(tokens)
     heads = all_heads(model) if heads is None else check_heads(model, heads)

@@ -79,7 +79,7 @@ SPEC_KINDS = (
 )
 NANOGPT_SUFFIXES = (".pt", ".pth", ".ckpt")  # nanoGPT's train.py writes ckpt.pt
 BACKENDS = ("auto", "native", "sdpa", "bridge")
-# what a model loaded through the bridge cannot do (FACTS.md; verify_hooks(model) gives the exact list)
+# what a model loaded through the bridge cannot do (verify_hooks(model) gives the exact list)
 BRIDGE_LIMITS = (
     "through TransformerBridge, hook_attn_scores carries post-softmax weights and edits there are discarded, "
     "edits at hook_pattern are discarded on some architectures (MiniLM among them), and hook_result is absent: "

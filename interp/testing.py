@@ -121,19 +121,6 @@ from interp.analyses.claims.registry import read_claims, run_claims  # the face'
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-# the claim kinds moved to interp.analyses.claims.registry; the old names here still work, with a DeprecationWarning
-_MOVED_TO_REGISTRY = ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_REGISTRY:
-        import warnings
-
-        from interp.analyses.claims import registry
-
-        warnings.warn(f"interp.testing.{name} moved to interp.analyses.claims.registry.{name}", DeprecationWarning, stacklevel=2)
-        return getattr(registry, name)
-    raise AttributeError(f"module 'interp.testing' has no attribute {name!r}")
 def claim_failure_message(row) -> str:
     """Why a claim did not get its expected verdict, for a test report."""
     expected = "supported" if row["expect"] == "supported" else "refuted"

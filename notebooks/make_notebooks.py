@@ -446,7 +446,7 @@ from interp.behaviour import embedding_change
 from interp.data import text_prompts
 from interp.specs import default_texts
 from interp.analyses import positional
-from interp.analyses.report import claim_evidence_for
+from interp.analyses.claims.registry import claim_evidence_for
 from interp.analyses.claims import first_token_head, positional_head, previous_token_head
 from interp.claims import test_claims
 

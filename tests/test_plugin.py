@@ -211,20 +211,19 @@ def test_cli_lists_the_claim_kinds(capsys):
     assert cli.main(["claims"]) == 2
 
 
-def test_claim_registry_names_still_import_from_their_old_homes():
+def test_claim_kinds_live_in_the_registry_alone():
+    """The former homes (interp.testing's claim kinds, report.claim_evidence_for) are gone, not aliased."""
     import interp
+    from interp import testing
     from interp.analyses import report
     from interp.analyses.claims import registry
-    from interp import testing
 
-    for name in ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds"):
-        with pytest.warns(DeprecationWarning, match=f"interp.analyses.claims.registry.{name}"):
-            assert getattr(testing, name) is getattr(registry, name)
+    for name in ("MODEL_CLAIM_KINDS", "head_claim_kinds", "pair_claim_kinds", "claim_kinds", "nope"):
+        with pytest.raises(AttributeError):
+            getattr(testing, name)
+    assert not hasattr(report, "claim_evidence_for")
     assert testing.read_claims is registry.read_claims is interp.read_claims
     assert testing.run_claims is registry.run_claims is interp.run_claims
-    assert report.claim_evidence_for is registry.claim_evidence_for
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        testing.nope  # noqa: B018
 
 
 def test_registry_imports_no_analysis_and_no_face_at_import():

@@ -5,7 +5,6 @@
 (`.metrics`) are the analysis library the notebooks use; `highlights` (`.findings`) is the findings
 table. The page and summary: `.html`; figures: `.plots`; formats and glossary: `.format`; viewer: `.viewer`.
 """
-from interp.analyses.claims.registry import claim_evidence_for  # its home before the registry (tests/test_plugin.py)
 from interp.analyses.report.build import (
     MARKER, RENDER_STAGES, OutputDirError, build_report, check_out_dir, is_report_dir, render,
 )
@@ -22,7 +21,7 @@ from interp.analyses.report.plots import plot_offsets, plot_pattern
 __all__ = [
     "DEFAULT_N", "LEAKAGE_LEN", "MARKER", "MAX_CARDS", "NO_LOSS_EVIDENCE", "RENDER_STAGES", "OutputDirError",
     "ReportData", "ReportResult", "ReportTooLarge", "behaviour_method", "build_report", "check_cards_before_loading",
-    "check_out_dir", "claim_evidence_for", "compute", "default_prompt_spec", "head_metrics", "heads_before_loading", "highlights",
+    "check_out_dir", "compute", "default_prompt_spec", "head_metrics", "heads_before_loading", "highlights",
     "is_report_dir", "mean_patterns", "model_name", "model_prompt_spec", "model_summary", "offset_profiles",
     "plot_offsets", "plot_pattern", "prompt_warnings", "render", "report_behaviour", "select_heads",
 ]

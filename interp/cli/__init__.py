@@ -33,9 +33,8 @@ import sys
 from interp.cli.common import EXIT_INPUT, _message
 from interp.cli.output import JSON_SCHEMA, _fenced_stdout, envelope, integers, toolkit_version
 from interp.cli.parser import build_parser
-from interp.errors import BadInput as InputError  # the earlier name, kept for callers (no torch: --help stays fast)
 
-__all__ = ["JSON_SCHEMA", "InputError", "build_parser", "envelope", "integers", "main", "toolkit_version"]
+__all__ = ["JSON_SCHEMA", "build_parser", "envelope", "integers", "main", "toolkit_version"]
 
 
 def main(argv: list[str] | None = None) -> int:
