@@ -21,8 +21,9 @@ the `strategy`:
   (`interp.ablation.AblationEngine`); many ablations are computed in one sweep (`effects`);
 - "batched": head ablations alone, as copies of the batch in one expanded forward
   (`interp.interventions.batched_head_ablations`: the GPU path);
-- "hooked": one forward per intervention with its hooks (every intervention, every model);
-- "auto" (default): "resume" where the model allows it, else "hooked".
+- "hooked": one forward per intervention with its hooks (every intervention, every model; head
+  ablations through the engine's full-forward path, resampling keyed by prompt index);
+- "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
 
 The memo key is the intervention's `spec()`, the prompt set's token and mask bytes, and a version
 of the model's parameters (each tensor's storage and torch's in-place version counter), so editing
@@ -181,13 +182,14 @@ class Run:
         return self.cached(("clean-summary",), lambda: clean_summaries(self.model, self.prompts, self.behaviour,
                                                                         batch_size=self.batch_size))
 
-    def engine(self, kind: AblationKind) -> Any:
-        """The resuming ablation engine for `kind` (`interp.ablation.AblationEngine`), built once."""
+    def engine(self, kind: AblationKind, fast: bool = True) -> Any:
+        """The ablation engine for `kind` (`interp.ablation.AblationEngine`; `fast`: resuming where the model
+        allows it, else one hooked forward per head set), built once."""
         from interp.ablation import AblationEngine
 
-        return self.cached(("engine", kind), lambda: AblationEngine(
+        return self.cached(("engine", kind, fast), lambda: AblationEngine(
             self.model, self.prompts, kind, reference=self.reference(kind), behaviour=self.behaviour,
-            batch_size=self.batch_size, seed=self.seed, fast=True))
+            batch_size=self.batch_size, seed=self.seed, fast=fast))
 
     # -- measurements
 
@@ -219,20 +221,21 @@ class Run:
     # -- the strategy picker
 
     def _path(self, intervention: Intervention | None) -> str:
-        """How this intervention (None: the clean run) is measured: "resume", "batched" or "hooked"."""
+        """How this intervention (None: the clean run) is measured: "resume:KIND", "engine:KIND" (a hooked
+        forward per head set, resampling keyed by prompt), "batched:KIND" or "hooked" (any intervention)."""
         from interp.ablation import resumable
 
-        ablation = intervention is None or (isinstance(intervention, HeadAblation) and intervention.site == "z")
-        if self.strategy == "hooked" or not ablation:
+        if intervention is not None and not (isinstance(intervention, HeadAblation) and intervention.site == "z"):
             return "hooked"
+        kind = intervention.kind if isinstance(intervention, HeadAblation) else "mean"
         if self.strategy == "batched":
-            return "batched:" + (intervention.kind if isinstance(intervention, HeadAblation) else "mean")
+            return f"batched:{kind}"
         if self.strategy == "resume" and not resumable(self.model):
             raise BadInput(f"Run: strategy='resume' needs a model whose blocks allow resuming (interp.ablation.resumable); "
                            f"{type(self.model).__name__} does not. Use strategy='auto' or 'hooked'.")
-        if not resumable(self.model):
-            return "hooked"
-        return "resume:" + (intervention.kind if isinstance(intervention, HeadAblation) else "mean")
+        if self.strategy == "hooked" or not resumable(self.model):
+            return f"engine:{kind}"
+        return f"resume:{kind}"
 
     def _compute_clean(self) -> torch.Tensor:
         path = self._path(None)
@@ -245,8 +248,8 @@ class Run:
 
     def _compute(self, path: str, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean values (prompt,) and intervened values (intervention, prompt) for a group on one path."""
-        if path.startswith("resume:"):
-            return self.engine(_kind(path)).losses([_heads(i) for i in group])
+        if path.startswith(("resume:", "engine:")):
+            return self.engine(_kind(path), fast=path.startswith("resume:")).losses([_heads(i) for i in group])
         if path.startswith("batched:"):
             return self._batched(_kind(path), group)
         rows = [measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),

@@ -114,7 +114,7 @@ def test_auto_strategy_hooks_models_that_cannot_resume(prompts) -> None:
     encoder = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, d_vocab=256, seed=0,
                                           post_norm=True))  # BERT's blocks: resuming after attention is not exact
     run = Run(encoder, prompts, behaviour="embedding")
-    assert run._path(HeadAblation("L0H0")) == "hooked"
+    assert run._path(HeadAblation("L0H0")) == "engine:mean"  # one hooked forward per head set
     effect = run.effect(HeadAblation("L0H0", "mean"))
     assert effect.values.shape == (len(prompts),) and bool((effect.clean == 0).all())  # same as itself: no change
     with pytest.raises(BadInput, match="strategy='resume' needs"):
