@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from interp.analyses import claims as hc
 from interp.analyses import redundancy as R
+from interp.analyses.claims import pair as P
+from interp.ablation import AblationEngine
 from interp import behaviour as B
 from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
@@ -147,8 +149,8 @@ def test_embedding_behaviour_in_joint_ablation_compensation_and_pruning(tiny_enc
     mask[2, 6:] = 0
     prompts = PromptSet(tokens, mask)
     sets = [[(0, 1)], [(0, 2), (1, 3)]]
-    fast = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4).losses(sets)
-    slow = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4, fast=False).losses(sets)
+    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4).losses(sets)
+    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4, fast=False).losses(sets)
     for f, s in zip(fast, slow):
         torch.testing.assert_close(f, s, atol=1e-6, rtol=1e-5)
     assert float(fast[0].abs().max()) == 0.0  # the clean run is its own reference
@@ -238,8 +240,8 @@ def test_masked_lm_loss_masks_each_prompt_the_same_way_in_any_batch(tiny_encoder
     per = F.cross_entropy(logits.flatten(0, 1), prompts.tokens.flatten(), reduction="none").view(prompts.tokens.shape)
     expected = (per * chosen).sum(-1) / chosen.sum(-1)
     torch.testing.assert_close(behaviour(logits, prompts), expected)
-    fast = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4).losses([[(1, 2)]])
-    slow = R.AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4, fast=False).losses([[(1, 2)]])
+    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4).losses([[(1, 2)]])
+    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4, fast=False).losses([[(1, 2)]])
     torch.testing.assert_close(fast[0], expected.double(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast[1], slow[1], atol=1e-5, rtol=1e-5)
 
@@ -374,7 +376,7 @@ def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
     behaviour = B.as_behaviour(name, circuit)
     heads = [(0, 0), (0, 2), (1, 0), (1, 3)]
     clean, ablated = B.batched_ablation_values(circuit, repeated, behaviour, heads, "mean", batch_size=5, chunk_size=3)
-    engine_clean, engine_ablated = R.AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5).losses(
+    engine_clean, engine_ablated = AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5).losses(
         [[h] for h in heads])
     torch.testing.assert_close(clean, engine_clean, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(ablated, engine_ablated, atol=1e-5, rtol=1e-5)
@@ -382,9 +384,9 @@ def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
 
 
 def test_redundancy_claims_and_masked_lm_claims_name_their_behaviour(circuit, repeated, tiny_encoder):
-    table = R.redundancy_claims(circuit, repeated, pairs=[((0, 1), (1, 1))], heads=[(0, 3)])
+    table = P.redundancy_claims(circuit, repeated, pairs=[((0, 1), (1, 1))], heads=[(0, 3)])
     assert set(table["behaviour"]) == {"next-token loss on every position"}  # redundancy's default: every position
-    table = run_test_claims(circuit, [R.dispensable_claim((0, 3))], repeated, behaviour="embedding")
+    table = run_test_claims(circuit, [P.dispensable_claim((0, 3))], repeated, behaviour="embedding")
     assert table["behaviour"].iloc[0] == "embedding_change"  # the test's behaviour reaches claims that name none
     prompts = random_tokens(12, 16, tiny_encoder.cfg.d_vocab, seed=3)
     mlm = B.masked_lm_loss(mask_token_id=1)

@@ -187,13 +187,6 @@ def test_one_function_says_whether_a_forward_can_stop_early():
     assert stop_after(_Plain(), [1]) == {}
 
 
-def test_the_old_engine_name_still_works_with_a_deprecation_warning():
-    from interp.analyses import redundancy
-
-    with pytest.warns(DeprecationWarning, match="interp.ablation"):
-        assert redundancy.AblationEngine is AblationEngine
-
-
 def test_resumed_ablations_of_an_mlm_encoder_read_the_logits_through_its_mlm_head():
     encoder = _randomised(HookedEncoder(EncoderConfig(**SMALL, lm_head="mlm")))
     prompts = random_tokens(6, 8, SMALL["d_vocab"], seed=2)

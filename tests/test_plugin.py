@@ -9,6 +9,7 @@ import pytest
 # and transformer_lens (through datasets/pyarrow) cannot be imported a second time in one process
 import interp.analyses.claims.scanning  # noqa: F401
 import interp.analyses.leakage  # noqa: F401
+import interp.analyses.claims.pair  # noqa: F401
 import interp.analyses.redundancy  # noqa: F401
 import interp.loading  # noqa: F401
 from interp import cli

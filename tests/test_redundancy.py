@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from interp.analyses import redundancy as R
+from interp.analyses.claims import pair as P
 from interp.ablation import AblationEngine
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
@@ -187,7 +188,7 @@ def test_joint_ablation_on_the_redundant_pair(pair_model, period2):
 
 
 def test_redundancy_verdicts_on_constructed_models(pair_model, period2):
-    table = R.redundancy_claims(
+    table = P.redundancy_claims(
         pair_model, period2, pairs=[("L0H0", "L0H1"), ("L0H2", "L0H3"), ("L0H0", "L0H2")],
         heads=["L0H2", "L0H3"], backups=[("L0H1", "L0H0")],
     )
@@ -208,12 +209,12 @@ def test_redundancy_verdicts_on_constructed_models(pair_model, period2):
 def test_essential_head_is_not_dispensable():
     model = pattern_heads(d_vocab=D_VOCAB, n_ctx=N_CTX)
     prompts = repeated_tokens(12, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
-    table = R.redundancy_claims(model, prompts, heads=["L0H0", "L0H4"], pairs=[("L0H4", "L0H5")])
+    table = P.redundancy_claims(model, prompts, heads=["L0H0", "L0H4"], pairs=[("L0H4", "L0H5")])
     assert dict(zip(table.label, table.verdict)) == {"L0H0": "refuted", "L0H4": "supported", "L0H4 ~ L0H5": "refuted"}
 
 
 def test_few_prompts_make_claims_inconclusive(pair_model, period2):
-    table = R.redundancy_claims(pair_model, period2[:4], pairs=[("L0H0", "L0H1")])
+    table = P.redundancy_claims(pair_model, period2[:4], pairs=[("L0H0", "L0H1")])
     assert table.verdict.iloc[0] == "inconclusive" and "too few prompts" in table.reasons.iloc[0]
 
 
@@ -284,7 +285,7 @@ def test_backup_head_compensates_exactly(backup_model, period2):
     assert row.ci_low > 1.0 and row.alignment > 0.99  # L1H0 writes what L0H0 wrote
     assert row.takeover == pytest.approx(1.0, abs=1e-4)
     assert result.square().loc["L0H0", "L1H0"] == row.compensation
-    table = R.redundancy_claims(backup_model, period2, backups=[("L1H0", "L0H0")], heads=["L0H0"], method="zero")
+    table = P.redundancy_claims(backup_model, period2, backups=[("L1H0", "L0H0")], heads=["L0H0"], method="zero")
     assert dict(zip(table.claim, table.verdict)) == {"backs_up": "supported", "dispensable": "supported"}
 
 
@@ -382,7 +383,7 @@ def test_toy_induction_redundancy_report(toy):
         assert joint.loc[pair, "ci_high"] < 0, pair  # sub-additive: the induction heads need L0H2
 
     backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
-    table = R.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, loss_fn=R.induction_loss)
+    table = P.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, loss_fn=R.induction_loss)
     verdicts = table.groupby("claim").verdict.agg(lambda v: sorted(set(v)))
     assert verdicts["redundant"] == ["refuted"] and verdicts["dispensable"] == ["refuted"]
     assert verdicts["backs_up"] == ["refuted"]

@@ -18,6 +18,7 @@ import torch
 
 import interp
 from interp.analyses import claims, head_types, induction, positional, redundancy
+from interp.analyses.claims import pair as pair_claims
 from interp import cli, data, validate
 from interp.claims import test_claims as run_claims_table
 from interp.errors import BadInput, BadType, exit_code_for
@@ -163,8 +164,8 @@ def _api_cases():
         ("8 test_claims seed='a'", lambda f: run_claims_table(tiny(), [prev], p, seed="a"), BadType, r"seed='a'"),
         ("8 scan seed=2**70", lambda f: claims.scan(tiny(), p, seed=2**70), BadInput, rf"seed={2**70}"),
         ("8 importance seed=-1", lambda f: redundancy.importance(tiny(), p, seed=-1), BadInput, r"seed=-1"),
-        ("8 redundant self pair", lambda f: redundancy.redundant_claim((0, 1), (0, 1)), BadInput, r"L0H1 with itself"),
-        ("8 backs_up self pair", lambda f: redundancy.backup_claim("L1H0", (1, 0)), BadInput, r"L1H0 with itself"),
+        ("8 redundant self pair", lambda f: pair_claims.redundant_claim((0, 1), (0, 1)), BadInput, r"L0H1 with itself"),
+        ("8 backs_up self pair", lambda f: pair_claims.backup_claim("L1H0", (1, 0)), BadInput, r"L1H0 with itself"),
         ("8 claims file self pair", lambda f: parse_claims_text('[claims]\n"L0H1 ~ L0H1" = "redundant"\n', "c.toml"),
          ClaimsFileError, r"c\.toml:2:1: .*L0H1 with itself"),
         # --- item 16: argument types

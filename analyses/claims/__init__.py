@@ -6,6 +6,7 @@ Claim, Evidence, Verdict, test_claims).
 - `evidence`: observational evidence and its controls (shuffled tokens, random init);
 - `causal`: necessity, sufficiency and faithfulness, measured on a behaviour;
 - `scanning`: `propose` a claim per head from the metrics, `scan` (propose on half the prompts, test on the rest);
+- `pair`: claims about pairs of heads (redundant, backs up) and dispensable heads, tested by ablation;
 - `registry`: the claim kinds a claims file may name, and the evidence policy.
 
 The registry is standard library at import (the pytest plugin loads it when pytest starts), so the
@@ -30,6 +31,7 @@ from interp.analyses.claims.registry import (
 
 if TYPE_CHECKING:
     from interp.analyses.claims.causal import Faithfulness, Necessity, Sufficiency
+    from interp.analyses.claims.pair import backup_claim, dispensable_claim, redundancy_claims, redundant_claim
     from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl, head_metric, random_init_model
     from interp.analyses.claims.presets import (
         CLAIM_KINDS,
@@ -55,6 +57,7 @@ _LAZY = {  # name -> the module of this package that defines it
                      "head_type_claim", "induction_head", "local_window_head", "make_claim", "next_token_head",
                      "positional_head", "previous_token_head", "self_token_head"], "presets"),
     **dict.fromkeys(["propose", "scan"], "scanning"),
+    **dict.fromkeys(["backup_claim", "dispensable_claim", "redundancy_claims", "redundant_claim"], "pair"),
 }
 
 __all__ = sorted([

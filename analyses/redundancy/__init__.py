@@ -1,0 +1,87 @@
+"""Head redundancy: which heads do the same work, which back each other up, which can go.
+
+Questions and entry points (each returns a tidy DataFrame; per-prompt values are reduced to a
+mean and a percentile-bootstrap CI over prompts, the prompt being the unit of statistics):
+
+- `pattern_similarity`: Jensen-Shannon divergence (bits, in [0, 1]) between two heads'
+  attention distributions at the same query, averaged over queries and prompts, for every
+  pair of heads within and across layers. Streaming: one batch's patterns alive at a time.
+- `output_similarity`: how alike two heads' writes to the residual stream (`hook_result`)
+  are: mean per-position cosine, and linear CKA over positions (Kornblith et al. 2019).
+- `importance`: the loss change when a head alone is ablated (zero / mean / resample), for
+  every head, and the first-order head-mask estimate of it (Michel et al. 2019), with the
+  Spearman rank correlation between estimate and truth in `frame.attrs`.
+- `joint_ablation`: loss change of ablating two heads together against the sum of each alone;
+  `interaction = delta_both - delta_a - delta_b` > 0 means the pair matters together more
+  than apart (redundancy / backup). Pairs given, or suggested by `suggest_pairs`.
+- `compensation`: per head the direct effect (only its direct path to the logits removed) vs
+  its total effect (ablated everywhere): self-repair = direct - total (the hydra effect,
+  McGrath et al. 2023); and the compensation matrix: how much each later head's direct effect
+  grows when an earlier head is ablated (backup heads, Wang et al. 2022).
+- `pruning_curve`: loss as heads are removed, least important first (by the estimate) vs in
+  random order; how many can go before the loss rises by `margin`.
+
+Modules: `similarity` (pattern_similarity, output_similarity, to_matrix, suggest_pairs),
+`importance` (gradient_importance, importance, second_order, pruning_curve), `interaction`
+(joint_ablation, compensation), `common` (what they share). The claims built on these
+(`redundant_claim`, `dispensable_claim`, `backup_claim`, `redundancy_claims`) are in
+`interp.analyses.claims.pair`.
+
+Losses are per prompt values of a *behaviour* (`interp.behaviour`): `behaviour=` takes a name
+("next-token", "masked-lm", "embedding"), a `Behaviour`, or a callable `(output, prompts) ->
+(prompt,)` on the final logits; the default follows the model (`default_behaviour`: the
+next-token loss at every real position for a causal LM, the sentence-embedding change for an
+encoder or a model whose head is random). `lm_loss` (every position) and `induction_loss`
+(repeated copies only) are next-token behaviours; `loss_fn=` is a deprecated alias of
+`behaviour=` for a callable. A NaN value raises. "Loss" below means the behaviour's value.
+
+Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs), `label`
+(`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
+`{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`.
+
+Devices and dtypes: every entry point takes `device=` ("cpu", "cuda:1", ...) and `dtype=`
+("float32", "bfloat16", "float16"); the model is moved / cast by `interp.launch.move` (a copy: the
+caller's model is left as it was; move it yourself and leave both unset to avoid the copy's memory),
+prompts go to its device batch by batch, and statistics are accumulated in float32 or float64.
+A device or dtype this process cannot use raises BadInput. In bfloat16, losses and their changes
+move by a few 1e-2 nats from float32 (tests/test_redundancy.py states the tolerances).
+
+Ablations run through `interp.ablation.AblationEngine` (`importance`, `joint_ablation`,
+`pruning_curve`, `compensation`): where the model says resuming is exact (`HookedGPT.resumable`,
+sequential pre-norm blocks) the clean forward runs once per batch and each ablation resumes after its
+earliest layer's attention (`model.run_from`), with the loss read fused from the final residual
+(`model.next_token_loss_from_resid`). Measured (benchmarks/bench_redundancy): about 1.8x less CPU
+than one `run_with_hooks` forward per head, equal to 1e-5. Other models (post-norm, parallel blocks),
+or `fast=False`, run one hooked forward per ablation.
+"""
+from interp.analyses.redundancy.common import DEFAULT_MARGIN, induction_loss, lm_loss
+from interp.analyses.redundancy.importance import OrderBy, gradient_importance, importance, pruning_curve, second_order
+from interp.analyses.redundancy.interaction import CompensationResult, compensation, joint_ablation
+from interp.analyses.redundancy.similarity import (
+    WRITE_FLOOR,
+    SuggestBy,
+    output_similarity,
+    pattern_similarity,
+    suggest_pairs,
+    to_matrix,
+)
+
+__all__ = [
+    "DEFAULT_MARGIN",
+    "WRITE_FLOOR",
+    "CompensationResult",
+    "OrderBy",
+    "SuggestBy",
+    "compensation",
+    "gradient_importance",
+    "importance",
+    "induction_loss",
+    "joint_ablation",
+    "lm_loss",
+    "output_similarity",
+    "pattern_similarity",
+    "pruning_curve",
+    "second_order",
+    "suggest_pairs",
+    "to_matrix",
+]

@@ -1,0 +1,281 @@
+"""Which heads matter together: joint ablation of pairs against the sum of each alone, and compensation
+(direct vs total effects, self-repair, and how later heads back up an ablated one)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interp import ablation as _ablation
+from interp import distributed, launch
+from interp.ablation import LossFn, resolve_behaviour, resumable
+from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs
+from interp.analyses.redundancy.similarity import SuggestBy, suggest_pairs
+from interp.behaviour import BehaviourLike
+from interp.data import PromptSet
+from interp.interventions import (
+    AblationKind,
+    AblationValues,
+    Head,
+    HeadLike,
+    ReferenceActivations,
+    all_heads,
+    check_heads,
+)
+from interp.launch import Device, DType
+from interp.stats import benjamini_hochberg, sign_flip_test
+from interp.validate import check_inputs
+
+
+def joint_ablation(
+    model: nn.Module,
+    prompts: PromptSet,
+    pairs: Sequence[tuple[HeadLike, HeadLike]] | int = 5,
+    method: AblationKind = "mean",
+    *,
+    suggest_by: SuggestBy = "second_order",
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
+    batch_size: int = 16,
+    seed: int = 0,
+    fast: bool = True,
+    device: Device = None,
+    dtype: DType = None,
+) -> pd.DataFrame:
+    """Loss change of ablating both heads of a pair against the sum of each alone.
+
+    `pairs`: a list of head pairs, or an int k for the top-k pairs of `suggest_pairs(by=suggest_by)`,
+    suggested on one half of the prompts and measured on the other (never on the prompts that
+    chose them). One row per pair: `delta_a`, `delta_b`, `delta_both` and `interaction` =
+    delta_both - delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip,
+    interaction > 0), `p_adjusted` (Benjamini-Hochberg over the pairs), `n_prompts`.
+    interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
+    removing one already removes most of what the other adds.
+    """
+    _, seed = check_inputs("joint_ablation", model, prompts, seed=seed)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
+    _check_n(prompts)
+    if isinstance(pairs, int) and not isinstance(pairs, bool):
+        proposing, prompts = prompts.split(0.5, seed=seed)
+        _check_n(prompts)
+        behaviour = resolve_behaviour(behaviour, loss_fn, model, "joint_ablation")
+        loss_fn = None
+        pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, behaviour=behaviour,
+                              batch_size=batch_size, seed=seed)
+    pairs = _parse_pairs(model, pairs)
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
+                            batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
+    singles = sorted({h for pair in pairs for h in pair})
+    sets = [[h] for h in singles] + [list(pair) for pair in pairs]
+    clean, ablated = engine.losses(sets)
+    single = {h: ablated[i] - clean for i, h in enumerate(singles)}
+    both = ablated[len(singles):] - clean  # (pair, prompt)
+    delta_a = torch.stack([single[a] for a, _ in pairs])
+    delta_b = torch.stack([single[b] for _, b in pairs])
+    interaction = both - delta_a - delta_b
+    metrics = {"interaction": interaction.T, "delta_a": delta_a.T, "delta_b": delta_b.T, "delta_both": both.T}
+    frame = _pairs_frame(pairs, metrics, len(prompts), main="interaction", seed=seed)
+    p_value = sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy()
+    frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
+    frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
+    frame.attrs.update(method=method, clean_loss=float(clean.mean()), behaviour=engine.behaviour.describe(prompts),
+                       unit=engine.behaviour.unit)
+    return frame
+
+
+@dataclass(frozen=True)
+class CompensationResult:
+    """`effects`: one row per head (direct_effect, total_effect, self_repair with CIs);
+    `matrix`: one row per (ablated head, later head) with `compensation`, `takeover` and `alignment`.
+    `square()` gives the labelled ablated x compensating frame for a heat map."""
+
+    effects: pd.DataFrame
+    matrix: pd.DataFrame
+    per_prompt: dict = field(default_factory=dict, repr=False, compare=False)  # (A, C) -> {metric: (prompt,)}
+
+    def square(self, metric: str = "compensation") -> pd.DataFrame:
+        return self.matrix.pivot(index="label_a", columns="label_b", values=metric).rename_axis(
+            index="ablated", columns="compensating")
+
+
+@dataclass
+class _CompensationRun:
+    """What `compensation` measures with, and its per-batch results, (batch,) tensors per head or pair."""
+
+    engine: _ablation.AblationEngine
+    everything: tuple[Head, ...]  # every head C
+    ablated_heads: tuple[Head, ...]  # the heads A ablated for the compensation matrix
+    result_names: dict[int, str]  # layer -> its hook_result name
+    direct: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
+    total: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
+    comp: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    align: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    takeover: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    sources_total: dict[Head, AblationValues] = field(init=False)  # C ablated everywhere
+    sources_direct: dict[Head, AblationValues] = field(init=False)  # C's direct path ablated
+    sources_a: dict[Head, AblationValues] = field(init=False)  # A ablated for the matrix
+
+    def __post_init__(self) -> None:
+        values = self.engine.values
+        # ablation value sources, one per head and purpose (each resampling stream seeded alike)
+        self.sources_total = {h: values() for h in self.everything}
+        self.sources_direct = {h: values() for h in self.everything}
+        self.sources_a = {a: values() for a in self.ablated_heads}
+
+    def later(self, a: Head) -> list[Head]:
+        return [c for c in self.everything if c[0] > a[0]]
+
+    def pairs(self) -> list[tuple[Head, Head]]:
+        """Every (A, later C) of the compensation matrix, in the order the batches fill them."""
+        return list(dict.fromkeys((a, c) for a in self.ablated_heads for c in self.later(a)))
+
+    def key(self, indices: range) -> None:
+        """Key every source's resampling by the batch's global prompt indices (`AblationValues.prompt_index`)."""
+        for sources in (self.sources_total, self.sources_direct, self.sources_a):
+            for values in sources.values():
+                values.prompt_index = indices
+
+    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Direct and total effects (prompt, head) and the per-prompt values of each pair, every prompt of
+        every rank in global order: this rank's values go as one (row, prompt) tensor, one collective."""
+        pairs, n_heads = self.pairs(), len(self.everything)
+        stores = (self.comp, self.align, self.takeover)
+        if self.direct:
+            blocks = [torch.cat(self.direct, 1), torch.cat(self.total, 1)]
+            blocks += [torch.stack([torch.cat(store[p]) for p in pairs]) for store in stores if pairs]
+            local = torch.cat([block.double().cpu() for block in blocks])  # (row, prompt)
+        else:  # an empty shard
+            local = torch.zeros(2 * n_heads + 3 * len(pairs), 0, dtype=torch.float64)
+        rows = distributed.gather_prompts(local, dim=1)
+        direct, total = rows[:n_heads], rows[n_heads : 2 * n_heads]
+        rest = rows[2 * n_heads :].reshape(3, len(pairs), rows.shape[1])  # (metric, pair, prompt)
+        per_prompt = {p: {name: rest[k, i].clone() for k, name in enumerate(("compensation", "alignment", "takeover"))}
+                      for i, p in enumerate(pairs)}
+        return direct.T, total.T, per_prompt
+
+
+@dataclass
+class _CleanEffects:
+    """One batch's clean run, each head's change of write when ablated and its clean direct effect."""
+
+    clean: _ablation.CleanBatch
+    write_change: dict[Head, torch.Tensor]  # head -> (batch, pos, d_model): ablated minus clean write
+    direct: dict[Head, torch.Tensor]  # head -> (batch,): clean direct effect
+
+    def loss_from(self, engine: _ablation.AblationEngine, resid: torch.Tensor) -> torch.Tensor:
+        return engine.loss_from_resid(resid, self.clean.prompts, "direct effect", self.clean.summary)
+
+
+def compensation(
+    model: nn.Module,
+    prompts: PromptSet,
+    method: AblationKind = "mean",
+    *,
+    heads: Sequence[HeadLike] | None = None,
+    reference: PromptSet | ReferenceActivations | None = None,
+    loss_fn: LossFn | None = None,
+    behaviour: BehaviourLike = None,
+    batch_size: int = 16,
+    seed: int = 0,
+    device: Device = None,
+    dtype: DType = None,
+) -> CompensationResult:
+    """Direct vs total effect per head, and how later heads compensate when a head is ablated.
+
+    direct effect of C: loss change when only C's direct path to the logits is ablated (its
+    ablated write replaces its write in the final residual stream; every other head sees the
+    clean C). total effect: C ablated everywhere (= `importance`). self_repair = direct - total:
+    > 0 when the rest of the model makes up for part of C's loss (McGrath et al. 2023).
+    compensation[A, C] (C in a later layer than A) = C's direct effect with A ablated minus C's
+    clean direct effect: > 0 when C matters more once A is gone (C backs A up, as the backup
+    name movers of Wang et al. 2022). alignment[A, C]: cosine (over positions and d_model) between
+    C's change in output when A is ablated and A's own clean-minus-ablated write: > 0 when C moves
+    toward A's role; takeover[A, C]: the component of C's change along A's write, as a fraction of
+    that write (<dC, wA> / |wA|^2 per prompt; 1 = C restores exactly what A wrote, as a perfect
+    backup does). `heads` limits the ablated heads A (default all).
+    Cost: one resumed forward per A and one unembedding per (A, C): meant for small models.
+    """
+    _, seed = check_inputs("compensation", model, prompts, seed=seed)
+    model = launch.move(model, device=device, dtype=dtype, copy=True)
+    _check_n(prompts)
+    if not resumable(model):
+        raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
+    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size,
+                                      seed=seed, behaviour=behaviour)
+    everything = all_heads(model)
+    run = _CompensationRun(engine, everything, everything if heads is None else check_heads(model, heads),
+                           {site.layer: site.hook("result") for site in engine.sites.values()})
+    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+        run.key(indices)
+        with torch.no_grad():
+            effects = _clean_effects(run, engine.clean(batch))
+            run.direct.append(torch.stack([effects.direct[c] for c in everything]))
+            run.total.append(torch.stack([effects.loss_from(engine, engine.resume(effects.clean, [c], run.sources_total[c])[0])
+                                          - effects.clean.loss for c in everything]))
+            for a in run.ablated_heads:
+                if run.later(a):
+                    _backup_effects(run, effects, a)
+    return _compensation_result(run, prompts, method=method, seed=seed)
+
+
+def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _CleanEffects:
+    """Every head's ablated-minus-clean write and its clean direct effect (its write change alone added
+    to the clean final residual stream)."""
+    model = run.engine.resumable_model
+    effects = _CleanEffects(clean, {}, {})
+    for c in run.everything:
+        z = clean.z[c[0]][:, :, c[1]]  # (batch, pos, d_head)
+        change = model.head_write(c[0], c[1], run.sources_direct[c](c[0], c[1], z) - z)  # ablated - clean write
+        effects.write_change[c] = change
+        effects.direct[c] = effects.loss_from(run.engine, clean.resid_final + change) - clean.loss
+    return effects
+
+
+def _backup_effects(run: _CompensationRun, effects: _CleanEffects, a: Head) -> None:
+    """With A ablated: every later head C's direct effect (compensation), and how far C's write moves
+    toward A's role (alignment, takeover); appended to `run`."""
+    model, engine, clean = run.engine.resumable_model, run.engine, effects.clean
+    later = run.later(a)
+    capture = sorted({run.result_names[c[0]] for c in later})
+    resid, captured = engine.resume(clean, [a], run.sources_a[a], capture=capture)
+    loss_a = effects.loss_from(engine, resid)
+    role = -effects.write_change[a]  # A's clean write minus its ablated write: what A contributes
+    role_flat = role.flatten(1)
+    for c in later:
+        result_c = captured[run.result_names[c[0]]][:, :, c[1]]  # (batch, pos, d_model), A ablated
+        result_c_clean = model.head_write(c[0], c[1], clean.z[c[0]][:, :, c[1]])
+        # C's direct path ablated on top of A's ablation: its ablated value replaces its new write
+        ablated_c = result_c_clean + effects.write_change[c]
+        de = effects.loss_from(engine, resid - result_c + ablated_c) - loss_a
+        run.comp.setdefault((a, c), []).append(de - effects.direct[c])
+        moved = (result_c - result_c_clean).flatten(1)
+        run.align.setdefault((a, c), []).append(F.cosine_similarity(moved, role_flat, dim=-1, eps=1e-12))
+        run.takeover.setdefault((a, c), []).append((moved * role_flat).sum(-1) / role_flat.pow(2).sum(-1).clamp(min=1e-30))
+
+
+_MATRIX_COLUMNS = ["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation", "ci_low", "ci_high",
+                   "takeover", "takeover_ci_low", "takeover_ci_high", "alignment", "alignment_ci_low",
+                   "alignment_ci_high", "n_prompts"]
+
+
+def _compensation_result(run: _CompensationRun, prompts: PromptSet, *, method: AblationKind, seed: int) -> CompensationResult:
+    """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair."""
+    direct_t, total_t, per_prompt = run.gathered()  # (prompt, head), (prompt, head), pair -> {metric: (prompt,)}
+    effects = _heads_frame(run.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
+                                            "total_effect": total_t}, len(prompts), main="self_repair", seed=seed)
+    pairs = list(per_prompt)
+    if pairs:
+        metrics = {name: torch.stack([per_prompt[p][name] for p in pairs], 1) for name in ("compensation", "takeover",
+                                                                                             "alignment")}
+        matrix = _pairs_frame(pairs, metrics, len(prompts), main="compensation", seed=seed)
+    else:
+        matrix = pd.DataFrame(columns=_MATRIX_COLUMNS)
+    described = run.engine.behaviour.describe(prompts)
+    matrix.attrs.update(metric="compensation", method=method, behaviour=described)
+    effects.attrs["behaviour"] = described
+    return CompensationResult(effects, matrix, per_prompt)
