@@ -28,17 +28,17 @@ MODEL_CLAIM_KINDS = ("causal",)  # claims about the whole model (key `model` in 
 
 def head_claim_kinds() -> dict[str, Callable[..., Claim]]:
     """Claim kind -> factory `(layer, head) -> Claim`: the presets of `interp.analyses.claims`, and "dispensable"."""
-    from interp.analyses.claims import pair
+    from interp.analyses.claims.pair import dispensable_claim
     from interp.analyses.claims.presets import PRESETS
 
-    return {**PRESETS, "dispensable": lambda layer, head: pair.dispensable_claim((layer, head))}
+    return {**PRESETS, "dispensable": lambda layer, head: dispensable_claim((layer, head))}
 
 
 def pair_claim_kinds() -> dict[str, Callable[..., Claim]]:
     """Claim kind -> factory `((l, h), (l, h)) -> Claim` for pairs of heads ("L0H1 ~ L0H3")."""
-    from interp.analyses.claims import pair
+    from interp.analyses.claims.pair import backup_claim, redundant_claim
 
-    return {"redundant": pair.redundant_claim, "backs_up": pair.backup_claim}
+    return {"redundant": redundant_claim, "backs_up": backup_claim}
 
 
 def claim_kinds() -> list[str]:
