@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from interp import distributed
-from interp.behaviour import Behaviour, BehaviourLike, check_values, final_output, from_loss_fn
+from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, check_values, final_output
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadType
@@ -44,14 +44,11 @@ from interp.interventions import (
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
 
-LossFn = Callable[[torch.Tensor, PromptSet], torch.Tensor]  # (logits, prompts) -> (prompt,): deprecated, see behaviour=
-
-
-def resolve_behaviour(behaviour: BehaviourLike, loss_fn: LossFn | None, model: nn.Module, where: str) -> Behaviour:
+def resolve_behaviour(behaviour: BehaviourLike, model: nn.Module) -> Behaviour:
     """The behaviour an ablation measures; a next-token loss chosen by default or by name scores every
     real position here (as `interp.analyses.redundancy.lm_loss`): pass `induction_loss` (or positions="auto")
     for the repeats only."""
-    return from_loss_fn(behaviour, loss_fn, model, where, positions="all")
+    return as_behaviour(behaviour, model, positions="all")
 
 
 def resumable(model: nn.Module) -> bool:
@@ -98,7 +95,6 @@ class AblationEngine:
         method: AblationKind = "mean",
         *,
         reference: PromptSet | ReferenceActivations | None = None,
-        loss_fn: LossFn | None = None,
         batch_size: int = 16,
         seed: int = 0,
         fast: bool = True,
@@ -112,7 +108,7 @@ class AblationEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model, self.prompts, self.method = model, prompts, method
-        self.behaviour = resolve_behaviour(behaviour, loss_fn, model, "AblationEngine")
+        self.behaviour = resolve_behaviour(behaviour, model)
         self.batch_size, self.seed = batch_size, seed
         self.device = _device(model)
         self.fast = fast and resumable(model)

@@ -333,18 +333,6 @@ def as_behaviour(behaviour: BehaviourLike, model: nn.Module | None = None, *, po
     raise BadInput(f"behaviour={behaviour!r} is neither a name {list(BEHAVIOUR_NAMES)}, a Behaviour nor a callable.")
 
 
-def from_loss_fn(behaviour: BehaviourLike, loss_fn: Callable | None, model: nn.Module | None, where: str,
-                 positions: Positions = "auto") -> Behaviour:
-    """Resolve `behaviour=` with the deprecated `loss_fn=` alias (a user callable on the logits)."""
-    if loss_fn is not None:
-        if behaviour is not None:
-            raise BadInput(f"{where}: pass behaviour= or loss_fn= (deprecated), not both.")
-        warnings.warn(f"{where}(loss_fn=...) is deprecated; pass behaviour=... (a name, a Behaviour or the same callable).",
-                      DeprecationWarning, stacklevel=3)
-        behaviour = loss_fn
-    return as_behaviour(behaviour, model, positions=positions)
-
-
 def _causal(model: nn.Module) -> bool | None:
     cfg_causal = getattr(getattr(model, "cfg", None), "causal", None)
     if isinstance(cfg_causal, bool):

@@ -162,6 +162,14 @@ class Run:
             self._derived[chosen] = other
         return self._derived[chosen]
 
+    def on(self, prompts: PromptSet) -> "Run":
+        """The same model, behaviour and settings on other prompts (the memo is shared: its keys hold the prompts' content)."""
+        check_inputs("Run.on", self.model, prompts, seed=self.seed)
+        other = Run.__new__(Run)
+        other.__dict__.update(self.__dict__)
+        other.prompts, other._derived = prompts, {}
+        return other
+
     # -- what the interventions read
 
     def reference(self, kind: str) -> ReferenceActivations | None:
@@ -306,6 +314,7 @@ def as_run(model: "nn.Module | Run", prompts: PromptSet | None, *, where: str, *
         return model
     if prompts is None:
         raise BadInput(f"{where}: pass a Run, or a model and its prompts.")
+    check_inputs(where, model, prompts, seed=given.get("seed", 0))  # errors name the analysis, not the Run
     return Run(model, prompts, **given)
 
 

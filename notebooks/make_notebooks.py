@@ -369,7 +369,7 @@ pd.DataFrame(rows)""", "generalise"),
 Mean-ablate each head alone and measure the loss on the repeated half (nats per token).
 """),
     code("""
-importance = redundancy.importance(model, test_prompts, "mean", loss_fn=redundancy.induction_loss, gradient=False)
+importance = redundancy.importance(model, test_prompts, "mean", behaviour=redundancy.induction_loss, gradient=False)
 importance[["label", "delta_loss", "ci_low", "ci_high", "p_value"]].sort_values("delta_loss", ascending=False)""",
          "importance"),
     md("""
@@ -760,7 +760,7 @@ interaction = together - sum(alone.values())
 rows.append({"ablated": "all four - sum of each alone", **dict(zip(["delta", "ci_low", "ci_high"], ci(interaction)))})
 observed = pd.DataFrame(rows)
 pairs = redundancy.joint_ablation(model, test, [(a, b) for i, a in enumerate(INDUCTION) for b in INDUCTION[i + 1:]],
-                                  "mean", reference=reference, loss_fn=redundancy.induction_loss)
+                                  "mean", reference=reference, behaviour=redundancy.induction_loss)
 print(f"sum of each alone {sum(float(a.mean()) for a in alone.values()):+.3f}, all four together {float(together.mean()):+.3f} nats")
 display(observed)
 pairs[["label_a", "label_b", "delta_a", "delta_b", "delta_both", "interaction", "ci_low", "ci_high"]]""", "observed"),
@@ -773,7 +773,7 @@ induction head's absence. `redundancy.compensation` measures it anyway: a head's
 self-repair = direct - total would be positive if anything downstream made up for it.
 """),
     code("""
-effects = redundancy.compensation(model, test, "mean", reference=reference, loss_fn=redundancy.induction_loss).effects
+effects = redundancy.compensation(model, test, "mean", reference=reference, behaviour=redundancy.induction_loss).effects
 effects[["label", "direct_effect", "total_effect", "self_repair", "ci_low", "ci_high"]]""", "compensation"),
     md("""
 ## H2: a ceiling

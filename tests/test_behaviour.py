@@ -164,18 +164,22 @@ def test_embedding_behaviour_in_joint_ablation_compensation_and_pruning(tiny_enc
 
 
 # ---------------------------------------------------------------------------------------------
-# user callables and the loss_fn alias
+# user callables (the former loss_fn= alias is gone)
 
 
-def test_user_callable_and_the_deprecated_loss_fn(circuit, repeated):
+def test_user_callable_is_a_behaviour(circuit, repeated):
     def logit_of_bos(logits, prompts):  # a behaviour of our own: the mean logit of BOS (it rises when damaged)
         return logits[..., BOS].mean(-1)
 
     by_behaviour = R.importance(circuit, repeated, "zero", behaviour=logit_of_bos, gradient=False)
-    with pytest.warns(DeprecationWarning, match="behaviour="):
-        by_alias = R.importance(circuit, repeated, "zero", loss_fn=logit_of_bos, gradient=False)
-    torch.testing.assert_close(torch.tensor(by_behaviour.delta_loss.values), torch.tensor(by_alias.delta_loss.values))
+    with torch.no_grad():
+        clean = logit_of_bos(circuit(repeated.tokens), repeated).double()
+        with ablate(circuit, [(1, 0)], "zero"):
+            ablated = logit_of_bos(circuit(repeated.tokens), repeated).double()
+    assert by_behaviour.set_index("label").loc["L1H0", "delta_loss"] == pytest.approx(float((ablated - clean).mean()), rel=1e-5)
     assert by_behaviour.attrs["loss"] == "logit_of_bos"
+    with pytest.raises(TypeError, match="loss_fn"):
+        R.importance(circuit, repeated, "zero", loss_fn=logit_of_bos, gradient=False)  # removed in 0.2: behaviour=
     # on the final hidden state: the squared norm of the pooled embedding
     on_hidden = B.custom_behaviour(lambda hidden, prompts: B.mean_pool(hidden, prompts).pow(2).sum(-1), reads="hidden",
                                    name="pooled_norm")
@@ -185,8 +189,6 @@ def test_user_callable_and_the_deprecated_loss_fn(circuit, repeated):
         with ablate(circuit, [(1, 0)], "zero"):
             ablated = _final_hidden(circuit, repeated.tokens).mean(1).pow(2).sum(-1).double()
     assert frame.set_index("label").loc["L1H0", "delta_loss"] == pytest.approx(float((ablated - clean).mean()), rel=1e-5)
-    with pytest.raises(BadInput, match="not both"):
-        R.importance(circuit, repeated, behaviour="embedding", loss_fn=logit_of_bos, gradient=False)
     with pytest.raises(BadInput, match="one loss per prompt"):
         R.importance(circuit, repeated, behaviour=lambda logits, p: logits.mean(), gradient=False)
 

@@ -195,8 +195,8 @@ def test_resumed_ablations_of_an_mlm_encoder_read_the_logits_through_its_mlm_hea
     def loss_fn(logits, prompts):
         return logits[:, :, 0].mean(-1)
 
-    fast = AblationEngine(encoder, prompts, "mean", loss_fn=loss_fn, batch_size=3)
+    fast = AblationEngine(encoder, prompts, "mean", behaviour=loss_fn, batch_size=3)
     assert fast.fast
-    slow = AblationEngine(encoder, prompts, "mean", loss_fn=loss_fn, batch_size=3, fast=False)
+    slow = AblationEngine(encoder, prompts, "mean", behaviour=loss_fn, batch_size=3, fast=False)
     for got, want in zip(fast.losses(sets), slow.losses(sets)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -62,7 +62,7 @@ def test_lm_loss_equals_the_models_loss(tiny_gpt):
 @pytest.mark.parametrize("loss_fn", [R.lm_loss, R.induction_loss])
 def test_fused_loss_equals_loss_on_logits(tiny_gpt, loss_fn):
     prompts = repeated_tokens(5, 6, tiny_gpt.cfg.d_vocab, seed=3)
-    engine = AblationEngine(tiny_gpt, prompts, "zero", loss_fn=loss_fn)
+    engine = AblationEngine(tiny_gpt, prompts, "zero", behaviour=loss_fn)
     resid = tiny_gpt(prompts.tokens, stop_at_layer=tiny_gpt.cfg.n_layers)
     fused = engine.loss_from_resid(resid, prompts, "test")
     torch.testing.assert_close(fused, loss_fn(tiny_gpt(prompts.tokens), prompts), atol=1e-6, rtol=1e-6)
@@ -99,8 +99,8 @@ def test_resuming_engine_on_rotary_and_padded_encoder(tiny_encoder):
              (tiny_encoder, PromptSet(tokens, mask), lambda logits, p: logits[:, :, 0].mean(-1))]
     for model, prompts, loss_fn in cases:
         sets = [[(0, 1)], [(1, 0), (model.cfg.n_layers - 1, 1)]]
-        fast = AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3).losses(sets)
-        slow = AblationEngine(model, prompts, "mean", loss_fn=loss_fn, batch_size=3, fast=False).losses(sets)
+        fast = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3).losses(sets)
+        slow = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3, fast=False).losses(sets)
         for f, s in zip(fast, slow):
             torch.testing.assert_close(f, s, atol=1e-5, rtol=1e-5)
 
@@ -108,7 +108,7 @@ def test_resuming_engine_on_rotary_and_padded_encoder(tiny_encoder):
 def test_custom_loss_fn_takes_the_logits_path(tiny_gpt):
     prompts = random_tokens(6, 12, tiny_gpt.cfg.d_vocab, seed=1)
     fused = R.importance(tiny_gpt, prompts, gradient=False)
-    custom = R.importance(tiny_gpt, prompts, gradient=False, loss_fn=lambda logits, p: R.lm_loss(logits, p))
+    custom = R.importance(tiny_gpt, prompts, gradient=False, behaviour=lambda logits, p: R.lm_loss(logits, p))
     torch.testing.assert_close(torch.tensor(fused.delta_loss.values), torch.tensor(custom.delta_loss.values), atol=1e-5, rtol=0)
 
 
@@ -311,9 +311,9 @@ def test_errors(pair_model, period2):
     with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample'\]"):
         R.importance(pair_model, period2, "median")
     with pytest.raises(ValueError, match="NaN or inf"):
-        R.importance(pair_model, period2, loss_fn=lambda logits, p: torch.full((len(p),), float("nan")), gradient=False)
+        R.importance(pair_model, period2, behaviour=lambda logits, p: torch.full((len(p),), float("nan")), gradient=False)
     with pytest.raises(ValueError, match="one loss per prompt"):
-        R.importance(pair_model, period2, loss_fn=lambda logits, p: logits.mean(), gradient=False)
+        R.importance(pair_model, period2, behaviour=lambda logits, p: logits.mean(), gradient=False)
     with pytest.raises(TooFewPrompts):
         R.importance(pair_model, period2[:1])
     with pytest.raises(TooFewPrompts):
@@ -321,7 +321,7 @@ def test_errors(pair_model, period2):
     with pytest.raises(ValueError, match="by='vibes'"):
         R.suggest_pairs(pair_model, period2, by="vibes")
     with pytest.raises(ValueError, match="induction_loss needs prompts from interp.data.repeated_tokens"):
-        R.importance(pair_model, random_tokens(4, 8, D_VOCAB), loss_fn=R.induction_loss, gradient=False)
+        R.importance(pair_model, random_tokens(4, 8, D_VOCAB), behaviour=R.induction_loss, gradient=False)
     assert live_hooks(pair_model) == []
 
 
@@ -367,7 +367,7 @@ def test_toy_induction_redundancy_report(toy):
     """
     model, prompts = toy
     margin = 0.05
-    imp = R.importance(model, prompts, loss_fn=R.induction_loss).set_index("label")
+    imp = R.importance(model, prompts, behaviour=R.induction_loss).set_index("label")
     assert (imp.ci_low > margin).all()
     assert imp.delta_loss.idxmax() == "L0H2" and imp.loc["L0H2", "ci_low"] > 4.5
     assert imp.loc["L0H0", "ci_low"] > 3.0  # the other layer-0 head the induction heads read
@@ -375,7 +375,7 @@ def test_toy_induction_redundancy_report(toy):
 
     heads = [f"L{l}H{h}" for l in range(2) for h in range(4)]
     pairs = [(heads[i], heads[j]) for i in range(8) for j in range(i + 1, 8)]
-    joint = R.joint_ablation(model, prompts, pairs, loss_fn=R.induction_loss).set_index(["label_a", "label_b"])
+    joint = R.joint_ablation(model, prompts, pairs, behaviour=R.induction_loss).set_index(["label_a", "label_b"])
     assert joint.loc[("L1H1", "L1H3"), "ci_low"] > 0.2  # super-additive: partial redundancy
     super_additive = joint[joint.ci_low > 0].index.tolist()
     assert super_additive == [("L1H1", "L1H3")], super_additive
@@ -383,12 +383,12 @@ def test_toy_induction_redundancy_report(toy):
         assert joint.loc[pair, "ci_high"] < 0, pair  # sub-additive: the induction heads need L0H2
 
     backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
-    table = P.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, loss_fn=R.induction_loss)
+    table = P.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, behaviour=R.induction_loss)
     verdicts = table.groupby("claim").verdict.agg(lambda v: sorted(set(v)))
     assert verdicts["redundant"] == ["refuted"] and verdicts["dispensable"] == ["refuted"]
     assert verdicts["backs_up"] == ["refuted"]
 
-    effects = R.compensation(model, prompts, loss_fn=R.induction_loss).effects.set_index("label")
+    effects = R.compensation(model, prompts, behaviour=R.induction_loss).effects.set_index("label")
     layer0 = effects.loc[["L0H0", "L0H1", "L0H2", "L0H3"]]
     assert (layer0.direct_effect.abs() < 0.05).all() and (layer0.total_effect > 0.1).all() and (layer0.ci_high < 0).all()
 
@@ -398,7 +398,7 @@ def test_toy_induction_redundancy_report(toy):
     across = similarity.loc[["L0H0", "L0H1", "L0H2", "L0H3"], induction].values
     assert within.max() < across.min()
 
-    curve = R.pruning_curve(model, prompts, loss_fn=R.induction_loss, n_random=3)
+    curve = R.pruning_curve(model, prompts, behaviour=R.induction_loss, n_random=3)
     at2 = curve[curve.n_removed == 2].set_index("order")
     assert at2.loc["importance", "rise_ci_high"] < at2.loc["random", "rise_ci_low"]
     assert curve.attrs["n_removable"] == {"importance": 0, "random": 0}

@@ -2,11 +2,10 @@
 `dispensable_claim(a)`, `backup_claim(a, b)`, and `redundancy_claims`, which tests a batch of them.
 
 `interp.claims` objects, tested with `interp.claims.test_claims`; their evidence is read from
-`interp.ablation.AblationEngine` losses and `interp.analyses.redundancy.compensation`.
+`interp.Run` effects (one Run per claim context and behaviour) and `interp.analyses.redundancy.compensation`.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -14,9 +13,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import ablation as _ablation
-from interp.ablation import LossFn
-from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _label, _parse_pairs
+from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _label, _parse_pairs, redundancy_run
 from interp.analyses.redundancy.interaction import compensation
 from interp.behaviour import BehaviourLike
 from interp.claims import (
@@ -29,39 +26,34 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet
-from interp.interventions import AblationKind, Head, HeadLike, check_heads, parse_head
+from interp.interventions import AblationKind, Head, HeadAblation, HeadLike, check_heads, parse_head
+from interp.run import Run
 from interp.validate import check_head_pair, check_inputs
+
+
+def pair_run(ctx: Context, behaviour: BehaviourLike, batch_size: int) -> Run:
+    """The `interp.Run` pair claims measure with: the context's model and prompts, the claim's behaviour (else
+    the test's: `ctx.behaviour`; by default the next-token loss on every real position, as `importance`)."""
+    chosen = behaviour if behaviour is not None else ctx.behaviour
+    return ctx.cached(("pair-run", chosen, batch_size), lambda: redundancy_run(
+        ctx.model, ctx.prompts, "pair claims", behaviour=chosen, batch_size=batch_size, seed=ctx.seed))
 
 
 @dataclass(frozen=True)
 class _AblationDeltas:
-    """Evidence gatherer base: per-prompt loss changes of ablating head sets, memoised in the claim context."""
+    """Evidence gatherer base: per-prompt loss changes of ablating head sets, as `Run.effect`s."""
 
     method: AblationKind = "mean"
-    loss_fn: LossFn | None = field(default=None, compare=False)
     batch_size: int = 16
     behaviour: BehaviourLike = field(default=None, compare=False)  # what the loss is; default: the model's own
 
-    def engine(self, ctx: Context) -> _ablation.AblationEngine:
-        """One engine per context and settings; the behaviour is the claim's, else the test's (`ctx.behaviour`)."""
-        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
-        key = ("redundancy-engine", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size)
-        return ctx.cached(key, lambda: _ablation.AblationEngine(ctx.model, ctx.prompts, self.method, loss_fn=self.loss_fn,
-                                                      behaviour=behaviour, batch_size=self.batch_size, seed=ctx.seed))
-
     def named(self, ctx: Context, **extra) -> dict:
         """Evidence extras, with the behaviour measured (the verdict table's `behaviour` column)."""
-        return {**extra, "behaviour": self.engine(ctx).behaviour.describe(ctx.prompts)}
+        return {**extra, "behaviour": pair_run(ctx, self.behaviour, self.batch_size).behaviour.describe(ctx.prompts)}
 
     def deltas(self, ctx: Context, head_sets: Sequence[tuple[Head, ...]]) -> list[torch.Tensor]:
-        engine = self.engine(ctx)
-        key = ("redundancy-engine", id(engine))
-        out = []
-        for heads in head_sets:
-            heads = tuple(sorted(heads))
-            clean, ablated = ctx.cached(key + ("losses", heads), functools.partial(engine.losses, [heads]))
-            out.append(ablated[0] - clean)
-        return out
+        run = pair_run(ctx, self.behaviour, self.batch_size)
+        return [e.values for e in run.effects([HeadAblation(tuple(sorted(heads)), self.method) for heads in head_sets])]
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,6 @@ class _Compensates:
 
     kind: str = "observational"
     method: AblationKind = "mean"
-    loss_fn: LossFn | None = field(default=None, compare=False)
     batch_size: int = 16
     behaviour: BehaviourLike = field(default=None, compare=False)
 
@@ -132,11 +123,9 @@ class _Compensates:
             return Evidence.unmeasured(self.kind, rule="A after B", passed=False, decisive=True, n_prompts=len(ctx.prompts),
                                        detail=f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
                                               f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
-        behaviour = self.behaviour if self.behaviour is not None or self.loss_fn is not None else ctx.behaviour
-        key = ("redundancy-compensation", id(ctx.model), self.method, id(self.loss_fn), id(behaviour), self.batch_size, b)
-        result = ctx.cached(key, lambda: compensation(ctx.model, ctx.prompts, self.method, heads=[b], loss_fn=self.loss_fn,
-                                                      behaviour=behaviour,
-                                                      batch_size=self.batch_size, seed=ctx.seed))
+        run = pair_run(ctx, self.behaviour, self.batch_size)
+        result = ctx.cached(("pair-compensation", self.method, self.behaviour, self.batch_size, b),
+                            lambda: compensation(run, method=self.method, heads=[b]))
         per_prompt = result.per_prompt[(b, a)]
         if self.kind == "observational":
             values, what = per_prompt["takeover"], f"fraction of {_label(b)}'s write that {_label(a)} takes over when {_label(b)} is ablated"
@@ -147,14 +136,13 @@ class _Compensates:
                                           "behaviour": result.effects.attrs.get("behaviour", "")})
 
 
-def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
-                    loss_fn: LossFn | None = None, batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
+def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean", batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A and B are redundant": each alone is cheap to remove (sufficiency, CI < margin), both together
     are not (necessity, CI > margin), and together they cost more than the sum of each alone
     (observational, interaction CI > 0). Any of these failing clearly refutes the claim."""
     a, b = parse_head(a), parse_head(b)
     check_head_pair(a, b, "redundant")
-    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, batch_size=batch_size, behaviour=behaviour)
     return Claim(
         "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
         params={"margin": margin, "method": method},
@@ -165,18 +153,17 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
     )
 
 
-def dispensable_claim(a: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean",
-                      loss_fn: LossFn | None = None, batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
+def dispensable_claim(a: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean", batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A is dispensable": ablating it alone changes the loss by less than `margin` (CI wholly below)."""
     a = parse_head(a)
     return Claim("dispensable", (a,), f"{_label(a)} is dispensable", params={"margin": margin, "method": method},
                  thresholds={"observational": Threshold(margin, MARGIN_SOURCE, "below")},
-                 evidence={"observational": _Cheap(method=method, loss_fn=loss_fn, batch_size=batch_size, margin=margin,
+                 evidence={"observational": _Cheap(method=method, batch_size=batch_size, margin=margin,
                                                     behaviour=behaviour)})
 
 
-def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", loss_fn: LossFn | None = None,
-                 batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
+def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", batch_size: int = 16,
+                 behaviour: BehaviourLike = None) -> Claim:
     """"A backs up B": ablating B makes A's output change toward B's role, and A then does more of the job.
 
     From `compensation` with B ablated: observational = the takeover (component of A's change in
@@ -188,7 +175,7 @@ def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", los
     """
     a, b = parse_head(a), parse_head(b)
     check_head_pair(a, b, "backs_up")
-    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, batch_size=batch_size, behaviour=behaviour)
     return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
                  evidence={"observational": _Compensates("observational", **common),
                            "necessity": _Compensates("necessity", **common)})
@@ -203,7 +190,6 @@ def redundancy_claims(
     backups: Sequence[tuple[HeadLike, HeadLike]] = (),
     margin: float = DEFAULT_MARGIN,
     method: AblationKind = "mean",
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
     alpha: float = 0.05,
     seed: int = 0,
@@ -212,7 +198,7 @@ def redundancy_claims(
     """Test "redundant" for `pairs`, "dispensable" for `heads`, "backs up" for `backups` (A, B):
     one row per claim from `interp.claims.test_claims` (verdict, p_adjusted, reasons, evidence)."""
     _, seed = check_inputs("redundancy_claims", model, prompts, seed=seed)
-    common: dict[str, Any] = dict(method=method, loss_fn=loss_fn, batch_size=batch_size, behaviour=behaviour)
+    common: dict[str, Any] = dict(method=method, batch_size=batch_size, behaviour=behaviour)
     claims = [redundant_claim(a, b, margin=margin, **common) for a, b in _parse_pairs(model, pairs)] if pairs else []
     claims += [dispensable_claim(h, margin=margin, **common) for h in check_heads(model, heads)] if heads else []
     claims += [backup_claim(a, b, **common) for a, b in _parse_pairs(model, backups)] if backups else []

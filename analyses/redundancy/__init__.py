@@ -32,8 +32,7 @@ Losses are per prompt values of a *behaviour* (`interp.behaviour`): `behaviour=`
 (prompt,)` on the final logits; the default follows the model (`default_behaviour`: the
 next-token loss at every real position for a causal LM, the sentence-embedding change for an
 encoder or a model whose head is random). `lm_loss` (every position) and `induction_loss`
-(repeated copies only) are next-token behaviours; `loss_fn=` is a deprecated alias of
-`behaviour=` for a callable. A NaN value raises. "Loss" below means the behaviour's value.
+(repeated copies only) are next-token behaviours. A NaN value raises. "Loss" below means the behaviour's value.
 
 Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs), `label`
 (`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with

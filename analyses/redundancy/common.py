@@ -2,7 +2,7 @@
 check, bootstrap CIs over prompts and the per-head / per-pair frames they return."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -11,7 +11,8 @@ from torch import nn
 
 from interp.behaviour import next_token_loss
 from interp.data import PromptSet
-from interp.interventions import Head, check_heads, head_label
+from interp.interventions import ABLATION_KINDS, Head, check_heads, head_label
+from interp.run import Run, as_run
 from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap
 
 
@@ -23,6 +24,20 @@ MARGIN_SOURCE = ("cheap-removal margin in nats/token (toolkit default; Michel et
 # the named next-token losses of earlier versions: Behaviour objects, still callable as (logits, prompts)
 lm_loss = next_token_loss("all")  # next-token cross-entropy per prompt at every real prediction
 induction_loss = next_token_loss("repeats")  # ... on the repeated copies only (prompts from `repeated_tokens`)
+
+
+def redundancy_run(model: "nn.Module | Run", prompts: PromptSet | None, where: str, *, method: str = "mean",
+                   fast: bool = True, **options: Any) -> Run:
+    """The `interp.Run` a redundancy analysis measures: the one given, or one built from (model, prompts, options),
+    whose behaviour chosen by default scores every real position (`lm_loss`). `fast=False`: one hooked forward
+    per ablation (strategy "hooked"). `method`: the ablation kind, checked here."""
+    if method not in ABLATION_KINDS:
+        raise ValueError(f"{where}: method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
+    if not isinstance(model, Run):
+        options.setdefault("positions", "all")
+    run = as_run(model, prompts, where=where, strategy=None if fast else "hooked", **options)
+    _check_n(run.prompts)
+    return run
 
 
 def _check_n(prompts: PromptSet) -> None:

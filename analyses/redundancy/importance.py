@@ -12,10 +12,10 @@ from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp import ablation as _ablation
-from interp import distributed, launch
-from interp.ablation import LossFn
+from interp import distributed
 from interp.analyses.redundancy.common import (
     DEFAULT_MARGIN,
+    redundancy_run,
     _all_pairs,
     _check_n,
     _ci,
@@ -25,10 +25,10 @@ from interp.analyses.redundancy.common import (
 from interp.behaviour import BehaviourLike, clean_summaries, final_output
 from interp.data import PromptSet
 from interp.hooks import hooked
-from interp.interventions import AblationKind, AblationValues, Head, ReferenceActivations, all_heads
+from interp.interventions import AblationKind, AblationValues, Head, HeadAblation, ReferenceActivations, all_heads
 from interp.launch import Device, DType
 from interp.stats import sign_flip_test, spearman
-from interp.validate import check_inputs
+from interp.run import Run
 
 
 OrderBy = Literal["gradient", "ablation"]
@@ -40,15 +40,14 @@ def _param_dtype(model: nn.Module) -> torch.dtype:
 
 
 def gradient_importance(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     method: AblationKind = "mean",
     *,
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     device: Device = None,
     dtype: DType = None,
 ) -> torch.Tensor:
@@ -59,51 +58,56 @@ def gradient_importance(
     first-order estimate of the loss change when m goes to 0 (the head is ablated).
     Returns that signed estimate; Michel et al.'s importance is its absolute value. For a
     behaviour measured as a distance from the clean run (`embedding_change`) the clean run is its
-    minimum, so the gradient is zero there: rank by ablation instead.
+    minimum, so the gradient is zero there: rank by ablation instead. `model`: a Run, or a model with
+    its prompts and the Run's options.
     """
-    _, seed = check_inputs("gradient_importance", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
-                            behaviour=behaviour)
+    run = redundancy_run(model, prompts, "gradient_importance", method=method, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    engine = run.engine(method)
     sites = list(engine.sites.values())
     n_heads = max(site.n_heads for site in sites)
     values = engine.values()
     out = []
-    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+    for indices, batch in distributed.shard(run.prompts, run.batch_size).batches(run.batch_size):
         values.prompt_index = indices  # resampling keyed by global prompt index
-        mask = torch.ones(len(batch), len(sites), n_heads, device=engine.device, dtype=_param_dtype(model),
-                          requires_grad=True)
-
-        def make_hook(layer: int, heads: int):
-            def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
-                with torch.no_grad():
-                    base = torch.stack([values(layer, h, z[:, :, h].detach()) for h in range(heads)], dim=2)
-                scale = einops.rearrange(mask[:, layer, :heads], "batch head -> batch 1 head 1")
-                return base + scale * (z - base)
-            return hook
-
-        hooks = [(site.hook("z"), make_hook(site.layer, site.n_heads)) for site in sites]
-        summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
-        with torch.enable_grad(), hooked(model, hooks):
-            output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
-            loss = engine.value(output, batch, summary, "head-mask gradient")
-            (grad,) = torch.autograd.grad(loss.sum(), mask)
-        out.append(-grad.detach().double().cpu())
+        out.append(_batch_gradient(engine, batch, values, len(sites), n_heads))
     local = torch.cat(out) if out else torch.zeros(0, len(sites), n_heads, dtype=torch.float64)
     return distributed.gather_prompts(local)
 
 
+def _batch_gradient(engine: _ablation.AblationEngine, batch: PromptSet, values: AblationValues, n_layers: int,
+                    n_heads: int) -> torch.Tensor:
+    """-dL/dm (batch, layer, head) of one batch, m the head mask of `gradient_importance`."""
+    model, sites = engine.model, list(engine.sites.values())
+    mask = torch.ones(len(batch), n_layers, n_heads, device=engine.device, dtype=_param_dtype(model), requires_grad=True)
+
+    def make_hook(layer: int, heads: int):
+        def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
+            with torch.no_grad():
+                base = torch.stack([values(layer, h, z[:, :, h].detach()) for h in range(heads)], dim=2)
+            scale = einops.rearrange(mask[:, layer, :heads], "batch head -> batch 1 head 1")
+            return base + scale * (z - base)
+        return hook
+
+    hooks = [(site.hook("z"), make_hook(site.layer, site.n_heads)) for site in sites]
+    summary = clean_summaries(model, batch, engine.behaviour, batch_size=len(batch))
+    with torch.enable_grad(), hooked(model, hooks):
+        output = final_output(model, engine.behaviour.model_prompts(batch), engine.behaviour.reads)
+        loss = engine.value(output, batch, summary, "head-mask gradient")
+        (grad,) = torch.autograd.grad(loss.sum(), mask)
+    return -grad.detach().double().cpu()
+
+
 def importance(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     method: AblationKind = "mean",
     *,
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
     gradient: bool = True,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     fast: bool = True,
     device: Device = None,
     dtype: DType = None,
@@ -117,28 +121,27 @@ def importance(
     between `grad_estimate` and `delta_loss` (and `spearman_abs`: `grad_abs` vs |delta_loss|).
     Limits: a first-order estimate misses interactions (it is exact only for linear effects),
     which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
-    model's own); `frame.attrs["behaviour"]` says which, in words.
+    model's own, on every real position); `frame.attrs["behaviour"]` says which, in words. `model`: an
+    `interp.Run` (its prompts and settings), or a model with its prompts and the Run's options
+    (batch_size 16, seed 0 when left None); every ablation is a `Run.effect`.
     """
-    _, seed = check_inputs("importance", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    _check_n(prompts)
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
-                            batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
-    heads = all_heads(model)
-    clean, ablated = engine.losses([[h] for h in heads])
-    delta = (ablated - clean).T  # (prompt, head)
+    run = redundancy_run(model, prompts, "importance", method=method, fast=fast, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    heads = all_heads(run.model)
+    effects = run.effects([HeadAblation((h,), method) for h in heads])
+    clean = effects[0].clean if effects else run.clean()
+    delta = torch.stack([e.values for e in effects], dim=1)  # (prompt, head)
     metrics = {"delta_loss": delta}
     if gradient:
-        estimate = gradient_importance(model, prompts, method, reference=engine.reference, behaviour=engine.behaviour,
-                                       batch_size=batch_size, seed=seed)
+        estimate = gradient_importance(run, method=method)
         estimate = torch.stack([estimate[:, l, h] for l, h in heads], dim=1)  # (prompt, head)
         metrics.update(grad_estimate=estimate, grad_abs=estimate.abs())
-    frame = _heads_frame(heads, metrics, len(prompts), main="delta_loss", seed=seed)
+    frame = _heads_frame(heads, metrics, len(run.prompts), main="delta_loss", seed=run.seed)
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
-                 sign_flip_test(delta, alternative="greater", seed=seed, label="importance").numpy())
+                 sign_flip_test(delta, alternative="greater", seed=run.seed, label="importance").numpy())
     frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
-    frame.attrs.update(method=method, loss=engine.behaviour.name, behaviour=engine.behaviour.describe(prompts),
-                       unit=engine.behaviour.unit)
+    frame.attrs.update(method=method, loss=run.behaviour.name, behaviour=run.behaviour.describe(run.prompts),
+                       unit=run.behaviour.unit)
     if gradient:
         frame.attrs["spearman"] = spearman(frame.grad_estimate, frame.delta_loss)
         frame.attrs["spearman_abs"] = spearman(frame.grad_abs, frame.delta_loss.abs())
@@ -177,15 +180,14 @@ def _batch_hessian(engine: _ablation.AblationEngine, batch: PromptSet, heads: Se
 
 
 def second_order(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     method: AblationKind = "mean",
     *,
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     device: Device = None,
     dtype: DType = None,
 ) -> pd.DataFrame:
@@ -194,47 +196,45 @@ def second_order(
     With the head mask m of `gradient_importance`, a Taylor expansion gives
     delta_both - delta_a - delta_b ~ d2L/dm_a dm_b: positive = redundant (together worse than
     apart). One row per pair, column `interaction_estimate`; no CI (computed on the mean loss).
-    One extra backward per head: meant for small models.
+    One extra backward per head: meant for small models. A gradient, not an ablation: it reads the
+    Run's model, prompts and ablation values, not `Run.effect`.
     """
-    _, seed = check_inputs("second_order", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    _check_n(prompts)
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
-                            behaviour=behaviour)
-    heads = all_heads(model)
+    run = redundancy_run(model, prompts, "second_order", method=method, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    engine = run.engine(method)
+    heads = all_heads(run.model)
     index = {h: i for i, h in enumerate(heads)}
     hessian = torch.zeros(len(heads), len(heads), dtype=torch.float64)  # (head, head), summed over prompts
     values = engine.values()
-    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
+    for indices, batch in distributed.shard(run.prompts, run.batch_size).batches(run.batch_size):
         values.prompt_index = indices  # resampling keyed by global prompt index
         hessian += _batch_hessian(engine, batch, heads, values)
     distributed.all_reduce_sum([hessian])  # every rank holds the sum over all prompts
-    hessian /= len(prompts)
+    hessian /= len(run.prompts)
     pairs = _all_pairs(heads)
     frame = pd.DataFrame({
         "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
         "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
         "label_a": [_label(a) for a, _ in pairs], "label_b": [_label(b) for _, b in pairs],
         "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
-        "n_prompts": len(prompts),
+        "n_prompts": len(run.prompts),
     })
     frame.attrs.update(metric="interaction_estimate", diagonal=np.nan)
     return frame
 
 
 def pruning_curve(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     method: AblationKind = "mean",
     *,
     order_by: OrderBy = "ablation",
     margin: float = DEFAULT_MARGIN,
     n_random: int = 3,
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     device: Device = None,
     dtype: DType = None,
 ) -> pd.DataFrame:
@@ -246,39 +246,36 @@ def pruning_curve(
     head removed at that step; for random orders, which differ, empty), `loss` with `ci_low`,
     `ci_high` (random: each prompt's loss averaged over `n_random` orders), `rise` = loss - clean
     loss with its CI, `n_prompts`. `frame.attrs["n_removable"]` = {order: the largest number of
-    heads removed with the rise's upper CI still below `margin`}.
+    heads removed with the rise's upper CI still below `margin`}. Every ablation is a `Run.effect`.
     """
-    _, seed = check_inputs("pruning_curve", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    _check_n(prompts)
     if order_by not in get_args(OrderBy):
         raise ValueError(f"order_by={order_by!r}; expected one of {list(get_args(OrderBy))}.")
     if n_random < 1:
         raise ValueError(f"n_random={n_random} must be at least 1.")
-    heads = all_heads(model)
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size, seed=seed,
-                            behaviour=behaviour)
+    run = redundancy_run(model, prompts, "pruning_curve", method=method, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    heads = all_heads(run.model)
     if order_by == "gradient":
-        estimate = gradient_importance(model, prompts, method, reference=engine.reference, behaviour=engine.behaviour,
-                                       batch_size=batch_size, seed=seed).mean(0)
+        estimate = gradient_importance(run, method=method).mean(0)
         scores = [float(estimate[l, h]) for l, h in heads]
     else:
-        clean, ablated = engine.losses([[h] for h in heads])
-        scores = (ablated - clean).mean(1).tolist()
+        scores = [e.mean for e in run.effects([HeadAblation((h,), method) for h in heads])]
     order = [heads[i] for i in np.argsort(scores, kind="stable")]
-    generator = derive_generator(seed, "pruning-random-order")
+    generator = derive_generator(run.seed, "pruning-random-order")
     random_orders = [[heads[i] for i in torch.randperm(len(heads), generator=generator).tolist()] for _ in range(n_random)]
     sets = [order[:k] for k in range(1, len(heads) + 1)]
     sets += [o[:k] for o in random_orders for k in range(1, len(heads) + 1)]
-    clean, ablated = engine.losses(sets)
+    removed = run.effects([HeadAblation(tuple(heads_set), method) for heads_set in sets])
+    clean = removed[0].clean
+    ablated = torch.stack([e.intervened for e in removed])  # (set, prompt)
     n = len(heads)
     by_order = {
         "importance": torch.cat([clean[None], ablated[:n]]),  # (n_removed, prompt)
         "random": torch.cat([clean[None], ablated[n:].view(n_random, n, -1).mean(0)]),
     }
-    frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=seed)
+    frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=run.seed)
     frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
-                       behaviour=engine.behaviour.describe(prompts),
+                       behaviour=run.behaviour.describe(run.prompts),
                        importance_order=[_label(h) for h in order])
     return frame
 

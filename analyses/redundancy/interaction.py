@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from interp import ablation as _ablation
-from interp import distributed, launch
-from interp.ablation import LossFn, resolve_behaviour, resumable
-from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs
+from interp import distributed
+from interp.ablation import resumable
+from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs, redundancy_run
 from interp.analyses.redundancy.similarity import SuggestBy, suggest_pairs
 from interp.behaviour import BehaviourLike
 from interp.data import PromptSet
@@ -21,6 +21,7 @@ from interp.interventions import (
     AblationKind,
     AblationValues,
     Head,
+    HeadAblation,
     HeadLike,
     ReferenceActivations,
     all_heads,
@@ -28,21 +29,20 @@ from interp.interventions import (
 )
 from interp.launch import Device, DType
 from interp.stats import benjamini_hochberg, sign_flip_test
-from interp.validate import check_inputs
+from interp.run import Run
 
 
 def joint_ablation(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     pairs: Sequence[tuple[HeadLike, HeadLike]] | int = 5,
     method: AblationKind = "mean",
     *,
     suggest_by: SuggestBy = "second_order",
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     fast: bool = True,
     device: Device = None,
     dtype: DType = None,
@@ -55,36 +55,32 @@ def joint_ablation(
     delta_both - delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip,
     interaction > 0), `p_adjusted` (Benjamini-Hochberg over the pairs), `n_prompts`.
     interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
-    removing one already removes most of what the other adds.
+    removing one already removes most of what the other adds. `model`: an `interp.Run` or a model
+    with its prompts and the Run's options; every ablation is a `Run.effect`.
     """
-    _, seed = check_inputs("joint_ablation", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    _check_n(prompts)
+    run = redundancy_run(model, prompts, "joint_ablation", method=method, fast=fast, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
     if isinstance(pairs, int) and not isinstance(pairs, bool):
-        proposing, prompts = prompts.split(0.5, seed=seed)
-        _check_n(prompts)
-        behaviour = resolve_behaviour(behaviour, loss_fn, model, "joint_ablation")
-        loss_fn = None
-        pairs = suggest_pairs(model, proposing, pairs, by=suggest_by, method=method, behaviour=behaviour,
-                              batch_size=batch_size, seed=seed)
-    pairs = _parse_pairs(model, pairs)
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn,
-                            batch_size=batch_size, seed=seed, fast=fast, behaviour=behaviour)
+        proposing, measuring = run.prompts.split(0.5, seed=run.seed)
+        _check_n(measuring)
+        pairs = suggest_pairs(run.model, proposing, pairs, by=suggest_by, method=method, behaviour=run.behaviour,
+                              batch_size=run.batch_size, seed=run.seed)
+        run = run.on(measuring)
+    pairs = _parse_pairs(run.model, pairs)
     singles = sorted({h for pair in pairs for h in pair})
-    sets = [[h] for h in singles] + [list(pair) for pair in pairs]
-    clean, ablated = engine.losses(sets)
-    single = {h: ablated[i] - clean for i, h in enumerate(singles)}
-    both = ablated[len(singles):] - clean  # (pair, prompt)
-    delta_a = torch.stack([single[a] for a, _ in pairs])
+    effects = run.effects([HeadAblation((h,), method) for h in singles] + [HeadAblation(tuple(p), method) for p in pairs])
+    single = {h: e.values for h, e in zip(singles, effects)}
+    both = torch.stack([e.values for e in effects[len(singles):]])  # (pair, prompt)
+    delta_a = torch.stack([single[a] for a, _ in pairs])  # (pair, prompt)
     delta_b = torch.stack([single[b] for _, b in pairs])
     interaction = both - delta_a - delta_b
     metrics = {"interaction": interaction.T, "delta_a": delta_a.T, "delta_b": delta_b.T, "delta_both": both.T}
-    frame = _pairs_frame(pairs, metrics, len(prompts), main="interaction", seed=seed)
-    p_value = sign_flip_test(interaction.T, alternative="greater", seed=seed, label="joint").numpy()
+    frame = _pairs_frame(pairs, metrics, len(run.prompts), main="interaction", seed=run.seed)
+    p_value = sign_flip_test(interaction.T, alternative="greater", seed=run.seed, label="joint").numpy()
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
     frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
-    frame.attrs.update(method=method, clean_loss=float(clean.mean()), behaviour=engine.behaviour.describe(prompts),
-                       unit=engine.behaviour.unit)
+    frame.attrs.update(method=method, clean_loss=float(effects[0].clean.mean()), behaviour=run.behaviour.describe(run.prompts),
+                       unit=run.behaviour.unit)
     return frame
 
 
@@ -112,18 +108,15 @@ class _CompensationRun:
     ablated_heads: tuple[Head, ...]  # the heads A ablated for the compensation matrix
     result_names: dict[int, str]  # layer -> its hook_result name
     direct: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
-    total: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
     comp: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
     align: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
     takeover: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
-    sources_total: dict[Head, AblationValues] = field(init=False)  # C ablated everywhere
     sources_direct: dict[Head, AblationValues] = field(init=False)  # C's direct path ablated
     sources_a: dict[Head, AblationValues] = field(init=False)  # A ablated for the matrix
 
     def __post_init__(self) -> None:
         values = self.engine.values
         # ablation value sources, one per head and purpose (each resampling stream seeded alike)
-        self.sources_total = {h: values() for h in self.everything}
         self.sources_direct = {h: values() for h in self.everything}
         self.sources_a = {a: values() for a in self.ablated_heads}
 
@@ -136,27 +129,27 @@ class _CompensationRun:
 
     def key(self, indices: range) -> None:
         """Key every source's resampling by the batch's global prompt indices (`AblationValues.prompt_index`)."""
-        for sources in (self.sources_total, self.sources_direct, self.sources_a):
+        for sources in (self.sources_direct, self.sources_a):
             for values in sources.values():
                 values.prompt_index = indices
 
-    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """Direct and total effects (prompt, head) and the per-prompt values of each pair, every prompt of
-        every rank in global order: this rank's values go as one (row, prompt) tensor, one collective."""
+    def gathered(self) -> tuple[torch.Tensor, dict]:
+        """Direct effects (prompt, head) and the per-prompt values of each pair, every prompt of every rank
+        in global order: this rank's values go as one (row, prompt) tensor, one collective."""
         pairs, n_heads = self.pairs(), len(self.everything)
         stores = (self.comp, self.align, self.takeover)
         if self.direct:
-            blocks = [torch.cat(self.direct, 1), torch.cat(self.total, 1)]
+            blocks = [torch.cat(self.direct, 1)]
             blocks += [torch.stack([torch.cat(store[p]) for p in pairs]) for store in stores if pairs]
             local = torch.cat([block.double().cpu() for block in blocks])  # (row, prompt)
         else:  # an empty shard
-            local = torch.zeros(2 * n_heads + 3 * len(pairs), 0, dtype=torch.float64)
+            local = torch.zeros(n_heads + 3 * len(pairs), 0, dtype=torch.float64)
         rows = distributed.gather_prompts(local, dim=1)
-        direct, total = rows[:n_heads], rows[n_heads : 2 * n_heads]
-        rest = rows[2 * n_heads :].reshape(3, len(pairs), rows.shape[1])  # (metric, pair, prompt)
+        direct = rows[:n_heads]
+        rest = rows[n_heads:].reshape(3, len(pairs), rows.shape[1])  # (metric, pair, prompt)
         per_prompt = {p: {name: rest[k, i].clone() for k, name in enumerate(("compensation", "alignment", "takeover"))}
                       for i, p in enumerate(pairs)}
-        return direct.T, total.T, per_prompt
+        return direct.T, per_prompt
 
 
 @dataclass
@@ -172,16 +165,15 @@ class _CleanEffects:
 
 
 def compensation(
-    model: nn.Module,
-    prompts: PromptSet,
+    model: nn.Module | Run,
+    prompts: PromptSet | None = None,
     method: AblationKind = "mean",
     *,
     heads: Sequence[HeadLike] | None = None,
     reference: PromptSet | ReferenceActivations | None = None,
-    loss_fn: LossFn | None = None,
     behaviour: BehaviourLike = None,
-    batch_size: int = 16,
-    seed: int = 0,
+    batch_size: int | None = None,
+    seed: int | None = None,
     device: Device = None,
     dtype: DType = None,
 ) -> CompensationResult:
@@ -189,7 +181,8 @@ def compensation(
 
     direct effect of C: loss change when only C's direct path to the logits is ablated (its
     ablated write replaces its write in the final residual stream; every other head sees the
-    clean C). total effect: C ablated everywhere (= `importance`). self_repair = direct - total:
+    clean C). total effect: C ablated everywhere (= `importance`: `Run.effect` of the ablation).
+    self_repair = direct - total:
     > 0 when the rest of the model makes up for part of C's loss (McGrath et al. 2023).
     compensation[A, C] (C in a later layer than A) = C's direct effect with A ablated minus C's
     clean direct effect: > 0 when C matters more once A is gone (C backs A up, as the backup
@@ -197,30 +190,28 @@ def compensation(
     C's change in output when A is ablated and A's own clean-minus-ablated write: > 0 when C moves
     toward A's role; takeover[A, C]: the component of C's change along A's write, as a fraction of
     that write (<dC, wA> / |wA|^2 per prompt; 1 = C restores exactly what A wrote, as a perfect
-    backup does). `heads` limits the ablated heads A (default all).
-    Cost: one resumed forward per A and one unembedding per (A, C): meant for small models.
+    backup does). `heads` limits the ablated heads A (default all). The direct paths are read from
+    the Run's resuming engine (cached clean residuals), not as `Run.effect`s: they are no intervention
+    of the whole model. Cost: one resumed forward per A and one unembedding per (A, C): small models.
     """
-    _, seed = check_inputs("compensation", model, prompts, seed=seed)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
-    _check_n(prompts)
-    if not resumable(model):
-        raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(model).__name__}.")
-    engine = _ablation.AblationEngine(model, prompts, method, reference=reference, loss_fn=loss_fn, batch_size=batch_size,
-                                      seed=seed, behaviour=behaviour)
-    everything = all_heads(model)
-    run = _CompensationRun(engine, everything, everything if heads is None else check_heads(model, heads),
-                           {site.layer: site.hook("result") for site in engine.sites.values()})
-    for indices, batch in distributed.shard(prompts, batch_size).batches(batch_size):
-        run.key(indices)
+    run = redundancy_run(model, prompts, "compensation", method=method, reference=reference, behaviour=behaviour,
+                         batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    if not resumable(run.model):
+        raise TypeError(f"compensation needs a HookedGPT-like model to read direct effects; got {type(run.model).__name__}.")
+    engine = run.engine(method)
+    everything = all_heads(run.model)
+    total = torch.stack([e.values for e in run.effects([HeadAblation((c,), method) for c in everything])], 1)
+    state = _CompensationRun(engine, everything, everything if heads is None else check_heads(run.model, heads),
+                             {site.layer: site.hook("result") for site in engine.sites.values()})
+    for indices, batch in distributed.shard(run.prompts, run.batch_size).batches(run.batch_size):
+        state.key(indices)
         with torch.no_grad():
-            effects = _clean_effects(run, engine.clean(batch))
-            run.direct.append(torch.stack([effects.direct[c] for c in everything]))
-            run.total.append(torch.stack([effects.loss_from(engine, engine.resume(effects.clean, [c], run.sources_total[c])[0])
-                                          - effects.clean.loss for c in everything]))
-            for a in run.ablated_heads:
-                if run.later(a):
-                    _backup_effects(run, effects, a)
-    return _compensation_result(run, prompts, method=method, seed=seed)
+            effects = _clean_effects(state, engine.clean(batch))
+            state.direct.append(torch.stack([effects.direct[c] for c in everything]))
+            for a in state.ablated_heads:
+                if state.later(a):
+                    _backup_effects(state, effects, a)
+    return _compensation_result(state, total, run.prompts, method=method, seed=run.seed)
 
 
 def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _CleanEffects:
@@ -263,9 +254,11 @@ _MATRIX_COLUMNS = ["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b
                    "alignment_ci_high", "n_prompts"]
 
 
-def _compensation_result(run: _CompensationRun, prompts: PromptSet, *, method: AblationKind, seed: int) -> CompensationResult:
-    """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair."""
-    direct_t, total_t, per_prompt = run.gathered()  # (prompt, head), (prompt, head), pair -> {metric: (prompt,)}
+def _compensation_result(run: _CompensationRun, total_t: torch.Tensor, prompts: PromptSet, *, method: AblationKind,
+                         seed: int) -> CompensationResult:
+    """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair; `total_t`:
+    (prompt, head) total effects."""
+    direct_t, per_prompt = run.gathered()  # (prompt, head), pair -> {metric: (prompt,)}
     effects = _heads_frame(run.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
                                             "total_effect": total_t}, len(prompts), main="self_repair", seed=seed)
     pairs = list(per_prompt)

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from interp import launch
-from interp.ablation import LossFn
 from interp.analyses.redundancy.common import _all_pairs, _check_n, _label, _pairs_frame
 from interp.analyses.redundancy.importance import second_order
 from interp.behaviour import BehaviourLike
@@ -210,7 +209,7 @@ def output_similarity(
 
 def suggest_pairs(
     model: nn.Module, prompts: PromptSet, k: int = 5, *, by: SuggestBy = "second_order", method: AblationKind = "mean",
-    loss_fn: LossFn | None = None, batch_size: int = 16, seed: int = 0, behaviour: BehaviourLike = None,
+    batch_size: int = 16, seed: int = 0, behaviour: BehaviourLike = None,
     device: Device = None, dtype: DType = None,
 ) -> list[tuple[Head, Head]]:
     """The k pairs most likely to be redundant: most similar patterns (lowest JS), most similar
@@ -226,6 +225,6 @@ def suggest_pairs(
     elif by == "output":
         frame = output_similarity(model, prompts, batch_size=batch_size, seed=seed).nlargest(k, "cka")
     else:
-        frame = second_order(model, prompts, method, loss_fn=loss_fn, behaviour=behaviour, batch_size=batch_size,
+        frame = second_order(model, prompts, method, behaviour=behaviour, batch_size=batch_size,
                              seed=seed).nlargest(k, "interaction_estimate")
     return [((int(r.layer_a), int(r.head_a)), (int(r.layer_b), int(r.head_b))) for r in frame.itertuples()]
