@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)  ## the main job on the embedded default model
 	$(PY) -m interp.cli demo
 
+# the one mypy run below checks the public modules as --strict would ([[tool.mypy.overrides]] in
+# pyproject.toml); to check them alone with --strict itself:
+#   $(PY) -m mypy --strict --follow-imports=silent interp/__init__.py interp/run.py interp/interventions.py \
+#     interp/claims.py interp/data.py interp/loading.py interp/errors.py interp/stats.py interp/hooks.py \
+#     interp/verify.py interp/testing.py
 test: $(STAMP)  ## the type check, then the default suite (slow tests excluded), notebooks included
 	$(PY) -m mypy
 	$(PY) -m pytest -m "not slow" -q

@@ -6,6 +6,7 @@ torch (about 3 s here).
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from interp.progress import quiet_tqdm_import_warning
 
@@ -64,7 +65,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'interp' has no attribute {name!r}")

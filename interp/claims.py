@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, get_args
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, SupportsFloat, get_args
 
 import numpy as np
 import pandas as pd
@@ -255,10 +255,10 @@ class Context:
     alpha: float = 0.05
     n_permutations: int = 2000
     batch_size: int = 32
-    memo: dict = field(default_factory=dict, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo_key(key) -> computed value
     behaviour: Any = None  # what causal evidence measures (`interp.behaviour`); None: the model's default
 
-    def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
+    def cached(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """Compute once per key. The key's parts are read by content (`memo_key`): a prompt set by its
         tokens and mask, a model by its parameters' version, never by `id()`."""
         full = memo_key(key)
@@ -266,7 +266,7 @@ class Context:
             self.memo[full] = compute()
         return self.memo[full]
 
-    def derive(self, **changes) -> "Context":
+    def derive(self, **changes: Any) -> "Context":
         """A context with some fields changed and a fresh memo (e.g. another model or prompt set)."""
         return replace(self, memo={}, **changes)
 
@@ -274,7 +274,7 @@ class Context:
 # --------------------------------------------------------------------------- evidence helpers
 
 
-def _floats(*values) -> list[float]:
+def _floats(*values: SupportsFloat) -> list[float]:
     return [float(v) for v in values]
 
 

@@ -8,7 +8,7 @@ is the repeat structure that induction scores, claims and behaviours read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Literal, get_args
+from typing import Any, Iterable, Iterator, Literal, Sequence, get_args
 
 import torch
 
@@ -91,7 +91,8 @@ class PromptSet:
 
     @property
     def kind(self) -> str:
-        return self.meta.get("kind", "tokens")
+        kind: str = self.meta.get("kind", "tokens")
+        return kind
 
     @property
     def n_pos(self) -> int:
@@ -100,18 +101,18 @@ class PromptSet:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
-    def __getitem__(self, index) -> "PromptSet":
+    def __getitem__(self, index: int | slice | list[int] | torch.Tensor) -> "PromptSet":
         if isinstance(index, int):
             index = slice(index, index + 1)
         mask = None if self.attention_mask is None else self.attention_mask[index]
         rows = torch.arange(len(self)) if self.rows is None else self.rows
         return replace(self, tokens=self.tokens[index], attention_mask=mask, rows=rows[index])
 
-    def row_numbers(self, positions) -> list[int]:
+    def row_numbers(self, positions: Iterable[int] | torch.Tensor) -> list[int]:
         """Rows of the original set (e.g. the user's prompt file) of prompts at `positions` of this one,
         so an error about a batch or a split half names the row the user wrote."""
-        positions = [int(p) for p in positions]
-        return positions if self.rows is None else [int(self.rows[p]) for p in positions]
+        numbers = [int(p) for p in positions]
+        return numbers if self.rows is None else [int(self.rows[p]) for p in numbers]
 
     def real_lengths(self) -> torch.Tensor:
         """(prompt,) number of real (unpadded) tokens of each prompt."""
@@ -270,7 +271,7 @@ class CharTokenizer:
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size}, unknown={self.unknown!r})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, CharTokenizer) and (self.alphabet, self.unknown) == (other.alphabet, other.unknown)
 
     def encode(self, text: str) -> list[int]:
@@ -287,7 +288,7 @@ class CharTokenizer:
                 "or pass unknown='unk' to map it to <unk>."
             ) from None
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Text of a sequence of ids (a list or a 1-D tensor); padding is dropped."""
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
         out = []
@@ -345,7 +346,7 @@ def _check_n_ctx(prompts: PromptSet, n_ctx: int | None) -> PromptSet:
 
 
 def pad(
-    sequences,
+    sequences: Iterable[Sequence[int] | torch.Tensor],
     *,
     pad_id: int = 0,
     padding_side: PaddingSide = "right",
@@ -382,8 +383,8 @@ def pad(
 
 
 def text_prompts(
-    texts,
-    tokenizer,
+    texts: str | Iterable[str],
+    tokenizer: Any,  # a CharTokenizer or any Hugging Face tokenizer (transformers is not a dependency)
     *,
     max_len: int | None = None,
     padding_side: PaddingSide = "right",

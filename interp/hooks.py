@@ -96,7 +96,11 @@ def check_hook_names(model: nn.Module, names: Iterable[str]) -> None:
 
 
 @contextlib.contextmanager
-def hooked(model: nn.Module, fwd_hooks: Iterable[tuple[str, Callable]] = (), bwd_hooks: Iterable[tuple[str, Callable]] = ()) -> Iterator[nn.Module]:
+def hooked(
+    model: nn.Module,
+    fwd_hooks: Iterable[tuple[str, Callable[..., Any]]] = (),
+    bwd_hooks: Iterable[tuple[str, Callable[..., Any]]] = (),
+) -> Iterator[nn.Module]:
     """Attach hooks for the duration of a `with` block; they are removed even if the body raises.
 
     Hook names are checked first (with close-match suggestions), so a typo never silently

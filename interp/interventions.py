@@ -38,6 +38,7 @@ from interp.hooks import AttentionSite, attention_sites, hooked
 from interp.modelinfo import output_logits
 
 if TYPE_CHECKING:
+    from transformer_lens.hook_points import HookPoint
     from typing_extensions import TypeIs
 
 Head = tuple[int, int]  # (layer, head)
@@ -121,7 +122,7 @@ def _sites_by_layer(model: nn.Module) -> dict[int, AttentionSite]:
     return {site.layer: site for site in attention_sites(model)}
 
 
-def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not supported; expected one of {list(allowed)}.")
 
@@ -193,8 +194,8 @@ def reference_activations(
     counts = torch.zeros(reference.n_pos, dtype=torch.float64)
     current_mask: list[torch.Tensor | None] = [None]
 
-    def make_hook(layer: int):
-        def hook(act: torch.Tensor, hook=None):  # (batch, pos, head, d)
+    def make_hook(layer: int) -> Callable[..., None]:
+        def hook(act: torch.Tensor, hook: HookPoint | None = None) -> None:  # (batch, pos, head, d)
             act = act.detach()
             mask = current_mask[0]
             weights = (torch.ones(act.shape[:2], dtype=torch.float64) if mask is None else mask.double()).to(act.device)
@@ -220,7 +221,9 @@ def reference_activations(
     return ReferenceActivations(site, means, kept, len(reference))
 
 
-def _merge_reference(sums: dict, counts: torch.Tensor, samples: dict) -> tuple[dict, torch.Tensor, dict]:
+def _merge_reference(
+    sums: dict[int, torch.Tensor], counts: torch.Tensor, samples: dict[int, list[torch.Tensor]]
+) -> tuple[dict[int, torch.Tensor], torch.Tensor, dict[int, list[torch.Tensor]]]:
     """Every rank's reference sums, counts and samples, combined identically on every rank."""
     parts = distributed.gather_objects(({k: v.cpu() for k, v in sums.items()}, counts, samples))
     merged_sums: dict[int, torch.Tensor] = {}
@@ -293,7 +296,10 @@ class AblationValues:
         return pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
 
 
-def _resolve_reference(model, heads, kind, site, reference) -> ReferenceActivations | None:
+def _resolve_reference(
+    model: nn.Module, heads: Iterable[Head], kind: str, site: AblationSite,
+    reference: PromptSet | ReferenceActivations | None,
+) -> ReferenceActivations | None:
     if kind == "zero":
         return None
     if reference is None:
@@ -333,7 +339,7 @@ class HeadAblation:
         _check_choice("kind", self.kind, ABLATION_KINDS)
         _check_choice("site", self.site, ABLATION_SITES)
 
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         """Plain, JSON-serialisable description, e.g. {"heads": [[1, 3]], "kind": "mean", "site": "z"}."""
         return {"heads": [list(h) for h in self.heads], "kind": self.kind, "site": self.site}
 
@@ -343,7 +349,7 @@ class HeadAblation:
 
     def hooks(
         self, model: nn.Module, reference: PromptSet | ReferenceActivations | None = None, seed: int = 0
-    ) -> list[tuple[str, Callable]]:
+    ) -> list[tuple[str, Callable[..., Any]]]:
         """`(hook_name, fn)` pairs for `model.run_with_hooks` / `interp.hooks.hooked`."""
         check_heads(model, self.heads)
         replacer = AblationValues(self.kind, _resolve_reference(model, self.heads, self.kind, self.site, reference), seed)
@@ -352,8 +358,8 @@ class HeadAblation:
         for layer, index in self.heads:
             by_layer.setdefault(layer, []).append(index)
 
-        def make_hook(layer: int, indices: list[int]):
-            def hook(act: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d)
+        def make_hook(layer: int, indices: list[int]) -> Callable[..., torch.Tensor]:
+            def hook(act: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (batch, pos, head, d)
                 act = act.clone()  # clone: never edit a tensor another hook or cache may hold
                 for index in indices:
                     act[:, :, index] = replacer(layer, index, act[:, :, index])
@@ -362,7 +368,7 @@ class HeadAblation:
 
         return [(sites[layer].hook(self.site), make_hook(layer, indices)) for layer, indices in sorted(by_layer.items())]
 
-    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager:
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
         """The hooks for one batch of an `interp.Run`: its reference values (over its prompts) and seed."""
         reference = run.reference(self.kind) if self.site == "z" else run.cached(
             ("reference", self.kind, self.site), lambda: reference_activations(
@@ -522,12 +528,12 @@ class _PatternSubstitution:
     def label(self) -> str:
         return head_label((self.site.layer, self.head))
 
-    def read_mask(self, scores: torch.Tensor, hook=None) -> None:  # (batch, head, query, key)
+    def read_mask(self, scores: torch.Tensor, hook: HookPoint | None = None) -> None:  # (batch, head, query, key)
         # masked keys are -inf in the scores; a near-one-hot head's real keys can be exactly 0 after softmax
         if bool(scores.isneginf().any()) or not self.site.causal:
             self.allowed = ~scores[:, self.head].isneginf()
 
-    def replace(self, original: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, head, query, key)
+    def replace(self, original: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (batch, head, query, key)
         allowed, self.allowed = self.allowed, None  # (batch, query, key)
         if allowed is None:  # no scores hook, or one carrying weights (some bridges): read it off the pattern
             allowed = _allowed_keys(original, self.site.causal)
@@ -601,7 +607,7 @@ def substitute_pattern(
     _check_pattern_spec(pattern, head_label((layer, head)))
     substitution = _PatternSubstitution(site=site, head=head, pattern=pattern, permute_keys=permute_keys,
                                         generator=torch.Generator().manual_seed(seed))
-    hooks: list[tuple[str, Callable]] = [(site.hook("pattern"), substitution.replace)]
+    hooks: list[tuple[str, Callable[..., Any]]] = [(site.hook("pattern"), substitution.replace)]
     if "attn_scores" in site.hooks:
         hooks.insert(0, (site.hook("attn_scores"), substitution.read_mask))
     with hooked(model, hooks):
@@ -634,7 +640,7 @@ class PatternSubstitution:
             raise ValueError(f"pattern={self.pattern!r}: a name here must be 'uniform'; pass None (the head's own, "
                              "with permute=True) or a PatternSource for another pattern.")
 
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern.spec()
         return {"substitute": list(self.head), "pattern": pattern, "permute": self.permute}
 
@@ -642,18 +648,18 @@ class PatternSubstitution:
     def label(self) -> str:
         return head_label(self.head)
 
-    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager:
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
         pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern(run, batch)
         layer, head = self.head
         return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed)
 
 
-def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0):
+def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0) -> contextlib.AbstractContextManager[nn.Module]:
     """Context manager: the head keeps its own weights, shuffled among the allowed keys of each row."""
     return substitute_pattern(model, layer, head, None, permute_keys=True, seed=seed)
 
 
-def uniform_pattern(model: nn.Module, layer: int, head: int):
+def uniform_pattern(model: nn.Module, layer: int, head: int) -> contextlib.AbstractContextManager[nn.Module]:
     """Context manager: the head attends uniformly to every allowed key."""
     return substitute_pattern(model, layer, head, "uniform")
 
@@ -673,7 +679,7 @@ def batched_head_ablations(
     site: AblationSite = "z",
     seed: int = 0,
     chunk_size: int | None = None,
-    **forward_kwargs,
+    **forward_kwargs: Any,
 ) -> torch.Tensor:
     """Output of the model with each head ablated alone: (ablation, batch, ...), one forward per chunk.
 
@@ -701,8 +707,8 @@ def batched_head_ablations(
         for copy, (layer, index) in enumerate(chunk):
             by_layer.setdefault(layer, []).append((copy, index))
 
-        def make_hook(layer: int, members: list[tuple[int, int]]):
-            def hook(act: torch.Tensor, hook=None) -> torch.Tensor:  # (copy * batch, pos, head, d)
+        def make_hook(layer: int, members: list[tuple[int, int]]) -> Callable[..., torch.Tensor]:
+            def hook(act: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (copy * batch, pos, head, d)
                 act = act.clone()
                 for copy, index in members:
                     rows = slice(copy * batch, (copy + 1) * batch)

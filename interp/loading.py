@@ -48,7 +48,8 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import torch
 from torch import nn
@@ -66,8 +67,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
-# torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch
-from interp.specnames import BUILTINS, check_former_name  # noqa: E402
+# torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch; re-exported here
+from interp.specnames import BUILTINS as BUILTINS, check_former_name  # noqa: E402
 SPEC_KINDS = (
     "a built-in name ({names})",
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
@@ -95,7 +96,7 @@ _ENCODER_TYPES = {
 }
 
 
-def save(model: HookedGPT, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
+def save(model: HookedGPT, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None) -> Path:
     """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `interp.models.io.save_checkpoint`)."""
     return save_checkpoint(model, path, metadata)
 
@@ -160,7 +161,7 @@ def _load_spec(spec: Any, *, device: str | torch.device = "cpu", backend: str = 
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
 
 
-def _checkpoint(path: Path, device) -> nn.Module:
+def _checkpoint(path: Path, device: str | torch.device) -> nn.Module:
     """load_checkpoint, its failures as `interp.errors.CheckpointError` (a ModelError naming the file)."""
     try:
         return load_checkpoint(path, device=device)
@@ -275,7 +276,7 @@ def load_nanogpt_file(path: Path) -> nn.Module:
 
 
 @contextlib.contextmanager
-def _hub_offline():
+def _hub_offline() -> Iterator[None]:
     """Hub offline for the duration of a load: a local folder must never trigger a download.
 
     huggingface_hub reads HF_HUB_OFFLINE once at import (transformer_lens has imported it by
@@ -308,7 +309,7 @@ def _hf_folder(spec: Any) -> Path | None:
     return None
 
 
-def _load_with_backend(spec: Any, backend: str, device) -> nn.Module:
+def _load_with_backend(spec: Any, backend: str, device: str | torch.device) -> nn.Module:
     """`load` with an explicit backend."""
     folder = _hf_folder(spec)
     if backend == "native":
@@ -360,7 +361,7 @@ def _declared(folder: Path) -> list[str]:
     return list(declared) if isinstance(declared, list) else []
 
 
-def _sdpa_module():
+def _sdpa_module() -> ModuleType:
     try:
         return importlib.import_module("interp.sdpa")
     except ModuleNotFoundError:
@@ -372,7 +373,8 @@ def _sdpa_module():
 
 def _sdpa(model: nn.Module) -> nn.Module:
     """The sdpa backend: hooks a model's own scaled_dot_product_attention calls (interp.sdpa)."""
-    return _sdpa_module().hook_sdpa(model)
+    hook_sdpa: Callable[[nn.Module], nn.Module] = _sdpa_module().hook_sdpa
+    return hook_sdpa(model)
 
 
 def _hf_model(model: nn.Module, backend: str) -> nn.Module:
@@ -408,7 +410,7 @@ def _describe_native(model: HookedGPT, source: str) -> None:
         )
 
 
-def _folder_tokenizer(folder: Path, notes: list[str]):
+def _folder_tokenizer(folder: Path, notes: list[str]) -> Any:  # a Hugging Face tokenizer, or None
     """The folder's tokenizer, or None with a note: no analysis needs one (token ids work)."""
     names = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model")
     if not any((folder / name).exists() for name in names):
@@ -424,7 +426,7 @@ def _folder_tokenizer(folder: Path, notes: list[str]):
         return None
 
 
-def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
+def load_hf(folder: str | os.PathLike[str], *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
     """A local Hugging Face folder: converted natively when supported (backend auto/native), else
     (auto) through the bridge with a note naming what will not work there."""
     from interp.models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_folder
@@ -448,7 +450,7 @@ def load_hf(folder: str | os.PathLike, *, device: str | torch.device = "cpu", ba
     return bridge
 
 
-def _bridge_fallback(folder: Path, reason: Exception, device) -> nn.Module:
+def _bridge_fallback(folder: Path, reason: Exception, device: str | torch.device) -> nn.Module:
     """The bridge for a folder the native converter does not handle; if it fails too, the native reason comes first."""
     try:
         bridge = load_hf_folder(folder, device=device)
@@ -458,7 +460,7 @@ def _bridge_fallback(folder: Path, reason: Exception, device) -> nn.Module:
     return bridge
 
 
-def load_hf_folder(folder: str | os.PathLike, *, device: str | torch.device = "cpu") -> TransformerBridge:
+def load_hf_folder(folder: str | os.PathLike[str], *, device: str | torch.device = "cpu") -> TransformerBridge:
     """Wrap a local Hugging Face model folder in a TransformerBridge, with the hub offline; refused unless
     every tensor of the model it wraps came from the folder's files (`interp.hfcheck`)."""
     folder = Path(folder).resolve()

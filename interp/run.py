@@ -35,7 +35,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast, runtime_checkable
+from typing import (
+    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, NoReturn, Protocol, Sequence, TypeVar, cast,
+    runtime_checkable,
+)
 
 import pandas as pd
 import torch
@@ -55,6 +58,9 @@ from interp.interventions import (
 from interp.launch import Device, DType
 from interp.stats import bootstrap
 from interp.validate import check_inputs
+
+if TYPE_CHECKING:
+    from interp.ablation import AblationEngine
 
 Strategy = Literal["auto", "resume", "hooked", "batched"]
 STRATEGIES: tuple[str, ...] = ("auto", "resume", "hooked", "batched")
@@ -130,7 +136,7 @@ class Run:
         self.prompts = prompts
         self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
         self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
-        self._memo: dict[tuple, Any] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
         self._derived: dict[Behaviour, Run] = {}  # with_behaviour's runs, one per behaviour
 
     def __repr__(self) -> str:
@@ -139,12 +145,13 @@ class Run:
 
     # -- the memo
 
-    def cached(self, key: tuple, compute: Callable[[], T]) -> T:
+    def cached(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
         """`compute()` once per key, the prompts' content and the parameters' version."""
         full = (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
         if full not in self._memo:
             self._memo[full] = compute()
-        return self._memo[full]
+        value: T = self._memo[full]  # stored by compute() under this key
+        return value
 
     def forget(self) -> None:
         """Drop every memoised value (after editing weights through `.data`, which torch does not count)."""
@@ -190,7 +197,7 @@ class Run:
         return self.cached(("clean-summary",), lambda: clean_summaries(self.model, self.prompts, self.behaviour,
                                                                         batch_size=self.batch_size))
 
-    def engine(self, kind: AblationKind, fast: bool = True) -> Any:
+    def engine(self, kind: AblationKind, fast: bool = True) -> AblationEngine:
         """The ablation engine for `kind` (`interp.ablation.AblationEngine`; `fast`: resuming where the model
         allows it, else one hooked forward per head set), built once."""
         from interp.ablation import AblationEngine
@@ -282,7 +289,7 @@ class Run:
             self._memo[self._key(("values", spec))] = row.double()
             self._memo[self._key(("effect", spec))] = effect
 
-    def _key(self, key: tuple) -> tuple:
+    def _key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
         return (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
 
     @staticmethod
@@ -333,8 +340,8 @@ def _bound(intervention: Intervention, run: Run) -> Callable[[PromptSet], Contex
     return lambda batch: intervention.intervene(run, batch)
 
 
-def _missing(intervention: Intervention) -> Callable[[], Any]:
-    def fail() -> Any:
+def _missing(intervention: Intervention) -> Callable[[], NoReturn]:
+    def fail() -> NoReturn:
         raise AssertionError(f"Run.effects did not store {intervention.spec()}")  # effects() stores every one it is given
     return fail
 

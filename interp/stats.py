@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 import numpy as np
+from numpy.typing import ArrayLike
 import pandas as pd
 import torch
 from transformer_lens.utilities.statistics import (
@@ -112,7 +113,7 @@ def _check_alternative(alternative: str) -> None:
         raise ValueError(f"alternative={alternative!r}; expected one of {list(get_args(Alternative))}.")
 
 
-def benjamini_hochberg(p_values, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def benjamini_hochberg(p_values: ArrayLike, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Benjamini-Hochberg step-up: (reject, adjusted p-values), same shape as the input.
 
     Controls the false discovery rate at `alpha` for independent or positively dependent tests.
@@ -137,14 +138,14 @@ def benjamini_hochberg(p_values, alpha: float = 0.05) -> tuple[np.ndarray, np.nd
     return reject.reshape(p.shape), adjusted.reshape(p.shape)
 
 
-def spearman(a, b) -> float:
+def spearman(a: ArrayLike, b: ArrayLike) -> float:
     """Spearman rank correlation of two equal-length sequences; NaN with < 3 values or a constant one."""
-    a, b = pd.Series(np.ravel(np.asarray(a, dtype=float))), pd.Series(np.ravel(np.asarray(b, dtype=float)))
-    if len(a) != len(b):
-        raise ValueError(f"spearman needs sequences of equal length, got {len(a)} and {len(b)}.")
-    if len(a) < 3 or a.nunique() < 2 or b.nunique() < 2:
+    x, y = pd.Series(np.ravel(np.asarray(a, dtype=float))), pd.Series(np.ravel(np.asarray(b, dtype=float)))
+    if len(x) != len(y):
+        raise ValueError(f"spearman needs sequences of equal length, got {len(x)} and {len(y)}.")
+    if len(x) < 3 or x.nunique() < 2 or y.nunique() < 2:
         return float("nan")
-    return float(a.corr(b, method="spearman"))
+    return float(x.corr(y, method="spearman"))
 
 
 def head_frame(

@@ -7,10 +7,15 @@ encoders' counterpart (bidirectional by design, padding inert, examples unmixed)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pandas as pd
     from _pytest._code.code import ExceptionInfo, TerminalRepr, TracebackStyle
+
+    from interp.analyses.leakage import LeakageReport
 
 
 def _leak_message(report: Any) -> str:
@@ -54,7 +59,7 @@ def _leak_message(report: Any) -> str:
     return "\n".join(lines)
 
 
-def assert_causal(model: Any, **audit_kwargs: Any):
+def assert_causal(model: Any, **audit_kwargs: Any) -> LeakageReport:
     """Raise an AssertionError unless `model` is causal (no position reads a later token, no
     example reads another, padding is inert); return the `LeakageReport` otherwise.
 
@@ -70,7 +75,7 @@ def assert_causal(model: Any, **audit_kwargs: Any):
     return report
 
 
-def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any):
+def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any) -> LeakageReport:
     """Raise an AssertionError unless `model` is a bidirectional encoder whose padding is inert (pad
     content moves no real position, right padding reproduces the unpadded outputs, a fully masked
     row gives no NaN) and whose examples do not mix; return the `LeakageReport` otherwise.
@@ -121,7 +126,7 @@ from interp.analyses.claims.registry import read_claims, run_claims  # the face'
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-def claim_failure_message(row) -> str:
+def claim_failure_message(row: pd.Series) -> str:
     """Why a claim did not get its expected verdict, for a test report."""
     expected = "supported" if row["expect"] == "supported" else "refuted"
     reasons = str(row.get("reasons", "")).replace("; ", "\n  - ")
@@ -141,15 +146,15 @@ if _HAS_PYTEST:
     class ClaimFailed(AssertionError):
         """A claim did not get its expected verdict."""
 
-    _MODELS = _pytest.StashKey[dict]()
+    _MODELS = _pytest.StashKey[dict[str, Any]]()  # model spec -> the model loaded for it
 
-    def pytest_addoption(parser):
+    def pytest_addoption(parser: _pytest.Parser) -> None:
         group = parser.getgroup("interp", "interp claims files (claims*.toml, *.claims.toml)")
         group.addoption("--interp-model", action="store", default=None, metavar="SPEC",
                         help="model spec to test claims files against (overrides the files' model = ...)")
         parser.addini("interp_model", "default model spec for claims files that name none", default=None)
 
-    def pytest_collect_file(file_path, parent):
+    def pytest_collect_file(file_path: Path, parent: _pytest.Collector) -> ClaimsTomlFile | None:
         if file_path.suffix == ".toml" and any(_fnmatch.fnmatch(file_path.name, p) for p in CLAIMS_FILE_PATTERNS):
             return ClaimsTomlFile.from_parent(parent, path=file_path)
         return None
@@ -157,9 +162,9 @@ if _HAS_PYTEST:
     class ClaimsTomlFile(_pytest.File):
         """A claims file: one item per claim; the claims run together, once, on first use."""
 
-        def collect(self):
+        def collect(self) -> Iterator[ClaimItem]:
             self.claims_file = read_claims(self.path)
-            self._outcome = None
+            self._outcome: pd.DataFrame | Exception | None = None
             for entry in self.claims_file.claims:
                 yield ClaimItem.from_parent(self, name=entry.name.replace(": ", "-").replace(" ", "-"), entry=entry)
 
@@ -173,7 +178,7 @@ if _HAS_PYTEST:
                 )
             return spec
 
-        def outcome(self):
+        def outcome(self) -> pd.DataFrame | Exception:
             """The claims' result frame (computed once), or the exception computing it raised."""
             if self._outcome is None:
                 try:
@@ -199,11 +204,11 @@ if _HAS_PYTEST:
     class ClaimItem(_pytest.Item):
         """One claim of a claims file."""
 
-        def __init__(self, *, entry: ClaimEntry, **kwargs):
+        def __init__(self, *, entry: ClaimEntry, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.entry = entry
 
-        def runtest(self):
+        def runtest(self) -> None:
             assert isinstance(self.parent, ClaimsTomlFile)  # ClaimsTomlFile.collect makes every ClaimItem
             outcome = self.parent.outcome()
             if isinstance(outcome, BaseException):
@@ -221,5 +226,5 @@ if _HAS_PYTEST:
                 return f"{self.path}:{self.entry.line}: could not test the claims: {type(error).__name__}: {error}"
             return super().repr_failure(excinfo, style)
 
-        def reportinfo(self):
+        def reportinfo(self) -> tuple[Path, int, str]:
             return self.path, max(0, self.entry.line - 1), f"claim {self.entry.name}"

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
 
 import einops
 import pandas as pd
@@ -43,13 +43,17 @@ from torch import nn
 from interp.hooks import ROLES, AttentionSite, attention_sites
 from interp.sites import hook_root
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+    from transformer_lens.hook_points import HookPoint
+
 ATOL, RTOL = 1e-4, 1e-4
 # (atol, rtol) per dtype of the hooked tensor: a few units of its rounding (bfloat16 keeps 8
 # significant bits, float16 11); float32 and float64 use ATOL, RTOL
 TOLERANCES = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 4e-3)}
 
 
-def _hooks(model: nn.Module, fwd_hooks: list[tuple[str, Callable]]) -> ContextManager[Any]:
+def _hooks(model: nn.Module, fwd_hooks: list[tuple[str, Callable[..., Any]]]) -> ContextManager[Any]:
     """`model.hooks(fwd_hooks, reset_hooks_end=True)`: every model with attention sites has it, but
     torch types an unknown module attribute as Tensor | Module."""
     return hook_root(model).hooks(fwd_hooks=fwd_hooks, reset_hooks_end=True)
@@ -63,7 +67,7 @@ def _first(output: Any) -> torch.Tensor:
         return _first(output[0])
     for name in ("logits", "last_hidden_state"):
         if hasattr(output, name):
-            return getattr(output, name)
+            return cast(torch.Tensor, getattr(output, name))
     raise TypeError(f"cannot find a tensor in a model output of type {type(output).__name__}.")
 
 
@@ -78,7 +82,7 @@ def _model_output(model: nn.Module, output: Any) -> torch.Tensor:
     return _first(output)
 
 
-def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple, dict]:
+def _default_inputs(model: nn.Module, sites: list[AttentionSite]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A small, seeded input for the model: token ids if it has a vocabulary, else embeddings."""
     from interp.modelinfo import context_length, vocab_size
 
@@ -126,8 +130,10 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | No
     return ok, f"max abs error {err:.2e}"
 
 
-def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out: torch.Tensor | None, bias) -> list[dict]:
-    rows: list[dict] = []
+def _site_checks(
+    site: AttentionSite, cache: dict[str, torch.Tensor], module_out: torch.Tensor | None, bias: torch.Tensor | None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
 
     def row(check: str, passed: bool, detail: str) -> None:
         rows.append({"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail})
@@ -187,7 +193,7 @@ def _site_checks(site: AttentionSite, cache: dict[str, torch.Tensor], module_out
     return rows
 
 
-def _result_sum(result: torch.Tensor, module_out: torch.Tensor, bias) -> tuple[bool, str]:
+def _result_sum(result: torch.Tensor, module_out: torch.Tensor, bias: torch.Tensor | None) -> tuple[bool, str]:
     """Whether the heads' results (batch, pos, head, d_model) sum to the module's output up to one constant
     vector (equal to `bias` where given). In half precision each head's result is rounded before the sum, so
     the relative tolerance of the model's dtype scales with the summands' magnitude, sum_h |result_h|."""
@@ -232,7 +238,7 @@ def _output_module(site: AttentionSite) -> str:
     return output if output is not None else site.module
 
 
-def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list:
+def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: dict[str, torch.Tensor]) -> list[RemovableHandle]:
     handles = []
     for site in sites:
         try:
@@ -241,14 +247,14 @@ def _module_output_hooks(model: nn.Module, sites: list[AttentionSite], store: di
         except AttributeError:
             continue
 
-        def keep(_module, _args, output, name=site.module):
+        def keep(_module: nn.Module, _args: Any, output: Any, name: str = site.module) -> None:
             store[name] = _first(output)
 
         handles.append(module.register_forward_hook(keep))
     return handles
 
 
-def _output_bias(model: nn.Module, site: AttentionSite):
+def _output_bias(model: nn.Module, site: AttentionSite) -> torch.Tensor | None:
     try:
         module = model.get_submodule(_output_module(site)) if _output_module(site) else model
     except AttributeError:
@@ -256,21 +262,22 @@ def _output_bias(model: nn.Module, site: AttentionSite):
     if _output_module(site) != site.module:  # the output projection itself
         bias = getattr(module, "bias", None)
         return bias if isinstance(bias, torch.Tensor) else None
-    if isinstance(getattr(module, "b_O", None), torch.Tensor):
-        return module.b_O
+    b_O = getattr(module, "b_O", None)
+    if isinstance(b_O, torch.Tensor):
+        return b_O
     out_proj = getattr(module, "out_proj", None) or getattr(module, "o", None)
     bias = getattr(out_proj, "bias", None)
     return bias if isinstance(bias, torch.Tensor) else None
 
 
-def _weights_row(model: nn.Module) -> dict:
+def _weights_row(model: nn.Module) -> dict[str, Any]:
     """Non-finite weights make every other check meaningless (and the fused kernel can hide them)."""
     bad = [name for name, param in model.named_parameters() if not torch.isfinite(param).all()]
     detail = f"NaN or inf in {bad[:5]}" if bad else "all parameters finite"
     return {"layer": None, "site": "model", "check": "weights_finite", "passed": not bad, "detail": detail}
 
 
-def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.DataFrame:
+def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs: Any) -> pd.DataFrame:
     """Check every attention hook of `model`; returns a DataFrame (layer, site, check, passed, detail).
 
     `tokens` is the model input: a tensor, or a tuple of positional arguments (default: a
@@ -291,7 +298,7 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
     names = [name for site in sites for name in site.hooks.values()]
     was_training = model.training
     model.eval()
-    rows: list[dict] = [_weights_row(model)]
+    rows: list[dict[str, Any]] = [_weights_row(model)]
     allowed_before = getattr(model, "allow_non_finite_weights", None)
     # a HookedGPT refuses NaN weights; here each check shows what NaN does (setattr: a flag torch's typing lacks)
     setattr(model, "allow_non_finite_weights", True)
@@ -301,9 +308,9 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
             handles = _module_output_hooks(model, sites, module_out)
             cache: dict[str, torch.Tensor] = {}
 
-            def saver(name: str) -> Callable:
+            def saver(name: str) -> Callable[[torch.Tensor, HookPoint], None]:
                 # keyed by the name asked for: a bridge's alias (hook_q) fires as its target (q.hook_out)
-                def save(tensor, hook):
+                def save(tensor: torch.Tensor, hook: HookPoint) -> None:
                     cache[name] = tensor.detach()
 
                 return save
@@ -334,8 +341,8 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs) -> pd.D
     return pd.DataFrame(rows, columns=["layer", "site", "check", "passed", "detail"])
 
 
-def _noise_hook(seed: int) -> Callable:
-    def add_noise(tensor: torch.Tensor, hook) -> torch.Tensor:
+def _noise_hook(seed: int) -> Callable[[torch.Tensor, HookPoint], torch.Tensor]:
+    def add_noise(tensor: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         generator = torch.Generator(device=tensor.device).manual_seed(seed)
         noise = torch.randn(tensor.shape, generator=generator, device=tensor.device, dtype=tensor.dtype)
         scale = tensor[torch.isfinite(tensor)].float().std().clamp(min=0.1).item() if tensor.numel() > 1 else 1.0
@@ -344,11 +351,11 @@ def _noise_hook(seed: int) -> Callable:
     return add_noise
 
 
-def _identity(tensor: torch.Tensor, hook) -> torch.Tensor:
+def _identity(tensor: torch.Tensor, hook: HookPoint) -> torch.Tensor:
     return tensor
 
 
-def _edit_checks(model: nn.Module, site: AttentionSite, args: tuple, kwargs: dict) -> list[dict]:
+def _edit_checks(model: nn.Module, site: AttentionSite, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """Noise at each hook must move the output. The reference run has an identity hook at the same
     point, so both runs take the same code path and a discarded edit shows as exactly zero change."""
     rows = []
