@@ -36,7 +36,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, NoReturn, Protocol, Sequence, TypeVar, cast,
+    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast,
     runtime_checkable,
 )
 
@@ -214,24 +214,29 @@ class Run:
 
     def values(self, intervention: Intervention) -> torch.Tensor:
         """The behaviour under `intervention`, per prompt (prompt,) float64."""
-        self.effects([intervention])
-        return self.cached(("values", self._spec(intervention)), _missing(intervention))
+        return self.effect(intervention).intervened
 
     def effect(self, intervention: Intervention) -> Effect:
-        """Intervened minus clean, per prompt, with its mean and 95% bootstrap CI (see the module)."""
-        self.effects([intervention])
-        return self.cached(("effect", self._spec(intervention)), _missing(intervention))
+        """Intervened minus clean, per prompt, with its mean and 95% bootstrap CI (see the module). Every
+        causal number of the toolkit is read through here."""
+        key = self._key(("effect", self._spec(intervention)))
+        if key not in self._memo:
+            self._fill([intervention])
+        effect: Effect = self._memo[key]
+        return effect
 
     def effects(self, interventions: Iterable[Intervention]) -> list[Effect]:
         """`effect` of each, computing the missing ones together where the strategy can (one sweep of the prompts)."""
         interventions = list(interventions)
-        missing = [i for i in interventions if self._key(("effect", self._spec(i))) not in self._memo]
+        self._fill([i for i in interventions if self._key(("effect", self._spec(i))) not in self._memo])
+        return [self.effect(i) for i in interventions]
+
+    def _fill(self, missing: list[Intervention]) -> None:
         by_path: dict[str, list[Intervention]] = {}
         for intervention in missing:
             by_path.setdefault(self._path(intervention), []).append(intervention)
         for path, group in by_path.items():
             self._store(group, *self._compute(path, group))
-        return [self._memo[self._key(("effect", self._spec(i)))] for i in interventions]
 
     # -- the strategy picker
 
@@ -286,7 +291,6 @@ class Run:
             mean, low, high = (float(v) for v in bootstrap(values, seed=self.seed, label=spec))
             effect = Effect(intervention.spec(), values, clean.double(), row.double(), mean, low, high,
                             self.behaviour.describe(self.prompts), self.behaviour.unit, len(values))
-            self._memo[self._key(("values", spec))] = row.double()
             self._memo[self._key(("effect", spec))] = effect
 
     def _key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -338,12 +342,6 @@ def _heads(intervention: Intervention) -> list[tuple[int, int]]:
 
 def _bound(intervention: Intervention, run: Run) -> Callable[[PromptSet], ContextManager[Any]]:
     return lambda batch: intervention.intervene(run, batch)
-
-
-def _missing(intervention: Intervention) -> Callable[[], NoReturn]:
-    def fail() -> NoReturn:
-        raise AssertionError(f"Run.effects did not store {intervention.spec()}")  # effects() stores every one it is given
-    return fail
 
 
 __all__ = ["Effect", "Intervention", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",

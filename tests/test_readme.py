@@ -20,6 +20,9 @@ def test_readme_python_tour_runs_and_claims_hold():
                                              namespace["claims"].previous_token_head(0, 2)], prompts)
     assert table.verdict.tolist() == ["supported", "supported"]
     assert namespace["leakage"].audit(model).causal
+    effect = namespace["effect"]  # the tour's Run.effect: the induction head matters, and the CI says how surely
+    assert effect.ci_low > 0.5 and effect.n_prompts == len(prompts) == len(effect.values)
+    assert effect.behaviour == "next-token loss on the repeated copies"
 
 
 def test_readme_layout_names_every_module_and_folder():

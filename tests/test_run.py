@@ -148,3 +148,57 @@ def test_bad_settings_are_refused(toy, prompts, kwargs, match) -> None:
 def test_a_non_intervention_is_refused(toy, prompts) -> None:
     with pytest.raises(BadInput, match="needs an intervention"):
         Run(toy, prompts).effect("L1H2")  # type: ignore[arg-type]
+
+
+def test_the_toolkits_own_deprecations_fail_the_suite() -> None:
+    """pyproject's filter: a DeprecationWarning attributed to an interp module is an error here."""
+    import warnings
+
+    with pytest.raises(DeprecationWarning):
+        warnings.warn_explicit("a removed name", DeprecationWarning, "interp/old.py", 1, module="interp.old")
+
+
+@pytest.fixture
+def effect_calls(monkeypatch):
+    """Every Run.effect call's intervention spec, through a wrapper on the method."""
+    calls: list[dict] = []
+    original = Run.effect
+
+    def counting(self, intervention):
+        calls.append(intervention.spec())
+        return original(self, intervention)
+
+    monkeypatch.setattr(Run, "effect", counting)
+    return calls
+
+
+def test_every_causal_analysis_reads_its_numbers_through_run_effect(effect_calls, toy, prompts) -> None:
+    from interp.analyses import redundancy
+    from interp.analyses.claims import induction_head, pair
+    from interp.claims import test_claims
+
+    from interp.interventions import all_heads
+
+    n_heads = len(all_heads(toy))
+    measured = {}
+    for name, analysis in {
+        "importance": lambda: redundancy.importance(toy, prompts, gradient=False),
+        "joint_ablation": lambda: redundancy.joint_ablation(toy, prompts, [("L0H0", "L1H2")]),
+        "pruning_curve": lambda: redundancy.pruning_curve(toy, prompts, n_random=1),
+        "compensation": lambda: redundancy.compensation(toy, prompts, heads=["L0H0"]),
+        "head claim": lambda: test_claims(toy, [induction_head(1, 2)], prompts,
+                                          evidence=("observational", "necessity", "sufficiency", "faithfulness")),
+        "pair claim": lambda: test_claims(toy, [pair.redundant_claim("L0H0", "L0H1")], prompts),
+    }.items():
+        effect_calls.clear()
+        analysis()
+        measured[name] = list(effect_calls)
+    assert len(measured["importance"]) == n_heads
+    assert len(measured["joint_ablation"]) == 3  # each alone, then both
+    assert len(measured["pruning_curve"]) >= 2 * n_heads
+    assert len(measured["compensation"]) == n_heads  # every head's total effect
+    claims = measured["head claim"]
+    assert {"heads": [[1, 2]], "kind": "mean", "site": "z"} in claims  # necessity
+    assert any("substitute" in spec and spec["pattern"] == "uniform" for spec in claims)  # faithfulness
+    assert any("substitute" in spec and isinstance(spec["pattern"], dict) for spec in claims)  # sufficiency: the ideal
+    assert {"heads": [[0, 0], [0, 1]], "kind": "mean", "site": "z"} in measured["pair claim"]
