@@ -7,7 +7,7 @@ encoders' counterpart (bidirectional by design, padding inert, examples unmixed)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -126,12 +126,12 @@ from interp.analyses.claims.registry import read_claims, run_claims  # the face'
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
-def claim_failure_message(row: pd.Series) -> str:
-    """Why a claim did not get its expected verdict, for a test report."""
+def claim_failure_message(row: pd.Series, reasons: Sequence[str]) -> str:
+    """Why a claim did not get its expected verdict, for a test report: one line per reason of its verdict."""
     expected = "supported" if row["expect"] == "supported" else "refuted"
-    reasons = str(row.get("reasons", "")).replace("; ", "\n  - ")
+    listed = "\n  - ".join(reasons)
     return (f"claim {row['name']!r} expected {expected}, got {row['verdict']} "
-            f"(adjusted p = {row.get('p_adjusted', float('nan')):.3g}):\n  - {reasons}")
+            f"(adjusted p = {row.get('p_adjusted', float('nan')):.3g}):\n  - {listed}")
 
 
 try:  # the plugin half needs pytest; the CLI half above does not
@@ -215,7 +215,7 @@ if _HAS_PYTEST:
                 raise outcome
             row = outcome[outcome["name"] == self.entry.name].iloc[0]
             if not bool(row["passed"]):
-                raise ClaimFailed(claim_failure_message(row))
+                raise ClaimFailed(claim_failure_message(row, outcome.attrs["reasons"][self.entry.name]))
 
         def repr_failure(self, excinfo: ExceptionInfo[BaseException],
                          style: TracebackStyle | None = None) -> str | TerminalRepr:

@@ -103,21 +103,25 @@ def run_claims(
         prompts = build_prompts(model, spec, default_n=64)
     seed = claims_file.prompts.seed if seed is None else seed
     head_entries = [e for e in claims_file.claims if e.heads]
-    rows = []
+    rows, reasons = [], {}
     if head_entries:
         frame = test_claims(model, [claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed,
                             evidence=claim_evidence_for(model), progress=progress, behaviour=behaviour)
-        for entry, (_, row) in zip(head_entries, frame.iterrows()):
+        for entry, (_, row), verdict in zip(head_entries, frame.iterrows(), frame.attrs["verdicts"]):
             rows.append({**_entry_columns(entry), **row.to_dict()})
+            reasons[entry.name] = verdict.reasons
     for entry in claims_file.claims:
         if not entry.heads:
             rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed)})
+            reasons[entry.name] = (rows[-1]["reasons"],)
     order = {entry.name: i for i, entry in enumerate(claims_file.claims)}
     frame = pd.DataFrame(rows)
     frame["passed"] = frame["verdict"] == frame["expect"]
     frame = frame.sort_values("name", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
     front = ["name", "claim", "label", "layer", "head", "expect", "verdict", "passed", "p_adjusted", "reasons", "line"]
-    return frame[[c for c in front if c in frame.columns] + [c for c in frame.columns if c not in front]]
+    frame = frame[[c for c in front if c in frame.columns] + [c for c in frame.columns if c not in front]]
+    frame.attrs["reasons"] = reasons  # claim name -> its verdict's reasons, one string each (the column joins them for people)
+    return frame
 
 
 def _entry_columns(entry: ClaimEntry) -> dict:
