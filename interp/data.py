@@ -313,7 +313,7 @@ def corpus_text() -> str:
     """The small English corpus shipped in `models/data/*.txt` (original prose, public-domain style)."""
     from importlib.resources import files
 
-    folder = files("models").joinpath("data")
+    folder = files("interp.models").joinpath("data")
     parts = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".txt")), key=lambda e: e.name)
     if not parts:
         raise FileNotFoundError(f"no .txt files in {folder}; the package data models/data/*.txt is missing (reinstall).")

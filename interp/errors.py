@@ -72,8 +72,9 @@ def toolkit_roots() -> tuple[str, ...]:
     import os
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    return tuple(str(root / package) + os.sep for package in ("interp", "analyses", "models"))
+    here = Path(__file__).resolve().parent  # interp/; in a checkout models/ and analyses/ are linked in from beside it
+    return tuple(dict.fromkeys(str(folder) + os.sep for folder in (here, (here / "analyses").resolve(),
+                                                                      (here / "models").resolve())))
 
 
 def user_failure(error: BaseException, what: str) -> ModelError | None:

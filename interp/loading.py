@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
     from interp.models.gpt import HookedGPT
 
-CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "models" / "checkpoints"
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "models" / "checkpoints"  # interp.models' own folder (a link in a checkout)
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
 # torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch; re-exported here
 from interp.specnames import BUILTINS as BUILTINS, check_former_name  # noqa: E402

@@ -23,6 +23,7 @@ not with the model's activations.
 from __future__ import annotations
 
 import linecache
+import os
 import math
 import sys
 import sysconfig
@@ -36,12 +37,15 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+import interp
 from interp.analyses.leakage.methods import _change, _scale, restrict
 from interp.modelinfo import context_length
 
 MAX_BYTES = 256 * 2**20  # reference outputs kept per window
 _TORCH_DIRS = tuple(str(Path(str(module.__file__)).resolve().parent) for module in (torch, einops))  # ops pass through these
-_TOOLKIT_DIRS = tuple(str(Path(__file__).resolve().parents[2] / name) for name in ("interp", "analyses"))
+_INTERP = Path(str(interp.__file__)).resolve().parent  # interp/ holds (a checkout: links to) models/ and analyses/
+_MODEL_DIRS = tuple({str(_INTERP / "models") + os.sep, str((_INTERP / "models").resolve()) + os.sep})  # our models: user code
+_TOOLKIT_DIRS = tuple({str(_INTERP) + os.sep, str((_INTERP / "analyses").resolve()) + os.sep})
 _LIBRARY_DIRS = tuple({str(Path(p).resolve()) for key in ("purelib", "platlib", "stdlib") if (p := sysconfig.get_paths().get(key))})
 
 
@@ -161,6 +165,8 @@ def _where(path: str) -> str:
     resolved = str(Path(path).resolve()) if not path.startswith("<") else path
     if resolved.startswith(_TORCH_DIRS) or path.startswith("<"):
         return "torch"
+    if resolved.startswith(_MODEL_DIRS):  # the toolkit's models are models like the user's (the zoo's leaks are theirs)
+        return "user"
     if resolved.startswith(_TOOLKIT_DIRS):
         return "toolkit"
     if resolved.startswith(_LIBRARY_DIRS):
