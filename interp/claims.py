@@ -34,6 +34,9 @@ claims tested together are corrected with Benjamini-Hochberg (`interp.stats`).
 
 Concrete claims live beside the metrics they use (`interp.analyses.claims`); this module is the
 machinery, and knows nothing of any particular metric.
+
+Over 600 lines because it holds the whole claim vocabulary (Claim, Evidence, Threshold, Verdict, Context,
+the evidence helpers and the verdict rules): every analysis imports these together, and the rules read all of them.
 """
 from __future__ import annotations
 

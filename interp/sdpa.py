@@ -39,6 +39,9 @@ called twice, e.g. shared layers, is refused); calls must be 4-D (batch, head, p
 the hooks fire only on the root model's forward (calling a submodule directly runs it
 unhooked); while a hook is live, every torch call of the forward passes through the mode
 (Python-level dispatch, small beside attention on these shapes: see benchmarks/bench_sdpa.py).
+
+Over 600 lines for one reason: the probe, the hook installation and the hand-written-attention
+recogniser share their call records and must change together; split, each half would import the other.
 """
 from __future__ import annotations
 
