@@ -47,6 +47,7 @@ from interp.analyses.head_types import (
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, masked_mean, stream
 from interp import launch
 from interp.data import PromptSet
+from interp.heads import head_label
 from interp.launch import Device, DType
 from interp.stats import head_frame
 from interp.validate import check_inputs
@@ -167,7 +168,7 @@ def nan_aware_frame(per_prompt: dict[str, torch.Tensor], *, seed: int = 0, layer
             layer, head = partial.nonzero()[0].tolist()
             prompts = nan[:, layer, head].nonzero().flatten().tolist()
             raise ValueError(
-                f"metric {name!r} is undefined on prompts {prompts[:5]} but defined on others for L{layer}H{head}; "
+                f"metric {name!r} is undefined on prompts {prompts[:5]} but defined on others for {head_label((layer, head))}; "
                 "those prompts are too short or fully padded: drop them."
             )
         defined[name] = values.nan_to_num(0.0)

@@ -34,13 +34,11 @@ from interp.interventions import (
     ABLATION_KINDS,
     AblationKind,
     AblationValues,
-    Head,
-    HeadLike,
     ReferenceActivations,
     check_heads,
-    head_label,
     reference_activations,
 )
+from interp.heads import Head, HeadLike, head_label
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
 
@@ -187,7 +185,7 @@ class AblationEngine:
             if layer == start:
                 change = values(layer, index, z_clean[:, :, index]) - z_clean[:, :, index]  # (batch, pos, d_head)
                 delta += model.head_write(layer, index, change)
-        later = [(layer, index) for layer, index in heads if layer > start]
+        later = [Head(layer, index) for layer, index in heads if layer > start]
         captured: dict[str, torch.Tensor] = {}
 
         def keep(act, hook):

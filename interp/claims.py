@@ -51,6 +51,7 @@ from transformer_lens.utilities.statistics import derive_generator
 
 from interp import launch
 from interp.data import PromptSet
+from interp.heads import Head, head_label
 from interp.validate import check_claims, check_model, check_prompts, check_seed
 from interp.stats import TooFewPrompts, benjamini_hochberg, bootstrap, sign_flip_test, spearman
 
@@ -127,7 +128,7 @@ class Claim:
 
     def __post_init__(self) -> None:
         try:
-            heads = tuple((int(l), int(h)) for l, h in self.heads)
+            heads = tuple(Head(int(l), int(h)) for l, h in self.heads)
         except (TypeError, ValueError):
             raise ValueError(f"claim {self.name!r}: heads={self.heads!r} must be (layer, head) pairs of integers, "
                              "e.g. ((0, 3),); pass () for a claim about the whole model.") from None
@@ -141,7 +142,7 @@ class Claim:
     @property
     def label(self) -> str:
         """Heads as `L{layer}H{head}`, several joined by ' ~ '; "model" for a whole-model claim."""
-        return " ~ ".join(f"L{l}H{h}" for l, h in self.heads) or "model"
+        return " ~ ".join(map(head_label, self.heads)) or "model"
 
     @property
     def layer(self) -> int | None:
@@ -396,13 +397,13 @@ def check_heads(model: torch.nn.Module, claims: Iterable[Claim]) -> None:
         for layer, head in claim.heads:
             if not 0 <= layer < len(sites):
                 raise ValueError(
-                    f"claim {claim.name!r} names head L{layer}H{head}, but the model has {len(sites)} attention "
+                    f"claim {claim.name!r} names head {head_label((layer, head))}, but the model has {len(sites)} attention "
                     f"layers (0..{len(sites) - 1}); pick a layer in that range."
                 )
             n_heads = sites[layer].n_heads
             if not 0 <= head < n_heads:
                 raise ValueError(
-                    f"claim {claim.name!r} names head L{layer}H{head}, but layer {layer} has {n_heads} heads "
+                    f"claim {claim.name!r} names head {head_label((layer, head))}, but layer {layer} has {n_heads} heads "
                     f"(0..{n_heads - 1}); pick a head in that range."
                 )
 

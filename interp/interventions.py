@@ -1,8 +1,9 @@
 """Interventions on attention heads: ablations and pattern substitution, as small named objects.
 
-Vocabulary (as in `interp.models.components`): a head is `(layer, head)`, labelled `L{layer}H{head}`;
-`z` (batch, pos, head, d_head) is pattern @ v, `result` (batch, pos, head, d_model) is a head's
-write to the residual stream, `pattern` (batch, head, query, key) is the post-softmax weights.
+Vocabulary (as in `interp.models.components`): a head is `(layer, head)` (an `interp.heads.Head`),
+labelled `L{layer}H{head}`; `z` (batch, pos, head, d_head) is pattern @ v, `result` (batch, pos,
+head, d_model) is a head's write to the residual stream, `pattern` (batch, head, query, key) is
+the post-softmax weights.
 
 - `HeadAblation(heads, kind, site)`: replace the heads' `z` (or `result`) by zero, by their
   per-position mean over reference prompts, or by their value on another reference prompt
@@ -21,7 +22,6 @@ removes its hooks in `finally` (through `interp.hooks.hooked`).
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Protocol, Sequence, Union, cast, get_args
 
@@ -34,6 +34,7 @@ from interp import distributed
 from interp.capture import stop_after
 from interp.data import PromptSet
 from interp.errors import BadType
+from interp.heads import Head, HeadLike, head_label, parse_head
 from interp.hooks import AttentionSite, attention_sites, hooked
 from interp.modelinfo import output_logits
 
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
     from typing_extensions import TypeIs
 
-Head = tuple[int, int]  # (layer, head)
-HeadLike = Union[Head, str]  # (layer, head) or a label "L1H3"
 AblationKind = Literal["zero", "mean", "resample"]
 AblationSite = Literal["z", "result"]
 IdealPattern = Literal["previous_token", "first_token", "self", "uniform"]
@@ -53,33 +52,9 @@ ABLATION_SITES: tuple[str, ...] = get_args(AblationSite)
 IDEAL_PATTERNS: tuple[str, ...] = get_args(IdealPattern)
 ROW_SUM_TOLERANCE = 1e-4  # a substituted pattern's rows must sum to one within this
 
-_LABEL = re.compile(r"^L(\d+)H(\d+)$")
-
 
 # ---------------------------------------------------------------------------------------------
 # heads
-
-
-def head_label(head: Head) -> str:
-    return f"L{head[0]}H{head[1]}"
-
-
-def parse_head(head: HeadLike) -> Head:
-    """(layer, head) from a pair or an `L{l}H{h}` label; a clear error for anything else."""
-    if isinstance(head, str):
-        match = _LABEL.match(head.strip())
-        if not match:
-            raise ValueError(f"head label {head!r} is not of the form 'L{{layer}}H{{head}}' (e.g. 'L1H3').")
-        return int(match.group(1)), int(match.group(2))
-    try:
-        layer, index = head
-        if isinstance(layer, bool) or isinstance(index, bool):
-            raise TypeError
-        return int(layer), int(index)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"head {head!r} is not a (layer, head) pair of integers or an 'L{{layer}}H{{head}}' label."
-        ) from None
 
 
 def _is_one_head(heads: HeadLike | Iterable[HeadLike]) -> TypeIs[HeadLike]:
@@ -90,7 +65,7 @@ def _is_one_head(heads: HeadLike | Iterable[HeadLike]) -> TypeIs[HeadLike]:
 
 
 def parse_heads(heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
-    """A tuple of (layer, head) from one head or many (pairs or labels), duplicates removed, order kept."""
+    """A tuple of Heads from one head or many (pairs or labels), duplicates removed, order kept."""
     many = [heads] if _is_one_head(heads) else heads
     parsed = tuple(dict.fromkeys(parse_head(h) for h in many))
     if not parsed:
@@ -100,7 +75,7 @@ def parse_heads(heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
 
 def all_heads(model: nn.Module) -> tuple[Head, ...]:
     """Every (layer, head) of the model, in forward order."""
-    return tuple((site.layer, h) for site in attention_sites(model) for h in range(site.n_heads))
+    return tuple(Head(site.layer, h) for site in attention_sites(model) for h in range(site.n_heads))
 
 
 def check_heads(model: nn.Module, heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
@@ -271,7 +246,7 @@ class AblationValues:
         n_ref = pool.shape[0]
         if self.prompt_index is not None:
             return self._resample_keyed(layer, head, clean, pool, self.prompt_index)
-        gen = self.generators.setdefault((layer, head), derive_generator(self.seed, "resample", layer, head))
+        gen = self.generators.setdefault(Head(layer, head), derive_generator(self.seed, "resample", layer, head))
         index = torch.randint(0, n_ref, (batch,), generator=gen)
         chosen = pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
         same = (chosen == clean).flatten(1).all(1).cpu()
@@ -297,7 +272,7 @@ class AblationValues:
 
 
 def _resolve_reference(
-    model: nn.Module, heads: Iterable[Head], kind: str, site: AblationSite,
+    model: nn.Module, heads: Iterable[tuple[int, int]], kind: str, site: AblationSite,
     reference: PromptSet | ReferenceActivations | None,
 ) -> ReferenceActivations | None:
     if kind == "zero":
@@ -330,7 +305,7 @@ class HeadAblation:
     prompt the head's value on another, randomly chosen reference prompt (seeded per head).
     """
 
-    heads: tuple[Head, ...]
+    heads: tuple[tuple[int, int], ...]  # parsed into Heads
     kind: AblationKind = "mean"
     site: AblationSite = "z"
 
@@ -630,7 +605,7 @@ class PatternSubstitution:
     its weights shuffled among the allowed keys of each row), or a `PatternSource`.
     """
 
-    head: Head
+    head: tuple[int, int]  # parsed into a Head
     pattern: str | PatternSource | None = "uniform"
     permute: bool = False
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protoc
 
 from torch import nn
 
+from interp.heads import head_label
+
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
 
@@ -53,7 +55,7 @@ class AttentionSite:
         return self.hooks[role]
 
     def label(self, head: int) -> str:
-        return f"L{self.layer}H{head}"
+        return head_label((self.layer, head))
 
 
 class HookRoot(Protocol):

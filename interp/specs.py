@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, get_args
 
 from interp.errors import BadInput
+from interp.heads import Head, head_label, parse_head
 from interp.validate import check_head_pair
 
 PromptKind = Literal["repeated", "random", "text"]
 PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
 Expect = Literal["supported", "refuted"]
 
-_HEAD = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*$", re.IGNORECASE)
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
@@ -276,7 +276,7 @@ class ClaimEntry:
     """One claim line of a claims file: which heads, which kind, which verdict is expected."""
 
     target: str  # "L1H2", "L0H1 ~ L0H3" or "model"
-    heads: tuple[tuple[int, int], ...]  # ((layer, head), ...); empty for a model claim
+    heads: tuple[Head, ...]  # ((layer, head), ...); empty for a model claim
     kind: str  # claim kind, e.g. "induction"
     expect: Expect = "supported"
     line: int = 0  # 1-based line in the file (0 when unknown)
@@ -300,15 +300,7 @@ class ClaimsFile:
 _TOP_KEYS = ("model", "alpha", "prompts", "claims")
 
 
-def parse_head(label: str) -> tuple[int, int]:
-    """'L1H2' -> (1, 2)."""
-    match = _HEAD.match(label)
-    if not match:
-        raise SpecError(f"{label!r} is not a head label; expected L{{layer}}H{{head}}, e.g. 'L1H2'.")
-    return int(match.group(1)), int(match.group(2))
-
-
-def parse_heads_flag(text: str | None) -> tuple[tuple[int, int], ...] | None:
+def parse_heads_flag(text: str | None) -> tuple[Head, ...] | None:
     """'L0H1,L1H2' -> ((0, 1), (1, 2)); None stays None."""
     if text is None:
         return None
@@ -445,13 +437,13 @@ def _claim_entries(document: dict[str, Any], source: _ClaimsSource, kinds: list[
     return tuple(entries)
 
 
-def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tuple[tuple[int, int], ...]]:
+def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tuple[Head, ...]]:
     """A [claims] key as (label, heads): "model" -> ("model", ()), "L0H1~L0H3" -> ("L0H1 ~ L0H3", ((0, 1), (0, 3)))."""
     if target.lower() == "model":
         return target, ()
     try:
         heads = tuple(parse_head(part) for part in target.split("~"))
-    except SpecError as error:
+    except BadInput as error:
         raise source.fail(f"{error} Pairs are written \"L0H1 ~ L0H3\"; a whole-model claim uses the key model.", line) from None
     if len(heads) > 2:
         raise source.fail(f"{target!r}: a claim is about one head or a pair of heads (\"L0H1 ~ L0H3\").", line)
@@ -460,7 +452,7 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
             check_head_pair(*heads, what="pair")
         except BadInput as error:
             raise source.fail(str(error), line) from None
-    return " ~ ".join(f"L{l}H{h}" for l, h in heads), heads
+    return " ~ ".join(map(head_label, heads)), heads
 
 
 def _claim_kind(raw: str, kinds: list[str] | None, source: _ClaimsSource, *, target: str, line: int) -> tuple[str, Expect]:

@@ -26,6 +26,7 @@ import numbers
 from typing import Any
 
 from interp.errors import BadInput, BadType
+from interp.heads import head_label
 
 SEED_MAX = 2**32 - 1  # torch generators take 64 bits; analyses add small offsets to a seed, so 32 leave room
 PROMPT_HELP = "build one with interp.data.repeated_tokens, random_tokens, text_prompts or pad"
@@ -131,8 +132,8 @@ def check_seed(seed: Any, where: str = "") -> int:
 def check_head_pair(a: tuple[int, int], b: tuple[int, int], what: str) -> None:
     """A claim about two heads needs two different heads."""
     if tuple(a) == tuple(b):
-        label = f"L{a[0]}H{a[1]}"
-        raise BadInput(f"a {what} claim pairs {label} with itself; name two different heads, e.g. \"{label} ~ L{a[0]}H{a[1] + 1}\".")
+        label = head_label(a)
+        raise BadInput(f"a {what} claim pairs {label} with itself; name two different heads, e.g. \"{label} ~ {head_label((a[0], a[1] + 1))}\".")
 
 
 def check_claims(claims: Any, claim_type: type, where: str = "test_claims") -> list:

@@ -60,6 +60,7 @@ LOCAL_WINDOW = 3  # width of the local_window role
 
 
 def head_label(layer: int, head: int) -> str:
+    # interp.heads.head_label's format, written out: models/ imports nothing above it
     return f"L{layer}H{head}"
 
 

@@ -136,7 +136,7 @@ def evaluate_induction(model, prefix_len: int, *, offset: int = 0, bos: int | No
         pattern = cache[name]  # (n, head, query, key)
         prev_score = pattern[:, :, query, query - 1].mean(dim=(0, 2))  # (head,)
         ind_score = pattern[:, :, repeat_query, repeat_query - prefix_len + 1].mean(dim=(0, 2))  # (head,)
-        for head in range(model.cfg.n_heads):
+        for head in range(model.cfg.n_heads):  # labels as interp.heads.head_label (models/ imports nothing above it)
             prev[f"L{layer}H{head}"] = round(float(prev_score[head]), 4)
             induction[f"L{layer}H{head}"] = round(float(ind_score[head]), 4)
     return {"prefix_len": prefix_len, "offset": offset, "bos": bos,

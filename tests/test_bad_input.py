@@ -117,7 +117,8 @@ def _api_cases():
     from interp.analyses import induction, positional, redundancy
     from interp.analyses.leakage import audit
     from interp.interventions import substitute_pattern
-    from interp.specs import build_prompts, parse_head, parse_layers_flag
+    from interp.heads import parse_head
+    from interp.specs import build_prompts, parse_layers_flag
 
     def load(spec):
         import interp
@@ -200,7 +201,7 @@ def _api_cases():
         ("PromptSpec seed negative", lambda f: PromptSpec(seed=-1), SpecError, "seed=-1"),
         ("PromptSpec seed 2**70", lambda f: PromptSpec(seed=2**70), SpecError, f"seed={2**70}"),
         ("PromptSpec float n", lambda f: PromptSpec(n=2.5), SpecError, "n=2.5"),
-        ("head label", lambda f: parse_head("L1X2"), SpecError, "'L1X2'"),
+        ("head label", lambda f: parse_head("L1X2"), BadInput, "'L1X2'"),
         ("layers flag", lambda f: parse_layers_flag("0-x"), SpecError, "'0-x'"),
         ("JSON floats", lambda f: _json_prompts(f / "floats.json", VOCAB), SpecError, r"row 0, position 0 holds 1\.5"),
         ("JSON negative", lambda f: _json_prompts(f / "negative.json", VOCAB), SpecError, r"position 1 holds token id -3"),

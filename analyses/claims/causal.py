@@ -36,6 +36,7 @@ from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_be
 from interp.capture import MomentAccumulator, stream
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, ratio_evidence
 from interp.data import PromptSet
+from interp.heads import head_label
 from interp.hooks import attention_sites
 from interp.interventions import HeadAblation, PatternSource, PatternSubstitution
 from interp.run import Run
@@ -197,7 +198,7 @@ class Necessity:
                 notes = f"; removes {extra['advantage_removed']:.0%} of the repeat advantage"
                 if delta_group is not None:
                     extra["advantage_removed_role_group"] = delta_group / gap
-                    labels = "+".join(f"L{l}H{h}" for l, h in group)
+                    labels = "+".join(map(head_label, group))
                     notes += f", {labels} together {extra['advantage_removed_role_group']:.0%}"
         ev = difference_evidence("necessity", delta, delta_others, ctx, what=f"ablating {claim.label} minus comparable heads",
                                  extra=extra)

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _label, _parse_pairs, redundancy_run
+from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _parse_pairs, redundancy_run
 from interp.analyses.redundancy.interaction import compensation
 from interp.behaviour import BehaviourLike
 from interp.claims import (
@@ -26,7 +26,8 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet
-from interp.interventions import AblationKind, Head, HeadAblation, HeadLike, check_heads, parse_head
+from interp.heads import HeadLike, head_label, parse_head
+from interp.interventions import AblationKind, HeadAblation, check_heads
 from interp.run import Run
 from interp.validate import check_head_pair, check_inputs
 
@@ -51,7 +52,7 @@ class _AblationDeltas:
         """Evidence extras, with the behaviour measured (the verdict table's `behaviour` column)."""
         return {**extra, "behaviour": pair_run(ctx, self.behaviour, self.batch_size).behaviour.describe(ctx.prompts)}
 
-    def deltas(self, ctx: Context, head_sets: Sequence[tuple[Head, ...]]) -> list[torch.Tensor]:
+    def deltas(self, ctx: Context, head_sets: Sequence[tuple[tuple[int, int], ...]]) -> list[torch.Tensor]:
         run = pair_run(ctx, self.behaviour, self.batch_size)
         return [e.values for e in run.effects([HeadAblation(tuple(sorted(heads)), self.method) for heads in head_sets])]
 
@@ -67,7 +68,7 @@ class _EachAloneCheap(_AblationDeltas):
         delta_a, delta_b = self.deltas(ctx, [(a,), (b,)])
         worst = torch.maximum(delta_a, delta_b)
         return threshold_evidence("sufficiency", worst, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
-                                  what=f"worse of the loss changes ablating {_label(a)} alone, {_label(b)} alone",
+                                  what=f"worse of the loss changes ablating {head_label(a)} alone, {head_label(b)} alone",
                                   decisive=True, extra=self.named(ctx, delta_a=float(delta_a.mean()), delta_b=float(delta_b.mean())))
 
 
@@ -91,7 +92,7 @@ class _Superadditive(_AblationDeltas):
         a, b = claim.heads
         delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
         return difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
-                                   what=f"interaction delta({claim.label}) - delta({_label(a)}) - delta({_label(b)})",
+                                   what=f"interaction delta({claim.label}) - delta({head_label(a)}) - delta({head_label(b)})",
                                    extra=self.named(ctx))
 
 
@@ -121,16 +122,16 @@ class _Compensates:
         a, b = claim.heads
         if a[0] <= b[0]:
             return Evidence.unmeasured(self.kind, rule="A after B", passed=False, decisive=True, n_prompts=len(ctx.prompts),
-                                       detail=f"{_label(a)} (layer {a[0]}) is not in a later layer than {_label(b)} "
-                                              f"(layer {b[0]}), so it cannot respond to {_label(b)}'s ablation")
+                                       detail=f"{head_label(a)} (layer {a[0]}) is not in a later layer than {head_label(b)} "
+                                              f"(layer {b[0]}), so it cannot respond to {head_label(b)}'s ablation")
         run = pair_run(ctx, self.behaviour, self.batch_size)
         result = ctx.cached(("pair-compensation", self.method, self.behaviour, self.batch_size, b),
                             lambda: compensation(run, method=self.method, heads=[b]))
         per_prompt = result.per_prompt[(b, a)]
         if self.kind == "observational":
-            values, what = per_prompt["takeover"], f"fraction of {_label(b)}'s write that {_label(a)} takes over when {_label(b)} is ablated"
+            values, what = per_prompt["takeover"], f"fraction of {head_label(b)}'s write that {head_label(a)} takes over when {head_label(b)} is ablated"
         else:
-            values, what = per_prompt["compensation"], f"growth of {_label(a)}'s direct effect on the loss when {_label(b)} is ablated"
+            values, what = per_prompt["compensation"], f"growth of {head_label(a)}'s direct effect on the loss when {head_label(b)} is ablated"
         return difference_evidence(self.kind, values, torch.zeros_like(values), ctx, margin=0.0, decisive=True, what=what,
                                    extra={"alignment": float(per_prompt["alignment"].mean()),
                                           "behaviour": result.effects.attrs.get("behaviour", "")})
@@ -144,7 +145,7 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
     check_head_pair(a, b, "redundant")
     common: dict[str, Any] = dict(method=method, batch_size=batch_size, behaviour=behaviour)
     return Claim(
-        "redundant", (a, b), f"{_label(a)} and {_label(b)} are redundant",
+        "redundant", (a, b), f"{head_label(a)} and {head_label(b)} are redundant",
         params={"margin": margin, "method": method},
         thresholds={"sufficiency": Threshold(margin, MARGIN_SOURCE, "below"),
                     "necessity": Threshold(margin, MARGIN_SOURCE, "above")},
@@ -156,7 +157,7 @@ def redundant_claim(a: HeadLike, b: HeadLike, *, margin: float = DEFAULT_MARGIN,
 def dispensable_claim(a: HeadLike, *, margin: float = DEFAULT_MARGIN, method: AblationKind = "mean", batch_size: int = 16, behaviour: BehaviourLike = None) -> Claim:
     """"A is dispensable": ablating it alone changes the loss by less than `margin` (CI wholly below)."""
     a = parse_head(a)
-    return Claim("dispensable", (a,), f"{_label(a)} is dispensable", params={"margin": margin, "method": method},
+    return Claim("dispensable", (a,), f"{head_label(a)} is dispensable", params={"margin": margin, "method": method},
                  thresholds={"observational": Threshold(margin, MARGIN_SOURCE, "below")},
                  evidence={"observational": _Cheap(method=method, batch_size=batch_size, margin=margin,
                                                     behaviour=behaviour)})
@@ -176,7 +177,7 @@ def backup_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", bat
     a, b = parse_head(a), parse_head(b)
     check_head_pair(a, b, "backs_up")
     common: dict[str, Any] = dict(method=method, batch_size=batch_size, behaviour=behaviour)
-    return Claim("backs_up", (a, b), f"{_label(a)} backs up {_label(b)}", params={"method": method},
+    return Claim("backs_up", (a, b), f"{head_label(a)} backs up {head_label(b)}", params={"method": method},
                  evidence={"observational": _Compensates("observational", **common),
                            "necessity": _Compensates("necessity", **common)})
 

@@ -45,6 +45,7 @@ from interp.analyses.head_types import (
     offset_type,
 )
 from interp.claims import Claim, EvidenceFn, Stability, Threshold
+from interp.heads import head_label
 
 ClaimKind = Literal[
     "previous_token", "next_token", "self_token", "first_token", "local_window", "induction", "duplicate_token",
@@ -53,10 +54,6 @@ ClaimKind = Literal[
 CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)  # the built-in kinds; `PRESETS` also has registered head types
 # short citations (the titles are in the module docstring's references): CLARK, VOITA, ... from interp.analyses.head_types
 SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
-
-
-def _label(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 def head_type_claim(head_type: HeadType | str, layer: int, head: int, *, threshold: float | None = None,
@@ -87,7 +84,7 @@ def head_type_claim(head_type: HeadType | str, layer: int, head: int, *, thresho
         thresholds["sufficiency"] = Threshold(t.sufficiency if sufficiency is None else sufficiency, SUFFICIENCY)
     if t.copying is not None:
         thresholds["copying"] = Threshold(t.copying if copying is None else copying, ELHAGE)
-    return Claim(t.name, ((layer, head),), t.describe(_label(layer, head), threshold, **values),
+    return Claim(t.name, ((layer, head),), t.describe(head_label((layer, head)), threshold, **values),
                  HeadTypeParams(t, tuple(values.items())), thresholds, evidence)
 
 
@@ -176,7 +173,7 @@ def positional_head(layer: int, head: int, *, offset: int | str | None = None, t
         "stability": Stability(),
     }
     return Claim("positional", ((layer, head),),
-                 f"{_label(layer, head)} is positional: its maximum weight sits at {where} for >= {threshold:.0%} of queries, "
+                 f"{head_label((layer, head))} is positional: its maximum weight sits at {where} for >= {threshold:.0%} of queries, "
                  "whatever the tokens",
                  PositionalParams(offset), {"observational": Threshold(threshold, VOITA)}, evidence)
 

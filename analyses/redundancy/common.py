@@ -11,7 +11,8 @@ from torch import nn
 
 from interp.behaviour import next_token_loss
 from interp.data import PromptSet
-from interp.interventions import ABLATION_KINDS, Head, check_heads, head_label
+from interp.heads import Head, head_label
+from interp.interventions import ABLATION_KINDS, check_heads
 from interp.run import Run, as_run
 from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap
 
@@ -56,17 +57,13 @@ def _ci(values: torch.Tensor, *, seed: int, label: str, chunk: int = 64) -> tupl
     return mean, low, high
 
 
-def _label(head: Head) -> str:
-    return head_label(head)
-
-
 def _pairs_frame(pairs: Sequence[tuple[Head, Head]], metrics: dict[str, torch.Tensor], n_prompts: int, *,
                  main: str, seed: int, diagonal: float = np.nan) -> pd.DataFrame:
     """One row per pair: layer_a, head_a, layer_b, head_b, labels, metrics with CIs, n_prompts."""
     columns: dict[str, object] = {
         "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
         "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
-        "label_a": [_label(a) for a, _ in pairs], "label_b": [_label(b) for _, b in pairs],
+        "label_a": [head_label(a) for a, _ in pairs], "label_b": [head_label(b) for _, b in pairs],
     }
     for name, values in metrics.items():
         mean, low, high = _ci(values, seed=seed, label=name)
@@ -82,7 +79,7 @@ def _pairs_frame(pairs: Sequence[tuple[Head, Head]], metrics: dict[str, torch.Te
 def _heads_frame(heads: Sequence[Head], metrics: dict[str, torch.Tensor], n_prompts: int, *, main: str, seed: int) -> pd.DataFrame:
     """One row per head: layer, head, label, metrics with CIs (main: ci_low / ci_high), n_prompts."""
     columns: dict[str, object] = {"layer": [h[0] for h in heads], "head": [h[1] for h in heads],
-                                  "label": [_label(h) for h in heads]}
+                                  "label": [head_label(h) for h in heads]}
     for name, values in metrics.items():
         mean, low, high = _ci(values, seed=seed, label=name)
         columns[name] = mean
@@ -107,7 +104,7 @@ def _parse_pairs(model: nn.Module, pairs) -> list[tuple[Head, Head]]:
             raise ValueError(f"pair {pair!r} is not two heads, e.g. ((0, 1), (1, 2)) or ('L0H1', 'L1H2').") from None
         a, b = check_heads(model, [a])[0], check_heads(model, [b])[0]
         if a == b:
-            raise ValueError(f"pair ({_label(a)}, {_label(b)}) names the same head twice; pass two different heads.")
+            raise ValueError(f"pair ({head_label(a)}, {head_label(b)}) names the same head twice; pass two different heads.")
         out.append((a, b))
     if not out:
         raise ValueError("no pairs given; pass pairs=[((l, h), (l, h)), ...] or pairs=k to have k suggested.")

@@ -20,12 +20,12 @@ from interp.analyses.redundancy.common import (
     _check_n,
     _ci,
     _heads_frame,
-    _label,
 )
 from interp.behaviour import BehaviourLike, clean_summaries, final_output
 from interp.data import PromptSet
 from interp.hooks import hooked
-from interp.interventions import AblationKind, AblationValues, Head, HeadAblation, ReferenceActivations, all_heads
+from interp.heads import Head, head_label
+from interp.interventions import AblationKind, AblationValues, HeadAblation, ReferenceActivations, all_heads
 from interp.launch import Device, DType
 from interp.stats import sign_flip_test, spearman
 from interp.run import Run
@@ -161,7 +161,7 @@ def _batch_hessian(engine: _ablation.AblationEngine, batch: PromptSet, heads: Se
         def hook(z: torch.Tensor, hook=None) -> torch.Tensor:  # (batch, pos, head, d_head)
             with torch.no_grad():
                 base = torch.stack([values(site.layer, h, z[:, :, h].detach()) for h in range(site.n_heads)], dim=2)
-            scale = torch.stack([mask[index[(site.layer, h)]] for h in range(site.n_heads)])
+            scale = torch.stack([mask[index[Head(site.layer, h)]] for h in range(site.n_heads)])
             return base + einops.rearrange(scale, "head -> 1 1 head 1") * (z - base)
         return hook
 
@@ -215,7 +215,7 @@ def second_order(
     frame = pd.DataFrame({
         "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
         "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
-        "label_a": [_label(a) for a, _ in pairs], "label_b": [_label(b) for _, b in pairs],
+        "label_a": [head_label(a) for a, _ in pairs], "label_b": [head_label(b) for _, b in pairs],
         "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
         "n_prompts": len(run.prompts),
     })
@@ -276,7 +276,7 @@ def pruning_curve(
     frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=run.seed)
     frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
                        behaviour=run.behaviour.describe(run.prompts),
-                       importance_order=[_label(h) for h in order])
+                       importance_order=[head_label(h) for h in order])
     return frame
 
 
@@ -292,7 +292,7 @@ def _pruning_frame(by_order: dict[str, torch.Tensor], clean: torch.Tensor, order
         ok = rise_high < margin
         n_removable[name] = int(np.argmin(ok)) - 1 if not ok.all() else n
         for k in range(n + 1):
-            removed = _label(order[k - 1]) if (name == "importance" and k) else ""
+            removed = head_label(order[k - 1]) if (name == "importance" and k) else ""
             rows.append({"order": name, "n_removed": k, "removed": removed, "loss": loss_mean[k], "ci_low": loss_low[k],
                          "ci_high": loss_high[k], "rise": rise_mean[k], "rise_ci_low": rise_low[k],
                          "rise_ci_high": rise_high[k], "n_prompts": losses.shape[1]})

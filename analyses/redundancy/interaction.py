@@ -20,13 +20,12 @@ from interp.data import PromptSet
 from interp.interventions import (
     AblationKind,
     AblationValues,
-    Head,
     HeadAblation,
-    HeadLike,
     ReferenceActivations,
     all_heads,
     check_heads,
 )
+from interp.heads import Head, HeadLike
 from interp.launch import Device, DType
 from interp.stats import benjamini_hochberg, sign_flip_test
 from interp.run import Run

@@ -12,13 +12,14 @@ import torch
 from torch import nn
 
 from interp import launch
-from interp.analyses.redundancy.common import _all_pairs, _check_n, _label, _pairs_frame
+from interp.analyses.redundancy.common import _all_pairs, _check_n, _pairs_frame
 from interp.analyses.redundancy.importance import second_order
 from interp.behaviour import BehaviourLike
 from interp.capture import stream
 from interp.data import PromptSet
 from interp.hooks import attention_sites
-from interp.interventions import AblationKind, Head, all_heads, parse_head
+from interp.heads import Head, head_label, parse_head
+from interp.interventions import AblationKind, all_heads
 from interp.launch import Device, DType
 from interp.validate import check_inputs
 
@@ -37,8 +38,8 @@ def to_matrix(frame: pd.DataFrame, metric: str | None = None, *, diagonal: float
     metric = metric or frame.attrs.get("metric")
     if metric not in frame.columns:
         raise KeyError(f"metric {metric!r} is not a column; choose one of {list(frame.columns)}.")
-    labels_a = [_label(h) for h in zip(frame.layer_a, frame.head_a)]
-    labels_b = [_label(h) for h in zip(frame.layer_b, frame.head_b)]
+    labels_a = [head_label(h) for h in zip(frame.layer_a, frame.head_a)]
+    labels_b = [head_label(h) for h in zip(frame.layer_b, frame.head_b)]
     order = sorted(set(labels_a) | set(labels_b), key=lambda s: parse_head(s))
     square = pd.DataFrame(np.nan, index=pd.Index(order, name="head"), columns=pd.Index(order, name="head"))
     for a, b, value in zip(labels_a, labels_b, frame[metric]):
@@ -227,4 +228,4 @@ def suggest_pairs(
     else:
         frame = second_order(model, prompts, method, behaviour=behaviour, batch_size=batch_size,
                              seed=seed).nlargest(k, "interaction_estimate")
-    return [((int(r.layer_a), int(r.head_a)), (int(r.layer_b), int(r.head_b))) for r in frame.itertuples()]
+    return [(Head(int(r.layer_a), int(r.head_a)), Head(int(r.layer_b), int(r.head_b))) for r in frame.itertuples()]

@@ -15,6 +15,7 @@ import pandas as pd
 
 import interp.analyses.report.format as fmt
 from interp.analyses.report.pipeline import ReportData
+from interp.heads import head_label
 
 
 def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
@@ -105,7 +106,7 @@ def _measured_findings(data: ReportData) -> list[dict[str, str]]:
     rows = []
     if data.importance is not None and len(data.importance):
         top = data.importance.sort_values("delta_loss", ascending=False).iloc[0]
-        rows.append({"finding": "most important head (mean ablation)", "heads": f"L{top['layer']}H{top['head']}",
+        rows.append({"finding": "most important head (mean ablation)", "heads": head_label((top["layer"], top["head"])),
                      "evidence": "loss " + _interval_text(top["delta_loss"], top["ci_low"], top["ci_high"],
                                                               data.importance.attrs.get("unit")),
                      "verdict": "measured"})

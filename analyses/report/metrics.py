@@ -16,6 +16,7 @@ from torch import nn
 
 from interp import distributed
 from interp.data import PromptSet
+from interp.heads import head_label
 from interp.hooks import attention_sites, hooked
 
 
@@ -37,7 +38,7 @@ def select_heads(
         unknown = [lh for lh in heads if lh not in every]
         if unknown:
             shape = ", ".join(f"layer {s.layer}: heads 0..{s.n_heads - 1}" for s in sites)
-            raise ValueError(f"head L{unknown[0][0]}H{unknown[0][1]} does not exist ({shape}).")
+            raise ValueError(f"head {head_label(unknown[0])} does not exist ({shape}).")
         chosen = [lh for lh in chosen if lh in heads]
     if not chosen:
         raise ValueError(f"the selection (layers={layers}, heads={heads}) leaves no heads; widen it.")
@@ -105,7 +106,7 @@ def head_metrics(
         frame = frame.merge(scores[extra], on=["layer", "head"], how="left")
     kept = set(chosen)
     frame = frame[[(l, h) in kept for l, h in zip(frame["layer"], frame["head"])]].reset_index(drop=True)
-    frame.insert(0, "label", [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])])
+    frame.insert(0, "label", list(map(head_label, zip(frame["layer"], frame["head"]))))
     if "n_prompts" in frame.columns:  # keep n_prompts last
         frame = frame[[c for c in frame.columns if c != "n_prompts"] + ["n_prompts"]]
     return frame

@@ -23,6 +23,7 @@ from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern
 from interp import launch
 from interp.claims import DEFAULT_EVIDENCE
 from interp.data import PromptSet
+from interp.heads import head_label
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
@@ -166,7 +167,7 @@ def compute(
     methods = paragraphs(prompts, seed=seed, leakage=results["leakage"], has_loss=has_loss, claims=claims,
                          verdicts=verdicts, top_pairs=TOP_PAIRS)
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": [f"L{l}H{h}" for l, h in chosen], "colour_scale": colour_scale,
+                "heads": list(map(head_label, chosen)), "colour_scale": colour_scale,
                 "evidence": list(evidence or DEFAULT_EVIDENCE), "max_cards": max_cards}
     summary = model_summary(model, spec)
     _name_behaviour(model, measured, prompts, methods, settings, summary)
@@ -323,7 +324,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None,
         heads += [by_name[name] for name in pinned["name"]]
     frame = pd.concat(frames, ignore_index=True, sort=False)
     if "label" not in frame.columns:
-        frame["label"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
+        frame["label"] = list(map(head_label, zip(frame["layer"], frame["head"])))
     keep = set(chosen)
     kept = [not subject or any(lh in keep for lh in subject) for subject in heads]
     frame = frame[kept].reset_index(drop=True)
@@ -338,7 +339,7 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
         return None
     pairs = redundancy.pattern_similarity(model, prompts, seed=seed)
     matrix = redundancy.to_matrix(pairs, "similarity", diagonal=1.0)
-    labels = [f"L{l}H{h}" for l, h in chosen]
+    labels = list(map(head_label, chosen))
     return matrix.loc[labels, labels]
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from interp.data import PromptSet
+from interp.heads import head_label
 from interp.hooks import attention_sites, hooked
 
 MAX_PROMPTS = 4  # prompts embedded in the page
@@ -103,7 +104,7 @@ def viewer_data(model: nn.Module, prompts: PromptSet, heads: Sequence[tuple[int,
         blocks.append(np.rint(block.clamp(0, 1).numpy() * LEVELS).astype(np.uint8))
         tokens.append(token_strings(model, chosen.tokens[i, real].tolist()))
     causal = bool(attention_sites(model)[0].causal)
-    return ViewerData(tokens, [f"L{l}H{h}" for l, h in heads], blocks, causal)
+    return ViewerData(tokens, list(map(head_label, heads)), blocks, causal)
 
 
 def _asset(name: str) -> str:
