@@ -46,7 +46,7 @@ from torch import nn
 
 from interp import launch
 from interp.behaviour import Behaviour, BehaviourLike, Positions, as_behaviour, batched_ablation_values, clean_summaries, measure
-from interp.data import PromptSet
+from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput
 from interp.interventions import (
     ABLATION_KINDS,
@@ -56,6 +56,7 @@ from interp.interventions import (
     reference_activations,
 )
 from interp.launch import Device, DType
+from interp.modelinfo import context_length, vocab_size
 from interp.stats import bootstrap
 from interp.validate import check_inputs
 
@@ -133,6 +134,7 @@ class Run:
         if strategy not in STRATEGIES:
             raise BadInput(f"Run: strategy={strategy!r}; expected one of {list(STRATEGIES)}.")
         self.model = launch.move(model, device=device, dtype=dtype, copy=True)
+        check_prompts(prompts, n_ctx=context_length(self.model), d_vocab=vocab_size(self.model))  # plain models too
         self.prompts = prompts
         self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
         self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
@@ -172,6 +174,7 @@ class Run:
     def on(self, prompts: PromptSet) -> "Run":
         """The same model, behaviour and settings on other prompts (the memo is shared: its keys hold the prompts' content)."""
         check_inputs("Run.on", self.model, prompts, seed=self.seed)
+        check_prompts(prompts, n_ctx=context_length(self.model), d_vocab=vocab_size(self.model))
         other = Run.__new__(Run)
         other.__dict__.update(self.__dict__)
         other.prompts, other._derived = prompts, {}
