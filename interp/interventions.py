@@ -16,8 +16,12 @@ the post-softmax weights.
   On a GPU that is the usual win; on these CPUs it measured about 2x *slower* than one
   forward per head (`python -m benchmarks redundancy` measures it), so analyses do not rely on it there.
 
+- `PatternSubstitution(head, pattern, permute)`: the same substitution as an intervention of `interp.Run`.
+
 Hook names always come from `interp.hooks.attention_sites(model)`; every context manager
-removes its hooks in `finally` (through `interp.hooks.hooked`).
+removes its hooks in `finally` (through `interp.hooks.hooked`). Over 600 lines because every
+intervention shares the reference values, the site lookup and the checks kept here; `interp.Run`
+and the analyses import them as one vocabulary.
 """
 from __future__ import annotations
 
