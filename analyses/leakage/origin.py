@@ -46,6 +46,7 @@ _TORCH_DIRS = tuple(str(Path(str(module.__file__)).resolve().parent) for module 
 _INTERP = Path(str(interp.__file__)).resolve().parent  # interp/ holds (a checkout: links to) models/ and analyses/
 _MODEL_DIRS = tuple({str(_INTERP / "models") + os.sep, str((_INTERP / "models").resolve()) + os.sep})  # our models: user code
 _TOOLKIT_DIRS = tuple({str(_INTERP) + os.sep, str((_INTERP / "analyses").resolve()) + os.sep})
+_INSTALLED = {"site-packages", "dist-packages"}  # installed code, whichever environment's path put it there
 _LIBRARY_DIRS = tuple({str(Path(p).resolve()) for key in ("purelib", "platlib", "stdlib") if (p := sysconfig.get_paths().get(key))})
 
 
@@ -169,7 +170,7 @@ def _where(path: str) -> str:
         return "user"
     if resolved.startswith(_TOOLKIT_DIRS):
         return "toolkit"
-    if resolved.startswith(_LIBRARY_DIRS):
+    if resolved.startswith(_LIBRARY_DIRS) or _INSTALLED.intersection(Path(resolved).parts):
         return "library"
     return "user"
 
