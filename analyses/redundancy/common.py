@@ -57,21 +57,31 @@ def _ci(values: torch.Tensor, *, seed: int, label: str, chunk: int = 64) -> tupl
     return mean, low, high
 
 
-def _pairs_frame(pairs: Sequence[tuple[Head, Head]], metrics: dict[str, torch.Tensor], n_prompts: int, *,
-                 main: str, seed: int, diagonal: float = np.nan) -> pd.DataFrame:
-    """One row per pair: layer_a, head_a, layer_b, head_b, labels, metrics with CIs, n_prompts."""
-    columns: dict[str, object] = {
+def _pair_columns(pairs: Sequence[tuple[Head, Head]]) -> dict[str, object]:
+    """The columns naming each pair: layer_a, head_a, layer_b, head_b, label_a, label_b."""
+    return {
         "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
         "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
         "label_a": [head_label(a) for a, _ in pairs], "label_b": [head_label(b) for _, b in pairs],
     }
+
+
+def _with_metrics(columns: dict[str, object], metrics: dict[str, torch.Tensor], n_prompts: int, *, main: str,
+                  seed: int) -> pd.DataFrame:
+    """`columns` plus each metric's mean and CI over prompts (the main metric's as ci_low / ci_high), n_prompts."""
     for name, values in metrics.items():
         mean, low, high = _ci(values, seed=seed, label=name)
         columns[name] = mean
         columns["ci_low" if name == main else f"{name}_ci_low"] = low
         columns["ci_high" if name == main else f"{name}_ci_high"] = high
     columns["n_prompts"] = n_prompts
-    frame = pd.DataFrame(columns)
+    return pd.DataFrame(columns)
+
+
+def _pairs_frame(pairs: Sequence[tuple[Head, Head]], metrics: dict[str, torch.Tensor], n_prompts: int, *,
+                 main: str, seed: int, diagonal: float = np.nan) -> pd.DataFrame:
+    """One row per pair: layer_a, head_a, layer_b, head_b, labels, metrics with CIs, n_prompts."""
+    frame = _with_metrics(_pair_columns(pairs), metrics, n_prompts, main=main, seed=seed)
     frame.attrs.update(metric=main, diagonal=diagonal)
     return frame
 
@@ -80,13 +90,7 @@ def _heads_frame(heads: Sequence[Head], metrics: dict[str, torch.Tensor], n_prom
     """One row per head: layer, head, label, metrics with CIs (main: ci_low / ci_high), n_prompts."""
     columns: dict[str, object] = {"layer": [h[0] for h in heads], "head": [h[1] for h in heads],
                                   "label": [head_label(h) for h in heads]}
-    for name, values in metrics.items():
-        mean, low, high = _ci(values, seed=seed, label=name)
-        columns[name] = mean
-        columns["ci_low" if name == main else f"{name}_ci_low"] = low
-        columns["ci_high" if name == main else f"{name}_ci_high"] = high
-    columns["n_prompts"] = n_prompts
-    frame = pd.DataFrame(columns)
+    frame = _with_metrics(columns, metrics, n_prompts, main=main, seed=seed)
     frame.attrs["metric"] = main
     return frame
 

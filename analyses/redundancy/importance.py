@@ -17,6 +17,7 @@ from interp.analyses.redundancy.common import (
     DEFAULT_MARGIN,
     redundancy_run,
     _all_pairs,
+    _pair_columns,
     _check_n,
     _ci,
     _heads_frame,
@@ -212,13 +213,9 @@ def second_order(
     distributed.all_reduce_sum([hessian])  # every rank holds the sum over all prompts
     hessian /= len(run.prompts)
     pairs = _all_pairs(heads)
-    frame = pd.DataFrame({
-        "layer_a": [a[0] for a, _ in pairs], "head_a": [a[1] for a, _ in pairs],
-        "layer_b": [b[0] for _, b in pairs], "head_b": [b[1] for _, b in pairs],
-        "label_a": [head_label(a) for a, _ in pairs], "label_b": [head_label(b) for _, b in pairs],
-        "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
-        "n_prompts": len(run.prompts),
-    })
+    frame = pd.DataFrame({**_pair_columns(pairs),
+                          "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
+                          "n_prompts": len(run.prompts)})
     frame.attrs.update(metric="interaction_estimate", diagonal=np.nan)
     return frame
 
