@@ -71,6 +71,20 @@ VerdictName = Literal["supported", "refuted", "inconclusive"]
 Direction = Literal["above", "below"]
 MIN_PROMPTS_FOR_VERDICT = 8  # fewer prompts give intervals too wide and skewed to decide on
 
+# The smallest causal effect that counts as support, per behaviour unit: a CI above 0 alone never
+# supports (with enough prompts any nonzero effect has one). The toolkit's convention, not a paper's:
+# 0.01 nats is a 1% change of the per-token perplexity; 0.001 cosine distance is a tenth of the
+# spread of MiniLM's sentence embeddings under one head's mean ablation (see the glossary);
+# a fraction (of loss recovered, of a write taken over) must reach 0.1.
+MIN_EFFECT: dict[str, float] = {"nats": 0.01, "cosine distance": 1e-3, "fraction": 0.1}
+
+
+def min_effect(unit: str) -> float:
+    """The practical minimum effect (`MIN_EFFECT`) for a behaviour unit; an unknown unit gets 0
+    (a CI above the margin suffices), so a user's own behaviour should name a unit listed there or
+    pass `min_effect=` explicitly."""
+    return MIN_EFFECT.get(unit, 0.0)
+
 
 class Inconclusive(Exception):
     """Raised by an evidence function that cannot decide, with the reason (e.g. no repeats in the prompts)."""
@@ -321,22 +335,34 @@ def difference_evidence(
     margin: float = 0.0,
     decisive: bool = False,
     fail_below: float | None = None,
+    min_effect: float = 0.0,
+    unit: str = "",
     label: str | None = None,
     extra: Mapping[str, float | str] | None = None,
 ) -> Evidence:
     """Paired per-prompt difference a - b (prompt,) must exceed `margin`: CI and sign-flip p-value.
 
-    Passes when the CI of the mean difference lies above `margin`. Fails when it lies wholly
-    below `fail_below` (default: `margin`); in between, undecided.
+    Passes when the CI of the mean difference lies above `margin` *and* the mean exceeds `margin` by at
+    least `min_effect` (the practical minimum, in `unit`: `interp.claims.min_effect`). Fails when the CI
+    lies wholly below `fail_below` (default: `margin`), or wholly below `margin + min_effect` (an effect
+    too small to matter: the detail says "below the practical minimum"); in between, undecided.
     """
     label = label or kind
     diff = (torch.as_tensor(a) - torch.as_tensor(b)).double().flatten()
     mean, low, high = _floats(*bootstrap(diff, seed=ctx.seed, label=label))
     p = float(sign_flip_test(diff - margin, alternative="greater", n_permutations=ctx.n_permutations, seed=ctx.seed, label=label))
     fail_below = margin if fail_below is None else fail_below
-    passed = True if low > margin else False if high < fail_below else None
-    detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]"
-    return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=f"CI > {margin:g}", passed=passed,
+    if min_effect < 0 or not math.isfinite(min_effect):
+        raise ValueError(f"min_effect={min_effect} must be finite and >= 0.")
+    practical = margin + min_effect
+    small = min_effect > 0 and high < practical
+    passed = True if (low > margin and mean >= practical) else False if (high < fail_below or small) else None
+    suffix = f" {unit}" if unit else ""
+    detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]{suffix}"
+    if small:
+        detail += f", below the practical minimum {min_effect:g}{suffix}"
+    rule = f"CI > {margin:g}" + (f" and effect >= {practical:g}{suffix}" if min_effect > 0 else "")
+    return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=rule, passed=passed,
                     decisive=decisive, n_prompts=len(diff), detail=detail, extra=dict(extra or {}),
                     n_resamples=ctx.n_permutations)
 
