@@ -197,7 +197,7 @@ def test_errors(tiny_gpt, prompts, reference):
     with pytest.raises(ValueError, match="does not exist"):
         with ablate(tiny_gpt, (0, 4), "zero"):
             pass
-    with pytest.raises(ValueError, match=r"kind='median'.*\['zero', 'mean', 'resample'\]"):
+    with pytest.raises(ValueError, match=r"kind='median'.*\['zero', 'mean', 'resample', 'auto'\]"):
         HeadAblation(((0, 0),), "median")
     with pytest.raises(ValueError, match=r"site='pattern'.*\['z', 'result'\]"):
         HeadAblation(((0, 0),), "zero", "pattern")

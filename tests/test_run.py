@@ -87,12 +87,14 @@ def test_editing_a_weight_in_place_recomputes_the_next_effect(prompts) -> None:
 
 
 def test_prompt_fingerprint_is_content(prompts) -> None:
-    copy = PromptSet(prompts.tokens.clone(), meta=dict(prompts.meta))
+    copy = PromptSet(prompts.tokens.clone(), meta=dict(prompts.meta), special_mask=prompts.special_mask.clone())
     assert prompt_fingerprint(copy) == prompt_fingerprint(prompts)
+    # which tokens are special is content too: it decides what shuffling and role-matched means do
+    assert prompt_fingerprint(PromptSet(prompts.tokens, meta=dict(prompts.meta))) != prompt_fingerprint(prompts)
     changed = prompts.tokens.clone()
     changed[0, 3] += 1
     assert prompt_fingerprint(PromptSet(changed)) != prompt_fingerprint(prompts)
-    masked = PromptSet(prompts.tokens, attention_mask=torch.ones_like(prompts.tokens))
+    masked = PromptSet(prompts.tokens, attention_mask=torch.ones_like(prompts.tokens), special_mask=prompts.special_mask)
     assert prompt_fingerprint(masked) != prompt_fingerprint(prompts)
 
 
