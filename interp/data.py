@@ -482,8 +482,8 @@ def text_prompts(
 
     `tokenizer` is a `CharTokenizer` or a Hugging Face tokenizer (e.g.
     `transformers.AutoTokenizer.from_pretrained(folder)`; its special tokens such as [CLS] and
-    [SEP] are added as the model expects). `max_len` truncates; `n_ctx` checks the result fits
-    the model. The mask is None when no text needed padding.
+    [SEP] are added as the model expects, and marked in `special_mask`). `max_len` truncates;
+    `n_ctx` checks the result fits the model. The mask is None when no text needed padding.
     """
     _check_padding_side(padding_side)
     if isinstance(texts, str):

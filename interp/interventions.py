@@ -6,9 +6,13 @@ head, d_model) is a head's write to the residual stream, `pattern` (batch, head,
 the post-softmax weights.
 
 - `HeadAblation(heads, kind, site)`: replace the heads' `z` (or `result`) by zero, by their
-  per-position mean over reference prompts, or by their value on another reference prompt
-  (resampling). `spec()` is plain data for reports; `hooks(model, reference)` gives
-  `(hook_name, fn)` pairs for `run_with_hooks`; `ablate(...)` is the context manager.
+  mean over reference prompts at the same token role (`interp.data.token_roles`: [CLS] with
+  [CLS], [SEP] with [SEP], content by rank; per position when every prompt has one layout), by
+  their value on another reference prompt at the same roles (resampling), or, with kind="auto",
+  by resampling for heads whose output is near-constant across prompts and the mean otherwise
+  (`ReferenceActivations.resolved_kind`; `HeadAblation.resolved_kind(run)` names what was done).
+  `spec()` is plain data for reports; `hooks(model, reference, prompts=)` gives `(hook_name, fn)`
+  pairs for `run_with_hooks`; `ablate(...)` is the context manager.
 - `substitute_pattern(model, layer, head, pattern)`: replace one head's pattern (an ideal one
   from `ideal_pattern`, any tensor or callable, or the head's own weights permuted among the
   allowed keys: the faithfulness control "does it matter *where* the head looks?").
@@ -134,7 +138,10 @@ def run_stopping_after(model: nn.Module, prompts: PromptSet, last_layer: int) ->
 # reference activations
 
 ROLE_WIDTH = 1 << 32  # role keys: kind * ROLE_WIDTH + index (interp.data.TokenRoles.key)
-AUTO_RESAMPLE_BELOW = 0.05  # kind="auto": resample a head whose across-prompt variance is below this fraction of its mean square
+# kind="auto": resample a head whose across-prompt variance (at matched token roles) is below this fraction
+# of its mean squared norm, i.e. mean ablation would leave over 95% of its output's energy in place (a near
+# no-op); a fixed convention of this toolkit, not fitted to any model
+AUTO_RESAMPLE_BELOW = 0.05
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     run = interp.Run(model, prompts)                      # behaviour follows the model
     effect = run.effect(interp.HeadAblation("L1H2", "mean"))
     effect.mean, effect.ci_low, effect.ci_high            # per-prompt values kept: effect.values
+    effect.ablation                                       # the kind applied ("auto" resolved per head)
 
 A `Run` moves the model once (`device=`, `dtype=`: a copy, the caller's model is left as it was),
 resolves the behaviour once (`interp.behaviour`: the model's own by default) and answers
