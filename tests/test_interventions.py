@@ -100,7 +100,7 @@ def test_resample_takes_another_prompt(tiny_gpt, prompts):
         assert sum(matches) == 1 and not matches[row]
 
 
-@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample", "auto"])
 @pytest.mark.parametrize("site", ["z", "result"])
 def test_batched_equals_sequential(tiny_gpt, prompts, reference, kind, site):
     heads = [(0, 0), (0, 3), (1, 1), (1, 2)]

@@ -308,7 +308,7 @@ def test_errors(pair_model, period2):
         R.joint_ablation(pair_model, period2, [("L0H0", "L0H7")])
     with pytest.raises(ValueError, match="same head twice"):
         R.joint_ablation(pair_model, period2, [("L0H0", (0, 0))])
-    with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample'\]"):
+    with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample', 'auto'\]"):
         R.importance(pair_model, period2, "median")
     with pytest.raises(ValueError, match="NaN or inf"):
         R.importance(pair_model, period2, behaviour=lambda logits, p: torch.full((len(p),), float("nan")), gradient=False)
