@@ -78,7 +78,7 @@ NOT_CAUSAL = ("observational", "control_shuffled", "control_random_init", "stabi
 CAUSAL_FLAGS = ("necessity", "sufficiency", "faithfulness")  # the passed flags the table shows
 # how an evidence detail says "the head has no effect" (today's wording and the issue's)
 NO_EFFECT = re.compile(r"no effect|does not raise the loss|leaves the loss unchanged|below the practical minimum", re.I)
-COLUMNS = ["suite", "model", "claim", "heads", "truth", "mass", "importance", "verdict",
+COLUMNS = ["suite", "model", "claim", "heads", "truth", "mass", "importance", "verdict", "evidence",
            *[f"{k}_passed" for k in CAUSAL_FLAGS], "no_effect_reason", "reasons", "truth_note"]
 
 
@@ -335,7 +335,8 @@ def _flag(verdict: Verdict, kind: str) -> bool | None:
 
 
 def case_table(case: Case, suite: str, seed: int = 0) -> pd.DataFrame:
-    """One row per claim of the case (`COLUMNS`)."""
+    """One row per claim of the case (`COLUMNS`): `evidence` names the causal kinds the verdict judged;
+    a `{kind}_passed` flag is None when that evidence was undecided or not run."""
     kinds = [k for k in DEFAULT_EVIDENCE if k not in NOT_CAUSAL or k == "observational"]
     verdicts = evaluate_claims(case.model, [c.claim for c in case.claims], case.prompts, evidence=kinds, seed=seed,
                                alpha=ALPHA)
@@ -345,6 +346,7 @@ def case_table(case: Case, suite: str, seed: int = 0) -> pd.DataFrame:
             "suite": suite, "model": case.model_name, "claim": labelled.claim.name,
             "heads": "+".join(head_label(h) for h in labelled.claim.heads), "truth": labelled.truth,
             "mass": labelled.mass, "importance": labelled.importance, "verdict": verdict,
+            "evidence": ",".join(e.kind for e in causal_evidence(v)),
             **{f"{k}_passed": _flag(v, k) for k in CAUSAL_FLAGS},
             "no_effect_reason": verdict != "supported" and bool(NO_EFFECT.search(" ".join(reasons))),
             "reasons": _short(reasons),
@@ -384,8 +386,8 @@ def calibration_summary(table: pd.DataFrame) -> pd.DataFrame:
 
         supported = false.verdict == "supported"
         add("false claims supported", supported, len(false), "0 of N (at most 5%)", _at_most(supported, ALPHA))
-        for kind in CAUSAL_FLAGS:  # over the false claims that have this evidence
-            ran = false[f"{kind}_passed"].notna()
+        for kind in CAUSAL_FLAGS:  # over the false claims whose causal evidence includes this kind
+            ran = false.evidence.str.split(",").apply(lambda kinds: kind in kinds)
             passed = false[f"{kind}_passed"][ran].eq(True)
             add(f"false claims passing {kind}", passed, int(ran.sum()), "0 of N (at most 5%)", _at_most(passed, ALPHA))
         true_ok = true.verdict == "supported"
