@@ -23,7 +23,6 @@ from interp.claims import (
     Claim,
     Context,
     Evidence,
-    Inconclusive,
     Threshold,
     difference_evidence,
     min_effect,
@@ -32,7 +31,7 @@ from interp.claims import (
     threshold_evidence,
 )
 from interp.data import PromptSet
-from interp.heads import Head, HeadLike, head_label, parse_head
+from interp.heads import HeadLike, head_label, parse_head
 from interp.interventions import AblationKind, HeadAblation, check_heads
 from interp.run import Run
 from interp.validate import check_head_pair, check_inputs
@@ -128,10 +127,30 @@ class _DirectBackup:
             return Evidence.unmeasured(self.kind, rule="A after B", passed=False, decisive=True, n_prompts=len(ctx.prompts),
                                        detail=f"{head_label(a)} (layer {a[0]}) is not in a later layer than {head_label(b)} "
                                               f"(layer {b[0]}), so it cannot respond to {head_label(b)}'s ablation")
-        rise, frozen, unit, extra = self.measured(ctx, a, b)
+        run = pair_run(ctx, self.behaviour, self.batch_size)
+        unit, named = run.behaviour.unit, {"behaviour": run.behaviour.describe(run.prompts), "ablation": self.method}
+        if not resumable(run.model):
+            return Evidence.unmeasured(
+                self.kind, rule="a frozen direct path", n_prompts=len(ctx.prompts), extra=named,
+                detail=f"{head_label(a)}'s direct contribution is not defined on a {type(run.model).__name__} whose "
+                       "blocks are not sequential pre-norm (every later LayerNorm mixes a head's write into the rest, "
+                       "so no direct path to the output can be frozen); backup needs a pre-norm model")
+        result = ctx.cached(("pair-compensation", self.method, self.behaviour, self.batch_size, b),
+                            lambda: compensation(run, method=self.method, heads=[b]))
+        values = result.per_prompt[(b, a)]
+        rise, frozen, floor = values["compensation"], values["frozen_effect"], min_effect(unit)
+        total_b = result.effects.set_index("label").loc[head_label(b), "total_effect"]
+        extra: dict[str, float | str] = {
+            "takeover": float(values["takeover"].mean()), "alignment": float(values["alignment"].mean()),
+            "total_effect_b": float(total_b), "frozen_effect_b": float(frozen.mean()), **named}
+        if float(frozen.mean()) < max(floor, 1e-12):
+            return Evidence.unmeasured(
+                self.kind, rule=f"{head_label(b)} has an effect", n_prompts=len(rise), extra=extra,
+                detail=f"no effect to back up: ablating {head_label(b)} changes the behaviour by {float(frozen.mean()):.3g} "
+                       f"{unit} even with {head_label(a)}'s response frozen, below the practical minimum {floor:g} {unit}")
         if self.kind == "observational":
             return difference_evidence("observational", rise, torch.zeros_like(rise), ctx, margin=0.0, decisive=True,
-                                       min_effect=min_effect(unit), unit=unit, extra=extra,
+                                       min_effect=floor, unit=unit, extra=extra,
                                        what=f"rise of {head_label(a)}'s direct contribution when {head_label(b)} is "
                                             f"ablated (its new write against its clean write, both on the "
                                             f"{head_label(b)}-ablated run)")
@@ -139,30 +158,6 @@ class _DirectBackup:
         return ratio_evidence("necessity", rise, frozen, threshold, ctx, decisive=True, extra=extra,
                               what=f"fraction of {head_label(b)}'s effect (with {head_label(a)}'s response frozen) "
                                    f"that {head_label(a)}'s direct response recovers")
-
-    def measured(self, ctx: Context, a: Head, b: Head) -> tuple[torch.Tensor, torch.Tensor, str, dict[str, float | str]]:
-        """Per prompt: A's rise and B's effect with A's response frozen, the behaviour's unit, and the extras
-        (takeover, alignment, B's total and frozen effects, behaviour, ablation). Inconclusive when the model
-        has no frozen direct path or B has no effect to back up."""
-        run = pair_run(ctx, self.behaviour, self.batch_size)
-        if not resumable(run.model):
-            raise Inconclusive(f"{head_label(a)}'s direct contribution is not defined on a {type(run.model).__name__} "
-                               "whose blocks are not sequential pre-norm (every later LayerNorm mixes a head's write into "
-                               "the rest, so no direct path to the output can be frozen); backup needs a pre-norm model")
-        result = ctx.cached(("pair-compensation", self.method, self.behaviour, self.batch_size, b),
-                            lambda: compensation(run, method=self.method, heads=[b]))
-        values, unit = result.per_prompt[(b, a)], run.behaviour.unit
-        frozen, floor = values["frozen_effect"], min_effect(unit)
-        if float(frozen.mean()) < max(floor, 1e-12):
-            raise Inconclusive(f"no effect: ablating {head_label(b)} costs {float(frozen.mean()):.3g} {unit} even with "
-                               f"{head_label(a)}'s response frozen, below the practical minimum {floor:g} {unit}: "
-                               "nothing to back up")
-        total_b = result.effects.set_index("label").loc[head_label(b), "total_effect"]
-        extra: dict[str, float | str] = {
-            "takeover": float(values["takeover"].mean()), "alignment": float(values["alignment"].mean()),
-            "total_effect_b": float(total_b), "frozen_effect_b": float(frozen.mean()),
-            "behaviour": run.behaviour.describe(run.prompts), "ablation": self.method}
-        return values["compensation"], frozen, unit, extra
 
 
 def redundant_claim(a: HeadLike, b: HeadLike, *, method: AblationKind = "mean", batch_size: int = 16,
