@@ -220,6 +220,7 @@ GLOSSARY: dict[str, str] = {
     "delta_b": "loss increase (nats) when head b alone is mean-ablated",
     "delta_both": "loss increase (nats) when both heads are mean-ablated together",
     "behaviour": "the behaviour the causal evidence measured (e.g. next-token loss, masked-LM loss, embedding change)",
+    "ablation": "the ablation kind the causal numbers used: zero, mean (per-position mean over prompts) or resample",
     "weight": "mean attention weight at the relative offset", "offset": "relative offset key - query (-1 = previous token)",
 }
 # terms the report uses that are not columns
