@@ -222,8 +222,8 @@ def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
     from interp.testing import read_claims
 
     path = tmp_path / "claims.toml"
-    path.write_text('[prompts]\nn = 12\nprefix_len = 10\n[claims]\nL1H0 = "induction"\nL0H3 = "not previous_token"\n')
-    result = report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=12, prefix_len=10),
+    path.write_text('[prompts]\nn = 32\nprefix_len = 10\n[claims]\nL1H0 = "induction"\nL0H3 = "not previous_token"\n')
+    result = report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=32, prefix_len=10),
                                  heads=[(0, 3), (1, 0)], claims_file=read_claims(path))
     claims = pd.read_csv(result.out_dir / "claims.csv")
     pinned = claims[claims.source == "claims file claims.toml"]
