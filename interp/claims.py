@@ -52,8 +52,8 @@ from interp import launch
 from interp.data import PromptSet
 from interp.heads import Head, head_label
 from interp.validate import check_claims, check_model, check_prompts, check_seed
-from interp.stats import (TooFewPrompts, benjamini_hochberg, bootstrap, ratio_bootstrap, sign_flip_test, spearman,
-                          studentized_pvalue)
+from interp.stats import (IntervalMethod, TooFewPrompts, benjamini_hochberg, bootstrap, ratio_bootstrap, sign_flip_test,
+                          spearman, studentized_pvalue)
 
 EvidenceKind = Literal[
     "observational",
@@ -74,7 +74,7 @@ Direction = Literal["above", "below"]
 MIN_PROMPTS_FOR_VERDICT = 32
 # the evidence helpers' interval: the studentized (bootstrap-t) interval covers within 2% of 95% at 32
 # prompts on real skewed metrics, where the percentile and BCa ones cover 0.92 (tests/test_coverage.py)
-INTERVAL_METHOD = "studentized"
+INTERVAL_METHOD: IntervalMethod = "studentized"
 
 # The smallest causal effect that counts as support, per behaviour unit: a CI above 0 alone never
 # supports (with enough prompts any nonzero effect has one). The toolkit's convention, not a paper's:
