@@ -26,7 +26,7 @@ def pair_model():
 @pytest.fixture(scope="module")
 def period2():
     """Period-2 sequences after a BOS: the constructed models' task."""
-    return repeated_tokens(16, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=0)
+    return repeated_tokens(32, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_importance_on_the_redundant_pair(pair_model, period2):
     frame = R.importance(pair_model, period2)
     by = frame.set_index("label")
     assert list(frame.columns[:6]) == ["layer", "head", "label", "delta_loss", "ci_low", "ci_high"]
-    assert (frame.n_prompts == 16).all()
+    assert (frame.n_prompts == 32).all()
     # the scratch writers change nothing at all
     assert by.loc["L0H2", "delta_loss"] == 0 and by.loc["L0H3", "delta_loss"] == 0
     # one of the pair alone: the other keeps a 15-logit lead, loss ~ (d_vocab - 2) e^-15 per position
@@ -210,7 +210,7 @@ def test_redundancy_verdicts_on_constructed_models(pair_model, period2):
 
 def test_essential_head_is_not_dispensable():
     model = pattern_heads(d_vocab=D_VOCAB, n_ctx=N_CTX)
-    prompts = repeated_tokens(12, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
+    prompts = repeated_tokens(32, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
     table = P.redundancy_claims(model, prompts, heads=["L0H0", "L0H4"], pairs=[("L0H4", "L0H5")])
     assert dict(zip(table.label, table.verdict)) == {"L0H0": "refuted", "L0H4": "supported", "L0H4 ~ L0H5": "refuted"}
 
@@ -226,7 +226,7 @@ def test_few_prompts_make_claims_inconclusive(pair_model, period2):
 
 def test_pattern_similarity_known_answers(pair_model, period2):
     frame = R.pattern_similarity(pair_model, period2)
-    assert len(frame) == 6 and (frame.n_prompts == 16).all()
+    assert len(frame) == 6 and (frame.n_prompts == 32).all()
     by = frame.set_index(["label_a", "label_b"])
     assert by.loc[("L0H0", "L0H1"), "js_divergence"] == pytest.approx(0.0, abs=1e-6)  # identical heads
     # previous-token vs first-token heads: same distribution only at queries 0 and 1 of 13 -> 11/13 bits
