@@ -413,12 +413,13 @@ def test_backup_on_encoders_is_measured_or_inconclusive(tiny_encoder):
     direct path, and the claim says so."""
     from interp.models import EncoderConfig, HookedEncoder
 
-    prompts = random_tokens(12, 10, tiny_encoder.cfg.d_vocab, seed=3)
+    prompts = random_tokens(32, 10, tiny_encoder.cfg.d_vocab, seed=3)
     claim = P.backup_claim((1, 0), (0, 0))
     verdict = test_claims(tiny_encoder, [claim], prompts, behaviour="embedding",
                           evidence=["observational", "necessity"]).attrs["verdicts"][0]
     assert all(math.isfinite(e.effect) for e in verdict.evidence) and verdict.verdict == "refuted"  # random heads
-    assert abs(verdict.get("observational").effect) < 1e-4  # L1H0's direct contribution does not move
+    # L1H0's direct contribution barely moves: well under the practical minimum of the embedding change
+    assert abs(verdict.get("observational").effect) < min_effect("cosine distance")
     assert verdict.get("observational").extra["behaviour"] == "embedding_change"
     post = HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, post_norm=True,
                                        seed=0)).eval()

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from interp.behaviour import next_token_loss
+from interp.claims import MIN_PROMPTS_FOR_VERDICT
 from interp.data import PromptSet
 from interp.heads import Head, head_label
 from interp.interventions import ABLATION_KINDS, check_heads
@@ -44,7 +45,7 @@ def _check_n(prompts: PromptSet) -> None:
     if len(prompts) < MIN_PROMPTS:
         raise TooFewPrompts(
             f"redundancy analyses need at least {MIN_PROMPTS} prompts for a confidence interval, got {len(prompts)}; "
-            "pass more prompts (>= 8 for a usable interval)."
+            f"pass more prompts ({MIN_PROMPTS_FOR_VERDICT} or more for intervals that cover what they say)."
         )
 
 
