@@ -112,8 +112,12 @@ def test_summary_and_highlights(built):
     assert summary.startswith("# Attention report")
     assert "## Methods" in summary and "Benjamini-Hochberg" in summary
     supported = built.highlights[built.highlights.verdict == "supported"]
-    findings = dict(zip(supported.heads, supported.finding))
+    findings = supported.groupby("heads")["finding"].apply(" ".join)
     assert "previous_token" in findings["L0H0"] and "induction" in findings["L1H0"]
+    # an argmax rate is its own finding, never grouped or ranked with a weight
+    weights = supported[supported.family == "attention weight"]
+    assert "previous_token" in " ".join(weights[weights.heads == "L0H0"].finding)
+    assert not weights.finding.str.contains("positional").any()
     assert built.highlights.finding[0].startswith("causal")  # the leakage verdict comes first
     meta = json.loads((built.out_dir / "report.json").read_text())
     assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 24
@@ -300,7 +304,7 @@ def test_positional_findings_name_their_offset(built):
     html = (built.out_dir / "report.html").read_text()
     n_supported = built.highlights.attrs["n_supported"]
     assert n_supported == len({l for l, v in zip(built.claims.label, built.claims.verdict) if v == "supported"})
-    assert f"of {n_supported}." in html and 'href="#claims"' in html  # the total, and a link to the full table
+    assert f"of {n_supported} supported heads." in html and 'href="#claims"' in html  # the total, and a link to the full table
 
 
 def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
@@ -340,7 +344,7 @@ def test_methods_match_what_was_drawn_and_run(built):
     table = html[html.index("Joint ablation"):html.index('id="claims"')]
     assert "one-sided: interaction &gt; 0" in table
     header = re.search(r"<thead><tr>(.*?)</tr></thead>", table).group(1)
-    assert header.count("<th>") == 6
+    assert header.count("<th>") == 8 and "<th>behaviour</th><th>ablation</th>" in header
     assert re.search(r"p_adj 0\.000\d|0\.00075|9\.99\de-04", html) is None  # no stray p formats
 
 
