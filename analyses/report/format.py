@@ -6,7 +6,11 @@
   (hits + 1) / (B + 1), so no value below the floor can be shown).
 - `evidence_rows` turns a `interp.claims.Verdict` into one row per evidence kind the claim
   defines: effect, CI, the pass rule, the test's p-value and a status word (passed / failed /
-  undecided / not run, with why). It reads the structured `Evidence` objects only.
+  undecided / not run, with why). It reads the structured `Evidence` objects only. `collapse` keeps
+  the rows that measured something and names the rest once ("not run: stability, off by default"),
+  so a table never holds a row of empty cells per kind not run.
+- `causal_evidence` / `evidence_ablation`: a claim's causal evidence that ran, and the ablation it used
+  (the evidence's `extra["ablation"]`), for the findings' causal verdict and the `ablation` columns.
 - `GLOSSARY` defines every metric and column the report writes; `columns_markdown` renders
   the dictionary shipped as `columns.md` next to the CSVs (with `SCHEMA_VERSION`).
 """
@@ -22,7 +26,7 @@ import pandas as pd
 from interp.claims import DEFAULT_EVIDENCE, MIN_EFFECT, Verdict
 
 # bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FLOOR_TOLERANCE = 1e-6  # relative: p-values may come back as float32
 
 
