@@ -183,7 +183,8 @@ def _offset(row, verdict) -> str | None:
         return None
     offset = fmt.tested_offset(verdict)
     if offset is None and "offset" in row.index and pd.notna(row.get("offset")):
-        offset = str(row["offset"])
+        value = row["offset"]  # a frame's offset column may read back as floats (0.0)
+        offset = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
     return offset
 
 
