@@ -110,9 +110,19 @@ def _causal_cells(data: ReportData, row: pd.Series, verdict) -> dict[str, str]:
         return _causal_cells_from_columns(data, row)
     text = causal_summary(verdict, _unit(data))
     if text == NOT_TESTED:
-        return {"causal": text, "behaviour": "", "ablation": ""}
+        return {"causal": text + _elsewhere(data, row, verdict), "behaviour": "", "ablation": ""}
     return {"causal": text, "behaviour": _text(row.get("behaviour")) or _behaviour(data),
             "ablation": fmt.evidence_ablation(verdict)}
+
+
+def _elsewhere(data: ReportData, row: pd.Series, verdict) -> str:
+    """Where an untested claim's head was tested causally: "; causal verdicts of L0H1's other claims: local_window
+    inconclusive"; their numbers stay on those claims' rows (another role's necessity is not this claim's)."""
+    others = [f"{r['claim']} {causal_summary(v).split(':')[0]}" for r, v, _ in data.claim_rows()
+              if v is not None and v is not verdict and r["label"] == row["label"] and causal_summary(v) != NOT_TESTED]
+    if not others:
+        return ""
+    return f"; causal verdicts of {row['label']}'s other claims: " + ", ".join(dict.fromkeys(others))
 
 
 def _causal_cells_from_columns(data: ReportData, row: pd.Series) -> dict[str, str]:
@@ -262,7 +272,7 @@ def _observed(data: ReportData, row, verdict, family: str) -> str:
                 f"(argmax rate{there})")
     if family == CAUSAL:
         return f"{row['claim']} " + _interval_text(effect, low, high, _unit(data))
-    return f"mean weight {effect:.3f} [{low:.3f}, {high:.3f}] on the claimed keys (attention weight, in [0, 1])"
+    return f"mean attention weight {effect:.3f} [{low:.3f}, {high:.3f}] on the claimed keys (in [0, 1])"
 
 
 def _weight_at(data: ReportData, row, offset: str | None) -> float | None:
