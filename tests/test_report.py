@@ -578,7 +578,7 @@ def test_families_are_ranked_apart_and_argmax_rates_say_so():
                                       "(argmax rate; mean weight there 0.455)")
     assert argmax.causal == "not tested causally" and argmax.behaviour == ""
     weight = table.iloc[0]
-    assert weight.evidence.startswith("mean weight 0.600 [0.500, 0.700]") and "attention weight" in weight.evidence
+    assert weight.evidence.startswith("mean attention weight 0.600 [0.500, 0.700] on the claimed keys (in [0, 1])")
     assert weight.causal == "supported: necessity +0.400 [0.300, 0.500] nats (passed)"
     assert weight.behaviour == "next-token loss"
 
