@@ -624,3 +624,13 @@ def test_glossary_states_the_minimum_effects_and_the_sufficiency_convention(buil
         assert define(column), column
     html = (built.out_dir / "report.html").read_text()
     assert "practical minimum effect" in html and "sufficiency threshold" in html
+
+
+def test_head_cards_name_the_behaviour_of_importance(built):
+    from interp.analyses.report import html as report_html
+
+    row = built.data.heads.iloc[0]
+    card = report_html._metric_table(row)
+    assert "<th>behaviour</th><th>ablation</th>" in card
+    assert f"<td>{report_html.esc(row['behaviour'])}</td><td>mean</td>" in card
+    assert "<th>behaviour</th>" not in report_html._metric_table(row.drop(["importance", "importance_ci_low", "importance_ci_high"]))

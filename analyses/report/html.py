@@ -155,16 +155,23 @@ def _cards_section(data, images: dict[str, str]) -> str:
     return "".join(parts)
 
 
+CAUSAL_METRICS = ("importance",)  # the heads table's causal numbers: their rows name the behaviour and the ablation
+
+
 def _metric_table(row: pd.Series) -> str:
+    """The head's metrics with CIs; a causal number (importance) names its behaviour and ablation in their columns."""
     names = [c for c in row.index if f"{c}_ci_low" in row.index and _finite(row[c])]  # NaN: undefined here
+    causal = any(name in CAUSAL_METRICS for name in names)
     rows = []
     for name in names:
         low, high = row[name + "_ci_low"], row[name + "_ci_high"]
         interval = fmt.format_ci(low, high) if _finite(low) else "(none: read from the weights)"
+        named = [str(row.get(c, "")) if name in CAUSAL_METRICS else "" for c in ("behaviour", "ablation")]
+        extra = "".join(f"<td>{esc(v)}</td>" for v in named) if causal else ""
         rows.append(f'<tr><td><a href="#g-{esc(name)}">{esc(name)}</a></td><td class="num">{esc(fmt.format_num(row[name]))}</td>'
-                    f"<td class=\"num\">{esc(interval)}</td></tr>")
-    return ("<table><thead><tr><th>metric</th><th>mean</th><th>95% CI</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+                    f"<td class=\"num\">{esc(interval)}</td>{extra}</tr>")
+    header = "<th>metric</th><th>mean</th><th>95% CI</th>" + ("<th>behaviour</th><th>ablation</th>" if causal else "")
+    return f"<table><thead><tr>{header}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
 
 
 def _claim_blocks(data, head: tuple[int, int]) -> str:
