@@ -36,6 +36,7 @@ from interp.interventions import (
     AblationValues,
     ReferenceActivations,
     check_heads,
+    needs_samples,
     reference_activations,
 )
 from interp.heads import Head, HeadLike, head_label
@@ -111,14 +112,15 @@ class AblationEngine:
         self.device = _device(model)
         self.fast = fast and resumable(model)
         self.sites = {site.layer: site for site in attention_sites(model)}
+        self.model_prompts = self.behaviour.model_prompts(prompts)  # what the model reads: its token roles pick mean values
         if method == "zero":
             self.reference = None
         elif isinstance(reference, ReferenceActivations):
             self.reference = reference
         else:
-            source = self.behaviour.model_prompts(prompts) if reference is None else reference
+            source = self.model_prompts if reference is None else reference
             self.reference = reference_activations(model, source, site="z",
-                                                   keep_samples=method == "resample", batch_size=batch_size)
+                                                   keep_samples=needs_samples(method), batch_size=batch_size)
 
     @property
     def resumable_model(self) -> HookedGPT:
@@ -130,8 +132,9 @@ class AblationEngine:
     # -- values and hooks
 
     def values(self) -> AblationValues:
-        """A fresh source of ablation values (resampling streams seeded per head, as `ablate` does)."""
-        return AblationValues(self.method, self.reference, self.seed)
+        """A fresh source of ablation values (resampling streams seeded per head, as `ablate` does), matched to
+        the token roles of the prompts the model reads (a batch picked by `prompt_index`)."""
+        return AblationValues(self.method, self.reference, self.seed, prompts=self.model_prompts)
 
     def hooks(self, heads: Iterable[Head], values: AblationValues) -> list[tuple[str, Callable]]:
         by_layer: dict[int, list[int]] = {}

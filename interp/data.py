@@ -1,7 +1,9 @@
 """Prompt sets: seeded, reproducible batches of token ids where one prompt is one unit of statistics.
 
 A `PromptSet` holds `tokens` (n_prompts, pos) and, for padded text, an `attention_mask`
-(n_prompts, pos) with 1 for real tokens and 0 for padding. `meta` records how it was made
+(n_prompts, pos) with 1 for real tokens and 0 for padding; `special_mask` (n_prompts, pos) bool
+marks the real tokens that are special ([CLS], [SEP], BOS), which the shuffled control keeps in
+place and mean ablation matches by role (`token_roles`). `meta` records how it was made
 (kind, seed, prefix length...) so reports can state their methods; `repeats` (a `Repeats`)
 is the repeat structure that induction scores, claims and behaviours read.
 """
@@ -54,6 +56,7 @@ class PromptSet:
     meta: dict[str, Any] = field(default_factory=dict)  # kind, seed, prefix_len, ...
     rows: torch.Tensor | None = None  # (prompt,) each prompt's row in the set it was taken from; None = 0..n-1
     repeats: Repeats | None = None  # repeat structure; None: derived from meta's prefix_len / match_len, if any
+    special_mask: torch.Tensor | None = None  # (prompt, pos) bool, True at special real tokens ([CLS], [SEP], BOS)
 
     def __post_init__(self) -> None:
         if self.repeats is None:  # sets built with the legacy meta keys (users, notebooks) keep working
@@ -77,6 +80,23 @@ class PromptSet:
             )
         if self.attention_mask is not None:
             self._check_mask_values(self.attention_mask)
+        if self.special_mask is not None:
+            self._check_special_mask(self.special_mask)
+
+    def _check_special_mask(self, special: torch.Tensor) -> None:
+        """A (prompt, pos) bool tensor, True only at real tokens; 0/1 integers are converted to bool."""
+        if not isinstance(special, torch.Tensor) or special.shape != self.tokens.shape:
+            shape = tuple(special.shape) if isinstance(special, torch.Tensor) else type(special).__name__
+            raise BadInput(f"PromptSet.special_mask must be a (prompt, pos) tensor shaped like tokens "
+                           f"{tuple(self.tokens.shape)}, got {shape}.")
+        if special.dtype != torch.bool:
+            if special.is_floating_point() or bool(((special != 0) & (special != 1)).any()):
+                raise BadInput("PromptSet.special_mask holds values other than 0/1; expected True at special tokens.")
+            special = special.bool()
+            object.__setattr__(self, "special_mask", special)
+        if self.attention_mask is not None and bool((special & ~self.attention_mask.bool()).any()):
+            raise BadInput("PromptSet.special_mask marks padding as special; mark only real tokens "
+                           "(`special & attention_mask.bool()`).")
 
     def _check_mask_values(self, mask: torch.Tensor) -> None:
         """0/1 entries only, and at least one real token per prompt (a fully padded prompt has no statistics)."""
@@ -105,14 +125,25 @@ class PromptSet:
         if isinstance(index, int):
             index = slice(index, index + 1)
         mask = None if self.attention_mask is None else self.attention_mask[index]
+        special = None if self.special_mask is None else self.special_mask[index]
         rows = torch.arange(len(self)) if self.rows is None else self.rows
-        return replace(self, tokens=self.tokens[index], attention_mask=mask, rows=rows[index])
+        return replace(self, tokens=self.tokens[index], attention_mask=mask, rows=rows[index], special_mask=special)
 
     def row_numbers(self, positions: Iterable[int] | torch.Tensor) -> list[int]:
         """Rows of the original set (e.g. the user's prompt file) of prompts at `positions` of this one,
         so an error about a batch or a split half names the row the user wrote."""
         numbers = [int(p) for p in positions]
         return numbers if self.rows is None else [int(self.rows[p]) for p in numbers]
+
+    def real_mask(self) -> torch.Tensor:
+        """(prompt, pos) bool, True at real (unpadded) tokens."""
+        if self.attention_mask is None:
+            return torch.ones(self.tokens.shape, dtype=torch.bool)
+        return self.attention_mask.bool()
+
+    def specials(self) -> torch.Tensor:
+        """(prompt, pos) bool, True at special real tokens (all False without a `special_mask`)."""
+        return torch.zeros(self.tokens.shape, dtype=torch.bool) if self.special_mask is None else self.special_mask
 
     def real_lengths(self) -> torch.Tensor:
         """(prompt,) number of real (unpadded) tokens of each prompt."""
@@ -138,6 +169,47 @@ class PromptSet:
     def model_kwargs(self) -> dict[str, torch.Tensor]:
         """Keyword arguments for a model forward: the attention mask when there is padding."""
         return {} if self.attention_mask is None else {"attention_mask": self.attention_mask}
+
+
+ROLE_START, ROLE_CONTENT, ROLE_END, ROLE_PAD = 0, 1, 2, -1  # TokenRoles.kind values
+
+
+@dataclass(frozen=True)
+class TokenRoles:
+    """Each position's token role, for comparing positions across prompts of different lengths.
+
+    `kind` (prompt, pos): ROLE_START for the leading run of special tokens ([CLS], BOS), ROLE_END
+    for the trailing run ([SEP]), ROLE_CONTENT for every other real token (a special token between
+    content, e.g. a pair's middle [SEP], included), ROLE_PAD for padding. `index` (prompt, pos):
+    a start special's rank in its run, an end special's rank counted from the end (0 = last), a
+    content token's rank among the prompt's real tokens (from the first real token, whatever the
+    padding side); -1 at padding. Two positions have the same role when both agree.
+    """
+
+    kind: torch.Tensor  # (prompt, pos) long
+    index: torch.Tensor  # (prompt, pos) long
+
+    def key(self, width: int) -> torch.Tensor:
+        """(prompt, pos) one integer per role, kind * width + index (-1 at padding); `width` > every index."""
+        return torch.where(self.kind == ROLE_PAD, -1, self.kind * width + self.index)
+
+
+def token_roles(prompts: PromptSet) -> TokenRoles:
+    """The token role of every position of `prompts` (see `TokenRoles`).
+
+    Without padding and special tokens every position is content with index = position, so roles
+    are positions; with the same layout in every prompt (e.g. a BOS column), too.
+    """
+    real, special = prompts.real_mask(), prompts.specials() & prompts.real_mask()  # (prompt, pos)
+    content = real & ~special
+    rank = real.long().cumsum(-1) - 1  # (prompt, pos) rank among real tokens
+    n_real = real.long().sum(-1, keepdim=True)  # (prompt, 1)
+    leading = special & (content.long().cumsum(-1) == 0)  # no content token before
+    trailing = special & ~leading & (content.long().flip(-1).cumsum(-1).flip(-1) == 0)  # none after
+    kind = torch.full(real.shape, ROLE_CONTENT, dtype=torch.long)
+    kind[leading], kind[trailing], kind[~real] = ROLE_START, ROLE_END, ROLE_PAD
+    index = torch.where(trailing, n_real - 1 - rank, rank)
+    return TokenRoles(kind, torch.where(real, index, -1))
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -173,7 +245,8 @@ def random_tokens(n: int, seq_len: int, d_vocab: int, *, seed: int = 0, bos: int
     tokens = torch.randint(0, d_vocab, (n, seq_len), generator=_generator(seed))  # (prompt, pos)
     if bos is not None:
         tokens = torch.cat([torch.full((n, 1), bos), tokens], dim=1)
-    return PromptSet(tokens, meta={"kind": "random", "seed": seed, "d_vocab": d_vocab, "bos": bos})
+    return PromptSet(tokens, meta={"kind": "random", "seed": seed, "d_vocab": d_vocab, "bos": bos},
+                     special_mask=_bos_mask(tokens, bos))
 
 
 def repeated_tokens(
@@ -199,22 +272,37 @@ def repeated_tokens(
     repeats = Repeats(period=prefix_len, offset=0 if bos is None else 1, n_repeats=n_repeats)
     meta = {"kind": "repeated", "seed": seed, "d_vocab": d_vocab, "bos": bos,
             "prefix_len": prefix_len, "offset": repeats.offset, "n_repeats": n_repeats}
-    return PromptSet(tokens, meta=meta, repeats=repeats)
+    return PromptSet(tokens, meta=meta, repeats=repeats, special_mask=_bos_mask(tokens, bos))
+
+
+def _bos_mask(tokens: torch.Tensor, bos: int | None) -> torch.Tensor | None:
+    """(prompt, pos) True at the BOS column (position 0) when there is a BOS token, else None."""
+    if bos is None:
+        return None
+    special = torch.zeros(tokens.shape, dtype=torch.bool)
+    special[:, 0] = True
+    return special
 
 
 def shuffled(prompts: PromptSet, *, seed: int = 0, keep_first: bool | None = None) -> PromptSet:
-    """Control: each prompt's tokens in a random order (its own permutation), padding kept in place.
+    """Control: each prompt's content tokens in a random order (its own permutation).
 
-    The bag of tokens is unchanged, so a metric that survives shuffling depends on position,
-    not on content. `keep_first` (default: keep it when the set has a BOS token) pins position 0.
-    The repeat period is dropped (the repeats are wherever the tokens went); `match_len` is kept.
+    Special tokens (`special_mask`: [CLS], [SEP], BOS) and padding stay in place; only the real,
+    non-special tokens move, so the bag of content tokens is unchanged and a metric that survives
+    shuffling depends on position, not on content. `keep_first` (default: keep it when the set has a
+    BOS token in `meta` but no `special_mask`) also pins the first real token. The repeat period is
+    dropped (the repeats are wherever the tokens went); `match_len` is kept.
     """
-    keep_first = prompts.meta.get("bos") is not None if keep_first is None else keep_first
+    if keep_first is None:
+        keep_first = prompts.meta.get("bos") is not None and prompts.special_mask is None
     generator = _generator(seed)
     tokens = prompts.tokens.clone()
+    fixed = prompts.specials() | ~prompts.real_mask()  # (prompt, pos)
     for row in range(len(prompts)):
-        real = torch.arange(prompts.n_pos) if prompts.attention_mask is None else prompts.attention_mask[row].nonzero().flatten()
-        movable = real[1:] if keep_first else real
+        real = prompts.real_mask()[row].nonzero().flatten()
+        if keep_first and len(real):
+            fixed[row, real[0]] = True
+        movable = (~fixed[row]).nonzero().flatten()
         tokens[row, movable] = tokens[row, movable[torch.randperm(len(movable), generator=generator)]]
     repeats = None if prompts.repeats is None else prompts.repeats.without_period()
     meta = {k: v for k, v in prompts.meta.items() if k not in ("prefix_len", "offset", "n_repeats")}
@@ -394,8 +482,8 @@ def text_prompts(
 
     `tokenizer` is a `CharTokenizer` or a Hugging Face tokenizer (e.g.
     `transformers.AutoTokenizer.from_pretrained(folder)`; its special tokens such as [CLS] and
-    [SEP] are added as the model expects). `max_len` truncates; `n_ctx` checks the result fits
-    the model. The mask is None when no text needed padding.
+    [SEP] are added as the model expects, and marked in `special_mask`). `max_len` truncates;
+    `n_ctx` checks the result fits the model. The mask is None when no text needed padding.
     """
     _check_padding_side(padding_side)
     if isinstance(texts, str):
@@ -423,10 +511,26 @@ def text_prompts(
         if previous_side is not None:
             tokenizer.padding_side = previous_side
     mask = encoded["attention_mask"].long()
+    special = _special_tokens(tokenizer, encoded, mask)
     meta.update(tokenizer=getattr(tokenizer, "name_or_path", type(tokenizer).__name__), padding_side=padding_side,
                 pad_id=tokenizer.pad_token_id)
-    prompts = PromptSet(encoded["input_ids"].long(), None if bool(mask.all()) else mask, meta)
+    prompts = PromptSet(encoded["input_ids"].long(), None if bool(mask.all()) else mask, meta,
+                        special_mask=special if bool(special.any()) else None)
     return _check_n_ctx(prompts, n_ctx)
+
+
+def _special_tokens(tokenizer: Any, encoded: Any, mask: torch.Tensor) -> torch.Tensor:
+    """(prompt, pos) bool: the special tokens the tokenizer added ([CLS], [SEP], BOS...), padding excluded.
+
+    Read off the ids: every id in `all_special_ids` except the unknown token's (an [UNK] stands for
+    a word of the text), at real positions only (padding is the attention mask's business).
+    """
+    ids = encoded["input_ids"].long()
+    special_ids = set(getattr(tokenizer, "all_special_ids", None) or [])
+    special_ids.discard(getattr(tokenizer, "unk_token_id", None))
+    if not special_ids:
+        return torch.zeros(ids.shape, dtype=torch.bool)
+    return torch.isin(ids, torch.tensor(sorted(special_ids), dtype=torch.long)) & mask.bool()
 
 
 def char_prompts(

@@ -6,9 +6,13 @@ head, d_model) is a head's write to the residual stream, `pattern` (batch, head,
 the post-softmax weights.
 
 - `HeadAblation(heads, kind, site)`: replace the heads' `z` (or `result`) by zero, by their
-  per-position mean over reference prompts, or by their value on another reference prompt
-  (resampling). `spec()` is plain data for reports; `hooks(model, reference)` gives
-  `(hook_name, fn)` pairs for `run_with_hooks`; `ablate(...)` is the context manager.
+  mean over reference prompts at the same token role (`interp.data.token_roles`: [CLS] with
+  [CLS], [SEP] with [SEP], content by rank; per position when every prompt has one layout), by
+  their value on another reference prompt at the same roles (resampling), or, with kind="auto",
+  by resampling for heads whose output is near-constant across prompts and the mean otherwise
+  (`ReferenceActivations.resolved_kind`; `HeadAblation.resolved_kind(run)` names what was done).
+  `spec()` is plain data for reports; `hooks(model, reference, prompts=)` gives `(hook_name, fn)`
+  pairs for `run_with_hooks`; `ablate(...)` is the context manager.
 - `substitute_pattern(model, layer, head, pattern)`: replace one head's pattern (an ideal one
   from `ideal_pattern`, any tensor or callable, or the head's own weights permuted among the
   allowed keys: the faithfulness control "does it matter *where* the head looks?").
@@ -26,7 +30,7 @@ and the analyses import them as one vocabulary.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Protocol, Sequence, Union, cast, get_args
 
 import einops
@@ -36,7 +40,7 @@ from transformer_lens.utilities.statistics import derive_generator
 
 from interp import distributed
 from interp.capture import stop_after
-from interp.data import PromptSet
+from interp.data import PromptSet, token_roles
 from interp.errors import BadType
 from interp.heads import Head, HeadLike, head_label, parse_head
 from interp.hooks import AttentionSite, attention_sites, hooked
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
     from typing_extensions import TypeIs
 
-AblationKind = Literal["zero", "mean", "resample"]
+AblationKind = Literal["zero", "mean", "resample", "auto"]
 AblationSite = Literal["z", "result"]
 IdealPattern = Literal["previous_token", "first_token", "self", "uniform"]
 PatternSpec = Union[torch.Tensor, Callable[[int], torch.Tensor], str, None]
@@ -133,6 +137,12 @@ def run_stopping_after(model: nn.Module, prompts: PromptSet, last_layer: int) ->
 # ---------------------------------------------------------------------------------------------
 # reference activations
 
+ROLE_WIDTH = 1 << 32  # role keys: kind * ROLE_WIDTH + index (interp.data.TokenRoles.key)
+# kind="auto": resample a head whose across-prompt variance (at matched token roles) is below this fraction
+# of its mean squared norm, i.e. mean ablation would leave over 95% of its output's energy in place (a near
+# no-op); a fixed convention of this toolkit, not fitted to any model
+AUTO_RESAMPLE_BELOW = 0.05
+
 
 @dataclass(frozen=True)
 class ReferenceActivations:
@@ -141,16 +151,95 @@ class ReferenceActivations:
     `means[layer]`: (pos, head, d) per-position mean over the reference prompts (padding
     excluded; a position no prompt reaches is 0). `samples[layer]`: (prompt, pos, head, d), kept
     only for resampling. Computed once, reused by every ablation that shares the reference.
+
+    Token roles (`interp.data.token_roles`): when the reference prompts do not all share one layout
+    (padding, or special tokens in different columns), a position's mean is over the positions of
+    the same *role*: `role_means[layer]` (role, head, d), one row per key of `role_keys` (role,);
+    `sample_roles` (prompt, pos) is each reference position's row (-1 at padding) and
+    `role_positions` (prompt, role) each prompt's position of each role (-1 where it has none).
+    All three are None when every prompt has the same layout: roles are then positions, and
+    `means` is the role mean exactly. `variance_fraction[layer]` (head,): the head's across-prompt
+    variance at matched roles over its mean squared norm (`resolved_kind` reads it).
     """
 
     site: AblationSite
     means: dict[int, torch.Tensor]
     samples: dict[int, torch.Tensor] | None
     n_prompts: int
+    variance_fraction: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (head,)
+    role_means: dict[int, torch.Tensor] | None = None  # layer -> (role, head, d)
+    role_keys: torch.Tensor | None = None  # (role,) sorted role keys
+    sample_roles: torch.Tensor | None = None  # (prompt, pos) row of role_means, -1 at padding
+    role_positions: torch.Tensor | None = None  # (prompt, role) position of each role, -1 if absent
 
     @property
     def n_pos(self) -> int:
         return next(iter(self.means.values())).shape[0]
+
+    @property
+    def by_role(self) -> bool:
+        """Whether means are matched by token role (the reference prompts differ in layout)."""
+        return self.role_keys is not None
+
+    def role_rows(self, prompts: PromptSet) -> torch.Tensor:
+        """(prompt, pos) each position's row of `role_means` (-1 at padding); raises for a role the
+        reference never saw (e.g. prompts longer than every reference prompt)."""
+        assert self.role_keys is not None  # callers check by_role
+        keys = token_roles(prompts).key(ROLE_WIDTH)  # (prompt, pos)
+        rows = torch.searchsorted(self.role_keys, keys.clamp(min=0)).clamp(max=len(self.role_keys) - 1)
+        found = self.role_keys[rows] == keys
+        missing = (keys >= 0) & ~found
+        if bool(missing.any()):
+            prompt, pos = (int(i) for i in missing.nonzero()[0])
+            raise ValueError(
+                f"prompt {prompts.row_numbers([prompt])[0]} has a token at position {pos} whose role (token "
+                f"kind {int(keys[prompt, pos] // ROLE_WIDTH)}, index {int(keys[prompt, pos] % ROLE_WIDTH)}) no reference "
+                "prompt has; pass reference prompts at least as long as the prompts being ablated.")
+        return torch.where(keys >= 0, rows, -1)
+
+    def resolved_kind(self, layer: int, head: int) -> str:
+        """What kind="auto" does for this head: "resample" when its output is near-constant across prompts
+        (variance at matched roles below AUTO_RESAMPLE_BELOW of its mean square: mean ablation would
+        barely change it), else "mean". A head whose output is exactly zero gets "mean" (both are no-ops)."""
+        if layer not in self.variance_fraction:
+            raise ValueError(f"reference activations lack layer {layer}; recompute them with that layer.")
+        return "resample" if float(self.variance_fraction[layer][head]) < AUTO_RESAMPLE_BELOW else "mean"
+
+
+def _role_layout(reference: PromptSet) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(role keys (role,) or None when every prompt has one layout, each position's group (prompt, pos)).
+
+    The group is the row of the role (-1 at padding), or the position itself when roles are positions.
+    """
+    keys = token_roles(reference).key(ROLE_WIDTH)  # (prompt, pos)
+    if bool((keys >= 0).all()) and bool((keys == keys[:1]).all()):
+        return None, einops.repeat(torch.arange(reference.n_pos), "pos -> prompt pos", prompt=len(reference))
+    role_keys = torch.unique(keys[keys >= 0])  # sorted
+    rows = torch.searchsorted(role_keys, keys.clamp(min=0))
+    return role_keys, torch.where(keys >= 0, rows, -1)
+
+
+@dataclass
+class _Accumulator:
+    """Running sums over reference batches: per position (today's means) and per group (role or position)."""
+
+    n_groups: int
+    sums: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (pos, head, d)
+    group_sums: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (group, head, d)
+    group_squares: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (group, head)
+
+    def add(self, layer: int, act: torch.Tensor, mask: torch.Tensor | None, groups: torch.Tensor) -> None:
+        """act (batch, pos, head, d); groups (batch, pos), -1 at padding."""
+        weights = (torch.ones(act.shape[:2], dtype=torch.float64) if mask is None else mask.double()).to(act.device)
+        total = einops.einsum(act.double(), weights, "batch pos head d, batch pos -> pos head d")
+        self.sums[layer] = total if layer not in self.sums else self.sums[layer] + total
+        real = (groups >= 0).to(act.device)
+        values, index = act[real].double(), groups.to(act.device)[real]  # (token, head, d), (token,)
+        group_sum = torch.zeros(self.n_groups, *act.shape[2:], dtype=torch.float64, device=act.device).index_add_(0, index, values)
+        squares = torch.zeros(self.n_groups, act.shape[2], dtype=torch.float64, device=act.device).index_add_(
+            0, index, values.square().sum(-1))
+        for store, value in ((self.group_sums, group_sum), (self.group_squares, squares)):
+            store[layer] = value if layer not in store else store[layer] + value
 
 
 @torch.no_grad()
@@ -163,23 +252,31 @@ def reference_activations(
     keep_samples: bool = False,
     batch_size: int = 32,
 ) -> ReferenceActivations:
-    """Per-position means (and, with `keep_samples`, every prompt's values) of all heads' `site`."""
+    """Means at matching token roles (and, with `keep_samples`, every prompt's values) of all heads' `site`.
+
+    The rule (`interp.data.token_roles`): a position's mean is over the reference positions of the
+    same role: the leading special tokens ([CLS], BOS) by their rank in that run, the trailing ones
+    ([SEP]) by their rank from the end, every other real token by its rank among the prompt's real
+    tokens (counted from the first real token, so content is left-aligned whatever the padding side);
+    padding never counts. When all prompts share one layout (no padding, specials in the same
+    columns) roles are positions and the means are today's per-position means, bit for bit.
+    """
     _check_choice("site", site, ABLATION_SITES)
     reference = as_prompts(reference)
     sites = _sites_by_layer(model)
     layers = sorted(set(sites) if layers is None else set(layers))
-    sums: dict[int, torch.Tensor] = {}
+    role_keys, groups = _role_layout(reference)  # groups: (prompt, pos)
+    n_groups = reference.n_pos if role_keys is None else len(role_keys)
+    acc = _Accumulator(n_groups)
     samples: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
     counts = torch.zeros(reference.n_pos, dtype=torch.float64)
-    current_mask: list[torch.Tensor | None] = [None]
+    group_counts = torch.zeros(n_groups, dtype=torch.float64)
+    current: list[tuple[torch.Tensor | None, torch.Tensor]] = [(None, groups)]  # this batch's (mask, groups)
 
     def make_hook(layer: int) -> Callable[..., None]:
         def hook(act: torch.Tensor, hook: HookPoint | None = None) -> None:  # (batch, pos, head, d)
             act = act.detach()
-            mask = current_mask[0]
-            weights = (torch.ones(act.shape[:2], dtype=torch.float64) if mask is None else mask.double()).to(act.device)
-            total = einops.einsum(act.double(), weights, "batch pos head d, batch pos -> pos head d")
-            sums[layer] = total if layer not in sums else sums[layer] + total
+            acc.add(layer, act, *current[0])
             if keep_samples:
                 samples[layer].append(act.cpu().clone())
             return None
@@ -187,31 +284,65 @@ def reference_activations(
 
     hooks = [(sites[layer].hook(site), make_hook(layer)) for layer in layers]
     with hooked(model, hooks):
-        for batch in distributed.shard(reference, batch_size).prompts.batches(batch_size):
-            current_mask[0] = batch.attention_mask
+        for indices, batch in distributed.shard(reference, batch_size).batches(batch_size):
+            batch_groups = groups[list(indices)]  # (batch, pos)
+            current[0] = (batch.attention_mask, batch_groups)
             weights = torch.ones(batch.tokens.shape) if batch.attention_mask is None else batch.attention_mask.double()
             counts += weights.sum(0).double()
+            real = batch_groups >= 0
+            group_counts.index_add_(0, batch_groups[real], torch.ones(int(real.sum()), dtype=torch.float64))
             run_stopping_after(model, batch, max(layers))
     if distributed.active():  # sums over ranks in rank order, samples in global prompt order
-        sums, counts, samples = _merge_reference(sums, counts, samples)
+        acc, counts, group_counts, samples = _merge_reference(acc, counts, group_counts, samples)
     denominator = einops.rearrange(counts.clamp(min=1.0), "pos -> pos 1 1")
-    means = {layer: (sums[layer].cpu() / denominator).float() for layer in layers}
+    means = {layer: (acc.sums[layer].cpu() / denominator).float() for layer in layers}
     kept = {layer: torch.cat(samples[layer]) for layer in layers} if keep_samples else None
-    return ReferenceActivations(site, means, kept, len(reference))
+    group_means = {layer: acc.group_sums[layer].cpu() / einops.rearrange(group_counts.clamp(min=1.0), "g -> g 1 1")
+                   for layer in layers}  # float64
+    fraction = {layer: _variance_fraction(group_means[layer], acc.group_squares[layer].cpu(), group_counts) for layer in layers}
+    if role_keys is None:
+        return ReferenceActivations(site, means, kept, len(reference), fraction)
+    positions = _role_positions(groups, len(role_keys)) if keep_samples else None
+    return ReferenceActivations(site, means, kept, len(reference), fraction, {k: v.float() for k, v in group_means.items()},
+                                role_keys, groups if keep_samples else None, positions)
+
+
+def _variance_fraction(means: torch.Tensor, squares: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """(head,) across-prompt variance at matched groups over the mean squared norm; 1 where the head is all zero.
+
+    means (group, head, d), squares (group, head) summed squared norms, counts (group,).
+    """
+    total = squares.sum(0)  # (head,)
+    variance = (squares - counts[:, None] * means.square().sum(-1)).sum(0).clamp(min=0.0)  # (head,)
+    return torch.where(total > 0, variance / total.clamp(min=1e-300), torch.ones_like(total)).float()
+
+
+def _role_positions(groups: torch.Tensor, n_roles: int) -> torch.Tensor:
+    """(prompt, role) the position of each role in each prompt, -1 where the prompt has none."""
+    out = torch.full((groups.shape[0], n_roles), -1, dtype=torch.long)
+    prompt, pos = (groups >= 0).nonzero(as_tuple=True)
+    out[prompt, groups[prompt, pos]] = pos
+    return out
 
 
 def _merge_reference(
-    sums: dict[int, torch.Tensor], counts: torch.Tensor, samples: dict[int, list[torch.Tensor]]
-) -> tuple[dict[int, torch.Tensor], torch.Tensor, dict[int, list[torch.Tensor]]]:
+    acc: _Accumulator, counts: torch.Tensor, group_counts: torch.Tensor, samples: dict[int, list[torch.Tensor]]
+) -> tuple[_Accumulator, torch.Tensor, torch.Tensor, dict[int, list[torch.Tensor]]]:
     """Every rank's reference sums, counts and samples, combined identically on every rank."""
-    parts = distributed.gather_objects(({k: v.cpu() for k, v in sums.items()}, counts, samples))
-    merged_sums: dict[int, torch.Tensor] = {}
-    for part_sums, _, _ in parts:
-        for layer, total in part_sums.items():
-            merged_sums[layer] = total if layer not in merged_sums else merged_sums[layer] + total
-    merged_counts = sum((part[1] for part in parts[1:]), parts[0][1].clone())
-    merged_samples = {layer: [chunk for part in parts for chunk in part[2][layer]] for layer in samples}
-    return merged_sums, merged_counts, merged_samples
+    def cpu(store: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        return {k: v.cpu() for k, v in store.items()}
+
+    parts = distributed.gather_objects((cpu(acc.sums), cpu(acc.group_sums), cpu(acc.group_squares), counts,
+                                        group_counts, samples))
+    merged = _Accumulator(acc.n_groups)
+    for part in parts:
+        for store, values in ((merged.sums, part[0]), (merged.group_sums, part[1]), (merged.group_squares, part[2])):
+            for layer, total in values.items():
+                store[layer] = total if layer not in store else store[layer] + total
+    merged_counts = sum((part[3] for part in parts[1:]), parts[0][3].clone())
+    merged_groups = sum((part[4] for part in parts[1:]), parts[0][4].clone())
+    merged_samples = {layer: [chunk for part in parts for chunk in part[5][layer]] for layer in samples}
+    return merged, merged_counts, merged_groups, merged_samples
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,19 +350,56 @@ def _merge_reference(
 
 
 class AblationValues:
-    """Values that replace one head's activation (batch, pos, d) under an ablation kind."""
+    """Values that replace one head's activation (batch, pos, d) under an ablation kind.
 
-    def __init__(self, kind: str, reference: ReferenceActivations | None, seed: int):
+    With a reference matched by token role (`ReferenceActivations.by_role`), the values need the
+    roles of the prompts being ablated: `prompts=` (the whole set; a batch is picked by
+    `prompt_index`) or `set_batch(batch)` before each forward. Without them the per-position
+    means and samples are used (as for a reference of one layout).
+    """
+
+    def __init__(self, kind: str, reference: ReferenceActivations | None, seed: int, prompts: PromptSet | None = None):
         self.kind, self.reference, self.seed = kind, reference, seed
         self.generators: dict[Head, torch.Generator] = {}
         # global indices of the prompts in the current batch; when set (by a sharded loop such
         # as the ablation engine), resampling is keyed by each prompt's global index, so the
         # draws do not depend on batching or on the number of processes
         self.prompt_index: range | None = None
+        self.all_rows = self._rows_of(prompts)  # (prompt, pos) role rows of the whole ablated set
+        self.batch_rows: torch.Tensor | None = None  # (batch, pos), from set_batch
+
+    def _rows_of(self, prompts: PromptSet | None) -> torch.Tensor | None:
+        ref = self.reference
+        return None if prompts is None or ref is None or not ref.by_role else ref.role_rows(prompts)
+
+    def set_batch(self, prompts: PromptSet | None) -> None:
+        """The prompts of the next forward(s), whose token roles pick the matching reference values."""
+        self.batch_rows = self._rows_of(prompts)
+
+    def kind_of(self, layer: int, head: int) -> str:
+        """The kind applied to this head: `kind`, or for "auto" the reference's `resolved_kind`."""
+        if self.kind != "auto":
+            return self.kind
+        assert self.reference is not None  # _resolve_reference gives one for every kind but "zero"
+        return self.reference.resolved_kind(layer, head)
+
+    def _rows(self, clean: torch.Tensor) -> torch.Tensor | None:
+        """(batch, pos) role rows of the current batch, or None (per-position values)."""
+        rows = self.batch_rows
+        if rows is None and self.all_rows is not None:
+            if self.prompt_index is not None:
+                rows = self.all_rows[list(self.prompt_index)]
+            elif self.all_rows.shape[0] == clean.shape[0]:
+                rows = self.all_rows
+        if rows is not None and tuple(rows.shape) != tuple(clean.shape[:2]):
+            raise ValueError(f"the ablation values were set for prompts of shape {tuple(rows.shape)} but the head's "
+                             f"activation has (batch, pos) {tuple(clean.shape[:2])}; set_batch() with the prompts of this forward.")
+        return rows
 
     def __call__(self, layer: int, head: int, clean: torch.Tensor) -> torch.Tensor:
         batch, n_pos = clean.shape[:2]
-        if self.kind == "zero":
+        kind = self.kind_of(layer, head)
+        if kind == "zero":
             return torch.zeros_like(clean)
         ref = self.reference
         assert ref is not None  # _resolve_reference (or the engine) gives one for every kind but "zero"
@@ -240,28 +408,54 @@ class AblationValues:
                 f"the prompts have {n_pos} positions but the reference prompts only {ref.n_pos}; "
                 "pass reference prompts at least as long as the prompts being ablated."
             )
-        if self.kind == "mean":
+        rows = self._rows(clean)
+        if kind == "mean":
+            if rows is not None:
+                return self._role_mean(layer, head, rows, clean)
             mean = ref.means[layer][:n_pos, head].to(device=clean.device, dtype=clean.dtype)  # (pos, d)
             return einops.repeat(mean, "pos d -> batch pos d", batch=batch)
         # resample: each prompt gets the head's value on a random reference prompt, a different
         # one from the prompt itself wherever that is possible
-        assert ref.samples is not None  # resampling references keep their samples (_resolve_reference checks)
-        pool = ref.samples[layer][:, :n_pos, head]  # (ref_prompt, pos, d)
-        n_ref = pool.shape[0]
+        if ref.samples is None:
+            raise ValueError(f"resample ablation of {head_label((layer, head))} needs per-prompt reference values; "
+                             "recompute the reference with keep_samples=True.")
+        pool = ref.samples[layer][:, :, head]  # (ref_prompt, ref_pos, d)
         if self.prompt_index is not None:
-            return self._resample_keyed(layer, head, clean, pool, self.prompt_index)
+            return self._resample_keyed(layer, head, clean, pool, self.prompt_index, rows)
+        n_ref = pool.shape[0]
         gen = self.generators.setdefault(Head(layer, head), derive_generator(self.seed, "resample", layer, head))
         index = torch.randint(0, n_ref, (batch,), generator=gen)
-        chosen = pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
+        chosen = self._donors(layer, head, pool, index, clean, rows)  # (batch, pos, d)
         same = (chosen == clean).flatten(1).all(1).cpu()
         if n_ref > 1 and bool(same.any()):
             shift = torch.randint(1, n_ref, (int(same.sum()),), generator=gen)
             index[same] = (index[same] + shift) % n_ref
-            chosen = pool[index].to(device=clean.device, dtype=clean.dtype)
+            chosen = self._donors(layer, head, pool, index, clean, rows)
         return chosen
 
+    def _role_mean(self, layer: int, head: int, rows: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+        """(batch, pos, d) the mean of each position's role; padding keeps its own value (nothing reads it)."""
+        assert self.reference is not None and self.reference.role_means is not None  # rows exist only by role
+        table = self.reference.role_means[layer][:, head].to(device=clean.device, dtype=clean.dtype)  # (role, d)
+        rows = rows.to(clean.device)
+        return torch.where((rows >= 0)[..., None], table[rows.clamp(min=0)], clean)
+
+    def _donors(self, layer: int, head: int, pool: torch.Tensor, index: torch.Tensor, clean: torch.Tensor,
+                rows: torch.Tensor | None) -> torch.Tensor:
+        """(batch, pos, d) the head's values on reference prompts `index` (batch,): at the same positions, or
+        with roles at the donor's position of the same role (the role mean where the donor has none)."""
+        n_pos = clean.shape[1]
+        if rows is None:
+            return pool[index, :n_pos].to(device=clean.device, dtype=clean.dtype)
+        ref = self.reference
+        assert ref is not None and ref.role_positions is not None  # by-role references with samples keep them
+        where = ref.role_positions[index[:, None], rows.clamp(min=0)]  # (batch, pos) donor positions, -1 if none
+        donor = pool[index[:, None], where.clamp(min=0)].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
+        fallback = self._role_mean(layer, head, rows, clean)
+        return torch.where((where >= 0).to(clean.device)[..., None] & (rows >= 0).to(clean.device)[..., None], donor, fallback)
+
     def _resample_keyed(self, layer: int, head: int, clean: torch.Tensor, pool: torch.Tensor,
-                        prompt_index: range) -> torch.Tensor:
+                        prompt_index: range, rows: torch.Tensor | None) -> torch.Tensor:
         """Resampling with one generator per (prompt's global index, head): see `prompt_index`."""
         if len(prompt_index) != clean.shape[0]:
             raise ValueError(f"prompt_index has {len(prompt_index)} prompts but the batch {clean.shape[0]}.")
@@ -270,9 +464,16 @@ class AblationValues:
         for row, prompt in enumerate(prompt_index):
             gen = distributed.prompt_generator(self.seed, "resample", prompt, layer, head)
             index[row] = int(torch.randint(0, n_ref, (1,), generator=gen))
-            if n_ref > 1 and bool((pool[index[row]].to(clean.device, clean.dtype) == clean[row]).all()):
+            one = slice(row, row + 1)
+            donor = self._donors(layer, head, pool, index[one], clean[one], None if rows is None else rows[one])
+            if n_ref > 1 and bool((donor == clean[one]).all()):
                 index[row] = (index[row] + int(torch.randint(1, n_ref, (1,), generator=gen))) % n_ref
-        return pool[index].to(device=clean.device, dtype=clean.dtype)  # (batch, pos, d)
+        return self._donors(layer, head, pool, index, clean, rows)  # (batch, pos, d)
+
+
+def needs_samples(kind: str) -> bool:
+    """Whether an ablation kind may resample (so its reference must keep every prompt's values)."""
+    return kind in ("resample", "auto")
 
 
 def _resolve_reference(
@@ -296,17 +497,21 @@ def _resolve_reference(
         if kind == "resample" and reference.samples is None:
             raise ValueError("resample ablation needs per-prompt reference values; recompute with keep_samples=True.")
         return reference
-    return reference_activations(model, reference, layers=layers, site=site, keep_samples=kind == "resample")
+    return reference_activations(model, reference, layers=layers, site=site, keep_samples=needs_samples(kind))
 
 
 @dataclass(frozen=True)
 class HeadAblation:
     """Replace some heads' `z` (or `result`) by zero, their reference mean, or a resampled value.
 
-    Zero-ablating at `z` equals zeroing the heads' rows of W_O. Mean ablation uses the
-    per-position mean over reference prompts (the model keeps the head's average, position
-    dependent write, and loses only its prompt-specific information). Resampling gives each
-    prompt the head's value on another, randomly chosen reference prompt (seeded per head).
+    Zero-ablating at `z` equals zeroing the heads' rows of W_O. Mean ablation uses the mean over
+    reference prompts at the same token role (`reference_activations`: per position when every
+    prompt has one layout); the model keeps the head's average write and loses only its
+    prompt-specific information. Resampling gives each prompt the head's value on another, randomly
+    chosen reference prompt (seeded per head), at the same roles. "auto" resamples the heads whose
+    output is near-constant across prompts (mean ablation would be a no-op for them) and
+    mean-ablates the others, by the fixed rule of `ReferenceActivations.resolved_kind`;
+    `resolved_kind(run)` says what was done.
     """
 
     heads: tuple[tuple[int, int], ...]  # parsed into Heads
@@ -326,12 +531,32 @@ class HeadAblation:
     def label(self) -> str:
         return "+".join(head_label(h) for h in self.heads)
 
+    def resolved_kinds(self, source: Any) -> dict[Head, str]:
+        """The kind applied to each head: `kind` itself, or for "auto" the rule's choice over the
+        reference of `source` (an `interp.Run` or a `ReferenceActivations`)."""
+        if self.kind != "auto":
+            return {Head(*head): self.kind for head in self.heads}
+        reference = source if isinstance(source, ReferenceActivations) else self._reference(source)
+        assert reference is not None  # "auto" always has a reference
+        return {Head(*head): reference.resolved_kind(*head) for head in self.heads}
+
+    def resolved_kind(self, source: Any) -> str:
+        """The ablation used, for an `ablation` column: one kind when every head got it, else
+        "L0H1:mean+L4H5:resample"."""
+        kinds = self.resolved_kinds(source)
+        if len(set(kinds.values())) == 1:
+            return next(iter(kinds.values()))
+        return "+".join(f"{head_label(head)}:{kind}" for head, kind in kinds.items())
+
     def hooks(
-        self, model: nn.Module, reference: PromptSet | ReferenceActivations | None = None, seed: int = 0
+        self, model: nn.Module, reference: PromptSet | ReferenceActivations | None = None, seed: int = 0,
+        prompts: PromptSet | None = None,
     ) -> list[tuple[str, Callable[..., Any]]]:
-        """`(hook_name, fn)` pairs for `model.run_with_hooks` / `interp.hooks.hooked`."""
+        """`(hook_name, fn)` pairs for `model.run_with_hooks` / `interp.hooks.hooked`. `prompts`: the prompts
+        the hooked forward reads, so a reference matched by token role gives each position its role's values."""
         check_heads(model, self.heads)
-        replacer = AblationValues(self.kind, _resolve_reference(model, self.heads, self.kind, self.site, reference), seed)
+        replacer = AblationValues(self.kind, _resolve_reference(model, self.heads, self.kind, self.site, reference), seed,
+                                  prompts=prompts)
         sites = _sites_by_layer(model)
         by_layer: dict[int, list[int]] = {}
         for layer, index in self.heads:
@@ -347,13 +572,21 @@ class HeadAblation:
 
         return [(sites[layer].hook(self.site), make_hook(layer, indices)) for layer, indices in sorted(by_layer.items())]
 
+    def _reference(self, run: Any) -> ReferenceActivations | None:
+        """The reference values of an `interp.Run` for this ablation's kind and site."""
+        if self.site == "z":
+            reference: ReferenceActivations | None = run.reference(self.kind)
+            return reference
+        if self.kind == "zero":
+            return None
+        return cast(ReferenceActivations, run.cached(("reference", needs_samples(self.kind), self.site), lambda: reference_activations(
+            run.model, run.behaviour.model_prompts(run.prompts), site=self.site,
+            keep_samples=needs_samples(self.kind), batch_size=run.batch_size)))
+
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
-        """The hooks for one batch of an `interp.Run`: its reference values (over its prompts) and seed."""
-        reference = run.reference(self.kind) if self.site == "z" else run.cached(
-            ("reference", self.kind, self.site), lambda: reference_activations(
-                run.model, run.behaviour.model_prompts(run.prompts), site=self.site,
-                keep_samples=self.kind == "resample", batch_size=run.batch_size))
-        return hooked(run.model, self.hooks(run.model, reference, run.seed))
+        """The hooks for one batch of an `interp.Run` (the prompts the model reads): its reference values
+        (over its prompts, matched to the batch's token roles) and seed."""
+        return hooked(run.model, self.hooks(run.model, self._reference(run), run.seed, prompts=batch))
 
 
 @contextlib.contextmanager
@@ -365,15 +598,18 @@ def ablate(
     reference: PromptSet | ReferenceActivations | None = None,
     site: AblationSite = "z",
     seed: int = 0,
+    prompts: PromptSet | None = None,
 ) -> Iterator[nn.Module]:
-    """`with ablate(model, [(1, 3)], "mean", reference=prompts): model(tokens)`; hooks removed on exit.
+    """`with ablate(model, [(1, 3)], "mean", reference=prompts, prompts=prompts): model(tokens)`; hooks removed on exit.
 
     `reference` is a PromptSet (its activations are computed on entry: one forward over it) or
     the `ReferenceActivations` of `reference_activations(model, prompts)`, to share them
-    between many ablations.
+    between many ablations. `prompts`: the prompts the forward inside reads; with a reference of
+    varying layout (padding, special tokens) each position then gets its token role's values
+    (without it, the per-position ones).
     """
     ablation = HeadAblation(parse_heads(heads), kind, site)
-    with hooked(model, ablation.hooks(model, reference, seed)):
+    with hooked(model, ablation.hooks(model, reference, seed, prompts=prompts)):
         yield model
 
 
@@ -682,6 +918,7 @@ def batched_head_ablations(
     for start in range(0, len(heads), chunk_size):
         chunk = heads[start : start + chunk_size]
         replacer = AblationValues(kind, resolved, seed)
+        replacer.set_batch(prompts)  # every copy of the batch has the batch's token roles
         # each head draws its own resampling stream, as the sequential ablation does
         by_layer: dict[int, list[tuple[int, int]]] = {}
         for copy, (layer, index) in enumerate(chunk):

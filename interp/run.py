@@ -3,6 +3,7 @@
     run = interp.Run(model, prompts)                      # behaviour follows the model
     effect = run.effect(interp.HeadAblation("L1H2", "mean"))
     effect.mean, effect.ci_low, effect.ci_high            # per-prompt values kept: effect.values
+    effect.ablation                                       # the kind applied ("auto" resolved per head)
 
 A `Run` moves the model once (`device=`, `dtype=`: a copy, the caller's model is left as it was),
 resolves the behaviour once (`interp.behaviour`: the model's own by default) and answers
@@ -53,6 +54,7 @@ from interp.interventions import (
     AblationKind,
     HeadAblation,
     ReferenceActivations,
+    needs_samples,
     reference_activations,
 )
 from interp.launch import Device, DType
@@ -91,21 +93,24 @@ class Effect:
     behaviour: str  # which behaviour, in words
     unit: str
     n_prompts: int
+    ablation: str | None = None  # the ablation kind applied (HeadAblation.resolved_kind); None for other interventions
 
     def ci(self) -> tuple[float, float]:
         return self.ci_low, self.ci_high
 
     def frame(self) -> pd.DataFrame:
-        """One row: the intervention, the mean change and its CI, the clean mean, the behaviour."""
-        return pd.DataFrame([{"intervention": json.dumps(self.intervention, sort_keys=True), "effect": self.mean,
-                              "ci_low": self.ci_low, "ci_high": self.ci_high, "clean": float(self.clean.mean()),
-                              "behaviour": self.behaviour, "unit": self.unit, "n_prompts": self.n_prompts}])
+        """One row: the intervention, the ablation applied, the mean change and its CI, the clean mean, the behaviour."""
+        return pd.DataFrame([{"intervention": json.dumps(self.intervention, sort_keys=True), "ablation": self.ablation,
+                              "effect": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                              "clean": float(self.clean.mean()), "behaviour": self.behaviour, "unit": self.unit,
+                              "n_prompts": self.n_prompts}])
 
 
 def prompt_fingerprint(prompts: PromptSet) -> str:
-    """A digest of the prompt set's tokens and attention mask (shape and bytes): equal content, equal key."""
+    """A digest of the prompt set's tokens, attention mask and special-token mask (shape and bytes): equal
+    content, equal key."""
     digest = hashlib.blake2b(digest_size=16)
-    for tensor in (prompts.tokens, prompts.attention_mask):
+    for tensor in (prompts.tokens, prompts.attention_mask, prompts.special_mask):
         if tensor is None:
             digest.update(b"none")
             continue
@@ -184,7 +189,8 @@ class Run:
 
     def reference(self, kind: str) -> ReferenceActivations | None:
         """Mean / resample ablation values at `z`, over the prompts the model reads under the behaviour
-        (or the `reference=` given); None for zero ablation."""
+        (or the `reference=` given), matched by token role (`interp.interventions.reference_activations`);
+        None for zero ablation. Resample and "auto" share one reference that keeps every prompt's values."""
         if kind not in ABLATION_KINDS:
             raise BadInput(f"ablation kind {kind!r}; expected one of {list(ABLATION_KINDS)}.")
         if kind == "zero":
@@ -192,8 +198,9 @@ class Run:
         if isinstance(self._reference, ReferenceActivations):
             return self._reference
         source = self.behaviour.model_prompts(self.prompts) if self._reference is None else self._reference
-        return self.cached(("reference", kind), lambda: reference_activations(
-            self.model, source, site="z", keep_samples=kind == "resample", batch_size=self.batch_size))
+        samples = needs_samples(kind)
+        return self.cached(("reference", samples), lambda: reference_activations(
+            self.model, source, site="z", keep_samples=samples, batch_size=self.batch_size))
 
     def clean_summary(self) -> torch.Tensor | None:
         """What a compare-to-clean behaviour compares with (e.g. pooled embeddings); None otherwise."""
@@ -292,8 +299,9 @@ class Run:
             spec = self._spec(intervention)
             values = (row - clean).double()  # (prompt,)
             mean, low, high = (float(v) for v in bootstrap(values, seed=self.seed, label=spec))
+            ablation = intervention.resolved_kind(self) if isinstance(intervention, HeadAblation) else None
             effect = Effect(intervention.spec(), values, clean.double(), row.double(), mean, low, high,
-                            self.behaviour.describe(self.prompts), self.behaviour.unit, len(values))
+                            self.behaviour.describe(self.prompts), self.behaviour.unit, len(values), ablation)
             self._memo[self._key(("effect", spec))] = effect
 
     def _key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:

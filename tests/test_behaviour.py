@@ -387,7 +387,7 @@ def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
 
 def test_redundancy_claims_and_masked_lm_claims_name_their_behaviour(circuit, repeated, tiny_encoder):
     table = P.redundancy_claims(circuit, repeated, pairs=[((0, 1), (1, 1))], heads=[(0, 3)])
-    assert set(table["behaviour"]) == {"next-token loss on every position"}  # redundancy's default: every position
+    assert set(table["behaviour"]) == {"next-token loss on the repeated copies"}  # Run's default, as claims and the report
     table = run_test_claims(circuit, [P.dispensable_claim((0, 3))], repeated, behaviour="embedding")
     assert table["behaviour"].iloc[0] == "embedding_change"  # the test's behaviour reaches claims that name none
     prompts = random_tokens(12, 16, tiny_encoder.cfg.d_vocab, seed=3)

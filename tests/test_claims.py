@@ -16,6 +16,8 @@ from interp.claims import (
     Evidence,
     Inconclusive,
     Threshold,
+    INTERVAL_METHOD,
+    MIN_PROMPTS_FOR_VERDICT,
     decide,
     difference_evidence,
     evaluate_claims,
@@ -187,6 +189,14 @@ def test_abstaining_evidence_makes_inconclusive(tiny_gpt, prompts):
 def test_too_few_prompts_is_inconclusive(tiny_gpt):
     verdict = evaluate_claims(tiny_gpt, [make_claim(spread(0.9, n=4))], random_tokens(4, 12, 40))[0]
     assert verdict.verdict == "inconclusive" and "too few prompts" in verdict.reasons[0]
+    # 31 prompts of a clear head: still no verdict, and the reason says why and what to do
+    assert MIN_PROMPTS_FOR_VERDICT == 32
+    verdict = evaluate_claims(tiny_gpt, [make_claim(spread(0.9, n=31))], random_tokens(31, 12, 40))[0]
+    assert verdict.verdict == "inconclusive"
+    assert "too few prompts: n < 32 (got 31)" in verdict.reasons[0] and "pass more prompts" in verdict.reasons[0]
+    assert verdict.get("observational").passed is True  # the evidence is still measured and shown
+    enough = evaluate_claims(tiny_gpt, [make_claim(spread(0.9, n=32))], random_tokens(32, 12, 40))[0]
+    assert enough.verdict == "supported"
     one = evaluate_claims(tiny_gpt, [make_claim([0.9])], random_tokens(1, 12, 40))[0]
     assert one.verdict == "inconclusive" and one.get("observational").passed is None
 
@@ -257,3 +267,29 @@ def test_unmeasured_evidence_has_no_numbers():
     ev = Evidence.unmeasured("sufficiency", rule="CI > 0.5", n_prompts=12, detail="loss does not move", extra={"dL": 0.0})
     assert math.isnan(ev.effect) and math.isnan(ev.ci_low) and math.isnan(ev.p_value)
     assert (ev.passed, ev.decisive, ev.n_prompts, ev.detail, dict(ev.extra)) == (None, False, 12, "loss does not move", {"dL": 0.0})
+
+
+def test_evidence_helpers_use_the_studentized_interval_and_a_guarded_p_value(ctx):
+    """The helpers' CI is `interp.stats.bootstrap(method=INTERVAL_METHOD)` with the context's seed and the
+    label; the p-value is the larger of the sign-flip and studentized-bootstrap ones."""
+    from interp.stats import bootstrap, ratio_bootstrap, sign_flip_test, studentized_pvalue
+
+    assert INTERVAL_METHOD == "studentized"
+    generator = torch.Generator().manual_seed(5)
+    values = 1 - torch.empty(32, dtype=torch.float64).exponential_(20.0, generator=generator)  # skewed left, ~0.95
+    ev = threshold_evidence("observational", values, Threshold(0.9, "t"), ctx, what="m")
+    _, low, high = bootstrap(values, seed=0, label="observational", method="studentized")
+    assert (ev.ci_low, ev.ci_high) == (float(low), float(high))
+    margin = values - 0.9
+    flip = float(sign_flip_test(margin, n_permutations=ctx.n_permutations, seed=0, label="observational"))
+    boot = float(studentized_pvalue(margin, n_resamples=ctx.n_permutations, seed=0, label="observational:p"))
+    assert ev.p_value == max(flip, boot)
+    # the ratio's interval is the studentized ratio of means
+    den = 1 + torch.rand(32, dtype=torch.float64, generator=generator)
+    ratio = ratio_evidence("sufficiency", values * den, den, Threshold(0.5, "t"), ctx, what="r")
+    r, low, high = ratio_bootstrap(values * den, den, seed=0, label="sufficiency", method="studentized")
+    assert (ratio.effect, ratio.ci_low, ratio.ci_high) == (float(r), float(low), float(high))
+    assert ratio.passed is True
+    # difference_evidence keeps min_effect / unit
+    diff = difference_evidence("necessity", values, values - 0.005, ctx, what="d", min_effect=0.01, unit="nats")
+    assert diff.passed is False and "below the practical minimum 0.01 nats" in diff.detail

@@ -228,7 +228,7 @@ def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
 
 
 def test_scan_json_lists_verdicts_for_every_head(capsys):
-    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "24", "-q", "--json", "-"]) == 0
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "64", "-q", "--json", "-"]) == 0
     result = json.loads(capsys.readouterr().out)["result"]
     rows = result["claims"]
     assert result["shown"] == "all" and result["n_hidden"] == 0 and sum(result["counts"].values()) == len(rows)
@@ -295,7 +295,7 @@ def test_scan_footer_counts_what_supported_only_hides():
 
 
 def test_scan_supported_only_reports_the_hidden_claims(capsys):
-    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "24", "--supported-only", "--json", "-"]) == 0
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "64", "--supported-only", "--json", "-"]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)["result"]
     assert result["shown"] == "supported" and all(r["verdict"] == "supported" for r in result["claims"])

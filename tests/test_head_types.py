@@ -44,7 +44,7 @@ def copier():
 
 @pytest.fixture(scope="module")
 def period3(copier):
-    return repeated_tokens(24, 3, 15, bos=15, n_repeats=5, seed=1)  # 16 positions
+    return repeated_tokens(64, 3, 15, bos=15, n_repeats=5, seed=1)  # 16 positions; 64 prompts: report.compute tests scanned claims on half, 32
 
 
 def test_new_head_type_metric_per_head(registered, copier, period3):
@@ -56,7 +56,7 @@ def test_new_head_type_metric_per_head(registered, copier, period3):
     expected = sum(1 / (q + 1) for q in range(2, 16)) / 14
     assert values[1] == pytest.approx(expected, rel=1e-5)
     ctx = Context(copier, period3)
-    torch.testing.assert_close(hc.head_metric(ctx, TWO_BACK)[:, 0, 1], torch.full((24,), expected), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(hc.head_metric(ctx, TWO_BACK)[:, 0, 1], torch.full((64,), expected), rtol=1e-5, atol=1e-6)
 
 
 def test_new_head_type_claim_gets_every_evidence_kind(registered, copier, period3):

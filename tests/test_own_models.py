@@ -179,7 +179,7 @@ def test_encoder_lm_through_the_cli(command, capsys):
 
 def test_encoder_lm_claims_file(tmp_path, capsys):
     claims = tmp_path / "claims.toml"
-    claims.write_text('model = "own_models:encoder_lm"\n[prompts]\nkind = "repeated"\nn = 8\n'
+    claims.write_text('model = "own_models:encoder_lm"\n[prompts]\nkind = "repeated"\nn = 32\n'
                       '[claims]\nmodel = "causal"\nL0H1 = "not induction"\n')
     assert cli.main(["claims", str(claims), "--strict", "-q"]) == 0, capsys.readouterr()
 

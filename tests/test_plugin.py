@@ -24,7 +24,7 @@ GOOD = textwrap.dedent(f"""\
 
     [prompts]
     kind = "repeated"
-    n = 16
+    n = 32
     prefix_len = 8
 
     [claims]

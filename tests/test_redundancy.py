@@ -11,6 +11,7 @@ from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate, all_heads
 from interp.stats import TooFewPrompts
+from interp.claims import min_effect, test_claims
 from interp.models import GPTConfig, HookedGPT
 from interp.models.constructed import _Builder, pattern_heads, redundant_pair
 
@@ -25,7 +26,7 @@ def pair_model():
 @pytest.fixture(scope="module")
 def period2():
     """Period-2 sequences after a BOS: the constructed models' task."""
-    return repeated_tokens(16, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=0)
+    return repeated_tokens(32, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def test_importance_on_the_redundant_pair(pair_model, period2):
     frame = R.importance(pair_model, period2)
     by = frame.set_index("label")
     assert list(frame.columns[:6]) == ["layer", "head", "label", "delta_loss", "ci_low", "ci_high"]
-    assert (frame.n_prompts == 16).all()
+    assert (frame.n_prompts == 32).all()
     # the scratch writers change nothing at all
     assert by.loc["L0H2", "delta_loss"] == 0 and by.loc["L0H3", "delta_loss"] == 0
     # one of the pair alone: the other keeps a 15-logit lead, loss ~ (d_vocab - 2) e^-15 per position
@@ -179,8 +180,9 @@ def test_second_order_estimate_matches_finite_differences():
 def test_joint_ablation_on_the_redundant_pair(pair_model, period2):
     frame = R.joint_ablation(pair_model, period2, [("L0H0", "L0H1"), ((0, 2), (0, 3))], "zero")
     pair, scratch = frame.iloc[0], frame.iloc[1]
-    # both zero-ablated: ln(d_vocab - 1) at each of the 10 predictable targets of 12 (clean loss there ~1e-12)
-    expected_both = 10 / 12 * math.log(D_VOCAB - 1)
+    # both zero-ablated: ln(d_vocab - 1) at each scored target (the default behaviour, as Run's: the repeated
+    # copies, every one predictable; clean loss there ~1e-12)
+    expected_both = math.log(D_VOCAB - 1)
     assert pair.delta_both == pytest.approx(expected_both, rel=1e-3)
     assert pair.interaction == pytest.approx(pair.delta_both - pair.delta_a - pair.delta_b)
     assert pair.ci_low > 1.0 and pair.p_value < 0.01
@@ -208,7 +210,7 @@ def test_redundancy_verdicts_on_constructed_models(pair_model, period2):
 
 def test_essential_head_is_not_dispensable():
     model = pattern_heads(d_vocab=D_VOCAB, n_ctx=N_CTX)
-    prompts = repeated_tokens(12, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
+    prompts = repeated_tokens(32, 2, D_VOCAB - 1, bos=D_VOCAB - 1, n_repeats=6, seed=1)
     table = P.redundancy_claims(model, prompts, heads=["L0H0", "L0H4"], pairs=[("L0H4", "L0H5")])
     assert dict(zip(table.label, table.verdict)) == {"L0H0": "refuted", "L0H4": "supported", "L0H4 ~ L0H5": "refuted"}
 
@@ -224,7 +226,7 @@ def test_few_prompts_make_claims_inconclusive(pair_model, period2):
 
 def test_pattern_similarity_known_answers(pair_model, period2):
     frame = R.pattern_similarity(pair_model, period2)
-    assert len(frame) == 6 and (frame.n_prompts == 16).all()
+    assert len(frame) == 6 and (frame.n_prompts == 32).all()
     by = frame.set_index(["label_a", "label_b"])
     assert by.loc[("L0H0", "L0H1"), "js_divergence"] == pytest.approx(0.0, abs=1e-6)  # identical heads
     # previous-token vs first-token heads: same distribution only at queries 0 and 1 of 13 -> 11/13 bits
@@ -277,7 +279,7 @@ def test_backup_head_compensates_exactly(backup_model, period2):
     result = R.compensation(backup_model, period2, "zero")
     effects = result.effects.set_index("label")
     # L0H0's direct path carries the whole prediction; ablated everywhere, L1H0 takes over
-    assert effects.loc["L0H0", "direct_effect"] == pytest.approx(10 / 12 * math.log(D_VOCAB - 1), rel=1e-3)
+    assert effects.loc["L0H0", "direct_effect"] == pytest.approx(math.log(D_VOCAB - 1), rel=1e-3)
     assert abs(effects.loc["L0H0", "total_effect"]) < 1e-4
     assert effects.loc["L0H0", "ci_low"] > 1.0  # self-repair
     row = result.matrix.iloc[0]
@@ -295,8 +297,179 @@ def test_pruning_curve_on_the_redundant_pair(pair_model, period2):
     assert list(ordered.n_removed) == [0, 1, 2, 3, 4]
     assert set(ordered.removed.iloc[1:3]) == {"L0H2", "L0H3"}  # the free heads go first
     assert frame.attrs["n_removable"]["importance"] == 3
-    assert ordered.rise.iloc[-1] == pytest.approx(10 / 12 * math.log(D_VOCAB - 1), rel=1e-3)
+    assert ordered.rise.iloc[-1] == pytest.approx(math.log(D_VOCAB - 1), rel=1e-3)
     assert frame.attrs["n_removable"]["random"] <= 3
+
+
+def _verdicts(table):
+    return dict(zip(table.claim + ":" + table.label, table.verdict))
+
+
+@pytest.fixture(scope="module")
+def costly_pair():
+    """Two identical previous-token heads that each matter: each writes a tenth of the readout (3 logits), so
+    with both the right token leads by 6 logits (loss ln(1 + 14 e^-6) = 0.034), with one by 3 (0.49 nats more),
+    with neither by 0 (ln 15 = 2.71): each alone costs ten times the cheap-removal margin, and together far
+    more than apart (interaction 2.67 - 2 x 0.49 = 1.68 nats). L0H2 writes to nothing."""
+    b = _Builder(1, 3, D_VOCAB, N_CTX, "constructed-costly-pair")
+    for head in (0, 1):
+        b.set_pattern(0, head, "previous_token")
+        b.set_copy(0, head, "out", gain=0.1)
+    b.set_pattern(0, 2, "uniform")
+    b.set_copy(0, 2, "scratch")
+    return b.finish(task="period-2: next = previous token, split over two heads that each matter")
+
+
+def test_redundant_heads_that_each_matter_are_redundant_not_dispensable(costly_pair, period2):
+    joint = R.joint_ablation(costly_pair, period2, [("L0H0", "L0H1")], "zero").iloc[0]
+    both = math.log(D_VOCAB - 1) - math.log1p((D_VOCAB - 2) * math.exp(-6))
+    one = math.log1p((D_VOCAB - 2) * math.exp(-3)) - math.log1p((D_VOCAB - 2) * math.exp(-6))
+    assert joint.delta_both == pytest.approx(both, rel=1e-3) and joint.delta_a == pytest.approx(one, rel=1e-3)
+    assert joint.delta_a > 9 * R.DEFAULT_MARGIN  # each alone is costly
+    table = P.redundancy_claims(costly_pair, period2, pairs=[("L0H0", "L0H1"), ("L0H0", "L0H2")], heads=["L0H0"],
+                                method="zero")
+    assert _verdicts(table) == {"redundant:L0H0 ~ L0H1": "supported", "redundant:L0H0 ~ L0H2": "refuted",
+                                "dispensable:L0H0": "refuted"}
+    row = table.set_index("label").loc["L0H0 ~ L0H1"]
+    assert row.observational == pytest.approx(both - 2 * one, rel=1e-3)  # the interaction, in nats
+
+
+def test_redundant_pair_is_supported_with_its_interaction(pair_model, period2):
+    """constructed.redundant_pair: each alone ~1e-5 nats, both ln 15 = 2.71 on the repeated copies."""
+    for method in ("zero", "mean"):
+        table = P.redundancy_claims(pair_model, period2, pairs=[("L0H0", "L0H1")], method=method)
+        row = table.iloc[0]
+        assert row.verdict == "supported", (method, row.reasons)
+        assert row.observational > 2.0 and row.necessity > 2.0
+
+
+def test_no_consumer_is_a_backup_on_toy_induction(toy):
+    """Every layer-1 head of toy-induction reads the layer-0 heads (they are its induction heads, and L0's
+    heads write their keys). Ablating an L0 head makes each L1 head's direct contribution fall (rise < 0) or
+    barely move (L1H0 after a zero-ablated L0H1: +0.003 nats, below the 0.01 minimum), so "L1Hx backs up L0Hy"
+    is refuted for all 16 pairs, under mean, resample and zero ablation."""
+    model, prompts = toy
+    prompts = prompts[:32]
+    backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
+    for method in ("mean", "resample", "zero"):
+        table = P.redundancy_claims(model, prompts, backups=backups, method=method)
+        assert set(table.verdict) == {"refuted"}, (method, table[table.verdict != "refuted"].reasons.tolist())
+        assert (table.observational < min_effect("nats")).all(), method  # no consumer's direct contribution rises
+    matrix = R.compensation(model, prompts, heads=["L0H0", "L0H1", "L0H2", "L0H3"]).matrix
+    assert (matrix.ci_high < 0).all() and (matrix.recovered < 0).all()
+    assert set(matrix.behaviour) == {"next-token loss on the repeated copies"} and set(matrix.ablation) == {"mean"}
+
+
+def test_consumer_on_random_prompts_is_not_a_backup(toy):
+    """The case the takeover test supported (resample ablation, random prompts: "L1H1 backs up L0H0",
+    takeover 0.083 [0.035, 0.131], direct-effect growth 0.125 [0.080, 0.170] nats). There ablating a layer-0
+    head *lowers* the loss (by about 0.2 nats): nothing to back up, so no backup claim is supported."""
+    model, _ = toy
+    bos = model.cfg.d_vocab - 1
+    prompts = random_tokens(64, 41, bos, seed=0)
+    backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
+    table = P.redundancy_claims(model, prompts, backups=backups, method="resample")
+    assert "supported" not in set(table.verdict)
+    reasons = table.set_index("label").reasons
+    assert "no effect to back up" in reasons["L1H1 ~ L0H0"]
+
+
+def test_backup_head_is_a_backup_by_direct_effect(backup_model, period2):
+    """The constructed backup: ablating L0H0 (zero) makes L1H0 write the whole copy, so its direct contribution
+    rises by ln 15 (both missing vs L1H0 restoring all) and recovers all of L0H0's frozen effect."""
+    result = R.compensation(backup_model, period2, "zero")
+    row = result.matrix.iloc[0]
+    assert row.compensation == pytest.approx(math.log(D_VOCAB - 1), rel=1e-3)
+    assert row.frozen_effect == pytest.approx(math.log(D_VOCAB - 1), rel=1e-3)
+    assert row.recovered == pytest.approx(1.0, abs=1e-3)
+    verdict = test_claims(backup_model, [P.backup_claim("L1H0", "L0H0", method="zero")], period2,
+                          evidence=["observational", "necessity"]).attrs["verdicts"][0]
+    assert verdict.verdict == "supported"
+    assert verdict.get("necessity").effect == pytest.approx(1.0, abs=1e-3)
+    assert verdict.get("necessity").ci_low > 0.9  # well above MIN_EFFECT["fraction"]
+    assert verdict.get("observational").extra["takeover"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_backup_of_a_head_without_effect_is_inconclusive(backup_model, period2):
+    """L0H0 mean-ablated on period-2 prompts costs nothing measurable? No: build the no-effect case directly:
+    a layer-0 head writing to scratch has no effect to back up, so the claim is inconclusive, never refuted."""
+    b = _Builder(2, 2, D_VOCAB, N_CTX, "constructed-scratch-backup")
+    b.set_pattern(0, 0, "uniform")
+    b.set_copy(0, 0, "scratch")
+    b.set_pattern(0, 1, "previous_token")
+    b.set_copy(0, 1, "out")
+    for head in (0, 1):
+        b.set_pattern(1, head, "uniform")
+        b.set_copy(1, head, "scratch")
+    model = b.finish(task="a scratch writer and a later scratch writer")
+    verdict = test_claims(model, [P.backup_claim("L1H0", "L0H0", method="zero")], period2,
+                          evidence=["observational", "necessity"]).attrs["verdicts"][0]
+    assert verdict.verdict == "inconclusive" and "no effect" in verdict.reasons[0]
+
+
+def test_backup_on_encoders_is_measured_or_inconclusive(tiny_encoder):
+    """The direct effect on a named behaviour with later layers frozen: on a pre-norm encoder with the
+    embedding change it is measured (finite evidence); on a post-norm (BERT-style) one there is no frozen
+    direct path, and the claim says so."""
+    from interp.models import EncoderConfig, HookedEncoder
+
+    prompts = random_tokens(12, 10, tiny_encoder.cfg.d_vocab, seed=3)
+    claim = P.backup_claim((1, 0), (0, 0))
+    verdict = test_claims(tiny_encoder, [claim], prompts, behaviour="embedding",
+                          evidence=["observational", "necessity"]).attrs["verdicts"][0]
+    assert all(math.isfinite(e.effect) for e in verdict.evidence) and verdict.verdict == "refuted"  # random heads
+    assert abs(verdict.get("observational").effect) < 1e-4  # L1H0's direct contribution does not move
+    assert verdict.get("observational").extra["behaviour"] == "embedding_change"
+    post = HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, post_norm=True,
+                                       seed=0)).eval()
+    verdict = test_claims(post, [claim], prompts, behaviour="embedding",
+                          evidence=["observational", "necessity"]).attrs["verdicts"][0]
+    assert verdict.verdict == "inconclusive" and "pre-norm" in verdict.reasons[0]
+
+
+def test_every_frame_names_its_behaviour_and_ablation(tiny_gpt):
+    """One behaviour everywhere: the redundancy analyses default to `interp.Run`'s (`positions="auto"`: the
+    repeated copies for repeated prompts), and every frame names it and the ablation kind in columns."""
+    from interp.run import Run
+
+    prompts = repeated_tokens(8, 6, tiny_gpt.cfg.d_vocab, seed=3)
+    expected = Run(tiny_gpt, prompts).behaviour.describe(prompts)
+    assert expected == "next-token loss on the repeated copies"
+    frames = {
+        "importance": R.importance(tiny_gpt, prompts, "zero"),
+        "joint_ablation": R.joint_ablation(tiny_gpt, prompts, [((0, 0), (1, 1))], "zero"),
+        "second_order": R.second_order(tiny_gpt, prompts, "zero"),
+        "pruning_curve": R.pruning_curve(tiny_gpt, prompts, "zero", n_random=1),
+        "compensation.effects": R.compensation(tiny_gpt, prompts, "zero", heads=[(0, 1)]).effects,
+        "compensation.matrix": R.compensation(tiny_gpt, prompts, "zero", heads=[(0, 1)]).matrix,
+    }
+    for name, frame in frames.items():
+        assert set(frame["behaviour"]) == {expected}, name
+        assert set(frame["ablation"]) == {"zero"}, name
+        assert frame.attrs["behaviour"] == expected and frame.attrs["method"] == "zero", name
+    every = R.importance(tiny_gpt, prompts, behaviour=R.lm_loss, gradient=False)
+    assert set(every["behaviour"]) == {"next-token loss on every position"}
+    run = Run(tiny_gpt, prompts)
+    from interp.interventions import HeadAblation
+
+    assert frames["importance"].delta_loss.iloc[0] == pytest.approx(run.effect(HeadAblation(((0, 0),), "zero")).mean)
+
+
+def test_pruning_curve_ranks_and_scores_on_disjoint_halves(tiny_gpt):
+    prompts = random_tokens(10, 8, tiny_gpt.cfg.d_vocab, seed=2)
+    curve = R.pruning_curve(tiny_gpt, prompts, "zero", n_random=1, seed=5)
+    rank, score = curve.attrs["rank_prompts"], curve.attrs["score_prompts"]
+    assert not set(rank) & set(score) and sorted(rank + score) == list(range(10))
+    assert (curve.n_rank_prompts == len(rank)).all() and (curve.n_prompts == len(score)).all()
+    assert curve.attrs["n_rank_prompts"] == len(rank) == 5
+    first, second = prompts.split(0.5, seed=5)  # the halves are PromptSet.split's, seeded
+    assert torch.equal(prompts[torch.tensor(rank)].tokens, first.tokens)
+    assert torch.equal(prompts[torch.tensor(score)].tokens, second.tokens)
+    # the order is the ablation ranking of the first half, the curve the second half's losses
+    ranked = R.importance(tiny_gpt, first, "zero", gradient=False).sort_values("delta_loss", kind="stable")
+    assert curve.attrs["importance_order"] == list(ranked.label)
+    clean = R.importance(tiny_gpt, second, "zero", gradient=False).clean_loss.iloc[0]
+    assert curve[(curve.order == "importance") & (curve.n_removed == 0)].loss.iloc[0] == pytest.approx(clean)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +481,7 @@ def test_errors(pair_model, period2):
         R.joint_ablation(pair_model, period2, [("L0H0", "L0H7")])
     with pytest.raises(ValueError, match="same head twice"):
         R.joint_ablation(pair_model, period2, [("L0H0", (0, 0))])
-    with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample'\]"):
+    with pytest.raises(ValueError, match=r"method='median'.*\['zero', 'mean', 'resample', 'auto'\]"):
         R.importance(pair_model, period2, "median")
     with pytest.raises(ValueError, match="NaN or inf"):
         R.importance(pair_model, period2, behaviour=lambda logits, p: torch.full((len(p),), float("nan")), gradient=False)
@@ -352,14 +525,15 @@ def test_toy_induction_redundancy_report(toy):
     - No head is dispensable: ablating any one costs between 0.35 [0.26, 0.42] (L0H1) and
       4.99 [4.91, 5.07] nats (L0H2, the previous-token head); all 8 "dispensable" claims refuted.
       L0H0 (previous-token score 0.08) costs 3.71 [3.61, 3.81]: the induction heads need it too.
-    - No pair is redundant (each alone cheap, both costly): all 28 refuted, because no head alone
-      is cheap. Only one pair is super-additive (partial redundancy): the induction heads L1H1 +
-      L1H3, +0.42 [0.35, 0.49]. Layer-0 heads with the induction heads they feed are sub-additive
+    - One pair is redundant (together much more than apart): the induction heads L1H1 + L1H3,
+      interaction +0.42 [0.34, 0.50], both together 1.25 [1.19, 1.31] nats above the costlier alone;
+      the other 27 are refuted. It is the only super-additive pair (partial redundancy). Layer-0 heads with the induction heads they feed are sub-additive
       (L0H2 + L1H0: -1.75 [-1.86, -1.63]): once L0H2 is gone the induction heads add little; and
       L0H0 + L0H2 by -3.61 [-3.71, -3.50] (either alone breaks the circuit).
     - Layer-0 heads act only through composition: direct effects |DE| < 0.03 nats, total
       effects 0.35-4.99, so direct - total is strongly negative (no self-repair to speak of).
-    - Backup: no induction head backs up any layer-0 head (all 16 refuted).
+    - Backup: no induction head backs up any layer-0 head (all 16 refuted): each reads them, and its
+      direct contribution falls when one is ablated (see test_no_consumer_is_a_backup_on_toy_induction).
     - The first-order head-mask estimate (Michel et al. 2019) gets the signs wrong at convergence:
       Spearman with the true ablation 0.10 (signed), though 0.93 on magnitudes.
     - Patterns: the induction heads resemble each other (JS 0.18-0.31 bits) more than any
@@ -385,7 +559,9 @@ def test_toy_induction_redundancy_report(toy):
     backups = [(f"L1H{h}", f"L0H{g}") for h in range(4) for g in range(4)]
     table = P.redundancy_claims(model, prompts, pairs=pairs, heads=heads, backups=backups, behaviour=R.induction_loss)
     verdicts = table.groupby("claim").verdict.agg(lambda v: sorted(set(v)))
-    assert verdicts["redundant"] == ["refuted"] and verdicts["dispensable"] == ["refuted"]
+    assert verdicts["dispensable"] == ["refuted"]
+    redundant = table[table.claim == "redundant"].set_index("label").verdict
+    assert redundant[redundant != "refuted"].to_dict() == {"L1H1 ~ L1H3": "supported"}
     assert verdicts["backs_up"] == ["refuted"]
 
     effects = R.compensation(model, prompts, behaviour=R.induction_loss).effects.set_index("label")
@@ -417,7 +593,10 @@ PLACED = {  # entry point -> (call, loss-valued columns, similarity-valued colum
     "second_order": (lambda m, p, **k: R.second_order(m, p, **k), ["interaction_estimate"], []),
     "compensation": (lambda m, p, **k: R.compensation(m, p, heads=[(0, 1)], **k).matrix, ["compensation"],
                      ["takeover", "alignment"]),
-    "pruning_curve": (lambda m, p, **k: R.pruning_curve(m, p, n_random=1, **k), ["loss", "rise"], []),
+    # the random orders only: the importance order is ranked on 4 prompts, where near-tied heads (2e-3 nats
+    # apart on tiny_gpt) may swap in bfloat16 and change which head a row removes
+    "pruning_curve": (lambda m, p, **k: R.pruning_curve(m, p, n_random=1, **k).query("order == 'random'"),
+                      ["loss", "rise"], []),
     "pattern_similarity": (lambda m, p, **k: R.pattern_similarity(m, p, **k), [], ["js_divergence"]),
     "output_similarity": (lambda m, p, **k: R.output_similarity(m, p, **k), [], ["cosine", "cka"]),
 }

@@ -12,7 +12,7 @@ from interp import outdir
 from interp.specs import PromptSpec
 from interp.models.constructed import induction_circuit
 
-SPEC = PromptSpec(kind="repeated", n=24, prefix_len=10, seed=0)
+SPEC = PromptSpec(kind="repeated", n=64, prefix_len=10, seed=0)  # scan tests on half: 32, the minimum for a verdict
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_summary_and_highlights(built):
     assert not weights.finding.str.contains("positional").any()
     assert built.highlights.finding[0].startswith("causal")  # the leakage verdict comes first
     meta = json.loads((built.out_dir / "report.json").read_text())
-    assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 24
+    assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 64
 
 
 def test_two_runs_give_identical_csvs(built, model, tmp_path):
@@ -226,8 +226,8 @@ def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
     from interp.testing import read_claims
 
     path = tmp_path / "claims.toml"
-    path.write_text('[prompts]\nn = 12\nprefix_len = 10\n[claims]\nL1H0 = "induction"\nL0H3 = "not previous_token"\n')
-    result = report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=12, prefix_len=10),
+    path.write_text('[prompts]\nn = 32\nprefix_len = 10\n[claims]\nL1H0 = "induction"\nL0H3 = "not previous_token"\n')
+    result = report.build_report(model, tmp_path / "out", prompt_spec=PromptSpec(n=32, prefix_len=10),
                                  heads=[(0, 3), (1, 0)], claims_file=read_claims(path))
     claims = pd.read_csv(result.out_dir / "claims.csv")
     pinned = claims[claims.source == "claims file claims.toml"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import interp
-from interp.data import PromptSet, repeated_tokens
+from interp.data import PromptSet, pad, repeated_tokens
 from interp.errors import BadInput
 from interp.interventions import HeadAblation, PatternSubstitution, ablate
 from interp.models.constructed import induction_circuit
@@ -87,12 +87,14 @@ def test_editing_a_weight_in_place_recomputes_the_next_effect(prompts) -> None:
 
 
 def test_prompt_fingerprint_is_content(prompts) -> None:
-    copy = PromptSet(prompts.tokens.clone(), meta=dict(prompts.meta))
+    copy = PromptSet(prompts.tokens.clone(), meta=dict(prompts.meta), special_mask=prompts.special_mask.clone())
     assert prompt_fingerprint(copy) == prompt_fingerprint(prompts)
+    # which tokens are special is content too: it decides what shuffling and role-matched means do
+    assert prompt_fingerprint(PromptSet(prompts.tokens, meta=dict(prompts.meta))) != prompt_fingerprint(prompts)
     changed = prompts.tokens.clone()
     changed[0, 3] += 1
     assert prompt_fingerprint(PromptSet(changed)) != prompt_fingerprint(prompts)
-    masked = PromptSet(prompts.tokens, attention_mask=torch.ones_like(prompts.tokens))
+    masked = PromptSet(prompts.tokens, attention_mask=torch.ones_like(prompts.tokens), special_mask=prompts.special_mask)
     assert prompt_fingerprint(masked) != prompt_fingerprint(prompts)
 
 
@@ -202,3 +204,42 @@ def test_every_causal_analysis_reads_its_numbers_through_run_effect(effect_calls
     assert any("substitute" in spec and spec["pattern"] == "uniform" for spec in claims)  # faithfulness
     assert any("substitute" in spec and isinstance(spec["pattern"], dict) for spec in claims)  # sufficiency: the ideal
     assert {"heads": [[0, 0], [0, 1]], "kind": "mean", "site": "z"} in measured["pair claim"]
+
+
+def _padded_with_bos(n: int = 12) -> PromptSet:
+    """BOS (255) then 6..13 random tokens, right padded: references matched by token role."""
+    generator = torch.Generator().manual_seed(3)
+    rows = [torch.cat([torch.tensor([255]), torch.randint(0, 255, (int(6 + i % 8),), generator=generator)]) for i in range(n)]
+    padded = pad(rows, pad_id=0)
+    special = torch.zeros(padded.tokens.shape, dtype=torch.bool)
+    special[:, 0] = True
+    return PromptSet(padded.tokens, padded.attention_mask, padded.meta, special_mask=special)
+
+
+@pytest.mark.parametrize("kind", ["mean", "resample", "auto"])
+def test_role_matched_ablations_agree_across_strategies(toy, kind) -> None:
+    prompts = _padded_with_bos()
+    heads = [HeadAblation(h, kind) for h in ("L0H0", "L1H1")]
+    resumed = Run(toy, prompts, strategy="resume").effects(heads)
+    assert Run(toy, prompts).reference(kind).by_role
+    for strategy in ("hooked", "batched"):
+        for a, b in zip(resumed, Run(toy, prompts, strategy=strategy).effects(heads)):
+            assert a.ablation == b.ablation and a.ablation in ("mean", "resample")
+            if strategy == "hooked" or a.ablation == "mean":  # batched resampling draws its own stream
+                torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
+    if kind == "mean":  # the resumed values are the role-matched ablation done by hand
+        run = Run(toy, prompts)
+        with torch.no_grad(), ablate(toy, [(1, 1)], "mean", reference=run.reference("mean"), prompts=prompts):
+            by_hand = run.behaviour(toy(prompts.tokens, attention_mask=prompts.attention_mask), prompts).double()
+        torch.testing.assert_close(resumed[1].intervened, by_hand, atol=2e-6, rtol=0)
+
+
+def test_auto_ablation_is_named_in_the_effect_and_its_frame(toy, prompts) -> None:
+    run = Run(toy, prompts)
+    auto = run.effect(HeadAblation((1, 2), "auto"))
+    resolved = HeadAblation((1, 2), "auto").resolved_kind(run)
+    assert auto.ablation == resolved and auto.frame()["ablation"].tolist() == [resolved]
+    same = run.effect(HeadAblation((1, 2), resolved))
+    torch.testing.assert_close(auto.values, same.values, atol=0, rtol=0)
+    assert run.effect(HeadAblation((1, 2), "zero")).ablation == "zero"
+    assert run.effect(PatternSubstitution((1, 2))).ablation is None

@@ -144,3 +144,110 @@ def test_spearman_known_answers_and_degenerate_cases():
     assert math.isnan(spearman([1, 2], [2, 1]))  # too few values
     with pytest.raises(ValueError, match="equal length"):
         spearman([1, 2, 3], [1, 2])
+
+
+# --------------------------------------------------------------------------- BCa and studentized intervals
+
+
+@pytest.mark.parametrize("n", [12, 40])
+def test_bca_matches_scipy(n):
+    """Our BCa against scipy.stats.bootstrap(method="BCa") on skewed data, to within Monte-Carlo error
+    (20000 resamples each: the bounds' sampling error is ~1% of the interval's width)."""
+    stats = pytest.importorskip("scipy.stats")
+    x = np.random.default_rng(n).exponential(size=n)
+    _, low, high = bootstrap(torch.tensor(x), n_resamples=20000, seed=3, method="bca")
+    ref = stats.bootstrap((x,), np.mean, method="BCa", n_resamples=20000, random_state=1).confidence_interval
+    width = ref.high - ref.low
+    assert abs(float(low) - ref.low) < 0.03 * width and abs(float(high) - ref.high) < 0.03 * width
+    # and BCa moves the interval the way the skew says: right of the percentile one for right-skewed data
+    _, p_low, p_high = bootstrap(torch.tensor(x), n_resamples=20000, seed=3)
+    assert float(low) > float(p_low) and float(high) > float(p_high)
+
+
+def test_ratio_bca_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    from interp.stats import ratio_bootstrap
+
+    rng = np.random.default_rng(0)
+    num, den = rng.exponential(size=20), rng.uniform(1, 2, size=20)
+    ratio, low, high = ratio_bootstrap(torch.tensor(num), torch.tensor(den), n_resamples=20000, method="bca")
+    assert float(ratio) == pytest.approx(num.mean() / den.mean())
+    ref = stats.bootstrap((num, den), lambda a, b, axis=-1: a.mean(axis) / b.mean(axis), paired=True, method="BCa",
+                          n_resamples=20000, random_state=1).confidence_interval
+    width = ref.high - ref.low
+    assert abs(float(low) - ref.low) < 0.03 * width and abs(float(high) - ref.high) < 0.03 * width
+
+
+def test_bca_interval_without_bias_or_skew_is_the_percentile_one():
+    from interp.stats import bca_interval
+
+    draws = torch.linspace(-1, 1, 1001, dtype=torch.float64).unsqueeze(1)  # (resample, cell): symmetric about 0
+    jackknife = torch.tensor([[-1.0], [1.0]], dtype=torch.float64)  # symmetric: acceleration 0
+    low, high = bca_interval(draws, draws[500], jackknife, 0.9)  # the estimate is the draws' median: z0 = 0
+    torch.testing.assert_close(torch.cat([low, high]), torch.quantile(draws[:, 0], torch.tensor([0.05, 0.95], dtype=torch.float64)))
+
+
+def test_studentized_interval_is_the_t_interval_on_normal_data():
+    """On normal data the bootstrap-t interval approaches mean +- t_(n-1) se (wider than the percentile one)."""
+    stats = pytest.importorskip("scipy.stats")
+    x = torch.randn(40, 200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # (prompt, sample)
+    mean, low, high = bootstrap(x, n_resamples=2000, method="studentized")
+    half = stats.t.ppf(0.975, 39) * x.std(0) / math.sqrt(40)
+    ratio = ((high - low) / (2 * half)).median().item()
+    assert 0.95 < ratio < 1.1, ratio
+    _, p_low, p_high = bootstrap(x, n_resamples=2000)
+    assert ((high - low) > (p_high - p_low)).double().mean() > 0.8
+
+
+def test_intervals_on_constant_and_tied_metrics():
+    """A constant metric gets a zero-width interval from every method; a metric tied on all prompts but
+    one (an argmax rate of 1.0 on 31 of 32) gets a finite, narrow studentized interval, not an unbounded one."""
+    for method in ("percentile", "bca", "studentized"):
+        mean, low, high = bootstrap(torch.full((10, 3), 0.7, dtype=torch.float64), method=method)
+        torch.testing.assert_close(low, mean) and torch.testing.assert_close(high, mean)
+    tied = torch.ones(32, dtype=torch.float64)
+    tied[5] = 0.8
+    mean, low, high = bootstrap(tied, method="studentized")
+    assert 0.98 < float(low) < float(mean) < float(high) < 1.01
+    from interp.stats import studentized_pvalue
+
+    assert float(studentized_pvalue(tied - 0.9)) < 0.001  # clearly above 0.9
+    assert float(studentized_pvalue(torch.full((8,), 0.2))) < 0.01
+    assert float(studentized_pvalue(torch.zeros(8))) == 1.0
+
+
+def test_studentized_ratio_interval():
+    from interp.stats import ratio_bootstrap
+
+    generator = torch.Generator().manual_seed(1)
+    den = 1 + torch.rand(32, 300, generator=generator, dtype=torch.float64)
+    num = 0.6 * den + 0.1 * torch.randn(32, 300, generator=generator, dtype=torch.float64)
+    ratio, low, high = ratio_bootstrap(num, den, method="studentized")
+    assert ratio.shape == low.shape == (300,) and (low < ratio).all() and (ratio < high).all()
+    coverage = ((low <= 0.6) & (0.6 <= high)).double().mean().item()
+    assert 0.9 <= coverage <= 0.99, coverage
+    exact = ratio_bootstrap(0.9 * den[:, 0], den[:, 0], method="studentized")  # an exact ratio: zero width
+    assert all(abs(float(v) - 0.9) < 1e-9 for v in exact)
+    with pytest.raises(ValueError, match="same shape"):
+        ratio_bootstrap(num, den[:, :2])
+
+
+def test_studentized_pvalue_null_and_power():
+    pytest.importorskip("scipy")
+    from interp.stats import studentized_pvalue
+
+    generator = torch.Generator().manual_seed(6)
+    effects = torch.randn(32, 300, generator=generator, dtype=torch.float64)
+    p = studentized_pvalue(effects, n_resamples=400, seed=2)
+    assert p.shape == (300,) and (p > 0).all() and (p <= 1).all()
+    assert _uniformity(p) > 0.001
+    assert (studentized_pvalue(effects + 1.0, n_resamples=400) < 0.05).double().mean() > 0.95
+
+
+def test_interval_method_errors():
+    with pytest.raises(ValueError, match="method='bootstrap-t'"):
+        bootstrap(torch.ones(4, 2), method="bootstrap-t")
+    with pytest.raises(ValueError, match="confidence=1.5"):
+        bootstrap(torch.ones(4, 2), method="bca", confidence=1.5)
+    with pytest.raises(TooFewPrompts, match="at least 2 prompts, got 1"):
+        bootstrap(torch.ones(1, 2), method="studentized")

@@ -14,12 +14,13 @@ mean and a percentile-bootstrap CI over prompts, the prompt being the unit of st
 - `joint_ablation`: loss change of ablating two heads together against the sum of each alone;
   `interaction = delta_both - delta_a - delta_b` > 0 means the pair matters together more
   than apart (redundancy / backup). Pairs given, or suggested by `suggest_pairs`.
-- `compensation`: per head the direct effect (only its direct path to the logits removed) vs
-  its total effect (ablated everywhere): self-repair = direct - total (the hydra effect,
-  McGrath et al. 2023); and the compensation matrix: how much each later head's direct effect
-  grows when an earlier head is ablated (backup heads, Wang et al. 2022).
-- `pruning_curve`: loss as heads are removed, least important first (by the estimate) vs in
-  random order; how many can go before the loss rises by `margin`.
+- `compensation`: per head the direct effect (only its direct path to the output removed, later
+  layers frozen) vs its total effect (ablated everywhere): self-repair = direct - total (the hydra
+  effect, McGrath et al. 2023); and the compensation matrix: how much each later head's direct
+  contribution rises when an earlier head is ablated, measured on one baseline (the ablated run),
+  and what fraction of the ablated head's cost that recovers (backup heads, Wang et al. 2022).
+- `pruning_curve`: loss as heads are removed, least important first vs in random order, ordered
+  on one half of the prompts and scored on the other; how many can go before the loss rises by `margin`.
 
 Modules: `similarity` (pattern_similarity, output_similarity, to_matrix, suggest_pairs),
 `importance` (gradient_importance, importance, second_order, pruning_curve), `interaction`
@@ -29,14 +30,17 @@ Modules: `similarity` (pattern_similarity, output_similarity, to_matrix, suggest
 
 Losses are per prompt values of a *behaviour* (`interp.behaviour`): `behaviour=` takes a name
 ("next-token", "masked-lm", "embedding"), a `Behaviour`, or a callable `(output, prompts) ->
-(prompt,)` on the final logits; the default follows the model (`default_behaviour`: the
-next-token loss at every real position for a causal LM, the sentence-embedding change for an
-encoder or a model whose head is random). `lm_loss` (every position) and `induction_loss`
-(repeated copies only) are next-token behaviours. A NaN value raises. "Loss" below means the behaviour's value.
+(prompt,)` on the final logits; the default is `interp.Run`'s, the one claims and the report measure
+(`default_behaviour` with `positions="auto"`: for a causal LM the next-token loss on the repeated copies
+when the prompts repeat, else at every real position; the sentence-embedding change for an encoder or a
+model whose head is random). `lm_loss` (every position) and `induction_loss` (repeated copies only) are
+next-token behaviours. A NaN value raises. "Loss" below means the behaviour's value.
 
 Column names: `layer`, `head` (or `layer_a, head_a, layer_b, head_b` for pairs), `label`
 (`L{l}H{h}`), the main metric with `ci_low`, `ci_high`, other metrics with
-`{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`.
+`{metric}_ci_low`, `{metric}_ci_high`, and `n_prompts`; every frame of a causal measurement also names
+its `behaviour` (in words) and its `ablation` kind in columns (and `attrs`: behaviour, unit, method).
+The similarity frames measure no behaviour and have neither.
 
 Devices and dtypes: every entry point takes `device=` ("cpu", "cuda:1", ...) and `dtype=`
 ("float32", "bfloat16", "float16"); the model is moved / cast by `interp.launch.move` (a copy: the

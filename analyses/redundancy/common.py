@@ -29,13 +29,12 @@ induction_loss = next_token_loss("repeats")  # ... on the repeated copies only (
 
 def redundancy_run(model: "nn.Module | Run", prompts: PromptSet | None, where: str, *, method: str = "mean",
                    fast: bool = True, **options: Any) -> Run:
-    """The `interp.Run` a redundancy analysis measures: the one given, or one built from (model, prompts, options),
-    whose behaviour chosen by default scores every real position (`lm_loss`). `fast=False`: one hooked forward
+    """The `interp.Run` a redundancy analysis measures: the one given, or one built from (model, prompts, options)
+    with `interp.Run`'s defaults, so its behaviour is the one claims and the report measure (`positions="auto"`:
+    the repeated copies when the prompts repeat, else every real position). `fast=False`: one hooked forward
     per ablation (strategy "hooked"). `method`: the ablation kind, checked here."""
     if method not in ABLATION_KINDS:
         raise ValueError(f"{where}: method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
-    if not isinstance(model, Run):
-        options.setdefault("positions", "all")
     run = as_run(model, prompts, where=where, strategy=None if fast else "hooked", **options)
     _check_n(run.prompts)
     return run
@@ -47,6 +46,16 @@ def _check_n(prompts: PromptSet) -> None:
             f"redundancy analyses need at least {MIN_PROMPTS} prompts for a confidence interval, got {len(prompts)}; "
             "pass more prompts (>= 8 for a usable interval)."
         )
+
+
+def named(frame: pd.DataFrame, run: Run, method: str) -> pd.DataFrame:
+    """`frame` with the columns naming what was measured: `behaviour` (in words, as `Behaviour.describe`) and
+    `ablation` (the ablation kind), the same in every row; `attrs` say it too (behaviour, unit, method)."""
+    described = run.behaviour.describe(run.prompts)
+    frame["behaviour"] = described
+    frame["ablation"] = method
+    frame.attrs.update(behaviour=described, unit=run.behaviour.unit, method=method)
+    return frame
 
 
 def _ci(values: torch.Tensor, *, seed: int, label: str, chunk: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from interp.analyses.redundancy.common import (
     _check_n,
     _ci,
     _heads_frame,
+    named,
 )
 from interp.behaviour import BehaviourLike, clean_summaries, final_output
 from interp.data import PromptSet
@@ -28,7 +29,7 @@ from interp.hooks import hooked
 from interp.heads import Head, head_label
 from interp.interventions import AblationKind, AblationValues, HeadAblation, ReferenceActivations, all_heads
 from interp.launch import Device, DType
-from interp.stats import sign_flip_test, spearman
+from interp.stats import TooFewPrompts, sign_flip_test, spearman
 from interp.run import Run
 
 
@@ -122,7 +123,9 @@ def importance(
     between `grad_estimate` and `delta_loss` (and `spearman_abs`: `grad_abs` vs |delta_loss|).
     Limits: a first-order estimate misses interactions (it is exact only for linear effects),
     which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
-    model's own, on every real position); `frame.attrs["behaviour"]` says which, in words. `model`: an
+    model's own, as `interp.Run`: for a causal LM the next-token loss on the repeated copies when the prompts
+    repeat, else on every real position); the `behaviour` column says which, in words, and `ablation` the
+    ablation kind (`frame.attrs` too). `model`: an
     `interp.Run` (its prompts and settings), or a model with its prompts and the Run's options
     (batch_size 16, seed 0 when left None); every ablation is a `Run.effect`.
     """
@@ -141,8 +144,7 @@ def importance(
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value",
                  sign_flip_test(delta, alternative="greater", seed=run.seed, label="importance").numpy())
     frame.insert(frame.columns.get_loc("p_value") + 1, "clean_loss", float(clean.mean()))
-    frame.attrs.update(method=method, loss=run.behaviour.name, behaviour=run.behaviour.describe(run.prompts),
-                       unit=run.behaviour.unit)
+    named(frame, run, method).attrs["loss"] = run.behaviour.name
     if gradient:
         frame.attrs["spearman"] = spearman(frame.grad_estimate, frame.delta_loss)
         frame.attrs["spearman_abs"] = spearman(frame.grad_abs, frame.delta_loss.abs())
@@ -217,7 +219,7 @@ def second_order(
                           "interaction_estimate": [float(hessian[index[a], index[b]]) for a, b in pairs],
                           "n_prompts": len(run.prompts)})
     frame.attrs.update(metric="interaction_estimate", diagonal=np.nan)
-    return frame
+    return named(frame, run, method)
 
 
 def pruning_curve(
@@ -235,15 +237,20 @@ def pruning_curve(
     device: Device = None,
     dtype: DType = None,
 ) -> pd.DataFrame:
-    """Loss as heads are removed one by one, least important first vs in random orders.
+    """Loss as heads are removed one by one, least important first vs in random orders, held out.
 
+    The prompts are split in two (`PromptSet.split(0.5, seed)`): the heads are ordered on one half
+    (`n_rank_prompts` of them) and the curve is scored on the other (`n_prompts`), so the order never
+    sees the prompts that judge it (ranking and scoring on the same prompts would favour the ranking).
     `order_by`: "ablation" (true single-head loss changes, the default) or "gradient" (the
     head-mask estimate: cheaper, but near zero for a trained model at convergence, where it can
-    misrank heads badly; see `importance(...).attrs["spearman"]`). Rows: `order` ("importance" / "random"), `n_removed` (0..n_heads), `removed` (the
-    head removed at that step; for random orders, which differ, empty), `loss` with `ci_low`,
-    `ci_high` (random: each prompt's loss averaged over `n_random` orders), `rise` = loss - clean
-    loss with its CI, `n_prompts`. `frame.attrs["n_removable"]` = {order: the largest number of
-    heads removed with the rise's upper CI still below `margin`}. Every ablation is a `Run.effect`.
+    misrank heads badly; see `importance(...).attrs["spearman"]`). Rows: `order` ("importance" / "random"),
+    `n_removed` (0..n_heads), `removed` (the head removed at that step; for random orders, which differ,
+    empty), `loss` with `ci_low`, `ci_high` (random: each prompt's loss averaged over `n_random` orders),
+    `rise` = loss - clean loss with its CI, `n_prompts` (the scoring half), `n_rank_prompts` (the ranking
+    half), `behaviour`, `ablation`. `frame.attrs["n_removable"]` = {order: the largest number of heads
+    removed with the rise's upper CI still below `margin`}; `attrs["rank_prompts"]` / `["score_prompts"]`:
+    the two halves' indices into `prompts`. Every ablation is a `Run.effect`.
     """
     if order_by not in get_args(OrderBy):
         raise ValueError(f"order_by={order_by!r}; expected one of {list(get_args(OrderBy))}.")
@@ -251,18 +258,17 @@ def pruning_curve(
         raise ValueError(f"n_random={n_random} must be at least 1.")
     run = redundancy_run(model, prompts, "pruning_curve", method=method, reference=reference, behaviour=behaviour,
                          batch_size=batch_size, seed=seed, device=device, dtype=dtype)
+    rank_index, score_index = held_out_halves(len(run.prompts), run.seed)
+    ranking, scoring = run.on(run.prompts[rank_index]), run.on(run.prompts[score_index])
+    _check_n(ranking.prompts)
+    _check_n(scoring.prompts)
     heads = all_heads(run.model)
-    if order_by == "gradient":
-        estimate = gradient_importance(run, method=method).mean(0)
-        scores = [float(estimate[l, h]) for l, h in heads]
-    else:
-        scores = [e.mean for e in run.effects([HeadAblation((h,), method) for h in heads])]
-    order = [heads[i] for i in np.argsort(scores, kind="stable")]
+    order = _pruning_order(ranking, heads, method, order_by)
     generator = derive_generator(run.seed, "pruning-random-order")
     random_orders = [[heads[i] for i in torch.randperm(len(heads), generator=generator).tolist()] for _ in range(n_random)]
     sets = [order[:k] for k in range(1, len(heads) + 1)]
     sets += [o[:k] for o in random_orders for k in range(1, len(heads) + 1)]
-    removed = run.effects([HeadAblation(tuple(heads_set), method) for heads_set in sets])
+    removed = scoring.effects([HeadAblation(tuple(heads_set), method) for heads_set in sets])
     clean = removed[0].clean
     ablated = torch.stack([e.intervened for e in removed])  # (set, prompt)
     n = len(heads)
@@ -271,10 +277,30 @@ def pruning_curve(
         "random": torch.cat([clean[None], ablated[n:].view(n_random, n, -1).mean(0)]),
     }
     frame, n_removable = _pruning_frame(by_order, clean, order, margin=margin, seed=run.seed)
-    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by, method=method,
-                       behaviour=run.behaviour.describe(run.prompts),
-                       importance_order=[head_label(h) for h in order])
-    return frame
+    frame["n_rank_prompts"] = len(rank_index)
+    frame.attrs.update(n_removable=n_removable, margin=margin, order_by=order_by,
+                       importance_order=[head_label(h) for h in order], n_rank_prompts=len(rank_index),
+                       rank_prompts=rank_index.tolist(), score_prompts=score_index.tolist())
+    return named(frame, scoring, method)
+
+
+def held_out_halves(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the two disjoint halves `PromptSet.split(0.5, seed)` draws from n prompts: (rank, score).
+    (The split of a set whose i-th prompt is the token i: the very draw `split` makes.)"""
+    if n < 2:
+        raise TooFewPrompts(f"pruning_curve ranks on one half of the prompts and scores on the other; got {n}, pass more.")
+    rank, score = PromptSet(torch.arange(n)[:, None]).split(0.5, seed=seed)
+    return rank.tokens[:, 0], score.tokens[:, 0]
+
+
+def _pruning_order(run: Run, heads: Sequence[Head], method: AblationKind, order_by: OrderBy) -> list[Head]:
+    """`heads`, least important first on `run`'s prompts: by single-head ablation or the head-mask estimate."""
+    if order_by == "gradient":
+        estimate = gradient_importance(run, method=method).mean(0)
+        scores = [float(estimate[l, h]) for l, h in heads]
+    else:
+        scores = [e.mean for e in run.effects([HeadAblation((h,), method) for h in heads])]
+    return [heads[i] for i in np.argsort(scores, kind="stable")]
 
 
 def _pruning_frame(by_order: dict[str, torch.Tensor], clean: torch.Tensor, order: list[Head], *, margin: float,

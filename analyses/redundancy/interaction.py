@@ -13,7 +13,7 @@ from torch import nn
 from interp import ablation as _ablation
 from interp import distributed
 from interp.ablation import resumable
-from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs, redundancy_run
+from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs, named, redundancy_run
 from interp.analyses.redundancy.similarity import SuggestBy, suggest_pairs
 from interp.behaviour import BehaviourLike
 from interp.data import PromptSet
@@ -54,7 +54,8 @@ def joint_ablation(
     delta_both - delta_a - delta_b (main metric: `ci_low`/`ci_high`), `p_value` (sign-flip,
     interaction > 0), `p_adjusted` (Benjamini-Hochberg over the pairs), `n_prompts`.
     interaction > 0: the pair matters together more than apart (redundancy, backup); < 0:
-    removing one already removes most of what the other adds. `model`: an `interp.Run` or a model
+    removing one already removes most of what the other adds. `behaviour` / `ablation` columns: what the
+    loss is (default as `interp.Run`'s) and the ablation kind. `model`: an `interp.Run` or a model
     with its prompts and the Run's options; every ablation is a `Run.effect`.
     """
     run = redundancy_run(model, prompts, "joint_ablation", method=method, fast=fast, reference=reference, behaviour=behaviour,
@@ -78,15 +79,15 @@ def joint_ablation(
     p_value = sign_flip_test(interaction.T, alternative="greater", seed=run.seed, label="joint").numpy()
     frame.insert(frame.columns.get_loc("ci_high") + 1, "p_value", p_value)
     frame.insert(frame.columns.get_loc("p_value") + 1, "p_adjusted", benjamini_hochberg(p_value)[1])
-    frame.attrs.update(method=method, clean_loss=float(effects[0].clean.mean()), behaviour=run.behaviour.describe(run.prompts),
-                       unit=run.behaviour.unit)
-    return frame
+    frame.attrs["clean_loss"] = float(effects[0].clean.mean())
+    return named(frame, run, method)
 
 
 @dataclass(frozen=True)
 class CompensationResult:
     """`effects`: one row per head (direct_effect, total_effect, self_repair with CIs);
-    `matrix`: one row per (ablated head, later head) with `compensation`, `takeover` and `alignment`.
+    `matrix`: one row per (ablated head, later head) with `compensation`, `frozen_effect`, `recovered`,
+    `takeover` and `alignment` (see `compensation`); both name the `behaviour` and the `ablation`.
     `square()` gives the labelled ablated x compensating frame for a heat map."""
 
     effects: pd.DataFrame
@@ -108,6 +109,7 @@ class _CompensationRun:
     result_names: dict[int, str]  # layer -> its hook_result name
     direct: list[torch.Tensor] = field(default_factory=list)  # (head, batch) per batch
     comp: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
+    frozen: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
     align: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
     takeover: dict[tuple[Head, Head], list[torch.Tensor]] = field(default_factory=dict)
     sources_direct: dict[Head, AblationValues] = field(init=False)  # C's direct path ablated
@@ -136,17 +138,17 @@ class _CompensationRun:
         """Direct effects (prompt, head) and the per-prompt values of each pair, every prompt of every rank
         in global order: this rank's values go as one (row, prompt) tensor, one collective."""
         pairs, n_heads = self.pairs(), len(self.everything)
-        stores = (self.comp, self.align, self.takeover)
+        stores = (self.comp, self.frozen, self.align, self.takeover)
         if self.direct:
             blocks = [torch.cat(self.direct, 1)]
             blocks += [torch.stack([torch.cat(store[p]) for p in pairs]) for store in stores if pairs]
             local = torch.cat([block.double().cpu() for block in blocks])  # (row, prompt)
         else:  # an empty shard
-            local = torch.zeros(n_heads + 3 * len(pairs), 0, dtype=torch.float64)
+            local = torch.zeros(n_heads + len(stores) * len(pairs), 0, dtype=torch.float64)
         rows = distributed.gather_prompts(local, dim=1)
         direct = rows[:n_heads]
-        rest = rows[n_heads:].reshape(3, len(pairs), rows.shape[1])  # (metric, pair, prompt)
-        per_prompt = {p: {name: rest[k, i].clone() for k, name in enumerate(("compensation", "alignment", "takeover"))}
+        rest = rows[n_heads:].reshape(len(stores), len(pairs), rows.shape[1])  # (metric, pair, prompt)
+        per_prompt = {p: {name: rest[k, i].clone() for k, name in enumerate(_PAIR_METRICS)}
                       for i, p in enumerate(pairs)}
         return direct.T, per_prompt
 
@@ -178,14 +180,25 @@ def compensation(
 ) -> CompensationResult:
     """Direct vs total effect per head, and how later heads compensate when a head is ablated.
 
-    direct effect of C: loss change when only C's direct path to the logits is ablated (its
-    ablated write replaces its write in the final residual stream; every other head sees the
-    clean C). total effect: C ablated everywhere (= `importance`: `Run.effect` of the ablation).
-    self_repair = direct - total:
+    direct effect of C: behaviour change when only C's direct path to the output is ablated (its
+    ablated write replaces its write in the final residual stream, later layers frozen: every other
+    head sees the clean C); in the behaviour's unit, whatever it reads (the logits' loss, or the final
+    hidden state for `embedding_change`). total effect: C ablated everywhere (= `importance`:
+    `Run.effect` of the ablation). self_repair = direct - total:
     > 0 when the rest of the model makes up for part of C's loss (McGrath et al. 2023).
-    compensation[A, C] (C in a later layer than A) = C's direct effect with A ablated minus C's
-    clean direct effect: > 0 when C matters more once A is gone (C backs A up, as the backup
-    name movers of Wang et al. 2022). alignment[A, C]: cosine (over positions and d_model) between
+    compensation[A, C] (C in a later layer than A): how much C's direct contribution rises when A is
+    ablated = the behaviour change, in the A-ablated run, of putting C's clean write back in place of
+    its new one in the final residual stream: (L(A-ablated, C's write clean) - L(A-ablated)). It equals
+    C's direct effect with A ablated minus its clean write's direct effect, *both measured on the
+    A-ablated residual stream*: one baseline. Differencing direct effects taken on the clean run and on
+    the A-ablated run instead credits a head whose write did not change at all, because a loss's
+    curvature differs between the two (the same logit moves a saturated clean loss less than a high
+    ablated one). > 0 when C, responding to A's loss, does more of the job (C backs A up, as the
+    backup name movers of Wang et al. 2022); < 0 when C does less once A is gone (C reads A: a
+    consumer). frozen_effect[A, C]: A's effect with C's direct response held at its clean write
+    (= total effect of A + compensation): what A's ablation would cost were C not to respond;
+    recovered[A, C] = mean compensation / mean frozen_effect (ratio of means, no CI): the fraction
+    of that cost C's response makes up. alignment[A, C]: cosine (over positions and d_model) between
     C's change in output when A is ablated and A's own clean-minus-ablated write: > 0 when C moves
     toward A's role; takeover[A, C]: the component of C's change along A's write, as a fraction of
     that write (<dC, wA> / |wA|^2 per prompt; 1 = C restores exactly what A wrote, as a perfect
@@ -210,7 +223,7 @@ def compensation(
             for a in state.ablated_heads:
                 if state.later(a):
                     _backup_effects(state, effects, a)
-    return _compensation_result(state, total, run.prompts, method=method, seed=run.seed)
+    return _compensation_result(state, total, run, method=method)
 
 
 def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _CleanEffects:
@@ -227,8 +240,8 @@ def _clean_effects(run: _CompensationRun, clean: _ablation.CleanBatch) -> _Clean
 
 
 def _backup_effects(run: _CompensationRun, effects: _CleanEffects, a: Head) -> None:
-    """With A ablated: every later head C's direct effect (compensation), and how far C's write moves
-    toward A's role (alignment, takeover); appended to `run`."""
+    """With A ablated: how much every later head C's direct contribution rises (compensation), A's effect
+    with C's response frozen, and how far C's write moves toward A's role (alignment, takeover); appended to `run`."""
     model, engine, clean = run.engine.resumable_model, run.engine, effects.clean
     later = run.later(a)
     capture = sorted({run.result_names[c[0]] for c in later})
@@ -239,35 +252,36 @@ def _backup_effects(run: _CompensationRun, effects: _CleanEffects, a: Head) -> N
     for c in later:
         result_c = captured[run.result_names[c[0]]][:, :, c[1]]  # (batch, pos, d_model), A ablated
         result_c_clean = model.head_write(c[0], c[1], clean.z[c[0]][:, :, c[1]])
-        # C's direct path ablated on top of A's ablation: its ablated value replaces its new write
-        ablated_c = result_c_clean + effects.write_change[c]
-        de = effects.loss_from(engine, resid - result_c + ablated_c) - loss_a
-        run.comp.setdefault((a, c), []).append(de - effects.direct[c])
+        # C's response undone on top of A's ablation: its clean write replaces its new one (one baseline)
+        unresponsive = effects.loss_from(engine, resid - result_c + result_c_clean)
+        run.comp.setdefault((a, c), []).append(unresponsive - loss_a)
+        run.frozen.setdefault((a, c), []).append(unresponsive - clean.loss)
         moved = (result_c - result_c_clean).flatten(1)
         run.align.setdefault((a, c), []).append(F.cosine_similarity(moved, role_flat, dim=-1, eps=1e-12))
         run.takeover.setdefault((a, c), []).append((moved * role_flat).sum(-1) / role_flat.pow(2).sum(-1).clamp(min=1e-30))
 
 
+_PAIR_METRICS = ("compensation", "frozen_effect", "alignment", "takeover")  # the order of `_CompensationRun.gathered`
 _MATRIX_COLUMNS = ["layer_a", "head_a", "layer_b", "head_b", "label_a", "label_b", "compensation", "ci_low", "ci_high",
-                   "takeover", "takeover_ci_low", "takeover_ci_high", "alignment", "alignment_ci_low",
-                   "alignment_ci_high", "n_prompts"]
+                   "frozen_effect", "frozen_effect_ci_low", "frozen_effect_ci_high", "takeover", "takeover_ci_low",
+                   "takeover_ci_high", "alignment", "alignment_ci_low", "alignment_ci_high", "n_prompts", "recovered",
+                   "behaviour", "ablation"]
 
 
-def _compensation_result(run: _CompensationRun, total_t: torch.Tensor, prompts: PromptSet, *, method: AblationKind,
-                         seed: int) -> CompensationResult:
-    """The effects and matrix frames, with CIs over prompts, and the per-prompt values of each pair; `total_t`:
-    (prompt, head) total effects."""
-    direct_t, per_prompt = run.gathered()  # (prompt, head), pair -> {metric: (prompt,)}
-    effects = _heads_frame(run.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
-                                            "total_effect": total_t}, len(prompts), main="self_repair", seed=seed)
+def _compensation_result(state: _CompensationRun, total_t: torch.Tensor, run: Run, *, method: AblationKind) -> CompensationResult:
+    """The effects and matrix frames, with CIs over `run`'s prompts, and the per-prompt values of each pair;
+    `total_t`: (prompt, head) total effects."""
+    direct_t, per_prompt = state.gathered()  # (prompt, head), pair -> {metric: (prompt,)}
+    n, seed = len(run.prompts), run.seed
+    effects = _heads_frame(state.everything, {"self_repair": direct_t - total_t, "direct_effect": direct_t,
+                                              "total_effect": total_t}, n, main="self_repair", seed=seed)
     pairs = list(per_prompt)
     if pairs:
-        metrics = {name: torch.stack([per_prompt[p][name] for p in pairs], 1) for name in ("compensation", "takeover",
-                                                                                             "alignment")}
-        matrix = _pairs_frame(pairs, metrics, len(prompts), main="compensation", seed=seed)
+        names = ("compensation", "frozen_effect", "takeover", "alignment")
+        metrics = {name: torch.stack([per_prompt[p][name] for p in pairs], 1) for name in names}  # (prompt, pair)
+        matrix = _pairs_frame(pairs, metrics, n, main="compensation", seed=seed)
+        matrix["recovered"] = (metrics["compensation"].mean(0) / metrics["frozen_effect"].mean(0)).numpy()
     else:
         matrix = pd.DataFrame(columns=_MATRIX_COLUMNS)
-    described = run.engine.behaviour.describe(prompts)
-    matrix.attrs.update(metric="compensation", method=method, behaviour=described)
-    effects.attrs["behaviour"] = described
-    return CompensationResult(effects, matrix, per_prompt)
+    matrix.attrs["metric"] = "compensation"
+    return CompensationResult(named(effects, run, method), named(matrix, run, method), per_prompt)

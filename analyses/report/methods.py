@@ -71,7 +71,8 @@ def _prompts_paragraph(prompts: PromptSet, seed: int) -> str:
         desc += ", through the model's own tokenizer, special tokens ([CLS] / [SEP] / BOS) included"
     desc += ")"
     return (f"Prompts: {desc}. The prompt is the unit of statistics: metric intervals are 95% percentile bootstraps "
-            f"over prompts (1,000 resamples, seed {seed}).")
+            f"over prompts (1,000 resamples, seed {seed}); a claim's evidence uses studentized (bootstrap-t) intervals, "
+            "which keep their 95% coverage on skewed attention metrics, and a verdict needs at least 32 prompts.")
 
 
 def _patterns_paragraph() -> str:
