@@ -112,8 +112,12 @@ def test_summary_and_highlights(built):
     assert summary.startswith("# Attention report")
     assert "## Methods" in summary and "Benjamini-Hochberg" in summary
     supported = built.highlights[built.highlights.verdict == "supported"]
-    findings = dict(zip(supported.heads, supported.finding))
+    findings = supported.groupby("heads")["finding"].apply(" ".join)
     assert "previous_token" in findings["L0H0"] and "induction" in findings["L1H0"]
+    # an argmax rate is its own finding, never grouped or ranked with a weight
+    weights = supported[supported.family == "attention weight"]
+    assert "previous_token" in " ".join(weights[weights.heads == "L0H0"].finding)
+    assert not weights.finding.str.contains("positional").any()
     assert built.highlights.finding[0].startswith("causal")  # the leakage verdict comes first
     meta = json.loads((built.out_dir / "report.json").read_text())
     assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 64
@@ -300,7 +304,7 @@ def test_positional_findings_name_their_offset(built):
     html = (built.out_dir / "report.html").read_text()
     n_supported = built.highlights.attrs["n_supported"]
     assert n_supported == len({l for l, v in zip(built.claims.label, built.claims.verdict) if v == "supported"})
-    assert f"of {n_supported}." in html and 'href="#claims"' in html  # the total, and a link to the full table
+    assert f"of {n_supported} supported heads." in html and 'href="#claims"' in html  # the total, and a link to the full table
 
 
 def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
@@ -340,7 +344,7 @@ def test_methods_match_what_was_drawn_and_run(built):
     table = html[html.index("Joint ablation"):html.index('id="claims"')]
     assert "one-sided: interaction &gt; 0" in table
     header = re.search(r"<thead><tr>(.*?)</tr></thead>", table).group(1)
-    assert header.count("<th>") == 6
+    assert header.count("<th>") == 8 and "<th>behaviour</th><th>ablation</th>" in header
     assert re.search(r"p_adj 0\.000\d|0\.00075|9\.99\de-04", html) is None  # no stray p formats
 
 
@@ -461,3 +465,172 @@ def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
                      "observational_ci_low": 0.8, "observational_ci_high": 0.95, "observational_passed": True})
     block = report_html.claim_block(row, None)
     assert "behaviour: masked-LM loss" in block and "observational" in block and "0.900 [0.800, 0.950]" in block
+
+
+# --------------------------------------------------------------------------- honest headline (issue 20, item 9)
+
+
+def _evidence(kind, effect, passed, *, decisive=False, metric="", **extra):
+    from interp.claims import Evidence
+
+    return Evidence(kind, effect=effect, ci_low=effect - 0.1, ci_high=effect + 0.1, p_value=0.01, rule="CI > 0",
+                    passed=passed, decisive=decisive, metric=metric, extra=extra)
+
+
+def _verdict(*evidence, name="previous_token", params=None):
+    from interp.claims import Claim, Verdict
+
+    def gather(claim, ctx):  # never called: the evidence is given
+        raise AssertionError
+
+    kinds = {e.kind: gather for e in evidence} | {"observational": gather}
+    claim = Claim(name, ((0, 1),), "L0H1 does it", params or {}, {}, kinds)
+    return Verdict(claim, "supported", (), tuple(evidence), 0.01, 0.01, 32)
+
+
+def test_metric_family_separates_weights_argmax_rates_and_causal_effects():
+    from interp.analyses.report.findings import ARGMAX, CAUSAL, WEIGHT, metric_family
+
+    row = lambda claim: pd.Series({"claim": claim})
+    assert metric_family(row("previous_token"), _verdict(_evidence("observational", 0.8, True, metric="prev_token"))) == WEIGHT
+    assert metric_family(row("positional"), _verdict(_evidence("observational", 1.0, True, metric="argmax_at:0"))) == ARGMAX
+    assert metric_family(row("x"), _verdict(_evidence("observational", 1.0, True, metric="self_token_argmax"))) == ARGMAX
+    loss = _evidence("observational", 0.3, True, behaviour="next-token loss")
+    assert metric_family(row("redundant"), _verdict(loss, name="redundant")) == CAUSAL
+    # a claims file's rows (no Verdict): by kind
+    assert [metric_family(row(k), None) for k in ("positional", "redundant", "dispensable", "induction")] == [
+        ARGMAX, CAUSAL, CAUSAL, WEIGHT]
+
+
+def test_causal_summary_gives_the_verdict_and_the_necessity_interval():
+    from interp.analyses.report.findings import NOT_TESTED, causal_summary
+
+    obs = _evidence("observational", 0.8, True)
+    assert causal_summary(_verdict(obs)) == NOT_TESTED and causal_summary(None) == NOT_TESTED
+    passed = _verdict(obs, _evidence("necessity", 0.5, True), _evidence("sufficiency", 0.9, True))
+    assert causal_summary(passed, "nats") == "supported: necessity +0.500 [0.400, 0.600] nats (passed); sufficiency passed"
+    refuted = _verdict(obs, _evidence("necessity", -0.5, False, decisive=True))
+    assert causal_summary(refuted, "nats").startswith("refuted: necessity -0.500 [-0.600, -0.400] nats (failed)")
+    withheld = _verdict(obs, _evidence("necessity", -0.5, False), _evidence("faithfulness", 1.0, True))
+    assert causal_summary(withheld, "nats").startswith("inconclusive: necessity")
+    from interp.claims import abstain
+
+    assert causal_summary(_verdict(obs, abstain("necessity", "no repeats"))) == NOT_TESTED  # an abstention measured nothing
+    cosine = _verdict(obs, _evidence("necessity", 0.002, True))
+    assert "cosine distance" in causal_summary(cosine, "cosine distance")
+
+
+def test_evidence_ablation_reads_the_evidence_then_the_claims_method():
+    from interp.analyses.report.format import evidence_ablation
+
+    obs = _evidence("observational", 0.8, True)
+    named = _verdict(obs, _evidence("necessity", 0.5, True, ablation="resample"), _evidence("faithfulness", 1.0, True))
+    assert evidence_ablation(named) == "resample" and evidence_ablation(named, "faithfulness") == ""
+    pair = _verdict(obs, _evidence("necessity", 0.5, True), name="redundant", params={"method": "zero"})
+    assert evidence_ablation(pair) == "zero"
+    assert evidence_ablation(_verdict(obs)) == "" and evidence_ablation(None) == ""  # no causal evidence ran
+
+
+def test_collapse_names_evidence_not_run_once():
+    from interp.analyses.report.format import EvidenceRow, collapse
+
+    rows = [EvidenceRow("observational", "metric", "0.800", "[0.7, 0.9]", "CI > 0.5", "0.001", "passed", "", False),
+            EvidenceRow("control_random_init", "", "", "", "", "", "not run", "skipped: no loss", False),
+            EvidenceRow("necessity", "", "", "", "", "", "undecided", "no repeats", False),
+            EvidenceRow("stability", "", "", "", "", "", "not run", "off by default", False)]
+    kept, line = collapse(rows)
+    assert [r.kind for r in kept] == ["observational"]
+    assert line == ("not run: control_random_init, skipped: no loss; stability, off by default; "
+                    "nothing measured: necessity, no repeats")
+    assert collapse(rows, reasons=False)[1] == "not run: control_random_init, stability; nothing measured: necessity"
+    assert collapse(rows[:1]) == (rows[:1], "")
+
+
+def test_name_causal_adds_behaviour_and_ablation_columns():
+    from interp.analyses.report.pipeline import name_causal
+
+    frame = pd.DataFrame({"layer": [0], "head": [1], "delta_loss": [0.5], "n_prompts": [32]})
+    frame.attrs.update(behaviour="next-token loss on every position", method="mean")
+    named = name_causal(frame)
+    assert list(named.columns) == ["layer", "head", "delta_loss", "behaviour", "ablation", "n_prompts"]
+    assert named.loc[0, "behaviour"] == "next-token loss on every position" and named.loc[0, "ablation"] == "mean"
+    own = pd.DataFrame({"delta_loss": [0.5], "ablation": ["resample"]})
+    own.attrs.update(behaviour="b", method="mean")
+    assert name_causal(own).loc[0, "ablation"] == "resample"  # a frame that names its ablation keeps it
+    with pytest.raises(ValueError, match="names no behaviour"):
+        name_causal(pd.DataFrame({"delta_loss": [0.5]}))
+
+
+def test_families_are_ranked_apart_and_argmax_rates_say_so():
+    claims = pd.DataFrame({
+        "label": ["L0H1", "L1H2"], "layer": [0, 1], "head": [1, 2], "claim": ["positional", "induction"],
+        "verdict": ["supported"] * 2, "observational": [1.0, 0.6], "observational_ci_low": [1.0, 0.5],
+        "observational_ci_high": [1.0, 0.7], "p_adjusted": [0.001, 0.001], "offset": [0, None],
+        "necessity": [float("nan"), 0.4], "necessity_ci_low": [float("nan"), 0.3], "necessity_ci_high": [float("nan"), 0.5],
+        "necessity_passed": [None, True], "behaviour": ["", "next-token loss"]})
+    heads = pd.DataFrame({"label": ["L0H1", "L1H2"], "self_token": [0.455, 0.1]})
+    data = report.ReportData({}, heads, claims, {}, None, None, None, None, None, [], {},
+                             claim_heads=[((0, 1),), ((1, 2),)])
+    table = report.highlights(data)
+    assert list(table.family) == ["attention weight", "argmax rate"]  # 1.0 of queries never outranks a weight of 0.6
+    argmax = table.iloc[1]
+    assert argmax.evidence.startswith("the maximum weight sits on the query itself for 100% [100%, 100%] of queries "
+                                      "(argmax rate; mean weight there 0.455)")
+    assert argmax.causal == "not tested causally" and argmax.behaviour == ""
+    weight = table.iloc[0]
+    assert weight.evidence.startswith("mean attention weight 0.600 [0.500, 0.700] on the claimed keys (in [0, 1])")
+    assert weight.causal == "supported: necessity +0.400 [0.300, 0.500] nats (passed)"
+    assert weight.behaviour == "next-token loss"
+
+
+def test_report_findings_and_tables_name_the_behaviour_and_the_ablation(built):
+    table = built.highlights
+    claims_rows = table[table.verdict.isin(["supported", "inconclusive"])]
+    assert (claims_rows.causal != "").all()  # every finding shows its causal verdict, or says it was not tested
+    positional = claims_rows[claims_rows.finding.str.startswith("positional")]
+    assert len(positional) and (positional.family == "argmax rate").all()
+    assert positional.evidence.str.contains("argmax rate").all()
+    assert positional.causal.str.startswith("not tested causally").all()
+    assert positional.causal.str.contains("'s other claims: ").any()  # says where the head was tested causally
+    causal = table[(table.causal.str.contains("necessity")) | (table.verdict == "measured")]
+    assert len(causal) and (causal.behaviour != "").all() and (causal.ablation == "mean").all()
+    measured = built.data.settings["behaviour"]["measured"]
+    heads = pd.read_csv(built.out_dir / "heads.csv")
+    assert (heads.behaviour == measured).all() and (heads.ablation == "mean").all()
+    pairs = pd.read_csv(built.out_dir / "redundancy.csv")
+    assert (pairs.behaviour == measured).all() and (pairs.ablation == "mean").all()
+    claims = pd.read_csv(built.out_dir / "claims.csv")
+    tested = claims.necessity.notna()
+    assert tested.any() and (claims.ablation[tested] == "mean").all() and claims.ablation[~tested].isna().all()
+    assert list(claims.columns).index("ablation") == list(claims.columns).index("behaviour") + 1
+
+
+def test_evidence_not_run_is_one_line_not_a_row(built):
+    html = (built.out_dir / "report.html").read_text()
+    assert '<td class="not-run">' not in html  # no row of empty cells per kind not run
+    assert "not run: stability, off by default" in html
+    assert "; not run: stability</td>" in html  # the All claims table names it once per claim
+
+
+def test_glossary_states_the_minimum_effects_and_the_sufficiency_convention(built):
+    from interp.analyses.report.format import TERMS, define
+    from interp.claims import MIN_EFFECT
+
+    minimum = TERMS["practical minimum effect"]
+    assert all(f"{value:g} {unit}" in minimum for unit, value in MIN_EFFECT.items())
+    assert "CI above 0 alone never supports" in minimum and "not a paper's" in minimum
+    assert "convention" in TERMS["sufficiency threshold"] and "not a threshold taken from a paper" in TERMS["sufficiency threshold"]
+    for column in ("behaviour", "ablation", "family", "causal", "finding", "evidence"):
+        assert define(column), column
+    html = (built.out_dir / "report.html").read_text()
+    assert "practical minimum effect" in html and "sufficiency threshold" in html
+
+
+def test_head_cards_name_the_behaviour_of_importance(built):
+    from interp.analyses.report import html as report_html
+
+    row = built.data.heads.iloc[0]
+    card = report_html._metric_table(row)
+    assert "<th>behaviour</th><th>ablation</th>" in card
+    assert f"<td>{report_html.esc(row['behaviour'])}</td><td>mean</td>" in card
+    assert "<th>behaviour</th>" not in report_html._metric_table(row.drop(["importance", "importance_ci_low", "importance_ci_high"]))

@@ -182,7 +182,8 @@ class Necessity:
             against = "0 (every other head of this layer and later shares the role: compared with no effect)"
         delta_loss = float(delta.mean())
         extra: dict[str, float | str] = {"delta_loss": delta_loss, "delta_loss_comparable": float(delta_others.mean()),
-                                         "loss_clean": float(clean.mean()), "behaviour": behaviour}
+                                         "loss_clean": float(clean.mean()), "behaviour": behaviour,
+                                         "ablation": "mean"}
         group = [(layer, h) for h in range(len(has_role[layer])) if has_role[layer, h]] if has_role is not None else []
         delta_group: float | None = None  # the role group's loss change, with several heads in the role
         if (layer, head) in group and len(group) > 1:

@@ -6,7 +6,11 @@
   (hits + 1) / (B + 1), so no value below the floor can be shown).
 - `evidence_rows` turns a `interp.claims.Verdict` into one row per evidence kind the claim
   defines: effect, CI, the pass rule, the test's p-value and a status word (passed / failed /
-  undecided / not run, with why). It reads the structured `Evidence` objects only.
+  undecided / not run, with why). It reads the structured `Evidence` objects only. `collapse` keeps
+  the rows that measured something and names the rest once ("not run: stability, off by default"),
+  so a table never holds a row of empty cells per kind not run.
+- `causal_evidence` / `evidence_ablation`: a claim's causal evidence that ran, and the ablation it used
+  (the evidence's `extra["ablation"]`), for the findings' causal verdict and the `ablation` columns.
 - `GLOSSARY` defines every metric and column the report writes; `columns_markdown` renders
   the dictionary shipped as `columns.md` next to the CSVs (with `SCHEMA_VERSION`).
 """
@@ -19,10 +23,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from interp.claims import DEFAULT_EVIDENCE, Verdict
+from interp.claims import DEFAULT_EVIDENCE, MIN_EFFECT, Verdict
 
 # bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FLOOR_TOLERANCE = 1e-6  # relative: p-values may come back as float32
 
 
@@ -77,7 +81,8 @@ class EvidenceRow:
     decisive: bool
 
 
-def _status(passed: bool | None) -> str:
+def status_word(passed: bool | None) -> str:
+    """passed / failed / undecided, for an evidence's `passed` flag."""
     return {True: "passed", False: "failed", None: "undecided"}[passed]
 
 
@@ -106,8 +111,51 @@ def evidence_rows(verdict: Verdict, requested: Sequence[str] | None = None) -> l
         threshold = verdict.claim.thresholds.get(kind)
         rule = e.rule or (threshold.rule() if threshold else "")
         rows.append(EvidenceRow(kind, e.metric or _measure(kind), format_num(e.effect), format_ci(e.ci_low, e.ci_high), rule,
-                                format_p(e.p_value, e.n_resamples), _status(e.passed), e.detail, e.decisive))
+                                format_p(e.p_value, e.n_resamples), status_word(e.passed), e.detail, e.decisive))
     return rows
+
+
+def collapse(rows: Sequence[EvidenceRow], reasons: bool = True) -> tuple[list[EvidenceRow], str]:
+    """The rows worth a table row, and one line for the rest: evidence not run, and evidence that ran but
+    measured nothing (an abstention: undecided, no number), each named once, with why unless `reasons` is
+    False: "not run: control_random_init, skipped: ...; stability, off by default ...". A measured-nothing
+    evidence that decided the verdict (failed) keeps its row."""
+    def empty(r: EvidenceRow) -> bool:
+        return r.status == "not run" or (r.status == "undecided" and not r.effect)
+
+    kept = [r for r in rows if not empty(r)]
+    groups = (("not run", [r for r in rows if r.status == "not run"]),
+              ("nothing measured", [r for r in rows if r.status == "undecided" and not r.effect]))
+    joiner = "; " if reasons else ", "
+    line = "; ".join(f"{word}: " + joiner.join(f"{r.kind}, {r.why}" if reasons and r.why else r.kind for r in group)
+                     for word, group in groups if group)
+    return kept, line
+
+
+CAUSAL_KINDS = ("necessity", "sufficiency", "faithfulness")  # the evidence kinds that intervene on the model
+
+
+def causal_evidence(verdict: Verdict | None) -> list:
+    """The claim's causal evidence (`CAUSAL_KINDS`) that ran and measured or decided something (no abstentions)."""
+    if verdict is None:
+        return []
+    return [e for e in verdict.evidence if e.kind in CAUSAL_KINDS and (_finite(e.effect) or e.passed is not None)]
+
+
+def evidence_ablation(verdict: Verdict | None, kind: str | None = None) -> str:
+    """How the claim's causal evidence removed the head: the `extra["ablation"]` of its `kind` evidence (default:
+    necessity, else the first causal evidence that names one), else the claim's `method` parameter (pair claims,
+    whose every evidence ablates); '' when no causal evidence ran or none says (a pattern substitution ablates nothing)."""
+    ran = causal_evidence(verdict)
+    if verdict is None or not ran:
+        return ""
+    chosen = [e for e in ran if e.kind == kind] if kind else sorted(ran, key=lambda e: e.kind != "necessity")
+    for e in chosen:
+        ablation = (e.extra or {}).get("ablation")
+        if ablation:
+            return str(ablation)
+    method = verdict.claim.params.get("method") if hasattr(verdict.claim.params, "get") else None
+    return str(method) if method and chosen else ""
 
 
 _MEASURES = {
@@ -128,7 +176,7 @@ def evidence_rows_from_columns(row: Mapping[str, Any]) -> list[EvidenceRow]:
         if kind not in row or not _finite(row.get(kind)):
             continue
         passed = row.get(f"{kind}_passed")
-        status = _status(None if passed is None or (isinstance(passed, float) and math.isnan(passed)) else bool(passed))
+        status = status_word(None if passed is None or (isinstance(passed, float) and math.isnan(passed)) else bool(passed))
         rows.append(EvidenceRow(kind, _measure(kind), format_num(row[kind]),
                                 format_ci(row.get(f"{kind}_ci_low"), row.get(f"{kind}_ci_high")), "", "", status, "", False))
     return rows
@@ -183,7 +231,8 @@ GLOSSARY: dict[str, str] = {
     "duplicate_token": "mean weight a repeated token puts on its earlier occurrences; in [0, 1]; repeated prompts only",
     "copying": "OV-circuit copying score sum(eig) / sum(|eig|) of W_E W_V W_O W_U (Elhage et al. 2021), in [-1, 1]; "
                "+1 = raises the logit of the attended token; read from the weights, so no CI",
-    "importance": "increase of the next-token loss (nats) when the head's output is mean-ablated (see Methods)",
+    "importance": "increase of the behaviour's loss (the `behaviour` column; nats for a loss) when the head's output is "
+                  "ablated (the `ablation` column; see Methods)",
     "n_prompts": "number of prompts the row's statistics are computed over (the unit of statistics)",
     "claims_supported": "claim kinds about this head that were supported (';'-separated)",
     "claims_refuted": "claim kinds about this head that were refuted (';'-separated)",
@@ -207,7 +256,8 @@ GLOSSARY: dict[str, str] = {
     "necessity": "loss increase (nats) when the head is mean-ablated, minus that of a comparable head (the mean over "
                  "the other heads of its layer), paired per prompt",
     "sufficiency": "fraction of loss recovered, (L_ablated - L_substituted) / (L_ablated - L_clean), when the head's "
-                   "pattern is replaced by the claim's ideal pattern; 1 = all of it, threshold 0.5",
+                   "pattern is replaced by the claim's ideal pattern; 1 = all of it; threshold 0.5 by default (see "
+                   "'sufficiency threshold')",
     "faithfulness": "loss increase (nats) when the head's pattern is replaced by a uniform one and by its own weights "
                     "permuted among the allowed keys (per prompt the smaller of the two); > 0 = the pattern matters",
     "stability": "fraction of perturbed conditions (prompt halves, batch order, bfloat16) where the outcome agrees",
@@ -219,8 +269,22 @@ GLOSSARY: dict[str, str] = {
     "delta_a": "loss increase (nats) when head a alone is mean-ablated",
     "delta_b": "loss increase (nats) when head b alone is mean-ablated",
     "delta_both": "loss increase (nats) when both heads are mean-ablated together",
-    "behaviour": "the behaviour the causal evidence measured (e.g. next-token loss, masked-LM loss, embedding change)",
-    "ablation": "the ablation kind the causal numbers used: zero, mean (per-position mean over prompts) or resample",
+    "behaviour": "the behaviour the row's causal numbers measured (e.g. next-token loss on the repeated copies, "
+                 "masked-LM loss, embedding change): importance in heads.csv, the deltas in redundancy.csv, the causal "
+                 "evidence in claims.csv; empty when the row holds no causal number",
+    "ablation": "how the head's output was removed for the row's causal numbers: mean (its per-position mean over the "
+                "prompts), resample (its output on another prompt), zero; empty when the row holds no causal number or "
+                "its evidence does not say",
+    "finding": "a finding of the report's headline (summary.md, report.json): a supported claim, one that holds "
+               "observationally only, or a measured extreme",
+    "family": "what a finding's effect is: attention weight (a mean weight on the claimed keys, in [0, 1]), argmax "
+              "rate (the fraction of queries whose maximum weight sits on the claimed key, in [0, 1]), causal effect (a "
+              "change of the behaviour, in its unit) or leakage audit; findings are ranked inside their family only, "
+              "never an argmax rate against a weight",
+    "evidence": "a finding's effect with its 95% CI and unit, and the claim's adjusted p-value",
+    "causal": "the causal verdict of a finding's claim: supported (every causal evidence that ran passed), refuted "
+              "(a decisive one failed) or inconclusive, with the necessity effect and its CI in the behaviour's unit; "
+              "'not tested causally' when the claim has no causal evidence (positional claims) or none ran",
     "weight": "mean attention weight at the relative offset", "offset": "relative offset key - query (-1 = previous token)",
 }
 # terms the report uses that are not columns
@@ -234,6 +298,18 @@ TERMS: dict[str, str] = {
                       "its rule), 'interaction > 0' for joint ablation",
     "Benjamini-Hochberg": "false-discovery-rate correction over a family of tests (the scan's claims; the pairs)",
     "nats": "natural-log units of the cross-entropy loss",
+    "argmax rate": "the fraction of queries whose largest attention weight sits on a key (a positional claim's "
+                   "effect): 1.0 can go with a mean weight there well below 1, so it is never ranked beside a weight",
+    "practical minimum effect": "the smallest causal effect that counts as support, in the behaviour's unit "
+                                "(interp.claims.MIN_EFFECT): " + ", ".join(f"{v:g} {k}" for k, v in MIN_EFFECT.items())
+                                + ". A CI above 0 alone never supports: with enough prompts any nonzero effect has "
+                                "one. The toolkit's convention, not a paper's: 0.01 nats is a 1% change of the "
+                                "per-token perplexity; 0.001 cosine distance is a tenth of the spread of MiniLM's "
+                                "sentence embeddings under one head's mean ablation; a fraction (of loss recovered, "
+                                "of a write taken over) must reach 0.1",
+    "sufficiency threshold": "the fraction of the loss the claim's ideal pattern must recover (0.5 by default, the "
+                             "presets' sufficiency=0.5): the toolkit's convention for 'most of the effect', not a "
+                             "threshold taken from a paper",
 }
 _SUFFIXES = (
     ("_ci_low", "lower end of the 95% bootstrap confidence interval of `{base}` (over prompts)"),

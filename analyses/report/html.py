@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 import interp.analyses.report.format as fmt
+from interp.analyses.report.findings import metric_family
 from interp.analyses.report.viewer import viewer_html
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
@@ -104,14 +105,21 @@ def _model_section(data) -> str:
     return f"<h2>Model</h2><table><tbody>{rows}</tbody></table>"
 
 
+FINDINGS_NOTE = ("Supported heads grouped by what their effect is (family: a mean attention weight, an argmax rate, a "
+                 "causal effect in the behaviour's unit) and ranked by effect size inside each family only; beside each, "
+                 "its claim's causal verdict (or 'not tested causally')")
+
+
 def _findings_section(data, table: pd.DataFrame) -> str:
-    rows = [[r.finding, r.heads, r.evidence, r.verdict] for r in table.itertuples()]
+    columns = list(table.columns)
+    rows = [[getattr(r, c) for c in columns] for r in table.itertuples()]
     n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
-    note = (f'<p class="muted">Supported heads ranked by effect size (the observational metric); showing {n_shown} of '
-            f'{n_sup}. Every claim: <a href="#claims">All claims</a> ({len(data.claims)} rows) and '
-            '<a href="claims.csv">claims.csv</a>.</p>')
+    note = (f'<p class="muted">{esc(FINDINGS_NOTE)}; showing {n_shown} of {n_sup} supported heads. Every claim: '
+            f'<a href="#claims">All claims</a> ({len(data.claims)} rows) and <a href="claims.csv">claims.csv</a>.</p>')
+    verdict = columns.index("verdict")
+    causal = {columns.index("causal"): lambda text: _cls(str(text).split(":")[0])} if "causal" in columns else {}
     return ("<h2 id=\"findings\">Strongest findings</h2>"
-            + scroll(table_html(["finding", "heads", "evidence", "verdict"], rows, classes={3: _cls})) + note)
+            + scroll(table_html(columns, rows, classes={verdict: _cls, **causal})) + note)
 
 
 def _leakage_section(data) -> str:
@@ -147,16 +155,23 @@ def _cards_section(data, images: dict[str, str]) -> str:
     return "".join(parts)
 
 
+CAUSAL_METRICS = ("importance",)  # the heads table's causal numbers: their rows name the behaviour and the ablation
+
+
 def _metric_table(row: pd.Series) -> str:
+    """The head's metrics with CIs; a causal number (importance) names its behaviour and ablation in their columns."""
     names = [c for c in row.index if f"{c}_ci_low" in row.index and _finite(row[c])]  # NaN: undefined here
+    causal = any(name in CAUSAL_METRICS for name in names)
     rows = []
     for name in names:
         low, high = row[name + "_ci_low"], row[name + "_ci_high"]
         interval = fmt.format_ci(low, high) if _finite(low) else "(none: read from the weights)"
+        named = [str(row.get(c, "")) if name in CAUSAL_METRICS else "" for c in ("behaviour", "ablation")]
+        extra = "".join(f"<td>{esc(v)}</td>" for v in named) if causal else ""
         rows.append(f'<tr><td><a href="#g-{esc(name)}">{esc(name)}</a></td><td class="num">{esc(fmt.format_num(row[name]))}</td>'
-                    f"<td class=\"num\">{esc(interval)}</td></tr>")
-    return ("<table><thead><tr><th>metric</th><th>mean</th><th>95% CI</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+                    f"<td class=\"num\">{esc(interval)}</td>{extra}</tr>")
+    header = "<th>metric</th><th>mean</th><th>95% CI</th>" + ("<th>behaviour</th><th>ablation</th>" if causal else "")
+    return f"<table><thead><tr>{header}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
 
 
 def _claim_blocks(data, head: tuple[int, int]) -> str:
@@ -182,14 +197,26 @@ def claim_block(row: pd.Series, verdict, requested=None) -> str:
     if isinstance(expect, str):  # a claims-file claim: it says which verdict it expected
         extras.append(f"expected {expect}: {'as expected' if bool(row.get('passed')) else 'NOT as expected'}")
     rows = fmt.evidence_rows(verdict, requested) if verdict is not None else fmt.evidence_rows_from_columns(row)
-    body = [[f"{r.kind} ({r.measure})" if r.measure else r.kind, f"{r.effect} {r.ci}".strip(), r.rule, r.p, _outcome(r)]
+    rows, not_run = fmt.collapse(rows)
+    behaviour_text = behaviour if isinstance(behaviour, str) else ""
+    body = [[f"{r.kind} ({r.measure})" if r.measure else r.kind, f"{r.effect} {r.ci}".strip(), r.rule, r.p, _outcome(r),
+             *((behaviour_text, _ablation(row, verdict, r.kind)) if r.kind in fmt.CAUSAL_KINDS else ("", ""))]
             for r in rows]
-    evidence = table_html(["evidence (measures)", "effect [95% CI]", "rule", "p (one-sided)", "outcome"], body,
-                          numeric=(1, 3), classes={4: _outcome_cls}, css="evidence")
+    evidence = table_html(["evidence (measures)", "effect [95% CI]", "rule", "p (one-sided)", "outcome", "behaviour",
+                           "ablation"], body, numeric=(1, 3), classes={4: _outcome_cls}, css="evidence")
+    collapsed = f'<p class="not-run evidence">{esc(not_run)}</p>' if not_run else ""
     details = "".join(f"<li><b>{esc(r.kind)}</b>: {esc(r.why)}</li>" for r in rows if r.why and r.status not in ("not run", "undecided"))
     details = f'<details><summary class="muted">what was measured</summary><ul class="evidence">{details}</ul></details>' if details else ""
     return (f'<div class="claim"><span class="{_cls(word)}">{esc(word)}</span> {esc(statement)} '
-            f'<span class="muted">({esc("; ".join(e for e in extras if e))})</span>{scroll(evidence)}{details}</div>')
+            f'<span class="muted">({esc("; ".join(e for e in extras if e))})</span>{scroll(evidence)}{collapsed}{details}</div>')
+
+
+def _ablation(row: pd.Series, verdict, kind: str) -> str:
+    """The ablation behind one causal evidence row (a claims file's row: its `ablation` column, for necessity)."""
+    if verdict is not None:
+        return fmt.evidence_ablation(verdict, kind)
+    value = row.get("ablation")
+    return str(value) if kind == "necessity" and isinstance(value, str) else ""
 
 
 def _outcome(r) -> str:
@@ -225,9 +252,11 @@ def _joint_table(frame: pd.DataFrame | None) -> str:
         word = "overlap" if r.ci_high < 0 else "backup" if r.ci_low > 0 else "additive (undecided)"
         rows.append([f"{r.label_a} ~ {r.label_b}", _delta(r, "delta_a"), _delta(r, "delta_b"), _delta(r, "delta_both"),
                      f"{fmt.format_num(r.interaction)} {fmt.format_ci(r.ci_low, r.ci_high)} {word}",
-                     f"{fmt.format_p(r.p_value, b)} (BH {fmt.format_p(r.p_adjusted, b)})"])
-    headers = ["pair (a ~ b)", "a alone: loss +nats [CI]", "b alone: loss +nats [CI]", "both: loss +nats [CI]",
-               "interaction = both - (a + b) [CI]", "p, one-sided: interaction > 0"]
+                     f"{fmt.format_p(r.p_value, b)} (BH {fmt.format_p(r.p_adjusted, b)})",
+                     getattr(r, "behaviour", frame.attrs.get("behaviour", "")), getattr(r, "ablation", frame.attrs.get("method", ""))])
+    unit = frame.attrs.get("unit") or "nats"
+    headers = ["pair (a ~ b)", f"a alone: loss +{unit} [CI]", f"b alone: loss +{unit} [CI]", f"both: loss +{unit} [CI]",
+               "interaction = both - (a + b) [CI]", "p, one-sided: interaction > 0", "behaviour", "ablation"]
     return ("<h3>Joint ablation of the most similar pairs</h3>" + scroll(table_html(headers, rows, numeric=(1, 2, 3)))
             + '<p class="muted">Negative interaction: the pair overlaps (ablating both costs less than the sum); the '
             "test is one-sided for backup (interaction &gt; 0), so an overlapping pair has p near 1 by design. All "
@@ -245,12 +274,19 @@ def _claims_section(data) -> str:
     for (_, r), v in zip(claims.iterrows(), verdicts):
         effect = fmt.format_num(r.get("observational")) + " " + fmt.format_ci(r.get("observational_ci_low"),
                                                                               r.get("observational_ci_high"))
-        outcomes = ", ".join(f"{e.kind} {e.status}" for e in fmt.evidence_rows(v, data.settings.get("evidence"))) if v else ""
+        effect = f"{effect.strip()} ({metric_family(r, v)})" if effect.strip() else ""
+        outcomes = _outcomes(v, data.settings.get("evidence")) if v else ""
         rows.append([r["label"], r["claim"], r["verdict"], effect.strip(), fmt.format_p(r.get("p_adjusted"), fmt.claim_floor(v)),
                      outcomes, r.get("source", "")])
-    headers = ["head", "claim", "verdict", "observational [CI]", "p_adj", "evidence outcomes", "source"]
+    headers = ["head", "claim", "verdict", "observational [CI] (family)", "p_adj", "evidence outcomes", "source"]
     return ('<h2 id="claims">All claims</h2>' + scroll(table_html(headers, rows, numeric=(3, 4), classes={2: _cls}))
             + '<p class="muted">Every number and reason: <a href="claims.csv">claims.csv</a>.</p>')
+
+
+def _outcomes(verdict, requested) -> str:
+    """'observational passed, necessity failed; not run: stability': evidence that ran, then the rest named once."""
+    shown, rest = fmt.collapse(fmt.evidence_rows(verdict, requested), reasons=False)
+    return "; ".join(p for p in (", ".join(f"{r.kind} {r.status}" for r in shown), rest) if p)
 
 
 def _glossary_section(data) -> str:
@@ -293,10 +329,11 @@ def markdown(data, table: pd.DataFrame) -> str:
     lines += [f"> **Prompts:** {w}" for w in data.warnings] + ([""] if data.warnings else [])
     lines += [f"- **{k}**: {v}" for k, v in data.summary.items()]
     n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
-    lines += ["", "## Strongest findings", "", f"Supported heads ranked by effect size: {n_shown} of {n_sup} shown; "
+    columns = list(table.columns)
+    lines += ["", "## Strongest findings", "", f"{FINDINGS_NOTE}: {n_shown} of {n_sup} supported heads shown; "
               "every claim in claims.csv (columns defined in columns.md).", "",
-              "| finding | heads | evidence | verdict |", "|---|---|---|---|"]
-    lines += [f"| {r.finding} | {r.heads} | {r.evidence} | {r.verdict} |" for r in table.itertuples()]
+              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(getattr(r, c)).replace("|", "\\|") for c in columns) + " |" for r in table.itertuples()]
     counts = data.claims["verdict"].value_counts() if len(data.claims) else pd.Series(dtype=int)
     lines += ["", f"Claims tested: {len(data.claims)} ({', '.join(f'{v} {k}' for k, v in counts.items())}).", ""]
     lines += ["## Provenance", "", provenance_line(data.provenance) + f"; schema version {fmt.SCHEMA_VERSION}", ""]

@@ -27,6 +27,7 @@ from interp.heads import head_label
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
+import interp.analyses.report.format as fmt
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
 from interp.analyses.report.methods import behaviour_method, paragraphs
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
@@ -329,7 +330,20 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None,
     kept = [not subject or any(lh in keep for lh in subject) for subject in heads]
     frame = frame[kept].reset_index(drop=True)
     frame.attrs = {}
-    return frame, [v for v, k in zip(verdicts, kept) if k], [h for h, k in zip(heads, kept) if k]
+    verdicts, heads = [v for v, k in zip(verdicts, kept) if k], [h for h, k in zip(heads, kept) if k]
+    return _with_ablation(frame, verdicts), verdicts, heads
+
+
+def _with_ablation(frame: pd.DataFrame, verdicts: list) -> pd.DataFrame:
+    """The claims frame with an `ablation` column after `behaviour`: how each claim's causal evidence removed the
+    head (`format.evidence_ablation`; a claims file's rows keep theirs), '' where no causal evidence ran."""
+    if "behaviour" not in frame.columns:
+        frame["behaviour"] = ""
+    own = frame["ablation"] if "ablation" in frame.columns else pd.Series([""] * len(frame), index=frame.index)
+    values = [fmt.evidence_ablation(v) if v is not None else ("" if pd.isna(o) else str(o)) for v, o in zip(verdicts, own)]
+    frame = frame.drop(columns=["ablation"], errors="ignore")
+    frame.insert(frame.columns.get_loc("behaviour") + 1, "ablation", values)
+    return frame
 
 
 def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
@@ -347,7 +361,7 @@ def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
     from interp.analyses import redundancy
 
     behaviour = behaviour or report_behaviour(model, prompts)
-    return redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False)
+    return name_causal(redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False))
 
 
 def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:
@@ -361,8 +375,23 @@ def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behavi
     pairs = [p for p in pairs if math.isfinite(p[0])]
     pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
     top = [(a, b) for _, a, b in pairs[:TOP_PAIRS]]
-    return redundancy.joint_ablation(model, prompts, top, "mean", behaviour=behaviour or report_behaviour(model, prompts),
-                                     seed=seed)
+    return name_causal(redundancy.joint_ablation(model, prompts, top, "mean",
+                                                 behaviour=behaviour or report_behaviour(model, prompts), seed=seed))
+
+
+def name_causal(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with a `behaviour` and an `ablation` column (before `n_prompts`): what its causal numbers measured
+    and how the heads were removed, from its attrs (`behaviour`, `method`) where it does not name them yet."""
+    for column, key in (("behaviour", "behaviour"), ("ablation", "method")):
+        if column in frame.columns:
+            continue
+        value = frame.attrs.get(key)
+        if not value:
+            raise ValueError(f"a causal frame with columns {list(frame.columns)} names no {column} (neither a "
+                             f"{column!r} column nor attrs[{key!r}]); the analysis that made it must say what it measured.")
+        where = frame.columns.get_loc("n_prompts") if "n_prompts" in frame.columns else len(frame.columns)
+        frame.insert(where, column, str(value))
+    return frame
 
 
 def _heads_table(metrics: pd.DataFrame, importance: pd.DataFrame | None, claims: pd.DataFrame,
@@ -371,7 +400,8 @@ def _heads_table(metrics: pd.DataFrame, importance: pd.DataFrame | None, claims:
     frame = metrics.copy()
     if importance is not None:
         imp = importance.rename(columns={"delta_loss": "importance", "ci_low": "importance_ci_low", "ci_high": "importance_ci_high"})
-        keep = ["layer", "head"] + [c for c in ("importance", "importance_ci_low", "importance_ci_high") if c in imp.columns]
+        keep = ["layer", "head"] + [c for c in ("importance", "importance_ci_low", "importance_ci_high", "behaviour",
+                                                "ablation") if c in imp.columns]
         frame = frame.merge(imp[keep], on=["layer", "head"], how="left")
     for verdict in ("supported", "refuted", "inconclusive"):
         by_head: dict[tuple[int, int], list[str]] = {}
