@@ -41,7 +41,9 @@ def cmd_report(args) -> int:
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
-    console.print(_frame_table(result.highlights, title="Strongest findings", width=console.width))
+    # the behaviour and ablation of each causal number are in the report's tables; the terminal keeps the verdicts
+    console.print(_frame_table(result.highlights, title="Strongest findings", width=console.width,
+                               columns=["finding", "heads", "family", "evidence", "verdict", "causal"]))
     _emit_json(args, "report", spec, result.to_json())
     return EXIT_OK
 
