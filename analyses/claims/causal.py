@@ -21,7 +21,8 @@ asks about the claimed *role*, not only whether the head matters:
   describes: 1 - (L_ideal - L_clean) / (L_knocked - L_clean), L_knocked the targeted knockout (or,
   when that costs nothing, the whole-head ablation; `extra["knocked_out"]` says which), ratio of
   means with a bootstrap CI against 0.5 (`FAITHFULNESS`, the toolkit's convention). A false role's
-  ideal moves the attention elsewhere and reproduces little.
+  ideal moves the attention elsewhere and reproduces little. The same tautology guard as sufficiency
+  applies (an ideal equal to the real pattern reproduces everything by construction).
 
 The behaviour (`resolve_behaviour`) is the one passed to `test_claims` / `scan`, else the model's
 own: for a causal LM the next-token loss on the repeated copies for prompts with a repeat period
@@ -429,7 +430,9 @@ class Faithfulness:
     attention), the whole head's mean ablation instead (`extra["knocked_out"]` says which). A false
     role's ideal sends the head's attention elsewhere, so L_ideal is at least L_knocked and faithfulness
     is about 0 or below: it fails. When neither costs anything there is no effect to reproduce:
-    inconclusive. The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`."""
+    inconclusive. The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`.
+    Tautology guard as in `Sufficiency`: a real pattern within `TAUTOLOGY_TOLERANCE` of the ideal makes
+    the evidence "not informative" (undecided)."""
 
     behaviour: BehaviourLike = dataclasses.field(default=None, compare=False)
 
@@ -450,12 +453,18 @@ class Faithfulness:
             return Evidence.unmeasured("faithfulness", rule=threshold.rule(), n_prompts=len(clean), extra=extra, detail=(
                 f"{behaviour}: inconclusive: no effect: neither knocking out {claim.label}'s {ideal.head_type.name} attention "
                 f"nor ablating the head costs {min_effect(chosen.unit):g} {chosen.unit}, so there is no effect to reproduce"))
+        distance = extra["ideal_distance"] = float(pattern_stats(ctx, chosen, layer, head, ideal.head_type)["l1"].mean())
         ev = ratio_evidence("faithfulness", knocked - with_ideal, knocked - clean, threshold, ctx,
                             what=f"share of the {which} effect the ideal {ideal.head_type.ideal_name} pattern reproduces in "
                                  f"{claim.label}", extra=extra)
-        return dataclasses.replace(ev, detail=(
-            f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4g}, ideal {extra['loss_ideal']:.4g}, {which} "
-            f"{extra['loss_knocked_out']:.4g}; uniform pattern +{extra['delta_loss_uniform']:.4g})"))
+        detail = (f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4g}, ideal {extra['loss_ideal']:.4g}, {which} "
+                  f"{extra['loss_knocked_out']:.4g}; uniform pattern +{extra['delta_loss_uniform']:.4g}; mean L1 distance "
+                  f"per query to the ideal {distance:.4f})")
+        if distance < TAUTOLOGY_TOLERANCE:  # the ideal is the real pattern: it reproduces everything by construction
+            return dataclasses.replace(ev, passed=None, detail=(
+                f"not informative: the pattern already is the ideal (mean L1 distance per query {distance:.4f} < "
+                f"{TAUTOLOGY_TOLERANCE:g}); {detail}"))
+        return dataclasses.replace(ev, detail=detail)
 
     @staticmethod
     def _knocked(claim: Claim, ctx: Context, chosen: Behaviour, clean: torch.Tensor) -> tuple[torch.Tensor, str]:
