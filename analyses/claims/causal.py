@@ -18,8 +18,8 @@ asks about the claimed *role*, not only whether the head matters:
   pattern's mean L1 distance per query to the ideal is under `TAUTOLOGY_TOLERANCE` the substitution
   changes nothing, and the evidence is "not informative" (undecided, no support);
 - faithfulness (`Faithfulness`): the claim's own ideal reproduces the effect of the attention it
-  describes: 1 - (L_ideal - L_clean) / (L_knocked - L_clean), L_knocked the targeted knockout (or,
-  when that costs nothing, the whole-head ablation; `extra["knocked_out"]` says which), ratio of
+  describes: 1 - (L_ideal - L_clean) / (L_knocked - L_clean), L_knocked the costlier of the targeted
+  knockout and the whole-head mean ablation (`extra["knocked_out"]` says which), ratio of
   means with a bootstrap CI against 0.5 (`FAITHFULNESS`, the toolkit's convention). A false role's
   ideal moves the attention elsewhere and reproduces little. The same tautology guard as sufficiency
   applies (an ideal equal to the real pattern reproduces everything by construction).
@@ -363,6 +363,14 @@ def _substituted(ctx: Context, claim: Claim, pattern: PatternSource | str | None
     return _intervened_loss(ctx, PatternSubstitution(subject(claim), pattern), behaviour)
 
 
+def _not_informative(ev: Evidence, distance: float, detail: str) -> Evidence:
+    """The tautology guard's outcome: undecided, saying why, and marked `extra["informative"] = "no"`
+    so a verdict can leave it out of the support it counts."""
+    return dataclasses.replace(ev, passed=None, extra={**ev.extra, "informative": "no"}, detail=(
+        f"not informative: the pattern already is the ideal (mean L1 distance per query {distance:.4f} < "
+        f"{TAUTOLOGY_TOLERANCE:g}), {detail}"))
+
+
 @dataclass(frozen=True)
 class Sufficiency:
     """Substituting the idealised pattern recovers the behaviour: fraction of loss recovered
@@ -412,9 +420,7 @@ class Sufficiency:
         detail = (f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4f}, ablated {extra['loss_ablated']:.4f}, "
                   f"substituted {extra['loss_substituted']:.4f}; mean L1 distance per query to the ideal {distance:.4f}){note}")
         if distance < TAUTOLOGY_TOLERANCE:
-            return dataclasses.replace(ev, passed=None, detail=(
-                f"not informative: the pattern already is the ideal (mean L1 distance per query {distance:.4f} < "
-                f"{TAUTOLOGY_TOLERANCE:g}), so substituting it changes nothing; {detail}"))
+            return _not_informative(ev, distance, f"so substituting it changes nothing; {detail}")
         return dataclasses.replace(ev, detail=detail)
 
 
@@ -425,12 +431,12 @@ class Faithfulness:
     a ratio of means over prompts with a bootstrap CI (`ratio_evidence`), against the claim's
     faithfulness threshold (default `FAITHFULNESS`, 0.5: the toolkit's convention).
 
-    L_knocked is the targeted knockout of `Necessity` (the role's target attention removed); when that
-    costs less than the behaviour's practical minimum (`min_effect`: a false role's targets get little
-    attention), the whole head's mean ablation instead (`extra["knocked_out"]` says which). A false
-    role's ideal sends the head's attention elsewhere, so L_ideal is at least L_knocked and faithfulness
-    is about 0 or below: it fails. When neither costs anything there is no effect to reproduce:
-    inconclusive. The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`.
+    L_knocked is the costlier (on average) of the targeted knockout of `Necessity` (the role's target
+    attention removed) and the whole head's mean ablation (`extra["knocked_out"]` says which): a false
+    role's targets get little attention, so its targeted knockout is nearly free and the whole-head
+    ablation is used, never a near-zero denominator. A false role's ideal sends the head's attention
+    elsewhere, so L_ideal is about L_knocked or above and faithfulness is about 0 or below: it fails.
+    When neither costs the practical minimum (`min_effect`) there is no effect to reproduce: inconclusive. The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`.
     Tautology guard as in `Sufficiency`: a real pattern within `TAUTOLOGY_TOLERANCE` of the ideal makes
     the evidence "not informative" (undecided)."""
 
@@ -461,24 +467,24 @@ class Faithfulness:
                   f"{extra['loss_knocked_out']:.4g}; uniform pattern +{extra['delta_loss_uniform']:.4g}; mean L1 distance "
                   f"per query to the ideal {distance:.4f})")
         if distance < TAUTOLOGY_TOLERANCE:  # the ideal is the real pattern: it reproduces everything by construction
-            return dataclasses.replace(ev, passed=None, detail=(
-                f"not informative: the pattern already is the ideal (mean L1 distance per query {distance:.4f} < "
-                f"{TAUTOLOGY_TOLERANCE:g}); {detail}"))
+            return _not_informative(ev, distance, detail)
         return dataclasses.replace(ev, detail=detail)
 
     @staticmethod
     def _knocked(claim: Claim, ctx: Context, chosen: Behaviour, clean: torch.Tensor) -> tuple[torch.Tensor, str]:
-        """The knocked-out loss (prompt,) and which knockout: the targeted one, the whole head, or "nothing"."""
+        """The knocked-out loss (prompt,) and which knockout: of the targeted knockout and the whole head's
+        mean ablation, the one that costs more on average (the head's effect as the stronger one shows it,
+        so a false role's near-free knockout never makes a near-zero denominator); "nothing" when neither
+        costs the practical minimum."""
         layer, head = subject(claim)
-        floor = max(min_effect(chosen.unit), 1e-9)
         targets = RoleTargets(role_type(claim, ctx), _causal(ctx, layer))
         targeted = _intervened_loss(ctx, AttentionKnockout((layer, head), targets), chosen)
-        if float((targeted - clean).mean()) >= floor:
-            return targeted, "targeted knockout"
         ablated = _ablated_loss(ctx, layer, head, chosen)
-        if float((ablated - clean).mean()) >= floor:
-            return ablated, "whole-head ablation"
-        return ablated, "nothing"
+        knocked, which = ((targeted, "targeted knockout") if float(targeted.mean()) >= float(ablated.mean())
+                          else (ablated, "whole-head ablation"))
+        if float((knocked - clean).mean()) < max(min_effect(chosen.unit), 1e-9):
+            return knocked, "nothing"
+        return knocked, which
 
 
 def _has_period(prompts: PromptSet) -> bool:
