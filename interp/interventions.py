@@ -785,7 +785,8 @@ def head_mean_pattern(run: Any, layer: int, head: int) -> torch.Tensor:
         def reduce(pattern: torch.Tensor, ctx: Any) -> dict[str, torch.Tensor]:  # (batch, head, query, key)
             return {"pattern": pattern.float().masked_fill(~ctx.allowed, float("nan"))}
         prompts = run.behaviour.model_prompts(run.prompts)
-        acc = stream(run.model, prompts, reduce, layers=[layer], batch_size=run.batch_size, accumulator=MomentAccumulator())
+        moments = MomentAccumulator()  # type: ignore[no-untyped-call]
+        acc = stream(run.model, prompts, reduce, layers=[layer], batch_size=run.batch_size, accumulator=moments)
         mean: torch.Tensor = acc.result()["pattern"]["mean"][0].float()  # (head, query, key)
         return mean.nan_to_num(0.0)
     pattern: torch.Tensor = run.cached(("knockout-mean-pattern", layer), compute)

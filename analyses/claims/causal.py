@@ -427,8 +427,8 @@ class Sufficiency:
 @dataclass(frozen=True)
 class Faithfulness:
     """The claim's own ideal pattern reproduces the effect of the attention it describes:
-    faithfulness = 1 - (L_ideal - L_clean) / (L_knocked - L_clean) = (L_knocked - L_ideal) / (L_knocked - L_clean),
-    a ratio of means over prompts with a bootstrap CI (`ratio_evidence`), against the claim's
+    faithfulness = 1 - (L_ideal - L_clean) / (L_knocked - L_clean)
+                 = (L_knocked - L_ideal) / (L_knocked - L_clean), a ratio of means over prompts with a bootstrap CI (`ratio_evidence`), against the claim's
     faithfulness threshold (default `FAITHFULNESS`, 0.5: the toolkit's convention).
 
     L_knocked is the costlier (on average) of the targeted knockout of `Necessity` (the role's target
@@ -436,7 +436,8 @@ class Faithfulness:
     role's targets get little attention, so its targeted knockout is nearly free and the whole-head
     ablation is used, never a near-zero denominator. A false role's ideal sends the head's attention
     elsewhere, so L_ideal is about L_knocked or above and faithfulness is about 0 or below: it fails.
-    When neither costs the practical minimum (`min_effect`) there is no effect to reproduce: inconclusive. The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`.
+    When neither costs the practical minimum (`min_effect`) there is no effect to reproduce: inconclusive.
+    The loss increase with a uniform pattern is kept as `extra["delta_loss_uniform"]`.
     Tautology guard as in `Sufficiency`: a real pattern within `TAUTOLOGY_TOLERANCE` of the ideal makes
     the evidence "not informative" (undecided)."""
 
