@@ -46,6 +46,8 @@ def circuit_table(circuit, repeated):
 
 def test_induction_circuit_true_claims_supported_with_every_evidence(circuit_table):
     verdicts = verdicts_of(circuit_table)
+    assert verdicts[("L0H0", "previous_token")] == "supported"
+    assert verdicts[("L1H0", "induction")] == "supported"
     assert verdicts[("L0H0", "positional")] == "supported"
     rows = circuit_table.set_index(["label", "claim"])
     by_claim = {(v.claim.label, v.claim.name): v for v in circuit_table.attrs["verdicts"]}
@@ -55,12 +57,12 @@ def test_induction_circuit_true_claims_supported_with_every_evidence(circuit_tab
             assert row[f"{kind}_passed"] == True, (key, kind)  # noqa: E712 (numpy bool)
         assert row["observational"] == pytest.approx(1.0, abs=1e-6)
         # exact heads: the ideal pattern is the head's own, so substituting it recovers all of the loss,
-        # by construction: sufficiency and faithfulness are "not informative" (undecided, no support)
+        # by construction: sufficiency and faithfulness are "not informative" (undecided, counted neither way)
         assert row["sufficiency"] == pytest.approx(1.0, abs=1e-4)
         for kind in ("sufficiency", "faithfulness"):
             evidence = by_claim[key].get(kind)
             assert evidence.passed is None and evidence.extra["informative"] == "no", evidence.detail
-        assert row["verdict"] != "refuted" and row["p_adjusted"] <= 0.05
+        assert row["p_adjusted"] <= 0.05
 
 
 def test_induction_circuit_false_claims_refuted(circuit_table):
