@@ -281,6 +281,9 @@ class Necessity:
         control = _intervened_loss(ctx, AttentionKnockout((layer, head), targets, control=True), chosen) - clean
         extra.update(delta_loss_targeted=float(targeted.mean()), delta_loss_control=float(control.mean()))
         notes = self._repeat_notes(ctx, chosen, clean, float(targeted.mean()), extra)
+        floor = min_effect(chosen.unit)
+        if max(abs(delta_loss), float(targeted.mean().abs()), float(control.mean().abs())) < floor:
+            notes += f"; no effect: neither knockout nor ablating the whole head moves the behaviour by {floor:g} {chosen.unit}"
         if target_mass > 0 and matched < WEAK_CONTROL * target_mass:
             notes += (f"; the control matched only {matched / target_mass:.0%} of the target mass ({claim.label} attends "
                       "almost only to its targets), so the comparison is nearly with no change")
