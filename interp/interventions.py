@@ -733,25 +733,39 @@ class TargetSource(Protocol):
     def __call__(self, run: Any, batch: PromptSet) -> torch.Tensor: ...
 
 
+def _take(weights: torch.Tensor, wanted: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """weights (..., n) >= 0, wanted (..., 1): the mass to take from each entry, emptying entries whole in
+    `noise` order (lower first; entries without weight never), the last one partly, `wanted` in all (or all there is)."""
+    order = torch.where(weights > 0, noise, torch.full_like(noise, 2.0)).argsort(-1)
+    ordered = weights.gather(-1, order)
+    before = ordered.cumsum(-1) - ordered  # mass of the entries emptied before this one
+    taken = (wanted - before).clamp(min=0).minimum(ordered)
+    return torch.zeros_like(weights).scatter(-1, order, taken)
+
+
 def control_removal(pattern: torch.Tensor, allowed: torch.Tensor, targets: torch.Tensor,
                     noise: torch.Tensor) -> torch.Tensor:
-    """(batch, query, key) mass to take from non-target keys: per row as much as the targets carry
-    (`pattern * targets`), or all the non-target mass when there is less. Keys are emptied whole in a
-    random order (`noise` (batch, query, key) in [0, 1): lower first), the last one partly, so the
-    control removes attention from particular keys, as the targeted knockout does."""
-    off = pattern * (allowed & (targets == 0))  # (batch, query, key): non-target weights
-    wanted = (pattern * targets).sum(-1, keepdim=True).minimum(off.sum(-1, keepdim=True))  # (batch, query, 1)
-    order = torch.where(off > 0, noise, torch.full_like(noise, 2.0)).argsort(-1)  # keys with weight first, random order
-    weights = off.gather(-1, order)
-    before = weights.cumsum(-1) - weights  # mass of the keys emptied before this one
-    taken = (wanted - before).clamp(min=0).minimum(weights)
-    return torch.zeros_like(pattern).scatter(-1, order, taken)
+    """(batch, query, key) mass to take from non-target keys, as much as the targets carry (`pattern *
+    targets`): per query row first, keys emptied whole in a random order (`noise` (batch, query, key) in
+    [0, 1): lower first), the last one partly, so the control removes attention from particular keys
+    as the targeted knockout does; what a row cannot match (it has less non-target mass than target
+    mass) is taken from the other rows of the same prompt, so each prompt loses the same mass (or all
+    its non-target mass, when there is less)."""
+    others = allowed & (targets == 0)  # (batch, query, key): the non-target keys
+    off = pattern * others
+    # target mass the targeted knockout moves: none in a row without a non-target key (`knock_out` keeps it)
+    on = (pattern * targets).sum(-1, keepdim=True) * others.any(-1, keepdim=True)  # (batch, query, 1)
+    removal = _take(off, on.minimum(off.sum(-1, keepdim=True)), noise)
+    short = (on[..., 0] - removal.sum(-1)).sum(-1)  # (batch,): the target mass no row could match
+    spare = einops.rearrange(off - removal, "batch query key -> batch (query key)")
+    more = _take(spare, short[:, None], einops.rearrange(noise, "batch query key -> batch (query key)"))
+    return removal + more.view_as(removal)
 
 
 def off_target_pattern(mean: torch.Tensor, allowed: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(batch, query, key) rows summing to one over the allowed non-target keys: the head's mean pattern
-    `mean` (query, key) there, renormalised; uniform over those keys where the mean puts no weight
-    on them; zero rows where no such key exists."""
+    """(batch, query, key) rows summing to one over the allowed keys outside `targets` (those knocked out;
+    weights of 1 count as out): the head's mean pattern `mean` (query, key) there, renormalised; uniform
+    over those keys where the mean puts no weight on them; zero rows where no such key exists."""
     keys = (allowed & (targets < 1)).to(mean.dtype)  # keys the knocked-out mass may go to
     weights = mean.to(keys.device)[None] * keys  # (batch, query, key)
     total = weights.sum(-1, keepdim=True)
@@ -810,7 +824,8 @@ class _Knockout(_PatternSubstitution):
 
     def _target(self, original: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         own = original[:, self.head].float()  # (batch, query, key)
-        allowed = allowed & _allowed_keys(original, causal=False)  # keys no query gives weight are padding
+        real = _allowed_keys(original, causal=False)[:, 0]  # (batch, key): a key no query gives weight is padding
+        allowed = allowed & real[:, None, :] & real[:, :, None]  # padded queries are left alone too
         targets = self.targets.to(own.device, own.dtype)
         if targets.shape != own.shape:
             raise ValueError(f"knockout targets for {self.label} have shape {tuple(targets.shape)}; the head's pattern "
@@ -819,7 +834,8 @@ class _Knockout(_PatternSubstitution):
             removal = own * targets
         else:
             removal = control_removal(own, allowed, targets, self.noise.to(own.device))
-        return knock_out(own, removal, off_target_pattern(self.mean, allowed, targets), self.mode)
+        emptied = torch.maximum(targets, (removal > 0).to(own.dtype))  # the moved mass never returns to these keys
+        return knock_out(own, removal, off_target_pattern(self.mean, allowed, emptied), self.mode)
 
 
 @dataclass(frozen=True)
@@ -830,7 +846,8 @@ class AttentionKnockout:
     to the head's mean off-target pattern over the run's prompts (mode "mean_off_target").
 
     `control=True` knocks out an equal mass of *non-target* attention instead (per query row, keys emptied
-    in an order seeded per prompt: `control_removal`), moved the same way: the comparison that tells "the
+    in an order seeded per prompt, what a row cannot match taken from the prompt's other rows:
+    `control_removal`), moved the same way (never back to the keys it emptied): the comparison that tells "the
     targets matter" from "any perturbation of this head's pattern of this size matters"."""
 
     head: tuple[int, int]  # parsed into a Head

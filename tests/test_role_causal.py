@@ -39,6 +39,12 @@ def test_control_removal_takes_equal_mass_from_random_non_target_keys():
     # a head with almost no non-target mass: the control takes all there is, no more
     pure = torch.tensor([[[0.01, 0.99, 0.0, 0.0]]])
     torch.testing.assert_close(control_removal(pure, ALLOWED, TARGET, noise), torch.tensor([[[0.01, 0.0, 0.0, 0.0]]]))
+    # what one row cannot match is taken from the prompt's other rows: row 0 puts 0.9 on its target,
+    # row 1 none; the prompt loses 0.9 of non-target attention in all
+    rows = torch.tensor([[[0.1, 0.9], [0.6, 0.4]]])
+    targets = torch.tensor([[[0.0, 1.0], [0.0, 0.0]]])
+    removal = control_removal(rows, torch.ones(1, 2, 2, dtype=torch.bool), targets, torch.tensor([[[0.1, 0.2], [0.3, 0.4]]]))
+    torch.testing.assert_close(removal, torch.tensor([[[0.1, 0.0], [0.6, 0.2]]]))
 
 
 def test_knock_out_renormalises_or_moves_to_the_mean_off_target_pattern():

@@ -8,7 +8,8 @@ asks about the claimed *role*, not only whether the head matters:
   offset) and renormalises each row over the rest; a row left with under `NEAR_ZERO_REMAINDER`
   instead moves its mass to the head's mean off-target pattern over the prompts (never dividing by a
   near-zero remainder). The control takes the same mass per row from non-target keys (emptied in a
-  random order seeded per prompt), moved the same way. Evidence: per prompt dL(targeted) -
+  random order seeded per prompt; what a row cannot match, from the prompt's other rows), moved the
+  same way. Evidence: per prompt dL(targeted) -
   dL(control), CI above 0 and mean above the behaviour's practical minimum (`interp.claims.min_effect`).
   When the head puts no attention outside the targets no control exists: "inconclusive: no control".
   The whole-head mean-ablation cost stays in `extra["delta_loss"]`, not judged;
@@ -215,22 +216,23 @@ def _causal(ctx: Context, layer: int) -> bool:
 
 def pattern_stats(ctx: Context, behaviour: Behaviour, layer: int, head: int, head_type: HeadType) -> dict[str, torch.Tensor]:
     """Per prompt (prompt,), from the head's clean pattern on the prompts the model reads: `target` and
-    `matched` (attention mass on the target keys, and the part of it an equal-mass control can take from
-    non-target keys, summed over queries), `near_all` (share of queries with target mass left under
+    `matched` (attention mass on the target keys summed over queries, and the part of it an equal-mass
+    control can take from the prompt's non-target attention), `near_all` (share of queries with target mass left under
     `NEAR_ZERO_REMAINDER`, whose knockout moves the mass to the mean off-target pattern), `l1` (mean L1
     distance per scored query between the pattern and the type's ideal)."""
     def reduce(pattern: torch.Tensor, bctx: Any) -> dict[str, torch.Tensor]:  # (batch, head, query, key)
         batch = TargetBatch.from_context(bctx)
         own = pattern[:, head].float()  # (batch, query, key)
         target = head_type.mask(batch)
-        on = (own * target).sum(-1)  # (batch, query)
-        off = (own * (batch.allowed & ~target)).sum(-1)
+        others = batch.allowed & ~target
+        on = (own * target).sum(-1) * others.any(-1)  # (batch, query): mass a knockout can move (not a lone key's)
+        off = (own * others).sum(-1)
         scored = batch.scored.float()
         l1 = ((own - head_type.ideal_pattern(batch)).abs().sum(-1) * scored).sum(-1) / scored.sum(-1).clamp(min=1)
         has = (on > 0).float()
         near_all = ((on > 1 - NEAR_ZERO_REMAINDER).float() * has).sum(-1) / has.sum(-1).clamp(min=1)
         return {name: value[:, None] for name, value in
-                {"target": on.sum(-1), "matched": on.minimum(off).sum(-1), "near_all": near_all, "l1": l1}.items()}
+                {"target": on.sum(-1), "matched": on.sum(-1).minimum(off.sum(-1)), "near_all": near_all, "l1": l1}.items()}
 
     def compute() -> dict[str, torch.Tensor]:
         prompts = behaviour.model_prompts(ctx.prompts)
@@ -247,8 +249,8 @@ class Necessity:
     minimum (`interp.claims.min_effect`). The targeted knockout (`interp.interventions.AttentionKnockout`)
     removes the head's weight on the role's target keys (`RoleTargets`; a positional claim: the offset's
     key) and renormalises over the rest; rows left with almost nothing move the mass to the head's mean
-    off-target pattern instead. The control takes the same mass from non-target keys (seeded per prompt),
-    moved the same way; when the head attends almost only to its targets the control can match little
+    off-target pattern instead. The control takes the same mass from non-target keys (seeded per prompt;
+    per row, and what a row cannot match from the prompt's other rows), moved the same way; when the head attends almost only to its targets the control can match little
     mass and the detail says so; when no non-target attention exists at all, no control can be built
     and the evidence is inconclusive. A false role on an important head puts little mass on its
     targets, so its knockout costs about as much as the control, and fails. The old whole-head mean
