@@ -9,15 +9,16 @@ asks about the claimed *role*, not only whether the head matters:
   instead moves its mass to the head's mean off-target pattern over the prompts (never dividing by a
   near-zero remainder). The control takes the same mass per row from non-target keys (emptied in a
   random order seeded per prompt; what a row cannot match, from the prompt's other rows), moved the
-  same way. Evidence: per prompt dL(targeted) -
-  dL(control), CI above 0 and mean above the behaviour's practical minimum (`interp.claims.min_effect`).
+  same way. Evidence: per prompt dL(targeted) - dL(control), CI above 0 and mean above the
+  behaviour's practical minimum (`interp.claims.min_effect`).
   When the head puts no attention outside the targets no control exists: "inconclusive: no control".
   The whole-head mean-ablation cost stays in `extra["delta_loss"]`, not judged;
 - sufficiency (`Sufficiency`): substituting the idealised pattern recovers the behaviour: fraction of
   loss recovered (L_ablated - L_substituted) / (L_ablated - L_clean), whole-head mean ablation,
   against a threshold of 0.5 ("most": the toolkit's convention). Tautology guard: when the real
   pattern's mean L1 distance per query to the ideal is under `TAUTOLOGY_TOLERANCE` the substitution
-  changes nothing, and the evidence is "not informative" (undecided, no support);
+  changes nothing, and the evidence is "not informative" (undecided, `extra["informative"] = "no"`,
+  which `interp.claims.decide` counts neither for nor against the claim);
 - faithfulness (`Faithfulness`): the claim's own ideal reproduces the effect of the attention it
   describes: 1 - (L_ideal - L_clean) / (L_knocked - L_clean), L_knocked the costlier of the targeted
   knockout and the whole-head mean ablation (`extra["knocked_out"]` says which), ratio of
@@ -33,12 +34,16 @@ sentence embedding (cosine distance from the clean run). Every causal evidence n
 
 Overlapping roles: targets can contain one another. A local_window claim's targets (|q - k| <= 3)
 contain the previous, current and next token, so on a previous-token head a local_window claim
-knocks out the previous-token attention too and passes necessity and faithfulness alike; these
-tests tell a role from an unrelated one, not a role from a wider role that contains it.
+knocks out the previous-token attention too and passes necessity (MiniLM L0H2: 0.0072 cosine
+distance, as the previous-token claim's 0.0068); necessity tells a role from an unrelated one, not
+a role from a wider role that contains it (faithfulness and sufficiency, whose ideal is uniform over
+the window, can).
 
 Limits: a head that attends almost only to its targets leaves the control little mass to move (the
 detail says how much it matched); necessity then reads "the targets' attention matters", and a
-wider role containing the targets passes as well (above).
+wider role containing the targets passes as well (above). A false role whose few targets carry
+some of a concentrated head's signal can pass necessity with a small effect (toy-induction L0H2,
+self_token: 0.036 nats against the previous-token role's 6.6); the observational test refutes it.
 """
 from __future__ import annotations
 
