@@ -278,7 +278,8 @@ class Necessity:
                                          "target_mass": float(stats["target"].mean()),
                                          "control_mass_matched": matched / target_mass if target_mass > 0 else math.nan,
                                          "rows_moved_to_mean": float(stats["near_all"].mean()),
-                                         "knockout": "targeted vs equal-mass control, renormalised"}
+                                         "knockout": "targeted vs equal-mass control, renormalised",
+                                         "ablation": "attention knockout"}  # the report's ablation column
         rule = f"CI > 0 and effect >= {min_effect(chosen.unit):g} {chosen.unit}"
         if target_mass > 0 and matched <= 0:
             return Evidence.unmeasured("necessity", rule=rule, n_prompts=len(clean), extra=extra, detail=(
@@ -412,7 +413,7 @@ class Sufficiency:
         distance = float(pattern_stats(ctx, chosen, layer, head, pattern.head_type)["l1"].mean())
         extra: dict[str, float | str] = {"loss_clean": float(clean.mean()), "loss_ablated": float(ablated.mean()),
                                          "loss_substituted": float(substituted.mean()), "ideal_distance": distance,
-                                         "behaviour": behaviour}
+                                         "behaviour": behaviour, "ablation": "mean"}
         scale = max(float(clean.mean().abs()), 1e-3)
         if float(denominator.mean()) <= 1e-3 * scale:
             return Evidence.unmeasured(
@@ -465,7 +466,8 @@ class Faithfulness:
         uniform = _substituted(ctx, claim, "uniform", chosen)
         extra: dict[str, float | str] = {"loss_clean": float(clean.mean()), "loss_ideal": float(with_ideal.mean()),
                                          "loss_knocked_out": float(knocked.mean()), "knocked_out": which,
-                                         "delta_loss_uniform": float((uniform - clean).mean()), "behaviour": behaviour}
+                                         "delta_loss_uniform": float((uniform - clean).mean()), "behaviour": behaviour,
+                                         "ablation": "attention knockout" if which == "targeted knockout" else "mean"}
         if which == "nothing":
             return Evidence.unmeasured("faithfulness", rule=threshold.rule(), n_prompts=len(clean), extra=extra, detail=(
                 f"{behaviour}: inconclusive: no effect: neither knocking out {claim.label}'s {ideal.head_type.name} attention "
