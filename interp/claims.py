@@ -479,6 +479,9 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     if n_prompts < min_prompts:
         return "inconclusive", (f"too few prompts: n < {min_prompts} (got {n_prompts}); below it a 95% interval on a "
                                 "skewed attention metric covers less than it says; pass more prompts.",)
+    # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal)
+    # counts neither for nor against the claim
+    evidence = [e for e in evidence if e.extra.get("informative") != "no"]
     failed = [e for e in evidence if e.passed is False]
     decisive = [e for e in failed if e.decisive]
     if decisive:

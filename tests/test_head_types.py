@@ -65,10 +65,11 @@ def test_new_head_type_claim_gets_every_evidence_kind(registered, copier, period
     assert claim.spec()["params"] == {"metric": "two_back", "ideal": "two_back"}
     table = run_test_claims(copier, [claim], period3)
     row = table.iloc[0]
-    for kind in ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness"):
+    for kind in ("observational", "control_shuffled", "control_random_init", "necessity"):
         assert row[f"{kind}_passed"] == True, (kind, row["reasons"])  # noqa: E712 (numpy bool)
     assert row["verdict"] == "supported"
-    assert row["sufficiency"] > 0.99  # the ideal two-back pattern is what the head does
+    assert row["sufficiency"] > 0.99  # the ideal two-back pattern is what the head does: "not informative"
+    assert all(table.attrs["verdicts"][0].get(kind).extra["informative"] == "no" for kind in ("sufficiency", "faithfulness"))
 
 
 def test_new_head_type_unregistered_still_measures_and_claims(copier, period3):

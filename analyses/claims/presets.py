@@ -32,7 +32,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, get_args
 
-from interp.analyses.claims.causal import Faithfulness, Necessity, Sufficiency
+from interp.analyses.claims.causal import FAITHFULNESS, Faithfulness, Necessity, Sufficiency
 from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl
 from interp.analyses.head_types import (
     ELHAGE,
@@ -53,7 +53,7 @@ ClaimKind = Literal[
 ]
 CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)  # the built-in kinds; `PRESETS` also has registered head types
 # short citations (the titles are in the module docstring's references): CLARK, VOITA, ... from interp.analyses.head_types
-SUFFICIENCY = "most of the loss difference; Olsson et al. 2022 report ~99%"
+SUFFICIENCY = "toolkit convention: most (over half) of the loss difference; not a published number"
 
 
 def head_type_claim(head_type: HeadType | str, layer: int, head: int, *, threshold: float | None = None,
@@ -82,6 +82,7 @@ def head_type_claim(head_type: HeadType | str, layer: int, head: int, *, thresho
     if t.sufficiency is not None:
         evidence["sufficiency"] = Sufficiency()
         thresholds["sufficiency"] = Threshold(t.sufficiency if sufficiency is None else sufficiency, SUFFICIENCY)
+        thresholds["faithfulness"] = FAITHFULNESS
     if t.copying is not None:
         thresholds["copying"] = Threshold(t.copying if copying is None else copying, ELHAGE)
     return Claim(t.name, ((layer, head),), t.describe(head_label((layer, head)), threshold, **values),
@@ -170,6 +171,7 @@ def positional_head(layer: int, head: int, *, offset: int | str | None = None, t
         "observational": Observational(),
         "control_shuffled": ShuffledControl("stay", decisive=True),
         "control_random_init": RandomInitControl(),
+        "necessity": Necessity(),  # knocks out the attention at the offset's key
         "stability": Stability(),
     }
     return Claim("positional", ((layer, head),),
