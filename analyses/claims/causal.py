@@ -175,6 +175,11 @@ TAUTOLOGY_TOLERANCE = 0.05
 # The control could match less than this share of the target mass: it is nearly no perturbation, and
 # the detail says so (the head attends almost only to the targets).
 WEAK_CONTROL = 0.5
+# When the head matters as a whole (its mean ablation costs the practical minimum), knocking out the
+# claimed attention must cost at least this fraction of that: the role carries most of what the head
+# does. A false role on an important head can put a little mass on keys that matter (a self-token head's
+# 8% on the previous token) and beat an equal-mass control, yet explain a few percent of the head.
+ROLE_SHARE = Threshold(0.5, "toolkit convention: the claimed attention carries most of the head's effect")
 # The faithfulness threshold when a claim carries none: the toolkit's convention, not a paper's.
 FAITHFULNESS = Threshold(0.5, "toolkit convention: the ideal reproduces most of the effect of the attention it describes")
 
@@ -273,7 +278,8 @@ class Necessity:
         clean = _clean_loss(ctx, chosen)
         stats = pattern_stats(ctx, chosen, layer, head, head_type)
         target_mass, matched = float(stats["target"].sum()), float(stats["matched"].sum())
-        delta_loss = float((_ablated_loss(ctx, layer, head, chosen) - clean).mean())
+        whole = _ablated_loss(ctx, layer, head, chosen) - clean  # (prompt,)
+        delta_loss = float(whole.mean())
         extra: dict[str, float | str] = {"delta_loss": delta_loss, "loss_clean": float(clean.mean()), "behaviour": behaviour,
                                          "target_mass": float(stats["target"].mean()),
                                          "control_mass_matched": matched / target_mass if target_mass > 0 else math.nan,
@@ -298,6 +304,7 @@ class Necessity:
         ev = difference_evidence("necessity", targeted, control, ctx, min_effect=min_effect(chosen.unit), unit=chosen.unit,
                                  what=f"knocking out {claim.label}'s {head_type.name} attention minus an equal mass of other "
                                       "attention", extra=extra)
+        ev = _with_role_share(ev, claim, ctx, targeted, whole, floor)
         return dataclasses.replace(ev, detail=(
             f"{behaviour}: {ev.detail} (targeted dL {extra['delta_loss_targeted']:.4g}, control "
             f"{extra['delta_loss_control']:.4g}, mass on the targets {extra['target_mass']:.3g} per prompt; whole-head "
@@ -315,6 +322,21 @@ class Necessity:
             return ""
         extra.update(loss_first_copy=float(first.mean()), advantage_removed=delta / gap)
         return f"; the targeted knockout removes {extra['advantage_removed']:.0%} of the repeat advantage"
+
+
+def _with_role_share(ev: Evidence, claim: Claim, ctx: Context, targeted: torch.Tensor, whole: torch.Tensor,
+                     floor: float) -> Evidence:
+    """Necessity also needs the targeted knockout to cost `ROLE_SHARE` of the whole-head ablation, when
+    that ablation costs at least `floor` (a head that barely matters as a whole, e.g. a sink whose output is
+    near-constant, is judged on the knockout alone). Either requirement failing fails necessity."""
+    if float(whole.mean()) < floor:
+        return ev
+    share = ratio_evidence("necessity", targeted, whole, ROLE_SHARE, ctx, label="role-share",
+                           what=f"share of {claim.label}'s whole-head ablation cost that its claimed attention carries")
+    passed = False if False in (ev.passed, share.passed) else None if None in (ev.passed, share.passed) else True
+    return dataclasses.replace(ev, passed=passed, p_value=max(ev.p_value, share.p_value),
+                               rule=f"{ev.rule}; role share {ROLE_SHARE.rule()}", detail=f"{ev.detail}; {share.detail}",
+                               extra={**ev.extra, "role_share": share.effect})
 
 
 @dataclass(frozen=True)
