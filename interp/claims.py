@@ -15,9 +15,10 @@ Evidence kinds (`EvidenceKind`):
   observational        the metric on held-out prompts clears its threshold
   control_shuffled     the same metric on shuffled-token prompts (content vs position)
   control_random_init  the same metric on a randomly initialised model of the same shape
-  necessity            ablating the head hurts the behaviour it serves, more than comparable heads
+  necessity            knocking out what the claim predicts hurts the behaviour more than a control
+                       (for head roles: the attention on the target keys vs an equal mass elsewhere)
   sufficiency          substituting the idealised pattern keeps the behaviour (loss recovered)
-  faithfulness         replacing the head's pattern by a uniform / permuted one changes the loss
+  faithfulness         the claim's ideal pattern reproduces the effect of the attention it describes
   stability            verdict and head ranking hold across prompt seeds, batches and dtypes
 
 Verdict rules (`decide`):
@@ -78,9 +79,9 @@ INTERVAL_METHOD: IntervalMethod = "studentized"
 
 # The smallest causal effect that counts as support, per behaviour unit: a CI above 0 alone never
 # supports (with enough prompts any nonzero effect has one). The toolkit's convention, not a paper's:
-# 0.01 nats is a 1% change of the per-token perplexity; 0.001 cosine distance is a tenth of the
-# spread of MiniLM's sentence embeddings under one head's mean ablation (see the glossary);
-# a fraction (of loss recovered, of a write taken over) must reach 0.1.
+# 0.01 nats is a 1% change of the per-token perplexity; 0.001 cosine distance is about the 20th
+# percentile of MiniLM-L6's 72 single-head mean-ablation effects on its sentence embedding (median
+# 0.0016, on 32 corpus sentences); a fraction (of loss recovered, of a write taken over) must reach 0.1.
 MIN_EFFECT: dict[str, float] = {"nats": 0.01, "cosine distance": 1e-3, "fraction": 0.1}
 
 

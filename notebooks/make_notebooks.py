@@ -376,8 +376,7 @@ importance[["label", "delta_loss", "ci_low", "ci_high", "p_value"]].sort_values(
 ## Pattern substitution: is the idealised previous-token pattern *enough*?
 
 Replace the previous-token head's pattern by the exact one-hot previous-token pattern and
-measure how much of the loss lost by ablating the head it recovers. Olsson et al. (2022) report
-about 99% for their 2-layer attention-only models; a low figure here means this head's
+measure how much of the loss lost by ablating the head it recovers; a low figure here means this head's
 contribution is not captured by the idealised pattern (it also attends elsewhere, and the
 induction heads read that too), whatever its heat map suggests.
 """),
@@ -509,12 +508,12 @@ focus.pivot(index="layer", columns="head", values="first_token").round(2)""", "s
 Evidence per claim: the observational metric with a CI against its threshold; the
 shuffled-token control (a positional head keeps its focus when the words are shuffled); a
 randomly initialised model of the same shape (the focus must come from training); and, on the
-`embedding_change` behaviour: **necessity** (mean-ablating the head moves the embedding more
-than ablating comparable heads of its layer without the role), **sufficiency** (substituting the
-claim's ideal pattern, exactly one-hot on the previous token / on [CLS], recovers the fraction
-`(L_ablated - L_ideal) / (L_ablated - L_clean)` of the embedding change), **faithfulness**
-(swapping the head's pattern for a uniform one, or its own weights permuted among the keys,
-moves the embedding). *Supported* needs every test to pass.
+`embedding_change` behaviour: **necessity** (knocking out only the attention the claim predicts
+moves the embedding more than knocking out an equal mass of the head's other attention),
+**sufficiency** (substituting the claim's ideal pattern, exactly one-hot on the previous token / on
+[CLS], recovers the fraction `(L_ablated - L_ideal) / (L_ablated - L_clean)` of the embedding
+change; "not informative" when the head already is the ideal), **faithfulness** (how much of the
+knocked-out effect the ideal pattern reproduces). *Supported* needs every informative test to pass.
 """),
     code("""
 sink_a, sink_b = [(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
@@ -609,7 +608,11 @@ verdict_objects = {f"{v.claim.label} {v.claim.name}": v for v in verdicts.attrs[
 
 def evidence_numbers(verdict, kind):
     e = verdict.get(kind)
-    return None if e is None else {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed}
+    if e is None:
+        return None
+    return {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed,
+            "informative": e.extra.get("informative", "yes"), "targeted": float(e.extra.get("delta_loss_targeted", "nan")),
+            "ideal_distance": float(e.extra.get("ideal_distance", "nan"))}
 
 results = {
     "behaviour": behaviour.name,
@@ -635,32 +638,33 @@ def causal_line(name):
     parts = []
     for kind, word, fmt in (("necessity", "necessity", ".4f"), ("sufficiency", "recovered", ".3f"), ("faithfulness", "faithfulness", ".4f")):
         e = c[kind]
-        outcome = "passed" if e["passed"] else "failed" if e["passed"] is False else "undecided"
+        outcome = ("not informative" if e["informative"] == "no" else
+                   "passed" if e["passed"] else "failed" if e["passed"] is False else "undecided")
         parts.append(f"{word} {e['effect']:{fmt}} [{e['ci'][0]:{fmt}}, {e['ci'][1]:{fmt}}] ({outcome})")
     return f"**{name}**: {r['verdicts'][name]}; " + "; ".join(parts)
 
 def prev_reading():
-    recovered = r["causal"][prev_name]["sufficiency"]["effect"]
-    if recovered > 0.9:
-        return (f"its ideal previous-token pattern recovers {recovered:.1%} of that change: what the head contributes "
-                "is its pattern.")
-    return f"its ideal previous-token pattern recovers {recovered:.1%} of that change."
+    suff = r["causal"][prev_name]["sufficiency"]
+    if suff["informative"] == "no":
+        return (f"its pattern already is the ideal previous-token one (mean L1 distance {suff['ideal_distance']:.4f} per "
+                "query), so substituting the ideal changes nothing and sufficiency is not informative: the evidence "
+                "for the role is the knockout of its previous-token attention.")
+    return f"its ideal previous-token pattern recovers {suff['effect']:.1%} of that change."
 
 
 def sink_reading():
     sink_claims = [r["causal"][f"{head} first_token"] for head in r["sink_heads"]]
-    if all(c["necessity"]["passed"] is False and c["sufficiency"]["passed"] is False for c in sink_claims):
-        text = ("Attending to [CLS] is what these heads do, but mean-ablating one moves the embedding less than ablating "
-                "the comparable heads of its layer, and the ideal one-hot [CLS] pattern does not restore what the head "
-                "contributes: the sink reading describes where they look, not what the embedding needs from them.")
-        if all(c["faithfulness"]["passed"] for c in sink_claims):
-            first = r["sink_heads"][0]
-            text += (" Yet their pattern is not idle: spreading it uniformly or permuting it moves the embedding "
-                     f"more than ablating the head does ({first}: {r['causal'][first + ' first_token']['faithfulness']['effect']:.4f} "
-                     f"vs {r['ablated'][first + ' first_token']:.4f}), as if the sink kept the head quiet.")
+    first = r["sink_heads"][0]
+    knocked = r["causal"][first + " first_token"]["necessity"]["targeted"]
+    ablated = r["ablated"][first + " first_token"]
+    if all(c["necessity"]["passed"] for c in sink_claims):
+        text = (f"Knocking out their [CLS] attention moves the embedding far more than mean-ablating the head ({first}: "
+                f"{knocked:.4f} vs {ablated:.4f}): a sink's output is nearly constant, so mean ablation is close to a "
+                "no-op for it, while taking its attention off [CLS] spreads it over the words.")
+        if not all(c["sufficiency"]["passed"] for c in sink_claims):
+            text += (" The ideal one-hot [CLS] pattern does not restore what the head contributes, so the sink reading "
+                     "says where they look and that it matters, not all that they do.")
         return text
-    if all(c["necessity"]["passed"] and c["sufficiency"]["passed"] for c in sink_claims):
-        return "The embedding needs these heads, and their ideal [CLS] pattern restores what they contribute."
     return "The causal tests split on the sink heads: see each one's necessity and sufficiency above."
 
 Markdown(f\"\"\"
@@ -964,7 +968,7 @@ they attend to the current token, and an ideal self-attention pattern restores m
 ({'; '.join(f"{h} {P[h]['self_pattern']:.2f} left" for h in self_heads)}), while a previous-token pattern does not
 ({'; '.join(f"{h} {P[h]['previous_token_pattern']:.2f}" for h in self_heads)}). The path and substitution evidence
 support H5 for them and refute H4; the toolkit's stricter claim tests (below) need not agree, e.g. when a head
-costs less than the comparable heads of its layer.
+costs less than half of its whole-head ablation when only its claimed attention is knocked out.
 L0H1 matters least ({P['L0H1']['total']:.2f} nats, spread over q {P['L0H1']['q']:.2f}, k {P['L0H1']['k']:.2f},
 v {P['L0H1']['v']:.2f}); no ideal pattern describes it. No layer-0 head acts on the logits directly
 (direct effects {', '.join(f"{h} {P[h]['direct']:+.3f}" for h in P)}): H6 refuted.
@@ -1087,8 +1091,8 @@ print(f"candidate previous-token head: {label(prev)}; candidate induction head: 
 Three claims the scan suggests, and two false ones about the same heads (induction for the
 previous-token head, previous-token for the induction head). Every claim gathers observational
 evidence (metric and CI against its threshold; copying OV for induction), controls
-(shuffled tokens; a randomly initialised model of the same shape), necessity (mean-ablating
-the head hurts the behaviour more than ablating comparable heads), sufficiency (the idealised
+(shuffled tokens; a randomly initialised model of the same shape), necessity (knocking out the
+attention the claim predicts hurts the behaviour more than knocking out as much other attention), sufficiency (the idealised
 pattern recovers the behaviour's loss) and faithfulness. *Supported* needs every test to pass.
 On natural prompts the shuffled-token control of induction and duplicate-token is
 inconclusive by construction: it measures attention to where the repeat *was*, which needs a

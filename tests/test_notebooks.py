@@ -194,7 +194,7 @@ def test_induction_pattern_substitution_recovers_most_of_the_loss(induction):
         r"clean ([\d.]+), L\dH\d+ ablated ([\d.]+), exact previous-token pattern ([\d.]+)", text).groups())
     assert ablated > clean + 0.5  # the previous-token head matters
     recovered = float(re.search(r"recovered by the idealised pattern: (-?[\d.]+)%", text).group(1))
-    assert recovered > 50.0  # the checkpoint's card: the exact pattern recovers most of the loss (Olsson et al.: ~99%)
+    assert recovered > 50.0  # the checkpoint's card: the exact pattern recovers most of the loss
     assert substituted < ablated
 
 

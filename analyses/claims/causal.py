@@ -227,7 +227,7 @@ def _causal(ctx: Context, layer: int) -> bool:
 def pattern_stats(ctx: Context, behaviour: Behaviour, layer: int, head: int, head_type: HeadType) -> dict[str, torch.Tensor]:
     """Per prompt (prompt,), from the head's clean pattern on the prompts the model reads: `target` and
     `matched` (attention mass on the target keys summed over queries, and the part of it an equal-mass
-    control can take from the prompt's non-target attention), `near_all` (share of queries with target mass left under
+    control can take from the prompt's non-target attention), `queries` (the scored queries), `near_all` (share of queries with target mass left under
     `NEAR_ZERO_REMAINDER`, whose knockout moves the mass to the mean off-target pattern), `l1` (mean L1
     distance per scored query between the pattern and the type's ideal)."""
     def reduce(pattern: torch.Tensor, bctx: Any) -> dict[str, torch.Tensor]:  # (batch, head, query, key)
@@ -242,7 +242,8 @@ def pattern_stats(ctx: Context, behaviour: Behaviour, layer: int, head: int, hea
         has = (on > 0).float()
         near_all = ((on > 1 - NEAR_ZERO_REMAINDER).float() * has).sum(-1) / has.sum(-1).clamp(min=1)
         return {name: value[:, None] for name, value in
-                {"target": on.sum(-1), "matched": on.sum(-1).minimum(off.sum(-1)), "near_all": near_all, "l1": l1}.items()}
+                {"target": on.sum(-1), "matched": on.sum(-1).minimum(off.sum(-1)), "queries": scored.sum(-1),
+                 "near_all": near_all, "l1": l1}.items()}
 
     def compute() -> dict[str, torch.Tensor]:
         prompts = behaviour.model_prompts(ctx.prompts)
@@ -281,7 +282,7 @@ class Necessity:
         whole = _ablated_loss(ctx, layer, head, chosen) - clean  # (prompt,)
         delta_loss = float(whole.mean())
         extra: dict[str, float | str] = {"delta_loss": delta_loss, "loss_clean": float(clean.mean()), "behaviour": behaviour,
-                                         "target_mass": float(stats["target"].mean()),
+                                         "target_mass": float((stats["target"] / stats["queries"].clamp(min=1)).mean()),
                                          "control_mass_matched": matched / target_mass if target_mass > 0 else math.nan,
                                          "rows_moved_to_mean": float(stats["near_all"].mean()),
                                          "knockout": "targeted vs equal-mass control, renormalised",
@@ -307,7 +308,7 @@ class Necessity:
         ev = _with_role_share(ev, claim, ctx, targeted, whole, floor)
         return dataclasses.replace(ev, detail=(
             f"{behaviour}: {ev.detail} (targeted dL {extra['delta_loss_targeted']:.4g}, control "
-            f"{extra['delta_loss_control']:.4g}, mass on the targets {extra['target_mass']:.3g} per prompt; whole-head "
+            f"{extra['delta_loss_control']:.4g}, mean mass on the targets {extra['target_mass']:.3g} per query; whole-head "
             f"ablation dL {delta_loss:.4g}{notes})"))
 
     @staticmethod

@@ -91,8 +91,10 @@ def _claims_paragraph(claims: pd.DataFrame, verdicts, has_loss: bool) -> str:
         "(metric CI vs the literature's threshold) and is checked against controls: the same metric on "
         "shuffled-token prompts (position vs content)"
         + ("; on a randomly initialised model of the same shape (control_random_init is the difference trained - "
-           "random-init); necessity (mean ablation against comparable heads), sufficiency (idealised pattern "
-           "substitution: fraction of loss recovered) and faithfulness (uniform or permuted pattern) on the "
+           "random-init); necessity (knocking out the attention the claim predicts against knocking out an equal "
+           "mass of other attention), sufficiency (idealised pattern substitution: fraction of loss recovered, "
+           "'not informative' when the head already is the ideal) and faithfulness (the share of the knockout's "
+           "effect the ideal pattern reproduces), each against a practical minimum effect, on the "
            "behaviour named above" if has_loss else "")
         + ". Every p-value is a one-sided sign-flip permutation test that the requirement holds, with "
         f"{b_text} flips; p = (hits + 1) / (B + 1), so a p-value at that floor is printed \u2264 1/(B+1). A claim's "
