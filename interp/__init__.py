@@ -41,6 +41,7 @@ _EXPORTS = {
     "Effect": "interp.run",
     "HeadAblation": "interp.interventions",
     "PatternSubstitution": "interp.interventions",
+    "AttentionKnockout": "interp.interventions",
     "ablate": "interp.interventions",
     "substitute_pattern": "interp.interventions",
     "ideal_pattern": "interp.interventions",

@@ -56,7 +56,7 @@ from typing import Any, Iterator, Literal, get_args
 import torch
 from torch import nn
 
-from interp.analyses.claims.common import claim_head_type, subject
+from interp.analyses.claims.common import PositionalParams, claim_head_type, subject
 from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type, offset_type
 from interp.analyses.induction import repeat_queries
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss
@@ -188,7 +188,6 @@ def role_type(claim: Claim, ctx: Context) -> HeadType:
     """The head type whose targets the claim names: its own (with the claim's window), or for a positional
     claim the offset's type (`offset_type`; offset None: the modal offset of the context's prompts)."""
     from interp.analyses.claims.evidence import modal_offset
-    from interp.analyses.claims.presets import PositionalParams
 
     if isinstance(claim.params, PositionalParams):
         offset = claim.params.offset if claim.params.offset is not None else modal_offset(ctx, *subject(claim))

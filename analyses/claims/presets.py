@@ -29,10 +29,10 @@ Xiao et al. 2023, "Efficient streaming language models with attention sinks".
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Mapping, get_args
 
 from interp.analyses.claims.causal import FAITHFULNESS, Faithfulness, Necessity, Sufficiency
+from interp.analyses.claims.common import PositionalParams
 from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl
 from interp.analyses.head_types import (
     ELHAGE,
@@ -40,9 +40,7 @@ from interp.analyses.head_types import (
     VOITA,
     HeadType,
     HeadTypeParams,
-    PlainParams,
     get_head_type,
-    offset_type,
 )
 from interp.claims import Claim, EvidenceFn, Stability, Threshold
 from interp.heads import head_label
@@ -132,22 +130,6 @@ def duplicate_token_head(layer: int, head: int, *, threshold: float = 0.5, suffi
     """More than `threshold` of the attention of repeat queries on earlier occurrences of the current token
     (Olsson et al. 2022; Wang et al. 2022), not to where they *were* once the tokens are shuffled."""
     return head_type_claim("duplicate_token", layer, head, threshold=threshold, sufficiency=sufficiency)
-
-
-@dataclass(frozen=True)
-class PositionalParams(PlainParams):
-    """A positional claim's parameters: the relative offset (an int, "first", or None: the modal offset
-    of the tested prompts). Reads as the plain mapping {"metric": "argmax_at:K", "offset": K}."""
-
-    offset: int | str | None = None
-
-    @property
-    def head_type(self) -> HeadType | None:
-        """The positional head type judged (`interp.analyses.head_types.offset_type`); None until the offset is known."""
-        return None if self.offset is None else offset_type(self.offset)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"metric": "argmax_at:auto" if self.offset is None else f"argmax_at:{self.offset}", "offset": self.offset}
 
 
 def positional_head(layer: int, head: int, *, offset: int | str | None = None, threshold: float = 0.9) -> Claim:
