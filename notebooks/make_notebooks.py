@@ -268,6 +268,7 @@ print(f"largest weight above the diagonal: {float(weights.triu(1).max()):.1f}; r
       f"{float(weights.sum(-1).min()):.3f} to {float(weights.sum(-1).max()):.3f}")
 print(f"largest change of an earlier output: correct {float(moved['correct'].max()):.3g}, broken {float(moved['broken'].max()):.3g}")""",
          "heatmap-and-leak"),
+    *viewer_cells("broken", "tokens", "0", "0"),
     results_cell("""
 results = {
     "context_of_query_0": out[0, 0].tolist(),
@@ -347,7 +348,27 @@ report.plot_pattern(patterns[prev[0]][prev[1]], f"L{prev[0]}H{prev[1]}", ax=axes
 report.plot_pattern(patterns[ind[0]][ind[1]], f"L{ind[0]}H{ind[1]}", ax=axes[1])
 profile = offsets.query("layer == @ind[0] and head == @ind[1]")
 report.plot_offsets(profile, f"L{ind[0]}H{ind[1]}", ax=axes[2])
-fig.tight_layout()"""),
+fig.tight_layout()""", "figure-candidates"),
+    md("""
+Every head's previous-token and induction scores with their 95% CIs over the scan prompts
+(red: the candidates; dashed: 0.5), and the mean pattern of each head whose induction CI lies
+above 0.5: the stripe one position right of the diagonal's earlier copy.
+"""),
+    code(CI_BARS + """
+
+import numpy as np
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+for ax, metric in zip(axes, ("prev_token", "induction")):
+    ci_bars(ax, list(metrics.label), metrics[metric], metrics[f"{metric}_ci_low"], metrics[f"{metric}_ci_high"],
+            threshold=0.5, title=f"{metric} score per head (95% CI)", ylabel="mean weight",
+            highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+fig.tight_layout()
+fig, axes = plt.subplots(1, len(induction_heads), figsize=(3.3 * len(induction_heads), 3), squeeze=False)
+for ax, (l, h) in zip(axes[0], induction_heads):
+    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax)
+fig.tight_layout()""", "figure-scan"),
+    *viewer_cells("model", "test_prompts.tokens[:1]", "ind[0]", "ind[1]"),
     md("""
 ## Claims, tested on prompts that did not suggest them
 
@@ -422,6 +443,12 @@ Mean-ablate each head alone and measure the loss on the repeated half (nats per 
 importance = redundancy.importance(model, test_prompts, "mean", behaviour=redundancy.induction_loss, gradient=False)
 importance[["label", "delta_loss", "ci_low", "ci_high", "p_value"]].sort_values("delta_loss", ascending=False)""",
          "importance"),
+    code("""
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ci_bars(ax, list(importance.label), importance.delta_loss, importance.ci_low, importance.ci_high,
+        title="loss increase when the head is mean-ablated (95% CI)", ylabel="nats per token",
+        highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+fig.tight_layout()""", "figure-importance"),
     md("""
 ## Pattern substitution: is the idealised previous-token pattern *enough*?
 
@@ -849,6 +876,25 @@ print(f"sum of each alone {sum(float(a.mean()) for a in alone.values()):+.3f}, a
 display(observed)
 pairs[["label_a", "label_b", "delta_a", "delta_b", "delta_both", "interaction", "ci_low", "ci_high"]]""", "observed"),
     md("""
+The same numbers as a figure (95% CIs over prompts), next to the mean patterns of the four
+induction heads on these prompts: each attends to the token after the earlier occurrence.
+"""),
+    code(CI_BARS + """
+
+import matplotlib.pyplot as plt
+import numpy as np
+from interp.analyses import report
+
+patterns = report.mean_patterns(model, test, [0, 1])
+fig = plt.figure(figsize=(15, 3.2))
+grid = fig.add_gridspec(1, 6, width_ratios=[1.6, 1, 1, 1, 1, 0.01])
+ci_bars(fig.add_subplot(grid[0]), ["\\n".join(a.split(" - ")) for a in observed.ablated], observed.delta, observed.ci_low,
+        observed.ci_high, title="loss increase on the repeated half", ylabel="nats per token", highlight={"all four"})
+for i, head in enumerate(INDUCTION):
+    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=fig.add_subplot(grid[i + 1]))
+fig.tight_layout()""", "figure-observed"),
+    *viewer_cells("model", "test.tokens[:1]", "1", "None"),
+    md("""
 ## H1: backup heads?
 
 In this model nothing comes after layer 1 but the unembedding, so no head can *read* an
@@ -933,6 +979,12 @@ for metric in (redundancy.induction_loss, margin):
                      "interaction": inter[0], "ci_low": inter[1], "ci_high": inter[2]})
 layernorm = pd.DataFrame(rows)
 layernorm""", "layernorm"),
+    code("""
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ci_bars(ax, [f"{m}\\n{state} LN" for m, state in zip(layernorm.metric, layernorm.final_ln)], layernorm.interaction,
+        layernorm.ci_low, layernorm.ci_high, threshold=0.0, title="interaction (together - sum alone), 95% CI",
+        ylabel="nats", highlight={f"loss\\nfrozen LN"})
+fig.tight_layout()""", "figure-layernorm"),
     md("""
 ## Q2: the layer-0 heads, path by path
 
@@ -964,6 +1016,11 @@ for head in LAYER0:
     rows.append(row)
 paths = pd.DataFrame(rows)
 paths""", "paths"),
+    code("""
+fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+for ax, head in zip(axes, LAYER0):
+    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=ax)
+fig.tight_layout()""", "figure-layer0"),
     code("""
 import matplotlib.pyplot as plt
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
@@ -1142,9 +1199,9 @@ fig, ax = plt.subplots(figsize=(11, 3))
 ax.fill_between(x, low, high, color="#4c72b0", alpha=0.3, lw=0, label="95% CI over prompts")
 ax.plot(x, mean, color="#4c72b0", lw=1)
 for start, name in ((OFFSET, "first copy"), (OFFSET + SPAN, "second copy")):
-    ax.axvspan(start, start + SPAN - 1, color="#dd8452" if name == "second copy" else "#bbbbbb", alpha=0.2, label=name)
+    ax.axvspan(start + 1, start + SPAN - 1, color="#dd8452" if name == "second copy" else "#bbbbbb", alpha=0.2, label=name)
 ax.set_xlabel("position predicted (byte)"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8, ncol=3)
-ax.set_title("loss per byte of a planted prompt: the span's second copy is easier")
+ax.set_title("loss per byte of a planted prompt (shaded: the predictions averaged above)")
 fig.tight_layout()""", "figure-loss"),
     md("""
 ## A scan of every head (on the scan halves)
@@ -1296,9 +1353,9 @@ Markdown("\\n".join([
     f"{r['second_copy']:.3f} nats/byte against {r['first_copy']:.3f} for the first. The strongest induction score is "
     f"{planted_score:.3f} on planted repeats ({planted_head}) and {natural_score:.3f} on natural repeats ({natural_head}), "
     "against the threshold 0.5.", "",
-    f"**Holds ({len(holds)}):**", "", *holds, "",
-    f"**Does not hold, refuted ({len(fails)}):**", "", *fails, "",
-    f"**Not decided ({len(undecided)}):**", "", *undecided]))""", "conclusion"),
+    f"**Holds ({len(holds)}):**", "", *(holds or ["- none"]), "",
+    f"**Does not hold, refuted ({len(fails)}):**", "", *(fails or ["- none"]), "",
+    f"**Not decided ({len(undecided)}):**", "", *(undecided or ["- none"])]))""", "conclusion"),
 ]
 
 
