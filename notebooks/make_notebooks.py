@@ -352,7 +352,7 @@ fig.tight_layout()""", "figure-candidates"),
     md("""
 Every head's previous-token and induction scores with their 95% CIs over the scan prompts
 (red: the candidates; dashed: 0.5), and the mean pattern of each head whose induction CI lies
-above 0.5: the stripe one position right of the diagonal's earlier copy.
+above 0.5: in the second copy, the stripe on the token after the earlier occurrence of the current one.
 """),
     code(CI_BARS + """
 
@@ -888,8 +888,9 @@ from interp.analyses import report
 patterns = report.mean_patterns(model, test, [0, 1])
 fig = plt.figure(figsize=(15, 3.2))
 grid = fig.add_gridspec(1, 6, width_ratios=[1.6, 1, 1, 1, 1, 0.01])
-ci_bars(fig.add_subplot(grid[0]), ["\\n".join(a.split(" - ")) for a in observed.ablated], observed.delta, observed.ci_low,
-        observed.ci_high, title="loss increase on the repeated half", ylabel="nats per token", highlight={"all four"})
+ci_bars(fig.add_subplot(grid[0]), [a.replace("all four - sum of each alone", "interaction").replace("all four", "all\\nfour")
+                                   for a in observed.ablated], observed.delta, observed.ci_low, observed.ci_high,
+        title="loss increase on the repeated half", ylabel="nats per token")
 for i, head in enumerate(INDUCTION):
     report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=fig.add_subplot(grid[i + 1]))
 fig.tight_layout()""", "figure-observed"),
@@ -983,7 +984,7 @@ layernorm""", "layernorm"),
 fig, ax = plt.subplots(figsize=(7, 2.8))
 ci_bars(ax, [f"{m}\\n{state} LN" for m, state in zip(layernorm.metric, layernorm.final_ln)], layernorm.interaction,
         layernorm.ci_low, layernorm.ci_high, threshold=0.0, title="interaction (together - sum alone), 95% CI",
-        ylabel="nats", highlight={f"loss\\nfrozen LN"})
+        ylabel="nats (loss) or logits (margin)")
 fig.tight_layout()""", "figure-layernorm"),
     md("""
 ## Q2: the layer-0 heads, path by path
@@ -1017,11 +1018,6 @@ for head in LAYER0:
 paths = pd.DataFrame(rows)
 paths""", "paths"),
     code("""
-fig, axes = plt.subplots(1, 4, figsize=(13, 3))
-for ax, head in zip(axes, LAYER0):
-    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=ax)
-fig.tight_layout()""", "figure-layer0"),
-    code("""
 import matplotlib.pyplot as plt
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
 paths.set_index("head")[["via_q", "via_k", "via_v", "direct", "total"]].plot.bar(ax=axes[0], rot=0)
@@ -1029,6 +1025,15 @@ axes[0].set_ylabel("loss increase (nats)"); axes[0].set_title("layer-0 heads: wh
 paths.set_index("head")[["total", "self_pattern", "previous_token_pattern"]].plot.bar(ax=axes[1], rot=0)
 axes[1].set_title("ablated vs ideal pattern substituted"); axes[1].set_ylabel("loss increase (nats)")
 fig.tight_layout()"""),
+    md("""
+The four layer-0 heads' mean patterns on the same prompts (the diagonal is the current token,
+the line just below it the previous one):
+"""),
+    code("""
+fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+for ax, head in zip(axes, LAYER0):
+    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=ax)
+fig.tight_layout()""", "figure-layer0"),
     md("""
 The same interpretations as claims, tested with the toolkit's full evidence (observational
 metric, shuffled-token and random-initialisation controls, necessity, sufficiency of the ideal
