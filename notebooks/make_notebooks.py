@@ -887,8 +887,8 @@ from interp.analyses import report
 
 patterns = report.mean_patterns(model, test, [0, 1])
 fig = plt.figure(figsize=(15, 3.2))
-grid = fig.add_gridspec(1, 6, width_ratios=[1.6, 1, 1, 1, 1, 0.01])
-ci_bars(fig.add_subplot(grid[0]), [a.replace("all four - sum of each alone", "interaction").replace("all four", "all\\nfour")
+grid = fig.add_gridspec(1, 6, width_ratios=[2.2, 1, 1, 1, 1, 0.01])
+ci_bars(fig.add_subplot(grid[0]), [a.replace("all four - sum of each alone", "all 4 -\\nsum").replace("all four", "all 4")
                                    for a in observed.ablated], observed.delta, observed.ci_low, observed.ci_high,
         title="loss increase on the repeated half", ylabel="nats per token")
 for i, head in enumerate(INDUCTION):
