@@ -334,10 +334,13 @@ def test_minilm_notebook():
     assert list(verdicts.values())[-1] == "refuted"  # the false control claim
     r = check_against_committed("03_minilm.ipynb", out)
     assert r["behaviour"] == "embedding_change"
-    # the previous-token head: necessary, its ideal pattern recovers the embedding change, and its pattern is faithful
+    # the previous-token head: necessary; its ideal pattern recovers the embedding change and reproduces the knockout,
+    # which the tautology guard calls "not informative" when the head already is the ideal (as L0H2 is)
     prev = r["causal"]["L0H2 previous_token"]
-    assert all(prev[kind]["passed"] for kind in ("necessity", "sufficiency", "faithfulness"))
-    assert prev["necessity"]["ci"][0] > 0 and prev["sufficiency"]["ci"][0] > 0.9 and prev["faithfulness"]["ci"][0] > 0
+    assert prev["necessity"]["passed"] and prev["necessity"]["ci"][0] > 0
+    for kind in ("sufficiency", "faithfulness"):
+        assert prev[kind]["passed"] or (prev[kind]["passed"] is None and prev[kind]["informative"] == "no"), kind
+    assert prev["sufficiency"]["ci"][0] > 0.9 and prev["faithfulness"]["ci"][0] > 0
     # every claim about a head's pattern got necessity, sufficiency and faithfulness (native: pattern edits take effect)
     assert all(c[kind] is not None for c in r["causal"].values() for kind in ("necessity", "sufficiency", "faithfulness"))
     # native equals the bridge, but only the native model honours a pattern edit
