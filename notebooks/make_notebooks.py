@@ -2,12 +2,17 @@
 
     make notebooks          # = .venv/bin/python notebooks/make_notebooks.py --execute
 
-Each notebook is an investigation: a question, hypotheses, evidence with controls, and a
-conclusion cell generated from a `results` cell (so the prose cannot drift from the numbers).
-They are committed *with* their outputs, so a reader on a code host sees the evidence;
-tests/test_notebooks.py executes them afresh, checks the key cells, and compares each
-`results` cell with the committed one within a tolerance.
-Edit the cells here, not in the .ipynb files, and rerun `make notebooks`.
+Each notebook is an investigation: a question, hypotheses, evidence with controls, figures of
+the heads it discusses (mean patterns; CIs as error bars, `CI_BARS`), and a Markdown conclusion
+generated from a `results` dict (so the prose cannot drift from the numbers). The results cell
+is hidden and collapsed (`results_cell`): it stores the dict under `RESULTS_MIME`, which no front
+end renders, so no reader sees a dump of floats. The notebooks are committed *with* their outputs,
+so a reader on a code host sees the evidence; tests/test_notebooks.py executes them afresh, checks
+the key cells, and compares each stored `results` with the committed one within a tolerance.
+`viewer_cells` is the slot for the inline viewer (`interp.show`), skipped while it does not exist.
+Edit the cells here, not in the .ipynb files, and rerun `make notebooks`; to check an edit without
+touching the committed files: `--execute --out /tmp/nb 03_minilm.ipynb`, then
+`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/test_notebooks.py`.
 """
 from __future__ import annotations
 

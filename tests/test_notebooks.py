@@ -370,3 +370,12 @@ def test_text_model_results_match_the_committed_run_and_the_conclusion():
     assert len(claims) == 10
     for prompts, name, c in claims:
         assert f"- {name} ({prompts}): {c['verdict']} (observational {c['observational']:.3f}" in text
+
+
+def test_out_writes_the_notebooks_elsewhere_and_leaves_the_committed_ones(tmp_path):
+    committed = (ROOT / "notebooks" / "01_attention_from_the_lesson.ipynb").read_bytes()
+    MAKE.main(["--out", str(tmp_path / "nb"), "01_attention_from_the_lesson.ipynb"])
+    written = nbformat.read(tmp_path / "nb" / "01_attention_from_the_lesson.ipynb", as_version=4)
+    assert [c.source for c in written.cells] == [c.source for c in MAKE.LESSON]
+    assert [p.name for p in (tmp_path / "nb").iterdir()] == ["01_attention_from_the_lesson.ipynb"]
+    assert (ROOT / "notebooks" / "01_attention_from_the_lesson.ipynb").read_bytes() == committed
