@@ -670,7 +670,8 @@ for name, v in pattern_claims.items():
          "causal"),
     md("""
 The same evidence as a figure: each causal test's effect with its 95% CI over sentences, and
-the claim's pass threshold (dashed). Red bars are the tests that passed.
+the claim's pass threshold (dashed). Red: the test passed; blue: it failed, or was not informative
+(the head already is its ideal pattern, so substituting the ideal tests nothing).
 """),
     code("""
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
