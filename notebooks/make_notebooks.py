@@ -2,12 +2,17 @@
 
     make notebooks          # = .venv/bin/python notebooks/make_notebooks.py --execute
 
-Each notebook is an investigation: a question, hypotheses, evidence with controls, and a
-conclusion cell generated from a `results` cell (so the prose cannot drift from the numbers).
-They are committed *with* their outputs, so a reader on a code host sees the evidence;
-tests/test_notebooks.py executes them afresh, checks the key cells, and compares each
-`results` cell with the committed one within a tolerance.
-Edit the cells here, not in the .ipynb files, and rerun `make notebooks`.
+Each notebook is an investigation: a question, hypotheses, evidence with controls, figures of
+the heads it discusses (mean patterns; CIs as error bars, `CI_BARS`), and a Markdown conclusion
+generated from a `results` dict (so the prose cannot drift from the numbers). The results cell
+is hidden and collapsed (`results_cell`): it stores the dict under `RESULTS_MIME`, which no front
+end renders, so no reader sees a dump of floats. The notebooks are committed *with* their outputs,
+so a reader on a code host sees the evidence; tests/test_notebooks.py executes them afresh, checks
+the key cells, and compares each stored `results` with the committed one within a tolerance.
+`viewer_cells` is the slot for the inline viewer (`interp.show`), skipped while it does not exist.
+Edit the cells here, not in the .ipynb files, and rerun `make notebooks`; to check an edit without
+touching the committed files: `--execute --out /tmp/nb 03_minilm.ipynb`, then
+`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/test_notebooks.py`.
 """
 from __future__ import annotations
 
@@ -37,6 +42,58 @@ def code(text: str, tag: str | None = None):
     if tag:
         cell.metadata["tags"] = [tag]
     return cell
+
+
+RESULTS_MIME = "text/x-interp-results"  # a MIME type no front end renders: the numbers are stored, not shown
+
+STORE_RESULTS = f"""
+import json
+from IPython.display import display
+display({{"{RESULTS_MIME}": json.dumps(results, sort_keys=True)}}, raw=True)  # read by tests/test_notebooks.py"""
+
+
+def results_cell(text: str):
+    """The `results` dict, collapsed and hidden: the conclusion reads it; the tests compare a fresh run's
+    stored copy (under RESULTS_MIME, which no front end renders) with the committed one; no reader sees a dump."""
+    cell = code(text.strip() + "\n" + STORE_RESULTS.strip(), "results")
+    cell.metadata["tags"].append("remove-output")
+    cell.metadata["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
+    return cell
+
+
+# Error bars for intervals: shared by the notebooks' CI figures (copied into a cell, so each notebook stands alone).
+CI_BARS = '''
+def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
+    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
+    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
+    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
+    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
+    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
+    if threshold is not None:
+        ax.axhline(threshold, color="k", ls="--", lw=1)
+    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)'''
+
+
+def viewer_cells(model: str, prompt: str, layer: str = "None", head: str = "None") -> list:
+    """VIEWER: the inline viewer for one notebook, `interp.show(model, prompt, layer, head)` (issue #23's viewer).
+
+    The integrator wires this once `interp.show` lands (adjust the call here, then `make notebooks`); until
+    then the cell says it is skipped, so every notebook executes with or without the viewer. Arguments
+    are the notebook's own variable names / expressions, as source text."""
+    return [
+        md("""
+## The heads in the viewer
+
+`interp.show` draws the same attention patterns inline and interactively (hover a cell for its
+tokens and weight; offline, no network).
+"""),
+        code(f"""
+if hasattr(interp, "show"):
+    display(interp.show({model}, {prompt}, layer={layer}, head={head}))
+else:
+    print("interp.show is not in this version of the toolkit: the inline viewer is skipped")""", "viewer"),
+    ]
 
 
 LESSON = [
@@ -216,8 +273,8 @@ print(f"largest weight above the diagonal: {float(weights.triu(1).max()):.1f}; r
       f"{float(weights.sum(-1).min()):.3f} to {float(weights.sum(-1).max()):.3f}")
 print(f"largest change of an earlier output: correct {float(moved['correct'].max()):.3g}, broken {float(moved['broken'].max()):.3g}")""",
          "heatmap-and-leak"),
-    code("""
-import json
+    *viewer_cells("broken", "tokens", "0", "0"),
+    results_cell("""
 results = {
     "context_of_query_0": out[0, 0].tolist(),
     "verify_hooks_passed": int(checks.passed.sum()), "verify_hooks_total": len(checks),
@@ -226,8 +283,7 @@ results = {
     "broken_max_weight_above_diagonal": float(weights.triu(1).max()),
     "broken_row_sum_min": float(weights.sum(-1).min()),
     "earlier_output_change": {name: float(values.max()) for name, values in moved.items()},
-}
-print(json.dumps(results, indent=1, sort_keys=True))""", "results"),
+}"""),
     code("""
 from IPython.display import Markdown
 r = results
@@ -297,7 +353,27 @@ report.plot_pattern(patterns[prev[0]][prev[1]], f"L{prev[0]}H{prev[1]}", ax=axes
 report.plot_pattern(patterns[ind[0]][ind[1]], f"L{ind[0]}H{ind[1]}", ax=axes[1])
 profile = offsets.query("layer == @ind[0] and head == @ind[1]")
 report.plot_offsets(profile, f"L{ind[0]}H{ind[1]}", ax=axes[2])
-fig.tight_layout()"""),
+fig.tight_layout()""", "figure-candidates"),
+    md("""
+Every head's previous-token and induction scores with their 95% CIs over the scan prompts
+(red: the candidates; dashed: 0.5), and the mean pattern of each head whose induction CI lies
+above 0.5: in the second copy, the stripe on the token after the earlier occurrence of the current one.
+"""),
+    code(CI_BARS + """
+
+import numpy as np
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+for ax, metric in zip(axes, ("prev_token", "induction")):
+    ci_bars(ax, list(metrics.label), metrics[metric], metrics[f"{metric}_ci_low"], metrics[f"{metric}_ci_high"],
+            threshold=0.5, title=f"{metric} score per head (95% CI)", ylabel="mean weight",
+            highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+fig.tight_layout()
+fig, axes = plt.subplots(1, len(induction_heads), figsize=(3.3 * len(induction_heads), 3), squeeze=False)
+for ax, (l, h) in zip(axes[0], induction_heads):
+    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax)
+fig.tight_layout()""", "figure-scan"),
+    *viewer_cells("model", "test_prompts.tokens[:1]", "ind[0]", "ind[1]"),
     md("""
 ## Claims, tested on prompts that did not suggest them
 
@@ -372,6 +448,12 @@ Mean-ablate each head alone and measure the loss on the repeated half (nats per 
 importance = redundancy.importance(model, test_prompts, "mean", behaviour=redundancy.induction_loss, gradient=False)
 importance[["label", "delta_loss", "ci_low", "ci_high", "p_value"]].sort_values("delta_loss", ascending=False)""",
          "importance"),
+    code("""
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ci_bars(ax, list(importance.label), importance.delta_loss, importance.ci_low, importance.ci_high,
+        title="loss increase when the head is mean-ablated (95% CI)", ylabel="nats per token",
+        highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+fig.tight_layout()""", "figure-importance"),
     md("""
 ## Pattern substitution: is the idealised previous-token pattern *enough*?
 
@@ -391,8 +473,7 @@ recovered = (ablated - substituted) / (ablated - clean)
 print(f"loss on the repeated half: clean {clean:.3f}, L{prev[0]}H{prev[1]} ablated {ablated:.3f}, "
       f"exact previous-token pattern {substituted:.3f}")
 print(f"fraction of loss recovered by the idealised pattern: {recovered:.1%}")""", "substitution"),
-    code("""
-import json
+    results_cell("""
 results = {
     "previous_token_head": f"L{prev[0]}H{prev[1]}", "induction_head": f"L{ind[0]}H{ind[1]}",
     "induction_heads": [f"L{l}H{h}" for l, h in induction_heads],
@@ -401,8 +482,7 @@ results = {
     "importance": {r.label: r.delta_loss for r in importance.itertuples()},
     "substitution_recovered": recovered,
     "generalises": {int(r["prefix_len"]): r["verdict"] for r in rows},
-}
-print(json.dumps(results, indent=1, sort_keys=True))""", "results"),
+}"""),
     code("""
 from IPython.display import Markdown
 r = results
@@ -497,6 +577,32 @@ sinks = focus[focus.first_token_ci_low > 0.5].sort_values("first_token", ascendi
 print(f"{len(sinks)} sink heads (CI of first-token mass above 0.5):", ", ".join(sinks.label))
 focus.pivot(index="layer", columns="head", values="first_token").round(2)""", "sinks"),
     md("""
+Every head's previous-token and first-token mass, with its 95% CI over sentences (red: the
+heads the claims below are about); then the mean patterns of the previous-token head and the
+two strongest sink heads (query x key, over the scan sentences; padding is left out of the mean).
+"""),
+    code(CI_BARS + """
+
+import matplotlib.pyplot as plt
+import numpy as np
+from interp.analyses import report
+
+sink_a, sink_b = [(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
+prev_head = tuple(int(v) for v in focus.loc[focus.prev_token.idxmax(), ["layer", "head"]])
+named = {f"L{l}H{h}" for l, h in (prev_head, sink_a, sink_b)}
+fig, axes = plt.subplots(2, 1, figsize=(13, 5.4), sharex=True)
+for ax, metric in zip(axes, ("prev_token", "first_token")):
+    ci_bars(ax, list(focus.label), focus[metric], focus[f"{metric}_ci_low"], focus[f"{metric}_ci_high"], threshold=0.5,
+            title=f"{metric} mass per head (95% CI)", ylabel="mean weight", highlight=named)
+fig.tight_layout()""", "figure-focus"),
+    code("""
+patterns = report.mean_patterns(model, scan_prompts, sorted({prev_head[0], sink_a[0], sink_b[0]}))
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+for ax, (l, h) in zip(axes, (prev_head, sink_a, sink_b)):
+    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax)
+fig.tight_layout()""", "figure-patterns"),
+    *viewer_cells("model", "texts[-1]", "prev_head[0]", "prev_head[1]"),
+    md("""
 ## Hypotheses, as claims
 
 - **H1** L0H2 is a previous-token head (the scan's strongest), and it is *positional*: its
@@ -516,10 +622,9 @@ change; "not informative" when the head already is the ideal), **faithfulness** 
 knocked-out effect the ideal pattern reproduces). *Supported* needs every informative test to pass.
 """),
     code("""
-sink_a, sink_b = [(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
 claims = [
-    previous_token_head(0, 2),            # H1
-    positional_head(0, 2, offset=-1),     # H1: positional, whatever the words
+    previous_token_head(*prev_head),            # H1
+    positional_head(*prev_head, offset=-1),     # H1: positional, whatever the words
     first_token_head(*sink_a),            # H2: the strongest sink head
     first_token_head(*sink_b),            # H3: the next one
     previous_token_head(*sink_a),         # control: false, a sink head is no previous-token head
@@ -553,27 +658,34 @@ how far the claimed ideal pattern is from the real one, and how much of the chan
 much of the knocked-out effect the ideal reproduces (faithfulness).
 """),
     code("""
-def causal(verdict):
-    nan = float("nan")
-    need, suff, faith = (verdict.get(kind) for kind in ("necessity", "sufficiency", "faithfulness"))
-    row = {"claim": f"{verdict.claim.label} {verdict.claim.name}", "verdict": verdict.verdict}
-    if need is not None:
-        row.update(ablated=need.extra.get("delta_loss", nan), targeted=need.extra.get("delta_loss_targeted", nan),
-                   control=need.extra.get("delta_loss_control", nan), necessity=need.passed)
-    if suff is not None:
-        row.update(distance=suff.extra.get("ideal_distance", nan), recovered=suff.effect,
-                   informative=suff.extra.get("informative", "yes"))
-    if faith is not None:
-        row.update(faithfulness=faith.effect, faithful=faith.passed)
-    return row
-
-meaning = pd.DataFrame([causal(v) for v in verdicts.attrs["verdicts"] if v.claim.name != "positional"])
-for r in meaning.itertuples():
-    guard = " (not informative: the head already is the ideal)" if r.informative == "no" else ""
-    print(f"{r.claim}: whole-head ablation moves the embedding by {r.ablated:.4f}; knocking out its claimed attention "
-          f"{r.targeted:.4f} against {r.control:.4f} for an equal mass elsewhere (necessity passed: {r.necessity}); "
-          f"the ideal is {r.distance:.3f} away (mean L1 per query) and recovers {r.recovered:.3f}{guard}; "
-          f"faithfulness {r.faithfulness:.3f} (passed: {r.faithful})")""", "causal"),
+by_name = {f"{v.claim.label} {v.claim.name}": v for v in verdicts.attrs["verdicts"]}  # the typed Verdict objects
+pattern_claims = {name: v for name, v in by_name.items() if v.claim.name != "positional"}
+for name, v in pattern_claims.items():
+    need, suff, faith = v.get("necessity"), v.get("sufficiency"), v.get("faithfulness")  # Evidence
+    guard = " (not informative: the head already is the ideal)" if suff.extra.get("informative") == "no" else ""
+    print(f"{name}: whole-head ablation moves the embedding by {need.extra['delta_loss']:.4f}; knocking out its claimed "
+          f"attention {need.extra['delta_loss_targeted']:.4f} against {need.extra['delta_loss_control']:.4f} for an equal "
+          f"mass elsewhere (necessity passed: {need.passed}); the ideal is {suff.extra['ideal_distance']:.3f} away (mean L1 "
+          f"per query) and recovers {suff.effect:.3f}{guard}; faithfulness {faith.effect:.3f} (passed: {faith.passed})")""",
+         "causal"),
+    md("""
+The same evidence as a figure: each causal test's effect with its 95% CI over sentences, and
+the claim's pass threshold (dashed). Red: the test passed; blue: it failed, or was not informative
+(the head already is its ideal pattern, so substituting the ideal tests nothing).
+"""),
+    code("""
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+names = list(pattern_claims)
+for ax, kind in zip(axes, ("necessity", "sufficiency", "faithfulness")):
+    evidence = [pattern_claims[name].get(kind) for name in names]
+    threshold = pattern_claims[names[0]].claim.thresholds.get(kind)
+    ci_bars(ax, [name.replace(" ", "\\n") for name in names], [e.effect for e in evidence], [e.ci_low for e in evidence],
+            [e.ci_high for e in evidence], threshold=None if threshold is None else threshold.value,
+            title={"necessity": f"necessity: targeted - control ({behaviour.unit})", "sufficiency": "sufficiency: fraction recovered",
+                   "faithfulness": "faithfulness: fraction reproduced"}[kind], highlight={name.replace(" ", "\\n") for name, e in zip(names, evidence) if e.passed})
+    ax.tick_params(axis="x", labelsize=7)
+axes[1].set_yscale("symlog", linthresh=1.0)  # the false control's recovered fraction is large and negative
+fig.tight_layout()""", "figure-causal"),
     md("""
 ## The same model through the bridge
 
@@ -602,14 +714,9 @@ native_vs_bridge = float((hidden["native"] - hidden["bridge"]).abs()[real].max()
 print(f"final hidden states, native vs bridge: max abs difference {native_vs_bridge:.2e} (real tokens, 8 sentences)")
 print(f"a uniform pattern substituted in L0H2 moves the hidden state by: native {moved['native']:.3f}, bridge {moved['bridge']:.3f}")""",
          "bridge"),
-    code("""
-import json
-verdict_objects = {f"{v.claim.label} {v.claim.name}": v for v in verdicts.attrs["verdicts"]}
-
-def evidence_numbers(verdict, kind):
-    e = verdict.get(kind)
-    if e is None:
-        return None
+    results_cell("""
+def evidence_numbers(e):
+    \"\"\"One Evidence's numbers, for the conclusion and the committed comparison.\"\"\"
     return {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed,
             "informative": e.extra.get("informative", "yes"), "targeted": float(e.extra.get("delta_loss_targeted", "nan")),
             "ideal_distance": float(e.extra.get("ideal_distance", "nan"))}
@@ -620,14 +727,13 @@ results = {
     "best": {row["focus"]: {"head": row["head"], "mean": float(row["mean"])} for row in best},
     "n_sink_heads": int(len(sinks)),
     "sink_heads": [f"L{l}H{h}" for l, h in (sink_a, sink_b)],
-    "verdicts": {name: v.verdict for name, v in verdict_objects.items()},
-    "causal": {name: {kind: evidence_numbers(v, kind) for kind in ("necessity", "sufficiency", "faithfulness")}
-               for name, v in verdict_objects.items() if v.claim.name != "positional"},
-    "ablated": {r.claim: float(r.ablated) for r in meaning.itertuples()},
+    "verdicts": {name: v.verdict for name, v in by_name.items()},
+    "causal": {name: {kind: evidence_numbers(v.get(kind)) for kind in ("necessity", "sufficiency", "faithfulness")}
+               for name, v in pattern_claims.items()},
+    "ablated": {name: float(v.get("necessity").extra["delta_loss"]) for name, v in pattern_claims.items()},
     "native_vs_bridge": native_vs_bridge,
     "pattern_edit_moves": moved,
-}
-print(json.dumps(results, indent=1, sort_keys=True))""", "results"),
+}"""),
     code("""
 from IPython.display import Markdown
 r = results
@@ -776,6 +882,26 @@ print(f"sum of each alone {sum(float(a.mean()) for a in alone.values()):+.3f}, a
 display(observed)
 pairs[["label_a", "label_b", "delta_a", "delta_b", "delta_both", "interaction", "ci_low", "ci_high"]]""", "observed"),
     md("""
+The same numbers as a figure (95% CIs over prompts), next to the mean patterns of the four
+induction heads on these prompts: each attends to the token after the earlier occurrence.
+"""),
+    code(CI_BARS + """
+
+import matplotlib.pyplot as plt
+import numpy as np
+from interp.analyses import report
+
+patterns = report.mean_patterns(model, test, [0, 1])
+fig = plt.figure(figsize=(15, 3.2))
+grid = fig.add_gridspec(1, 6, width_ratios=[2.2, 1, 1, 1, 1, 0.01])
+ci_bars(fig.add_subplot(grid[0]), [a.replace("all four - sum of each alone", "all 4 -\\nsum").replace("all four", "all 4")
+                                   for a in observed.ablated], observed.delta, observed.ci_low, observed.ci_high,
+        title="loss increase on the repeated half", ylabel="nats per token")
+for i, head in enumerate(INDUCTION):
+    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=fig.add_subplot(grid[i + 1]))
+fig.tight_layout()""", "figure-observed"),
+    *viewer_cells("model", "test.tokens[:1]", "1", "None"),
+    md("""
 ## H1: backup heads?
 
 In this model nothing comes after layer 1 but the unembedding, so no head can *read* an
@@ -860,6 +986,12 @@ for metric in (redundancy.induction_loss, margin):
                      "interaction": inter[0], "ci_low": inter[1], "ci_high": inter[2]})
 layernorm = pd.DataFrame(rows)
 layernorm""", "layernorm"),
+    code("""
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ci_bars(ax, [f"{m}\\n{state} LN" for m, state in zip(layernorm.metric, layernorm.final_ln)], layernorm.interaction,
+        layernorm.ci_low, layernorm.ci_high, threshold=0.0, title="interaction (together - sum alone), 95% CI",
+        ylabel="nats (loss) or logits (margin)")
+fig.tight_layout()""", "figure-layernorm"),
     md("""
 ## Q2: the layer-0 heads, path by path
 
@@ -900,6 +1032,15 @@ paths.set_index("head")[["total", "self_pattern", "previous_token_pattern"]].plo
 axes[1].set_title("ablated vs ideal pattern substituted"); axes[1].set_ylabel("loss increase (nats)")
 fig.tight_layout()"""),
     md("""
+The four layer-0 heads' mean patterns on the same prompts (the diagonal is the current token,
+the line just below it the previous one):
+"""),
+    code("""
+fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+for ax, head in zip(axes, LAYER0):
+    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=ax)
+fig.tight_layout()""", "figure-layer0"),
+    md("""
 The same interpretations as claims, tested with the toolkit's full evidence (observational
 metric, shuffled-token and random-initialisation controls, necessity, sufficiency of the ideal
 pattern, faithfulness), with the previous-token claim about the same heads as the alternative:
@@ -909,8 +1050,7 @@ claims = [self_token_head(*h) for h in LAYER0 if h != (0, 2)] + [previous_token_
 verdicts = test_claims(model, claims, test, seed=0)
 verdicts[["label", "claim", "verdict", "p_adjusted", "observational", "control_shuffled", "necessity", "sufficiency"]]""",
          "claims"),
-    code("""
-import json
+    results_cell("""
 results = {
     "clean_loss": float(clean.mean()),
     "alone": {label(h): float(a.mean()) for h, a in alone.items()},
@@ -929,8 +1069,7 @@ results = {
                        "self_pattern": r.self_pattern, "previous_token_pattern": r.previous_token_pattern}
               for r in paths.itertuples()},
     "verdicts": {f"{r.label} {r.claim}": r.verdict for r in verdicts.itertuples()},
-}
-print(json.dumps(results, indent=1, sort_keys=True))""", "results"),
+}"""),
     code("""
 from IPython.display import Markdown
 r, ln, P = results, results["layernorm"], results["paths"]
@@ -1059,6 +1198,22 @@ first_copy = per[:, OFFSET : OFFSET + SPAN - 1].mean().item()
 second_copy = per[:, OFFSET + SPAN : OFFSET + 2 * SPAN - 1].mean().item()
 print(f"loss on the first copy {first_copy:.3f}, on the second copy {second_copy:.3f} nats/byte "
       f"({second_copy / first_copy:.0%} of the first)")""", "repeat-benefit"),
+    code("""
+import matplotlib.pyplot as plt
+import numpy as np
+from interp.stats import bootstrap
+
+per_position = [bootstrap(per[:, i].double(), seed=0) for i in range(per.shape[1])]  # (mean, low, high) per prediction
+mean, low, high = (np.array([float(m[j]) for m in per_position]) for j in range(3))
+x = np.arange(1, per.shape[1] + 1)  # the position predicted
+fig, ax = plt.subplots(figsize=(11, 3))
+ax.fill_between(x, low, high, color="#4c72b0", alpha=0.3, lw=0, label="95% CI over prompts")
+ax.plot(x, mean, color="#4c72b0", lw=1)
+for start, name in ((OFFSET, "first copy"), (OFFSET + SPAN, "second copy")):
+    ax.axvspan(start + 1, start + SPAN - 1, color="#dd8452" if name == "second copy" else "#bbbbbb", alpha=0.2, label=name)
+ax.set_xlabel("position predicted (byte)"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8, ncol=3)
+ax.set_title("loss per byte of a planted prompt (shaded: the predictions averaged above)")
+fig.tight_layout()""", "figure-loss"),
     md("""
 ## A scan of every head (on the scan halves)
 
@@ -1086,6 +1241,38 @@ label = lambda head: f"L{head[0]}H{head[1]}"
 print(f"candidate previous-token head: {label(prev)}; candidate induction head: {label(ind)}; "
       f"candidate duplicate-token head: {label(dup)}")""", "candidates"),
     md("""
+The scan's scores with their 95% CIs over prompts (red: the candidates; dashed: the claims'
+threshold 0.5), then the candidates' mean patterns over the planted scan prompts, where every
+prompt has the same layout: a previous-token head shows the sub-diagonal, an induction head a
+stripe 39 bytes below the diagonal in the second copy (the byte after the earlier occurrence),
+a duplicate-token head one 40 bytes below it.
+"""),
+    code(CI_BARS + """
+
+from interp.analyses import report
+
+candidates = {label(prev), label(ind), label(dup)}
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.2))
+for ax, (frame, column, ci, name) in zip(axes, ((focus, "prev_token", "prev_token", "previous-token (held-out text)"),
+                                                 (planted_scores, "induction_planted", "induction", "induction (planted repeats)"),
+                                                 (planted_scores, "duplicate_planted", "duplicate_token",
+                                                  "duplicate-token (planted repeats)"))):
+    labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
+    ci_bars(ax, labels, frame[column], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"], threshold=0.5,
+            title=name, ylabel="mean weight", highlight=candidates)
+    ax.tick_params(axis="x", labelsize=7, rotation=90)
+fig.tight_layout()""", "figure-scan"),
+    code("""
+heads = list(dict.fromkeys([prev, ind, dup]))
+patterns = report.mean_patterns(model, planted_scan, sorted({l for l, _ in heads}))
+fig, axes = plt.subplots(1, len(heads), figsize=(4.4 * len(heads), 3.8), squeeze=False)
+for ax, (l, h) in zip(axes[0], heads):
+    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax, per_head=True)
+    for edge in (OFFSET, OFFSET + SPAN):
+        ax.axhline(edge - 0.5, color="w", lw=0.5, ls=":"); ax.axvline(edge - 0.5, color="w", lw=0.5, ls=":")
+fig.tight_layout()""", "figure-patterns"),
+    *viewer_cells("model", "planted.tokens[:1]", "ind[0]", "ind[1]"),
+    md("""
 ## Claims, tested on the other halves
 
 Three claims the scan suggests, and two false ones about the same heads (induction for the
@@ -1108,6 +1295,19 @@ natural_verdicts[columns]""", "claims-natural"),
     code("""
 planted_verdicts = test_claims(model, claims, planted_test, seed=0)
 planted_verdicts[columns]""", "claims-planted"),
+    md("""
+Each claim's observational metric with its 95% CI over the test prompts, on both prompt sets,
+against the claim's threshold (dashed); red: the claim's observational test passed.
+"""),
+    code("""
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), sharey=True)
+for ax, (name, verdicts) in zip(axes, (("natural repeats", natural_verdicts), ("planted repeats", planted_verdicts))):
+    labels = [f"{row.label}\\n{row.claim}" for row in verdicts.itertuples()]
+    ci_bars(ax, labels, verdicts.observational, verdicts.observational_ci_low, verdicts.observational_ci_high, threshold=0.5,
+            title=f"observational evidence, {name}", ylabel="metric",
+            highlight={l for l, passed in zip(labels, verdicts.observational_passed) if passed is True})
+    ax.tick_params(axis="x", labelsize=7)
+fig.tight_layout()""", "figure-claims"),
     code("""
 KINDS = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
 for name, verdicts in (("natural repeats", natural_verdicts), ("planted repeats", planted_verdicts)):
@@ -1123,40 +1323,61 @@ for name, verdicts in (("natural repeats", natural_verdicts), ("planted repeats"
 Read from the tables above (nothing here is typed in by hand). A claim *holds* only when every
 test passes; a refuted claim names the tests that failed.
 """),
-    code("""
-def summary(verdicts, prompts_name):
-    lines = []
-    for _, row in verdicts.iterrows():
-        failed = [kind for kind in KINDS if row[kind + "_passed"] is False]
-        open_ = [kind for kind in KINDS if row[kind + "_passed"] is None]
-        why = (f"; failed: {', '.join(failed)}" if failed else "") + (f"; undecided: {', '.join(open_)}" if open_ else "")
-        lines.append(f"  {row.label} {row.claim} ({prompts_name}): {row.verdict} "
-                     f"(observational {row.observational:.3f}{why})")
-    return lines
+    results_cell("""
+def outcomes(verdicts):
+    \"\"\"label claim -> verdict, observational effect, and the evidence kinds that failed / stayed undecided.\"\"\"
+    return {f"{row.label} {row.claim}": {
+        "verdict": row.verdict, "observational": float(row.observational),
+        "failed": [kind for kind in KINDS if row[kind + "_passed"] is False],
+        "undecided": [kind for kind in KINDS if row[kind + "_passed"] is None]} for _, row in verdicts.iterrows()}
 
-print(f"stdlib-bytes: held-out {held['bits_per_byte']:.3f} bits/byte = {held['ratio_to_bigram']:.2f} x the bigram baseline "
-      f"({held['bigram_bits']:.3f}); unigram {held['unigram_bits']:.3f}.")
-print(f"In-context copying: a planted span's second copy costs {second_copy:.3f} nats/byte against {first_copy:.3f} for the first.")
 strongest = scan.loc[scan["induction_planted"].idxmax()]
-print(f"Strongest induction score on planted repeats: {strongest['induction_planted']:.3f} ({strongest['label']}); "
-      f"on natural repeats: {scan['induction'].max():.3f} ({scan.loc[scan['induction'].idxmax(), 'label']}); threshold 0.5.")
-lines = summary(natural_verdicts, "natural") + summary(planted_verdicts, "planted")
-holds = [line for line in lines if ": supported" in line]
-fails = [line for line in lines if ": refuted" in line]
-undecided = [line for line in lines if ": inconclusive" in line]
-print(f"Holds ({len(holds)}):", *holds, sep="\\n")
-print(f"Does not hold, refuted ({len(fails)}):", *fails, sep="\\n")
-print(f"Not decided ({len(undecided)}):", *undecided, sep="\\n")""", "conclusion"),
+results = {
+    "held_out": {key: float(held[key]) for key in ("bits_per_byte", "ratio_to_bigram", "bigram_bits", "unigram_bits")},
+    "repeat_rate": repeat_rate, "first_copy": first_copy, "second_copy": second_copy,
+    "candidates": {"previous_token": label(prev), "induction": label(ind), "duplicate_token": label(dup)},
+    "strongest_induction": {"planted": [strongest["label"], float(strongest["induction_planted"])],
+                            "natural": [scan.loc[scan["induction"].idxmax(), "label"], float(scan["induction"].max())]},
+    "claims": {"natural": outcomes(natural_verdicts), "planted": outcomes(planted_verdicts)},
+}"""),
+    code("""
+from IPython.display import Markdown
+r = results
+
+def lines(verdict):
+    found = []
+    for prompts_name, claims in r["claims"].items():
+        for name, c in claims.items():
+            if c["verdict"] != verdict:
+                continue
+            why = (f"; failed: {', '.join(c['failed'])}" if c["failed"] else "") + \\
+                  (f"; undecided: {', '.join(c['undecided'])}" if c["undecided"] else "")
+            found.append(f"- {name} ({prompts_name}): {verdict} (observational {c['observational']:.3f}{why})")
+    return found
+
+holds, fails, undecided = lines("supported"), lines("refuted"), lines("inconclusive")
+h, (planted_head, planted_score), (natural_head, natural_score) = r["held_out"], *r["strongest_induction"].values()
+Markdown("\\n".join([
+    "## What holds (generated from `results`)", "",
+    f"stdlib-bytes: held-out {h['bits_per_byte']:.3f} bits/byte = {h['ratio_to_bigram']:.2f} x the bigram baseline "
+    f"({h['bigram_bits']:.3f}); unigram {h['unigram_bits']:.3f}. In-context copying: a planted span's second copy costs "
+    f"{r['second_copy']:.3f} nats/byte against {r['first_copy']:.3f} for the first. The strongest induction score is "
+    f"{planted_score:.3f} on planted repeats ({planted_head}) and {natural_score:.3f} on natural repeats ({natural_head}), "
+    "against the threshold 0.5.", "",
+    f"**Holds ({len(holds)}):**", "", *(holds or ["- none"]), "",
+    f"**Does not hold, refuted ({len(fails)}):**", "", *(fails or ["- none"]), "",
+    f"**Not decided ({len(undecided)}):**", "", *(undecided or ["- none"])]))""", "conclusion"),
 ]
 
 
-def write(name: str, cells) -> Path:
-    """Write the notebook's cells (sources only; outputs come from `execute`)."""
+def write(name: str, cells, folder: Path = HERE) -> Path:
+    """Write the notebook's cells into `folder` (sources only; outputs come from `execute`)."""
     notebook = new_notebook(cells=cells, metadata={
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
     })
-    path = HERE / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     nbformat.write(notebook, path)
     return path
 
@@ -1189,6 +1410,10 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--execute", action="store_true", help="also run each notebook and store its outputs")
+    parser.add_argument("--out", type=Path, default=HERE, metavar="DIR",
+                        help="write (and execute) the notebooks in DIR instead of notebooks/, e.g. to check one "
+                             "without touching the committed files: --execute --out /tmp/nb 03_minilm.ipynb; "
+                             "then INTERP_NOTEBOOKS=DIR pytest tests/test_notebooks.py compares against DIR")
     parser.add_argument("names", nargs="*", help="only these notebooks (file names); default all")
     args = parser.parse_args(argv)
     for name, cells in [("01_attention_from_the_lesson.ipynb", LESSON), ("02_induction_circuit.ipynb", INDUCTION),
@@ -1196,7 +1421,7 @@ def main(argv: list[str] | None = None) -> None:
                         ("05_induction_interactions.ipynb", INTERACTIONS)]:
         if args.names and name not in args.names:
             continue
-        path = write(name, cells)
+        path = write(name, cells, args.out)
         print("wrote", path, flush=True)
         if args.execute:
             print(f"executed {path.name} in {execute(path):.1f} s", flush=True)

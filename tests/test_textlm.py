@@ -283,7 +283,7 @@ def _execute_notebook(name: str) -> dict[str, str]:
                             resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = {}
     for cell in notebook.cells:
-        texts = [o.text if o.output_type == "stream" else o.data.get("text/plain", "")
+        texts = [o.text if o.output_type == "stream" else o.data.get("text/markdown") or o.data.get("text/plain", "")
                  for o in cell.get("outputs", []) if o.output_type in ("stream", "execute_result", "display_data")]
         for tag in cell.metadata.get("tags", []):
             outputs[tag] = "\n".join(texts)
