@@ -14,7 +14,7 @@ import pandas as pd
 
 import interp.analyses.report.format as fmt
 from interp.analyses.report.findings import metric_family
-from interp.analyses.report.viewer import viewer_html
+from interp.viewer import viewer_html
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
 VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
