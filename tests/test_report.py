@@ -448,6 +448,7 @@ def test_html_viewer_and_warnings_in_the_page(built):
     assert 'class="attn-viewer"' in html and 'class="av-data"' in html and "this page:" in html
     assert "@@PAGE_SIZE@@" not in html
     assert '<div class="scroll">' in html
+    assert "http:" not in html and "https:" not in html  # offline: no URL at all (issue 23)
 
 
 def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
