@@ -228,11 +228,15 @@ def _encode(model: nn.Module, text: str) -> torch.Tensor:
 
 
 def show(model: nn.Module, prompt: str | Sequence[int] | torch.Tensor | PromptSet, layer: int | None = None,
-         head: int | None = None) -> AttentionView:
+         head: int | None = None, *, max_tokens: int = MAX_TOKENS) -> AttentionView:
     """Every head's attention on `prompt` (of `layer` only, if given), with `head` of that layer opened first.
 
     In Jupyter the result renders inline; elsewhere `.save("view.html")` writes a page. Offline:
-    the HTML holds its data, script and style, and references no URL."""
+    the HTML holds its data, script and style, and references no URL. The first `max_tokens`
+    tokens are shown (the page grows with heads x tokens^2 bytes); a PromptSet shows its first
+    `MAX_PROMPTS` prompts, one at a time."""
+    if max_tokens < 1:
+        raise BadInput(f"max_tokens must be at least 1, got {max_tokens}.")
     sites = attention_sites(model)
     layers = [s.layer for s in sites]
     if layer is not None and layer not in layers:
@@ -245,4 +249,4 @@ def show(model: nn.Module, prompt: str | Sequence[int] | torch.Tensor | PromptSe
     heads = [(s.layer, h) for s in chosen for h in range(s.n_heads)]
     prompts = prompt_set(model, prompt)
     open_head = (layer, head) if layer is not None and head is not None else None
-    return AttentionView(viewer_data(model, prompts, heads, open_head=open_head))
+    return AttentionView(viewer_data(model, prompts, heads, max_tokens=max_tokens, open_head=open_head))

@@ -61,6 +61,13 @@ def test_show_encodes_a_string_with_the_models_tokenizer(model, monkeypatch):
     assert view.data.tokens == [list("abcabc")]  # the tokenizer's own strings label the grid
 
 
+def test_show_keeps_the_first_max_tokens(model):
+    view = interp.show(model, list(range(1, 21)), layer=0, max_tokens=5)
+    assert view.data.tokens == [["1", "2", "3", "4", "5"]] and view.data.patterns[0].shape == (4, 5, 5)
+    with pytest.raises(BadInput, match="max_tokens must be at least 1, got 0"):
+        interp.show(model, [1, 2], max_tokens=0)
+
+
 def test_show_takes_a_prompt_set_and_keeps_its_first_prompts(model):
     prompts = PromptSet(torch.arange(1, 7).repeat(6, 1))
     assert len(interp.show(model, prompts, layer=0).data.tokens) == viewer.MAX_PROMPTS
