@@ -140,3 +140,18 @@ def test_show_on_minilm_labels_its_own_tokens():
     view = interp.show(model, "The cat sat on the mat.", layer=0, head=2)
     assert view.data.tokens == [["[CLS]", "the", "cat", "sat", "on", "the", "mat", ".", "[SEP]"]]
     assert view.data.heads[view.data.open_head] == "L0H2" and view.data.patterns[0].shape == (12, 9, 9)
+
+
+@pytest.mark.slow  # a kernel starts: about 10-20 s
+def test_show_renders_inline_in_an_executed_notebook():
+    """A notebook cell ending in interp.show(...) stores the viewer as its text/html output."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    code = ("import interp\nfrom interp.models.constructed import induction_circuit\n"
+            "interp.show(induction_circuit(n_ctx=32), [1, 2, 3, 1, 2, 3], layer=1, head=0)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    (output,) = nb.cells[0].outputs
+    html = output["data"]["text/html"]
+    assert output["output_type"] == "execute_result" and 'class="attn-viewer"' in html and not URL.search(html)
+    assert output["data"]["text/plain"] == "AttentionView(4 heads, 1 prompt(s) of 6 tokens, open L1H0)"
