@@ -61,6 +61,8 @@ _EXPORTS = {
     "next_token_loss": "interp.behaviour",
     "masked_lm_loss": "interp.behaviour",
     "embedding_change": "interp.behaviour",
+    "show": "interp.viewer",
+    "AttentionView": "interp.viewer",
 }
 
 __all__ = sorted(_EXPORTS)

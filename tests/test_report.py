@@ -430,7 +430,7 @@ def test_card_limit_is_checked_from_the_config_before_loading(tmp_path, capsys, 
 
 def test_viewer_data_is_compact_and_drops_padding(model):
     import numpy as np
-    from interp.analyses.report import viewer
+    from interp import viewer
     from interp.data import pad
 
     prompts = pad([[63, 1, 2, 3, 1, 2, 3], [63, 4, 5]], pad_id=0)
@@ -445,9 +445,10 @@ def test_viewer_data_is_compact_and_drops_padding(model):
 
 def test_html_viewer_and_warnings_in_the_page(built):
     html = (built.out_dir / "report.html").read_text()
-    assert 'id="attn-viewer"' in html and 'id="av-data"' in html and "this page:" in html
+    assert 'class="attn-viewer"' in html and 'class="av-data"' in html and "this page:" in html
     assert "@@PAGE_SIZE@@" not in html
     assert '<div class="scroll">' in html
+    assert "http:" not in html and "https:" not in html  # offline: no URL at all (issue 23)
 
 
 def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():

@@ -2,9 +2,11 @@
 
 Chromium and chromedriver come from Debian's packages (`.ci/run` installs them); Selenium from
 PyPI (the `test` extra). Without them the tests are skipped, saying what is missing. Each test
-loads report.html from disk with JavaScript on and checks that no console error occurs, that
-the viewer's controls and tokens render, that hovering a token changes the highlighted weights,
-and that the keyboard switches heads.
+loads a page from disk with JavaScript on and the network off, and checks that no console error
+occurs, that the viewer's controls, overview and tokens render, that hovering a token changes the
+highlighted weights, that the keyboard switches heads, that clicking a head in the overview
+opens it, that hovering the grid shows query, key and weight, that several viewers share a page,
+and that no resource outside the page's folder is requested.
 """
 import os
 import shutil
@@ -44,58 +46,186 @@ def browser():
     options.add_argument(f"--user-data-dir={profile}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    # the network off for every page: an offline page renders exactly as it does here
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions",
+                           {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def open_report(browser, folder):
-    """Load report.html with JavaScript on; returns the console's error entries."""
+def open_page(browser, path):
+    """Load a page from disk with JavaScript on and the network off; returns the console's error entries."""
     browser.get_log("browser")  # drop entries of an earlier page
-    browser.get((folder / "report.html").absolute().as_uri())
+    browser.get(path.absolute().as_uri())
     assert browser.execute_script("return document.readyState") == "complete"
     return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def weights(browser) -> list[str]:
+def open_report(browser, folder):
+    return open_page(browser, folder / "report.html")
+
+
+def viewers(browser):
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.CSS_SELECTOR, ".attn-viewer")
+
+
+def weights(browser, root, selector=".av-tok") -> list[str]:
     return browser.execute_script(
-        "return Array.from(document.querySelectorAll('#av-tokens .av-tok')).map(t => t.dataset.w)")
+        "return Array.from(arguments[0].querySelectorAll(arguments[1])).map(t => t.dataset.w)", root, selector)
 
 
-def check_viewer(browser, folder, expect_tokens=None):
-    """The viewer renders, hovering changes the highlighted weights, j switches heads; returns the token texts."""
+def external_requests(browser) -> list[str]:
+    """Every resource the page fetched that is not a file of its own folder or inline data."""
+    names = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    return [n for n in names if not n.startswith(("file:", "data:", "blob:"))]
+
+
+def check_viewer(browser, root, expect_tokens=None):
+    """One viewer renders, hovering changes the highlighted weights, j switches heads; returns the token texts."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    assert open_report(browser, folder) == []
-    heads = browser.find_elements(By.CSS_SELECTOR, "#av-head option")
-    prompts = browser.find_elements(By.CSS_SELECTOR, "#av-prompt option")
-    tokens = browser.find_elements(By.CSS_SELECTOR, "#av-tokens .av-tok")
+    heads = root.find_elements(By.CSS_SELECTOR, ".av-head option")
+    prompts = root.find_elements(By.CSS_SELECTOR, ".av-prompt option")
+    tokens = root.find_elements(By.CSS_SELECTOR, ".av-tokens .av-tok")
     assert len(heads) >= 1 and len(prompts) >= 1 and len(tokens) >= 3
-    assert browser.find_element(By.ID, "av-grid").size["width"] > 0
+    assert root.find_element(By.CSS_SELECTOR, ".av-grid").size["width"] > 0
     texts = [t.text.split("\n")[0] for t in tokens]
     if expect_tokens:
         assert expect_tokens <= set(texts), texts
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tokens[0])
     ActionChains(browser).move_to_element(tokens[len(tokens) - 1]).perform()
-    before = weights(browser)
+    before = weights(browser, root)
     ActionChains(browser).move_to_element(tokens[2]).perform()
-    after = weights(browser)
+    after = weights(browser, root)
     assert before != after, "hovering another token did not change the highlighted weights"
     assert "av-query" in tokens[2].get_attribute("class")
     assert abs(sum(float(w) for w in after) - 1.0) < 0.02  # one query's weights sum to one (uint8 rounding aside)
-    status = browser.find_element(By.ID, "av-status").text
+    status = root.find_element(By.CSS_SELECTOR, ".av-status").text
     assert "query 2" in status and texts[2] in status
-    first_head = browser.execute_script("return document.getElementById('av-head').value")
-    browser.find_element(By.ID, "attn-viewer").send_keys("j")
-    assert browser.execute_script("return document.getElementById('av-head').value") != first_head or len(heads) == 1
+    head_sel = root.find_element(By.CSS_SELECTOR, ".av-head")
+    first_head = head_sel.get_attribute("value")
+    root.send_keys("j")
+    assert head_sel.get_attribute("value") != first_head or len(heads) == 1
     return texts
+
+
+def check_overview(browser, root):
+    """The overview has one drawn thumbnail per head; clicking one opens it in the grid."""
+    from selenium.webdriver.common.by import By
+
+    thumbs = root.find_elements(By.CSS_SELECTOR, ".av-overview .av-thumb")
+    labels = [o.text for o in root.find_elements(By.CSS_SELECTOR, ".av-head option")]
+    assert [t.get_attribute("title") for t in thumbs] == labels
+    assert all(t.find_element(By.TAG_NAME, "canvas").size["width"] > 0 for t in thumbs)
+    target = len(thumbs) - 1
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", thumbs[target])
+    thumbs[target].click()
+    assert root.find_element(By.CSS_SELECTOR, ".av-head").get_attribute("value") == str(target)
+    assert "av-open" in thumbs[target].get_attribute("class")
+    assert [t for t in thumbs if "av-open" in t.get_attribute("class")] == [thumbs[target]]
+    assert root.find_element(By.CSS_SELECTOR, ".av-status").text.startswith(labels[target] + ",")
+
+
+def check_tooltip(browser, root, q, k):
+    """Hovering grid cell (q, k) shows its query token, key token and weight."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    cell = root.find_element(By.CSS_SELECTOR, f'.av-cell[data-q="{q}"][data-k="{k}"]')
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    ActionChains(browser).move_to_element(cell).perform()
+    tip = root.find_element(By.CSS_SELECTOR, ".av-tip")
+    assert tip.is_displayed()
+    return tip.text, float(cell.get_attribute("data-w"))
 
 
 def test_viewer_on_the_constructed_induction_circuit(browser, tmp_path):
     model = induction_circuit(n_ctx=32)
     out = report.build_report(model, tmp_path / "toy", prompt_spec=PromptSpec(kind="repeated", n=12, prefix_len=10))
-    check_viewer(browser, out.out_dir)
+    assert open_report(browser, out.out_dir) == []
+    (root,) = viewers(browser)
+    check_viewer(browser, root)
+    check_overview(browser, root)
+    assert external_requests(browser) == []
+
+
+def test_two_viewers_on_one_page_both_render(browser, tmp_path):
+    """Several renders on one page (a notebook's cells): each viewer works and keeps its own state."""
+    import interp
+    from interp.viewer import page_html
+
+    model = induction_circuit(n_ctx=32)
+    views = [interp.show(model, [1, 2, 3, 4, 1, 2, 3, 4]), interp.show(model, [5, 6, 7, 5, 6, 7], layer=1, head=2)]
+    same = views[0]._repr_html_()  # the same data twice: still two viewers
+    (tmp_path / "two.html").write_text(page_html(views[0]._repr_html_() + views[1]._repr_html_() + same))
+    assert open_page(browser, tmp_path / "two.html") == []
+    roots = viewers(browser)
+    assert len(roots) == 3 and len({r.get_attribute("id") for r in roots}) == 3
+    assert [r.get_attribute("data-ready") for r in roots] == ["1", "1", "1"]
+    from selenium.webdriver.common.by import By
+
+    assert roots[1].find_element(By.CSS_SELECTOR, ".av-head").get_attribute("value") == "2"  # L1H2, opened
+    first = weights(browser, roots[0], ".av-cell")
+    for root in roots:
+        check_viewer(browser, root)
+        check_overview(browser, root)
+    assert weights(browser, roots[0], ".av-cell") != first  # its own clicks changed it...
+    assert len(weights(browser, roots[1], ".av-cell")) == 36 and len(first) == 64  # ...each grid its own prompt
+    assert external_requests(browser) == []
+
+
+def test_grid_is_labelled_and_hover_shows_query_key_and_weight(browser, tmp_path):
+    import interp
+
+    model = induction_circuit(n_ctx=32)
+    view = interp.show(model, [11, 12, 13, 11, 12, 13], layer=0, head=0)  # L0H0: exactly the previous token
+    assert open_page(browser, view.save(tmp_path / "one.html")) == []
+    from selenium.webdriver.common.by import By
+
+    (root,) = viewers(browser)
+    keys = [e.get_attribute("textContent") for e in root.find_elements(By.CSS_SELECTOR, ".av-grid .av-key")]
+    queries = [e.get_attribute("textContent") for e in root.find_elements(By.CSS_SELECTOR, ".av-grid .av-qlabel")]
+    assert keys == queries == ["11", "12", "13", "11", "12", "13"]
+    text, w = check_tooltip(browser, root, 3, 2)
+    assert text == "L0H0: query 3 \u201c11\u201d \u2192 key 2 \u201c13\u201d: 1.000" and w == 1.0
+    text, w = check_tooltip(browser, root, 4, 1)
+    assert text.startswith("L0H0: query 4 \u201c12\u201d \u2192 key 1 \u201c12\u201d: 0.000") and w == 0.0
+    assert "query 4" in root.find_element(By.CSS_SELECTOR, ".av-status").text  # the hovered row is the query
+
+
+def test_viewer_renders_when_inserted_as_notebook_output(browser, tmp_path):
+    """As Jupyter shows `_repr_html_`: the HTML set as innerHTML, its scripts then re-created to run."""
+    import interp
+
+    model = induction_circuit(n_ctx=32)
+    outputs = [interp.show(model, [1, 2, 3, 1, 2, 3])._repr_html_() for _ in range(2)]
+    (tmp_path / "nb.html").write_text('<!DOCTYPE html><html><body><div id="cells"></div></body></html>')
+    assert open_page(browser, tmp_path / "nb.html") == []
+    browser.execute_script("""
+        for (const html of arguments[0]) {
+          const cell = document.createElement('div'); cell.innerHTML = html;
+          document.getElementById('cells').appendChild(cell);
+          for (const old of cell.querySelectorAll('script:not([type])')) {
+            const s = document.createElement('script'); s.textContent = old.textContent; old.replaceWith(s);
+          }
+        }""", outputs)
+    roots = viewers(browser)
+    assert len(roots) == 2 and [r.get_attribute("data-ready") for r in roots] == ["1", "1"]
+    for root in roots:
+        check_overview(browser, root)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_external_requests_are_seen(browser, tmp_path):
+    """The offline check is not vacuous: a page that asks for a URL is caught, even with the network off."""
+    (tmp_path / "leak.html").write_text('<!DOCTYPE html><html><body><img src="https://example.invalid/x.png"></body></html>')
+    open_page(browser, tmp_path / "leak.html")
+    assert external_requests(browser) == ["https://example.invalid/x.png"]
 
 
 def test_viewer_on_toy_induction(browser, tmp_path):
@@ -103,7 +233,9 @@ def test_viewer_on_toy_induction(browser, tmp_path):
 
     out = report.build_report(load("toy-induction"), tmp_path / "toy-induction", spec="toy-induction",
                               prompt_spec=PromptSpec(kind="repeated", n=16))
-    check_viewer(browser, out.out_dir)
+    assert open_report(browser, out.out_dir) == []
+    (root,) = viewers(browser)
+    check_viewer(browser, root)
 
 
 @pytest.fixture(scope="module")
@@ -117,15 +249,15 @@ def minilm():
 @pytest.mark.real
 def test_viewer_on_minilm_text_prompts(browser, tmp_path, minilm):
     """The viewer alone (a page with just its section) on MiniLM's own tokens: fast enough for every run."""
-    from interp.analyses.report import viewer
+    from interp import viewer
     from interp.specs import build_prompts
 
     model, _ = minilm
     prompts = build_prompts(model, report.default_prompt_spec(model, n=4))
     data = viewer.viewer_data(model, prompts, [(0, h) for h in range(12)])
-    (tmp_path / "report.html").write_text(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>viewer</title>'
-                                          f"</head><body>{viewer.viewer_html(data)}</body></html>")
-    texts = check_viewer(browser, tmp_path, expect_tokens={"[CLS]", "[SEP]"})
+    (tmp_path / "report.html").write_text(viewer.page_html(viewer.viewer_html(data)))
+    assert open_report(browser, tmp_path) == []
+    texts = check_viewer(browser, viewers(browser)[0], expect_tokens={"[CLS]", "[SEP]"})
     assert texts[0] == "[CLS]" and texts[-1] == "[SEP]"
 
 
@@ -135,7 +267,8 @@ def test_viewer_on_minilm_shows_its_special_tokens(browser, tmp_path, minilm):
     model, spec = minilm
     out = report.build_report(model, tmp_path / "minilm", spec=spec, layers=[0, 5],
                               prompt_spec=report.default_prompt_spec(model, n=16))
-    texts = check_viewer(browser, out.out_dir, expect_tokens={"[CLS]", "[SEP]"})
+    assert open_report(browser, out.out_dir) == []
+    texts = check_viewer(browser, viewers(browser)[0], expect_tokens={"[CLS]", "[SEP]"})
     assert texts[0] == "[CLS]" and texts[-1] == "[SEP]"
 
 

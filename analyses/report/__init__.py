@@ -3,7 +3,7 @@
 `build_report(model, out_dir)` is `compute` (every analysis into a `ReportData`, `.pipeline`) then
 `render` (the files, `.build`); `head_metrics`, `mean_patterns`, `offset_profiles` and `select_heads`
 (`.metrics`) are the analysis library the notebooks use; `highlights` (`.findings`) is the findings
-table. The page and summary: `.html`; figures: `.plots`; formats and glossary: `.format`; viewer: `.viewer`.
+table. The page and summary: `.html`; figures: `.plots`; formats and glossary: `.format`; viewer: `interp.viewer`.
 """
 from interp.analyses.report.build import (
     MARKER, RENDER_STAGES, OutputDirError, build_report, check_out_dir, is_report_dir, render,

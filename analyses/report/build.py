@@ -19,7 +19,7 @@ into a temporary sibling and moved into place at the end with a manifest (`inter
 so a failure never leaves a half-written report; `force=True` replaces only the files an
 earlier report wrote, and refuses, naming them, when the directory holds any other file.
 Figures: `.plots`; HTML and Markdown: `.html`; formats and the glossary: `.format`; the
-findings table: `.findings`; the embedded attention viewer: `.viewer`.
+findings table: `.findings`; the embedded attention viewer: `interp.viewer`.
 """
 from __future__ import annotations
 

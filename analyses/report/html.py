@@ -14,7 +14,7 @@ import pandas as pd
 
 import interp.analyses.report.format as fmt
 from interp.analyses.report.findings import metric_family
-from interp.analyses.report.viewer import viewer_html
+from interp.viewer import viewer_html
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
 VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
@@ -139,7 +139,8 @@ def _viewer_section(data) -> str:
     if data.viewer is None:
         return ""
     v = data.viewer
-    note = (f'<p class="muted">Per-prompt patterns of the first {len(v.tokens)} prompts for {len(v.heads)} heads, '
+    note = (f'<p class="muted">Per-prompt patterns of the first {len(v.tokens)} prompts for {len(v.heads)} heads (the '
+            "overview: every head on the chosen prompt, click one to open its grid; hover a cell for query, key and weight), "
             f"weights quantised to 1/255 (uint8, {v.n_bytes / 1024:,.0f} KB before base64); this page: {PAGE_SIZE}.</p>")
     return '<h2 id="viewer">Attention viewer</h2>' + viewer_html(v) + note
 

@@ -31,7 +31,7 @@ import interp.analyses.report.format as fmt
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
 from interp.analyses.report.methods import behaviour_method, paragraphs
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
-from interp.analyses.report.viewer import viewer_data
+from interp.viewer import viewer_data
 
 if TYPE_CHECKING:
     from interp.progress import Stages
@@ -67,7 +67,7 @@ class ReportData:
     timings: dict[str, float] = field(default_factory=dict)
     verdicts: list = field(default_factory=list)  # per claims row: its interp.claims.Verdict, or None (claims file)
     claim_heads: list[Heads] = field(default_factory=list)  # per claims row: its subject heads
-    viewer: Any = None  # interp.analyses.report.viewer.ViewerData, or None
+    viewer: Any = None  # interp.viewer.ViewerData, or None
     warnings: list[str] = field(default_factory=list)  # prompts that cannot support a claim, and why
     provenance: dict[str, Any] = field(default_factory=dict)  # versions, commit, seed, prompt hash, wall time
     title: str = ""  # the model's name
