@@ -7,6 +7,7 @@ in a scratch folder that holds a link to examples/ (so `examples/claims.toml` re
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -187,3 +188,28 @@ def test_site_builds_strictly_and_loads_nothing_from_the_network(tmp_path_factor
     assert not css
     run_page = (site / "api" / "run.html").read_text(encoding="utf-8")
     assert "interp.run.Run" in run_page and "effect" in run_page  # the API reference comes from the docstrings
+
+
+def test_claims_page_example_is_the_shipped_example_file():
+    """The TOML shown on the claims page says what examples/claims.toml says (comments aside)."""
+    from interp.analyses.claims.registry import claim_kinds, read_claims
+    from interp.specs import parse_claims_text
+
+    text = (DOCS / "tutorials" / "claims-files.md").read_text()
+    shown = re.search(r"```toml\n(# examples/claims.toml.*?)```", text, re.S).group(1)
+    page = parse_claims_text(shown, "claims-files.md", valid_kinds=claim_kinds())
+    shipped = read_claims(ROOT / "examples" / "claims.toml")
+    assert (page.model, page.alpha, page.prompts) == (shipped.model, shipped.alpha, shipped.prompts)
+    assert [e.name for e in page.claims] == [e.name for e in shipped.claims]
+
+
+def test_leakage_page_names_every_key_of_the_audit_json(tmp_path):
+    from interp.cli import main
+
+    section = (DOCS / "tutorials" / "leakage-ci.md").read_text().split("### The JSON `result`", 1)[1].split("\n#", 1)[0]
+    first_cells = [row.split("|")[1] for row in section.splitlines() if row.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)}
+    out = tmp_path / "audit.json"
+    assert main(["audit-leakage", "toy-induction", "--max-len", "8", "--json", str(out)]) == 0
+    keys = set(json.loads(out.read_text())["result"])
+    assert keys <= documented, f"keys of the audit's JSON result missing from leakage-ci.md: {sorted(keys - documented)}"
