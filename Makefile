@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-all test-wheel bench notebooks clean
+.PHONY: demo test test-slow test-all test-wheel bench notebooks docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,10 @@ demo: $(STAMP)  ## the main job on the embedded default model
 #   $(PY) -m mypy --strict --follow-imports=silent interp/__init__.py interp/run.py interp/interventions.py \
 #     interp/claims.py interp/data.py interp/loading.py interp/errors.py interp/stats.py interp/hooks.py \
 #     interp/verify.py interp/testing.py interp/heads.py interp/viewer.py
-test: $(STAMP)  ## the type check, then the default suite (slow tests excluded), notebooks included
+test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow tests excluded), notebooks included
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not slow" -q
+	$(MKDOCS) build --strict --quiet --site-dir $(DOCS_SITE)
+	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow" -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow -q
@@ -46,6 +47,14 @@ bench: $(STAMP)  ## speed ratios against references measured in the same run
 
 notebooks: $(STAMP)  ## regenerate and execute the notebooks, storing their outputs (commit the result)
 	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/make_notebooks.py --execute
+
+# the docs site (mkdocs.yml, docs/) into build/docs; --strict: a warning (a broken reference, a docstring
+# mkdocstrings cannot render, a page missing from the nav) fails the build. tests/test_docs.py checks the
+# site `make test` built (INTERP_DOCS_SITE) and runs the tutorials' code.
+DOCS_SITE = build/docs
+MKDOCS    = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
+docs: $(STAMP)  ## the docs site: build/docs/index.html
+	$(MKDOCS) build --strict --site-dir $(DOCS_SITE)
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info
