@@ -130,7 +130,7 @@ def cmd_scan(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
-    prompts = _prompts(model, args, default_n=args.n or 64)
+    prompts = _prompts(model, args)
     from interp.analyses.claims.registry import claim_evidence_for
 
     everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
