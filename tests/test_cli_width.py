@@ -212,3 +212,16 @@ def test_demo_findings_table_fits_80_columns(tmp_path, monkeypatch, capsys):
     assert cli.main(["demo", "--out", str(tmp_path / "demo"), "-q"]) == 0
     out = capsys.readouterr().out
     assert "Strongest findings" in out and _longest(out) <= 80, out
+
+
+def test_whole_widths_keep_a_short_column_on_one_line_only_where_it_fits():
+    from interp.cli import tables
+
+    cells = {"label": ["L0H0"], "evidence": ["obs+ shuf+ nec-"], "reason": ["a long reason " * 4]}
+    split = {c: False for c in cells}
+    need = 1 + sum(tables._column_need(c, cells, False) + tables.TABLE_OVERHEAD for c in cells)  # 5 + 8 + 20 + 10
+    assert need == 43
+    grow = len("obs+ shuf+ nec-") - len("evidence")
+    assert tables._whole_widths(list(cells), cells, split, need + grow, ("evidence",)) == {"evidence": 15}
+    assert tables._whole_widths(list(cells), cells, split, need + grow - 1, ("evidence",)) == {}
+    assert tables._whole_widths(["label", "reason"], cells, split, 200, ("evidence",)) == {}  # a dropped column

@@ -204,7 +204,7 @@ def cmd_scan(args) -> int:
     columns = ["label", "claim", "verdict", "p_adjusted", "evidence", "reason"]
     console.print(_frame_table(frame, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
-                               width=console.width, drop_first=("p_adjusted",)))
+                               width=console.width, drop_first=("p_adjusted",), keep_whole=("evidence",)))
     console.print(_evidence_legend(list(frame["evidence"]), marks))
     counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
     behaviour = _behaviour_names(everything)
