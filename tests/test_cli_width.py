@@ -68,6 +68,19 @@ def test_help_shows_each_commands_default_number_of_prompts():
     assert not any("per command" in sub.format_help() for sub in _subparsers().values())
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_claims_list_kinds_fits(width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert cli.main(["claims", "--list-kinds"]) == 0
+    out = capsys.readouterr().out
+    assert "previous_token" in out and "redundant" in out and _longest(out) <= width, out
+
+
+def test_kind_list_puts_the_names_in_one_column():
+    text = commands._kind_list({"one:": ["a", "bb", "cc"], "three:": ["d"]}, 15)
+    assert text.splitlines() == ["  one:   a, bb,", "         cc", "  three: d"]
+
+
 # --------------------------------------------------------------------------- verify
 
 

@@ -63,10 +63,10 @@ def cmd_claims(args) -> int:
     from interp.analyses.claims.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
 
     if args.list_kinds:
+        kinds = {"one head (L1H2 = ...):": sorted(head_claim_kinds()), "a pair (\"L0H1 ~ L0H3\" = ...):":
+                 sorted(pair_claim_kinds()), "the model (model = ...):": list(MODEL_CLAIM_KINDS)}
         print("claim kinds (prefix with 'not ' to expect a refutation):")
-        print("  one head (L1H2 = ...):        " + ", ".join(sorted(head_claim_kinds())))
-        print("  a pair (\"L0H1 ~ L0H3\" = ...): " + ", ".join(sorted(pair_claim_kinds())))
-        print("  the model (model = ...):      " + ", ".join(MODEL_CLAIM_KINDS))
+        print(_kind_list(kinds, _out_console(args).width))
         return EXIT_OK
     if len(args.paths) == 1:
         spec, claims_path = None, args.paths[0]
@@ -95,6 +95,16 @@ def cmd_claims(args) -> int:
                                       "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
                                       "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _kind_list(kinds: dict[str, list[str]], width: int) -> str:
+    """One entry per `kinds` key, its names after it in a column, filled at spaces to `width`."""
+    import textwrap
+
+    indent = 2 + max(map(len, kinds)) + 1
+    return "\n".join(textwrap.fill(", ".join(names), width, initial_indent=f"  {what:<{indent - 3}} ",
+                                    subsequent_indent=" " * indent, break_long_words=False)
+                     for what, names in kinds.items())
 
 
 def _behaviour_names(frame) -> str:
@@ -131,8 +141,10 @@ def _deciding_reason(verdict) -> str:
     what was measured and where the threshold comes from, stays in --json); else the reason itself whole."""
     first = verdict.reasons[0] if verdict.reasons else ""
     evidence = next((e for e in verdict.evidence if first.startswith(f"{e.kind} ")), None)
-    numbers = evidence and (evidence.effect, evidence.ci_low, evidence.ci_high)
-    if evidence is None or ": " not in first or not all(isinstance(x, float) and x == x for x in numbers):
+    if evidence is None or ": " not in first:
+        return first
+    numbers = (evidence.effect, evidence.ci_low, evidence.ci_high)
+    if not all(isinstance(x, float) and x == x for x in numbers):  # not measured (NaN): the reason says why
         return first
     outcome = first.split(": ", 1)[0]  # "necessity failed (not decisive)", "observational passed", ...
     effect, low, high = numbers
