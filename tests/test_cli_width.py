@@ -181,6 +181,14 @@ def test_evidence_marks_list_each_kind_in_one_order():
                      "- not tested"
 
 
+def test_evidence_marks_without_verdicts_read_the_passed_columns():
+    import pandas as pd
+
+    frame = pd.DataFrame({"observational_passed": [True, False], "necessity_passed": [float("nan"), True]})
+    assert commands._evidence_marks(frame, commands._marks_for("ascii")) == ["obs+ nec-", "obsx nec+"]
+    assert commands._evidence_legend([], commands._marks_for("ascii")) == ""
+
+
 def test_evidence_short_names_cover_every_kind():
     from interp.claims import EVIDENCE_KINDS
 

@@ -195,6 +195,8 @@ def _evidence_legend(cells: list[str], marks: dict) -> str:
     """The key to the evidence column: the short names its `cells` use, and the marks."""
     used = {word[:-1] for cell in cells for word in cell.split()}  # each word: a short name and one mark
     kinds = ", ".join(f"{short} {EVIDENCE_NAMES[short]}" for short in EVIDENCE_SHORT.values() if short in used)
+    if not kinds:  # no claims shown
+        return ""
     return (f"evidence: {kinds}; {marks[True]} passed, {marks[False]} failed, {marks[None]} undecided, "
             f"{marks['absent']} not tested")
 
@@ -217,7 +219,9 @@ def cmd_scan(args) -> int:
     console.print(_frame_table(frame, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
                                width=console.width, drop_first=("p_adjusted",), keep_whole=("evidence",)))
-    console.print(_evidence_legend(list(frame["evidence"]), marks))
+    legend = _evidence_legend(list(frame["evidence"]), marks)
+    if legend:
+        console.print(legend)
     counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
     behaviour = _behaviour_names(everything)
     console.print(_scan_footer(counts, args.supported_only) + (f"; behaviour: {behaviour}" if behaviour else ""))
