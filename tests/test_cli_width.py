@@ -3,7 +3,8 @@ longer than $COLUMNS, help shows real defaults, `verify` says one line when all 
 every evidence kind's outcome.
 
 The slow parts run once: the scan's verdicts and the hook self-test are computed in module fixtures
-and handed to the CLI through monkeypatch, which then renders them at each width."""
+and handed to the CLI through monkeypatch, which then renders them at each width. The demo's findings
+table is checked at 80 columns by the demo test in tests/test_cli.py (one report run in all)."""
 import inspect
 import types
 
@@ -207,7 +208,7 @@ def test_deciding_reason_gives_the_numbers_of_the_evidence_it_names():
     assert commands._deciding_reason(_verdict()) == ""
 
 
-# --------------------------------------------------------------------------- audit-leakage and demo
+# --------------------------------------------------------------------------- audit-leakage (demo: tests/test_cli.py)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -224,15 +225,6 @@ def test_audit_leakage_output_and_cost_line_fit(width, monkeypatch, capsys):
     words = captured.err.split()  # filled at spaces: no word is cut at the line's end ("perturba/tion")
     assert "perturbation" in words and all(w.startswith("perturbation") for w in words if w.startswith("perturb"))
     assert "ETA about" in " ".join(words)
-
-
-@pytest.mark.slow
-def test_demo_findings_table_fits_80_columns(tmp_path, monkeypatch, capsys):
-    """The report's findings table (finding, heads, family, evidence, verdict, causal) at the narrow width."""
-    monkeypatch.setenv("COLUMNS", "80")
-    assert cli.main(["demo", "--out", str(tmp_path / "demo"), "-q"]) == 0
-    out = capsys.readouterr().out
-    assert "Strongest findings" in out and _longest(out) <= 80, out
 
 
 def test_whole_widths_keep_a_short_column_on_one_line_only_where_it_fits():
