@@ -208,6 +208,41 @@ def test_deciding_reason_gives_the_numbers_of_the_evidence_it_names():
     assert commands._deciding_reason(_verdict()) == ""
 
 
+# --------------------------------------------------------------------------- claims
+
+CLAIMS_TOML = """[prompts]
+kind = "repeated"
+n = 32
+[claims]
+L0H0 = "previous_token"
+L1H0 = ["induction", "not previous_token"]
+"L0H1 ~ L0H2" = "redundant"
+"""
+
+
+@pytest.fixture(scope="module")
+def claims_run(tmp_path_factory):
+    """A claims file on the constructed circuit (one missing its expected verdict), and its verdicts, once."""
+    from interp.analyses.claims.registry import read_claims, run_claims
+    from interp.models.constructed import induction_circuit
+
+    path = tmp_path_factory.mktemp("claims") / "claims.toml"
+    path.write_text(CLAIMS_TOML)
+    return path, run_claims(induction_circuit(), read_claims(str(path)))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_claims_table_fits(width, claims_run, monkeypatch, capsys):
+    from interp.analyses.claims import registry
+
+    path, frame = claims_run
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setattr(registry, "run_claims", lambda *args, **kwargs: frame.copy())
+    assert cli.main(["claims", CONSTRUCTED, str(path), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 4 claims as expected; 1 not" in out and _longest(out) <= width, out
+
+
 # --------------------------------------------------------------------------- audit-leakage (demo: tests/test_cli.py)
 
 
