@@ -18,11 +18,18 @@ class _Formatter(argparse.HelpFormatter):
     """Descriptions and epilogs filled to the terminal's width (argparse reads $COLUMNS, else the terminal).
 
     Each line of the text is one paragraph, filled at word boundaries; an indented line (an example, a
-    file format) keeps its indent, and its continuation lines are indented four spaces more.
+    file format) keeps its indent, and its continuation lines are indented four spaces more. Nothing
+    is broken inside a word, nor after a hyphen.
     """
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "\n".join(_fill_line(line, width, indent) for line in text.splitlines())
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """An option's help at spaces only: argparse's own wrap also breaks after hyphens ("toy-/induction")."""
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
 
 
 def _fill_line(line: str, width: int, indent: str) -> str:
