@@ -565,9 +565,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m interp.models.train",
         description="Train a small HookedGPT and write NAME.safetensors, NAME.json and NAME.md.",
-        epilog="examples: python -m interp.models.train --task induction --seed 0 --out models/checkpoints/toy-induction\n"
-               "          python -m interp.models.train --task stdlib-bytes --seed 0 --threads 2 "
-               "--out models/checkpoints/stdlib-bytes",
+        epilog="examples:\n"  # lines within 80 columns: `interp train -- --help` is tested at COLUMNS=80
+               "  python -m interp.models.train --task induction --seed 0 \\\n"
+               "      --out models/checkpoints/toy-induction\n"
+               "  python -m interp.models.train --task stdlib-bytes --seed 0 --threads 2 \\\n"
+               "      --out models/checkpoints/stdlib-bytes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--task", choices=get_args(TaskName), default="induction")

@@ -191,5 +191,10 @@ def announce(model: Any, adapter, **kwargs) -> CostEstimate | None:
         cost = estimate(model, adapter, **kwargs)
     except (ValueError, RuntimeError, TypeError):  # the audit itself reports what is wrong with the model
         return None
-    print(cost, file=sys.stderr, flush=True)
+    import shutil
+    import textwrap
+
+    # filled at spaces to the terminal ($COLUMNS first): a terminal's own wrap breaks words ("perturba/tion")
+    print(textwrap.fill(str(cost), shutil.get_terminal_size().columns, subsequent_indent="  ", break_long_words=False,
+                        break_on_hyphens=False), file=sys.stderr, flush=True)
     return cost

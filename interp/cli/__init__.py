@@ -17,6 +17,10 @@ Exit codes: 0 ok; 1 a finding (a leak, a failed hook check, a refuted claim with
 2 a usage or input error (message on stderr, no traceback; set INTERP_DEBUG=1 for one);
 3 an internal error (a bug: the traceback is printed).
 
+Help and output fit the terminal ($COLUMNS, else its width; tested at 80 and 120 columns): help
+paragraphs are filled at spaces (`parser._Formatter`), tables leave out the columns that do not fit
+and name them (`tables`), and `--json` keeps everything.
+
 Parsing flags imports neither torch nor transformer_lens (about 3 s here): every handler
 imports what it needs when it runs, so `interp --help` answers at once.
 

@@ -63,10 +63,10 @@ def cmd_claims(args) -> int:
     from interp.analyses.claims.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
 
     if args.list_kinds:
+        kinds = {"one head (L1H2 = ...):": sorted(head_claim_kinds()), "a pair (\"L0H1 ~ L0H3\" = ...):":
+                 sorted(pair_claim_kinds()), "the model (model = ...):": list(MODEL_CLAIM_KINDS)}
         print("claim kinds (prefix with 'not ' to expect a refutation):")
-        print("  one head (L1H2 = ...):        " + ", ".join(sorted(head_claim_kinds())))
-        print("  a pair (\"L0H1 ~ L0H3\" = ...): " + ", ".join(sorted(pair_claim_kinds())))
-        print("  the model (model = ...):      " + ", ".join(MODEL_CLAIM_KINDS))
+        print(_kind_list(kinds, _out_console(args).width))
         return EXIT_OK
     if len(args.paths) == 1:
         spec, claims_path = None, args.paths[0]
@@ -97,6 +97,16 @@ def cmd_claims(args) -> int:
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
 
 
+def _kind_list(kinds: dict[str, list[str]], width: int) -> str:
+    """One entry per `kinds` key, its names after it in a column, filled at spaces to `width`."""
+    import textwrap
+
+    indent = 2 + max(map(len, kinds)) + 1
+    return "\n".join(textwrap.fill(", ".join(names), width, initial_indent=f"  {what:<{indent - 3}} ",
+                                    subsequent_indent=" " * indent, break_long_words=False)
+                     for what, names in kinds.items())
+
+
 def _behaviour_names(frame) -> str:
     """The behaviours the claims' causal evidence measured, joined ("" when none ran)."""
     if "behaviour" not in frame.columns:
@@ -115,14 +125,80 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 4].rsplit(" ", 1)[0] + " ..."
 
 
-def _brief_reasons(frame, width: int = 110) -> list[str]:
+def _deciding_reasons(frame) -> list[str]:
     """Per row, the reason that decided the verdict, read from the Verdict objects that
     `interp.claims.verdict_frame` keeps in `frame.attrs["verdicts"]` (`interp.claims.decide` puts the
-    deciding evidence first); without them, the start of the joined reasons text."""
+    deciding evidence first); without them, the joined reasons text."""
+    verdicts = _verdicts(frame)
+    if verdicts is None:
+        return [str(r) for r in frame["reasons"]]
+    return [_deciding_reason(v) for v in verdicts]
+
+
+def _deciding_reason(verdict) -> str:
+    """A verdict's first reason, as its evidence's numbers when it names one that measured a number:
+    "sufficiency failed (not decisive): -0.465 [-0.584, -0.371], needs CI > 0.5" (the prose, with
+    what was measured and where the threshold comes from, stays in --json); else the reason itself whole."""
+    first = verdict.reasons[0] if verdict.reasons else ""
+    evidence = next((e for e in verdict.evidence if first.startswith(f"{e.kind} ")), None)
+    if evidence is None or ": " not in first:
+        return first
+    numbers = (evidence.effect, evidence.ci_low, evidence.ci_high)
+    if not all(isinstance(x, float) and x == x for x in numbers):  # not measured (NaN): the reason says why
+        return first
+    outcome = first.split(": ", 1)[0]  # "necessity failed (not decisive)", "observational passed", ...
+    effect, low, high = numbers
+    return f"{outcome}: {effect:.3f} [{low:.3f}, {high:.3f}], needs {evidence.rule}"
+
+
+def _verdicts(frame) -> list | None:
+    """The Verdict objects behind a verdict frame's rows, or None when the frame does not carry them."""
     verdicts = frame.attrs.get("verdicts")
-    if verdicts is None or len(verdicts) != len(frame):
-        return [_cut(str(r), width) for r in frame["reasons"]]
-    return [_cut(v.reasons[0] if v.reasons else "", width) for v in verdicts]
+    return None if verdicts is None or len(verdicts) != len(frame) else list(verdicts)
+
+
+# evidence kind (interp.claims.EVIDENCE_KINDS, in its order) -> its short name in the terminal (tested to match)
+EVIDENCE_SHORT = {"observational": "obs", "control_shuffled": "shuf", "control_random_init": "rand",
+                  "necessity": "nec", "sufficiency": "suf", "faithfulness": "faith", "stability": "stab"}
+MARKS = {"utf-8": {True: "\u2713", False: "\u2717", None: "?", "absent": "\u2013"},  # check, cross, ?, en dash
+         "ascii": {True: "+", False: "x", None: "?", "absent": "-"}}
+
+
+def _marks_for(encoding: str) -> dict:
+    """The outcome marks a stream in `encoding` can print: the UTF-8 ones, or ASCII ones for any other."""
+    return MARKS["utf-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else "ascii"]
+
+
+def _evidence_marks(frame, marks: dict) -> list[str]:
+    """Per row, every evidence kind's outcome in one cell, e.g. "obs+ shuf+ rand+ nec? suf- faith+"
+    (passed, failed, undecided, not tested): the kinds any row tested, each row in the same order."""
+    verdicts = _verdicts(frame)
+    if verdicts is None:
+        outcomes = [{k: _passed_cell(row.get(f"{k}_passed")) for k in EVIDENCE_SHORT if f"{k}_passed" in frame.columns}
+                    for _, row in frame.iterrows()]
+    else:
+        outcomes = [{e.kind: e.passed for e in v.evidence} for v in verdicts]
+    kinds = [k for k in EVIDENCE_SHORT if any(k in row and row[k] != "absent" for row in outcomes)]
+    return [" ".join(EVIDENCE_SHORT[k] + marks[row.get(k, "absent")] for k in kinds) for row in outcomes]
+
+
+def _passed_cell(value) -> bool | None | str:
+    """A frame's `<kind>_passed` cell as an outcome: True, False, or "absent" (missing or NaN)."""
+    return value if isinstance(value, bool) else bool(value) if value in (0, 1) else "absent"
+
+
+EVIDENCE_NAMES = {"obs": "observational", "shuf": "shuffled control", "rand": "random-init control", "nec": "necessity",
+                  "suf": "sufficiency", "faith": "faithfulness", "stab": "stability"}
+
+
+def _evidence_legend(cells: list[str], marks: dict) -> str:
+    """The key to the evidence column: the short names its `cells` use, and the marks."""
+    used = {word[:-1] for cell in cells for word in cell.split()}  # each word: a short name and one mark
+    kinds = ", ".join(f"{short} {EVIDENCE_NAMES[short]}" for short in EVIDENCE_SHORT.values() if short in used)
+    if not kinds:  # no claims shown
+        return ""
+    return (f"evidence: {kinds}; {marks[True]} passed, {marks[False]} failed, {marks[None]} undecided, "
+            f"{marks['absent']} not tested")
 
 
 def cmd_scan(args) -> int:
@@ -130,19 +206,22 @@ def cmd_scan(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
-    prompts = _prompts(model, args, default_n=args.n or 64)
+    prompts = _prompts(model, args)
     from interp.analyses.claims.registry import claim_evidence_for
 
     everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
                              behaviour=args.behaviour)
-    everything = everything.assign(reason=_brief_reasons(everything))
-    frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
     console = _out_console(args)
-    shown = frame
-    columns = ["label", "claim", "verdict", "p_adjusted", "reason"]
-    console.print(_frame_table(shown, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
+    marks = _marks_for(console.encoding)
+    everything = everything.assign(reason=_deciding_reasons(everything), evidence=_evidence_marks(everything, marks))
+    frame = everything[everything["verdict"] == "supported"] if args.supported_only else everything
+    columns = ["label", "claim", "verdict", "p_adjusted", "evidence", "reason"]
+    console.print(_frame_table(frame, title=f"Scan of {args.spec or DEFAULT_SPEC}: claims proposed on half of "
                                f"{len(prompts)} {prompts.kind} prompts, tested on the other half", columns=columns,
-                               width=console.width))
+                               width=console.width, drop_first=("p_adjusted",), keep_whole=("evidence",)))
+    legend = _evidence_legend(list(frame["evidence"]), marks)
+    if legend:
+        console.print(legend)
     counts = {v: int((everything["verdict"] == v).sum()) for v in VERDICTS}
     behaviour = _behaviour_names(everything)
     console.print(_scan_footer(counts, args.supported_only) + (f"; behaviour: {behaviour}" if behaviour else ""))
@@ -203,15 +282,23 @@ def cmd_verify(args) -> int:
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
+    spec = args.spec or DEFAULT_SPEC
     console = _out_console(args)
-    console.print(_frame_table(frame, title=f"Hook self-test of {args.spec or DEFAULT_SPEC}", width=console.width))
     n_failed = None if passed is None else int((~passed).sum())
-    _emit_json(args, "verify", args.spec or DEFAULT_SPEC, {"n_checks": len(frame), "n_failed": n_failed,
-                                                           "checks": _frame_records(frame)})
+    if n_failed != 0 or getattr(args, "verbose", False):  # all passed: one line, the table only when asked
+        console.print(_frame_table(frame, title=f"Hook self-test of {spec}", width=console.width))
+    _emit_json(args, "verify", spec, {"n_checks": len(frame), "n_failed": n_failed, "checks": _frame_records(frame)})
     if n_failed is None:  # no "passed" column
         return EXIT_OK
-    console.print(f"{len(frame) - n_failed} of {len(frame)} checks passed")
+    console.print(_verify_summary(spec, len(frame), n_failed, getattr(args, "verbose", False)))
     return EXIT_FINDING if n_failed else EXIT_OK
+
+
+def _verify_summary(spec: str, n_checks: int, n_failed: int, verbose: bool) -> str:
+    """The line `interp verify` ends with (its only line when every check passes without --verbose)."""
+    if n_failed:
+        return f"{n_checks - n_failed} of {n_checks} hook checks passed on {spec}; {n_failed} failed (see the table)"
+    return f"all {n_checks} hook checks passed on {spec}" + ("" if verbose else " (--verbose for the table)")
 
 
 def cmd_train(args) -> int:

@@ -7,6 +7,8 @@ from interp.launch import place
 
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+PROMPTS_DEFAULT = 64  # prompts of report, demo, scan, heads and claims without --n (report.DEFAULT_N, tested)
+AUDIT_PROMPTS_DEFAULT = 2  # prompts per length of audit-leakage without --n (leakage.audit's n_prompts, tested)
 
 
 def _stderr_console(quiet: bool = False):
@@ -73,7 +75,7 @@ def _prompt_spec(args):
                             prefix_len=getattr(args, "prefix_len", None))
 
 
-def _prompts(model, args, default_n: int = 64):
+def _prompts(model, args, default_n: int = PROMPTS_DEFAULT):
     from interp.specs import build_prompts
 
     return build_prompts(model, _prompt_spec(args), default_n=default_n)

@@ -8,21 +8,49 @@ from typing import Callable
 
 from interp.cli.audit import cmd_audit_leakage
 from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
-from interp.cli.common import DEFAULT_SPEC
+from interp.cli.common import AUDIT_PROMPTS_DEFAULT, DEFAULT_SPEC, PROMPTS_DEFAULT
 from interp.cli.output import JSON_SCHEMA, toolkit_version
 from interp.launch import add_flags as add_scale_flags
 from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the line breaks of descriptions and examples."""
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions and epilogs filled to the terminal's width (argparse reads $COLUMNS, else the terminal).
+
+    Each line of the text is one paragraph, filled at word boundaries; an indented line (an example, a
+    file format) keeps its indent, and its continuation lines are indented four spaces more. Nothing
+    is broken inside a word, nor after a hyphen.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(_fill_line(line, width, indent) for line in text.splitlines())
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """An option's help at spaces only: argparse's own wrap also breaks after hyphens ("toy-/induction")."""
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
 
 
-def _add_common(p: argparse.ArgumentParser, *, n: bool = True, json_: bool = True, seed: bool = True) -> None:
+def _fill_line(line: str, width: int, indent: str) -> str:
+    """One line of a description filled to `width` at spaces, keeping its leading indent."""
+    import textwrap
+
+    if not line.strip():
+        return ""
+    own = line[: len(line) - len(line.lstrip())]
+    return textwrap.fill(line.strip(), width, initial_indent=indent + own,
+                         subsequent_indent=indent + own + ("    " if own else ""), break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def _add_common(p: argparse.ArgumentParser, *, n: str | None = str(PROMPTS_DEFAULT), json_: bool = True,
+                seed: bool = True) -> None:
+    """The flags most commands share; `n` is the default number of prompts as the help says it (None: no --n)."""
     if seed:
         p.add_argument("--seed", type=_seed, default=0, help="seed of every random choice (prompts, resampling); default 0")
-    if n:
-        p.add_argument("--n", type=_positive_int, default=None, metavar="N", help="number of prompts (default: per command)")
+    if n is not None:
+        p.add_argument("--n", type=_positive_int, default=None, metavar="N", help=f"number of prompts (default: {n})")
     if json_:
         p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
@@ -98,14 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Look inside attention, and test what you think you see.",
         epilog=(
             "examples:\n"
-            "  interp report                         # report on the embedded toy-induction model\n"
+            "  interp report                  # report on the embedded toy-induction model\n"
             "  interp audit-leakage my_pkg.models:gpt --json -\n"
             "  interp claims toy-induction examples/claims.toml --strict\n\n"
-            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n"
-            "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n"
+            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n\n"
+            "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n\n"
             "Run `interp COMMAND --help` for each command's options."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON schema version, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -138,7 +166,7 @@ class _VersionAction(argparse.Action):
 def _report_parser(command) -> None:
     p = command("report", cmd_report, "Write a per-head pattern report (HTML, CSV, Markdown, PNG)",
                 "interp report toy-induction --n 64 --out reports/toy --force",
-                "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage\n"
+                "One card per head (mean pattern, offset profile, metrics with CIs, claims tested), the leakage "
                 "verdict, head similarity and importance, redundancy findings and a methods section.")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
@@ -162,15 +190,16 @@ def _report_parser(command) -> None:
 def _audit_parser(command) -> None:
     p = command("audit-leakage", cmd_audit_leakage, "Check that no output position depends on a later token",
                 "interp audit-leakage toy-induction --max-len 64 --json audit.json",
-                "Truncation, perturbation, gradient and pattern checks; batch mixing, padding.\n"
-                "A model must be causal unless it declares itself an encoder (HookedEncoder,\n"
-                "a Hugging Face encoder config) or you pass --bidirectional. Each leak is\n"
-                "located at the line of code where it appears (also in --sarif, --junit).\n"
-                "Exit 0: causal; 1: a leak, or a check the model calls for could not run;\n"
-                "2: bad input.")
+                "Truncation, perturbation, gradient and pattern checks; batch mixing, padding. A model must be "
+                "causal unless it declares itself an encoder (HookedEncoder, a Hugging Face encoder config) or you "
+                "pass --bidirectional. Each leak is located at the line of code where it appears (also in --sarif, "
+                "--junit).\n\n"
+                "Exit 0: causal; 1: a leak, or a check the model calls for could not run; 2: bad input.")
     p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
     p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
-    p.add_argument("--tol", type=_tol, default=None, metavar="X", help="relative influence below which a change is numerical noise")
+    p.add_argument("--tol", type=_tol, default=None, metavar="X",
+                   help="relative influence below which a change is numerical noise (default: 5e-5; 5e-3 for float16 "
+                        "or bfloat16 weights)")
     p.add_argument("--bidirectional", action="store_true",
                    help="the model is meant to attend both ways (an encoder): audit padding and batch only; without it, "
                         "a model that does not declare itself an encoder must be causal")
@@ -179,7 +208,7 @@ def _audit_parser(command) -> None:
     p.add_argument("--sarif", metavar="FILE|-", default=None,
                    help="also write SARIF 2.1.0 (one result per leak, at the line where it appears) to FILE or stdout")
     p.add_argument("--junit", metavar="FILE|-", default=None, help="also write JUnit XML (one test case per check)")
-    _add_common(p)
+    _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
 
 
 def _claims_parser(command) -> None:
@@ -197,7 +226,7 @@ def _claims_parser(command) -> None:
     p.add_argument("--prefix-len", type=_positive_int, default=None, metavar="N", help="override the file's prompts.prefix_len")
     p.add_argument("--seed", type=_seed, default=None, help="override the file's prompts.seed")
     _add_behaviour(p)
-    _add_common(p, seed=False)
+    _add_common(p, n=f"the file's prompts.n, else {PROMPTS_DEFAULT}", seed=False)
 
 
 def _scan_parser(command) -> None:
@@ -223,10 +252,13 @@ def _heads_parser(command) -> None:
 def _verify_parser(command) -> None:
     p = command("verify", cmd_verify, "Prove the model's hooks carry what their names say",
                 "interp verify toy-induction",
-                "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the\n"
-                "attention output, an edit at each hook changes the output. Exit 1 if a check fails.")
+                "Scores pre-softmax and masked, pattern = softmax(scores), z = pattern @ v, results sum to the "
+                "attention output, an edit at each hook changes the output. Prints one line when every check "
+                "passes, the table of checks with --verbose or when one fails.\n\n"
+                "Exit 0: every check passed; 1: a check failed; 2: bad input.")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
-    _add_common(p, n=False, seed=False)
+    p.add_argument("--verbose", "-v", action="store_true", help="print the table of checks even when all pass")
+    _add_common(p, n=None, seed=False)
 
 
 def _train_parser(command) -> None:

@@ -82,11 +82,27 @@ def _fit_columns(columns: list[str], cells: dict[str, list[str]], width: int,
     return split, [c for c in columns if c not in kept]
 
 
+def _whole_widths(kept: list[str], cells: dict[str, list[str]], split: dict[str, bool], width: int,
+                  keep_whole: tuple[str, ...]) -> dict[str, int]:
+    """Widths that keep each `keep_whole` column's cells on one line, for those the table's spare room allows
+    (in that order); rich would otherwise share the room among all wrapping columns and wrap short cells too."""
+    spare = width - 1 - sum(_column_need(c, cells, split[c]) + TABLE_OVERHEAD for c in kept)
+    widths = {}
+    for column in (c for c in keep_whole if c in kept):
+        full = max([*map(len, _header_lines(column, split[column])), *map(len, cells[column])])
+        extra = full - _column_need(column, cells, split[column])
+        if extra <= spare:
+            widths[column], spare = full, spare - extra
+    return widths
+
+
 def _frame_table(frame, title: str | None = None, columns: list[str] | None = None, max_rows: int = 80,
-                 width: int | None = None, footer: list[str] | None = None, drop_first: tuple[str, ...] = ()):
+                 width: int | None = None, footer: list[str] | None = None, drop_first: tuple[str, ...] = (),
+                 keep_whole: tuple[str, ...] = ()):
     """A rich Table from a DataFrame: fixed 3 decimals (p-values 3 significant digits), counts as integers,
     verdicts coloured; headers never wrap inside a word, and what does not fit in `width` is left out and
-    counted in the caption (as are rows beyond `max_rows`), with the other `footer` lines."""
+    counted in the caption (as are rows beyond `max_rows`), with the other `footer` lines. The cells of the
+    `keep_whole` columns stay on one line where the width allows."""
     from rich.table import Table
 
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
@@ -94,12 +110,13 @@ def _frame_table(frame, title: str | None = None, columns: list[str] | None = No
     cells = {c: [_cell(c, v) for v in shown[c]] for c in columns}
     split, dropped = _fit_columns(columns, cells, width or _columns_env() or 120, drop_first)
     kept = [c for c in columns if c not in dropped]
+    whole = _whole_widths(kept, cells, split, width or _columns_env() or 120, keep_whole)
     table = Table(title=title, show_lines=False, header_style="bold")
     for column in kept:
-        folding = _wraps(column, cells)
+        folding = _wraps(column, cells) and column not in whole  # rich would shrink a whole column that may wrap
+        need = None if column in FOLDING_COLUMNS else _column_need(column, cells, split[column])
         table.add_column("\n".join(_header_lines(str(column), split[column])), overflow="fold", no_wrap=not folding,
-                         max_width=70 if column in ("reasons", "reason") else None,
-                         min_width=None if column in FOLDING_COLUMNS else _column_need(column, cells, split[column]))
+                         max_width=70 if column in ("reasons", "reason") else None, min_width=whole.get(column, need))
     colours = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "True": "green", "False": "red"}
     for i in range(len(shown)):
         row = []
