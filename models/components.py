@@ -523,7 +523,12 @@ class TransformerBlock(nn.Module):
     """One block. Pre-norm (default): resid + attn(ln1(resid)), then + mlp(ln2(resid)).
     `parallel_attn_mlp` (GPT-NeoX): resid + attn(ln1(resid)) + mlp(ln2(resid)), no resid_mid.
     `post_norm` (BERT): resid_mid = resid + attn(resid); resid_post = ln2(ln1(resid_mid) + mlp(ln1(resid_mid))),
-    as TransformerLens's BERT block hooks it (hook_resid_mid before ln1)."""
+    as TransformerLens's BERT block hooks it (hook_resid_mid before ln1).
+    Attention-only blocks keep `hook_mlp_out`, and it fires (zeros: there is no MLP) whenever it is
+    watched, so TransformerLens's sweeps over mlp_out (`patching.get_act_patch_block_every`) run there too."""
+
+    # TransformerLens's logit lens reads hook_resid_post as the one residual stream the next block gets
+    hook_out_is_single_residual_stream = True
 
     def __init__(self, cfg: GPTConfig, causal: bool):
         super().__init__()
@@ -562,6 +567,8 @@ class TransformerBlock(nn.Module):
         `hook_resid_post`: what resuming a forward after an edit of this layer's attention runs."""
         if not self.cfg.attn_only:
             resid = resid + self.hook_mlp_out(self.mlp(self.ln2(resid)))
+        elif hook_is_live(self.hook_mlp_out):
+            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
 
     def post_norm_forward(self, resid: torch.Tensor, key_mask, positions) -> torch.Tensor:
@@ -569,6 +576,8 @@ class TransformerBlock(nn.Module):
         resid = self.ln1(self.hook_resid_mid(resid + attn_out))
         if not self.cfg.attn_only:
             resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
+        elif hook_is_live(self.hook_mlp_out):
+            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
 
 
