@@ -263,14 +263,19 @@ class HookedGPT(CachingRoot):
         return FactoredMatrix(self.W_V, self.W_O)
 
     def tokens_to_residual_directions(self, tokens: str | int | torch.Tensor) -> torch.Tensor:
-        """The unembedding column of each token, (*tokens.shape, d_model) (TransformerLens's method):
-        the direction the final, normalised residual stream is read along for that token's logit."""
+        """Each token's direction in the normalised final residual stream, (*tokens.shape, d_model)
+        (TransformerLens's method): its unembedding column times `ln_final`'s gain, the column
+        TransformerLens's default (LayerNorm-folded) models hold in W_U. So `cache.logit_attrs`, which
+        centres and divides by the cached final scale, gives each component's exact share of the logit
+        (the logit minus b_U and ln_final's bias term, summed over a full decomposition)."""
         self._require_linear_readout("tokens_to_residual_directions")
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
-        if isinstance(tokens, int) or (isinstance(tokens, torch.Tensor) and tokens.numel() == 1 and tokens.ndim == 0):
-            return self.W_U[:, int(tokens)]  # (d_model,)
-        directions = self.W_U[:, torch.as_tensor(tokens, device=self.W_U.device)]  # (d_model, *tokens.shape)
+        gain = getattr(self.ln_final, "w", None)
+        W_U = self.W_U if gain is None else gain[:, None] * self.W_U  # (d_model, d_vocab)
+        if not isinstance(tokens, torch.Tensor) or tokens.numel() == 1:  # one token, as TransformerLens treats it
+            return W_U[:, int(tokens)]  # (d_model,)
+        directions = W_U[:, torch.as_tensor(tokens, device=W_U.device)]  # (d_model, *tokens.shape)
         return einops.rearrange(directions, "d_model ... -> ... d_model")
 
     def _require_linear_readout(self, what: str) -> None:
