@@ -13,7 +13,10 @@ import interp
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from interp.models.config import EncoderConfig  # noqa: E402
 from interp.models.convert import convert_model  # noqa: E402
+from interp.models.encoder import HookedEncoder  # noqa: E402
+from interp.models.tokenizers import SymbolTokenizer  # noqa: E402
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 VOCAB, N_POS = 50, 7
@@ -56,10 +59,16 @@ def _llama():  # grouped-query: 6 query heads share 2 key/value heads; RMSNorm, 
     return _converted(transformers.LlamaForCausalLM(config))
 
 
+def _encoder():  # a pre-norm HookedEncoder (bidirectional) with an unembedding
+    model = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_vocab=VOCAB, n_ctx=32, seed=0))
+    model.tokenizer = SymbolTokenizer(VOCAB)
+    return _randomise(model)
+
+
 MODELS = {"toy-induction": lambda: interp.load("toy-induction"), "stdlib-bytes": lambda: interp.load("stdlib-bytes"),
-          "gpt2": _gpt2, "llama-gqa": _llama}
+          "gpt2": _gpt2, "llama-gqa": _llama, "encoder": _encoder}
 STRINGS = {"toy-induction": "3 14 15 92 65 3 14 15 92 65", "stdlib-bytes": "def f(x):\n    return x",
-           "gpt2": "w1 w2 w3 w1 w2 w3", "llama-gqa": "w4 w5 w6 w4 w5 w6"}
+           "gpt2": "w1 w2 w3 w1 w2 w3", "llama-gqa": "w4 w5 w6 w4 w5 w6", "encoder": "1 2 3 1 2 3"}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -96,8 +105,8 @@ def test_stacked_weights_have_transformer_lens_names_and_shapes(case):
         assert tuple(getattr(model, weight).shape) == shape, weight
     for layer, block in enumerate(model.blocks):
         assert torch.equal(model.W_Q[layer], block.attn.W_Q) and torch.equal(model.b_O[layer], block.attn.b_O)
-    assert hasattr(model, "W_pos") == (name == "gpt2")  # learned positions only; the others are rotary
-    if name == "gpt2":
+    assert hasattr(model, "W_pos") == (model.cfg.positional_embedding_type == "standard")  # rotary: no table
+    if name in ("gpt2", "encoder"):
         assert model.W_pos.shape == (cfg.n_ctx, D)
     assert hasattr(model, "W_in") == (not cfg.attn_only)
 
@@ -130,13 +139,10 @@ def test_qk_circuit_reproduces_the_attention_scores_without_rotary():
     QK = model.QK.AB
     for layer in range(model.cfg.n_layers):
         x = _ln_in(model, cache, layer)[0]  # (pos, d_model)
-        q = torch.einsum("pm,hmd->hpd", x, model.W_Q[layer]) + model.b_Q[layer][:, None]
-        k_bias = torch.einsum("hd,hmd->hm", model.b_K[layer], model.W_K[layer])  # the x-free key term is b_K
         scores = (torch.einsum("pm,hmn,kn->hpk", x, QK[layer], x)
                   + torch.einsum("pm,hmd,hd->hp", x, model.W_Q[layer], model.b_K[layer])[..., None]
                   + torch.einsum("hd,hmd,km->hk", model.b_Q[layer], model.W_K[layer], x)[:, None]
                   + (model.b_Q[layer] * model.b_K[layer]).sum(-1)[:, None, None]) / model.cfg.d_head ** 0.5
-        assert q.shape[0] == k_bias.shape[0]
         lower = torch.ones(N_POS, N_POS, dtype=torch.bool).tril()
         torch.testing.assert_close(scores[:, lower], cache["attn_scores", layer][0][:, lower], **TOL)
 
@@ -235,6 +241,8 @@ def test_get_act_name_and_run_with_hooks_reach_our_hooks(case):
     resid = cache["resid_pre", 0] + torch.einsum("bphd,hdm->bpm", z, model.W_O[0]) + model.b_O[0]
     if model.cfg.attn_only and model.cfg.n_layers == 1:
         pytest.skip("no later layer to resume")
+    if not model.resumable:
+        pytest.skip("resuming after attention needs sequential pre-norm blocks")
     by_hand = model.head(model.run_from(0, resid, after_attention=True))
     torch.testing.assert_close(out, by_hand, **TOL)
     assert not torch.allclose(out, logits)
@@ -392,3 +400,16 @@ def test_hooked_user_models_answer_to_canonical_names(kind):
     with torch.no_grad():
         torch.testing.assert_close(zeroed, model.run_with_hooks(tokens, fwd_hooks=[(own.format(1).replace("pattern", "z"),
                                                                                      lambda t, hook: t * 0)]))
+
+
+def test_post_norm_and_mlm_encoders_refuse_what_has_no_meaning_there():
+    """BERT (post-norm, MLM head): weights stack, but the residual stream is no sum of biases and the logits
+    are no linear readout of it, so accumulated_bias and tokens_to_residual_directions refuse, saying why."""
+    bert = convert_model(_randomise(transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
+        max_position_embeddings=32)))).eval()
+    assert bert.W_Q.shape == (2, 3, 24, 8) and bert.W_pos.shape == (32, 24)
+    with pytest.raises(ValueError, match="post-norm"):
+        bert.accumulated_bias(1)
+    with pytest.raises(ValueError, match="lm_head='mlm'"):
+        bert.tokens_to_residual_directions(3)
