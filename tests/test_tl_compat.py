@@ -413,3 +413,19 @@ def test_post_norm_and_mlm_encoders_refuse_what_has_no_meaning_there():
         bert.accumulated_bias(1)
     with pytest.raises(ValueError, match="lm_head='mlm'"):
         bert.tokens_to_residual_directions(3)
+
+
+SWEEPS = sorted(name for name in dir(patching) if name.startswith("get_act_patch_") and "direct_path" not in name)
+
+
+@pytest.mark.slow
+def test_every_patching_sweep_runs(case):
+    """Every `patching.get_act_patch_*` sweep but direct-path patching (which needs TransformerLens's
+    per-head Q/K/V input forks, `cfg.use_split_qkv_input`, that our models do not have) runs; each entry
+    of the two sweeps above is checked by hand."""
+    _, model, tokens, _, clean_cache = case
+    def metric(logits):
+        return logits[:, -1, 3].mean()
+    for sweep in SWEEPS:
+        result = getattr(patching, sweep)(model, tokens.flip(0), clean_cache, metric)
+        assert torch.isfinite(result).all(), sweep
