@@ -86,10 +86,11 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
 
 def check_hook_names(model: nn.Module, names: Iterable[str]) -> None:
     """Raise a KeyError naming unknown hooks and the closest real ones."""
-    hook_dict = hook_root(model).hook_dict
+    root = hook_root(model)
+    hook_dict, aliases = root.hook_dict, getattr(root, "hook_aliases", {})
     known = list(hook_dict)
     for name in names:
-        if name not in hook_dict:
+        if name not in hook_dict and name not in aliases:
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
             hint = f" Did you mean {close}?" if close else f" The model has {len(known)} hooks; see model.hook_dict."
             raise KeyError(f"unknown hook name {name!r}.{hint}")

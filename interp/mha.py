@@ -307,6 +307,27 @@ class AttentionHookedModel(CachingRoot):
                 module.name = name
                 self.hook_dict[name] = module
                 self.mod_dict[name] = module
+        self.set_hook_aliases(canonical_aliases(self.hook_dict, self._attention_paths()))
+
+    def _attention_paths(self) -> list[str]:
+        """Module path of each hooked attention layer, in layer order (the order `attention_sites` gives)."""
+        sdpa_sites = self.__dict__.get("_interp_sdpa_sites")  # set by interp.hook_sdpa before it calls setup
+        if sdpa_sites is not None:
+            return [site.path for site in sdpa_sites.values()]
+        return [name for name, module in self.named_modules() if isinstance(module, HookedMultiheadAttention)]
+
+
+def canonical_aliases(hook_dict: dict[str, HookPoint], attention_paths: list[str]) -> dict[str, str]:
+    """TransformerLens's names for the attention hooks of layer i (`blocks.{i}.attn.hook_pattern`, ...) ->
+    this model's own (`enc.layers.{i}.self_attn.hook_pattern`); a name the model already has is left to it."""
+    aliases = {}
+    for layer, path in enumerate(attention_paths):
+        for role in ROLES:
+            own = f"{path}.hook_{role}" if path else f"hook_{role}"
+            alias = f"blocks.{layer}.attn.hook_{role}"
+            if own in hook_dict and alias not in hook_dict:
+                aliases[alias] = own
+    return aliases
 
 
 _HOOKED_CLASSES: dict[type, type] = {}
@@ -383,7 +404,7 @@ def unhook_attention(model: nn.Module) -> nn.Module:
             del child._interp_use_nested_tensor
     if isinstance(model, AttentionHookedModel):
         model.__class__ = model._interp_original_class
-        for attr in ("hook_dict", "mod_dict", "is_caching", "context_level"):
+        for attr in ("hook_dict", "mod_dict", "hook_aliases", "is_caching", "context_level"):
             model.__dict__.pop(attr, None)
     elif isinstance(model, HookedRootModule):
         model.setup()

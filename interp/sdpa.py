@@ -676,7 +676,7 @@ def unhook_sdpa(model: nn.Module) -> nn.Module:
         for role in site.hooks:
             delattr(module, f"hook_{role}")
     model.__class__ = model._interp_original_class
-    for attr in ("hook_dict", "mod_dict", "is_caching", "context_level"):
+    for attr in ("hook_dict", "mod_dict", "hook_aliases", "is_caching", "context_level"):
         model.__dict__.pop(attr, None)
     return model
 

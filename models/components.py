@@ -26,16 +26,69 @@ from transformer_lens.hook_points import HookPoint
 from interp.models.config import EncoderConfig, GPTConfig
 
 
+class AliasedDict(dict):
+    """A cache dict that also answers to aliases (alias -> stored key): one tensor, two names."""
+
+    def __init__(self, data: dict, aliases: dict[str, str]):
+        super().__init__(data)
+        self.aliases = aliases
+
+    def __missing__(self, key):
+        if isinstance(key, str) and key in self.aliases and dict.__contains__(self, self.aliases[key]):
+            return self[self.aliases[key]]
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or (
+            isinstance(key, str) and key in self.aliases and dict.__contains__(self, self.aliases[key]))
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
 class CachingRoot(HookedRootModule):
     """A TransformerLens hook root whose `run_with_cache` returns an `ActivationCache` by default
-    (the base class returns a plain dict), so `cache["pattern", 0]` works on every hooked model."""
+    (the base class returns a plain dict), so `cache["pattern", 0]` works on every hooked model.
+
+    `hook_aliases` (alias -> hook name) gives a hook point a second name, e.g. TransformerLens's
+    `blocks.0.attn.hook_pattern` for a user model's `enc.layers.0.self_attn.hook_pattern`
+    (`interp.hook_attention`, `interp.hook_sdpa`): `mod_dict` holds both names for the one HookPoint,
+    `hook_dict` only its own (so every loop over it visits each point once), hook names and filters may
+    use either, and a cache stores its tensor once, under its own name, readable under both."""
+
+    hook_aliases: dict[str, str] = {}  # none unless set_hook_aliases gave some
+
+    def set_hook_aliases(self, aliases: dict[str, str]) -> None:
+        """Alias -> hook name; each alias resolves to the same HookPoint (in `mod_dict`)."""
+        unknown = sorted(name for name in aliases.values() if name not in self.hook_dict)
+        if unknown:
+            raise ValueError(f"hook aliases point at unknown hooks {unknown[:3]}; expected names in hook_dict.")
+        self.hook_aliases = dict(aliases)
+        for alias, name in aliases.items():
+            self.mod_dict[alias] = self.hook_dict[name]
+
+    def _with_aliases(self, names_filter):
+        """A callable filter that also selects a hook when it selects one of the hook's aliases."""
+        if not self.hook_aliases or not callable(names_filter):
+            return names_filter
+        alias_of: dict[str, list[str]] = {}
+        for alias, name in self.hook_aliases.items():
+            alias_of.setdefault(name, []).append(alias)
+        return lambda name: bool(names_filter(name)) or any(names_filter(a) for a in alias_of.get(name, ()))
+
+    def _enable_hook(self, name, hook, dir):
+        super()._enable_hook(name if isinstance(name, str) else self._with_aliases(name), hook, dir)
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
         names = self.cached_hook_names(kwargs.get("names_filter"))
         tokens = model_args[0] if model_args else kwargs.get("tokens")
         if isinstance(tokens, torch.Tensor) and tokens.ndim == 2:
             self.check_cache_size(names, *tokens.shape)
+        if self.hook_aliases and kwargs.get("names_filter") is not None:
+            kwargs["names_filter"] = names  # aliases resolved to the hooks' own names
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if self.hook_aliases:
+            cache_dict = AliasedDict(cache_dict, self.hook_aliases)
         if not return_cache_object:
             return out, cache_dict
         return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
@@ -52,12 +105,13 @@ class CachingRoot(HookedRootModule):
         if isinstance(names_filter, str):
             names_filter = [names_filter]
         if callable(names_filter):
+            names_filter = self._with_aliases(names_filter)
             chosen = [name for name in every if names_filter(name)]
             if not chosen:
                 raise ValueError(f"names_filter selects none of this model's {len(every)} hooks (e.g. {every[:3]}); "
                                  "check it, or pass a list of hook names.")
             return chosen
-        chosen = list(names_filter)
+        chosen = list(dict.fromkeys(self.hook_aliases.get(name, name) for name in names_filter))
         unknown = [name for name in chosen if name not in self.hook_dict]
         if unknown:
             close = difflib.get_close_matches(unknown[0], every, n=3)
@@ -523,7 +577,12 @@ class TransformerBlock(nn.Module):
     """One block. Pre-norm (default): resid + attn(ln1(resid)), then + mlp(ln2(resid)).
     `parallel_attn_mlp` (GPT-NeoX): resid + attn(ln1(resid)) + mlp(ln2(resid)), no resid_mid.
     `post_norm` (BERT): resid_mid = resid + attn(resid); resid_post = ln2(ln1(resid_mid) + mlp(ln1(resid_mid))),
-    as TransformerLens's BERT block hooks it (hook_resid_mid before ln1)."""
+    as TransformerLens's BERT block hooks it (hook_resid_mid before ln1).
+    Attention-only blocks keep `hook_mlp_out`, and it fires (zeros: there is no MLP) whenever it is
+    watched, so TransformerLens's sweeps over mlp_out (`patching.get_act_patch_block_every`) run there too."""
+
+    # TransformerLens's logit lens reads hook_resid_post as the one residual stream the next block gets
+    hook_out_is_single_residual_stream = True
 
     def __init__(self, cfg: GPTConfig, causal: bool):
         super().__init__()
@@ -562,6 +621,8 @@ class TransformerBlock(nn.Module):
         `hook_resid_post`: what resuming a forward after an edit of this layer's attention runs."""
         if not self.cfg.attn_only:
             resid = resid + self.hook_mlp_out(self.mlp(self.ln2(resid)))
+        elif hook_is_live(self.hook_mlp_out):
+            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
 
     def post_norm_forward(self, resid: torch.Tensor, key_mask, positions) -> torch.Tensor:
@@ -569,6 +630,8 @@ class TransformerBlock(nn.Module):
         resid = self.ln1(self.hook_resid_mid(resid + attn_out))
         if not self.cfg.attn_only:
             resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
+        elif hook_is_live(self.hook_mlp_out):
+            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, get_args
 
+import einops
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
 from interp.models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
@@ -124,6 +126,184 @@ class HookedGPT(CachingRoot):
             tokens = encoded
         tokens = torch.as_tensor(tokens)
         return tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
+
+    def _tokenizer_or_raise(self, what: str) -> Any:
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"{type(self).__name__} has no tokenizer, so {what}; pass token ids, "
+                             "or set model.tokenizer.")
+        return tokenizer
+
+    def _token_string(self, token_id: int) -> str:
+        tokenizer = self._tokenizer_or_raise("its token ids cannot be written as strings")
+        write = getattr(tokenizer, "token_string", None)
+        return str(write(token_id)) if write is not None else str(tokenizer.decode([token_id]))
+
+    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
+        """Each token as a string (TransformerLens's `to_str_tokens`): a list for one sequence (a string,
+        a list of ids, a 1-D tensor or a (1, pos) batch), a list of lists for a (batch, pos) tensor."""
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens)[0]
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 2 and tokens.shape[0] > 1:
+            return [[self._token_string(int(i)) for i in row] for row in tokens]
+        return [self._token_string(int(i)) for i in tokens.flatten()]
+
+    def to_string(self, tokens) -> str | list[str]:
+        """Token ids back to text (TransformerLens's `to_string`): one string for a sequence, a list for a batch."""
+        tokenizer = self._tokenizer_or_raise("its token ids cannot be decoded")
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 2:
+            return [str(tokenizer.decode(row.tolist())) for row in tokens]
+        return str(tokenizer.decode(tokens.flatten().tolist()))
+
+    def to_single_token(self, string: str) -> int:
+        """The id of a string that is exactly one token (TransformerLens's `to_single_token`)."""
+        ids = self.to_tokens(string)[0]
+        if ids.numel() != 1:
+            raise ValueError(f"{string!r} encodes to {ids.numel()} tokens {ids.tolist()}, not one; pass a token id.")
+        return int(ids[0])
+
+    # -- TransformerLens's weight surface: per-layer parameters stacked over layers, as HookedTransformer names them
+
+    def _stack(self, get) -> torch.Tensor:
+        return torch.stack([get(block) for block in self.blocks])
+
+    @property
+    def W_Q(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_model, d_head) query maps."""
+        return self._stack(lambda block: block.attn.W_Q)
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_model, d_head) key maps, one per *query* head: under grouped-query attention
+        key/value head g is repeated for its query heads (TransformerLens's `repeat_interleave` layout);
+        the stored key/value heads are `blocks[l].attn._W_K`."""
+        return self._stack(lambda block: block.attn.W_K)
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_model, d_head) value maps, per query head as `W_K`."""
+        return self._stack(lambda block: block.attn.W_V)
+
+    @property
+    def W_O(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_head, d_model) output maps."""
+        return self._stack(lambda block: block.attn.W_O)
+
+    @property
+    def b_Q(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_head)."""
+        return self._stack(lambda block: block.attn.b_Q)
+
+    @property
+    def b_K(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_head), per query head as `W_K`."""
+        return self._stack(lambda block: block.attn.b_K)
+
+    @property
+    def b_V(self) -> torch.Tensor:
+        """(n_layers, n_heads, d_head), per query head as `W_K`."""
+        return self._stack(lambda block: block.attn.b_V)
+
+    @property
+    def b_O(self) -> torch.Tensor:
+        """(n_layers, d_model)."""
+        return self._stack(lambda block: block.attn.b_O)
+
+    def _mlp_param(self, name: str) -> torch.Tensor:
+        if self.cfg.attn_only:
+            raise AttributeError(f"{name}: this model is attention-only (cfg.attn_only), it has no MLPs.")
+        if name == "W_gate" and not self.cfg.gated_mlp:
+            raise AttributeError("W_gate: this model's MLPs are not gated (cfg.gated_mlp is False).")
+        return self._stack(lambda block: getattr(block.mlp, name))
+
+    W_in = property(lambda self: self._mlp_param("W_in"), doc="(n_layers, d_model, d_mlp) MLP input maps.")
+    b_in = property(lambda self: self._mlp_param("b_in"), doc="(n_layers, d_mlp).")
+    W_gate = property(lambda self: self._mlp_param("W_gate"), doc="(n_layers, d_model, d_mlp), gated MLPs only.")
+    W_out = property(lambda self: self._mlp_param("W_out"), doc="(n_layers, d_mlp, d_model) MLP output maps.")
+    b_out = property(lambda self: self._mlp_param("b_out"), doc="(n_layers, d_model).")
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """(d_vocab, d_model) token embeddings."""
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> torch.Tensor:
+        """(n_ctx, d_model) learned position embeddings; rotary models have none (AttributeError)."""
+        if self.cfg.positional_embedding_type != "standard":
+            raise AttributeError(f"W_pos: this model's positions are {self.cfg.positional_embedding_type}, "
+                                 "not a learned table.")
+        return self.pos_embed.W_pos
+
+    def _unembed_or_raise(self) -> Unembed:
+        if not isinstance(getattr(self, "unembed", None), Unembed):
+            raise AttributeError(f"{type(self).__name__} has no unembedding (cfg.lm_head is None): no W_U / b_U.")
+        return self.unembed
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """(d_model, d_vocab) unembedding."""
+        return self._unembed_or_raise().W_U
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        """(d_vocab,) unembedding bias."""
+        return self._unembed_or_raise().b_U
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """(n_layers, n_heads, d_model, d_model) QK circuits W_Q W_K^T, factored (per query head)."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """(n_layers, n_heads, d_model, d_model) OV circuits W_V W_O, factored (per query head)."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def tokens_to_residual_directions(self, tokens: str | int | torch.Tensor) -> torch.Tensor:
+        """Each token's direction in the normalised final residual stream, (*tokens.shape, d_model)
+        (TransformerLens's method): its unembedding column times `ln_final`'s gain, the column
+        TransformerLens's default (LayerNorm-folded) models hold in W_U. So `cache.logit_attrs`, which
+        centres and divides by the cached final scale, gives each component's exact share of the logit
+        (the logit minus b_U and ln_final's bias term, summed over a full decomposition)."""
+        self._require_linear_readout("tokens_to_residual_directions")
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        gain = getattr(self.ln_final, "w", None)
+        W_U = self.W_U if gain is None else gain[:, None] * self.W_U  # (d_model, d_vocab)
+        if not isinstance(tokens, torch.Tensor) or tokens.numel() == 1:  # one token, as TransformerLens treats it
+            return W_U[:, int(tokens)]  # (d_model,)
+        directions = W_U[:, torch.as_tensor(tokens, device=W_U.device)]  # (d_model, *tokens.shape)
+        return einops.rearrange(directions, "d_model ... -> ... d_model")
+
+    def _require_linear_readout(self, what: str) -> None:
+        """Logits must be ln_final(resid) @ W_U + b_U for residual-stream attribution to mean anything."""
+        head = getattr(self.cfg, "lm_head", "unembed")
+        if head != "unembed":
+            raise ValueError(f"{what}: this model's logits are not ln_final(resid) @ W_U + b_U (cfg.lm_head={head!r}: "
+                             "an MLM transform or no head), so residual directions of tokens do not exist.")
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
+        """(d_model,) sum of the biases written to the residual stream before block `layer`'s attention
+        (`mlp_input=True`: before its MLP, so its own b_O too); TransformerLens's method, which
+        `ActivationCache.get_full_resid_decomposition` calls. Post-norm blocks rescale the stream, so
+        no sum of biases is part of it there: refused."""
+        if self.cfg.post_norm:
+            raise ValueError("accumulated_bias: post-norm blocks (BERT) normalise the residual stream after each "
+                             "sublayer, so it is not a sum of component outputs and biases.")
+        if not 0 <= layer <= self.cfg.n_layers or (mlp_input and layer == self.cfg.n_layers):
+            raise ValueError(f"accumulated_bias(layer={layer}, mlp_input={mlp_input}); expected 0 <= layer <= "
+                             f"{self.cfg.n_layers} (< with mlp_input).")
+        total = torch.zeros(self.cfg.d_model, device=self.device, dtype=self.dtype)
+        for block in self.blocks[:layer]:
+            total = total + block.attn.b_O
+            if include_mlp_biases and not self.cfg.attn_only:
+                total = total + block.mlp.b_out
+        if mlp_input:
+            total = total + self.blocks[layer].attn.b_O
+        return total
 
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate a (batch, pos) batch of token ids; raise an error that says how to fix it."""

@@ -28,6 +28,7 @@ from interp.models.config import EncoderConfig, GPTConfig
 from interp.models.encoder import HookedEncoder
 from interp.models.files import write_atomic
 from interp.models.gpt import HookedGPT
+from interp.models.tokenizers import shipped_tokenizer
 
 ARCHITECTURES = {"GPTConfig": (GPTConfig, HookedGPT), "EncoderConfig": (EncoderConfig, HookedEncoder)}
 CONFIG_KEY = "interp.config"  # safetensors metadata: the config the weights were saved with (canonical JSON)
@@ -113,6 +114,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     except ValueError as error:  # NaN or inf in the file
         raise CheckpointError(f"{weights_path}: {error}") from None
     model.metadata = document.get("metadata", {})
+    model.tokenizer = shipped_tokenizer(model.metadata, config.d_vocab)
     model.load_notes = notes
     return model.to(device).eval()
 

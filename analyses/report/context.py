@@ -58,8 +58,10 @@ def model_summary(model: nn.Module, spec: str | None) -> dict[str, Any]:
 
 
 def has_tokenizer(model: nn.Module) -> bool:
-    """A text model: it carries a tokenizer that turns text into its ids."""
-    return getattr(model, "tokenizer", None) is not None
+    """A text model: it carries a tokenizer that turns text into its ids (the shipped checkpoints' tokenizers,
+    `interp.models.tokenizers`, say `text_prompts_by_default = False`: their reports keep token prompts)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    return tokenizer is not None and getattr(tokenizer, "text_prompts_by_default", True)
 
 
 def default_prompt_spec(model: nn.Module, seed: int = 0, n: int | None = None):
