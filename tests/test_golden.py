@@ -41,9 +41,11 @@ def _round_trip(frame: pd.DataFrame, tmp_path: Path, name: str) -> pd.DataFrame:
 # kernels reproduces the failure of issue 24 #18 (necessity 8.1e-8 apart, 1.96e-6 of its own value).
 # Threads, batch sizes and prompt order moved no number by a single bit on that machine: the kernels
 # (vector width, blocking of the float32 reductions) are what differs from one CPU to the next.
-MEASURED_SPREAD = 2.3e-7
+# Re-measured after issue #20 (studentized intervals, knockout evidence): 5.87e-7, under "other CPU
+# kernels" (the slow test below, run once on this machine; the column was not recorded).
+MEASURED_SPREAD = 5.9e-7
 # Factor 10 for CPUs whose kernels differ more than the two measured (AVX-512, ARM NEON); it leaves the
-# comparison 4x tighter than a 1e-5 relative move, which must fail (the can-fail test below).
+# comparison tighter than a 1e-5 relative move, which must fail (the can-fail test below).
 FACTOR = 10
 TOLERANCE = MEASURED_SPREAD * FACTOR  # of the column's largest magnitude
 ATOL = 1e-9  # for a column of zeros
