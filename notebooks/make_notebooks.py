@@ -75,24 +75,22 @@ def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="",
     ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)'''
 
 
-def viewer_cells(model: str, prompt: str, layer: str = "None", head: str = "None") -> list:
-    """VIEWER: the inline viewer for one notebook, `interp.show(model, prompt, layer, head)` (issue #23's viewer).
-
-    The integrator wires this once `interp.show` lands (adjust the call here, then `make notebooks`); until
-    then the cell says it is skipped, so every notebook executes with or without the viewer. Arguments
-    are the notebook's own variable names / expressions, as source text."""
+def viewer_cells(model: str, prompt: str, layer: str = "None", head: str = "None",
+                 intro: str = "") -> list:
+    """The inline viewer for one notebook: `interp.show(model, prompt, layer, head)`, every head of the
+    layer as a small multiple and the chosen head's grid (hover a cell for its tokens and weight). The
+    arguments are the notebook's own variable names / expressions, as source text; `intro` a sentence
+    before it."""
     return [
-        md("""
+        md(f"""
 ## The heads in the viewer
 
-`interp.show` draws the same attention patterns inline and interactively (hover a cell for its
-tokens and weight; offline, no network).
+{intro}`interp.show` draws the attention patterns inline and interactively: every head of the layer
+as a thumbnail (click one to open it) and the open head's grid, labelled with the tokens (hover a
+cell for its query, key and weight). It works offline, with no network.
 """),
         code(f"""
-if hasattr(interp, "show"):
-    display(interp.show({model}, {prompt}, layer={layer}, head={head}))
-else:
-    print("interp.show is not in this version of the toolkit: the inline viewer is skipped")""", "viewer"),
+display(interp.show({model}, {prompt}, layer={layer}, head={head}))""", "viewer"),
     ]
 
 
@@ -273,7 +271,10 @@ print(f"largest weight above the diagonal: {float(weights.triu(1).max()):.1f}; r
       f"{float(weights.sum(-1).min()):.3f} to {float(weights.sum(-1).max()):.3f}")
 print(f"largest change of an earlier output: correct {float(moved['correct'].max()):.3g}, broken {float(moved['broken'].max()):.3g}")""",
          "heatmap-and-leak"),
-    *viewer_cells("broken", "tokens", "0", "0"),
+    *viewer_cells('interp.load("toy-induction")', "interp.repeated_tokens(1, 10, 255, seed=0, bos=255)", "1", "0",
+                  intro="The lesson's hand-built models are not hooked; the shipped `toy-induction` checkpoint is, "
+                        "so here is its second layer on one repeated prompt, where each query of the second copy "
+                        "attends to the token after its earlier occurrence. "),
     results_cell("""
 results = {
     "context_of_query_0": out[0, 0].tolist(),

@@ -273,7 +273,10 @@ def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
 def test_version_flag_prints_the_toolkit_and_schema_versions():
     result = run_cli("--version")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"interp {cli.toolkit_version()} (JSON schema {cli.JSON_SCHEMA})"
+    from interp.schemas import REPORT_SCHEMA
+
+    assert result.stdout.strip() == (f"interp {cli.toolkit_version()} (JSON schema {cli.JSON_SCHEMA}, "
+                                     f"report schema {REPORT_SCHEMA})")
 
 
 def test_envelope_has_one_shape_and_integers_stay_integers():

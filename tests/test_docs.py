@@ -124,13 +124,24 @@ def _schema_number(field: str) -> int:
 
 
 def test_schema_page_versions_equal_the_code():
-    from interp.analyses.report.format import SCHEMA_VERSION
-    from interp.cli.output import JSON_SCHEMA
+    from interp.schemas import JSON_SCHEMA, REPORT_SCHEMA
 
     assert _schema_number("schema") == JSON_SCHEMA
-    assert _schema_number("schema_version") == SCHEMA_VERSION
+    assert _schema_number("schema_version") == REPORT_SCHEMA
     text = (DOCS / "schemas.md").read_text()
-    assert f"(`schema` {JSON_SCHEMA})" in text and f"(`schema_version` {SCHEMA_VERSION})" in text
+    assert f"(`schema` {JSON_SCHEMA})" in text and f"(`schema_version` {REPORT_SCHEMA})" in text
+
+
+def test_changelog_names_the_version_and_both_schemas():
+    """CHANGELOG.md's newest section names the distribution's version and both schema versions, as
+    `interp --version` prints them and the docs' schemas page states them."""
+    from interp.cli.output import toolkit_version
+    from interp.schemas import JSON_SCHEMA, REPORT_SCHEMA
+
+    changelog = (DOCS.parent / "CHANGELOG.md").read_text()
+    newest = next(line for line in changelog.splitlines() if line.startswith("## "))
+    assert newest.startswith(f"## {toolkit_version()}"), newest
+    assert f"JSON schema {JSON_SCHEMA}, report schema {REPORT_SCHEMA}" in newest, newest
 
 
 def _first_column(page: str, heading: str) -> list[str]:

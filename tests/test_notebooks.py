@@ -158,14 +158,12 @@ def test_results_cell_is_hidden_and_stores_the_dict_unprinted():
     assert shown == [({MAKE.RESULTS_MIME: '{"a": 1.5}'}, True)]
 
 
-def test_viewer_cells_are_skipped_without_interp_show_and_shown_with_it(capsys):
-    """The integrator's slot for `interp.show`: the cell runs with or without it."""
+def test_viewer_cells_show_the_chosen_head():
+    """Each notebook's viewer cell calls `interp.show` with its model, prompt, layer and head."""
     markdown, cell = MAKE.viewer_cells("model", "tokens", "1", "2")
     assert cell.metadata["tags"] == ["viewer"] and "interp.show" in markdown.source
     types = __import__("types")
     shown = []
-    exec(cell.source, {"interp": types.SimpleNamespace(), "display": shown.append, "model": "m", "tokens": "t"})
-    assert shown == [] and "skipped" in capsys.readouterr().out
     show = lambda model, prompt, layer=None, head=None: ("viewer", model, prompt, layer, head)
     exec(cell.source, {"interp": types.SimpleNamespace(show=show), "display": shown.append, "model": "m", "tokens": "t"})
     assert shown == [("viewer", "m", "t", 1, 2)]

@@ -24,9 +24,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from interp.claims import DEFAULT_EVIDENCE, MIN_EFFECT, Verdict
+from interp.schemas import REPORT_SCHEMA
 
 # bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = REPORT_SCHEMA  # interp.schemas keeps every version the toolkit writes
 FLOOR_TOLERANCE = 1e-6  # relative: p-values may come back as float32
 
 

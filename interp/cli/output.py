@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from interp.errors import BadInput  # no torch: --help stays fast
+from interp.schemas import JSON_SCHEMA  # the envelope's version (re-exported by interp.cli)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,7 +81,6 @@ def _columns_env() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-JSON_SCHEMA = 1  # version of the JSON envelope and of each command's `result`; changes go in CHANGELOG.md
 DISTRIBUTION = "interp-attention"
 # keys whose values are counts or indices: written as JSON integers even when pandas made them floats
 # (a column with a missing value becomes float64: `"layer": 0.0`)

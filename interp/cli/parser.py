@@ -10,6 +10,7 @@ from interp.cli.audit import cmd_audit_leakage
 from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
 from interp.cli.common import AUDIT_PROMPTS_DEFAULT, DEFAULT_SPEC, PROMPTS_DEFAULT
 from interp.cli.output import JSON_SCHEMA, toolkit_version
+from interp.schemas import REPORT_SCHEMA
 from interp.launch import add_flags as add_scale_flags
 from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
 
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON schema version, and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print the toolkit's version and the JSON and report schema versions, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def command(name: str, handler: Callable, summary: str, example: str, description: str = "") -> argparse.ArgumentParser:
@@ -159,7 +160,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"interp {toolkit_version()} (JSON schema {JSON_SCHEMA})")
+        print(f"interp {toolkit_version()} (JSON schema {JSON_SCHEMA}, report schema {REPORT_SCHEMA})")
         parser.exit()
 
 
