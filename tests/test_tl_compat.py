@@ -17,20 +17,10 @@ from interp.models.config import EncoderConfig  # noqa: E402
 from interp.models.convert import convert_model  # noqa: E402
 from interp.models.encoder import HookedEncoder  # noqa: E402
 from interp.models.tokenizers import SymbolTokenizer  # noqa: E402
+from test_convert import _randomise as randomise  # noqa: E402 - the same random weights as the conversion tests
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 VOCAB, N_POS = 50, 7
-
-
-def _randomise(model: torch.nn.Module) -> torch.nn.Module:
-    """Every weight random, biases and norm gains included, so each term of a decomposition matters."""
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator) * 0.15
-            gain = param.ndim == 1 and name.endswith("weight") and "embed" not in name
-            param.copy_(noise + 1.0 if gain else noise)
-    return model.eval()
 
 
 def _word_tokenizer():
@@ -42,7 +32,7 @@ def _word_tokenizer():
 
 
 def _converted(hf_model):
-    model = convert_model(_randomise(hf_model)).eval()
+    model = convert_model(randomise(hf_model, 0)).eval()
     model.tokenizer = _word_tokenizer()
     return model
 
@@ -62,7 +52,7 @@ def _llama():  # grouped-query: 6 query heads share 2 key/value heads; RMSNorm, 
 def _encoder():  # a pre-norm HookedEncoder (bidirectional) with an unembedding
     model = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_vocab=VOCAB, n_ctx=32, seed=0))
     model.tokenizer = SymbolTokenizer(VOCAB)
-    return _randomise(model)
+    return randomise(model, 0)
 
 
 MODELS = {"toy-induction": lambda: interp.load("toy-induction"), "stdlib-bytes": lambda: interp.load("stdlib-bytes"),
@@ -405,9 +395,9 @@ def test_hooked_user_models_answer_to_canonical_names(kind):
 def test_post_norm_and_mlm_encoders_refuse_what_has_no_meaning_there():
     """BERT (post-norm, MLM head): weights stack, but the residual stream is no sum of biases and the logits
     are no linear readout of it, so accumulated_bias and tokens_to_residual_directions refuse, saying why."""
-    bert = convert_model(_randomise(transformers.BertForMaskedLM(transformers.BertConfig(
+    bert = convert_model(randomise(transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
-        max_position_embeddings=32)))).eval()
+        max_position_embeddings=32)), 0)).eval()
     assert bert.W_Q.shape == (2, 3, 24, 8) and bert.W_pos.shape == (32, 24)
     with pytest.raises(ValueError, match="post-norm"):
         bert.accumulated_bias(1)
