@@ -39,6 +39,7 @@ from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.heads import head_label
 from interp.hooks import attention_sites, hooked
+from interp.models.files import write_atomic
 
 MAX_PROMPTS = 4  # prompts embedded in the page
 MAX_TOKENS = 48  # tokens kept per prompt (the first ones)
@@ -182,9 +183,7 @@ class AttentionView:
 
     def save(self, path: str | Path) -> Path:
         """Write a standalone page with this viewer (opens from disk, offline); returns the path."""
-        out = Path(path)
-        out.write_text(page_html(viewer_html(self.data)), encoding="utf-8")
-        return out
+        return write_atomic(path, page_html(viewer_html(self.data)))  # never a half-written page
 
     def __repr__(self) -> str:
         d = self.data
