@@ -169,47 +169,20 @@ class HookedGPT(CachingRoot):
     def _stack(self, get) -> torch.Tensor:
         return torch.stack([get(block) for block in self.blocks])
 
-    @property
-    def W_Q(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_model, d_head) query maps."""
-        return self._stack(lambda block: block.attn.W_Q)
+    def _attn_param(self, name: str) -> torch.Tensor:
+        return self._stack(lambda block: getattr(block.attn, name))
 
-    @property
-    def W_K(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_model, d_head) key maps, one per *query* head: under grouped-query attention
-        key/value head g is repeated for its query heads (TransformerLens's `repeat_interleave` layout);
-        the stored key/value heads are `blocks[l].attn._W_K`."""
-        return self._stack(lambda block: block.attn.W_K)
-
-    @property
-    def W_V(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_model, d_head) value maps, per query head as `W_K`."""
-        return self._stack(lambda block: block.attn.W_V)
-
-    @property
-    def W_O(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_head, d_model) output maps."""
-        return self._stack(lambda block: block.attn.W_O)
-
-    @property
-    def b_Q(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_head)."""
-        return self._stack(lambda block: block.attn.b_Q)
-
-    @property
-    def b_K(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_head), per query head as `W_K`."""
-        return self._stack(lambda block: block.attn.b_K)
-
-    @property
-    def b_V(self) -> torch.Tensor:
-        """(n_layers, n_heads, d_head), per query head as `W_K`."""
-        return self._stack(lambda block: block.attn.b_V)
-
-    @property
-    def b_O(self) -> torch.Tensor:
-        """(n_layers, d_model)."""
-        return self._stack(lambda block: block.attn.b_O)
+    # key/value maps and biases are per *query* head: under grouped-query attention key/value head g is
+    # repeated for its query heads (TransformerLens's `repeat_interleave` layout); the stored key/value
+    # heads are `blocks[l].attn._W_K`
+    W_Q = property(lambda self: self._attn_param("W_Q"), doc="(n_layers, n_heads, d_model, d_head) query maps.")
+    W_K = property(lambda self: self._attn_param("W_K"), doc="(n_layers, n_heads, d_model, d_head) key maps, per query head.")
+    W_V = property(lambda self: self._attn_param("W_V"), doc="(n_layers, n_heads, d_model, d_head) value maps, per query head.")
+    W_O = property(lambda self: self._attn_param("W_O"), doc="(n_layers, n_heads, d_head, d_model) output maps.")
+    b_Q = property(lambda self: self._attn_param("b_Q"), doc="(n_layers, n_heads, d_head).")
+    b_K = property(lambda self: self._attn_param("b_K"), doc="(n_layers, n_heads, d_head), per query head.")
+    b_V = property(lambda self: self._attn_param("b_V"), doc="(n_layers, n_heads, d_head), per query head.")
+    b_O = property(lambda self: self._attn_param("b_O"), doc="(n_layers, d_model).")
 
     def _mlp_param(self, name: str) -> torch.Tensor:
         if self.cfg.attn_only:
