@@ -84,8 +84,8 @@ class CachingRoot(HookedRootModule):
         tokens = model_args[0] if model_args else kwargs.get("tokens")
         if isinstance(tokens, torch.Tensor) and tokens.ndim == 2:
             self.check_cache_size(names, *tokens.shape)
-        if self.hook_aliases and kwargs.get("names_filter") is not None:
-            kwargs["names_filter"] = names  # aliases resolved to the hooks' own names
+        if kwargs.get("names_filter") is None or self.hook_aliases:
+            kwargs["names_filter"] = names  # aliases resolved to the hooks' own names; split inputs only when named
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if self.hook_aliases:
             cache_dict = AliasedDict(cache_dict, self.hook_aliases)
@@ -95,13 +95,14 @@ class CachingRoot(HookedRootModule):
 
 
     def cached_hook_names(self, names_filter) -> list[str]:
-        """The hook names `names_filter` selects (None: all); a misspelt name is an error naming close
-        matches, and a filter that selects nothing is refused rather than giving an empty cache."""
+        """The hook names `names_filter` selects (None: all but the split q/k/v inputs, which change the
+        forward and hold a residual stream per head: `TransformerBlock`); a misspelt name is an error
+        naming close matches, and a filter that selects nothing is refused rather than giving an empty cache."""
         import difflib
 
         every = list(self.hook_dict)
         if names_filter is None:
-            return every
+            return [name for name in every if not name.endswith(SPLIT_INPUTS)]
         if isinstance(names_filter, str):
             names_filter = [names_filter]
         if callable(names_filter):
@@ -129,7 +130,9 @@ class CachingRoot(HookedRootModule):
         d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
         per_token = {"q": cfg.n_heads * cfg.d_head, "k": cfg.n_heads * cfg.d_head, "v": cfg.n_heads * cfg.d_head,
                      "z": cfg.n_heads * cfg.d_head, "result": cfg.n_heads * cfg.d_model, "pre": d_mlp, "post": d_mlp,
-                     "scale": 1, "attn_scores": cfg.n_heads * n_pos, "pattern": cfg.n_heads * n_pos}
+                     "scale": 1, "q_input": cfg.n_heads * cfg.d_model,
+                     "k_input": getattr(cfg, "n_kv_heads", cfg.n_heads) * cfg.d_model,
+                     "v_input": getattr(cfg, "n_kv_heads", cfg.n_heads) * cfg.d_model, "attn_scores": cfg.n_heads * n_pos, "pattern": cfg.n_heads * n_pos}
         elements = sum(per_token.get(name.rsplit("hook_", 1)[-1], cfg.d_model) for name in names) * batch * n_pos
         size = elements * torch.finfo(next(self.parameters()).dtype).bits // 8
         available = _available_bytes(next(self.parameters()).device)
@@ -471,11 +474,19 @@ class Attention(nn.Module):
         return allowed
 
     def forward(
-        self, x: torch.Tensor, key_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+        self, x: torch.Tensor, key_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None, *,
+        k_input: torch.Tensor | None = None, v_input: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: (batch, pos, d_model); key_mask: (batch, pos), 1 for real tokens, 0 for padding;
-        positions: (batch, pos) position ids, used by rotary embeddings."""
-        q, k, v = self.project_qkv(x, positions)  # q (batch, head, pos, d_head); k, v (batch, kv_head, pos, d_head)
+        positions: (batch, pos) position ids, used by rotary embeddings.
+
+        Split inputs (`TransformerBlock.hook_q_input`...): with `k_input` and `v_input` given, x is each
+        query head's own input (batch, pos, head, d_model) and k_input / v_input each key / value head's
+        (batch, pos, kv_head, d_model), all normalised."""
+        if k_input is None or v_input is None:
+            q, k, v = self.project_qkv(x, positions)  # q (batch, head, pos, d_head); k, v (batch, kv_head, pos, d_head)
+        else:
+            q, k, v = self.project_split(x, k_input, v_input, positions)
         if self.explicit_needed():
             z = self.explicit_z(q, k, v, key_mask)
         else:
@@ -511,13 +522,29 @@ class Attention(nn.Module):
         b_qkv = einops.rearrange(torch.cat([self.b_Q, b_K, b_V]), "head d_head -> head 1 d_head")
         qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head") + b_qkv
         q, k, v = qkv.split([self.cfg.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)
-        if self.cfg.positional_embedding_type == "rotary":
-            if positions is None:
-                positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], x.shape[1])
-            cos, sin = rotary_angles(positions, self.rotary_inv_freq)
-            q = apply_rotary(q, cos, sin)
-            k = apply_rotary(k, cos, sin)
-        return q, k, v
+        return (*self.rotate(q, k, positions), v)
+
+    def project_split(self, q_input: torch.Tensor, k_input: torch.Tensor, v_input: torch.Tensor,
+                      positions: torch.Tensor | None):
+        """`project_qkv` from per-head inputs: q_input (batch, pos, head, d_model), k_input and v_input
+        (batch, pos, kv_head, d_model); head h's query reads only q_input[:, :, h] (path patching)."""
+        W_K, W_V, b_K, b_V = self.kv_weights()
+
+        def project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            out = einops.einsum(x, W, "batch pos head d_model, head d_model d_head -> batch head pos d_head")
+            return out + einops.rearrange(b, "head d_head -> head 1 d_head")
+
+        q, k = self.rotate(project(q_input, self.W_Q, self.b_Q), project(k_input, W_K, b_K), positions)
+        return q, k, project(v_input, W_V, b_V)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None):
+        """q and k (batch, head, pos, d_head) with rotary embeddings applied (unchanged without them)."""
+        if self.cfg.positional_embedding_type != "rotary":
+            return q, k
+        if positions is None:
+            positions = torch.arange(q.shape[2], device=q.device).expand(q.shape[0], q.shape[2])
+        cos, sin = rotary_angles(positions, self.rotary_inv_freq)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
     def per_query_head(self, kv: torch.Tensor) -> torch.Tensor:
         """Key or value heads (batch, kv_head, pos, d_head) repeated to one per query head."""
@@ -579,7 +606,14 @@ class TransformerBlock(nn.Module):
     `post_norm` (BERT): resid_mid = resid + attn(resid); resid_post = ln2(ln1(resid_mid) + mlp(ln1(resid_mid))),
     as TransformerLens's BERT block hooks it (hook_resid_mid before ln1).
     Attention-only blocks keep `hook_mlp_out`, and it fires (zeros: there is no MLP) whenever it is
-    watched, so TransformerLens's sweeps over mlp_out (`patching.get_act_patch_block_every`) run there too."""
+    watched, so TransformerLens's sweeps over mlp_out (`patching.get_act_patch_block_every`) run there too.
+
+    Split inputs (TransformerLens's names, for path patching): `hook_q_input`, `hook_k_input`,
+    `hook_v_input` (batch, pos, head, d_model; kv heads for k and v) carry the residual stream each
+    head's query, key or value reads, before the norm, one copy per head. They fire only when
+    watched: then ln1 runs once per branch (its hooks fire three times, with a head axis) and each head
+    projects its own copy; otherwise the block is unchanged. `run_with_cache` caches them only when
+    named. `hook_mlp_in` (models with MLPs) is the residual stream the MLP reads (pre-norm: before ln2)."""
 
     # TransformerLens's logit lens reads hook_resid_post as the one residual stream the next block gets
     hook_out_is_single_residual_stream = True
@@ -598,6 +632,27 @@ class TransformerBlock(nn.Module):
             self.hook_resid_mid = HookPoint()  # (batch, pos, d_model)
         self.hook_mlp_out = HookPoint()  # (batch, pos, d_model)
         self.hook_resid_post = HookPoint()  # (batch, pos, d_model)
+        self.hook_q_input = HookPoint()  # (batch, pos, head, d_model)
+        self.hook_k_input = HookPoint()  # (batch, pos, kv_head, d_model)
+        self.hook_v_input = HookPoint()  # (batch, pos, kv_head, d_model)
+        if not cfg.attn_only:
+            self.hook_mlp_in = HookPoint()  # (batch, pos, d_model)
+
+    def split_inputs_live(self) -> bool:
+        return any(hook_is_live(h) for h in (self.hook_q_input, self.hook_k_input, self.hook_v_input))
+
+    def attention(self, resid: torch.Tensor, key_mask, positions, norm: Callable[[torch.Tensor], torch.Tensor]):
+        """The attention output for `resid` (batch, pos, d_model) read through `norm`; per-head split
+        inputs when one of them is watched (see the class)."""
+        if not self.split_inputs_live():
+            return self.attn(norm(resid), key_mask, positions)
+        n_kv = self.attn.n_kv_heads
+
+        def split(hook: HookPoint, n: int) -> torch.Tensor:  # (batch, pos, head, d_model), its own memory
+            return norm(hook(einops.repeat(resid, "batch pos d_model -> batch pos head d_model", head=n).contiguous()))
+
+        return self.attn(split(self.hook_q_input, self.cfg.n_heads), key_mask, positions,
+                         k_input=split(self.hook_k_input, n_kv), v_input=split(self.hook_v_input, n_kv))
 
     def forward(
         self, resid: torch.Tensor, key_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
@@ -605,9 +660,9 @@ class TransformerBlock(nn.Module):
         resid = self.hook_resid_pre(resid)
         if self.cfg.post_norm:
             return self.post_norm_forward(resid, key_mask, positions)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), key_mask, positions))
+        attn_out = self.hook_attn_out(self.attention(resid, key_mask, positions, self.ln1))
         if self.cfg.parallel_attn_mlp:
-            return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(self.mlp(self.ln2(resid))))
+            return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(self.mlp(self.ln2(self.hook_mlp_in(resid)))))
         return self.after_attention(self.hook_resid_mid(resid + attn_out))
 
     @property
@@ -620,19 +675,26 @@ class TransformerBlock(nn.Module):
         """The rest of a sequential pre-norm block from `hook_resid_mid` (batch, pos, d_model) to
         `hook_resid_post`: what resuming a forward after an edit of this layer's attention runs."""
         if not self.cfg.attn_only:
-            resid = resid + self.hook_mlp_out(self.mlp(self.ln2(resid)))
+            resid = resid + self.hook_mlp_out(self.mlp(self.ln2(self.hook_mlp_in(resid))))
         elif hook_is_live(self.hook_mlp_out):
             resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
 
     def post_norm_forward(self, resid: torch.Tensor, key_mask, positions) -> torch.Tensor:
-        attn_out = self.hook_attn_out(self.attn(resid, key_mask, positions))
+        attn_out = self.hook_attn_out(self.attention(resid, key_mask, positions, _unnormed))
         resid = self.ln1(self.hook_resid_mid(resid + attn_out))
         if not self.cfg.attn_only:
-            resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
+            resid = self.ln2(resid + self.hook_mlp_out(self.mlp(self.hook_mlp_in(resid))))
         elif hook_is_live(self.hook_mlp_out):
             resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
         return self.hook_resid_post(resid)
+
+
+def _unnormed(x: torch.Tensor) -> torch.Tensor:
+    return x  # a post-norm block's attention reads the residual stream as it is
+
+
+SPLIT_INPUTS = ("hook_q_input", "hook_k_input", "hook_v_input")
 
 
 def init_weights(model: nn.Module, cfg: GPTConfig) -> None:

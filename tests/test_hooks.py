@@ -98,7 +98,7 @@ def test_check_hook_names_suggests_close_names(tiny_gpt):
     check_hook_names(tiny_gpt, ["blocks.0.attn.hook_pattern", "hook_embed"])
     with pytest.raises(KeyError, match=r"'blocks\.1\.attn\.hook_scores'.*Did you mean .*blocks\.1\.attn\.hook_attn_scores"):
         check_hook_names(tiny_gpt, ["blocks.1.attn.hook_scores"])
-    with pytest.raises(KeyError, match="has 40 hooks; see model.hook_dict"):
+    with pytest.raises(KeyError, match="has 48 hooks; see model.hook_dict"):
         check_hook_names(tiny_gpt, ["zzzz"])
 
 

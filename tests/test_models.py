@@ -25,6 +25,8 @@ def layer_hooks(layer: int) -> list[str]:
         f"blocks.{layer}.mlp.hook_pre", f"blocks.{layer}.mlp.hook_post",
         f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_mid",
         f"blocks.{layer}.hook_mlp_out", f"blocks.{layer}.hook_resid_post",
+        f"blocks.{layer}.hook_q_input", f"blocks.{layer}.hook_k_input", f"blocks.{layer}.hook_v_input",
+        f"blocks.{layer}.hook_mlp_in",
     ]
 
 

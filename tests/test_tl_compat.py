@@ -239,9 +239,14 @@ def test_get_act_name_and_run_with_hooks_reach_our_hooks(case):
 
 
 def test_no_hook_stays_silent(case):
-    """Every hook in hook_dict fires in a cached forward (attention-only blocks' mlp_out carries zeros)."""
-    _, model, _, _, cache = case
-    assert set(cache.keys()) == set(model.hook_dict)
+    """Every hook in hook_dict fires in a cached forward (attention-only blocks' mlp_out carries zeros); the
+    split q/k/v inputs, cached only when named, fire then."""
+    _, model, tokens, _, cache = case
+    split = {name for name in model.hook_dict if name.endswith(("hook_q_input", "hook_k_input", "hook_v_input"))}
+    assert len(split) == 3 * model.cfg.n_layers
+    assert set(cache.keys()) == set(model.hook_dict) - split
+    _, named = model.run_with_cache(tokens, names_filter=sorted(split))
+    assert set(named.keys()) == split
     if model.cfg.attn_only:
         assert all(torch.count_nonzero(cache["mlp_out", layer]) == 0 for layer in range(model.cfg.n_layers))
 

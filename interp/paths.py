@@ -1,0 +1,373 @@
+"""The computational graph of a pre-norm transformer, and the intervention that patches its edges.
+
+Nodes are what writes to (or reads the whole of) the residual stream:
+
+    embed      the embeddings (the residual stream entering block 0)
+    L{l}H{h}   attention head h of layer l (its `hook_result`: z @ W_O[h])
+    MLP{l}     layer l's MLP (`hook_mlp_out`)
+    logits     the final residual stream, read by the final norm and the unembedding
+
+An `Edge` is one sender's write reaching one input of a receiver: `via` "q", "k" or "v" (a head's
+query, key or value input: `blocks.{l}.hook_q_input`...), "in" (an MLP's input: `hook_mlp_in`) or
+"direct" (the logits). The residual stream a receiver reads is the sum of its senders' writes
+(plus biases, which no patch changes), so an edge can be patched alone.
+
+`EdgePatch(edges)` is an intervention for `interp.Run`: in the forward, every patched edge's receiver
+reads the sender's write from a *corrupted* run in place of the sender's write in this run,
+`input += corrupted(S) - current(S)`, and nothing else changes (the receiver's own output then flows on
+as usual). The corrupted run is the model on other prompts of the same set (`source=None`: each prompt
+reads a donor drawn by a derangement keyed by the Run's seed, among prompts of the same length) or on
+a corrupted set given row for row. Path patching is an `EdgePatch` of one edge; a circuit test patches
+every edge outside the circuit (causal scrubbing: resampled, never zeroed).
+
+Defined for pre-norm models with split inputs (`HookedGPT`: sequential or parallel blocks); post-norm
+blocks normalise the residual stream between writers, so the stream is not a sum of node outputs there.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Literal, get_args
+
+import torch
+from torch import nn
+
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.hooks import hooked
+
+Via = Literal["q", "k", "v", "in", "direct"]
+VIAS: tuple[str, ...] = get_args(Via)
+HEAD_VIAS = ("q", "k", "v")
+
+_NODE = re.compile(r"^\s*(?:(embed)|L(\d+)H(\d+)|MLP(\d+)|(logits))\s*$", re.IGNORECASE)
+_EDGE = re.compile(r"^\s*(\S+)\s*->\s*(\S+)(?:\s+via\s+(\w+))?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, order=True)
+class Node:
+    """One component: kind "embed", "head", "mlp" or "logits"; `layer` orders them (embed -1, logits last)."""
+
+    layer: int
+    kind: str
+    head: int = -1  # heads only
+
+    @property
+    def label(self) -> str:
+        if self.kind == "head":
+            return f"L{self.layer}H{self.head}"
+        if self.kind == "mlp":
+            return f"MLP{self.layer}"
+        return self.kind
+
+    def __str__(self) -> str:
+        return self.label
+
+
+LOGITS_LAYER = 2**31 - 1  # the logits sort after every layer of any model
+
+
+def parse_node(node: "Node | str") -> Node:
+    """A Node from 'embed', 'L1H2', 'MLP0' or 'logits' (case ignored)."""
+    if isinstance(node, Node):
+        return node
+    match = _NODE.match(node) if isinstance(node, str) else None
+    if match is None:
+        raise BadInput(f"{node!r} is not a node; expected 'embed', a head 'L{{layer}}H{{head}}', 'MLP{{layer}}' or 'logits'.")
+    embed, layer, head, mlp, logits = match.groups()
+    if embed:
+        return Node(-1, "embed")
+    if logits:
+        return Node(LOGITS_LAYER, "logits")
+    if mlp is not None:
+        return Node(int(mlp), "mlp")
+    return Node(int(layer), "head", int(head))
+
+
+@dataclass(frozen=True, order=True)
+class Edge:
+    """A sender's write reaching one input of a receiver."""
+
+    sender: Node
+    receiver: Node
+    via: str
+
+    @property
+    def label(self) -> str:
+        """'L0H0 -> L1H1 via k'; edges into the logits read 'L1H1 -> logits'."""
+        return f"{self.sender} -> {self.receiver}" + ("" if self.via == "direct" else f" via {self.via}")
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def parse_edge(edge: "Edge | str", model: nn.Module | None = None) -> Edge:
+    """An Edge from 'L0H0 -> L1H1 via k', 'L0H0 -> MLP1' (via in), 'MLP1 -> logits' (direct); checked
+    against `model`'s graph when given."""
+    if isinstance(edge, Edge):
+        parsed = edge
+    else:
+        match = _EDGE.match(edge) if isinstance(edge, str) else None
+        if match is None:
+            raise BadInput(f"{edge!r} is not an edge; expected 'SENDER -> RECEIVER via q|k|v' (e.g. 'L0H0 -> L1H1 via k'), "
+                           "'SENDER -> MLP{layer}' or 'SENDER -> logits'.")
+        sender, receiver = parse_node(match.group(1)), parse_node(match.group(2))
+        via = (match.group(3) or "").lower() or {"mlp": "in", "logits": "direct"}.get(receiver.kind, "")
+        if not via:
+            raise BadInput(f"edge {edge!r} into a head needs 'via q', 'via k' or 'via v' (which input the sender reaches).")
+        parsed = Edge(sender, receiver, via)
+    if parsed.via not in VIAS:
+        raise BadInput(f"edge {parsed.label!r}: via {parsed.via!r}; expected one of {list(VIAS)}.")
+    if model is not None:
+        check_edges(model, [parsed])
+    return parsed
+
+
+def _n_layers(model: nn.Module) -> int:
+    return int(model.cfg.n_layers)  # type: ignore[union-attr]
+
+
+def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
+    """Refuse a model whose residual stream is not a sum of node writes, or that lacks split inputs."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or not all(hasattr(block, "hook_q_input") for block in blocks):
+        raise BadInput(f"{where} needs a model with split q/k/v inputs (blocks.{{l}}.hook_q_input ...): a HookedGPT, a "
+                       f"checkpoint or a converted Hugging Face model; {type(model).__name__} has none. Load it with "
+                       "interp.load(..., backend='native').")
+    if any(block.cfg.post_norm for block in blocks):
+        raise BadInput(f"{where} needs a pre-norm model: {type(model).__name__}'s post-norm blocks normalise the residual "
+                       "stream between writers, so it is not a sum of node outputs. Use head ablations (interp.Run) there.")
+
+
+def nodes(model: nn.Module) -> list[Node]:
+    """Every node, in forward order: embed, each layer's heads then its MLP, logits."""
+    check_graph_model(model)
+    out = [Node(-1, "embed")]
+    for layer, block in enumerate(model.blocks):  # type: ignore[union-attr, arg-type]
+        out += [Node(layer, "head", head) for head in range(block.cfg.n_heads)]
+        if not block.cfg.attn_only:
+            out.append(Node(layer, "mlp"))
+    return out + [Node(LOGITS_LAYER, "logits")]
+
+
+def reads(model: nn.Module, sender: Node, receiver: Node) -> bool:
+    """Whether `receiver`'s input holds `sender`'s write (the sender runs earlier in the forward)."""
+    if sender.kind == "logits" or receiver.kind == "embed":
+        return False
+    if receiver.kind == "logits" or sender.kind == "embed":
+        return True
+    if receiver.kind == "head":
+        return sender.layer < receiver.layer
+    # an MLP reads its own layer's heads unless the block is parallel (its MLP reads resid_pre)
+    parallel = model.blocks[receiver.layer].cfg.parallel_attn_mlp  # type: ignore[index, union-attr]
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head" and not parallel)
+
+
+def graph(model: nn.Module) -> list[Edge]:
+    """Every edge of the model: each sender into each later receiver's q, k and v (heads), in (MLPs) or direct (logits)."""
+    every = nodes(model)
+    edges = []
+    for receiver in every:
+        vias = HEAD_VIAS if receiver.kind == "head" else ("in",) if receiver.kind == "mlp" else ("direct",)
+        for sender in every:
+            if reads(model, sender, receiver):
+                edges += [Edge(sender, receiver, via) for via in vias]
+    return sorted(edges, key=lambda e: (e.receiver, VIAS.index(e.via), e.sender))
+
+
+def check_edges(model: nn.Module, edges: Iterable[Edge]) -> None:
+    """Each edge exists in the model's graph; the error names what does."""
+    every = set(nodes(model))
+    for edge in edges:
+        for node in (edge.sender, edge.receiver):
+            if node.kind == "logits":
+                continue
+            if node not in every:
+                shown = ", ".join(n.label for n in sorted(every)[:6])
+                raise BadInput(f"edge {edge.label!r}: {node.label} does not exist in this {type(model).__name__} "
+                               f"(its nodes: {shown}, ..., logits).")
+        wanted = HEAD_VIAS if edge.receiver.kind == "head" else ("in",) if edge.receiver.kind == "mlp" else ("direct",)
+        if edge.via not in wanted:
+            raise BadInput(f"edge {edge.label!r}: a {edge.receiver.kind} receiver is reached via {' / '.join(wanted)}, "
+                           f"not {edge.via!r}.")
+        if not reads(model, edge.sender, edge.receiver):
+            raise BadInput(f"edge {edge.label!r}: {edge.receiver} does not read {edge.sender} (a receiver reads only "
+                           "nodes earlier in the forward).")
+
+
+# -- what the forward carries at each node
+
+
+def write_hook(node: Node) -> str:
+    """The hook whose activation gives a sender's write: z for heads (times W_O[h]), mlp_out, resid_pre 0."""
+    if node.kind == "head":
+        return f"blocks.{node.layer}.attn.hook_z"
+    if node.kind == "mlp":
+        return f"blocks.{node.layer}.hook_mlp_out"
+    if node.kind == "embed":
+        return "blocks.0.hook_resid_pre"
+    raise BadInput(f"{node.label} writes nothing to the residual stream; it can only receive.")
+
+
+def input_hook(model: nn.Module, edge: Edge) -> tuple[str, int | None]:
+    """The hook of the receiver's input an edge reaches, and the head (kv head for k / v) index in it."""
+    receiver = edge.receiver
+    if receiver.kind == "logits":
+        return f"blocks.{_n_layers(model) - 1}.hook_resid_post", None
+    if receiver.kind == "mlp":
+        return f"blocks.{receiver.layer}.hook_mlp_in", None
+    attn = model.blocks[receiver.layer].attn  # type: ignore[index, union-attr]
+    index = receiver.head if edge.via == "q" else receiver.head // attn.group
+    return f"blocks.{receiver.layer}.hook_{edge.via}_input", index
+
+
+def node_write(model: nn.Module, node: Node, act: torch.Tensor) -> torch.Tensor:
+    """A sender's write (batch, pos, d_model) from its hook's activation (`write_hook`)."""
+    if node.kind == "head":
+        return model.blocks[node.layer].attn.head_write(node.head, act[:, :, node.head])  # type: ignore[index, union-attr]
+    return act
+
+
+@torch.no_grad()
+def sender_writes(model: nn.Module, prompts: PromptSet, senders: Iterable[Node]) -> dict[Node, torch.Tensor]:
+    """Each sender's write (batch, pos, d_model) on `prompts` (one forward, stopped after the last sender)."""
+    senders = sorted(set(senders))
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        acts[hook.name] = act.detach().clone()
+
+    last = max(node.layer for node in senders) + 1
+    with hooked(model, [(name, keep) for name in {write_hook(node) for node in senders}]):
+        model(prompts.tokens, attention_mask=prompts.attention_mask, stop_at_layer=max(last, 1))
+    return {node: node_write(model, node, acts[write_hook(node)]) for node in senders}
+
+
+def edge_hooks(model: nn.Module, edges: Iterable[Edge], corrupted: dict[Node, torch.Tensor]
+               ) -> list[tuple[str, Callable[..., Any]]]:
+    """Hooks that patch `edges` in one forward: record each sender's write as it happens, and add
+    corrupted - current to each receiver input. `corrupted`: `sender_writes` on the corrupted prompts."""
+    edges = list(edges)
+    current: dict[Node, torch.Tensor] = {}
+    senders = sorted({edge.sender for edge in edges})
+
+    def record(act: torch.Tensor, hook: Any) -> None:
+        for node in senders:
+            if write_hook(node) == hook.name:
+                current[node] = node_write(model, node, act)
+
+    by_input: dict[str, list[tuple[int | None, Node]]] = {}
+    for edge in edges:
+        name, index = input_hook(model, edge)
+        by_input.setdefault(name, []).append((index, edge.sender))
+
+    def make_patch(targets: list[tuple[int | None, Node]]) -> Callable[..., torch.Tensor]:
+        def patch(act: torch.Tensor, hook: Any) -> torch.Tensor:  # (batch, pos, [head,] d_model)
+            act = act.clone()
+            for index, sender in targets:
+                delta = corrupted[sender] - current[sender]
+                if index is None:
+                    act += delta
+                else:
+                    act[:, :, index] += delta
+            return act
+        return patch
+
+    hooks: list[tuple[str, Callable[..., Any]]] = [(name, record) for name in {write_hook(node) for node in senders}]
+    return hooks + [(name, make_patch(targets)) for name, targets in by_input.items()]
+
+
+# -- where the corrupted run comes from
+
+
+def donors(prompts: PromptSet, seed: int) -> torch.Tensor:
+    """(prompt,) each prompt's donor: a random cyclic order within each group of equal real length
+    (so no prompt is its own donor), keyed by `seed` and the prompts alone."""
+    lengths = prompts.real_mask().sum(-1)
+    out = torch.empty(len(prompts), dtype=torch.long)
+    generator = torch.Generator().manual_seed(seed)
+    for length in lengths.unique().tolist():
+        group = (lengths == length).nonzero().flatten()
+        if len(group) < 2:
+            raise BadInput(f"resampling needs another prompt of the same length for each prompt; prompt "
+                           f"{prompts.row_numbers(group.tolist())[0]} is the only one of {length} real tokens. Give "
+                           "prompts of equal lengths, or a corrupted set (source=PromptSet, row for row).")
+        order = group[torch.randperm(len(group), generator=generator)]
+        out[order] = order.roll(-1)
+    return out
+
+
+@dataclass(frozen=True)
+class EdgePatch:
+    """Patch `edges` with the senders' writes from a corrupted run (see the module): an `interp.Run`
+    intervention, so `run.effect(EdgePatch(...))` gives the behaviour's change per prompt with a CI."""
+
+    edges: tuple[Edge, ...]
+    source: PromptSet | None = field(default=None, compare=False, hash=False)  # None: resample within the Run's prompts
+    label_: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        edges = (self.edges,) if isinstance(self.edges, (Edge, str)) else self.edges
+        object.__setattr__(self, "edges", tuple(sorted({parse_edge(e) for e in edges})))
+        if not self.edges:
+            raise BadInput("EdgePatch needs at least one edge, e.g. EdgePatch(['L0H0 -> L1H1 via k']).")
+        if self.source is not None and not isinstance(self.source, PromptSet):
+            raise BadInput(f"EdgePatch.source must be a PromptSet (the corrupted prompts, row for row) or None "
+                           f"(resample), got {type(self.source).__name__}.")
+
+    def spec(self) -> dict[str, Any]:
+        from interp.run import prompt_fingerprint
+
+        source = "resample" if self.source is None else {"prompts": prompt_fingerprint(self.source)}
+        return {"intervention": "edge_patch", "edges": [edge.label for edge in self.edges], "source": source}
+
+    @property
+    def label(self) -> str:
+        return self.label_ or ("; ".join(edge.label for edge in self.edges) if len(self.edges) <= 3
+                               else f"{len(self.edges)} edges")
+
+    def corrupted_batch(self, run: Any, batch: PromptSet) -> PromptSet:
+        """The corrupted prompts the model reads for `batch` (rows of the Run's prompts)."""
+        positions = _positions_in(run.prompts, batch)
+        if self.source is not None:
+            if self.source.tokens.shape != run.prompts.tokens.shape:
+                raise BadInput(f"EdgePatch.source has shape {tuple(self.source.tokens.shape)}; expected the Run's prompts' "
+                               f"{tuple(run.prompts.tokens.shape)} (one corrupted prompt per prompt, row for row).")
+            return run.behaviour.model_prompts(self.source[positions])
+        donor = run.cached(("edge-donors",), lambda: donors(run.prompts, run.seed))
+        return run.behaviour.model_prompts(run.prompts[donor[positions]])
+
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
+        check_graph_model(run.model)
+        check_edges(run.model, self.edges)
+        corrupted = sender_writes(run.model, self.corrupted_batch(run, batch), [edge.sender for edge in self.edges])
+        return hooked(run.model, edge_hooks(run.model, self.edges, corrupted))
+
+
+def _positions_in(prompts: PromptSet, batch: PromptSet) -> torch.Tensor:
+    """Where `batch`'s prompts sit in `prompts`, by their rows."""
+    rows = torch.arange(len(prompts)) if prompts.rows is None else prompts.rows
+    where = {int(row): i for i, row in enumerate(rows.tolist())}
+    batch_rows = torch.arange(len(batch)) if batch.rows is None else batch.rows
+    if len(where) != len(rows) or any(int(r) not in where for r in batch_rows):
+        raise BadInput("EdgePatch could not place a batch in the Run's prompts (their rows repeat or differ); build the "
+                       "PromptSet with distinct rows.")
+    return torch.tensor([where[int(r)] for r in batch_rows])
+
+
+@contextlib.contextmanager
+def patch_edges(model: nn.Module, edges: Iterable[Edge | str], prompts: PromptSet, corrupted: PromptSet
+                ) -> Iterator[nn.Module]:
+    """`with patch_edges(model, ["L0H0 -> L1H1 via k"], prompts, corrupted): model(prompts.tokens)`: the
+    edges patched from `corrupted` (row for row) for a forward on `prompts`; hooks removed on exit."""
+    check_graph_model(model)
+    parsed = [parse_edge(edge, model) for edge in edges]
+    writes = sender_writes(model, corrupted, [edge.sender for edge in parsed])
+    with hooked(model, edge_hooks(model, parsed, writes)):
+        yield model
+
+
+__all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "check_edges", "check_graph_model", "donors",
+           "edge_hooks", "graph", "input_hook", "nodes", "parse_edge", "parse_node", "patch_edges", "reads",
+           "sender_writes", "write_hook"]
