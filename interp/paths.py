@@ -95,8 +95,8 @@ class Edge:
 
     @property
     def label(self) -> str:
-        """'L0H0 -> L1H1 via k'; edges into the logits read 'L1H1 -> logits'."""
-        return f"{self.sender} -> {self.receiver}" + ("" if self.via == "direct" else f" via {self.via}")
+        """'L0H0 -> L1H1 via k'; edges into an MLP or the logits (one input each) read 'L0H1 -> MLP1', 'L1H1 -> logits'."""
+        return f"{self.sender} -> {self.receiver}" + ("" if self.via in ("in", "direct") else f" via {self.via}")
 
     def __str__(self) -> str:
         return self.label
@@ -124,8 +124,13 @@ def parse_edge(edge: "Edge | str", model: nn.Module | None = None) -> Edge:
     return parsed
 
 
+def _blocks(model: nn.Module) -> Any:
+    """The model's blocks (a HookedGPT's `blocks`: check_graph_model has checked them)."""
+    return getattr(model, "blocks")
+
+
 def _n_layers(model: nn.Module) -> int:
-    return int(model.cfg.n_layers)  # type: ignore[union-attr]
+    return len(_blocks(model))
 
 
 def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
@@ -144,7 +149,7 @@ def nodes(model: nn.Module) -> list[Node]:
     """Every node, in forward order: embed, each layer's heads then its MLP, logits."""
     check_graph_model(model)
     out = [Node(-1, "embed")]
-    for layer, block in enumerate(model.blocks):  # type: ignore[union-attr, arg-type]
+    for layer, block in enumerate(_blocks(model)):
         out += [Node(layer, "head", head) for head in range(block.cfg.n_heads)]
         if not block.cfg.attn_only:
             out.append(Node(layer, "mlp"))
@@ -160,16 +165,29 @@ def reads(model: nn.Module, sender: Node, receiver: Node) -> bool:
     if receiver.kind == "head":
         return sender.layer < receiver.layer
     # an MLP reads its own layer's heads unless the block is parallel (its MLP reads resid_pre)
-    parallel = model.blocks[receiver.layer].cfg.parallel_attn_mlp  # type: ignore[index, union-attr]
+    parallel = bool(_blocks(model)[receiver.layer].cfg.parallel_attn_mlp)
     return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head" and not parallel)
 
 
+def _vias(model: nn.Module, receiver: Node) -> tuple[str, ...]:
+    """The inputs of a receiver that are edges of the graph. On grouped-query models a key or value
+    input belongs to a kv head, read by every query head of its group: the group's first head names it."""
+    if receiver.kind == "mlp":
+        return ("in",)
+    if receiver.kind == "logits":
+        return ("direct",)
+    if receiver.head % _blocks(model)[receiver.layer].attn.group:
+        return ("q",)
+    return HEAD_VIAS
+
+
 def graph(model: nn.Module) -> list[Edge]:
-    """Every edge of the model: each sender into each later receiver's q, k and v (heads), in (MLPs) or direct (logits)."""
+    """Every edge of the model: each sender into each later receiver's q, k and v (heads), in (MLPs) or
+    direct (logits); on grouped-query models k and v once per kv head (`_vias`)."""
     every = nodes(model)
     edges = []
     for receiver in every:
-        vias = HEAD_VIAS if receiver.kind == "head" else ("in",) if receiver.kind == "mlp" else ("direct",)
+        vias = _vias(model, receiver)
         for sender in every:
             if reads(model, sender, receiver):
                 edges += [Edge(sender, receiver, via) for via in vias]
@@ -217,7 +235,7 @@ def input_hook(model: nn.Module, edge: Edge) -> tuple[str, int | None]:
         return f"blocks.{_n_layers(model) - 1}.hook_resid_post", None
     if receiver.kind == "mlp":
         return f"blocks.{receiver.layer}.hook_mlp_in", None
-    attn = model.blocks[receiver.layer].attn  # type: ignore[index, union-attr]
+    attn = _blocks(model)[receiver.layer].attn
     index = receiver.head if edge.via == "q" else receiver.head // attn.group
     return f"blocks.{receiver.layer}.hook_{edge.via}_input", index
 
@@ -225,7 +243,8 @@ def input_hook(model: nn.Module, edge: Edge) -> tuple[str, int | None]:
 def node_write(model: nn.Module, node: Node, act: torch.Tensor) -> torch.Tensor:
     """A sender's write (batch, pos, d_model) from its hook's activation (`write_hook`)."""
     if node.kind == "head":
-        return model.blocks[node.layer].attn.head_write(node.head, act[:, :, node.head])  # type: ignore[index, union-attr]
+        write: torch.Tensor = _blocks(model)[node.layer].attn.head_write(node.head, act[:, :, node.head])
+        return write
     return act
 
 
@@ -260,7 +279,8 @@ def edge_hooks(model: nn.Module, edges: Iterable[Edge], corrupted: dict[Node, to
     by_input: dict[str, list[tuple[int | None, Node]]] = {}
     for edge in edges:
         name, index = input_hook(model, edge)
-        by_input.setdefault(name, []).append((index, edge.sender))
+        if (index, edge.sender) not in by_input.setdefault(name, []):  # grouped k / v: one kv head, patched once
+            by_input[name].append((index, edge.sender))
 
     def make_patch(targets: list[tuple[int | None, Node]]) -> Callable[..., torch.Tensor]:
         def patch(act: torch.Tensor, hook: Any) -> torch.Tensor:  # (batch, pos, [head,] d_model)
@@ -287,7 +307,7 @@ def donors(prompts: PromptSet, seed: int) -> torch.Tensor:
     lengths = prompts.real_mask().sum(-1)
     out = torch.empty(len(prompts), dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)
-    for length in lengths.unique().tolist():
+    for length in sorted(set(lengths.tolist())):
         group = (lengths == length).nonzero().flatten()
         if len(group) < 2:
             raise BadInput(f"resampling needs another prompt of the same length for each prompt; prompt "
@@ -334,9 +354,12 @@ class EdgePatch:
             if self.source.tokens.shape != run.prompts.tokens.shape:
                 raise BadInput(f"EdgePatch.source has shape {tuple(self.source.tokens.shape)}; expected the Run's prompts' "
                                f"{tuple(run.prompts.tokens.shape)} (one corrupted prompt per prompt, row for row).")
-            return run.behaviour.model_prompts(self.source[positions])
-        donor = run.cached(("edge-donors",), lambda: donors(run.prompts, run.seed))
-        return run.behaviour.model_prompts(run.prompts[donor[positions]])
+            chosen = self.source[positions]
+        else:
+            donor = run.cached(("edge-donors",), lambda: donors(run.prompts, run.seed))
+            chosen = run.prompts[donor[positions]]
+        read: PromptSet = run.behaviour.model_prompts(chosen)
+        return read
 
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
         check_graph_model(run.model)
