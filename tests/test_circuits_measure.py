@@ -189,14 +189,30 @@ def test_dla_refuses_bad_input(induction, toy):
         direct_logit_attribution(interp.Run(toy, prompts), batch_size=2)
 
 
-@pytest.fixture(scope="module")
-def gpt2():
+def _converted(family: str):
+    """A converted Hugging Face model with random weights (the conversion tests' `_randomise`), offline."""
     transformers = pytest.importorskip("transformers")
     from interp.models.convert import convert_model
     from test_convert import _randomise
 
-    config = transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=24, n_layer=2, n_head=3)
-    return convert_model(_randomise(transformers.GPT2LMHeadModel(config), 0)).eval()
+    if family == "gpt2":  # LayerNorm with gain and bias, learned positions, MLP biases
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=24,
+                                                                  n_layer=2, n_head=3))
+    else:  # RMSNorm (no centring, no bias), rotary, gated MLP, grouped-query attention (6 query heads, 2 kv heads)
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=50, max_position_embeddings=32, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
+            num_key_value_heads=2, intermediate_size=40, attention_bias=True))
+    return convert_model(_randomise(hf, 0)).eval()
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return _converted("gpt2")
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def converted(request, gpt2):
+    return gpt2 if request.param == "gpt2" else _converted("llama")
 
 
 def _tl_label(label: str) -> str:
@@ -204,10 +220,11 @@ def _tl_label(label: str) -> str:
     return f"{label[3:]}_mlp_out" if label.startswith("MLP") else label
 
 
-def test_dla_equals_transformer_lens_logit_attrs_on_converted_gpt2(gpt2):
+def test_dla_equals_transformer_lens_logit_attrs_on_converted_models(converted):
     """Every row, component for component, against `cache.logit_attrs` of TransformerLens's full residual
-    decomposition (heads, MLP outputs, embed, pos_embed, bias): a final LayerNorm with a real gain and
-    bias, learned positions and MLP biases."""
+    decomposition (heads, MLP outputs, embed, pos_embed, bias), on a converted GPT-2 (a final LayerNorm
+    with a real gain and bias) and a converted Llama (RMSNorm, grouped-query attention)."""
+    gpt2 = converted
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 50, (6, 9), generator=generator)
     answer, wrong = torch.randint(0, 50, (6,), generator=generator), torch.randint(0, 50, (6,), generator=generator)
@@ -223,15 +240,17 @@ def test_dla_equals_transformer_lens_logit_attrs_on_converted_gpt2(gpt2):
         for label, values in theirs.items():
             torch.testing.assert_close(ours[label], values.double(), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(result.values.sum(1), result.logit, atol=1e-5, rtol=1e-5)
-        readout = gpt2.b_U[answer] + gpt2.ln_final.b @ gpt2.W_U[:, answer]
+        ln_bias = getattr(gpt2.ln_final, "b", torch.zeros(gpt2.cfg.d_model))
+        readout = gpt2.b_U[answer] + ln_bias @ gpt2.W_U[:, answer]
         if incorrect is not None:
-            readout = readout - gpt2.b_U[wrong] - gpt2.ln_final.b @ gpt2.W_U[:, wrong]
+            readout = readout - gpt2.b_U[wrong] - ln_bias @ gpt2.W_U[:, wrong]
         torch.testing.assert_close(ours["readout_bias"], readout.double().detach(), atol=1e-5, rtol=1e-5)
 
 
-def test_dla_default_target_equals_transformer_lens_over_every_position(gpt2):
+def test_dla_default_target_equals_transformer_lens_over_every_position(converted):
     """The default target (next token, every position for unstructured prompts): TransformerLens's per-position
     logit attributions of each next token, averaged over the scored positions."""
+    gpt2 = converted
     tokens = torch.randint(0, 50, (5, 8), generator=torch.Generator().manual_seed(4))
     prompts = interp.data.PromptSet(tokens)
     run = interp.Run(gpt2, prompts)

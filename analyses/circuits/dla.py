@@ -154,7 +154,7 @@ def _key(tokens: torch.Tensor | None) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class _Layout:
-    """The components of one model, in row order, and the hooks that carry them."""
+    """The components of one model, in row order, and which optional writers (position table, MLPs) it has."""
 
     labels: tuple[str, ...]
     kinds: tuple[str, ...]
@@ -194,7 +194,8 @@ def _attribute(run: Run, answers: torch.Tensor | None, wrong: torch.Tensor | Non
     empty = torch.zeros(0, len(layout.labels), dtype=torch.float64)
     local = (torch.cat(values), torch.cat(logits)) if values else (empty, empty[:, 0])
     if answers is None:
-        target = f"logit of the next token, averaged over the predictions the behaviour scores ({run.behaviour.describe(run.prompts)})"
+        scored = run.behaviour.describe(run.prompts)
+        target = f"logit of the next token, averaged over the predictions the behaviour scores ({scored})"
     else:
         target = "logit of answer" + (" minus logit of incorrect" if wrong is not None else "") + " at the last real token"
     return LogitAttribution(layout.labels, layout.kinds, layout.layers, layout.heads,
@@ -252,11 +253,11 @@ def _batch(model: Any, layout: _Layout, batch: PromptSet, targets: tuple[torch.T
     with hooked(model, [(name, keep) for name in names]):
         output = model(batch.tokens.to(device), **{k: v.to(device) for k, v in batch.model_kwargs().items()})
     direction, constant = _read(model, targets[0])
-    logit = output.double().gather(-1, targets[0].to(device)[..., None])[..., 0]  # (batch, pos)
+    logit = output.gather(-1, targets[0].to(device)[..., None])[..., 0].double()  # (batch, pos)
     if targets[1] is not None:
         wrong_direction, wrong_constant = _read(model, targets[1])
         direction, constant = direction - wrong_direction, constant - wrong_constant
-        logit = logit - output.double().gather(-1, targets[1].to(device)[..., None])[..., 0]
+        logit = logit - output.gather(-1, targets[1].to(device)[..., None])[..., 0].double()
     weights = weights.to(device)
     if _CENTRES[model.cfg.normalization_type]:
         direction = direction - direction.mean(-1, keepdim=True)  # centring x is centring the direction instead
