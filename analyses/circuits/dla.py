@@ -4,7 +4,8 @@ In a pre-norm model the final residual stream is a sum of writes:
 
     embed        the token embedding (and any additive extras: token types), `blocks.0.hook_resid_pre`
                  minus the position embedding
-    pos_embed    the learned position embedding (models that have one)
+    pos_embed    the learned position embedding (models that add one as it is; where the embeddings are
+                 normalised together, an encoder's embedding LayerNorm, `embed` holds them all)
     L{l}H{h}     head h of layer l: z @ W_O[h] (`hook_result`), without b_O
     MLP{l}       layer l's MLP output, its b_out included (`hook_mlp_out`), as TransformerLens counts it
     bias         the attention output biases b_O of every layer (no head owns them)
@@ -26,6 +27,10 @@ What the logit is (the *target*), per prompt:
   of token q + 1, averaged over them with the behaviour's weights;
 - `answer=`: the logit of `answer` (one token per prompt, or one for all) at each prompt's last real token;
   with `incorrect=` the logit difference answer - incorrect there.
+
+The model reads the prompts as given (a masked-LM behaviour's masking is not applied; it has no default
+target, so pass `answer=`). Only pre-norm models with a plain unembedding qualify: post-norm blocks
+normalise the stream between writers, so it is no sum of components there (refused, as `interp.paths`).
 
 Computed per batch from one forward with only the hooks needed (memory independent of the number of
 prompts); per-prompt values kept, a 95% bootstrap CI over prompts (`interp.stats.bootstrap`).
