@@ -642,6 +642,11 @@ class TransformerBlock(nn.Module):
         self.hook_resid_post = HookPoint()  # (batch, pos, d_model)
         self.hook_mlp_in = HookPoint()  # (batch, pos, d_model)
 
+    # the split inputs live on the attention (TransformerLens 4's names); `block.hook_q_input` reads them too
+    hook_q_input = property(lambda self: self.attn.hook_q_input)
+    hook_k_input = property(lambda self: self.attn.hook_k_input)
+    hook_v_input = property(lambda self: self.attn.hook_v_input)
+
     def split_inputs_live(self) -> bool:
         return any(hook_is_live(h) for h in (self.attn.hook_q_input, self.attn.hook_k_input, self.attn.hook_v_input))
 

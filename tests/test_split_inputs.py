@@ -98,6 +98,7 @@ def test_block_level_names_are_aliases_of_the_attention_level_split_inputs(tiny_
         own = f"blocks.1.attn.hook_{branch}_input"
         assert tiny_gpt.mod_dict[f"blocks.1.hook_{branch}_input"] is tiny_gpt.hook_dict[own]
         assert f"blocks.1.hook_{branch}_input" not in tiny_gpt.hook_dict  # each point once in hook_dict
+        assert getattr(tiny_gpt.blocks[1], f"hook_{branch}_input") is tiny_gpt.hook_dict[own]  # the attribute too
     tiny_gpt.setup()  # set up again (as after swapping a hook point): the aliases stay
     assert tiny_gpt.mod_dict["blocks.0.hook_q_input"] is tiny_gpt.blocks[0].attn.hook_q_input
 
