@@ -96,8 +96,9 @@ class CachingRoot(HookedRootModule):
 
     def cached_hook_names(self, names_filter) -> list[str]:
         """The hook names `names_filter` selects (None: all but the split q/k/v inputs, which change the
-        forward and hold a residual stream per head, `TransformerBlock`, unless `cfg.use_split_qkv_input`); a misspelt name is an error
-        naming close matches, and a filter that selects nothing is refused rather than giving an empty cache."""
+        forward and hold a residual stream per head, `TransformerBlock`, unless `cfg.use_split_qkv_input`);
+        a misspelt name is an error naming close matches, and a filter that selects nothing is refused
+        rather than giving an empty cache."""
         import difflib
 
         every = list(self.hook_dict)
@@ -486,9 +487,9 @@ class Attention(nn.Module):
         """x: (batch, pos, d_model); key_mask: (batch, pos), 1 for real tokens, 0 for padding;
         positions: (batch, pos) position ids, used by rotary embeddings.
 
-        Split inputs (`hook_q_input`..., fed by `TransformerBlock.attention`): with `k_input` and `v_input` given, x is each
-        query head's own input (batch, pos, head, d_model) and k_input / v_input each key / value head's
-        (batch, pos, kv_head, d_model), all normalised."""
+        Split inputs (`hook_q_input`..., fed by `TransformerBlock.attention`): with `k_input` and `v_input`
+        given, x is each query head's own input (batch, pos, head, d_model) and k_input / v_input each
+        key / value head's (batch, pos, kv_head, d_model), all normalised."""
         if k_input is None or v_input is None:
             q, k, v = self.project_qkv(x, positions)  # q (batch, head, pos, d_head); k, v (batch, kv_head, pos, d_head)
         else:
@@ -652,9 +653,10 @@ class TransformerBlock(nn.Module):
 
     def no_mlp(self, resid: torch.Tensor) -> torch.Tensor:
         """An attention-only block's MLP output, zeros (batch, pos, d_model) through hook_mlp_in and
-        hook_mlp_out when either is watched: times zero rather than new zeros, so a gradient (zero) reaches
-        hook_mlp_in and one reaches hook_mlp_out (TransformerLens's attribution patching reads both)."""
-        return self.hook_mlp_out(self.hook_mlp_in(resid) * 0)
+        hook_mlp_out when either is watched: computed from hook_mlp_in rather than made anew, so a gradient
+        (zero) reaches hook_mlp_in and one reaches hook_mlp_out (TransformerLens's attribution patching reads
+        both); nan_to_num keeps them zeros where the stream is not finite (inf * 0)."""
+        return self.hook_mlp_out(torch.nan_to_num(self.hook_mlp_in(resid) * 0, nan=0.0))
 
     def mlp_watched(self) -> bool:
         return hook_is_live(self.hook_mlp_out) or hook_is_live(self.hook_mlp_in)

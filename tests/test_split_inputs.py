@@ -91,6 +91,9 @@ def test_attention_only_mlp_in_fires_when_watched_and_passes_a_zero_gradient():
     assert torch.count_nonzero(grads["blocks.0.hook_mlp_in"]) == 0
     assert torch.count_nonzero(grads["blocks.0.hook_mlp_out"]) > 0  # d logit / d resid_post
     torch.testing.assert_close(model(TOKENS), make("attn-only")(TOKENS))
+    with model.hooks(fwd_hooks=[("blocks.0.hook_mlp_in", lambda act, hook: torch.full_like(act, float("inf")))]):
+        _, edited = model.run_with_cache(TOKENS, names_filter=["blocks.0.hook_mlp_out"])
+    assert torch.count_nonzero(edited["blocks.0.hook_mlp_out"]) == 0  # zeros even from a non-finite stream
 
 
 def test_block_level_names_are_aliases_of_the_attention_level_split_inputs(tiny_gpt):
@@ -120,5 +123,6 @@ def test_transformer_lens_switches(tiny_gpt):
     with pytest.raises(ValueError, match="nothing to switch off"):
         model.set_use_attn_result(False)
     with pytest.raises(ValueError, match="post-norm"):
-        HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_vocab=10, post_norm=True)).set_use_split_qkv_input(True)
+        post_norm = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_vocab=10, post_norm=True))
+        post_norm.set_use_split_qkv_input(True)
     assert "use_split_qkv_input" not in model.cfg.to_dict()  # runtime state is never saved

@@ -70,7 +70,8 @@ def _report_error(command: str, error: BaseException, debug: bool) -> int:
     """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
 
     Bad input and a failing user model: exit 2, one message naming what failed and where (the
-    traceback with INTERP_DEBUG=1), filled to the terminal (`output.print_error`). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
+    traceback with INTERP_DEBUG=1), filled to the terminal (`output.print_error`). A closed stdout:
+    exit 0, silently. A bug: exit 3, traceback.
     """
     from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, as_reported, exit_code_for
 
@@ -83,7 +84,8 @@ def _report_error(command: str, error: BaseException, debug: bool) -> int:
         import traceback
 
         traceback.print_exception(error)
-        print_error(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback above.")
+        print_error(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback "
+                    "above.")
         return code
     if debug:
         import traceback
