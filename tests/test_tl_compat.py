@@ -585,3 +585,28 @@ def test_edge_attribution_patching_equals_the_derivative_by_hand(case):
     if model.cfg.attn_only:
         assert result.edge_scores[checks[-1][0]] == 0.0  # the absent MLP reads nothing
     assert any(abs(score) > 1e-3 for score in result.edge_scores.values())
+
+
+def test_edge_faithfulness_without_one_heads_edges_equals_patching_that_head(case):
+    """TransformerLens's `faithfulness` ablates (to the corrupt run) every edge outside a circuit: the circuit of
+    every edge but those out of L0H1 is the clean run with L0H1's output from the corrupt run, by hand."""
+    _, model, tokens, _, _ = case
+    clean, corrupt = tokens[:1], tokens[1:]
+    if model.cfg.n_kv_heads != model.cfg.n_heads:
+        pytest.skip("edge granularity: TransformerLens refuses grouped-query attention (above)")
+    edges = list(eap.attribution_patch(model, clean, corrupt, _logit_diff,
+                                       eap.EdgeAttributionConfig(granularity="edge")).edge_scores)
+    assert eap.faithfulness(model, clean, corrupt, _logit_diff, edges).recovered == pytest.approx(1.0, abs=1e-5)
+    kept = [(u, v) for u, v in edges if not (u.kind == "attn_head_out" and (u.layer, u.head) == (0, 1))]
+    result = eap.faithfulness(model, clean, corrupt, _logit_diff, kept)
+    circuit_metric = result.corrupt_metric + result.recovered * (result.full_metric - result.corrupt_metric)
+    with torch.no_grad():
+        _, corrupt_cache = model.run_with_cache(corrupt)
+
+        def corrupt_head(z, hook):
+            z = z.clone()
+            z[:, :, 1] = corrupt_cache[hook.name][:, :, 1]
+            return z
+        by_hand = _logit_diff(model.run_with_hooks(clean, fwd_hooks=[("blocks.0.attn.hook_z", corrupt_head)])).item()
+    assert circuit_metric == pytest.approx(by_hand, abs=1e-5)
+    assert abs(by_hand - result.full_metric) > 1e-4  # the head matters: the check can fail
