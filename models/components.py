@@ -96,12 +96,15 @@ class CachingRoot(HookedRootModule):
 
     def cached_hook_names(self, names_filter) -> list[str]:
         """The hook names `names_filter` selects (None: all but the split q/k/v inputs, which change the
-        forward and hold a residual stream per head: `TransformerBlock`); a misspelt name is an error
-        naming close matches, and a filter that selects nothing is refused rather than giving an empty cache."""
+        forward and hold a residual stream per head, `TransformerBlock`, unless `cfg.use_split_qkv_input`);
+        a misspelt name is an error naming close matches, and a filter that selects nothing is refused
+        rather than giving an empty cache."""
         import difflib
 
         every = list(self.hook_dict)
         if names_filter is None:
+            if getattr(getattr(self, "cfg", None), "use_split_qkv_input", False):
+                return every  # TransformerLens's switch: the split inputs are part of every cache
             return [name for name in every if not name.endswith(SPLIT_INPUTS)]
         if isinstance(names_filter, str):
             names_filter = [names_filter]
@@ -441,6 +444,10 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # (batch, head, query, key)
         self.hook_z = HookPoint()  # (batch, pos, head, d_head)
         self.hook_result = HookPoint()  # (batch, pos, head, d_model)
+        # split inputs (TransformerLens 4's names: `TransformerBlock.attention` feeds them, see there)
+        self.hook_q_input = HookPoint()  # (batch, pos, head, d_model)
+        self.hook_k_input = HookPoint()  # (batch, pos, kv_head, d_model)
+        self.hook_v_input = HookPoint()  # (batch, pos, kv_head, d_model)
 
     def head_write(self, head: int, z: torch.Tensor) -> torch.Tensor:
         """One head's write to the residual stream, z (batch, pos, d_head) -> (batch, pos, d_model):
@@ -480,9 +487,9 @@ class Attention(nn.Module):
         """x: (batch, pos, d_model); key_mask: (batch, pos), 1 for real tokens, 0 for padding;
         positions: (batch, pos) position ids, used by rotary embeddings.
 
-        Split inputs (`TransformerBlock.hook_q_input`...): with `k_input` and `v_input` given, x is each
-        query head's own input (batch, pos, head, d_model) and k_input / v_input each key / value head's
-        (batch, pos, kv_head, d_model), all normalised."""
+        Split inputs (`hook_q_input`..., fed by `TransformerBlock.attention`): with `k_input` and `v_input`
+        given, x is each query head's own input (batch, pos, head, d_model) and k_input / v_input each
+        key / value head's (batch, pos, kv_head, d_model), all normalised."""
         if k_input is None or v_input is None:
             q, k, v = self.project_qkv(x, positions)  # q (batch, head, pos, d_head); k, v (batch, kv_head, pos, d_head)
         else:
@@ -608,12 +615,14 @@ class TransformerBlock(nn.Module):
     Attention-only blocks keep `hook_mlp_out`, and it fires (zeros: there is no MLP) whenever it is
     watched, so TransformerLens's sweeps over mlp_out (`patching.get_act_patch_block_every`) run there too.
 
-    Split inputs (TransformerLens's names, for path patching): `hook_q_input`, `hook_k_input`,
-    `hook_v_input` (batch, pos, head, d_model; kv heads for k and v) carry the residual stream each
-    head's query, key or value reads, before the norm, one copy per head. They fire only when
-    watched: then ln1 runs once per branch (its hooks fire three times, with a head axis) and each head
-    projects its own copy; otherwise the block is unchanged. `run_with_cache` caches them only when
-    named. `hook_mlp_in` (models with MLPs) is the residual stream the MLP reads (pre-norm: before ln2)."""
+    Split inputs (TransformerLens 4's names, for path patching): `attn.hook_q_input`, `attn.hook_k_input`,
+    `attn.hook_v_input` (batch, pos, head, d_model; kv heads for k and v; `blocks.{l}.hook_q_input`... are
+    aliases, as in TransformerLens's bridge) carry the residual stream each head's query, key or value
+    reads, before the norm, one copy per head. They fire only when watched: then ln1 runs once per branch
+    (its hooks fire three times, with a head axis) and each head projects its own copy; otherwise the
+    block is unchanged. `run_with_cache` caches them only when named (or `cfg.use_split_qkv_input`).
+    `hook_mlp_in` is the residual stream the MLP reads (pre-norm: before ln2); attention-only blocks keep
+    it as they keep `hook_mlp_out`: watched, the absent MLP reads it and writes zeros."""
 
     # TransformerLens's logit lens reads hook_resid_post as the one residual stream the next block gets
     hook_out_is_single_residual_stream = True
@@ -632,14 +641,25 @@ class TransformerBlock(nn.Module):
             self.hook_resid_mid = HookPoint()  # (batch, pos, d_model)
         self.hook_mlp_out = HookPoint()  # (batch, pos, d_model)
         self.hook_resid_post = HookPoint()  # (batch, pos, d_model)
-        self.hook_q_input = HookPoint()  # (batch, pos, head, d_model)
-        self.hook_k_input = HookPoint()  # (batch, pos, kv_head, d_model)
-        self.hook_v_input = HookPoint()  # (batch, pos, kv_head, d_model)
-        if not cfg.attn_only:
-            self.hook_mlp_in = HookPoint()  # (batch, pos, d_model)
+        self.hook_mlp_in = HookPoint()  # (batch, pos, d_model)
+
+    # the split inputs live on the attention (TransformerLens 4's names); `block.hook_q_input` reads them too
+    hook_q_input = property(lambda self: self.attn.hook_q_input)
+    hook_k_input = property(lambda self: self.attn.hook_k_input)
+    hook_v_input = property(lambda self: self.attn.hook_v_input)
 
     def split_inputs_live(self) -> bool:
-        return any(hook_is_live(h) for h in (self.hook_q_input, self.hook_k_input, self.hook_v_input))
+        return any(hook_is_live(h) for h in (self.attn.hook_q_input, self.attn.hook_k_input, self.attn.hook_v_input))
+
+    def no_mlp(self, resid: torch.Tensor) -> torch.Tensor:
+        """An attention-only block's MLP output, zeros (batch, pos, d_model) through hook_mlp_in and
+        hook_mlp_out when either is watched: computed from hook_mlp_in rather than made anew, so a gradient
+        (zero) reaches hook_mlp_in and one reaches hook_mlp_out (TransformerLens's attribution patching reads
+        both); nan_to_num keeps them zeros where the stream is not finite (inf * 0)."""
+        return self.hook_mlp_out(torch.nan_to_num(self.hook_mlp_in(resid) * 0, nan=0.0))
+
+    def mlp_watched(self) -> bool:
+        return hook_is_live(self.hook_mlp_out) or hook_is_live(self.hook_mlp_in)
 
     def attention(self, resid: torch.Tensor, key_mask, positions, norm: Callable[[torch.Tensor], torch.Tensor]):
         """The attention output for `resid` (batch, pos, d_model) read through `norm`; per-head split
@@ -651,8 +671,8 @@ class TransformerBlock(nn.Module):
         def split(hook: HookPoint, n: int) -> torch.Tensor:  # (batch, pos, head, d_model), its own memory
             return norm(hook(einops.repeat(resid, "batch pos d_model -> batch pos head d_model", head=n).contiguous()))
 
-        return self.attn(split(self.hook_q_input, self.cfg.n_heads), key_mask, positions,
-                         k_input=split(self.hook_k_input, n_kv), v_input=split(self.hook_v_input, n_kv))
+        return self.attn(split(self.attn.hook_q_input, self.cfg.n_heads), key_mask, positions,
+                         k_input=split(self.attn.hook_k_input, n_kv), v_input=split(self.attn.hook_v_input, n_kv))
 
     def forward(
         self, resid: torch.Tensor, key_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
@@ -676,8 +696,8 @@ class TransformerBlock(nn.Module):
         `hook_resid_post`: what resuming a forward after an edit of this layer's attention runs."""
         if not self.cfg.attn_only:
             resid = resid + self.hook_mlp_out(self.mlp(self.ln2(self.hook_mlp_in(resid))))
-        elif hook_is_live(self.hook_mlp_out):
-            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
+        elif self.mlp_watched():
+            resid = resid + self.no_mlp(resid)
         return self.hook_resid_post(resid)
 
     def post_norm_forward(self, resid: torch.Tensor, key_mask, positions) -> torch.Tensor:
@@ -685,8 +705,8 @@ class TransformerBlock(nn.Module):
         resid = self.ln1(self.hook_resid_mid(resid + attn_out))
         if not self.cfg.attn_only:
             resid = self.ln2(resid + self.hook_mlp_out(self.mlp(self.hook_mlp_in(resid))))
-        elif hook_is_live(self.hook_mlp_out):
-            resid = resid + self.hook_mlp_out(torch.zeros_like(resid))  # no MLP: it writes nothing
+        elif self.mlp_watched():
+            resid = resid + self.no_mlp(resid)
         return self.hook_resid_post(resid)
 
 

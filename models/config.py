@@ -102,6 +102,13 @@ class GPTConfig:
         return self.n_key_value_heads or self.n_heads
 
     causal = True
+    # TransformerLens's switches, runtime state (no fields: never saved); `HookedGPT.set_use_*` sets them.
+    # Our hooks fire whenever watched, so result and mlp_in are always available; the split q/k/v inputs
+    # too, and the switch only adds them to an unfiltered `run_with_cache`.
+    use_split_qkv_input = False
+    use_attn_result = True
+    use_hook_mlp_in = True
+    use_attn_in = False  # one residual copy per head for all of q, k, v: not built (the split inputs are)
 
     def to_dict(self) -> dict[str, Any]:
         return {"architecture": type(self).__name__, **dataclasses.asdict(self)}

@@ -278,6 +278,40 @@ class HookedGPT(CachingRoot):
             total = total + self.blocks[layer].attn.b_O
         return total
 
+    # -- TransformerLens's switches (its tools flip them in a context manager and restore them)
+
+    def setup(self) -> None:
+        """Register the hook points, and `blocks.{l}.hook_q_input`... as aliases of the split inputs
+        `blocks.{l}.attn.hook_q_input`... (TransformerLens's bridge has both names; its tools use the latter)."""
+        super().setup()
+        self.set_hook_aliases({f"blocks.{layer}.hook_{branch}_input": f"blocks.{layer}.attn.hook_{branch}_input"
+                               for layer in range(len(self.blocks)) for branch in "qkv"})
+
+    def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
+        """TransformerLens's switch of the per-head q/k/v inputs, which `get_act_patch_direct_path` and edge
+        attribution patching turn on. They fire here whenever watched; the switch adds them to an unfiltered
+        `run_with_cache`. Post-norm models refuse it: a head's write is normalised before a later head reads
+        it, so adding the write to that input (what those tools do) is no edge patch there."""
+        if use_split_qkv_input and self.cfg.post_norm:
+            raise ValueError("set_use_split_qkv_input(True): this model's blocks are post-norm (BERT), so a head's write "
+                             "reaches later heads only through a norm and the residual stream is no sum of head writes; "
+                             "TransformerLens's direct-path and edge attribution patching do not apply. Patch heads "
+                             "(patching.get_act_patch_attn_head_*) instead.")
+        object.__setattr__(self.cfg, "use_split_qkv_input", bool(use_split_qkv_input))
+
+    def _always_on(self, switch: str, use: bool) -> None:
+        if not use:
+            raise ValueError(f"set_{switch}(False): {type(self).__name__}'s hooks fire whenever watched and cost nothing "
+                             "otherwise, so there is nothing to switch off; leave it on.")
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """TransformerLens's switch of `attn.hook_result`: always on here (materialised only when watched)."""
+        self._always_on("use_attn_result", use_attn_result)
+
+    def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:
+        """TransformerLens's switch of `hook_mlp_in`: always on here (it fires whenever watched)."""
+        self._always_on("use_hook_mlp_in", use_hook_mlp_in)
+
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate a (batch, pos) batch of token ids; raise an error that says how to fix it."""
         if not isinstance(tokens, torch.Tensor):

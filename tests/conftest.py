@@ -20,3 +20,10 @@ def tiny_encoder():
     from interp.models import EncoderConfig, HookedEncoder
 
     return HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, seed=0)).eval()
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch):
+    """$COLUMNS from the shell that runs pytest would fill the CLI's error lines (and size its tables): tests that
+    want a width set it themselves (tests/test_cli_width.py), so messages matched by regex stay one line."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -6,6 +6,7 @@ The slow parts run once: the scan's verdicts and the hook self-test are computed
 and handed to the CLI through monkeypatch, which then renders them at each width. The demo's findings
 table is checked at 80 columns by the demo test in tests/test_cli.py (one report run in all)."""
 import inspect
+import os
 import types
 
 import pytest
@@ -274,3 +275,85 @@ def test_whole_widths_keep_a_short_column_on_one_line_only_where_it_fits():
     assert tables._whole_widths(list(cells), cells, split, need + grow, ("evidence",)) == {"evidence": 15}
     assert tables._whole_widths(list(cells), cells, split, need + grow - 1, ("evidence",)) == {}
     assert tables._whole_widths(["label", "reason"], cells, split, 200, ("evidence",)) == {}  # a dropped column
+
+
+# --------------------------------------------------------------------------- error lines on stderr
+
+MESSAGE = ("interp heads: error: names_filter names unknown hook 'blocks.0.attn.hook_patern'; did you mean "
+           "['blocks.0.attn.hook_pattern', 'blocks.1.attn.hook_pattern'] (model.hook_dict lists them all)? A "
+           "well-known-hyphenated-word and a path /tmp/some/long/folder/name/report.json stay whole.\n"
+           "A second line of the message, filled on its own.")
+
+
+@pytest.mark.parametrize("width", WIDTHS + [30])
+def test_fill_message_breaks_at_spaces_only_and_rejoins_to_the_text(width):
+    from interp.cli import output
+
+    lines = output.fill_message(MESSAGE, width).splitlines()
+    assert len(lines) > 2 and all(len(line) <= width or " " not in line for line in lines)  # a longer word: alone
+    assert (max(len(line) for line in lines) <= width) == (width >= len("/tmp/some/long/folder/name/report.json"))
+    assert " ".join(lines).split(" ") == " ".join(MESSAGE.split("\n")).split(" ")  # no word split, none lost
+    first, second = MESSAGE.split("\n")
+    assert " ".join(lines) == f"{first} {second}"
+    assert output.fill_message(MESSAGE, None) == MESSAGE
+    assert output.fill_message("a\n\nb", 10) == "a\n\nb"  # its own blank lines are kept
+
+
+def test_stderr_width_is_columns_else_the_terminals_else_none(monkeypatch):
+    from interp.cli import output
+
+    assert output.stderr_width() is None  # pytest's capture: a file, not a terminal, and no $COLUMNS
+    monkeypatch.setenv("COLUMNS", "97")
+    assert output.stderr_width() == 97
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert output.stderr_width() is None  # not a number: as if unset
+    monkeypatch.delenv("COLUMNS")
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import io
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 101, 0, 0))
+        with io.open(follower, "w", closefd=False) as terminal:
+            monkeypatch.setattr("sys.stderr", terminal)
+            assert output.stderr_width() == 101  # stderr's own terminal
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+ERRORS = {
+    "bad input": ["heads", ""],  # BadInput: the spec is empty
+    "usage": ["report", "--backend", "a-backend-name-that-is-not-one-of-the-four"],  # argparse: an invalid choice
+    "arguments": ["claims", "one", "two", "three", "four", "five", "six", "seven"],  # BadInput from a handler
+}
+
+
+def _error_lines(err: str) -> list[str]:
+    """The error message's lines: from the `interp ...: error:` line on (argparse prints its usage first)."""
+    lines = err.splitlines()
+    start = next(i for i, line in enumerate(lines) if ": error: " in line)
+    return lines[start:]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_error_lines_fit_the_terminal_and_stay_one_line_in_logs(case, width, monkeypatch, capsys):
+    def run() -> str:
+        try:
+            code = cli.main(ERRORS[case])
+        except SystemExit as exit_:  # argparse exits
+            code = exit_.code
+        assert code == 2
+        return capsys.readouterr().err
+
+    plain = _error_lines(run())  # no $COLUMNS and no terminal: one line, as logs and CI greps want it
+    assert len(plain) == 1 and len(plain[0]) > width
+    monkeypatch.setenv("COLUMNS", str(width))
+    err = run()
+    lines = _error_lines(err)
+    assert len(lines) > 1 and _longest(err) <= width, err
+    assert " ".join(lines) == plain[0]  # the message unchanged once re-joined, no word split

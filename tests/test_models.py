@@ -21,12 +21,11 @@ def layer_hooks(layer: int) -> list[str]:
         f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_v",
         f"blocks.{layer}.attn.hook_attn_scores", f"blocks.{layer}.attn.hook_pattern",
         f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_result",
+        f"blocks.{layer}.attn.hook_q_input", f"blocks.{layer}.attn.hook_k_input", f"blocks.{layer}.attn.hook_v_input",
         f"blocks.{layer}.ln2.hook_scale", f"blocks.{layer}.ln2.hook_normalized",
         f"blocks.{layer}.mlp.hook_pre", f"blocks.{layer}.mlp.hook_post",
         f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_mid",
-        f"blocks.{layer}.hook_mlp_out", f"blocks.{layer}.hook_resid_post",
-        f"blocks.{layer}.hook_q_input", f"blocks.{layer}.hook_k_input", f"blocks.{layer}.hook_v_input",
-        f"blocks.{layer}.hook_mlp_in",
+        f"blocks.{layer}.hook_mlp_out", f"blocks.{layer}.hook_resid_post", f"blocks.{layer}.hook_mlp_in",
     ]
 
 

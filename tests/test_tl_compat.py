@@ -7,13 +7,16 @@ import pytest
 import torch
 from transformer_lens import FactoredMatrix, patching, utilities
 from transformer_lens.head_detector import detect_head
+from transformer_lens.tools.analysis import attribution_patching as eap
 
 import interp
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from interp.data import PromptSet  # noqa: E402
 from interp.models.config import EncoderConfig  # noqa: E402
+from interp.paths import patch_edges  # noqa: E402
 from interp.models.convert import convert_model  # noqa: E402
 from interp.models.encoder import HookedEncoder  # noqa: E402
 from interp.models.tokenizers import SymbolTokenizer  # noqa: E402
@@ -415,12 +418,195 @@ SWEEPS = sorted(name for name in dir(patching) if name.startswith("get_act_patch
 
 @pytest.mark.slow
 def test_every_patching_sweep_runs(case):
-    """Every `patching.get_act_patch_*` sweep but direct-path patching (which needs TransformerLens's
-    per-head Q/K/V input forks, `cfg.use_split_qkv_input`, that our models do not have) runs; each entry
-    of the two sweeps above is checked by hand."""
+    """Every `patching.get_act_patch_*` sweep but direct-path patching (it takes a corrupted cache too, and
+    is checked edge by edge below) runs; each entry of the two sweeps above is checked by hand."""
     _, model, tokens, _, clean_cache = case
     def metric(logits):
         return logits[:, -1, 3].mean()
     for sweep in SWEEPS:
         result = getattr(patching, sweep)(model, tokens.flip(0), clean_cache, metric)
         assert torch.isfinite(result).all(), sweep
+
+
+# ---------------------------------------------------------------- direct-path patching, edge by edge
+
+
+def _answer_metric(tokens):
+    answer = tokens[:, -1]
+
+    def metric(logits):
+        return logits[torch.arange(len(answer)), -1, answer].mean()
+    return metric
+
+
+def _components(model) -> list[str]:
+    """k and v too where each query head has its own key/value head (TransformerLens refuses them under GQA)."""
+    return ["q", "k", "v"] if model.cfg.n_kv_heads == model.cfg.n_heads else ["q"]
+
+
+def _edge_patched(model, edge: str, corrupted, clean, metric) -> float:
+    """The metric on the corrupted prompts with one edge reading the clean run's sender write (interp.paths):
+    TransformerLens's direction, clean minus corrupted added to a corrupted run."""
+    with torch.no_grad(), patch_edges(model, [edge], PromptSet(corrupted), PromptSet(clean)):
+        return metric(model(corrupted)).item()
+
+
+def test_direct_path_patching_equals_patching_the_edge(case):
+    """`get_act_patch_direct_path` from L0H{last}: every later head's q (and k, v without GQA) input, each
+    against interp.paths' edge patch; rows up to the source layer are TransformerLens's zero placeholders."""
+    _, model, tokens, _, clean_cache = case
+    corrupted, metric = tokens.flip(0), _answer_metric(tokens)
+    with torch.no_grad():
+        _, corrupted_cache = model.run_with_cache(corrupted)
+        unpatched = metric(model(corrupted)).item()
+    src, moved = model.cfg.n_heads - 1, 0.0
+    for component in _components(model):
+        results = patching.get_act_patch_direct_path(model, corrupted, clean_cache, corrupted_cache, metric,
+                                                     src_layer=0, src_head=src, component=component, verbose=False)
+        assert results.shape == (model.cfg.n_layers, model.cfg.n_heads) and torch.count_nonzero(results[0]) == 0
+        by_hand = torch.tensor([[_edge_patched(model, f"L0H{src} -> L{layer}H{head} via {component}", corrupted, tokens,
+                                               metric) for head in range(model.cfg.n_heads)]
+                                for layer in range(1, model.cfg.n_layers)])
+        torch.testing.assert_close(results[1:], by_hand, **TOL)
+        moved = max(moved, (results[1:] - unpatched).abs().max().item())
+    assert moved > 1e-4  # the patches change the metric
+    assert not model.cfg.use_split_qkv_input  # TransformerLens's context manager restored the switch
+
+
+def test_direct_path_all_sources_equals_patching_each_edge(case):
+    _, model, tokens, _, clean_cache = case
+    corrupted, metric = tokens.flip(0), _answer_metric(tokens)
+    with torch.no_grad():
+        _, corrupted_cache = model.run_with_cache(corrupted)
+    every = patching.get_act_patch_direct_path_all_sources(model, corrupted, clean_cache, corrupted_cache, metric,
+                                                           component="q", verbose=False)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    assert every.shape == (L, H, L, H)
+    for src_layer, src_head, dst_layer, dst_head in ((0, 0, 1, 0), (0, H - 1, L - 1, 1), (L - 2, 1, L - 1, H - 1)):
+        edge = f"L{src_layer}H{src_head} -> L{dst_layer}H{dst_head} via q"
+        assert every[src_layer, src_head, dst_layer, dst_head].item() == pytest.approx(
+            _edge_patched(model, edge, corrupted, tokens, metric), abs=1e-5), edge
+    assert torch.count_nonzero(every[L - 1]) == 0  # no later layer: placeholders
+
+
+def test_direct_path_refuses_what_has_no_per_head_meaning():
+    """TransformerLens refuses k / v under grouped-query attention (cfg.n_key_value_heads); our post-norm models
+    refuse its split-input switch (a head's write reaches later heads only through a norm)."""
+    llama = _llama()
+    tokens = torch.randint(1, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(1))
+    _, cache = llama.run_with_cache(tokens)
+    with pytest.raises(ValueError, match="GQA"):
+        patching.get_act_patch_direct_path(llama, tokens, cache, cache, _answer_metric(tokens), 0, 0, component="k")
+    bert = convert_model(randomise(transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
+        max_position_embeddings=32)), 0)).eval()
+    _, cache = bert.run_with_cache(tokens)
+    with pytest.raises(ValueError, match="post-norm"):
+        patching.get_act_patch_direct_path(bert, tokens, cache, cache, lambda logits: logits.sum(), 0, 0, verbose=False)
+    assert not bert.cfg.use_split_qkv_input
+
+
+# ---------------------------------------------------------------- attribution patching (EAP), against autograd
+
+
+def _logit_diff(logits):
+    return logits[0, -1, 3] - logits[0, -1, 4]
+
+
+def _derivative(model, tokens, hook_name: str, index: tuple, delta: torch.Tensor) -> float:
+    """d metric / d eps at 0, with `delta` * eps added to `hook_name`'s activation at `index` on `tokens`:
+    the first-order effect attribution patching estimates, by autograd through our own hooks."""
+    eps = torch.zeros((), requires_grad=True)
+
+    def add(act, hook):
+        act = act.clone()
+        act[index] = act[index] + eps * delta
+        return act
+    return torch.autograd.grad(_logit_diff(model.run_with_hooks(tokens, fwd_hooks=[(hook_name, add)])), eps)[0].item()
+
+
+def test_node_attribution_patching_equals_the_derivative_by_hand(case):
+    _, model, tokens, _, _ = case
+    clean, corrupt = tokens[:1], tokens[1:]
+    result = eap.attribution_patch(model, clean, corrupt, _logit_diff)
+    with torch.no_grad():
+        _, clean_cache = model.run_with_cache(clean)
+        _, corrupt_cache = model.run_with_cache(corrupt)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    assert len(result.node_scores) == N_POS * (1 + L * (H + 1))
+    for layer, head, pos in ((0, 0, N_POS - 1), (L - 1, H - 1, N_POS - 1), (0, H - 1, 2)):
+        name = f"blocks.{layer}.attn.hook_z"
+        delta = (clean_cache[name] - corrupt_cache[name])[0, pos, head]
+        score = result.node_scores[eap.Node(kind="attn_head_out", position=pos, layer=layer, head=head)]
+        assert score == pytest.approx(_derivative(model, corrupt, name, (0, pos, head), delta), abs=1e-5)
+    mlp = [result.node_scores[eap.Node(kind="mlp_out", position=pos, layer=0)] for pos in range(N_POS)]
+    if model.cfg.attn_only:  # an absent MLP writes zeros on both runs: no effect
+        assert mlp == [0.0] * N_POS
+    else:
+        name = "blocks.0.hook_mlp_out"
+        delta = (clean_cache[name] - corrupt_cache[name])[0, N_POS - 1]
+        assert mlp[-1] == pytest.approx(_derivative(model, corrupt, name, (0, N_POS - 1), delta), abs=1e-5)
+    assert any(abs(score) > 1e-3 for score in result.node_scores.values())
+
+
+def test_edge_attribution_patching_equals_the_derivative_by_hand(case):
+    """Edge granularity (EAP): a writer's clean-minus-corrupt write along one edge into a head's split q/k/v
+    input, an MLP's input or the logits. GQA models are refused by TransformerLens itself (their k/v inputs are
+    per key/value head, not per query head)."""
+    name, model, tokens, _, _ = case
+    clean, corrupt = tokens[:1], tokens[1:]
+    config = eap.EdgeAttributionConfig(granularity="edge")
+    if model.cfg.n_kv_heads != model.cfg.n_heads:
+        with pytest.raises(ValueError, match="GQA"):
+            eap.attribution_patch(model, clean, corrupt, _logit_diff, config)
+        return
+    result = eap.attribution_patch(model, clean, corrupt, _logit_diff, config)
+    assert not model.cfg.use_split_qkv_input  # restored
+    with torch.no_grad():
+        _, clean_cache = model.run_with_cache(clean)
+        _, corrupt_cache = model.run_with_cache(corrupt)
+    L, H, last = model.cfg.n_layers, model.cfg.n_heads, N_POS - 1
+
+    def write(hook: str, index: tuple) -> torch.Tensor:
+        return (clean_cache[hook] - corrupt_cache[hook])[index]
+
+    head = eap.Node(kind="attn_head_out", position=last, layer=0, head=1)
+    head_write = write("blocks.0.attn.hook_result", (0, last, 1))
+    embed = eap.Node(kind="embed", position=2)
+    checks = [((head, eap.Node(kind=f"{branch}_input", position=last, layer=1, head=H - 1)),
+               f"blocks.1.attn.hook_{branch}_input", (0, last, H - 1), head_write) for branch in "qkv"]
+    checks.append(((embed, eap.Node(kind="v_input", position=2, layer=1, head=0)), "blocks.1.attn.hook_v_input",
+                   (0, 2, 0), write("hook_embed", (0, 2))))
+    checks.append(((head, eap.Node(kind="logits", position=last, layer=L - 1)), f"blocks.{L - 1}.hook_resid_post",
+                   (0, last), head_write))
+    checks.append(((head, eap.Node(kind="mlp_in", position=last, layer=0)), "blocks.0.hook_mlp_in", (0, last), head_write))
+    for edge, hook, index, delta in checks:
+        assert result.edge_scores[edge] == pytest.approx(_derivative(model, corrupt, hook, index, delta), abs=1e-5), edge
+    if model.cfg.attn_only:
+        assert result.edge_scores[checks[-1][0]] == 0.0  # the absent MLP reads nothing
+    assert any(abs(score) > 1e-3 for score in result.edge_scores.values())
+
+
+def test_edge_faithfulness_without_one_heads_edges_equals_patching_that_head(case):
+    """TransformerLens's `faithfulness` ablates (to the corrupt run) every edge outside a circuit: the circuit of
+    every edge but those out of L0H1 is the clean run with L0H1's output from the corrupt run, by hand."""
+    _, model, tokens, _, _ = case
+    clean, corrupt = tokens[:1], tokens[1:]
+    if model.cfg.n_kv_heads != model.cfg.n_heads:
+        pytest.skip("edge granularity: TransformerLens refuses grouped-query attention (above)")
+    edges = list(eap.attribution_patch(model, clean, corrupt, _logit_diff,
+                                       eap.EdgeAttributionConfig(granularity="edge")).edge_scores)
+    assert eap.faithfulness(model, clean, corrupt, _logit_diff, edges).recovered == pytest.approx(1.0, abs=1e-5)
+    kept = [(u, v) for u, v in edges if not (u.kind == "attn_head_out" and (u.layer, u.head) == (0, 1))]
+    result = eap.faithfulness(model, clean, corrupt, _logit_diff, kept)
+    circuit_metric = result.corrupt_metric + result.recovered * (result.full_metric - result.corrupt_metric)
+    with torch.no_grad():
+        _, corrupt_cache = model.run_with_cache(corrupt)
+
+        def corrupt_head(z, hook):
+            z = z.clone()
+            z[:, :, 1] = corrupt_cache[hook.name][:, :, 1]
+            return z
+        by_hand = _logit_diff(model.run_with_hooks(clean, fwd_hooks=[("blocks.0.attn.hook_z", corrupt_head)])).item()
+    assert circuit_metric == pytest.approx(by_hand, abs=1e-5)
+    assert abs(by_hand - result.full_metric) > 1e-4  # the head matters: the check can fail

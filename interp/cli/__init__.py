@@ -19,7 +19,9 @@ Exit codes: 0 ok; 1 a finding (a leak, a failed hook check, a refuted claim with
 
 Help and output fit the terminal ($COLUMNS, else its width; tested at 80 and 120 columns): help
 paragraphs are filled at spaces (`parser._Formatter`), tables leave out the columns that do not fit
-and name them (`tables`), and `--json` keeps everything.
+and name them (`tables`), and `--json` keeps everything. Error lines on stderr are filled at spaces
+too, when stderr is a terminal or $COLUMNS is set, and stay one line each otherwise (logs, CI greps:
+`output.stderr_width`).
 
 Parsing flags imports neither torch nor transformer_lens (about 3 s here): every handler
 imports what it needs when it runs, so `interp --help` answers at once.
@@ -35,7 +37,7 @@ import os
 import sys
 
 from interp.cli.common import EXIT_INPUT, _message
-from interp.cli.output import JSON_SCHEMA, _fenced_stdout, envelope, integers, toolkit_version
+from interp.cli.output import JSON_SCHEMA, _fenced_stdout, envelope, integers, print_error, toolkit_version
 from interp.cli.parser import build_parser
 
 __all__ = ["JSON_SCHEMA", "build_parser", "envelope", "integers", "main", "toolkit_version"]
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
         return code
     except KeyboardInterrupt:
-        print(f"interp {args.command}: interrupted", file=sys.stderr)
+        print_error(f"interp {args.command}: interrupted")
         return 130
     except Exception as error:
         return _report_error(args.command, error, debug)
@@ -67,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 def _report_error(command: str, error: BaseException, debug: bool) -> int:
     """The one place an exception becomes an exit code (`interp.errors.exit_code_for`) and a message.
 
-    Bad input and a failing user model: exit 2, one line naming what failed and where (the
-    traceback with INTERP_DEBUG=1). A closed stdout: exit 0, silently. A bug: exit 3, traceback.
+    Bad input and a failing user model: exit 2, one message naming what failed and where (the
+    traceback with INTERP_DEBUG=1), filled to the terminal (`output.print_error`). A closed stdout:
+    exit 0, silently. A bug: exit 3, traceback.
     """
     from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, as_reported, exit_code_for
 
@@ -81,14 +84,14 @@ def _report_error(command: str, error: BaseException, debug: bool) -> int:
         import traceback
 
         traceback.print_exception(error)
-        print(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback above.",
-              file=sys.stderr)
+        print_error(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback "
+                    "above.")
         return code
     if debug:
         import traceback
 
         traceback.print_exception(error)
-    print(f"interp {command}: error: {_message(error)}", file=sys.stderr)
+    print_error(f"interp {command}: error: {_message(error)}")
     return code
 
 

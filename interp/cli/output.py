@@ -1,5 +1,6 @@
 """Where a command's output goes: rich consoles (stdout, or stderr when a machine-readable document
-takes stdout), stdout fenced off while a command runs, and the JSON envelope every --json writes."""
+takes stdout), stdout fenced off while a command runs, error lines on stderr filled to the terminal, and
+the JSON envelope every --json writes."""
 from __future__ import annotations
 
 import contextlib
@@ -79,6 +80,38 @@ def _pipe_safe_console() -> type[Console]:
 def _columns_env() -> int | None:
     text = os.environ.get("COLUMNS", "")
     return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def stderr_width() -> int | None:
+    """The width error lines are filled to: $COLUMNS when set, else the terminal's when stderr is one; None
+    (each message on one line, as logs and CI greps want it) when stderr is a file or a pipe. Not
+    `shutil.get_terminal_size`, which asks stdout and falls back to 80 under a capture."""
+    columns = _columns_env()
+    if columns is not None:
+        return columns
+    try:
+        if sys.stderr.isatty():
+            return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # no stderr, or one without a file descriptor
+        pass
+    return None
+
+
+def fill_message(text: str, width: int | None) -> str:
+    """`text` filled to `width` columns at spaces, each of its own lines apart (None: unchanged). Words are
+    never split, not even at hyphens, so a word longer than the width keeps a line of its own, and joining
+    each line's pieces with one space gives back the text."""
+    if width is None:
+        return text
+    import textwrap
+
+    return "\n".join("\n".join(textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False)) or line
+                     for line in text.split("\n"))
+
+
+def print_error(text: str) -> None:
+    """One message on stderr (`interp CMD: error: ...`), filled to `stderr_width()`."""
+    print(fill_message(text, stderr_width()), file=sys.stderr)
 
 
 DISTRIBUTION = "interp-attention"

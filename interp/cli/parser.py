@@ -3,13 +3,14 @@ imports no torch."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from interp.cli.audit import cmd_audit_leakage
 from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
 from interp.cli.common import AUDIT_PROMPTS_DEFAULT, DEFAULT_SPEC, PROMPTS_DEFAULT
-from interp.cli.output import JSON_SCHEMA, toolkit_version
+from interp.cli.output import JSON_SCHEMA, print_error, toolkit_version
 from interp.schemas import REPORT_SCHEMA
 from interp.launch import add_flags as add_scale_flags
 from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
@@ -31,6 +32,16 @@ class _Formatter(argparse.HelpFormatter):
         import textwrap
 
         return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (`interp report: error: argument --n: ...`) are filled to the
+    terminal as every other error line (`output.print_error`); subparsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print_error(f"{self.prog}: error: {message}")
+        self.exit(2)
 
 
 def _fill_line(line: str, width: int, indent: str) -> str:
@@ -122,7 +133,7 @@ SPEC_HELP = f"model spec: built-in name, checkpoint path, package.module:factory
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="interp",
         description="Look inside attention, and test what you think you see.",
         epilog=(
