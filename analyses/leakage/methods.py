@@ -355,12 +355,15 @@ def padding_check(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol:
 # ---------------------------------------------------------------------------------------------
 
 def site_modules(model: Any) -> list[tuple[str, nn.Module]]:
-    """Hook points of a hooked model, else every submodule: the sites localisation watches."""
+    """Hook points of a hooked model, else every submodule: the sites localisation watches. Split q/k/v
+    inputs are left out: watching them changes the forward (ln1 once per head), and what they carry is
+    resid_pre, watched already."""
     if not isinstance(model, nn.Module):
         return []
     from transformer_lens.hook_points import HookPoint
 
-    hook_points = [(name, m) for name, m in model.named_modules() if isinstance(m, HookPoint)]
+    split = ("hook_q_input", "hook_k_input", "hook_v_input")
+    hook_points = [(name, m) for name, m in model.named_modules() if isinstance(m, HookPoint) and not name.endswith(split)]
     if not hook_points:
         return [(name, m) for name, m in model.named_modules() if name]
     # a hook point may have several names (TransformerBridge aliases): keep the plainest
