@@ -97,6 +97,34 @@ def edge_frame(effects: Sequence[Effect], source: str = "resample") -> pd.DataFr
     return pd.DataFrame(rows, columns=columns)
 
 
+@torch.no_grad()
+def node_writes(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | None, keep_resid: bool = False
+                ) -> tuple[dict[Node, torch.Tensor], dict[int, torch.Tensor], torch.Tensor]:
+    """Every node's write (batch, pos, d_model), the residual stream entering each block (with `keep_resid`)
+    and the final one (before ln_final), in one forward."""
+    every = [node for node in nodes(model) if node.kind != "logits"]
+    n_layers = int(model.cfg.n_layers)
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        acts[hook.name] = act.detach()
+
+    names = {write_hook(node) for node in every}
+    if keep_resid:
+        names |= {f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)}
+    with hooked(model, [(name, keep) for name in names]):
+        final = model(tokens, attention_mask=mask, stop_at_layer=n_layers)
+    writes = {node: node_write(model, node, acts[write_hook(node)]) for node in every}
+    resid = {layer: acts[f"blocks.{layer}.hook_resid_pre"] for layer in range(n_layers)} if keep_resid else {}
+    return writes, resid, final
+
+
+def corrupted_batch(run: Run, batch: PromptSet, source: PromptSet | None) -> PromptSet:
+    """The corrupted prompts the model reads for `batch` (EdgePatch's: donors keyed by the Run's seed, or `source`)."""
+    any_edge = Edge(Node(-1, "embed"), parse_node("logits"), "direct")
+    return EdgePatch((any_edge,), source=source).corrupted_batch(run, batch)
+
+
 # -- many edges at once, resumed from the receiver's layer
 
 
@@ -147,34 +175,16 @@ class PatchSweep:
         """(prompt,) float64: the clean behaviour (equal to `run.clean()` to float tolerance)."""
         return torch.cat([b.clean.double().cpu() for b in self.batches])
 
-    @torch.no_grad()
-    def _forward_writes(self, tokens: torch.Tensor, mask: torch.Tensor | None, keep_resid: bool
-                        ) -> tuple[dict[Node, torch.Tensor], dict[int, torch.Tensor], torch.Tensor]:
-        """Every node's write, the residual stream entering each block, and the final one, in one forward."""
-        model, acts = self.model, {}
-
-        def keep(act: torch.Tensor, hook: Any) -> None:
-            acts[hook.name] = act.detach()
-
-        names = {write_hook(node) for node in self.every if node.kind != "logits"}
-        if keep_resid:
-            names |= {f"blocks.{layer}.hook_resid_pre" for layer in range(self.n_layers)}
-        with hooked(model, [(name, keep) for name in names]):
-            final = model(tokens, attention_mask=mask, stop_at_layer=self.n_layers)
-        writes = {node: node_write(model, node, acts[write_hook(node)]) for node in self.every if node.kind != "logits"}
-        resid = {layer: acts[f"blocks.{layer}.hook_resid_pre"] for layer in range(self.n_layers)} if keep_resid else {}
-        return writes, resid, final
-
     def _prepare(self, batch: PromptSet) -> _Batch:
         run, device = self.run, next(self.model.parameters()).device
         read = run.behaviour.model_prompts(batch)
         tokens = read.tokens.to(device)
         mask = None if read.attention_mask is None else read.attention_mask.to(device).bool()
         positions = self.model.position_ids(tokens.shape, mask, device=device)
-        clean_writes, resid_pre, final = self._forward_writes(tokens, mask, keep_resid=True)
-        corrupted = EdgePatch((self._any_edge(),), source=self.source).corrupted_batch(run, batch)
+        clean_writes, resid_pre, final = node_writes(self.model, tokens, mask, keep_resid=True)
+        corrupted = corrupted_batch(run, batch, self.source)
         corrupted_mask = None if corrupted.attention_mask is None else corrupted.attention_mask.to(device).bool()
-        corrupted_writes, _, _ = self._forward_writes(corrupted.tokens.to(device), corrupted_mask, keep_resid=False)
+        corrupted_writes, _, _ = node_writes(self.model, corrupted.tokens.to(device), corrupted_mask)
         summary = None
         if run.behaviour.compares_to_clean:
             summary = run.behaviour.clean_summary(self._output(final), batch)
@@ -182,9 +192,6 @@ class PatchSweep:
                      torch.zeros(0), summary)
         out.clean = self._value(final, out, "clean run")
         return out
-
-    def _any_edge(self) -> Edge:
-        return Edge(Node(-1, "embed"), parse_node("logits"), "direct")
 
     def _output(self, resid: torch.Tensor) -> torch.Tensor:
         return self.model.head(resid) if self.run.behaviour.reads == "logits" else self.model.ln_final(resid)
@@ -321,5 +328,5 @@ def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None
     return edge_frame(edge_effects(run, parsed, source=source), source="resample" if source is None else "corrupted prompts")
 
 
-__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "edge_effects", "edge_frame", "path_patch",
-           "path_patches"]
+__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "corrupted_batch", "edge_effects", "edge_frame",
+           "node_writes", "path_patch", "path_patches"]
