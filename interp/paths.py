@@ -8,7 +8,7 @@ Nodes are what writes to (or reads the whole of) the residual stream:
     logits     the final residual stream, read by the final norm and the unembedding
 
 An `Edge` is one sender's write reaching one input of a receiver: `via` "q", "k" or "v" (a head's
-query, key or value input: `blocks.{l}.hook_q_input`...), "in" (an MLP's input: `hook_mlp_in`) or
+query, key or value input: `blocks.{l}.attn.hook_q_input`...), "in" (an MLP's input: `hook_mlp_in`) or
 "direct" (the logits). The residual stream a receiver reads is the sum of its senders' writes
 (plus biases, which no patch changes), so an edge can be patched alone.
 
@@ -137,7 +137,7 @@ def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
     """Refuse a model whose residual stream is not a sum of node writes, or that lacks split inputs."""
     blocks = getattr(model, "blocks", None)
     if blocks is None or not all(hasattr(block, "hook_q_input") for block in blocks):
-        raise BadInput(f"{where} needs a model with split q/k/v inputs (blocks.{{l}}.hook_q_input ...): a HookedGPT, a "
+        raise BadInput(f"{where} needs a model with split q/k/v inputs (blocks.{{l}}.attn.hook_q_input ...): a HookedGPT, a "
                        f"checkpoint or a converted Hugging Face model; {type(model).__name__} has none. Load it with "
                        "interp.load(..., backend='native').")
     if any(block.cfg.post_norm for block in blocks):
@@ -237,7 +237,7 @@ def input_hook(model: nn.Module, edge: Edge) -> tuple[str, int | None]:
         return f"blocks.{receiver.layer}.hook_mlp_in", None
     attn = _blocks(model)[receiver.layer].attn
     index = receiver.head if edge.via == "q" else receiver.head // attn.group
-    return f"blocks.{receiver.layer}.hook_{edge.via}_input", index
+    return f"blocks.{receiver.layer}.attn.hook_{edge.via}_input", index
 
 
 def node_write(model: nn.Module, node: Node, act: torch.Tensor) -> torch.Tensor:
