@@ -7,7 +7,18 @@ one of these models has a right answer. Every factory returns a `HookedGPT` (so
 - `model.truth`: the role of every head, e.g. `{"L0H0": "previous_token", "L1H0": "induction"}`
   (roles are the values of `HeadRole`);
 - `model.metadata`: the task, the BOS token, how to make prompts, the expected losses, and
-  groups of heads (`identical_heads`, `redundant_pairs`, `dispensable_heads`, `essential_heads`).
+  groups of heads (`identical_heads`, `redundant_pairs`, `dispensable_heads`, `essential_heads`);
+  the circuits (two layers) also name their true `edges` as `interp.paths` labels
+  ("L0H0 -> L1H0 via k", "L1H0 -> logits"): exactly the edges whose path patch (a resampled
+  sender, `interp.paths.EdgePatch`) changes the behaviour. Edges that carry only positions (a
+  positional head's query and key read `pos`) are not listed: every prompt of one length has the
+  same positions, so no resampling can change them.
+
+The factories: `single_head(role)` (one head), `pattern_heads()` (one per positional role),
+`redundant_pair()` (a redundant pair), `induction_circuit()` (K-composition),
+`v_composition_circuit()` (V-composition: a head reads an earlier head's output through its value),
+`unread_head_circuit()` (an induction circuit beside a previous-token head whose output nothing reads),
+`fixed_offset_copier()` (a trap for induction claims).
 
 How they are built (attention-only, no LayerNorm, so the residual stream is a sum of known
 vectors). The residual stream is split into named one-hot subspaces:
@@ -255,6 +266,13 @@ def redundant_pair(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     )
 
 
+# the edges (interp.paths labels) that carry the induction circuit's behaviour: L0H0 copies each token into
+# the next position's `prev` (its value reads the embedding); L1H0's key reads that `prev`, its query the
+# current token, its value the attended token, and it writes the logits
+INDUCTION_EDGES = ("embed -> L0H0 via v", "L0H0 -> L1H0 via k", "embed -> L1H0 via q", "embed -> L1H0 via v",
+                   "L1H0 -> logits")
+
+
 def induction_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     """A 2-layer attention-only induction circuit, set by hand (Olsson et al. 2022, written out).
 
@@ -290,6 +308,79 @@ def induction_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
         redundant_pairs=[],
         induction_heads=["L1H0"],
         previous_token_heads=["L0H0"],
+        edges=list(INDUCTION_EDGES),
+    )
+
+
+V_COMPOSITION_EDGES = ("embed -> L0H0 via v", "L0H0 -> L1H0 via v", "L1H0 -> logits")
+
+
+def v_composition_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
+    """A 2-layer V-composition circuit: the token two back, read through a value.
+
+    L0H0 previous_token: copies the previous token into `prev`. L1H0 previous_token too, but its
+    OV reads `prev` (not `tok`) and writes the logits: at query i it attends to i - 1, whose `prev`
+    holds token i - 2, so the model predicts "next token = the token two back", right on period-3
+    sequences (`repeated_tokens(n, 3, d_vocab - 1, bos=d_vocab - 1, n_repeats=k)`). Neither head
+    alone does it: the behaviour flows L0H0 -> L1H0 *via v* (L1H0's query and key read positions
+    only). The other heads are dispensable (they write to `scratch`): L0H1 first_token, L0H2
+    self_token, L0H3 uniform and the same in layer 1. On period-3 prompts after a BOS the
+    predictions of queries 0..2 have nothing to copy (ln(d_vocab - 1)); the rest cost
+    ~(d_vocab - 2) e^-readout_gain.
+    """
+    b = _Builder(2, 4, d_vocab, n_ctx, "constructed-v-composition")
+    b.set_pattern(0, 0, "previous_token")
+    b.set_copy(0, 0, "prev")
+    b.set_pattern(1, 0, "previous_token")
+    attn, real = b.model.blocks[1].attn, torch.arange(d_vocab - 1)
+    with torch.no_grad():  # OV: `prev` one-hot (BOS never written there) -> `out` one-hot
+        attn.W_V[0, b.dim("prev", real), real] = 1.0
+        attn.W_O[0, real, b.dim("out", real)] = 1.0
+    fillers: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
+    for layer in (0, 1):
+        for head, role in fillers:
+            b.set_pattern(layer, head, role)
+            b.set_copy(layer, head, "scratch")
+    return b.finish(
+        task="period-3 sequences after BOS: predict next token = the token two back (V-composition)",
+        essential_heads=["L0H0", "L1H0"],
+        dispensable_heads=["L0H1", "L0H2", "L0H3", "L1H1", "L1H2", "L1H3"],
+        identical_heads=[["L0H1", "L1H1"], ["L0H2", "L1H2"], ["L0H3", "L1H3"]],
+        redundant_pairs=[],
+        previous_token_heads=["L0H0", "L1H0"],
+        edges=list(V_COMPOSITION_EDGES),
+    )
+
+
+def unread_head_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
+    """The induction circuit beside a decoy: a previous-token head whose output nothing reads.
+
+    L0H0 previous_token -> `prev`, L1H0 induction -> logits, exactly as `induction_circuit`. L0H1 has
+    the same previous-token pattern and copies the previous token as strongly, but into `scratch`,
+    which no later head and not the unembedding reads: it composes with nothing, has no direct
+    effect, and ablating it changes the loss by exactly 0, whatever its pattern says (a trap for a
+    claim read off a pattern). L1H1 (uniform, to `scratch`) is dispensable too. Prompts and losses
+    as `induction_circuit`.
+    """
+    b = _Builder(2, 2, d_vocab, n_ctx, "constructed-unread-head")
+    b.set_pattern(0, 0, "previous_token")
+    b.set_copy(0, 0, "prev")
+    b.set_pattern(0, 1, "previous_token")
+    b.set_copy(0, 1, "scratch")
+    b.set_pattern(1, 0, "induction")
+    b.set_copy(1, 0, "out")
+    b.set_pattern(1, 1, "uniform")
+    b.set_copy(1, 1, "scratch")
+    return b.finish(
+        task="repeated random tokens after BOS: predict the second copy by induction; L0H1 is read by nothing",
+        essential_heads=["L0H0", "L1H0"],
+        dispensable_heads=["L0H1", "L1H1"],
+        unread_heads=["L0H1"],
+        identical_heads=[],
+        redundant_pairs=[],
+        induction_heads=["L1H0"],
+        previous_token_heads=["L0H0", "L0H1"],
+        edges=list(INDUCTION_EDGES),
     )
 
 
@@ -322,4 +413,6 @@ FACTORIES = {  # name -> factory, for listing; every one accepts d_vocab= and n_
     "pattern_heads": pattern_heads,
     "redundant_pair": redundant_pair,
     "induction_circuit": induction_circuit,
+    "v_composition_circuit": v_composition_circuit,
+    "unread_head_circuit": unread_head_circuit,
 }

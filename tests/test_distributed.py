@@ -29,7 +29,7 @@ def every_analysis() -> dict[str, pd.DataFrame]:
     """Every sharded analysis on a tiny model, small batches so each rank runs several
     (18 prompts in batches of 4: 5 batches, split 2 / 3 between two ranks)."""
     from interp.analyses import claims as hc
-    from interp.analyses import induction, positional, redundancy, report
+    from interp.analyses import circuits, induction, positional, redundancy, report
     from interp.claims import test_claims
     from interp.models.constructed import induction_circuit
 
@@ -45,6 +45,7 @@ def every_analysis() -> dict[str, pd.DataFrame]:
         "importance_mean": redundancy.importance(model, prompts, "mean", batch_size=4),
         "importance_resample": redundancy.importance(model, prompts, "resample", batch_size=4, gradient=False),
         "joint_ablation": redundancy.joint_ablation(model, prompts, [((0, 0), (0, 1)), ((1, 2), (1, 3))], batch_size=4),
+        "direct_logit_attribution": circuits.direct_logit_attribution(model, prompts, batch_size=4),
     }
     out.update(_second_order_compensation_pruning(model, prompts))
     patterns = report.mean_patterns(model, prompts, [0, 1], batch_size=4)
@@ -117,7 +118,7 @@ def assert_same(frame: pd.DataFrame, expected: pd.DataFrame, name: str) -> None:
 
 
 ANALYSES = ["focus", "offsets", "induction", "pattern_similarity", "output_similarity", "importance_mean",
-            "importance_resample", "joint_ablation", "second_order", "second_order_one_batch", "compensation_effects",
+            "importance_resample", "joint_ablation", "direct_logit_attribution", "second_order", "second_order_one_batch", "compensation_effects",
             "compensation_matrix", "compensation_one_batch_effects", "compensation_one_batch_matrix", "pruning_curve",
             "mean_patterns", "claims", "leakage_hooked_gpt",
             "leakage_single_pair"]

@@ -7,15 +7,22 @@ How strongly a later head can read an earlier head's output, from the weights al
     K-composition  ||OV_S  QK_R^T||_F / (...)                         ... by R's key
     V-composition  ||OV_S  OV_R  ||_F / (...)                         ... by R's value
 
-with QK_R = W_Q W_K^T and OV = W_V W_O (d_model x d_model, applied as x @ M). The receiver's norm gain
-(ln1's `w`) is folded into what it reads; its centring and per-token scale are not (a score is a
-property of the weights, not of a prompt). A score alone has no scale: two random low-rank maps already
-score about sqrt(d_head / d_model). So each is reported against the **baseline**: the same score for
-Gaussian random weights of the same shapes (`N_DRAWS` draws, seeded), as `ratio` = score / baseline
-mean, with the baseline's 95th percentile. Everything is computed on d_head x d_head Gram matrices,
-never a d_model x d_model product, so a GPT-2-sized model's 144 x 144 x 3 scores take seconds.
+with QK_R = W_Q W_K^T and OV = W_V W_O (d_model x d_model, applied as x @ M). The receiver's ln1 is folded
+into what it reads, as far as it is a property of the weights: its gain `w` scales each d_model row read, and
+a LayerNorm's centring (x - mean x, a fixed projection) removes the all-ones direction, so a sender writing
+only along it composes with nothing (TransformerLens folds the same centring into the writing weights).
+ln1's per-token scale is not folded (a score is a property of the weights, not of a prompt); RMSNorm
+does not centre. A score alone has no scale: two Gaussian random maps already score about
+1 / sqrt(d_model), whatever d_head (the product of four Gaussian matrices d_model x d_head x d_model x
+d_head x d_model has E||.||^2 = d_model^3 d_head^2, each factor pair d_model^2 d_head). So each is
+reported against the **baseline**: the same score for Gaussian random weights of the same shapes
+(`N_DRAWS` draws, seeded; the receiver centred where the model's ln1 centres), as `ratio` = score /
+baseline mean, with the baseline's 95th percentile. Everything is computed on d_head x d_head Gram
+matrices, never a d_model x d_model product, so a GPT-2-sized model's 144 x 144 x 3 scores take seconds.
 """
 from __future__ import annotations
+
+import functools
 
 import pandas as pd
 import torch
@@ -46,38 +53,76 @@ def _scores(W_V: torch.Tensor, W_O: torch.Tensor, X: torch.Tensor, Y: torch.Tens
     return (product.clamp_min(0) / (sender_norm[:, None] * receiver_norm[None]).clamp_min(1e-30)).sqrt()
 
 
-def _reads(via: str, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, W_O: torch.Tensor, gain: torch.Tensor):
-    """The receiver's (X, Y) for `_scores`: what reads the sender's write (X) and the other factor (Y)."""
-    gained = lambda W: W * gain[..., :, None]  # noqa: E731  ln1's w scales each d_model row read
+def _reads(via: str, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, W_O: torch.Tensor, gain: torch.Tensor,
+           centre: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The receiver's (X, Y) for `_scores`: what reads the sender's write (X) and the other factor (Y), with
+    ln1 folded in: its gain, and (`centre`, LayerNorm) its centring, on every map that reads the residual stream."""
+    def normed(W: torch.Tensor) -> torch.Tensor:  # (..., d_model, d_head)
+        W = W * gain[..., :, None]  # ln1's w scales each d_model row read
+        # centring then reading, (x - mean x) @ W = x @ (W - mean of W's rows): the all-ones direction reads 0
+        return W - W.mean(-2, keepdim=True) if centre else W
     if via == "q":
-        return gained(W_Q), gained(W_K)
+        return normed(W_Q), normed(W_K)
     if via == "k":
-        return gained(W_K), gained(W_Q)
-    return gained(W_V), W_O.transpose(-1, -2)
+        return normed(W_K), normed(W_Q)
+    return normed(W_V), W_O.transpose(-1, -2)
 
 
 def _weights(model: nn.Module) -> tuple[torch.Tensor, ...]:
-    """(layer, head, ...) W_Q, W_K, W_V, W_O (per query head) and (layer, d_model) ln1 gains, float64."""
+    """(layer, head, ...) W_Q, W_K, W_V, W_O (per query head), (layer, d_model) ln1 gains and (layer,) whether
+    each layer's ln1 centres (a LayerNorm), float64."""
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         if not hasattr(model, name):
             raise BadInput(f"composition scores need the stacked weights (model.W_Q ...) of a HookedGPT, a checkpoint or a "
                            f"converted model; {type(model).__name__} has no {name}. Load it with interp.load(..., backend='native').")
     W_Q, W_K, W_V, W_O = (getattr(model, name).detach().double().cpu() for name in ("W_Q", "W_K", "W_V", "W_O"))
-    gains = []
+    gains, centres = [], []
     for block in model.blocks:  # type: ignore[union-attr]
         norm_w = getattr(block.ln1, "w", None)
         gains.append(torch.ones(W_Q.shape[2], dtype=torch.float64) if norm_w is None else norm_w.detach().double().cpu())
-    return W_Q, W_K, W_V, W_O, torch.stack(gains)
+        centres.append(block.cfg.normalization_type == "LN")
+    return W_Q, W_K, W_V, W_O, torch.stack(gains), torch.tensor(centres)
 
 
-def baseline(d_model: int, d_head: int, via: str, *, n_draws: int = N_DRAWS, seed: int = BASELINE_SEED) -> torch.Tensor:
-    """(n_draws,) the `via` composition score of Gaussian random weights of these shapes."""
+def _paired_scores(W_V: torch.Tensor, W_O: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """(n,) the score of sender i with receiver i, for stacks of n of each (as `_scores`, without the n x n pairs)."""
+    gram_v = W_V.transpose(-1, -2) @ W_V  # (n, d_head, d_head)
+    gram_y = Y.transpose(-1, -2) @ Y  # (n, d_x, d_x)
+    middle = W_O @ X  # (n, d_head, d_x)
+    product = _trace_product(gram_v, middle, gram_y)
+    sender_norm = (gram_v * (W_O @ W_O.transpose(-1, -2))).sum((-2, -1))
+    receiver_norm = ((X.transpose(-1, -2) @ X) * gram_y).sum((-2, -1))
+    return (product.clamp_min(0) / (sender_norm * receiver_norm).clamp_min(1e-30)).sqrt()
+
+
+BASELINE_CHUNK = 16  # draws per chunk: six (chunk, d_model, d_head) float64 tensors at a time
+
+
+def baseline(d_model: int, d_head: int, via: str, *, n_draws: int = N_DRAWS, seed: int = BASELINE_SEED,
+             centre: bool = False) -> torch.Tensor:
+    """(n_draws,) the `via` composition score of Gaussian random weights of these shapes (`centre`: the receiver's
+    reads centred, as a LayerNorm receiver's are); its mean is about 1 / sqrt(d_model)."""
+    if via not in HEAD_VIAS:
+        raise BadInput(f"baseline: via {via!r}; expected one of {list(HEAD_VIAS)}.")
+    return _baseline(d_model, d_head, via, n_draws, seed, centre).clone()
+
+
+@functools.lru_cache(maxsize=32)
+def _baseline(d_model: int, d_head: int, via: str, n_draws: int, seed: int, centre: bool) -> torch.Tensor:
+    """`baseline`, kept per shape (a function of its arguments alone; drawing the weights is most of its cost)."""
     generator = torch.Generator().manual_seed(seed + HEAD_VIAS.index(via))
-    draw = lambda *shape: torch.randn(n_draws, *shape, generator=generator, dtype=torch.float64)  # noqa: E731
-    W_V, W_O = draw(d_model, d_head), draw(d_head, d_model)
-    W_Q, W_K, W_V_r, W_O_r = draw(d_model, d_head), draw(d_model, d_head), draw(d_model, d_head), draw(d_head, d_model)
-    X, Y = _reads(via, W_Q, W_K, W_V_r, W_O_r, torch.ones(d_model, dtype=torch.float64))
-    return torch.stack([_scores(W_V[i:i + 1], W_O[i:i + 1], X[i:i + 1], Y[i:i + 1])[0, 0] for i in range(n_draws)])
+    ones = torch.ones(d_model, dtype=torch.float64)
+    out = []
+    for start in range(0, n_draws, BASELINE_CHUNK):
+        n = min(BASELINE_CHUNK, n_draws - start)
+
+        def draw(*shape: int) -> torch.Tensor:  # (n, *shape)
+            return torch.randn(n, *shape, generator=generator, dtype=torch.float64)
+
+        W_V, W_O = draw(d_model, d_head), draw(d_head, d_model)
+        W_Q, W_K, W_V_r, W_O_r = draw(d_model, d_head), draw(d_model, d_head), draw(d_model, d_head), draw(d_head, d_model)
+        out.append(_paired_scores(W_V, W_O, *_reads(via, W_Q, W_K, W_V_r, W_O_r, ones, centre)))
+    return torch.cat(out)
 
 
 def composition_scores(model: nn.Module, *, vias: tuple[str, ...] = HEAD_VIAS, n_draws: int = N_DRAWS) -> pd.DataFrame:
@@ -88,27 +133,33 @@ def composition_scores(model: nn.Module, *, vias: tuple[str, ...] = HEAD_VIAS, n
     unknown = [via for via in vias if via not in HEAD_VIAS]
     if unknown:
         raise BadInput(f"composition_scores: via {unknown[0]!r}; expected some of {list(HEAD_VIAS)}.")
-    W_Q, W_K, W_V, W_O, gains = _weights(model)
+    if isinstance(n_draws, bool) or not isinstance(n_draws, int) or n_draws < 2:
+        raise BadInput(f"composition_scores: n_draws={n_draws!r}; expected a whole number of at least 2 random draws "
+                       f"for the baseline (default {N_DRAWS}).")
+    W_Q, W_K, W_V, W_O, gains, centres = _weights(model)
     n_layers, n_heads, d_model, d_head = W_Q.shape
     if n_layers < 2:
         raise BadInput(f"composition scores need at least two layers; this {type(model).__name__} has {n_layers}.")
+    baselines: dict[tuple[str, bool], tuple[float, float]] = {}
     rows = []
     for via in vias:
-        draws = baseline(d_model, d_head, via, n_draws=n_draws)
-        mean, p95 = float(draws.mean()), float(draws.quantile(0.95))
         for receiver_layer in range(1, n_layers):
+            centre = bool(centres[receiver_layer])
+            if (via, centre) not in baselines:
+                draws = baseline(d_model, d_head, via, n_draws=n_draws, centre=centre)
+                baselines[via, centre] = float(draws.mean()), float(draws.quantile(0.95))
+            mean, p95 = baselines[via, centre]
             gain = gains[receiver_layer][None].expand(n_heads, -1)
-            X, Y = _reads(via, W_Q[receiver_layer], W_K[receiver_layer], W_V[receiver_layer], W_O[receiver_layer], gain)
+            X, Y = _reads(via, W_Q[receiver_layer], W_K[receiver_layer], W_V[receiver_layer], W_O[receiver_layer], gain,
+                          centre)
             for sender_layer in range(receiver_layer):
                 scores = _scores(W_V[sender_layer], W_O[sender_layer], X, Y)  # (sender head, receiver head)
-                for s in range(n_heads):
-                    for r in range(n_heads):
-                        score = float(scores[s, r])
-                        rows.append({"sender": head_label((sender_layer, s)), "receiver": head_label((receiver_layer, r)),
-                                     "sender_layer": sender_layer, "sender_head": s, "receiver_layer": receiver_layer,
-                                     "receiver_head": r, "via": via, "score": score, "baseline": mean,
-                                     "baseline_p95": p95, "ratio": score / mean, "n_draws": n_draws})
+                rows += [{"sender": head_label((sender_layer, s)), "receiver": head_label((receiver_layer, r)),
+                          "sender_layer": sender_layer, "sender_head": s, "receiver_layer": receiver_layer,
+                          "receiver_head": r, "via": via, "score": float(scores[s, r]), "baseline": mean,
+                          "baseline_p95": p95, "ratio": float(scores[s, r]) / mean, "n_draws": n_draws}
+                         for s in range(n_heads) for r in range(n_heads)]
     return pd.DataFrame(rows)
 
 
-__all__ = ["BASELINE_SEED", "N_DRAWS", "baseline", "composition_scores"]
+__all__ = ["BASELINE_CHUNK", "BASELINE_SEED", "N_DRAWS", "baseline", "composition_scores"]

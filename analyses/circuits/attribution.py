@@ -1,0 +1,224 @@
+"""Attribution patching: the first-order estimate of every edge's and every node's patching effect, from one
+backward pass (edge attribution patching, Syed et al. 2023).
+
+    result = attribution_patching(model, prompts)      # or a Run
+    result.edges_frame()    # sender, receiver, via, score, ci_low, ci_high, n_prompts, unit
+    result.nodes_frame()    # node, layer, head, score, ...
+
+For an edge S -> R via x the score of one prompt is
+
+    sum over positions of (corrupted(S) - clean(S)) . dB / d(input_x of R)
+
+with the gradient taken on the clean run (the split inputs `hook_q_input`... carry each head's own copy of
+the residual stream, so each receiver input has its own gradient). It estimates `EdgePatch([edge])`'s effect
+(patched - clean) to first order. A node's score (patching its whole output, i.e. every edge out of it) is
+the sum of its outgoing edges' scores: the residual stream's gradient at a write is the sum of its readers'.
+Per batch: one forward on the corrupted prompts (the senders' writes, no gradient) and one forward and
+backward on the clean prompts, whatever the number of edges.
+
+Limits: a first-order estimate is poor where the behaviour is far from linear in the patched activation.
+Saturated softmaxes (hand-set circuits, `interp.models.constructed`) have vanishing gradients through the
+patterns, so the estimate there misses query and key edges: judge it against exact patching
+(`edge_effects`) on trained checkpoints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import pandas as pd
+import torch
+from torch import nn
+
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.hooks import hooked
+from interp.models.gpt import HookedGPT
+from interp.paths import Edge, Node, check_graph_model, graph, input_hook, nodes
+from interp.run import Run, as_run
+from interp.stats import bootstrap
+
+from interp.analyses.circuits.patching import corrupted_batch, node_writes
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Attribution-patching scores per prompt for every edge and every sending node of a model."""
+
+    edges: tuple[Edge, ...]
+    edge_values: torch.Tensor  # (edge, prompt) float64: the estimated change of the behaviour (patched - clean)
+    nodes: tuple[Node, ...]  # the senders (embed, heads, MLPs)
+    node_values: torch.Tensor  # (node, prompt) float64: patching the node's whole output
+    behaviour: str
+    unit: str
+    seed: int = 0
+
+    def score(self, edge: Edge | str) -> float:
+        from interp.paths import parse_edge
+
+        return float(self.edge_values[self.edges.index(parse_edge(edge))].mean())
+
+    def edges_frame(self) -> pd.DataFrame:
+        """One row per edge: sender, receiver, via, score (mean over prompts), ci_low, ci_high, n_prompts, unit."""
+        mean, low, high = bootstrap(self.edge_values.T, seed=self.seed, label="attribution-edges")
+        return pd.DataFrame({"sender": [e.sender.label for e in self.edges], "receiver": [e.receiver.label for e in self.edges],
+                             "via": [e.via for e in self.edges], "score": mean.numpy(), "ci_low": low.numpy(),
+                             "ci_high": high.numpy(), "n_prompts": self.edge_values.shape[1], "behaviour": self.behaviour,
+                             "unit": self.unit})
+
+    def nodes_frame(self) -> pd.DataFrame:
+        """One row per sending node: node, layer, head (heads only), score, ci_low, ci_high, n_prompts, unit."""
+        mean, low, high = bootstrap(self.node_values.T, seed=self.seed, label="attribution-nodes")
+        return pd.DataFrame({"node": [n.label for n in self.nodes],
+                             "layer": pd.array([n.layer if n.kind != "embed" else None for n in self.nodes], dtype="Int64"),
+                             "head": pd.array([n.head if n.kind == "head" else None for n in self.nodes], dtype="Int64"),
+                             "score": mean.numpy(), "ci_low": low.numpy(), "ci_high": high.numpy(),
+                             "n_prompts": self.node_values.shape[1], "behaviour": self.behaviour, "unit": self.unit})
+
+    def frame(self) -> pd.DataFrame:
+        return self.edges_frame()
+
+
+def _input_names(model: HookedGPT, edges: list[Edge]) -> list[str]:
+    return sorted({input_hook(model, edge)[0] for edge in edges})
+
+
+Method = Literal["eap", "eap-ig"]
+METHODS: tuple[str, ...] = get_args(Method)
+IG_STEPS = 3  # gradient points per sender group for "eap-ig" (Simpson's rule on 0, 1/2, 1; the clean one shared)
+
+
+def _rule(steps: int) -> tuple[list[float], list[float]]:
+    """Where along the path from a group's clean (0) to its corrupted (1) writes the gradient is taken, and the
+    weights of the quadrature: 1, the midpoint; 2, both ends (trapezoid); 3, Simpson's rule."""
+    rules = {1: ([0.5], [1.0]), 2: ([0.0, 1.0], [0.5, 0.5]), 3: ([0.0, 0.5, 1.0], [1 / 6, 4 / 6, 1 / 6])}
+    if steps not in rules:
+        raise BadInput(f"attribution_patching: steps={steps!r}; expected 1 (the midpoint), 2 (trapezoid) or 3 "
+                       "(Simpson's rule along the path).")
+    return rules[steps]
+
+
+def _groups(senders: list[Node]) -> list[tuple[str, tuple[Node, ...]]]:
+    """Senders interpolated together in "eap-ig", with the hook whose activation carries their summed write:
+    the embeddings; each layer's heads (`hook_attn_out`); each MLP (`hook_mlp_out`)."""
+    out: list[tuple[str, tuple[Node, ...]]] = [("blocks.0.hook_resid_pre", (Node(-1, "embed"),))]
+    for layer in sorted({s.layer for s in senders if s.kind != "embed"}):
+        heads = tuple(s for s in senders if s.layer == layer and s.kind == "head")
+        if heads:
+            out.append((f"blocks.{layer}.hook_attn_out", heads))
+        out += [(f"blocks.{layer}.hook_mlp_out", (s,)) for s in senders if s.layer == layer and s.kind == "mlp"]
+    return out
+
+
+def _input_grads(run: Run, batch: PromptSet, tokens: torch.Tensor, mask: torch.Tensor | None, names: list[str],
+                 shift: tuple[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The behaviour's gradient at each receiver input `names`, with `shift` = (hook, (batch, pos, d_model))
+    added to that hook's activation (None: the clean run): one forward and backward."""
+    model = run.model
+    assert isinstance(model, HookedGPT)
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> torch.Tensor:
+        # a copy of its own: hook_mlp_in's tensor is also the residual stream the block adds to, whose
+        # gradient would include the skip path; the copy carries only the receiver's read
+        acts[hook.name] = act.clone()
+        return acts[hook.name]
+
+    def leaf(act: torch.Tensor, hook: Any) -> torch.Tensor:
+        # gradients flow from here whether or not the parameters require them (none is accumulated in .grad)
+        return act.detach().clone().requires_grad_(True)
+
+    def add(act: torch.Tensor, hook: Any) -> torch.Tensor:
+        assert shift is not None
+        return act + shift[1]
+
+    hooks: list[tuple[str, Any]] = [("blocks.0.hook_resid_pre", leaf)]
+    hooks += [] if shift is None else [(shift[0], add)]
+    with torch.enable_grad(), hooked(model, hooks + [(name, keep) for name in names]):
+        resid = model(tokens, attention_mask=mask, stop_at_layer=int(model.cfg.n_layers))
+        output = model.head(resid) if run.behaviour.reads == "logits" else model.ln_final(resid)
+        summary = run.behaviour.clean_summary(output.detach(), batch) if run.behaviour.compares_to_clean else None
+        values = run.behaviour(output, batch, summary)  # (batch,)
+        grads = torch.autograd.grad(values.sum(), [acts[name] for name in names], allow_unused=True)
+    return {name: torch.zeros_like(acts[name]) if g is None else g for name, g in zip(names, grads)}
+
+
+def _scores(model: HookedGPT, edges: list[Edge], grads: dict[str, torch.Tensor], deltas: dict[Node, torch.Tensor],
+            out: torch.Tensor) -> None:
+    """Fill out[i] (batch,) for each edge i whose sender is in `deltas`: change of write . receiver-input gradient."""
+    senders = sorted(deltas)
+    stacked = torch.stack([deltas[s] for s in senders], 2)  # (batch, pos, sender, d_model)
+    index_of = {s: i for i, s in enumerate(senders)}
+    per_input: dict[str, torch.Tensor] = {}
+    for i, edge in enumerate(edges):
+        if edge.sender not in index_of:
+            continue
+        name, index = input_hook(model, edge)
+        if name not in per_input:
+            grad = grads[name] if grads[name].ndim == 4 else grads[name][:, :, None]  # (batch, pos, head or 1, d_model)
+            per_input[name] = torch.einsum("bpsd,bphd->bsh", stacked.to(grad.dtype), grad)  # (batch, sender, head)
+        out[i] = per_input[name][:, index_of[edge.sender], 0 if index is None else index].detach().double().cpu()
+
+
+def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[Node], source: PromptSet | None,
+                  method: str, steps: int) -> torch.Tensor:
+    """(edge, batch) scores of one batch: a corrupted forward, then one clean forward and backward ("eap"), or
+    per sender group the quadrature's points along its path ("eap-ig")."""
+    model = run.model
+    assert isinstance(model, HookedGPT)  # attribution_patching checked it
+    device = next(model.parameters()).device
+    read = run.behaviour.model_prompts(batch)
+    tokens = read.tokens.to(device)
+    mask = None if read.attention_mask is None else read.attention_mask.to(device).bool()
+    corrupted = corrupted_batch(run, batch, source)
+    corrupted_mask = None if corrupted.attention_mask is None else corrupted.attention_mask.to(device).bool()
+    corrupted_writes, _, _ = node_writes(model, corrupted.tokens.to(device), corrupted_mask)
+    names = _input_names(model, edges)
+    out = torch.zeros(len(edges), len(batch), dtype=torch.float64)
+    if method == "eap":
+        clean_grads = _input_grads(run, batch, tokens, mask, names)
+        clean_writes, _, _ = node_writes(model, tokens, mask)
+        _scores(model, edges, clean_grads, {s: corrupted_writes[s] - clean_writes[s] for s in senders}, out)
+        return out
+    clean_writes, _, _ = node_writes(model, tokens, mask)
+    alphas, weights = _rule(steps)
+    clean_grads = _input_grads(run, batch, tokens, mask, names) if 0.0 in alphas else {}
+    for hook, group in _groups(senders):
+        deltas = {s: corrupted_writes[s] - clean_writes[s] for s in group}
+        total = torch.stack(list(deltas.values())).sum(0)  # (batch, pos, d_model): the group's summed change of write
+        grads: dict[str, torch.Tensor] = {}
+        for alpha, weight in zip(alphas, weights):
+            at = clean_grads if alpha == 0.0 else _input_grads(run, batch, tokens, mask, names, (hook, alpha * total))
+            for name, grad in at.items():
+                grads[name] = grads[name] + weight * grad if name in grads else weight * grad
+        _scores(model, edges, grads, deltas, out)
+    return out
+
+
+def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
+                         source: PromptSet | None = None, behaviour: Any = None, batch_size: int | None = None,
+                         seed: int | None = None, method: Method = "eap", steps: int = IG_STEPS) -> Attribution:
+    """Every edge's and every sending node's attribution-patching score per prompt (see the module): the
+    gradient estimate of patching from the corrupted run (`source=None`: resampled prompts, as EdgePatch)."""
+    run = as_run(model_or_run, prompts, where="attribution_patching", behaviour=behaviour, batch_size=batch_size,
+                 seed=seed)
+    check_graph_model(run.model, "attribution_patching")
+    if not isinstance(run.model, HookedGPT):
+        raise BadInput(f"attribution_patching needs a HookedGPT (its forward stops before the unembedding); got "
+                       f"{type(run.model).__name__}.")
+    edges = graph(run.model)
+    senders = [node for node in nodes(run.model) if node.kind != "logits"]
+    if method not in METHODS:
+        raise BadInput(f"attribution_patching: method={method!r}; expected one of {list(METHODS)}.")
+    _rule(steps)
+    parts = [_batch_scores(run, batch, edges, senders, source, method, steps) for batch in run.prompts.batches(run.batch_size)]
+    edge_values = torch.cat(parts, 1)  # (edge, prompt)
+    node_values = torch.zeros(len(senders), edge_values.shape[1], dtype=torch.float64)
+    where = {s: i for i, s in enumerate(senders)}
+    for i, edge in enumerate(edges):
+        node_values[where[edge.sender]] += edge_values[i]
+    return Attribution(tuple(edges), edge_values, tuple(senders), node_values,
+                       run.behaviour.describe(run.prompts), run.behaviour.unit, run.seed)
+
+
+__all__ = ["Attribution", "attribution_patching"]

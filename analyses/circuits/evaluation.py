@@ -1,0 +1,213 @@
+"""Circuit tests: is a proposed circuit (a set of edges) faithful, complete and minimal?
+
+    result = test_circuit(model, circuit, prompts)      # or a Run; circuit: a Circuit or edge labels
+    result.faithfulness.mean, result.faithfulness.ci_low, result.faithfulness.ci_high
+    result.frame()                                     # one row per test
+
+Causal-scrubbing style: what the hypothesis says does not matter, every edge outside the circuit, is
+patched from a corrupted run (resampled prompts, `interp.paths.EdgePatch`'s default source), never zeroed.
+With B the behaviour (mean over prompts), "all patched" every edge of the model patched:
+
+- faithfulness  F(C) = (B(C) - B(all patched)) / (B(clean) - B(all patched)): the share of the clean
+  behaviour the circuit alone keeps (1: all of it; 0: no more than the fully corrupted model);
+- completeness  for every single node of the circuit and `n_subsets` random subsets K of its nodes,
+  |F(C \\ K) - F(M \\ K)|, M the whole model and "\\ K" every edge touching K patched: a complete circuit
+  loses to a knockout what the model loses. Reported per K and as the maximum over K (with its CI);
+- minimality    each kept edge's removal from the circuit, |B(C \\ {e}) - B(C)|, against the threshold the
+  circuit was found with (a fraction of this prompt set's |B(all patched) - B(clean)|): every kept edge
+  should cost at least that.
+
+Every number is a mean over prompts with a bootstrap CI over prompts (ratios: resampling prompts' numerator
+and denominator together, `interp.stats.ratio_bootstrap`). The patched runs are computed by
+`interp.analyses.circuits.patching.PatchSweep` (the clean run cached per batch, each set resumed from its
+earliest receiver's layer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.paths import Edge, Node, check_edges, graph, parse_edge, parse_node
+from interp.run import Run, as_run
+from interp.stats import bootstrap, ratio_bootstrap
+
+from interp.analyses.circuits.patching import PatchSweep
+
+N_SUBSETS = 10  # random node subsets K for completeness, besides every single node
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over prompts and its 95% bootstrap CI."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class CircuitTest:
+    """Faithfulness, completeness and minimality of one circuit on one prompt set (see the module)."""
+
+    faithfulness: Interval  # F(C), a fraction
+    completeness: Interval  # max over K of |F(C \ K) - F(M \ K)|, a fraction
+    minimality: Interval  # the smallest |B(C \ {e}) - B(C)| over kept edges, in the behaviour's unit
+    completeness_frame: pd.DataFrame  # one row per K
+    minimality_frame: pd.DataFrame  # one row per kept edge
+    threshold: float  # the minimality threshold in the behaviour's unit (fraction x |gap| on these prompts)
+    clean: float  # B(clean)
+    all_patched: float  # B(all patched)
+    circuit_only: float  # B(C)
+    n_edges: int
+    n_prompts: int
+    behaviour: str
+    unit: str
+
+    @property
+    def minimal(self) -> bool:
+        """Whether every kept edge's removal costs at least the threshold (on the mean)."""
+        return bool(self.minimality_frame["minimal"].all()) if len(self.minimality_frame) else True
+
+    def frame(self) -> pd.DataFrame:
+        """One row per test: test, value, ci_low, ci_high, unit, threshold, n_edges, n_prompts, behaviour."""
+        rows = [("faithfulness", self.faithfulness, "fraction of the clean-vs-patched gap", float("nan")),
+                ("completeness", self.completeness, "fraction of the clean-vs-patched gap (max over K)", float("nan")),
+                ("minimality", self.minimality, f"{self.unit} (smallest kept edge's removal cost)", self.threshold)]
+        return pd.DataFrame([{"test": name, "value": iv.mean, "ci_low": iv.ci_low, "ci_high": iv.ci_high, "unit": unit,
+                              "threshold": threshold, "n_edges": self.n_edges, "n_prompts": self.n_prompts,
+                              "behaviour": self.behaviour} for name, iv, unit, threshold in rows])
+
+
+def _interval(values: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> Interval:
+    mean, low, high = (float(v) for v in values)
+    return Interval(mean, low, high)
+
+
+def _abs_interval(iv: Interval) -> Interval:
+    """|x| of an interval: its CI is [0, max] where it straddles 0."""
+    low, high = sorted((abs(iv.ci_low), abs(iv.ci_high)))
+    return Interval(abs(iv.mean), 0.0 if iv.ci_low <= 0 <= iv.ci_high else low, high)
+
+
+def circuit_edges(model: nn.Module, circuit: Any) -> tuple[list[Edge], float | None]:
+    """The circuit's edges (checked against the model) and its threshold (None when a bare edge list is given)."""
+    labels = getattr(circuit, "edges", circuit)
+    if isinstance(labels, (str, Edge)) or not isinstance(labels, Iterable):
+        raise BadInput(f"test_circuit: circuit must be a Circuit or a list of edge labels ('L0H0 -> L1H0 via k', ...); "
+                       f"got {type(circuit).__name__}.")
+    edges = sorted({parse_edge(edge) for edge in labels})
+    check_edges(model, edges)
+    threshold = getattr(circuit, "threshold", None)
+    return edges, None if threshold is None else float(threshold)
+
+
+def _subsets(circuit_nodes: list[Node], n_subsets: int, seed: int) -> list[tuple[Node, ...]]:
+    """Every single node, then `n_subsets` random non-empty subsets (each node in with probability 1/2), seeded."""
+    out: list[tuple[Node, ...]] = [(node,) for node in circuit_nodes]
+    if len(circuit_nodes) < 2:
+        return out
+    generator = torch.Generator().manual_seed(seed)
+    seen = set(out)
+    for _ in range(n_subsets * 10):
+        if len(out) >= len(circuit_nodes) + n_subsets:
+            break
+        pick = torch.rand(len(circuit_nodes), generator=generator) < 0.5
+        subset = tuple(node for node, keep in zip(circuit_nodes, pick.tolist()) if keep)
+        if subset and subset not in seen:
+            seen.add(subset)
+            out.append(subset)
+    return out
+
+
+def _touching(edges: Iterable[Edge], nodes_: Sequence[Node]) -> list[Edge]:
+    wanted = set(nodes_)
+    return [e for e in edges if e.sender in wanted or e.receiver in wanted]
+
+
+def _completeness(sweep: PatchSweep, every: list[Edge], kept: list[Edge], outside: list[Edge], clean: torch.Tensor,
+                  all_patched: torch.Tensor, n_subsets: int, seed: int) -> tuple[Interval, pd.DataFrame]:
+    circuit_nodes = sorted({n for e in kept for n in (e.sender, e.receiver) if n.kind != "logits"})
+    subsets = _subsets(circuit_nodes, n_subsets, seed)
+    sets = []
+    for subset in subsets:
+        sets += [outside + _touching(kept, subset), _touching(every, subset)]
+    values = sweep.values(sets)  # (2 * subset, prompt): C \ K, M \ K
+    gap = clean - all_patched  # (prompt,)
+    rows, best = [], Interval(0.0, 0.0, 0.0)
+    for i, subset in enumerate(subsets):
+        in_circuit, in_model = values[2 * i], values[2 * i + 1]
+        f_c = ratio_bootstrap(in_circuit - all_patched, gap, seed=seed, label=f"completeness-c-{i}")
+        f_m = ratio_bootstrap(in_model - all_patched, gap, seed=seed, label=f"completeness-m-{i}")
+        diff = _abs_interval(_interval(ratio_bootstrap(in_circuit - in_model, gap, seed=seed, label=f"completeness-{i}")))
+        rows.append({"removed": ", ".join(n.label for n in subset), "n_removed": len(subset),
+                     "faithfulness_circuit": float(f_c[0]), "faithfulness_model": float(f_m[0]),
+                     "difference": diff.mean, "ci_low": diff.ci_low, "ci_high": diff.ci_high})
+        if diff.mean >= best.mean:
+            best = diff
+    columns = ["removed", "n_removed", "faithfulness_circuit", "faithfulness_model", "difference", "ci_low", "ci_high"]
+    return best, pd.DataFrame(rows, columns=columns)
+
+
+def _minimality(sweep: PatchSweep, kept: list[Edge], outside: list[Edge], circuit_only: torch.Tensor, tau: float,
+                seed: int, unit: str) -> tuple[Interval, pd.DataFrame]:
+    values = sweep.values([outside + [edge] for edge in kept])  # (edge, prompt)
+    rows, smallest = [], Interval(float("inf"), float("inf"), float("inf"))
+    for edge, row in zip(kept, values):
+        cost = _abs_interval(_interval(bootstrap(row - circuit_only, seed=seed, label=f"minimality-{edge.label}")))
+        rows.append({"sender": edge.sender.label, "receiver": edge.receiver.label, "via": edge.via,
+                     "cost": cost.mean, "ci_low": cost.ci_low, "ci_high": cost.ci_high, "threshold": tau,
+                     "minimal": cost.mean >= tau, "unit": unit})
+        if cost.mean < smallest.mean:
+            smallest = cost
+    if not kept:
+        smallest = Interval(float("nan"), float("nan"), float("nan"))
+    columns = ["sender", "receiver", "via", "cost", "ci_low", "ci_high", "threshold", "minimal", "unit"]
+    return smallest, pd.DataFrame(rows, columns=columns)
+
+
+def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet | None = None, *,
+                 source: PromptSet | None = None, threshold: float | None = None, n_subsets: int = N_SUBSETS,
+                 behaviour: Any = None, batch_size: int | None = None, seed: int | None = None) -> CircuitTest:
+    """Faithfulness, completeness and minimality of `circuit` (a `Circuit` or edge labels) on `prompts`, every
+    edge outside it patched from the corrupted run (see the module). `threshold`: minimality's, as a fraction of
+    |B(all patched) - B(clean)| (default: the circuit's own; a bare edge list needs one)."""
+    run = as_run(model_or_run, prompts, where="test_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
+    kept, own = circuit_edges(run.model, circuit)
+    fraction = own if threshold is None else float(threshold)
+    if fraction is None or not fraction >= 0:
+        raise BadInput(f"test_circuit: threshold={fraction!r}; give the minimality threshold as a fraction (>= 0) of the "
+                       "clean-vs-patched gap (a Circuit carries its own).")
+    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 0:
+        raise BadInput(f"test_circuit: n_subsets={n_subsets!r} must be a whole number >= 0.")
+    sweep = PatchSweep(run, source)
+    every = graph(run.model)
+    kept_set = set(kept)
+    outside = [e for e in every if e not in kept_set]
+    clean = sweep.clean()
+    all_patched, circuit_only = sweep.values([every, outside])
+    gap = clean - all_patched
+    tau = fraction * abs(float(gap.mean()))
+    faithfulness = _interval(ratio_bootstrap(circuit_only - all_patched, gap, seed=run.seed, label="faithfulness"))
+    completeness, completeness_frame = _completeness(sweep, every, kept, outside, clean, all_patched, n_subsets, run.seed)
+    minimality, minimality_frame = _minimality(sweep, kept, outside, circuit_only, tau, run.seed, run.behaviour.unit)
+    return CircuitTest(faithfulness, completeness, minimality, completeness_frame, minimality_frame, tau,
+                       float(clean.mean()), float(all_patched.mean()), float(circuit_only.mean()), len(kept),
+                       len(clean), run.behaviour.describe(run.prompts), run.behaviour.unit)
+
+
+test_circuit.__test__ = False  # type: ignore[attr-defined]  # a test of a circuit, not a pytest test
+
+
+def nodes_of(edges: Iterable[Edge | str]) -> list[str]:
+    """The labels of the nodes the edges touch, in forward order."""
+    parsed = [parse_edge(e) for e in edges]
+    return [n.label for n in sorted({parse_node(x) for e in parsed for x in (e.sender, e.receiver)})]
+
+
+__all__ = ["CircuitTest", "Interval", "N_SUBSETS", "circuit_edges", "nodes_of", "test_circuit"]

@@ -1,0 +1,332 @@
+"""Path patching: what one edge (sender -> receiver via q / k / v / in / direct) carries, measured exactly.
+
+    path_patch(model, prompts, sender="L0H0", receiver="L1H0", via="k").frame()
+    edge_effects(run, ["L0H0 -> L1H0 via k", "L1H0 -> logits"])     # many edges, one clean run per batch
+
+A path patch is `interp.paths.EdgePatch` of one edge through `interp.Run`: the receiver reads the
+sender's write from a corrupted run (other prompts of the set, resampled by a derangement, or a
+corrupted set given row for row) and nothing else changes; the effect is the behaviour's change
+per prompt, with a bootstrap CI over prompts.
+
+`edge_effects` computes the same numbers for many edges (or sets of edges) at once: per batch it
+runs the clean forward once, caching the residual stream entering every block (`hook_resid_pre`)
+and every node's write, and the corrupted forward once, keeping every sender's write; then each edge
+set resumes the forward at its earliest receiver's layer (`model.run_from(layer, resid_pre)`), with
+the patch hooks, several sets stacked along the batch axis. Nothing before that layer is recomputed,
+which is exact: a patch changes nothing upstream of its receiver. Sets whose receivers are all the
+logits need no forward at all (the final residual stream plus the writes' change).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+
+from interp.behaviour import check_values
+from interp.data import PromptSet
+from interp.errors import BadInput
+from interp.hooks import hooked
+from interp.models.gpt import HookedGPT
+from interp.paths import (
+    Edge, EdgePatch, Node, check_edges, check_graph_model, input_hook, node_write, nodes, parse_edge, parse_node,
+    write_hook,
+)
+from interp.run import Effect, Run, as_run
+from interp.stats import bootstrap
+
+EdgeLike = Edge | str
+EdgeSetLike = EdgeLike | Iterable[EdgeLike]
+DEFAULT_STACK = 8  # edge sets resumed together along the batch axis (memory: stack x batch x pos x d_model per layer)
+
+
+@dataclass(frozen=True)
+class PathPatch:
+    """One path patch: the behaviour's change per prompt when `edge` reads the corrupted sender."""
+
+    edge: Edge
+    effect: Effect
+    source: str  # "resample" or "corrupted prompts"
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.effect.values  # (prompt,) float64
+
+    def frame(self) -> pd.DataFrame:
+        """One row: sender, receiver, via, effect, ci_low, ci_high, clean, n_prompts, behaviour, unit, source."""
+        return edge_frame([self.effect], source=self.source)
+
+
+def _edge_of(sender: Any, receiver: Any, via: str | None) -> Edge:
+    sender_node, receiver_node = parse_node(sender), parse_node(receiver)
+    label = f"{sender_node} -> {receiver_node}" + ("" if via in (None, "") else f" via {via}")
+    return parse_edge(label)
+
+
+def path_patch(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, sender: Any, receiver: Any,
+               via: str | None = None, source: PromptSet | None = None, behaviour: Any = None,
+               batch_size: int | None = None, seed: int | None = None) -> PathPatch:
+    """The effect of patching `sender`'s write into only `receiver`'s `via` input ("q", "k", "v"; "in" for an
+    MLP, "direct" or None for the logits) from a corrupted run: resampled prompts (`source=None`) or the
+    corrupted set `source` (row for row). Per prompt, with a bootstrap CI (`.frame()`)."""
+    run = as_run(model_or_run, prompts, where="path_patch", behaviour=behaviour, batch_size=batch_size, seed=seed)
+    check_graph_model(run.model, "path_patch")
+    edge = _edge_of(sender, receiver, via)
+    check_edges(run.model, [edge])
+    effect = run.effect(EdgePatch((edge,), source=source))
+    return PathPatch(edge, effect, "resample" if source is None else "corrupted prompts")
+
+
+def edge_frame(effects: Sequence[Effect], source: str = "resample") -> pd.DataFrame:
+    """Tidy rows of single-edge effects: sender, receiver, via, effect, ci_low, ci_high, clean, n_prompts, ..."""
+    rows = []
+    for effect in effects:
+        labels = effect.intervention.get("edges", [])
+        if len(labels) != 1:
+            raise BadInput(f"edge_frame takes effects of single edges; got one of {len(labels)} edges ({labels[:3]}...).")
+        edge = parse_edge(labels[0])
+        rows.append({"sender": edge.sender.label, "receiver": edge.receiver.label, "via": edge.via,
+                     "effect": effect.mean, "ci_low": effect.ci_low, "ci_high": effect.ci_high,
+                     "clean": float(effect.clean.mean()), "n_prompts": effect.n_prompts,
+                     "behaviour": effect.behaviour, "unit": effect.unit, "source": source})
+    columns = ["sender", "receiver", "via", "effect", "ci_low", "ci_high", "clean", "n_prompts", "behaviour", "unit",
+               "source"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+@torch.no_grad()
+def node_writes(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | None, keep_resid: bool = False
+                ) -> tuple[dict[Node, torch.Tensor], dict[int, torch.Tensor], torch.Tensor]:
+    """Every node's write (batch, pos, d_model), the residual stream entering each block (with `keep_resid`)
+    and the final one (before ln_final), in one forward."""
+    every = [node for node in nodes(model) if node.kind != "logits"]
+    n_layers = int(model.cfg.n_layers)
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        acts[hook.name] = act.detach()
+
+    names = {write_hook(node) for node in every}
+    if keep_resid:
+        names |= {f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)}
+    with hooked(model, [(name, keep) for name in names]):
+        final = model(tokens, attention_mask=mask, stop_at_layer=n_layers)
+    writes = {node: node_write(model, node, acts[write_hook(node)]) for node in every}
+    resid = {layer: acts[f"blocks.{layer}.hook_resid_pre"] for layer in range(n_layers)} if keep_resid else {}
+    return writes, resid, final
+
+
+def corrupted_batch(run: Run, batch: PromptSet, source: PromptSet | None) -> PromptSet:
+    """The corrupted prompts the model reads for `batch` (EdgePatch's: donors keyed by the Run's seed, or `source`)."""
+    any_edge = Edge(Node(-1, "embed"), parse_node("logits"), "direct")
+    return EdgePatch((any_edge,), source=source).corrupted_batch(run, batch)
+
+
+# -- many edges at once, resumed from the receiver's layer
+
+
+@dataclass
+class _Batch:
+    """One batch: its clean run (what resuming needs) and every sender's corrupted write."""
+
+    batch: PromptSet  # the Run's prompts (what the behaviour scores)
+    tokens: torch.Tensor  # (batch, pos) what the model reads
+    mask: torch.Tensor | None  # (batch, pos) bool
+    positions: torch.Tensor  # (batch, pos)
+    resid_pre: dict[int, torch.Tensor]  # layer -> (batch, pos, d_model)
+    resid_final: torch.Tensor  # (batch, pos, d_model), before ln_final
+    clean_writes: dict[Node, torch.Tensor]  # node -> (batch, pos, d_model)
+    corrupted_writes: dict[Node, torch.Tensor]  # node -> (batch, pos, d_model)
+    clean: torch.Tensor  # (batch,) the behaviour
+    summary: torch.Tensor | None = None
+
+
+@dataclass
+class PatchSweep:
+    """Exact edge-patch values for many edge sets on one Run, with one clean and one corrupted forward per batch
+    (see the module). `values(sets)` -> (set, prompt) behaviour values; `clean()` -> (prompt,)."""
+
+    run: Run
+    source: PromptSet | None = None  # None: resample within the Run's prompts (EdgePatch's default)
+    stack: int = DEFAULT_STACK
+    _batches: list[_Batch] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_graph_model(self.run.model, "edge_effects")
+        if not isinstance(self.run.model, HookedGPT):
+            raise BadInput(f"edge_effects resumes the forward with run_from, which needs a HookedGPT; got "
+                           f"{type(self.run.model).__name__}. Use run.effect(EdgePatch(...)) edge by edge.")
+        if isinstance(self.stack, bool) or not isinstance(self.stack, int) or self.stack < 1:
+            raise BadInput(f"edge_effects: stack={self.stack!r} must be a whole number of at least 1.")
+        self.model: HookedGPT = self.run.model
+        self.every = nodes(self.model)
+        self.n_layers = int(self.model.cfg.n_layers)
+
+    @property
+    def batches(self) -> list[_Batch]:
+        if self._batches is None:
+            self._batches = [self._prepare(batch) for batch in self.run.prompts.batches(self.run.batch_size)]
+        return self._batches
+
+    def clean(self) -> torch.Tensor:
+        """(prompt,) float64: the clean behaviour (equal to `run.clean()` to float tolerance)."""
+        return torch.cat([b.clean.double().cpu() for b in self.batches])
+
+    def _prepare(self, batch: PromptSet) -> _Batch:
+        run, device = self.run, next(self.model.parameters()).device
+        read = run.behaviour.model_prompts(batch)
+        tokens = read.tokens.to(device)
+        mask = None if read.attention_mask is None else read.attention_mask.to(device).bool()
+        positions = self.model.position_ids(tokens.shape, mask, device=device)
+        clean_writes, resid_pre, final = node_writes(self.model, tokens, mask, keep_resid=True)
+        corrupted = corrupted_batch(run, batch, self.source)
+        corrupted_mask = None if corrupted.attention_mask is None else corrupted.attention_mask.to(device).bool()
+        corrupted_writes, _, _ = node_writes(self.model, corrupted.tokens.to(device), corrupted_mask)
+        summary = None
+        if run.behaviour.compares_to_clean:
+            summary = run.behaviour.clean_summary(self._output(final), batch)
+        out = _Batch(batch, tokens, mask, positions, resid_pre, final, clean_writes, corrupted_writes,
+                     torch.zeros(0), summary)
+        out.clean = self._value(final, out, "clean run")
+        return out
+
+    def _output(self, resid: torch.Tensor) -> torch.Tensor:
+        return self.model.head(resid) if self.run.behaviour.reads == "logits" else self.model.ln_final(resid)
+
+    @torch.no_grad()
+    def _value(self, resid: torch.Tensor, b: _Batch, what: str, copies: int = 1) -> torch.Tensor:
+        """(copies * batch,) the behaviour from final residual streams of `copies` stacked copies of the batch."""
+        behaviour = self.run.behaviour
+        batch = b.batch if copies == 1 else b.batch[torch.arange(len(b.batch)).repeat(copies)]
+        if behaviour.target_weights is not None and behaviour.reads == "logits":
+            weights = behaviour.target_weights(batch).to(resid.device)  # (batch, pos - 1)
+            return check_values(self.model.next_token_loss_from_resid(resid, batch.tokens, weights),
+                                len(batch), what, behaviour)
+        summary = None if b.summary is None else b.summary.repeat(copies, *([1] * (b.summary.ndim - 1)))
+        return check_values(behaviour(self._output(resid), batch, summary), len(batch), what, behaviour)
+
+    # -- the patched runs
+
+    def values(self, edge_sets: Sequence[Sequence[Edge]]) -> torch.Tensor:
+        """(set, prompt) float64: the behaviour with each set of edges patched (EdgePatch semantics)."""
+        sets = [tuple(sorted(set(edges))) for edges in edge_sets]
+        for edges in sets:
+            check_edges(self.model, edges)
+        if not sets:
+            return torch.zeros(0, len(self.run.prompts), dtype=torch.float64)
+        order = sorted(range(len(sets)), key=lambda i: self._start(sets[i]))
+        out = torch.empty(len(sets), len(self.run.prompts), dtype=torch.float64)
+        start = 0
+        for b in self.batches:
+            rows = slice(start, start + len(b.batch))
+            for chunk_start in range(0, len(order), self.stack):
+                chunk = order[chunk_start:chunk_start + self.stack]
+                out[chunk, rows] = self._patched(b, [sets[i] for i in chunk]).view(len(chunk), -1).double().cpu()
+            start += len(b.batch)
+        return out
+
+    def _start(self, edges: Sequence[Edge]) -> int:
+        """The layer to resume at: the earliest receiver's (the logits: n_layers, no block to rerun)."""
+        return min((self.n_layers if e.receiver.kind == "logits" else e.receiver.layer) for e in edges) if edges \
+            else self.n_layers
+
+    @torch.no_grad()
+    def _patched(self, b: _Batch, sets: list[tuple[Edge, ...]]) -> torch.Tensor:
+        """(len(sets) * batch,) the behaviour with each set patched; sets resumed together from the earliest start."""
+        k, n = len(sets), len(b.batch)
+        start = min(self._start(edges) for edges in sets)
+        current: dict[Node, torch.Tensor] = {}  # writes of senders at or after `start`, as this forward makes them
+
+        def sender_now(node: Node, rows: slice) -> torch.Tensor:  # (batch, pos, d_model)
+            if node in current:
+                return current[node][rows]
+            return b.clean_writes[node]  # before `start`: nothing patched changed it
+
+        def record(act: torch.Tensor, hook: Any) -> None:
+            for node in recorded[hook.name]:
+                current[node] = node_write(self.model, node, act)
+
+        recorded: dict[str, list[Node]] = {}
+        for edges in sets:
+            for edge in edges:
+                if edge.sender.kind != "embed" and edge.sender.layer >= start:
+                    names = recorded.setdefault(write_hook(edge.sender), [])
+                    if edge.sender not in names:
+                        names.append(edge.sender)
+        by_input: dict[str, list[tuple[int, int | None, Node]]] = {}
+        for i, edges in enumerate(sets):
+            for edge in edges:
+                name, index = input_hook(self.model, edge)
+                by_input.setdefault(name, []).append((i, index, edge.sender))
+
+        def make_patch(targets: list[tuple[int, int | None, Node]]) -> Callable[..., torch.Tensor]:
+            def patch(act: torch.Tensor, hook: Any) -> torch.Tensor:  # (k * batch, pos, [head,] d_model)
+                act = act.clone()
+                for i, index, sender in targets:
+                    rows = slice(i * n, (i + 1) * n)
+                    delta = b.corrupted_writes[sender] - sender_now(sender, rows)  # (batch, pos, d_model)
+                    if index is None:
+                        act[rows] += delta
+                    else:
+                        act[rows, :, index] += delta
+                return act
+            return patch
+
+        final_name = f"blocks.{self.n_layers - 1}.hook_resid_post"
+        if start >= self.n_layers:  # only the logits read patched writes: no block to rerun
+            resid = make_patch(by_input.get(final_name, []))(b.resid_final.repeat(k, 1, 1), None)
+            return self._value(resid, b, "patched edges", copies=k)
+        hooks = [(name, record) for name in recorded] + [(name, make_patch(t)) for name, t in by_input.items()]
+        mask = None if b.mask is None else b.mask.repeat(k, 1)
+        with hooked(self.model, hooks):
+            resid = self.model.run_from(start, b.resid_pre[start].repeat(k, 1, 1), attention_mask=mask,
+                                        positions=b.positions.repeat(k, 1))
+        return self._value(resid, b, "patched edges", copies=k)
+
+    def effects(self, edge_sets: Sequence[Sequence[Edge]]) -> list[Effect]:
+        """`Effect`s (patched - clean per prompt, bootstrap CI), as `run.effect(EdgePatch(set))` gives them."""
+        sets = [tuple(sorted(set(edges))) for edges in edge_sets]
+        patched, clean = self.values(sets), self.clean()
+        out = []
+        for edges, row in zip(sets, patched):
+            spec = EdgePatch(edges, source=self.source).spec()
+            values = row - clean  # (prompt,)
+            mean, low, high = (float(v) for v in bootstrap(values, seed=self.run.seed,
+                                                               label=json.dumps(spec, sort_keys=True)))
+            out.append(Effect(spec, values, clean, row, mean, low, high,
+                              self.run.behaviour.describe(self.run.prompts), self.run.behaviour.unit, len(values)))
+        return out
+
+
+def as_edge_set(item: EdgeSetLike) -> tuple[Edge, ...]:
+    """One edge ('L0H0 -> L1H0 via k' or an Edge) as a set of one, or a collection of edges as a set."""
+    if isinstance(item, (Edge, str)):
+        return (parse_edge(item),)
+    return tuple(sorted({parse_edge(e) for e in item}))
+
+
+def edge_effects(run: Run, edges: Iterable[EdgeSetLike], *, source: PromptSet | None = None,
+                 stack: int = DEFAULT_STACK) -> list[Effect]:
+    """Each edge's (or edge set's) exact path-patching effect, equal to `run.effect(EdgePatch(...))` to float
+    tolerance, computed by resuming from the receiver's layer (see the module); `stack` sets per resumed forward."""
+    if not isinstance(run, Run):
+        raise BadInput(f"edge_effects takes an interp.Run, got {type(run).__name__}; build one with "
+                       "interp.Run(model, prompts).")
+    sets = [as_edge_set(item) for item in edges]
+    return PatchSweep(run, source, stack).effects(sets)
+
+
+def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, edges: Iterable[EdgeLike],
+                 source: PromptSet | None = None, behaviour: Any = None, batch_size: int | None = None,
+                 seed: int | None = None) -> pd.DataFrame:
+    """`path_patch` of many single edges, one row each (computed together by `edge_effects`)."""
+    run = as_run(model_or_run, prompts, where="path_patches", behaviour=behaviour, batch_size=batch_size, seed=seed)
+    parsed = [parse_edge(edge, run.model) for edge in edges]
+    return edge_frame(edge_effects(run, parsed, source=source), source="resample" if source is None else "corrupted prompts")
+
+
+__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "corrupted_batch", "edge_effects", "edge_frame",
+           "node_writes", "path_patch", "path_patches"]

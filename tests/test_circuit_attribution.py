@@ -1,0 +1,96 @@
+"""Attribution patching (`interp.analyses.circuits.attribution`): the score is the derivative of the exact
+patch along its direction (checked by finite differences), exact where the behaviour is linear in the
+patched write, node scores sum their out-edges, and "eap-ig" integrates each layer's path."""
+import pytest
+import torch
+
+import interp
+from interp.analyses.circuits import PatchSweep, attribution_patching
+from interp.behaviour import custom_behaviour
+from interp.data import random_tokens
+from interp.errors import BadInput
+from interp.hooks import hooked
+from interp.models import GPTConfig, HookedGPT
+from interp.paths import graph
+
+
+def small(**extra):
+    cfg = dict(n_layers=2, n_heads=2, d_model=16, d_vocab=20, n_ctx=16, seed=0, init_range=0.3)
+    return HookedGPT(GPTConfig(**{**cfg, **extra})).eval()
+
+
+def test_scores_are_the_derivative_of_the_exact_patch():
+    model = small(n_key_value_heads=1, positional_embedding_type="rotary")  # MLPs, LN, grouped k/v
+    run = interp.Run(model, random_tokens(6, 7, 20, seed=1), batch_size=4)
+    result = attribution_patching(run)
+    sweep = PatchSweep(run)
+    eps = 1e-3  # patch a thousandth of the way from the clean to the corrupted write
+    for b in sweep.batches:
+        b.corrupted_writes = {k: b.clean_writes[k] + eps * (v - b.clean_writes[k]) for k, v in b.corrupted_writes.items()}
+    finite = (sweep.values([[e] for e in result.edges]) - sweep.clean()) / eps  # (edge, prompt)
+    scale = finite.abs().max()
+    assert scale > 1e-2
+    torch.testing.assert_close(result.edge_values, finite, atol=2e-2 * float(scale), rtol=0)
+    assert result.edges == tuple(graph(model))
+
+
+def test_scores_are_exact_for_a_behaviour_linear_in_the_final_stream():
+    model = small(normalization_type=None)  # no ln_final: a logit is linear in every write reaching it directly
+
+    def logit_3(logits, prompts):
+        return logits[:, :, 3].sum(-1)
+
+    run = interp.Run(model, random_tokens(6, 7, 20, seed=2), behaviour=custom_behaviour(logit_3))
+    result = attribution_patching(run)
+    sweep = PatchSweep(run)
+    direct = [i for i, e in enumerate(result.edges) if e.via == "direct"]
+    exact = sweep.values([[result.edges[i]] for i in direct]) - sweep.clean()
+    torch.testing.assert_close(result.edge_values[direct], exact, atol=1e-5, rtol=1e-4)
+    assert exact.abs().max() > 1e-2
+
+
+def test_node_scores_sum_their_outgoing_edges_and_frames_are_tidy():
+    model = small()
+    run = interp.Run(model, random_tokens(6, 7, 20, seed=3))
+    result = attribution_patching(run)
+    for i, node in enumerate(result.nodes):
+        out = [j for j, e in enumerate(result.edges) if e.sender == node]
+        torch.testing.assert_close(result.node_values[i], result.edge_values[out].sum(0))
+    edges, nodes = result.edges_frame(), result.nodes_frame()
+    assert list(edges.columns[:7]) == ["sender", "receiver", "via", "score", "ci_low", "ci_high", "n_prompts"]
+    assert len(edges) == len(graph(model)) and (edges.ci_low <= edges.score + 1e-12).all()
+    heads = nodes.dropna(subset=["head"])
+    assert len(heads) == 4 and set(heads.layer) == {0, 1}
+    assert result.score("L1H0 -> logits") == pytest.approx(edges.set_index(["sender", "receiver"]).loc[("L1H0", "logits")].score)
+
+
+def test_integrated_scores_follow_each_layers_path():
+    """A layer's heads' scores sum to Simpson's rule on d/dalpha B(clean writes + alpha * their change), the
+    derivative taken by finite differences of forwards that shift the layer's attention output (another path)."""
+    model = small()
+    run = interp.Run(model, random_tokens(8, 7, 20, seed=4), batch_size=8)
+    result = attribution_patching(run, method="eap-ig", steps=3)
+    batch = PatchSweep(run).batches[0]
+    for layer in (0, 1):
+        heads = [n for n in result.nodes if n.kind == "head" and n.layer == layer]
+        change = sum(batch.corrupted_writes[h] - batch.clean_writes[h] for h in heads)  # (batch, pos, d_model)
+
+        def behaviour(alpha):
+            with hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
+                return run.behaviour(model(batch.tokens), batch.batch).double()  # (batch,)
+
+        h = 1e-3
+        slope = [(behaviour(a + h) - behaviour(a - h)) / (2 * h) for a in (0.0, 0.5, 1.0)]
+        simpson = (slope[0] + 4 * slope[1] + slope[2]) / 6
+        summed = sum(result.node_values[result.nodes.index(n)] for n in heads)  # (prompt,)
+        torch.testing.assert_close(summed, simpson, atol=5e-3, rtol=1e-2)
+        assert simpson.abs().max() > 1e-2
+
+
+def test_bad_input():
+    model = small()
+    prompts = random_tokens(4, 6, 20)
+    with pytest.raises(BadInput, match="method='ig'"):
+        attribution_patching(model, prompts, method="ig")
+    with pytest.raises(BadInput, match="steps=5"):
+        attribution_patching(model, prompts, method="eap-ig", steps=5)
