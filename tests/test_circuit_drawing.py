@@ -43,6 +43,13 @@ def test_draw_circuit_draws_every_edge_with_its_label_and_every_node():
     assert "k +2.07" in [t.get_text() for t in plain.axes[0].texts] and set(VIA_COLOURS) == {"q", "k", "v", "in", "direct"}
 
 
+def test_only_the_largest_edges_are_labelled():
+    fig = draw_circuit(EDGES, max_labels=2)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert [t for t in texts if "+" in t] == ["k +2.07", "direct +4"] and len(fig.axes[0].patches) == len(EDGES)
+    assert fig.axes[0].get_title().endswith("labels on the 2 largest of 6 edges")
+
+
 def test_an_empty_circuit_says_so():
     fig = draw_circuit(EDGES.iloc[:0])
     assert [t.get_text() for t in fig.axes[0].texts] == ["no edges"]

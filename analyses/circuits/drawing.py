@@ -25,6 +25,7 @@ from interp.paths import Node, parse_node
 
 VIA_COLOURS = {"q": "#4c72b0", "k": "#dd8452", "v": "#55a868", "in": "#8172b3", "direct": "#666666"}
 REQUIRED = ("sender", "receiver", "via", "effect")
+MAX_LABELS = 12  # edges labelled in one drawing (the largest |effect| first)
 BENDS = (0.0, 0.35, -0.35, 0.6, -0.6)  # arc3 rad of the 1st, 2nd, ... edge between the same two nodes
 
 
@@ -74,26 +75,32 @@ def edge_label(via: str, effect: float, ci_low: float = math.nan, ci_high: float
 
 
 def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | None = None, show_ci: bool = False,
-                 ax: Any = None) -> Any:
-    """The circuit as a matplotlib Figure (see the module); `show_ci` adds each edge's CI to its label.
-    An empty table draws an empty frame that says so."""
+                 max_labels: int = MAX_LABELS, ax: Any = None) -> Any:
+    """The circuit as a matplotlib Figure (see the module); `show_ci` adds each edge's CI to its label. Only the
+    `max_labels` edges of largest |effect| are labelled (the title says so when some are not): beyond a dozen
+    the labels cover one another; the table beside the drawing has every edge. An empty table draws an empty
+    frame that says so."""
     from matplotlib.figure import Figure
     from matplotlib.patches import FancyArrowPatch
 
     positions = circuit_layout(edges)
     n_columns = 1 + max((x for x, _ in positions.values()), default=0)
     height = 1 + max((abs(y) for _, y in positions.values()), default=0)
-    fig = ax.figure if ax is not None else Figure(figsize=(max(4.0, 2.4 * n_columns), max(2.6, 1.1 * height * 2)), dpi=100)
+    size = (max(4.0, 2.8 * n_columns), max(2.6, 1.4 * height * 2))
+    fig = ax.figure if ax is not None else Figure(figsize=size, dpi=100)
     ax = ax or fig.add_subplot()
     unit = unit if unit is not None else (str(edges["unit"].iloc[0]) if "unit" in edges.columns and len(edges) else "")
-    ax.set_title(f"{title}" + (f" (edge effects in {unit})" if unit else ""), fontsize=9)
+    labelled = set(edges["effect"].abs().sort_values(ascending=False, kind="stable").index[:max_labels])
+    hidden = len(edges) - len(labelled)
+    ax.set_title(f"{title}" + (f" (edge effects in {unit})" if unit else "")
+                 + (f"\nlabels on the {len(labelled)} largest of {len(edges)} edges" if hidden else ""), fontsize=9)
     ax.set_axis_off()
     if edges.empty:
         ax.text(0.5, 0.5, "no edges", ha="center", va="center", fontsize=9, transform=ax.transAxes)
         return fig
     largest = max(float(edges["effect"].abs().max()), 1e-12)
     pairs: dict[tuple[str, str], int] = {}
-    for row in edges.itertuples(index=False):
+    for index, row in zip(edges.index, edges.itertuples(index=False)):
         sender, receiver = str(row.sender), str(row.receiver)
         rank = pairs.get((sender, receiver), 0)
         pairs[(sender, receiver)] = rank + 1
@@ -108,6 +115,8 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
                                 connectionstyle=f"arc3,rad={bend}", color=colour, alpha=0.85,
                                 linewidth=0.8 + 3.2 * abs(effect) / largest, shrinkA=14, shrinkB=14)
         ax.add_patch(arrow)
+        if index not in labelled:
+            continue
         low = float(getattr(row, "ci_low", math.nan)) if show_ci else math.nan
         high = float(getattr(row, "ci_high", math.nan)) if show_ci else math.nan
         # the label sits near the arc's midpoint: arc3's control point is the chord's midpoint moved by
@@ -125,4 +134,4 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
     return fig
 
 
-__all__ = ["VIA_COLOURS", "check_edge_table", "circuit_layout", "draw_circuit", "edge_label"]
+__all__ = ["MAX_LABELS", "VIA_COLOURS", "check_edge_table", "circuit_layout", "draw_circuit", "edge_label"]
