@@ -33,6 +33,10 @@ A claim's p-value is the largest p-value among its evidence (an intersection-uni
 claim needs every requirement, so it is only as strong as its weakest one); the p-values of all
 claims tested together are corrected with Benjamini-Hochberg (`interp.stats`).
 
+A claim about an edge between heads ("L0H0 -> L1H0 via k composes", `interp.analyses.claims.composition`)
+names both heads and sets `Claim.target` to the edge, which is then its label; an absence claim ("does not
+compose") is judged by `equivalence_evidence` (the CI within +-the practical minimum).
+
 Concrete claims live beside the metrics they use (`interp.analyses.claims`); this module is the
 machinery, and knows nothing of any particular metric.
 
