@@ -20,7 +20,9 @@ demo: $(STAMP)  ## the main job on the embedded default model
 #   $(PY) -m mypy --strict --follow-imports=silent interp/__init__.py interp/run.py interp/interventions.py \
 #     interp/claims.py interp/data.py interp/loading.py interp/errors.py interp/stats.py interp/hooks.py \
 #     interp/verify.py interp/testing.py interp/heads.py interp/viewer.py interp/schemas.py \
-#     interp/analyses/circuits/composition.py interp/analyses/circuits/dla.py
+#     interp/analyses/circuits/composition.py interp/analyses/circuits/dla.py \
+#     interp/analyses/circuits/attribution.py interp/analyses/circuits/discovery.py \
+#     interp/analyses/circuits/evaluation.py interp/analyses/circuits/patching.py
 test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow tests excluded), notebooks included
 	$(PY) -m mypy
 	$(MKDOCS) build --strict --quiet --site-dir $(DOCS_SITE)

@@ -107,3 +107,29 @@ def test_bad_input(model, prompts):
     with pytest.raises(BadInput, match="does not read"):
         test_circuit(model, ["L1H0 -> L0H0 via q"], prompts, threshold=0.01)
     assert test_circuit.__test__ is False
+
+
+from interp.models.constructed import unread_head_circuit, v_composition_circuit  # noqa: E402
+
+BUILDERS = {  # each hand-set circuit, its prompts (equal lengths: resampling needs donors of the same length)
+    "v-composition": (v_composition_circuit, lambda: repeated_tokens(16, 3, 63, bos=63, n_repeats=4)),
+    "unread-head": (unread_head_circuit, lambda: repeated_tokens(16, 10, 63, bos=63)),
+}  # the induction circuit's: the tests above
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_path_patching_and_acdc_recover_the_metadata_edges(name):
+    builder, make_prompts = BUILDERS[name]
+    model, prompts = builder(), make_prompts()
+    truth = set(model.metadata["edges"])
+    run = interp.Run(model, prompts)
+    from interp.analyses.circuits import edge_effects
+    from interp.paths import graph
+
+    edges = graph(model)
+    effects = edge_effects(run, edges)
+    assert {e.label for e, effect in zip(edges, effects) if abs(effect.mean) > 1e-3} == truth
+    assert min(abs(effect.mean) for e, effect in zip(edges, effects) if e.label in truth) > 1.0  # nats
+    circuit = discover(run, method="acdc")
+    assert set(circuit.edges) == truth
+    assert circuit.test.faithfulness.mean == pytest.approx(1.0, abs=1e-3) and circuit.test.minimal

@@ -41,6 +41,7 @@ def test_edge_effects_find_exactly_the_hand_set_edges(induction_run):
     found = {edge.label for edge, effect in zip(edges, effects) if abs(effect.mean) > 1e-3}
     assert found == INDUCTION_EDGES
     assert all(abs(e.mean) < 1e-5 for edge, e in zip(edges, effects) if edge.label not in INDUCTION_EDGES)
+    assert set(induction_run.model.metadata["edges"]) == INDUCTION_EDGES  # the builder's own list agrees
 
 
 def test_path_patch_from_a_given_corrupted_set(induction_run):

@@ -16,6 +16,18 @@ the sum of its outgoing edges' scores: the residual stream's gradient at a write
 Per batch: one forward on the corrupted prompts (the senders' writes, no gradient) and one forward and
 backward on the clean prompts, whatever the number of edges.
 
+`method="eap-ig"` integrates the gradient along a path instead of reading it at the clean end (as EAP-IG,
+Hanna et al. 2024, but along the writes): a group of senders' writes go from clean to corrupted (alpha from 0
+to 1), everything downstream recomputed, and the score is the change of write times the gradient averaged by
+Simpson's rule (`steps=3`: alpha 0, 1/2, 1; the clean pass shared). `per="layer"` interpolates each layer's
+heads together (1 + 2 x (layers + MLPs + 1) passes per batch); `per="node"` each sender alone
+(1 + 2 x senders passes), which makes a node's score the integral along its own patch.
+
+Measured against exact patching (resampled prompts; Spearman over the heads' node scores / over all edges):
+toy-induction (48 repeated prompts) EAP 0.12 / 0.35, eap-ig per layer -0.05 / 0.34, per node 1.00 / 0.62;
+stdlib-bytes (32 planted repeats) EAP 0.56 / 0.41, eap-ig per layer 0.96 / 0.70, per node 1.00 / 0.78. Resampling every token is
+a large patch, far from the clean point's tangent: read plain EAP as a screen, not a measurement.
+
 Limits: a first-order estimate is poor where the behaviour is far from linear in the patched activation.
 Saturated softmaxes (hand-set circuits, `interp.models.constructed`) have vanishing gradients through the
 patterns, so the estimate there misses query and key edges: judge it against exact patching
@@ -85,6 +97,8 @@ def _input_names(model: HookedGPT, edges: list[Edge]) -> list[str]:
 
 Method = Literal["eap", "eap-ig"]
 METHODS: tuple[str, ...] = get_args(Method)
+Per = Literal["layer", "node"]
+PERS: tuple[str, ...] = get_args(Per)
 IG_STEPS = 3  # gradient points per sender group for "eap-ig" (Simpson's rule on 0, 1/2, 1; the clean one shared)
 
 
@@ -98,14 +112,15 @@ def _rule(steps: int) -> tuple[list[float], list[float]]:
     return rules[steps]
 
 
-def _groups(senders: list[Node]) -> list[tuple[str, tuple[Node, ...]]]:
+def _groups(senders: list[Node], per: str = "layer") -> list[tuple[str, tuple[Node, ...]]]:
     """Senders interpolated together in "eap-ig", with the hook whose activation carries their summed write:
-    the embeddings; each layer's heads (`hook_attn_out`); each MLP (`hook_mlp_out`)."""
+    the embeddings; each layer's heads (`hook_attn_out`), or each head alone with per="node"; each MLP."""
     out: list[tuple[str, tuple[Node, ...]]] = [("blocks.0.hook_resid_pre", (Node(-1, "embed"),))]
     for layer in sorted({s.layer for s in senders if s.kind != "embed"}):
         heads = tuple(s for s in senders if s.layer == layer and s.kind == "head")
         if heads:
-            out.append((f"blocks.{layer}.hook_attn_out", heads))
+            split = [(h,) for h in heads] if per == "node" else [heads]
+            out += [(f"blocks.{layer}.hook_attn_out", group) for group in split]
         out += [(f"blocks.{layer}.hook_mlp_out", (s,)) for s in senders if s.layer == layer and s.kind == "mlp"]
     return out
 
@@ -161,7 +176,7 @@ def _scores(model: HookedGPT, edges: list[Edge], grads: dict[str, torch.Tensor],
 
 
 def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[Node], source: PromptSet | None,
-                  method: str, steps: int) -> torch.Tensor:
+                  method: str, steps: int, per: str = "layer") -> torch.Tensor:
     """(edge, batch) scores of one batch: a corrupted forward, then one clean forward and backward ("eap"), or
     per sender group the quadrature's points along its path ("eap-ig")."""
     model = run.model
@@ -183,7 +198,7 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
     clean_writes, _, _ = node_writes(model, tokens, mask)
     alphas, weights = _rule(steps)
     clean_grads = _input_grads(run, batch, tokens, mask, names) if 0.0 in alphas else {}
-    for hook, group in _groups(senders):
+    for hook, group in _groups(senders, per):
         deltas = {s: corrupted_writes[s] - clean_writes[s] for s in group}
         total = torch.stack(list(deltas.values())).sum(0)  # (batch, pos, d_model): the group's summed change of write
         grads: dict[str, torch.Tensor] = {}
@@ -197,7 +212,8 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
 
 def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
                          source: PromptSet | None = None, behaviour: Any = None, batch_size: int | None = None,
-                         seed: int | None = None, method: Method = "eap", steps: int = IG_STEPS) -> Attribution:
+                         seed: int | None = None, method: Method = "eap", steps: int = IG_STEPS,
+                         per: Per = "layer") -> Attribution:
     """Every edge's and every sending node's attribution-patching score per prompt (see the module): the
     gradient estimate of patching from the corrupted run (`source=None`: resampled prompts, as EdgePatch)."""
     run = as_run(model_or_run, prompts, where="attribution_patching", behaviour=behaviour, batch_size=batch_size,
@@ -211,7 +227,9 @@ def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | Non
     if method not in METHODS:
         raise BadInput(f"attribution_patching: method={method!r}; expected one of {list(METHODS)}.")
     _rule(steps)
-    parts = [_batch_scores(run, batch, edges, senders, source, method, steps) for batch in run.prompts.batches(run.batch_size)]
+    if per not in PERS:
+        raise BadInput(f"attribution_patching: per={per!r}; expected one of {list(PERS)} (what eap-ig interpolates together).")
+    parts = [_batch_scores(run, batch, edges, senders, source, method, steps, per) for batch in run.prompts.batches(run.batch_size)]
     edge_values = torch.cat(parts, 1)  # (edge, prompt)
     node_values = torch.zeros(len(senders), edge_values.shape[1], dtype=torch.float64)
     where = {s: i for i, s in enumerate(senders)}
