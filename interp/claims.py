@@ -33,6 +33,10 @@ A claim's p-value is the largest p-value among its evidence (an intersection-uni
 claim needs every requirement, so it is only as strong as its weakest one); the p-values of all
 claims tested together are corrected with Benjamini-Hochberg (`interp.stats`).
 
+A claim about an edge between heads ("L0H0 -> L1H0 via k composes", `interp.analyses.claims.composition`)
+names both heads and sets `Claim.target` to the edge, which is then its label; an absence claim ("does not
+compose") is judged by `equivalence_evidence` (the CI within +-the practical minimum).
+
 Concrete claims live beside the metrics they use (`interp.analyses.claims`); this module is the
 machinery, and knows nothing of any particular metric.
 
@@ -145,6 +149,7 @@ class Claim:
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)  # the hypothesis's parameters
     thresholds: Mapping[str, Threshold] = field(default_factory=dict, hash=False)  # evidence kind -> threshold
     evidence: Mapping[str, EvidenceFn] = field(default_factory=dict, hash=False, repr=False)  # kind -> gatherer
+    target: str = ""  # what the claim is about when its heads do not say it alone: an edge "L0H0 -> L1H0 via k"
 
     def __post_init__(self) -> None:
         try:
@@ -161,8 +166,9 @@ class Claim:
 
     @property
     def label(self) -> str:
-        """Heads as `L{layer}H{head}`, several joined by ' ~ '; "model" for a whole-model claim."""
-        return " ~ ".join(map(head_label, self.heads)) or "model"
+        """The `target` when set (an edge "L0H0 -> L1H0 via k"); else heads as `L{layer}H{head}`, several joined
+        by ' ~ '; "model" for a whole-model claim."""
+        return self.target or " ~ ".join(map(head_label, self.heads)) or "model"
 
     @property
     def layer(self) -> int | None:
@@ -183,6 +189,7 @@ class Claim:
         return {
             "claim": self.name,
             "heads": [list(h) for h in self.heads],
+            **({"target": self.target} if self.target else {}),
             "statement": self.statement,
             "params": dict(self.params),
             "thresholds": {k: {"value": t.value, "direction": t.direction, "source": t.source} for k, t in self.thresholds.items()},
@@ -381,6 +388,43 @@ def difference_evidence(
     return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=rule, passed=passed,
                     decisive=decisive, n_prompts=len(diff), detail=detail, extra=dict(extra or {}),
                     n_resamples=ctx.n_permutations)
+
+
+def equivalence_evidence(
+    kind: str,
+    values: torch.Tensor,
+    ctx: Context,
+    *,
+    band: float,
+    what: str,
+    decisive: bool = True,
+    unit: str = "",
+    label: str | None = None,
+    extra: Mapping[str, float | str] | None = None,
+) -> Evidence:
+    """Per-prompt values (prompt,) equal to 0 within +-`band` (an absence claim: "this edge carries nothing").
+
+    Passes when the studentized-bootstrap CI lies within (-band, band); fails when the CI excludes 0 and
+    |mean| >= band (the effect matters); in between, undecided. The p-value is that of two one-sided tests
+    (the larger of `_p_greater` for mean > -band and for mean < band). `band` is the practical minimum
+    (`min_effect(unit)`): it must be > 0, or no CI could ever lie within it.
+    """
+    if not band > 0 or not math.isfinite(band):
+        raise ValueError(f"band={band} must be finite and > 0 (the practical minimum, interp.claims.min_effect).")
+    label = label or kind
+    values = torch.as_tensor(values).double().flatten()
+    mean, low, high = _floats(*bootstrap(values, seed=ctx.seed, label=label, method=INTERVAL_METHOD))
+    p = max(_p_greater(values + band, ctx, f"{label}:above"), _p_greater(band - values, ctx, f"{label}:below"))
+    within = -band < low and high < band
+    matters = (low > 0 or high < 0) and abs(mean) >= band
+    passed = True if within else False if matters else None
+    suffix = f" {unit}" if unit else ""
+    verb = {True: "lies within", False: "lies outside", None: "straddles"}[passed]
+    detail = f"{what} = {mean:.4g} [{low:.4g}, {high:.4g}]{suffix} {verb} +-{band:g}{suffix}"
+    rule = f"CI within +-{band:g}{suffix}"
+    return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=rule, passed=passed, decisive=decisive,
+                    n_prompts=len(values), detail=detail, extra=dict(extra or {}), n_resamples=ctx.n_permutations,
+                    alternative="equivalence")
 
 
 def ratio_evidence(

@@ -22,9 +22,12 @@ to test them on::
     L0H1 = ["previous_token", "positional"]    # several claims about one head
     L0H0 = "not induction"                     # pin a negative: passes when refuted
     "L0H1 ~ L0H3" = "redundant"                # a claim about a pair of heads
+    "L0H0 -> L1H2 via k" = "composes"          # a claim about an edge: L1H2's key reads L0H0's write
+    "L0H0 -> L1H2 via q" = "not composes"      # ... refuted: the edge's effect lies within the practical minimum
     model = "causal"                           # a claim about the whole model
 
-Heads are labelled `L{layer}H{head}`, 0-based. A claim kind prefixed with `not ` expects the
+Heads are labelled `L{layer}H{head}`, 0-based. An edge is `SENDER -> RECEIVER via q|k|v` between heads
+(`interp.paths`), the receiver in a later layer than the sender. A claim kind prefixed with `not ` expects the
 verdict "refuted"; any other claim expects "supported" (an inconclusive verdict fails both).
 Which kinds exist is decided by `interp.analyses.claims.registry` (`interp claims --list-kinds`).
 Syntax errors are reported as `FILE:LINE:COLUMN: message`.
@@ -275,11 +278,12 @@ def _text_prompts(model, texts: list[str], spec: PromptSpec, *, n: int | None, m
 class ClaimEntry:
     """One claim line of a claims file: which heads, which kind, which verdict is expected."""
 
-    target: str  # "L1H2", "L0H1 ~ L0H3" or "model"
-    heads: tuple[Head, ...]  # ((layer, head), ...); empty for a model claim
+    target: str  # "L1H2", "L0H1 ~ L0H3", "L0H0 -> L1H2 via k" or "model"
+    heads: tuple[Head, ...]  # ((layer, head), ...): an edge's sender and receiver; empty for a model claim
     kind: str  # claim kind, e.g. "induction"
     expect: Expect = "supported"
     line: int = 0  # 1-based line in the file (0 when unknown)
+    edge: str | None = None  # an edge claim's edge, "L0H0 -> L1H2 via k" (`interp.paths.parse_edge`); None otherwise
 
     @property
     def name(self) -> str:
@@ -428,9 +432,10 @@ def _claim_entries(document: dict[str, Any], source: _ClaimsSource, kinds: list[
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
             raise source.fail(f"{key} = {value!r}: expected a claim kind or a list of kinds, e.g. \"induction\".", line)
         target, heads = _claim_target(key.strip(), source, line)
+        edge = target if "->" in target else None
         for raw in values:
             kind, expect = _claim_kind(raw, kinds, source, target=target, line=line)
-            entry = ClaimEntry(target, heads, kind, expect, line)
+            entry = ClaimEntry(target, heads, kind, expect, line, edge)
             if any(e.name == entry.name for e in entries):
                 raise source.fail(f"{entry.name!r} is claimed twice; remove one.", line)
             entries.append(entry)
@@ -441,6 +446,8 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
     """A [claims] key as (label, heads): "model" -> ("model", ()), "L0H1~L0H3" -> ("L0H1 ~ L0H3", ((0, 1), (0, 3)))."""
     if target.lower() == "model":
         return target, ()
+    if "->" in target:
+        return _edge_target(target, source, line)
     try:
         heads = tuple(parse_head(part) for part in target.split("~"))
     except BadInput as error:
@@ -453,6 +460,26 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
         except BadInput as error:
             raise source.fail(str(error), line) from None
     return " ~ ".join(map(head_label, heads)), heads
+
+
+def _edge_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tuple[Head, ...]]:
+    """An edge key as (its label, (sender head, receiver head)): "L0H0->L1H2 via K" -> ("L0H0 -> L1H2 via k", ...).
+    Edges join two heads through q, k or v, the receiver in a later layer."""
+    from interp.paths import HEAD_VIAS, parse_edge  # torch: only a file that claims an edge pays for it
+
+    example = "write it as \"L0H0 -> L1H2 via k\" (via q, k or v)"
+    try:
+        edge = parse_edge(target)
+    except BadInput as error:
+        raise source.fail(f"{error} An edge claim joins two heads: {example}.", line) from None
+    if edge.sender.kind != "head" or edge.receiver.kind != "head" or edge.via not in HEAD_VIAS:
+        raise source.fail(f"{target!r}: an edge claim joins two heads through q, k or v; {example}.", line)
+    if edge.receiver.layer <= edge.sender.layer:
+        raise source.fail(f"{target!r}: the receiver {edge.receiver} (layer {edge.receiver.layer}) must sit in a later layer "
+                          f"than the sender {edge.sender} (layer {edge.sender.layer}): a head reads only earlier layers; "
+                          "swap them or pick a later receiver.", line)
+    heads = (Head(edge.sender.layer, edge.sender.head), Head(edge.receiver.layer, edge.receiver.head))
+    return edge.label, heads
 
 
 def _claim_kind(raw: str, kinds: list[str] | None, source: _ClaimsSource, *, target: str, line: int) -> tuple[str, Expect]:

@@ -111,6 +111,7 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any) -> Leaka
 #     [claims]
 #     L1H2 = "induction"
 #     L0H0 = "not induction"
+#     "L0H2 -> L1H2 via k" = "composes"
 #
 # `read_claims(path)` parses one (errors give FILE:LINE:COLUMN); `run_claims(model, file)` tests
 # every claim of the file at once (one Benjamini-Hochberg correction over the file) and returns
@@ -166,7 +167,9 @@ if _HAS_PYTEST:
             self.claims_file = read_claims(self.path)
             self._outcome: pd.DataFrame | Exception | None = None
             for entry in self.claims_file.claims:
-                yield ClaimItem.from_parent(self, name=entry.name.replace(": ", "-").replace(" ", "-"), entry=entry)
+                # "L0H0 -> L1H2 via k: composes" -> "L0H0->L1H2-via-k-composes"
+                name = entry.name.replace(" -> ", "->").replace(": ", "-").replace(" ", "-")
+                yield ClaimItem.from_parent(self, name=name, entry=entry)
 
         def model_spec(self) -> str:
             config = self.config

@@ -13,7 +13,7 @@ from interp.cli import commands, tables
 from interp.specs import PROMPT_KINDS, PromptSpec, SpecError, build_prompts, parse_heads_flag, parse_layers_flag
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBCOMMANDS = ["report", "audit-leakage", "claims", "scan", "heads", "verify", "train", "demo"]
+SUBCOMMANDS = ["report", "audit-leakage", "claims", "scan", "heads", "circuit", "verify", "train", "demo"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
 
 
@@ -263,8 +263,8 @@ def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
     assert document["command"] == "report" and document["model"] == "toy-induction"
     assert document["result"]["leakage"]["causal"] is True
     assert document["result"]["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "report.html").is_file()
-    # one bar over computing (8 analyses and the viewer's data), rendering and writing (2)
-    assert "11/11 stages" in result.stderr
+    # one bar over computing (8 analyses, the viewer's data and the circuit), rendering and writing (2)
+    assert "12/12 stages" in result.stderr
 
 
 # --------------------------------------------------------------------------- output shape (issue 12)

@@ -74,6 +74,14 @@ def test_table_form_with_lists_negations_pairs_and_model_claims():
         ('[claims]\nL0H0 = ["induction", "induction"]\n', r"^f\.toml:2:1: 'L0H0: induction' is claimed twice"),
         ('[claims]\nL0H0 = 3\n', r"^f\.toml:2:1: L0H0 = 3: expected a claim kind"),
         ('alpha = 2\n[claims]\nL0H0 = "induction"\n', r"^f\.toml:1:1: alpha = 2 must be a number in \(0, 1\)"),
+        ('[claims]\n"L0H0 -> L1H0 via x" = "composes"\n', r"^f\.toml:2:1: edge 'L0H0 -> L1H0 via x': via 'x'; expected one of .* \(via q, k or v\)"),
+        ('[claims]\n"L0H0 -> L1H0" = "composes"\n', r"^f\.toml:2:1: edge 'L0H0 -> L1H0' into a head needs 'via q'"),
+        ('[claims]\n"L1H0 -> L0H0 via k" = "composes"\n',
+         r"^f\.toml:2:1: 'L1H0 -> L0H0 via k': the receiver L0H0 \(layer 0\) must sit in a later layer than the sender L1H0"),
+        ('[claims]\n"L0H0 -> L0H1 via k" = "composes"\n', r"^f\.toml:2:1: .*must sit in a later layer"),
+        ('[claims]\n"L0H0 -> logits" = "composes"\n', r"^f\.toml:2:1: 'L0H0 -> logits': an edge claim joins two heads"),
+        ('[claims]\n"L0H0 => L1H0 via k" = "composes"\n', r"^f\.toml:2:1: 'L0H0 => L1H0 via k' is not a head label"),
+        ('[claims]\n"L0H0 -> L1H0 via k" = "compose"\n', r"^f\.toml:2:1: .*unknown claim kind 'compose'.*Did you mean 'composes'"),
     ],
 )
 def test_errors_give_file_line_column_and_the_fix(text, message):
@@ -88,6 +96,26 @@ def test_claim_arity_is_checked(tmp_path):
         read_claims(path)
     path.write_text('[claims]\nL0H0 = "redundant"\n')
     with pytest.raises(ClaimsFileError, match="a claim about a pair of heads"):
+        read_claims(path)
+
+
+def test_edge_claims_parse_and_are_checked_for_their_kind(tmp_path):
+    parsed = parse_claims_text('[claims]\n"l0h0->L1H2 VIA K" = ["composes"]\n"L0H1 -> L1H2 via q" = "not composes"\n',
+                               "f.toml", valid_kinds=claim_kinds())
+    assert [(c.name, c.heads, c.edge, c.expect) for c in parsed.claims] == [
+        ("L0H0 -> L1H2 via k: composes", ((0, 0), (1, 2)), "L0H0 -> L1H2 via k", "supported"),
+        ("L0H1 -> L1H2 via q: not composes", ((0, 1), (1, 2)), "L0H1 -> L1H2 via q", "refuted"),
+    ]
+    from interp.analyses.claims.registry import EDGE_CLAIM_KINDS, edge_claim_kinds
+
+    assert tuple(edge_claim_kinds()) == EDGE_CLAIM_KINDS
+    path = tmp_path / "claims.toml"
+    path.write_text('[claims]\nL0H0 = "composes"\n')
+    with pytest.raises(ClaimsFileError, match=r"claims\.toml:2:1: 'composes' is a claim about an edge between heads; "
+                                              r"write \"L0H0 -> L1H2 via k\""):
+        read_claims(path)
+    path.write_text('[claims]\n"L0H0 -> L1H0 via k" = "induction"\n')
+    with pytest.raises(ClaimsFileError, match=r"claims\.toml:2:1: 'L0H0 -> L1H0 via k' is an edge, and 'induction' is not"):
         read_claims(path)
 
 
@@ -181,10 +209,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_claims_files_pass_on_their_models(pytester):
-    for name in ("claims.toml", "constructed.claims.toml"):
+    for name in ("claims.toml", "constructed.claims.toml", "circuit.claims.toml"):
         (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
-    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
-    result.assert_outcomes(passed=9 + 6)  # every claim of both files
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=9 + 6 + 3)  # every claim of the three files
+    result.stdout.fnmatch_lines(["*circuit.claims.toml::L0H0->L1H0-via-k-composes PASSED*",
+                                 "*circuit.claims.toml::L0H0->L1H0-via-q-not-composes PASSED*"])
 
 
 def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
@@ -207,7 +237,8 @@ def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
 def test_cli_lists_the_claim_kinds(capsys):
     assert cli.main(["claims", "--list-kinds"]) == 0
     out = capsys.readouterr().out
-    for kind in ("induction", "previous_token", "positional", "dispensable", "redundant", "causal"):
+    assert 'an edge ("L0H0 -> L1H2 via k" = ...): composes' in out
+    for kind in ("induction", "previous_token", "positional", "dispensable", "redundant", "causal", "composes"):
         assert kind in out
     assert cli.main(["claims"]) == 2
 

@@ -13,7 +13,11 @@
   (EAP, Syed et al. 2023; "eap-ig": integrated along each layer's path) from one backward pass;
 - `discovery`: `discover(..., method="acdc" | "eap")` -> a `Circuit` (nodes, edges, scores; JSON), proposed
   on one half of the prompts and tested on the other;
-- `evaluation`: `test_circuit` -> `CircuitTest`: faithfulness, completeness and minimality with CIs.
+- `evaluation`: `test_circuit` -> `CircuitTest`: faithfulness, completeness and minimality with CIs;
+- `summary`: `circuit_summary` -> `CircuitSummary`: a discovered circuit, each kept edge's own path patch on
+  the held-out prompts, the tests (what `interp circuit` prints and `interp report` shows);
+- `drawing`: `draw_circuit(edge table)`, the circuit as a graph (nodes by layer, edges labelled).
+Claims about one edge ("L0H0 -> L1H0 via k composes") live in `interp.analyses.claims.composition`.
 """
 from interp.analyses.circuits.composition import baseline, composition_scores
 from interp.analyses.circuits.dla import FROZEN_SCALE, LogitAttribution, direct_logit_attribution, logit_attributions
@@ -30,3 +34,9 @@ __all__ += [  # circuits-discover
     "ACDC_THRESHOLD", "Attribution", "Circuit", "CircuitTest", "EAP_THRESHOLD", "Interval", "PatchSweep", "PathPatch",
     "attribution_patching", "discover", "edge_effects", "edge_frame", "path_patch", "path_patches", "test_circuit",
 ]
+
+# -- circuits-claims: the summary the faces show, and its drawing
+from interp.analyses.circuits.drawing import draw_circuit
+from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
+
+__all__ += ["CircuitSummary", "circuit_summary", "draw_circuit"]  # circuits-claims

@@ -7,6 +7,7 @@ Claim, Evidence, Verdict, test_claims).
 - `causal`: necessity, sufficiency and faithfulness, measured on a behaviour;
 - `scanning`: `propose` a claim per head from the metrics, `scan` (propose on half the prompts, test on the rest);
 - `pair`: claims about pairs of heads (redundant, backs up) and dispensable heads, tested by ablation;
+- `composition`: claims about an edge between heads ("L0H0 -> L1H2 via k composes"), tested by path patching;
 - `registry`: the claim kinds a claims file may name, and the evidence policy.
 
 The registry is standard library at import (the pytest plugin loads it when pytest starts), so the
@@ -18,11 +19,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from interp.analyses.claims.registry import (
+    EDGE_CLAIM_KINDS,
     MODEL_CLAIM_KINDS,
     bridge_without_pattern_edits,
     claim_evidence_for,
     claim_kinds,
     claim_object,
+    edge_claim_kinds,
     head_claim_kinds,
     pair_claim_kinds,
     read_claims,
@@ -31,6 +34,7 @@ from interp.analyses.claims.registry import (
 
 if TYPE_CHECKING:
     from interp.analyses.claims.causal import Faithfulness, Necessity, Sufficiency
+    from interp.analyses.claims.composition import composition_claim, control_sender
     from interp.analyses.claims.pair import backup_claim, dispensable_claim, redundancy_claims, redundant_claim
     from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl, head_metric, random_init_model
     from interp.analyses.claims.presets import (
@@ -57,13 +61,14 @@ _LAZY = {  # name -> the module of this package that defines it
                      "head_type_claim", "induction_head", "local_window_head", "make_claim", "next_token_head",
                      "positional_head", "previous_token_head", "self_token_head"], "presets"),
     **dict.fromkeys(["propose", "scan"], "scanning"),
+    **dict.fromkeys(["composition_claim", "control_sender"], "composition"),
     **dict.fromkeys(["backup_claim", "dispensable_claim", "redundancy_claims", "redundant_claim"], "pair"),
 }
 
 __all__ = sorted([
     *_LAZY,
-    "MODEL_CLAIM_KINDS", "bridge_without_pattern_edits", "claim_evidence_for", "claim_kinds", "claim_object",
-    "head_claim_kinds", "pair_claim_kinds", "read_claims", "run_claims",
+    "EDGE_CLAIM_KINDS", "MODEL_CLAIM_KINDS", "bridge_without_pattern_edits", "claim_evidence_for", "claim_kinds",
+    "claim_object", "edge_claim_kinds", "head_claim_kinds", "pair_claim_kinds", "read_claims", "run_claims",
 ])
 
 

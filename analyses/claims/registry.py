@@ -2,8 +2,8 @@
 `interp` CLI, the pytest plugin (`interp.testing`) and the report (`interp.analyses.report`) share.
 
 - Claim kinds: the names a claims file may use (`interp.specs`), each with its factory
-  (`head_claim_kinds`: one head, `pair_claim_kinds`: a pair of heads, `MODEL_CLAIM_KINDS`:
-  the whole model), `read_claims` to parse a file against them and `run_claims` to test one.
+  (`head_claim_kinds`: one head, `pair_claim_kinds`: a pair of heads, `edge_claim_kinds`: an edge
+  between two heads, `MODEL_CLAIM_KINDS`: the whole model), `read_claims` to parse a file against them and `run_claims` to test one.
 - The evidence policy: `claim_evidence_for(model)`, which evidence kinds claims about a model
   can gather (all of them, except on a bridge encoder whose pattern edits are discarded).
 
@@ -41,9 +41,19 @@ def pair_claim_kinds() -> dict[str, Callable[..., Claim]]:
     return {"redundant": redundant_claim, "backs_up": backup_claim}
 
 
+def edge_claim_kinds() -> dict[str, Callable[..., Claim]]:
+    """Claim kind -> factory `(edge) -> Claim` for edges between heads ("L0H0 -> L1H2 via k")."""
+    from interp.analyses.claims.composition import composition_claim
+
+    return {"composes": composition_claim}
+
+
 def claim_kinds() -> list[str]:
     """Every kind a claims file may name."""
-    return sorted({*head_claim_kinds(), *pair_claim_kinds(), *MODEL_CLAIM_KINDS})
+    return sorted({*head_claim_kinds(), *pair_claim_kinds(), *EDGE_CLAIM_KINDS, *MODEL_CLAIM_KINDS})
+
+
+EDGE_CLAIM_KINDS = ("composes",)  # the keys of edge_claim_kinds(), without importing torch (read_claims needs them)
 
 
 def read_claims(path) -> ClaimsFile:
@@ -52,6 +62,14 @@ def read_claims(path) -> ClaimsFile:
     pair, single = set(pair_claim_kinds()), set(head_claim_kinds())
     for entry in claims_file.claims:
         where = f"{claims_file.path}:{entry.line or '?'}:1"
+        if (entry.kind in EDGE_CLAIM_KINDS) != (entry.edge is not None):
+            what = (f"{entry.kind!r} is a claim about an edge between heads; write \"L0H0 -> L1H2 via k\" = \"{entry.kind}\""
+                    if entry.edge is None else
+                    f"{entry.target!r} is an edge, and {entry.kind!r} is not a claim about edges; edges take "
+                    f"{list(EDGE_CLAIM_KINDS)}")
+            raise ClaimsFileError(f"{where}: {what}.")
+        if entry.edge is not None:
+            continue
         if entry.kind in MODEL_CLAIM_KINDS and entry.heads:
             raise ClaimsFileError(f"{where}: {entry.kind!r} is a claim about the whole model; write it as model = \"{entry.kind}\".")
         if entry.kind in pair and len(entry.heads) != 2:
@@ -62,7 +80,9 @@ def read_claims(path) -> ClaimsFile:
 
 
 def claim_object(entry: ClaimEntry):
-    """The Claim object a claims-file entry names (a head or a pair of heads)."""
+    """The Claim object a claims-file entry names (a head, a pair of heads or an edge)."""
+    if entry.edge is not None:
+        return edge_claim_kinds()[entry.kind](entry.edge)
     if len(entry.heads) == 2:
         return pair_claim_kinds()[entry.kind](*entry.heads)
     layer, head = entry.heads[0]

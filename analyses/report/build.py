@@ -11,8 +11,10 @@ a self-contained directory that opens offline:
     columns.md    the data dictionary: every column of the CSVs defined, with the schema version
     summary.md    the highlights, for pasting into an issue or a paper draft
     report.json   the run's settings, highlights, provenance (versions, commit, seed, prompt hash,
-                  wall time), schema version and every file written, machine-readable
-    plots/*.png   every figure (matplotlib, no network, referenced by relative paths)
+                  wall time), the circuit (edges, effects, tests; or why none), schema version and
+                  every file written, machine-readable
+    plots/*.png   every figure (matplotlib, no network, referenced by relative paths), the circuit's
+                  drawing among them (plots/circuit.png: `.circuit`)
 
 The numbers are deterministic for a given seed (same CSVs on rerun). The files are written
 into a temporary sibling and moved into place at the end with a manifest (`interp.outdir`),
@@ -120,7 +122,8 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
     started = time.perf_counter()
     plots = folder / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    images = {**report_plots.head_figures(data, plots), **report_plots.summary_figures(data, plots)}
+    images = {**report_plots.head_figures(data, plots), **report_plots.summary_figures(data, plots),
+              **report_plots.circuit_figures(data.circuit, plots)}
     table = highlights(data)
     claims_csv = _claims_csv(data.claims)
     write_atomic(folder / "heads.csv", data.heads.to_csv(index=False, float_format=FLOAT_FORMAT))
@@ -138,7 +141,8 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
     meta = {"settings": data.settings, "summary": {k: str(v) for k, v in data.summary.items()}, "leakage": leakage,
             "highlights": json.loads(table.to_json(orient="records")), "schema_version": fmt.SCHEMA_VERSION,
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
-            "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"])}
+            "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"]),
+            "circuit": None if data.circuit is None else data.circuit.to_json()}
     write_atomic(folder / "report.json", json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     write_atomic(folder / MARKER, "written by interp.analyses.report; `interp demo` may replace this directory\n")
     return table

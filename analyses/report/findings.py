@@ -69,10 +69,10 @@ def metric_family(row: pd.Series, verdict) -> str:
 
 
 def _is_causal_kind(kind: str) -> bool:
-    """A claims file's kinds whose observational effect is itself an ablation (pairs, "dispensable")."""
-    from interp.analyses.claims.registry import pair_claim_kinds
+    """A claims file's kinds whose observational effect is itself an intervention (pairs, "dispensable", edges)."""
+    from interp.analyses.claims.registry import EDGE_CLAIM_KINDS, pair_claim_kinds
 
-    return kind in pair_claim_kinds() or kind == "dispensable"
+    return kind in pair_claim_kinds() or kind in (*EDGE_CLAIM_KINDS, "dispensable", "does_not_compose")
 
 
 def causal_summary(verdict, unit: str | None = None) -> str:

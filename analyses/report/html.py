@@ -81,7 +81,7 @@ def page(data, table: pd.DataFrame, images: dict[str, str]) -> str:
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>',
              f"<style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>", _subtitle(data), _warnings(data),
              _model_section(data), _findings_section(data, table), _leakage_section(data), _viewer_section(data),
-             _cards_section(data, images), _similarity_section(data, images), _claims_section(data),
+             _cards_section(data, images), _similarity_section(data, images), circuit_html(data.circuit, images), _claims_section(data),
              _glossary_section(data), _methods_section(data), _footer(data), "</body></html>\n"]
     text = "\n".join(p for p in parts if p)
     return text.replace(PAGE_SIZE, f"{len(text.encode('utf-8')) / 1024:,.0f} KB")
@@ -321,11 +321,60 @@ def _finite(value) -> bool:
     return fmt._finite(value)
 
 
+# --------------------------------------------------------------------------- the circuit
+
+
+def _tests_rows(found: Any) -> list[list[str]]:
+    return [[r.test, f"{fmt.format_num(r.value)} {fmt.format_ci(r.ci_low, r.ci_high)}".strip(), str(r.unit)]
+            for r in found.tests_frame().itertuples()]
+
+
+def circuit_html(section: Any, images: dict[str, str]) -> str:
+    """The HTML section: the drawing, the kept edges with their effects, the tests; or why it is absent."""
+    head = '<h2 id="circuit">Circuit</h2>'
+    if section is None:
+        return ""
+    if section.summary is None:
+        return head + f'<p class="muted">No circuit: {esc(section.note)}.</p>'
+    found = section.summary
+    circuit = found.circuit
+    parts = [head, f'<p class="muted">{esc(circuit.method)} at threshold {circuit.threshold:g} of the clean-vs-patched '
+             f"gap ({circuit.tau:.3g} {esc(found.unit)}), proposed on {circuit.n_prompts} prompts; every number below is "
+             f"measured on the other half: {esc(found.behaviour)}. Each edge's effect is its own path patch "
+             "(the receiver reads the sender's write from another prompt, nothing else changes).</p>"]
+    if "circuit" in images:
+        parts.append(scroll(f'<img src="{esc(images["circuit"])}" alt="the circuit: nodes by layer, edges labelled with '
+                            'their input and effect">'))
+    rows = [[r.edge, r.via, fmt.format_num(r.score), f"{fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}"]
+            for r in found.edges.itertuples()]
+    parts.append(scroll(table_html(["edge", "via", "discovery score", f"path patch effect ({found.unit}) [CI]"], rows,
+                                   numeric=(2, 3))) if rows else '<p class="muted">No edge was kept.</p>')
+    tests = _tests_rows(found)
+    if tests:
+        parts.append("<h3>Circuit tests (held-out prompts)</h3>"
+                     + scroll(table_html(["test", "value [CI]", "unit"], tests, numeric=(1,))))
+    return "".join(parts)
+
+
+def circuit_markdown(section: Any) -> list[str]:
+    """summary.md lines: the edges and the tests, or why there is no circuit."""
+    if section is None:
+        return []
+    if section.summary is None:
+        return ["## Circuit", "", f"No circuit: {section.note}.", ""]
+    found = section.summary
+    lines = ["## Circuit", "", f"{found.circuit.method}: {len(found.circuit.edges)} edges (effects on held-out prompts, "
+             f"{found.unit}).", ""]
+    lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.edges.itertuples()]
+    lines += [f"- {test}: {value} ({unit})" for test, value, unit in _tests_rows(found)]
+    return lines + [""]
+
+
 # --------------------------------------------------------------------------- Markdown
 
 
 def markdown(data, table: pd.DataFrame) -> str:
-    """summary.md: the highlights, counts, provenance and methods, for pasting into an issue."""
+    """summary.md: the highlights, counts, the circuit's lines (`circuit_markdown`), provenance and methods."""
     lines = [f"# Attention report: {data.title or data.summary.get('spec')}", ""]
     lines += [f"> **Prompts:** {w}" for w in data.warnings] + ([""] if data.warnings else [])
     lines += [f"- **{k}**: {v}" for k, v in data.summary.items()]
@@ -337,6 +386,7 @@ def markdown(data, table: pd.DataFrame) -> str:
     lines += ["| " + " | ".join(str(getattr(r, c)).replace("|", "\\|") for c in columns) + " |" for r in table.itertuples()]
     counts = data.claims["verdict"].value_counts() if len(data.claims) else pd.Series(dtype=int)
     lines += ["", f"Claims tested: {len(data.claims)} ({', '.join(f'{v} {k}' for k, v in counts.items())}).", ""]
+    lines += circuit_markdown(data.circuit)
     lines += ["## Provenance", "", provenance_line(data.provenance) + f"; schema version {fmt.SCHEMA_VERSION}", ""]
     lines += ["## Methods", ""] + [f"- {m}" for m in data.methods] + [""]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The report's computation: every analysis on one model into a `ReportData` (typed results, no files).
 
 `compute` runs the stages (leakage audit, mean patterns, positional metrics, offset profiles,
-claims, head similarity, importance, joint ablation, viewer) under one progress bar; the
+claims, head similarity, importance, joint ablation, viewer, circuit) under one progress bar; the
 metrics come from `interp.analyses.report.metrics`, the header and provenance from `.context`,
 the Methods paragraphs from `.methods`. Each claims row keeps its `interp.claims.Verdict` (None
 for a claims file's) and its subject heads as (layer, head) integers (`ReportData.claim_rows`).
@@ -28,6 +28,7 @@ from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
 import interp.analyses.report.format as fmt
+from interp.analyses.report.circuit import report_circuit
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
 from interp.analyses.report.methods import behaviour_method, paragraphs
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
@@ -71,6 +72,7 @@ class ReportData:
     warnings: list[str] = field(default_factory=list)  # prompts that cannot support a claim, and why
     provenance: dict[str, Any] = field(default_factory=dict)  # versions, commit, seed, prompt hash, wall time
     title: str = ""  # the model's name
+    circuit: Any = None  # interp.analyses.report.circuit.CircuitSection, or None (not asked for)
 
     def claim_rows(self) -> list[tuple[pd.Series, Any, Heads]]:
         """Each claims row with its Verdict (None for a claims file's) and its subject heads."""
@@ -175,7 +177,7 @@ def compute(
     data = ReportData(summary, heads_frame, claims, results["patterns"], results["offsets"],
                       results["similarity"], results["importance"], results["redundancy"], results["leakage"], methods,
                       settings, timings, verdicts=verdicts, claim_heads=claim_heads, viewer=results["viewer"],
-                      warnings=prompt_warnings(model, prompts), title=model_name(model, spec))
+                      warnings=prompt_warnings(model, prompts), title=model_name(model, spec), circuit=results["circuit"])
     data.provenance = provenance(seed, prompts, time.perf_counter() - started)
     return data
 
@@ -196,10 +198,11 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
         "joint ablation": lambda: (_joint(model, prompts, results["similarity"], seed=seed, behaviour=behaviour)
                                    if has_loss else None),
         "viewer": lambda: viewer_data(model, prompts, chosen),
+        "circuit": lambda: report_circuit(model, prompts, seed=seed, behaviour=behaviour, has_loss=has_loss),
     }
     keys = {"leakage audit": "leakage", "mean patterns": "patterns", "positional metrics": "metrics",
             "offset profiles": "offsets", "claims": "claims", "head similarity": "similarity", "importance": "importance",
-            "joint ablation": "redundancy", "viewer": "viewer"}
+            "joint ablation": "redundancy", "viewer": "viewer", "circuit": "circuit"}
     results: dict[str, Any] = {}
     with report_stages(list(stages), progress) as run:
         for name, fn in stages.items():

@@ -1,5 +1,5 @@
 """The report's figures (matplotlib, no display, no network): pattern heat maps, offset profiles,
-similarity and importance maps.
+similarity and importance maps, the circuit's drawing (`circuit_figures`).
 
 Pattern heat maps share one colour scale (0 to 1: a weight's colour means the same on every
 card, so a diffuse head looks diffuse next to a sharp one) unless `per_head=True`, and then the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -159,3 +160,15 @@ def summary_figures(data, plots: Path) -> dict[str, str]:
         images["importance"] = save(plot_matrix(importance_grid(data.importance), "importance: loss increase under mean ablation",
                                                 cmap="viridis"), plots / "importance.png")
     return images
+
+
+def circuit_figures(section: Any, plots: Path) -> dict[str, str]:
+    """plots/circuit.png when there is a circuit; name -> relative path."""
+    if section is None or section.summary is None:
+        return {}
+    from interp.analyses.circuits.drawing import draw_circuit
+
+    found = section.summary
+    faith = found.test.faithfulness.mean if found.test is not None else math.nan
+    title = f"{found.circuit.method} circuit" + (f", faithfulness {faith:.2f} (held-out)" if math.isfinite(faith) else "")
+    return {"circuit": save(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}

@@ -60,11 +60,13 @@ def cmd_demo(args) -> int:
 
 
 def cmd_claims(args) -> int:
-    from interp.analyses.claims.registry import MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds, read_claims, run_claims
+    from interp.analyses.claims.registry import (EDGE_CLAIM_KINDS, MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds,
+                                                 read_claims, run_claims)
 
     if args.list_kinds:
         kinds = {"one head (L1H2 = ...):": sorted(head_claim_kinds()), "a pair (\"L0H1 ~ L0H3\" = ...):":
-                 sorted(pair_claim_kinds()), "the model (model = ...):": list(MODEL_CLAIM_KINDS)}
+                 sorted(pair_claim_kinds()), "an edge (\"L0H0 -> L1H2 via k\" = ...):": list(EDGE_CLAIM_KINDS),
+                 "the model (model = ...):": list(MODEL_CLAIM_KINDS)}
         print("claim kinds (prefix with 'not ' to expect a refutation):")
         print(_kind_list(kinds, _out_console(args).width))
         return EXIT_OK

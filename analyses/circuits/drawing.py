@@ -1,0 +1,137 @@
+"""A circuit drawn as a graph: nodes by layer, edges labelled with their input (q, k, v, in, direct) and effect.
+
+    draw_circuit(edges)          # a matplotlib Figure (no display, no network)
+
+`edges` is a per-edge effect table, one row per edge: `sender`, `receiver`, `via`, `effect` (in the
+behaviour's unit), optionally `ci_low`, `ci_high` (a CI over prompts) and `unit`, as
+`interp.analyses.circuits.patching.edge_frame` gives and `circuit_layout` reads. The drawing knows nothing
+of how the edges were found, so any edge list with effects can be drawn.
+
+Layout: one column per layer in forward order (embed first, logits last), a layer's heads top to bottom by
+index and its MLP below them; only nodes that an edge touches are drawn. Each edge is an arrow from its
+sender to its receiver, coloured by its input, its width growing with |effect|, labelled
+"k +6.19" (the input and the effect); several edges between the same pair of nodes (a head read through
+q and k) bend apart so each label stays readable.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from interp.errors import BadInput
+from interp.paths import Node, parse_node
+
+VIA_COLOURS = {"q": "#4c72b0", "k": "#dd8452", "v": "#55a868", "in": "#8172b3", "direct": "#666666"}
+REQUIRED = ("sender", "receiver", "via", "effect")
+MAX_LABELS = 12  # edges labelled in one drawing (the largest |effect| first)
+BENDS = (0.0, 0.35, -0.35, 0.6, -0.6)  # arc3 rad of the 1st, 2nd, ... edge between the same two nodes
+
+
+def check_edge_table(edges: pd.DataFrame) -> pd.DataFrame:
+    """The edge table with its columns checked (a BadInput naming the missing ones) and its nodes parsed."""
+    if not isinstance(edges, pd.DataFrame):
+        raise BadInput(f"draw_circuit: edges must be a DataFrame with columns {list(REQUIRED)} (one row per edge, e.g. "
+                       f"interp.analyses.circuits.patching.edge_frame); got {type(edges).__name__}.")
+    missing = [c for c in REQUIRED if c not in edges.columns]
+    if missing:
+        raise BadInput(f"draw_circuit: the edge table lacks {missing}; expected columns {list(REQUIRED)} (and "
+                       "optionally ci_low, ci_high, unit).")
+    unknown = sorted(set(edges["via"]) - set(VIA_COLOURS))
+    if unknown:
+        raise BadInput(f"draw_circuit: via {unknown[0]!r}; expected one of {list(VIA_COLOURS)}.")
+    for column in ("sender", "receiver"):
+        for label in edges[column]:
+            parse_node(str(label))  # a BadInput naming a label that is not a node
+    return edges
+
+
+def circuit_layout(edges: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Node label -> (x, y): x the node's column (embed 0, then each layer with a node, logits last), y from 0
+    (top) down: heads by index, then the MLP."""
+    check_edge_table(edges)
+    nodes = sorted({parse_node(str(label)) for label in (*edges["sender"], *edges["receiver"])})
+    columns = sorted({node.layer for node in nodes})
+    positions: dict[str, tuple[float, float]] = {}
+    for x, layer in enumerate(columns):
+        here = sorted((n for n in nodes if n.layer == layer), key=_row_key)
+        for y, node in enumerate(here):
+            positions[node.label] = (float(x), -float(y) + (len(here) - 1) / 2)  # each column centred on 0
+    return positions
+
+
+def _row_key(node: Node) -> tuple[int, int]:
+    """Within a layer: heads by index, then the MLP (embed and logits are alone in their columns)."""
+    return (0, node.head) if node.kind == "head" else (1, 0)
+
+
+def edge_label(via: str, effect: float, ci_low: float = math.nan, ci_high: float = math.nan) -> str:
+    """"k +6.19" (with " [5.24, 7.29]" when a CI is given): the input read and the effect."""
+    text = f"{via} {effect:+.3g}"
+    if math.isfinite(ci_low) and math.isfinite(ci_high):
+        text += f" [{ci_low:.3g}, {ci_high:.3g}]"
+    return text
+
+
+def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | None = None, show_ci: bool = False,
+                 max_labels: int = MAX_LABELS, ax: Any = None) -> Any:
+    """The circuit as a matplotlib Figure (see the module); `show_ci` adds each edge's CI to its label. Only the
+    `max_labels` edges of largest |effect| are labelled (the title says so when some are not): beyond a dozen
+    the labels cover one another; the table beside the drawing has every edge. An empty table draws an empty
+    frame that says so."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyArrowPatch
+
+    positions = circuit_layout(edges)
+    n_columns = 1 + max((x for x, _ in positions.values()), default=0)
+    height = 1 + max((abs(y) for _, y in positions.values()), default=0)
+    size = (max(4.0, 2.8 * n_columns), max(2.6, 1.4 * height * 2))
+    fig = ax.figure if ax is not None else Figure(figsize=size, dpi=100)
+    ax = ax or fig.add_subplot()
+    unit = unit if unit is not None else (str(edges["unit"].iloc[0]) if "unit" in edges.columns and len(edges) else "")
+    labelled = set(edges["effect"].abs().sort_values(ascending=False, kind="stable").index[:max_labels])
+    hidden = len(edges) - len(labelled)
+    ax.set_title(f"{title}" + (f" (edge effects in {unit})" if unit else "")
+                 + (f"\nlabels on the {len(labelled)} largest of {len(edges)} edges" if hidden else ""), fontsize=9)
+    ax.set_axis_off()
+    if edges.empty:
+        ax.text(0.5, 0.5, "no edges", ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        return fig
+    largest = max(float(edges["effect"].abs().max()), 1e-12)
+    pairs: dict[tuple[str, str], int] = {}
+    for index, row in zip(edges.index, edges.itertuples(index=False)):
+        sender, receiver = str(row.sender), str(row.receiver)
+        rank = pairs.get((sender, receiver), 0)
+        pairs[(sender, receiver)] = rank + 1
+        (x0, y0), (x1, y1) = positions[sender], positions[receiver]
+        # an edge skipping a column along one row would run through the nodes between: bow it; further edges of a
+        # pair (a head read through q and k) bend one way then the other, further out
+        base = 0.25 if y0 == y1 and x1 - x0 > 1 else 0.0
+        bend = base + BENDS[rank % len(BENDS)]
+        effect = float(row.effect)
+        colour = VIA_COLOURS[str(row.via)]
+        arrow = FancyArrowPatch(positions[sender], positions[receiver], arrowstyle="-|>", mutation_scale=10,
+                                connectionstyle=f"arc3,rad={bend}", color=colour, alpha=0.85,
+                                linewidth=0.8 + 3.2 * abs(effect) / largest, shrinkA=14, shrinkB=14)
+        ax.add_patch(arrow)
+        if index not in labelled:
+            continue
+        low = float(getattr(row, "ci_low", math.nan)) if show_ci else math.nan
+        high = float(getattr(row, "ci_high", math.nan)) if show_ci else math.nan
+        # the label sits near the arc's midpoint: arc3's control point is the chord's midpoint moved by
+        # rad x (dy, -dx), and a quadratic Bezier passes halfway to it (exact when the axes' aspect is 1)
+        mx, my = (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2
+        ax.text(mx, my, edge_label(str(row.via), effect, low, high), fontsize=7, ha="center", va="center", color=colour,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
+    for label, (x, y) in positions.items():
+        ax.text(x, y, label, ha="center", va="center", fontsize=8,
+                bbox={"boxstyle": "round,pad=0.3", "facecolor": "#f2f2f2", "edgecolor": "#333333"})
+    xs = [x for x, _ in positions.values()]
+    ys = [y for _, y in positions.values()]
+    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+    return fig
+
+
+__all__ = ["MAX_LABELS", "VIA_COLOURS", "check_edge_table", "circuit_layout", "draw_circuit", "edge_label"]

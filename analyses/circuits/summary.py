@@ -1,0 +1,88 @@
+"""A discovered circuit with what a reader needs beside it: each kept edge's own effect with a CI, and the tests.
+
+    found = circuit_summary(model, prompts)          # discover (ACDC by default) + edge effects + tests
+    found.edges                                      # one row per kept edge: sender, receiver, via, score, effect, CI
+    found.to_json()                                  # plain data: the circuit, its edges, its tests
+    draw_circuit(found.edges)                        # interp.analyses.circuits.drawing
+
+`discover` proposes the circuit on one half of the prompts and tests it on the other (faithfulness,
+completeness, minimality: `CircuitTest`). Each kept edge's effect is its own path patch
+(`path_patches`: the receiver reads the sender's write from a resampled prompt, nothing else changes) on
+the held-out half, the prompts the test uses, so no number shown was measured on the prompts that chose
+the edges. `score` is discovery's own number for the edge (ACDC: the behaviour's change when it was
+removed on top of the edges removed before it, on the proposing half).
+
+The face `interp circuit SPEC` prints and writes this; `interp report` draws it in its circuit section.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from torch import nn
+
+from interp.analyses.circuits.discovery import Circuit, discover
+from interp.analyses.circuits.evaluation import CircuitTest
+from interp.analyses.circuits.patching import path_patches
+from interp.data import PromptSet
+from interp.run import Run, as_run
+
+EDGE_COLUMNS = ["edge", "sender", "receiver", "via", "score", "effect", "ci_low", "ci_high", "unit", "n_prompts"]
+
+
+@dataclass(frozen=True)
+class CircuitSummary:
+    """A circuit, its kept edges' own effects on the held-out prompts, and its tests there."""
+
+    circuit: Circuit
+    edges: pd.DataFrame  # EDGE_COLUMNS, one row per kept edge, in the circuit's order
+    test: CircuitTest | None  # on the held-out half; None when discovery used every prompt
+    behaviour: str  # what the effects measure, in words
+    unit: str
+
+    def tests_frame(self) -> pd.DataFrame:
+        """The tests as rows (`CircuitTest.frame`); empty when none ran."""
+        if self.test is None:
+            return pd.DataFrame(columns=["test", "value", "ci_low", "ci_high", "unit", "threshold", "n_edges",
+                                         "n_prompts", "behaviour"])
+        return self.test.frame()
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: the circuit (`Circuit.to_json`), its edges' effects and its tests (NaN as None)."""
+        return {"circuit": json.loads(self.circuit.to_json()), "behaviour": self.behaviour, "unit": self.unit,
+                "edges": _records(self.edges), "tests": _records(self.tests_frame())}
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as dicts, NaN written as None (JSON has no NaN)."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+            for row in json.loads(frame.to_json(orient="records"))]
+
+
+def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: str = "acdc",
+                    threshold: float | None = None, behaviour: Any = None, seed: int = 0,
+                    batch_size: int = 16) -> CircuitSummary:
+    """Discover a circuit (`discover`: proposed on one half of the prompts, tested on the other) and measure each
+    kept edge's own path-patching effect on the held-out half (see the module)."""
+    if isinstance(model_or_run, Run):
+        run = as_run(model_or_run, prompts, where="circuit_summary")
+    else:
+        run = as_run(model_or_run, prompts, where="circuit_summary", behaviour=behaviour, seed=seed,
+                     batch_size=batch_size)
+    circuit = discover(run, method=method, threshold=threshold)  # type: ignore[arg-type]  # discover checks the name
+    _, held_out = run.prompts.split(0.5, seed=run.seed)  # the half discover tests on (its split, same seed)
+    test_run = run.on(held_out)
+    if circuit.edges:
+        effects = path_patches(test_run, edges=list(circuit.edges))
+    else:
+        effects = pd.DataFrame(columns=["sender", "receiver", "via", "effect", "ci_low", "ci_high", "unit", "n_prompts"])
+    labels = list(circuit.edges)
+    edges = effects.assign(edge=labels, score=[float(circuit.scores.get(label, math.nan)) for label in labels])
+    return CircuitSummary(circuit, edges[EDGE_COLUMNS].reset_index(drop=True), circuit.test,
+                          test_run.behaviour.describe(held_out), test_run.behaviour.unit)
+
+
+__all__ = ["CircuitSummary", "EDGE_COLUMNS", "circuit_summary"]

@@ -1,0 +1,61 @@
+"""`interp circuit`: discover a circuit, print its edges with their effects and its tests, draw it."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from interp.cli.common import DEFAULT_SPEC, EXIT_OK, _load, _prompt_spec, _prompts
+from interp.cli.output import _emit_json, _out_console
+from interp.cli.tables import _frame_table
+from interp.errors import BadInput
+
+
+def cmd_circuit(args) -> int:
+    from interp.analyses.circuits.summary import circuit_summary
+
+    _prompt_spec(args)  # bad flags fail before the model loads
+    png = _png_target(args.png)
+    spec = args.spec or DEFAULT_SPEC
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    prompts = _prompts(model, args)
+    found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
+                            seed=args.seed)
+    console = _out_console(args)
+    circuit = found.circuit
+    title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
+             f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; effects on the held-out half")
+    console.print(_frame_table(found.edges, title=title, width=console.width,
+                               columns=["edge", "score", "effect", "ci_low", "ci_high"]))
+    tests = found.tests_frame()
+    if len(tests):
+        console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "
+                                   f"({found.behaviour})", width=console.width,
+                                   columns=["test", "value", "ci_low", "ci_high", "unit"]))
+    if png is not None:
+        _draw(found, spec, png)
+        console.print(f"drawing written to {png}")
+    _emit_json(args, "circuit", spec, found.to_json())
+    return EXIT_OK
+
+
+def _png_target(path: str | None) -> Path | None:
+    """--png FILE: a .png path in an existing folder (checked before the model loads)."""
+    if path is None:
+        return None
+    target = Path(path)
+    if target.suffix.lower() != ".png":
+        raise BadInput(f"--png {path!r}: expected a .png file name, e.g. --png circuit.png.")
+    if not target.parent.is_dir():
+        raise BadInput(f"--png {path!r}: the folder {str(target.parent)!r} does not exist; create it or pick another.")
+    return target
+
+
+def _draw(found, spec: str, png: Path) -> None:
+    """The circuit's drawing as a PNG, written whole or not at all."""
+    from interp.analyses.circuits.drawing import draw_circuit
+    from interp.models.files import write_atomic
+
+    faith = found.test.faithfulness.mean if found.test is not None else math.nan
+    title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
+    fig = draw_circuit(found.edges, title=title, unit=found.unit)
+    write_atomic(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))

@@ -1,0 +1,66 @@
+"""The circuit drawing: layout by layer, edge labels, bad tables (independent of how the edges were found)."""
+import pandas as pd
+import pytest
+
+from interp.analyses.circuits.drawing import VIA_COLOURS, circuit_layout, draw_circuit, edge_label
+from interp.errors import BadInput
+
+EDGES = pd.DataFrame([
+    ("embed", "L0H2", "k", 0.2, 0.1, 0.3),
+    ("L0H2", "L1H2", "k", 2.07, 1.95, 2.2),
+    ("L0H2", "L1H2", "v", 2.03, 1.93, 2.12),
+    ("L0H0", "L1H2", "q", 1.84, 1.71, 1.96),
+    ("L0H2", "MLP0", "in", 0.5, 0.4, 0.6),
+    ("L1H2", "logits", "direct", 4.0, 3.9, 4.1),
+], columns=["sender", "receiver", "via", "effect", "ci_low", "ci_high"]).assign(unit="nats")
+
+
+def test_layout_puts_layers_in_columns_and_heads_before_the_mlp():
+    positions = circuit_layout(EDGES)
+    assert positions["embed"] == (0.0, 0.0) and positions["logits"] == (3.0, 0.0)
+    # layer 0 holds L0H0, L0H2, MLP0 top to bottom, centred on 0
+    assert [positions[n] for n in ("L0H0", "L0H2", "MLP0")] == [(1.0, 1.0), (1.0, 0.0), (1.0, -1.0)]
+    assert positions["L1H2"] == (2.0, 0.0)
+    assert set(positions) == {"embed", "L0H0", "L0H2", "MLP0", "L1H2", "logits"}  # only nodes an edge touches
+
+
+def test_edge_labels_name_the_input_and_the_effect():
+    assert edge_label("k", 6.19) == "k +6.19"
+    assert edge_label("q", -0.0123, -0.02, -0.004) == "q -0.0123 [-0.02, -0.004]"
+
+
+def test_draw_circuit_draws_every_edge_with_its_label_and_every_node():
+    fig = draw_circuit(EDGES, title="toy", show_ci=True)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "k +2.07 [1.95, 2.2]" in texts and "direct +4 [3.9, 4.1]" in texts and "in +0.5 [0.4, 0.6]" in texts
+    assert {"embed", "L0H0", "L0H2", "MLP0", "L1H2", "logits"} <= set(texts)
+    assert len(ax.patches) == len(EDGES)  # one arrow per edge: q and k of one pair are two arrows
+    colours = {tuple(round(c, 3) for c in p.get_edgecolor()[:3]) for p in ax.patches}
+    assert len(colours) == 5  # q, k, v, in, direct each in its own colour
+    assert ax.get_title() == "toy (edge effects in nats)"
+    plain = draw_circuit(EDGES.drop(columns=["ci_low", "ci_high", "unit"]))
+    assert "k +2.07" in [t.get_text() for t in plain.axes[0].texts] and set(VIA_COLOURS) == {"q", "k", "v", "in", "direct"}
+
+
+def test_only_the_largest_edges_are_labelled():
+    fig = draw_circuit(EDGES, max_labels=2)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert [t for t in texts if "+" in t] == ["k +2.07", "direct +4"] and len(fig.axes[0].patches) == len(EDGES)
+    assert fig.axes[0].get_title().endswith("labels on the 2 largest of 6 edges")
+
+
+def test_an_empty_circuit_says_so():
+    fig = draw_circuit(EDGES.iloc[:0])
+    assert [t.get_text() for t in fig.axes[0].texts] == ["no edges"]
+
+
+@pytest.mark.parametrize("table, message", [
+    (EDGES.drop(columns=["via"]), r"lacks \['via'\]"),
+    (EDGES.assign(via="x"), r"via 'x'; expected one of"),
+    (EDGES.assign(sender="head0"), r"'head0' is not a node"),
+    ("L0H0 -> L1H0 via k", r"edges must be a DataFrame"),
+])
+def test_bad_tables(table, message):
+    with pytest.raises(BadInput, match=message):
+        draw_circuit(table)
