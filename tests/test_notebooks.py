@@ -81,8 +81,9 @@ def execute(name: str) -> Outputs:
 
 
 NAMES = {"LESSON": "01_attention_from_the_lesson.ipynb", "INDUCTION": "02_induction_circuit.ipynb",
-         "MINILM": "03_minilm.ipynb", "TEXT_MODEL": "04_text_model.ipynb", "INTERACTIONS": "05_induction_interactions.ipynb"}
-MIN_FIGURES = {"LESSON": 2, "INDUCTION": 4, "MINILM": 3, "TEXT_MODEL": 4, "INTERACTIONS": 4}  # image outputs each must have
+         "MINILM": "03_minilm.ipynb", "TEXT_MODEL": "04_text_model.ipynb", "INTERACTIONS": "05_induction_interactions.ipynb",
+         "CIRCUITS": "06_circuits.ipynb"}
+MIN_FIGURES = {"LESSON": 2, "INDUCTION": 4, "MINILM": 3, "TEXT_MODEL": 4, "INTERACTIONS": 4, "CIRCUITS": 6}  # image outputs each must have
 REL_TOL, ABS_TOL = 1e-3, 1e-3  # fresh vs committed numbers (same seeds; float kernels may differ across machines)
 
 
@@ -314,6 +315,36 @@ def test_interactions_conclusion_states_what_the_numbers_show(interactions):
     assert all(abs(P[h]["direct"]) < 0.05 for h in P) and "H6 refuted" in text
     for claim, verdict in r["verdicts"].items():
         assert f"{claim}: {verdict}" in text
+
+
+@pytest.fixture(scope="module")
+def circuit_notebook():
+    return execute("06_circuits.ipynb")
+
+
+def test_circuits_results_match_the_committed_run(circuit_notebook):
+    check_against_committed("06_circuits.ipynb", circuit_notebook)
+
+
+def test_circuits_conclusion_states_what_the_numbers_show(circuit_notebook):
+    r = circuit_notebook.results
+    text = circuit_notebook["conclusion"]
+    # H1: the previous-token head reaches every layer-1 key; H2: never their queries, while L0H0 does
+    assert all(v["ci_low"] > 0.5 for v in r["k_paths"].values()) and "H1 holds for every layer-1 head" in text
+    assert r["q_paths_l0h2_max"] < 0.05 < r["q_path_strongest"]["ci_low"] and "H2 holds" in text
+    verdicts = r["verdicts"]
+    assert all(verdicts[f"L0H2 -> L1H{h} via k composes"] == "supported" for h in range(4))
+    assert verdicts["L0H2 -> L1H2 via q composes"] == "refuted"  # the false claim
+    assert verdicts["L0H2 -> L1H2 via q does not compose"] == "supported"  # its mirror
+    # H3 against H4: the naive hypothesis explains a minority, the discovered circuit nearly all, on held-out prompts
+    h = r["hypotheses"]
+    assert h["naive: L1H2 alone"][2] < 0.5 < h["ACDC circuit"][1]
+    assert h["naive: L1H2 alone"][0] < h["all four layer-1 heads"][0] < h["ACDC circuit"][0]
+    d = r["discovered"]
+    assert d["faithfulness"] == h["ACDC circuit"] and f"{d['faithfulness'][0]:.3f}" in text
+    assert d["n_edges"] < d["n_tried"] and "logits" in d["nodes"]
+    assert f"{h['naive: L1H2 alone'][0]:.2f}" in text and ("H4 holds" in text) == (d["faithfulness"][1] > 0.9)
+    assert all(f"{name} Spearman {rho:.2f}" in text for name, rho in r["spearman"].items())
 
 
 @pytest.mark.real

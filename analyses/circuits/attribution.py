@@ -71,9 +71,10 @@ class Attribution:
         return float(self.edge_values[self.edges.index(parse_edge(edge))].mean())
 
     def edges_frame(self) -> pd.DataFrame:
-        """One row per edge: sender, receiver, via, score (mean over prompts), ci_low, ci_high, n_prompts, unit."""
+        """One row per edge: edge (its label), sender, receiver, via, score (mean over prompts), ci_low, ci_high,
+        n_prompts, unit."""
         mean, low, high = bootstrap(self.edge_values.T, seed=self.seed, label="attribution-edges")
-        return pd.DataFrame({"sender": [e.sender.label for e in self.edges], "receiver": [e.receiver.label for e in self.edges],
+        return pd.DataFrame({"edge": [e.label for e in self.edges], "sender": [e.sender.label for e in self.edges], "receiver": [e.receiver.label for e in self.edges],
                              "via": [e.via for e in self.edges], "score": mean.numpy(), "ci_low": low.numpy(),
                              "ci_high": high.numpy(), "n_prompts": self.edge_values.shape[1], "behaviour": self.behaviour,
                              "unit": self.unit})

@@ -84,18 +84,19 @@ def path_patch(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, 
 
 
 def edge_frame(effects: Sequence[Effect], source: str = "resample") -> pd.DataFrame:
-    """Tidy rows of single-edge effects: sender, receiver, via, effect, ci_low, ci_high, clean, n_prompts, ..."""
+    """Tidy rows of single-edge effects: edge (its label), sender, receiver, via, effect, ci_low, ci_high, clean,
+    n_prompts, ..."""
     rows = []
     for effect in effects:
         labels = effect.intervention.get("edges", [])
         if len(labels) != 1:
             raise BadInput(f"edge_frame takes effects of single edges; got one of {len(labels)} edges ({labels[:3]}...).")
         edge = parse_edge(labels[0])
-        rows.append({"sender": edge.sender.label, "receiver": edge.receiver.label, "via": edge.via,
+        rows.append({"edge": edge.label, "sender": edge.sender.label, "receiver": edge.receiver.label, "via": edge.via,
                      "effect": effect.mean, "ci_low": effect.ci_low, "ci_high": effect.ci_high,
                      "clean": float(effect.clean.mean()), "n_prompts": effect.n_prompts,
                      "behaviour": effect.behaviour, "unit": effect.unit, "source": source})
-    columns = ["sender", "receiver", "via", "effect", "ci_low", "ci_high", "clean", "n_prompts", "behaviour", "unit",
+    columns = ["edge", "sender", "receiver", "via", "effect", "ci_low", "ci_high", "clean", "n_prompts", "behaviour", "unit",
                "source"]
     return pd.DataFrame(rows, columns=columns)
 

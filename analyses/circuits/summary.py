@@ -78,9 +78,9 @@ def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = N
     if circuit.edges:
         effects = path_patches(test_run, edges=list(circuit.edges))
     else:
-        effects = pd.DataFrame(columns=["sender", "receiver", "via", "effect", "ci_low", "ci_high", "unit", "n_prompts"])
-    labels = list(circuit.edges)
-    edges = effects.assign(edge=labels, score=[float(circuit.scores.get(label, math.nan)) for label in labels])
+        effects = pd.DataFrame(columns=["edge", "sender", "receiver", "via", "effect", "ci_low", "ci_high", "unit",
+                                        "n_prompts"])
+    edges = effects.assign(score=[float(circuit.scores.get(label, math.nan)) for label in effects.edge])
     return CircuitSummary(circuit, edges[EDGE_COLUMNS].reset_index(drop=True), circuit.test,
                           test_run.behaviour.describe(held_out), test_run.behaviour.unit)
 
