@@ -17,6 +17,8 @@ import contextlib
 import contextvars
 import math
 import sys
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar, overload
 
 import einops
@@ -67,6 +69,7 @@ class BufferPool:
     def __init__(self, keep: int = 2):
         self.keep = keep
         self._kept: dict[tuple[int, str], list[torch.Tensor]] = {}
+        self._lock = threading.Lock()  # two threads caching on one model must not both take one free tensor
 
     @staticmethod
     def _holders(base: torch.Tensor) -> tuple[int, int]:
@@ -86,6 +89,10 @@ class BufferPool:
 
     def empty(self, owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """An uninitialised tensor of `shape` with `like`'s dtype and device, reused when one is free."""
+        with self._lock:
+            return self._empty(owner, role, shape, like)
+
+    def _empty(self, owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         kept = self._kept.setdefault((id(owner), role), [])
         inference = torch.is_inference_mode_enabled()
         free = [t for t in kept if not self.in_use(t)]
@@ -105,6 +112,7 @@ class BufferPool:
         self._kept.clear()
 
 
+_POOLS: weakref.WeakKeyDictionary[nn.Module, BufferPool] = weakref.WeakKeyDictionary()  # root model -> its pool
 _ACTIVE_POOL: contextvars.ContextVar[BufferPool | None] = contextvars.ContextVar("interp_buffer_pool", default=None)
 
 
@@ -177,10 +185,11 @@ class CachingRoot(HookedRootModule):
         return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
     def buffer_pool(self) -> BufferPool:
-        """The tensors `run_with_cache` reuses across calls (`BufferPool`); `.clear()` frees them."""
-        pool = self.__dict__.get("_buffer_pool")
+        """The tensors `run_with_cache` reuses across calls (`BufferPool`); `.clear()` frees them.
+        Held beside the model, not in it: a copy, a pickle or a state dict of the model carries none."""
+        pool = _POOLS.get(self)
         if pool is None:
-            pool = self.__dict__["_buffer_pool"] = BufferPool()
+            pool = _POOLS[self] = BufferPool()
         return pool
 
     def cached_hook_names(self, names_filter) -> list[str]:
@@ -669,7 +678,7 @@ class Attention(nn.Module):
         if allowed is not None:
             scores.masked_fill_(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
-        out = pooled(self, "pattern", square, scores)
+        out = pooled(self, "pattern", tuple(scores.shape), scores)  # as the hook returned it
         pattern = torch.softmax(scores, dim=-1) if out is None else torch.ops.aten._softmax.out(scores, -1, False, out=out)
         if key_mask is not None:
             assert allowed is not None  # mask() always masks when given a key mask

@@ -188,3 +188,30 @@ def test_importing_and_caching_never_calls_mallopt():
     if sys.platform.startswith("linux"):  # the spy can see a call: the CLI's route is still there
         with_cli = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
         assert with_cli.stdout.split()[0] == "True"
+
+
+def test_inference_mode_and_no_grad_calls_share_a_model():
+    """Inference tensors are kept apart from ordinary ones (an in-place write to one outside inference mode fails)."""
+    model = _model()
+    names = _attention_names(model)
+    fresh_logits, _ = model.run_with_cache(_tokens(1), names_filter=names)
+    for _ in range(2):
+        with torch.inference_mode():
+            logits, _ = model.run_with_cache(_tokens(1), names_filter=names)
+        assert torch.equal(logits, fresh_logits)
+        with torch.no_grad():
+            logits, _ = model.run_with_cache(_tokens(1), names_filter=names)
+        assert torch.equal(logits, fresh_logits)
+
+
+def test_a_model_with_kept_tensors_still_copies_and_pickles():
+    import copy
+    import pickle
+
+    model = _model()
+    with torch.no_grad():
+        model.run_with_cache(_tokens(1))
+    assert model.buffer_pool()._kept
+    twin = copy.deepcopy(model)
+    assert not twin.buffer_pool()._kept  # the copy starts with a pool of its own
+    assert pickle.loads(pickle.dumps(model)).cfg == model.cfg
