@@ -321,10 +321,10 @@ def _result_hook(site: SDPASite) -> Callable:
     """A forward hook for the output projection: the same output, computed per head through hook_result."""
 
     def per_head(module, args, output):
-        merged = args[0]  # (batch, pos, head * d_value)
-        if merged.shape[-1] != site.n_heads * site.d_value:
+        merged, weight = args[0], linear_weight(module)  # merged: (batch, pos, head * d_value)
+        if merged.shape[-1] != site.n_heads * site.d_value or weight is None:
             return None
-        w_o = einops.rearrange(linear_weight(module), "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
+        w_o = einops.rearrange(weight, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
         z = einops.rearrange(merged, "... pos (head d_head) -> ... pos head d_head", head=site.n_heads)
         if z.dim() == 4:  # (batch, pos, head, d_value): the matmul einsum makes, head outermost, into the pool's tensor
             batch, n_pos = z.shape[:2]
