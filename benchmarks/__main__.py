@@ -2,6 +2,9 @@
 
 Names select modules (`forward` or `bench_forward`); with none, all run, in name order.
 A benchmark that fails is reported and the others still run; the exit code is 1 if any failed.
+
+`python -m benchmarks --device cuda [--out DIR] [--dry-run]` runs the device suite instead
+(benchmarks/suite.py: forward and cache, positional, importance, leakage, scaling; JSON as it goes).
 """
 from __future__ import annotations
 
@@ -46,4 +49,8 @@ def run(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if any(arg == "--device" or arg.startswith("--device=") for arg in sys.argv[1:]):
+        from benchmarks.suite import main as suite_main
+
+        sys.exit(suite_main(sys.argv[1:]))
     sys.exit(run(sys.argv[1:]))

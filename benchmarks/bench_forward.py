@@ -14,6 +14,12 @@ Candidates, all in eval mode under `torch.no_grad()`, timed in interleaved round
   hooks and with every attention hook it exposes (q, k, v, attn_scores, pattern, z: it has
   no per-head result without `use_attn_result`).
 
+Targets (issue 26), with the default allocator: no hooks / plain <= 1.05, attention cache / no hooks
+<= 1.15, ours / bridge (both caching attention) <= 0.9. `run_with_cache` reaches them without
+tuning glibc: on CPU without autograd it writes the attention tensors into ones kept from the
+previous call (`interp.models.components.BufferPool`), so a loop of caches stops faulting in
+fresh pages; the first call of a shape still does.
+
 The timings are then repeated in a child process with glibc told to keep freed blocks
 (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): a full attention cache holds tensors of
 32 MiB a layer, above glibc's mmap threshold, so by default every forward maps and faults in
@@ -181,11 +187,11 @@ def time_forward(title: str) -> list[dict]:
     with torch.no_grad():
         timings = interleaved(candidates, repeats=REPEATS, warmup=1, budget_s=BUDGET_S)
     ratios = [
-        Ratio("HookedGPT no hooks / plain GPT", "HookedGPT, no hooks", "plain GPT (SDPA)", 1.1),
-        Ratio("HookedGPT attention cache / no hooks", "HookedGPT, attention cache", "HookedGPT, no hooks", 1.3),
+        Ratio("HookedGPT no hooks / plain GPT", "HookedGPT, no hooks", "plain GPT (SDPA)", 1.05),
+        Ratio("HookedGPT attention cache / no hooks", "HookedGPT, attention cache", "HookedGPT, no hooks", 1.15),
         Ratio("HookedGPT pattern cache / no hooks", "HookedGPT, pattern cache", "HookedGPT, no hooks"),
         Ratio("HookedGPT / bridge, no hooks", "HookedGPT, no hooks", "bridge, no hooks", 1.0),
-        Ratio("HookedGPT / bridge, attention cache", "HookedGPT, attention cache", "bridge, attention cache", 1.0),
+        Ratio("HookedGPT / bridge, attention cache", "HookedGPT, attention cache", "bridge, attention cache", 0.9),
         Ratio("HookedGPT / bridge, same roles cached", "HookedGPT, bridge's roles cache", "bridge, attention cache", 1.0),
         Ratio("bridge no hooks / plain GPT", "bridge, no hooks", "plain GPT (SDPA)"),
     ]

@@ -89,6 +89,15 @@ def _attention_names(model) -> tuple[list[str], list[str]]:
     return [name for site in sites for name in site.hooks.values()], [site.hook("pattern") for site in sites]
 
 
+def check_same_caches(first, first_names: list[str], second, second_names: list[str]) -> None:
+    """The two attention caches compared hold the same hooks (role by role, in site order), shapes and dtypes."""
+    def layout(cache, names):
+        return [(name.rsplit("hook_", 1)[-1], tuple(cache[name].shape), cache[name].dtype) for name in names]
+
+    if layout(first, first_names) != layout(second, second_names):
+        raise AssertionError(f"the caches differ: {layout(first, first_names)} vs {layout(second, second_names)}")
+
+
 def build():
     """(plain, intercepted, hooked GPT, tokens): three models with one set of weights."""
     from interp.sdpa import hook_sdpa
@@ -172,8 +181,10 @@ def main() -> list[dict]:
     every, patterns = _attention_names(intercepted)
     gpt_every, gpt_patterns = _attention_names(hooked_gpt)
     with torch.no_grad():
-        logits, _ = intercepted.run_with_cache(tokens, names_filter=every)
+        logits, theirs = intercepted.run_with_cache(tokens, names_filter=every)
         equal = (logits - plain(tokens)).abs().max().item()
+        _, ours = hooked_gpt.run_with_cache(tokens, names_filter=gpt_every)
+    check_same_caches(theirs, every, ours, gpt_every)
     candidates = {
         "nanoGPT-style": lambda: plain(tokens),
         "intercepted, no hooks": lambda: intercepted(tokens),

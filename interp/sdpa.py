@@ -61,7 +61,7 @@ from transformer_lens.hook_points import HookPoint
 from interp.errors import BadInput, ModelError
 from interp.sites import ROLES, AttentionSite
 from interp.mha import AttentionHookedModel
-from interp.models.components import hook_is_live
+from interp.models.components import hook_is_live, pooled
 
 KERNEL = F.scaled_dot_product_attention  # the builtin the mode recognises (torch._C._nn)
 # hand-written attention, softmax(q @ k^T * scale + mask) @ v, is recognised through these
@@ -234,15 +234,20 @@ def _explicit(site: SDPASite, query, key, value, attn_mask, dropout_p, is_causal
     if groups > 1:  # enable_gqa: each key/value head serves `groups` consecutive query heads
         k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = einops.einsum(q * scale, k, "batch query head d_head, batch key head d_head -> batch head query key")
+    # the matmuls einsum would make, into the pool's tensors inside `run_with_cache` (`reuse_buffers`)
+    square = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])  # (batch, head, query, key)
+    scores = torch.matmul((q * scale).transpose(1, 2), k.permute(0, 2, 3, 1), out=pooled(site, "attn_scores", square, q))
     scores, empty = _apply_mask(scores, attn_mask, is_causal)
     scores = hooks["attn_scores"](scores)  # (batch, head, query, key)
-    pattern = torch.softmax(scores, dim=-1)
+    out = pooled(site, "pattern", tuple(scores.shape), scores)
+    pattern = torch.softmax(scores, dim=-1) if out is None else torch.ops.aten._softmax.out(scores, -1, False, out=out)
     if empty is not None:  # a query with no allowed key attends to nothing: the kernel returns zeros there, not NaN
         pattern = pattern.masked_fill(empty, 0.0)
     pattern = hooks["pattern"](pattern)
     weights = F.dropout(pattern, p=dropout_p) if dropout_p > 0 else pattern
-    return einops.einsum(weights, v, "batch head query key, batch key head d_head -> batch query head d_head")
+    z_shape = (weights.shape[0], weights.shape[1], weights.shape[2], v.shape[-1])  # (batch, head, query, d_value)
+    z = torch.matmul(weights, v.transpose(1, 2), out=pooled(site, "z", z_shape, v))
+    return z.transpose(1, 2)  # (batch, query, head, d_value)
 
 
 class _Interceptor(TorchFunctionMode):
@@ -316,12 +321,19 @@ def _result_hook(site: SDPASite) -> Callable:
     """A forward hook for the output projection: the same output, computed per head through hook_result."""
 
     def per_head(module, args, output):
-        merged = args[0]  # (batch, pos, head * d_value)
-        if merged.shape[-1] != site.n_heads * site.d_value:
+        merged, weight = args[0], linear_weight(module)  # merged: (batch, pos, head * d_value)
+        if merged.shape[-1] != site.n_heads * site.d_value or weight is None:
             return None
-        w_o = einops.rearrange(linear_weight(module), "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
+        w_o = einops.rearrange(weight, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
         z = einops.rearrange(merged, "... pos (head d_head) -> ... pos head d_head", head=site.n_heads)
-        result = site.hooks["result"](einops.einsum(z, w_o, "... pos head d_head, head d_head d_model -> ... pos head d_model"))
+        if z.dim() == 4:  # (batch, pos, head, d_value): the matmul einsum makes, head outermost, into the pool's tensor
+            batch, n_pos = z.shape[:2]
+            out = pooled(site, "result", (site.n_heads, batch * n_pos, w_o.shape[-1]), z)
+            heads = torch.matmul(einops.rearrange(z, "batch pos head d_head -> head (batch pos) d_head"), w_o, out=out)
+            written = einops.rearrange(heads, "head (batch pos) d_model -> batch pos head d_model", batch=batch)
+        else:
+            written = einops.einsum(z, w_o, "... pos head d_head, head d_head d_model -> ... pos head d_model")
+        result = site.hooks["result"](written)
         out = result.sum(dim=-2)
         return out + module.bias if module.bias is not None else out
 

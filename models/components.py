@@ -13,7 +13,12 @@ Weights are stored per head, as TransformerLens stores them: `W_Q[h]` is one hea
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import sys
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar, overload
 
 import einops
@@ -44,6 +49,91 @@ class AliasedDict(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+class BufferPool:
+    """Output tensors of the explicit attention path kept for the next forward of the same shape.
+
+    Why: on CPU, a tensor of a few MiB freshly allocated is fresh pages from the kernel (glibc maps
+    large blocks and unmaps them when freed), and faulting them in costs more than the arithmetic
+    that fills them; a cache of every attention hook is mostly such tensors. So, while
+    `reuse_buffers` is on (`run_with_cache` without autograd, on CPU), `Attention` writes its
+    scores, pattern, z and per-head result into tensors this pool hands out and keeps.
+
+    A kept tensor is handed out again only when nothing else holds its memory: no cache, view,
+    numpy array, storage object or autograd graph (the storage's use count and the storage object's
+    references are checked), so a cache already returned is never overwritten. At most `keep` tensors
+    per (module, role) are kept (two: a loop's previous cache is still alive while the next one runs);
+    `clear()` lets them go."""
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._kept: dict[tuple[int, str], list[torch.Tensor]] = {}
+        self._lock = threading.Lock()  # two threads caching on one model must not both take one free tensor
+
+    @staticmethod
+    def _holders(base: torch.Tensor) -> tuple[int, int]:
+        """(uses of `base`'s storage, references to its Python object), counted the same way every time."""
+        storage = base.untyped_storage()  # the storage's own Python object when someone holds it, else a new one
+        return torch._C._storage_Use_Count(storage._cdata), sys.getrefcount(storage)
+
+    _alone: tuple[int, int] | None = None  # what `_holders` counts for a tensor nothing else holds (torch's own refs)
+
+    @classmethod
+    def in_use(cls, base: torch.Tensor) -> bool:
+        """Whether anything but the pool holds `base`'s memory (a view, a cache, a numpy array, its storage)."""
+        if cls._alone is None:  # measured, not assumed: the counts torch itself adds vary between versions
+            cls._alone = cls._holders(torch.empty(1))
+        uses, references = cls._holders(base)
+        return uses > cls._alone[0] or references > cls._alone[1]
+
+    def empty(self, owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor of `shape` with `like`'s dtype and device, reused when one is free."""
+        with self._lock:
+            return self._empty(owner, role, shape, like)
+
+    def _empty(self, owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        kept = self._kept.setdefault((id(owner), role), [])
+        inference = torch.is_inference_mode_enabled()
+        free = [t for t in kept if not self.in_use(t)]
+        for base in free:
+            if base.shape == shape and base.dtype == like.dtype and base.device == like.device \
+                    and base.is_inference() == inference:
+                return base.view(shape)  # a new tensor object on the kept memory
+        fresh = torch.empty(shape, dtype=like.dtype, device=like.device)
+        if len(kept) >= self.keep and free:
+            kept[:] = [t for t in kept if t is not free[0]]  # a free one of another shape makes room
+        if len(kept) < self.keep:
+            kept.append(fresh)
+            return fresh.view(shape)
+        return fresh  # every kept tensor is in use: not kept
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+
+_POOLS: weakref.WeakKeyDictionary[nn.Module, BufferPool] = weakref.WeakKeyDictionary()  # root model -> its pool
+_ACTIVE_POOL: contextvars.ContextVar[BufferPool | None] = contextvars.ContextVar("interp_buffer_pool", default=None)
+
+
+@contextlib.contextmanager
+def reuse_buffers(pool: BufferPool, device: torch.device) -> Iterator[None]:
+    """Let `Attention` write into `pool`'s tensors inside the block, when that is safe and useful:
+    autograd off (out= tensors take no gradient) and a CPU device (CUDA's allocator caches already)."""
+    if torch.is_grad_enabled() or device.type != "cpu":
+        yield
+        return
+    token = _ACTIVE_POOL.set(pool)
+    try:
+        yield
+    finally:
+        _ACTIVE_POOL.reset(token)
+
+
+def pooled(owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
+    """A tensor from the active pool (None outside `reuse_buffers`: allocate as usual)."""
+    pool = _ACTIVE_POOL.get()
+    return None if pool is None else pool.empty(owner, role, shape, like)
 
 
 class CachingRoot(HookedRootModule):
@@ -86,13 +176,21 @@ class CachingRoot(HookedRootModule):
             self.check_cache_size(names, *tokens.shape)
         if kwargs.get("names_filter") is None or self.hook_aliases:
             kwargs["names_filter"] = names  # aliases resolved to the hooks' own names; split inputs only when named
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        with reuse_buffers(self.buffer_pool(), _device_of(self)):
+            out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if self.hook_aliases:
             cache_dict = AliasedDict(cache_dict, self.hook_aliases)
         if not return_cache_object:
             return out, cache_dict
         return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
+    def buffer_pool(self) -> BufferPool:
+        """The tensors `run_with_cache` reuses across calls (`BufferPool`); `.clear()` frees them.
+        Held beside the model, not in it: a copy, a pickle or a state dict of the model carries none."""
+        pool = _POOLS.get(self)
+        if pool is None:
+            pool = _POOLS[self] = BufferPool()
+        return pool
 
     def cached_hook_names(self, names_filter) -> list[str]:
         """The hook names `names_filter` selects (None: all but the split q/k/v inputs, which change the
@@ -148,6 +246,11 @@ class CachingRoot(HookedRootModule):
                 "prompts through interp.stream, which reduces each batch inside the hook."
             )
         return size
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    first = next(module.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
 
 
 def _available_bytes(device: torch.device) -> int | None:
@@ -504,7 +607,9 @@ class Attention(nn.Module):
         z = einops.rearrange(self.hook_z(einops.rearrange(z, TO_POS)), TO_HEAD)
         if not hook_is_live(self.hook_result):
             return einops.einsum(z, self.W_O, "batch head pos d_head, head d_head d_model -> batch pos d_model") + self.b_O
-        result = self.hook_result(einops.rearrange(z @ self.W_O, TO_POS))  # (batch, pos, head, d_model)
+        batch, n_heads, n_pos, _ = z.shape
+        out = pooled(self, "result", (batch, n_heads, n_pos, self.cfg.d_model), z)
+        result = self.hook_result(einops.rearrange(torch.matmul(z, self.W_O, out=out), TO_POS))  # (batch, pos, head, d_model)
         return result.sum(dim=2) + self.b_O
 
     def fused_z(self, q, k, v, key_mask) -> torch.Tensor:
@@ -527,7 +632,14 @@ class Attention(nn.Module):
         W_K, W_V, b_K, b_V = self.kv_weights()
         w_qkv = torch.cat([self.W_Q, W_K, W_V])  # (head + 2 * kv_head, d_model, d_head)
         b_qkv = einops.rearrange(torch.cat([self.b_Q, b_K, b_V]), "head d_head -> head 1 d_head")
-        qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head") + b_qkv
+        batch, n_pos, d_model = x.shape
+        out = pooled(self, "qkv", (batch, n_pos, w_qkv.shape[0] * w_qkv.shape[2]), x)
+        if out is None:
+            qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head")
+        else:  # the matmul einsum makes, into the pool's tensor; the same layout (batch, pos, head, d_head) below
+            torch.matmul(x, einops.rearrange(w_qkv, "head d_model d_head -> d_model (head d_head)"), out=out)
+            qkv = einops.rearrange(out, "batch pos (head d_head) -> batch head pos d_head", head=w_qkv.shape[0])
+        qkv += b_qkv  # in place: one large tensor fewer per layer (the matmul's backward needs no output)
         q, k, v = qkv.split([self.cfg.n_heads, self.n_kv_heads, self.n_kv_heads], dim=1)
         return (*self.rotate(q, k, positions), v)
 
@@ -563,18 +675,26 @@ class Attention(nn.Module):
         q = einops.rearrange(self.hook_q(einops.rearrange(q, TO_POS)), TO_HEAD)
         k = self.per_query_head(einops.rearrange(self.hook_k(einops.rearrange(k, TO_POS)), TO_HEAD))
         v = self.per_query_head(einops.rearrange(self.hook_v(einops.rearrange(v, TO_POS)), TO_HEAD))
-        scores = (q @ k.transpose(-1, -2)) * self.scale  # (batch, head, query, key)
+        batch, n_heads, n_pos, d_head = q.shape
+        square = (batch, n_heads, n_pos, k.shape[2])  # (batch, head, query, key)
+        # the matmul's own output is scaled and masked in place (its backward needs q and k only); inside
+        # `reuse_buffers`, the scores, pattern and z land in the pool's tensors: the same kernels, the same numbers
+        scores = torch.matmul(q, k.transpose(-1, -2), out=pooled(self, "attn_scores", square, q))
+        scores *= self.scale
         allowed = self.mask(q.shape[2], key_mask, q.device)
         if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
+            scores.masked_fill_(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
-        pattern = torch.softmax(scores, dim=-1)
+        out = pooled(self, "pattern", tuple(scores.shape), scores)  # as the hook returned it
+        pattern = torch.softmax(scores, dim=-1) if out is None else torch.ops.aten._softmax.out(scores, -1, False, out=out)
         if key_mask is not None:
             assert allowed is not None  # mask() always masks when given a key mask
-            # a query whose every key is padding attends to nothing, rather than to NaN
-            pattern = pattern.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+            # a query whose every key is padding attends to nothing, rather than to NaN (in place only
+            # on a pool's tensor: softmax's backward needs its output)
+            empty_rows = ~allowed.any(-1, keepdim=True)
+            pattern = pattern.masked_fill(empty_rows, 0.0) if out is None else pattern.masked_fill_(empty_rows, 0.0)
         pattern = self.hook_pattern(pattern)
-        return pattern @ v  # (batch, head, query, d_head)
+        return torch.matmul(pattern, v, out=pooled(self, "z", (batch, n_heads, n_pos, v.shape[-1]), v))  # (batch, head, query, d_head)
 
 
 class GroupedQueryAttention(Attention):
