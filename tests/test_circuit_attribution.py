@@ -57,7 +57,8 @@ def test_node_scores_sum_their_outgoing_edges_and_frames_are_tidy():
         out = [j for j, e in enumerate(result.edges) if e.sender == node]
         torch.testing.assert_close(result.node_values[i], result.edge_values[out].sum(0))
     edges, nodes = result.edges_frame(), result.nodes_frame()
-    assert list(edges.columns[:7]) == ["sender", "receiver", "via", "score", "ci_low", "ci_high", "n_prompts"]
+    assert list(edges.columns[:8]) == ["edge", "sender", "receiver", "via", "score", "ci_low", "ci_high", "n_prompts"]
+    assert edges.edge.tolist() == [e.label for e in result.edges]
     assert len(edges) == len(graph(model)) and (edges.ci_low <= edges.score + 1e-12).all()
     heads = nodes.dropna(subset=["head"])
     assert len(heads) == 4 and set(heads.layer) == {0, 1}
