@@ -17,7 +17,7 @@ CONFIGS = {
 
 def make(kind: str):
     if kind == "post-norm":
-        return HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=16, seed=0)).eval()
+        return HookedEncoder(EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=16, seed=0, post_norm=True)).eval()
     return HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=16, seed=0, **CONFIGS[kind])).eval()
 
 
