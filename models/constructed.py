@@ -68,6 +68,8 @@ SUBSPACES = ("tok", "pos", "prev", "out", "scratch")
 SCORE_GAP = 40.0  # attention score of a chosen key minus that of every other key
 READOUT_GAIN = 30.0  # logit of the copied token in the `out` subspace
 LOCAL_WINDOW = 3  # width of the local_window role
+# the circuits' dispensable heads 1-3 of a layer: patterns a scan would flag, outputs nothing reads
+SCRATCH_FILLERS: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
 
 
 def head_label(layer: int, head: int) -> str:
@@ -116,6 +118,13 @@ class _Builder:
 
     def dim(self, subspace: str, index) -> torch.Tensor:
         return self.slices[subspace].start + torch.as_tensor(index)
+
+    def fill_scratch(self, layers: tuple[int, ...], fillers: tuple[tuple[int, HeadRole], ...] = SCRATCH_FILLERS) -> None:
+        """Dispensable heads: each (head, role) of `fillers` in every layer of `layers`, writing to `scratch`."""
+        for layer in layers:
+            for head, role in fillers:
+                self.set_pattern(layer, head, role)
+                self.set_copy(layer, head, "scratch")
 
     def set_pattern(self, layer: int, head: int, role: HeadRole, offset: int | None = None) -> None:
         """Set W_Q, W_K (and b_Q) of one head so its pattern is exactly the role's pattern."""
@@ -295,11 +304,7 @@ def induction_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     b.set_copy(0, 0, "prev")
     b.set_pattern(1, 0, "induction")
     b.set_copy(1, 0, "out")
-    fillers: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
-    for layer in (0, 1):
-        for head, role in fillers:
-            b.set_pattern(layer, head, role)
-            b.set_copy(layer, head, "scratch")
+    b.fill_scratch(layers=(0, 1))
     return b.finish(
         task="repeated random tokens after BOS: predict the second copy by induction",
         essential_heads=["L0H0", "L1H0"],
@@ -336,11 +341,7 @@ def v_composition_circuit(*, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:
     with torch.no_grad():  # OV: `prev` one-hot (BOS never written there) -> `out` one-hot
         attn.W_V[0, b.dim("prev", real), real] = 1.0
         attn.W_O[0, real, b.dim("out", real)] = 1.0
-    fillers: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
-    for layer in (0, 1):
-        for head, role in fillers:
-            b.set_pattern(layer, head, role)
-            b.set_copy(layer, head, "scratch")
+    b.fill_scratch(layers=(0, 1))
     return b.finish(
         task="period-3 sequences after BOS: predict next token = the token two back (V-composition)",
         essential_heads=["L0H0", "L1H0"],
