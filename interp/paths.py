@@ -347,25 +347,27 @@ class EdgePatch:
         return self.label_ or ("; ".join(edge.label for edge in self.edges) if len(self.edges) <= 3
                                else f"{len(self.edges)} edges")
 
-    def corrupted_batch(self, run: Any, batch: PromptSet) -> PromptSet:
-        """The corrupted prompts the model reads for `batch` (rows of the Run's prompts)."""
-        positions = _positions_in(run.prompts, batch)
-        if self.source is not None:
-            if self.source.tokens.shape != run.prompts.tokens.shape:
-                raise BadInput(f"EdgePatch.source has shape {tuple(self.source.tokens.shape)}; expected the Run's prompts' "
-                               f"{tuple(run.prompts.tokens.shape)} (one corrupted prompt per prompt, row for row).")
-            chosen = self.source[positions]
-        else:
-            donor = run.cached(("edge-donors",), lambda: donors(run.prompts, run.seed))
-            chosen = run.prompts[donor[positions]]
-        read: PromptSet = run.behaviour.model_prompts(chosen)
-        return read
-
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
         check_graph_model(run.model)
         check_edges(run.model, self.edges)
-        corrupted = sender_writes(run.model, self.corrupted_batch(run, batch), [edge.sender for edge in self.edges])
+        corrupted = sender_writes(run.model, corrupted_prompts(run, batch, self.source), [edge.sender for edge in self.edges])
         return hooked(run.model, edge_hooks(run.model, self.edges, corrupted))
+
+
+def corrupted_prompts(run: Any, batch: PromptSet, source: PromptSet | None = None) -> PromptSet:
+    """The corrupted prompts the model reads for `batch` (rows of the Run's prompts): each prompt's donor
+    (`donors`, keyed by the Run's seed) or, with `source`, its row of the corrupted set."""
+    positions = _positions_in(run.prompts, batch)
+    if source is not None:
+        if source.tokens.shape != run.prompts.tokens.shape:
+            raise BadInput(f"EdgePatch.source has shape {tuple(source.tokens.shape)}; expected the Run's prompts' "
+                           f"{tuple(run.prompts.tokens.shape)} (one corrupted prompt per prompt, row for row).")
+        chosen = source[positions]
+    else:
+        donor = run.cached(("edge-donors",), lambda: donors(run.prompts, run.seed))
+        chosen = run.prompts[donor[positions]]
+    read: PromptSet = run.behaviour.model_prompts(chosen)
+    return read
 
 
 def _positions_in(prompts: PromptSet, batch: PromptSet) -> torch.Tensor:
@@ -391,6 +393,7 @@ def patch_edges(model: nn.Module, edges: Iterable[Edge | str], prompts: PromptSe
         yield model
 
 
-__all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "check_edges", "check_graph_model", "donors",
+__all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "check_edges", "check_graph_model",
+           "corrupted_prompts", "donors",
            "edge_hooks", "graph", "input_hook", "nodes", "parse_edge", "parse_node", "patch_edges", "reads",
            "sender_writes", "write_hook"]

@@ -46,11 +46,11 @@ from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
-from interp.paths import Edge, Node, check_graph_model, graph, input_hook, nodes
+from interp.paths import Edge, Node, check_graph_model, corrupted_prompts, graph, input_hook, nodes
 from interp.run import Run, as_run
 from interp.stats import bootstrap
 
-from interp.analyses.circuits.patching import corrupted_batch, node_writes
+from interp.analyses.circuits.patching import node_writes
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
     read = run.behaviour.model_prompts(batch)
     tokens = read.tokens.to(device)
     mask = None if read.attention_mask is None else read.attention_mask.to(device).bool()
-    corrupted = corrupted_batch(run, batch, source)
+    corrupted = corrupted_prompts(run, batch, source)
     corrupted_mask = None if corrupted.attention_mask is None else corrupted.attention_mask.to(device).bool()
     corrupted_writes, _, _ = node_writes(model, corrupted.tokens.to(device), corrupted_mask)
     names = _input_names(model, edges)

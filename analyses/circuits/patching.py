@@ -32,8 +32,8 @@ from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
 from interp.paths import (
-    Edge, EdgePatch, Node, check_edges, check_graph_model, input_hook, node_write, nodes, parse_edge, parse_node,
-    write_hook,
+    Edge, EdgePatch, Node, check_edges, check_graph_model, corrupted_prompts, input_hook, node_write, nodes, parse_edge,
+    parse_node, write_hook,
 )
 from interp.run import Effect, Run, as_run
 from interp.stats import bootstrap
@@ -123,12 +123,6 @@ def node_writes(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | Non
     return writes, resid, final
 
 
-def corrupted_batch(run: Run, batch: PromptSet, source: PromptSet | None) -> PromptSet:
-    """The corrupted prompts the model reads for `batch` (EdgePatch's: donors keyed by the Run's seed, or `source`)."""
-    any_edge = Edge(Node(-1, "embed"), parse_node("logits"), "direct")
-    return EdgePatch((any_edge,), source=source).corrupted_batch(run, batch)
-
-
 # -- many edges at once, resumed from the receiver's layer
 
 
@@ -188,7 +182,7 @@ class PatchSweep:
         mask = None if read.attention_mask is None else read.attention_mask.to(device).bool()
         positions = self.model.position_ids(tokens.shape, mask, device=device)
         clean_writes, resid_pre, final = node_writes(self.model, tokens, mask, keep_resid=True)
-        corrupted = corrupted_batch(run, batch, self.source)
+        corrupted = corrupted_prompts(run, batch, self.source)
         corrupted_mask = None if corrupted.attention_mask is None else corrupted.attention_mask.to(device).bool()
         corrupted_writes, _, _ = node_writes(self.model, corrupted.tokens.to(device), corrupted_mask)
         summary = None
@@ -335,5 +329,5 @@ def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None
     return edge_frame(edge_effects(run, parsed, source=source), source="resample" if source is None else "corrupted prompts")
 
 
-__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "corrupted_batch", "edge_effects", "edge_frame",
+__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "edge_effects", "edge_frame",
            "node_writes", "path_patch", "path_patches"]
