@@ -596,7 +596,8 @@ def test_edge_faithfulness_without_one_heads_edges_equals_patching_that_head(cas
         pytest.skip("edge granularity: TransformerLens refuses grouped-query attention (above)")
     edges = list(eap.attribution_patch(model, clean, corrupt, _logit_diff,
                                        eap.EdgeAttributionConfig(granularity="edge")).edge_scores)
-    assert eap.faithfulness(model, clean, corrupt, _logit_diff, edges).recovered == pytest.approx(1.0, abs=1e-5)
+    # a ratio of float32 metric differences: 1 + 3.3e-5 on stdlib-bytes on some CPUs (measured), so 1e-4, not 1e-5
+    assert eap.faithfulness(model, clean, corrupt, _logit_diff, edges).recovered == pytest.approx(1.0, abs=1e-4)
     kept = [(u, v) for u, v in edges if not (u.kind == "attn_head_out" and (u.layer, u.head) == (0, 1))]
     result = eap.faithfulness(model, clean, corrupt, _logit_diff, kept)
     circuit_metric = result.corrupt_metric + result.recovered * (result.full_metric - result.corrupt_metric)
