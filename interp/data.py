@@ -472,7 +472,7 @@ def pad(
 
 def text_prompts(
     texts: str | Iterable[str],
-    tokenizer: Any,  # a CharTokenizer or any Hugging Face tokenizer (transformers is not a dependency)
+    tokenizer: Any,  # a CharTokenizer, a shipped model's tokenizer, or any Hugging Face tokenizer
     *,
     max_len: int | None = None,
     padding_side: PaddingSide = "right",
@@ -495,13 +495,17 @@ def text_prompts(
     if bad:
         raise ValueError(f"texts {bad[:5]} are empty or not strings; every prompt must be a non-empty string.")
     meta = {"kind": "text", "n_texts": len(texts), "max_len": max_len}
-    if isinstance(tokenizer, CharTokenizer):
-        meta["tokenizer"] = "char"
-        return pad([tokenizer.encode(t) for t in texts], pad_id=tokenizer.pad_token_id, padding_side=padding_side,
+    if isinstance(tokenizer, CharTokenizer) or (not callable(tokenizer) and callable(getattr(tokenizer, "encode", None))):
+        # ours: CharTokenizer and the shipped checkpoints' tokenizers (interp.models.tokenizers), text -> list of ids;
+        # one without a padding id pads with 0 under the attention mask
+        meta["tokenizer"] = "char" if isinstance(tokenizer, CharTokenizer) else type(tokenizer).__name__
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        return pad([tokenizer.encode(t) for t in texts], pad_id=0 if pad_id is None else pad_id, padding_side=padding_side,
                    max_len=max_len, n_ctx=n_ctx, meta=meta)
     if not callable(tokenizer):
         raise BadType(
-            f"tokenizer must be a CharTokenizer or a Hugging Face tokenizer, got {type(tokenizer).__name__}."
+            f"tokenizer must be a CharTokenizer or a Hugging Face tokenizer (or a shipped model's tokenizer, which has "
+            f"encode), got {type(tokenizer).__name__}."
         )
     previous_side = getattr(tokenizer, "padding_side", None)
     try:

@@ -21,6 +21,7 @@ from interp.errors import BadInput
 BUILTINS: dict[str, str] = {
     "toy-induction": "toy-induction",
     "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
+    "stdlib-bpe": "stdlib-bpe",  # BPE LM of the Python stdlib source with induction heads (models/checkpoints/stdlib-bpe.md)
 }
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # installed top-level until 0.1; now only as interp.models and interp.analyses

@@ -84,11 +84,85 @@ class SymbolTokenizer:
         return str(token_id)
 
 
-def shipped_tokenizer(metadata: dict[str, Any], d_vocab: int) -> ByteTokenizer | SymbolTokenizer | None:
-    """The tokenizer a checkpoint's training task implies (its JSON's `metadata.task.task`), or None."""
+def shipped_tokenizer(metadata: dict[str, Any], d_vocab: int) -> ByteTokenizer | SymbolTokenizer | BPETokenizer | None:
+    """The tokenizer a checkpoint's training task implies (its JSON's `metadata.task.task`), or the one it
+    carries (`metadata.tokenizer`: {"kind": "bpe", "json": ...}), or None."""
+    carried = metadata.get("tokenizer")
+    if isinstance(carried, dict) and carried.get("kind") == "bpe":
+        tokenizer = BPETokenizer(str(carried["json"]))
+        if tokenizer.vocab_size != d_vocab:
+            raise ValueError(f"the checkpoint's tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary "
+                             f"is {d_vocab}; the JSON's metadata.tokenizer belongs to another model.")
+        return tokenizer
     task = (metadata.get("task") or {}).get("task") if isinstance(metadata.get("task"), dict) else None
     if task == "stdlib-bytes" and d_vocab == 256:
         return ByteTokenizer()
     if task == "induction":
         return SymbolTokenizer(d_vocab)
     return None
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer (the `tokenizers` library, installed with transformer-lens), kept as its
+    JSON text: saved in a checkpoint's metadata and rebuilt from it, never unpickled."""
+
+    pad_token_id = None
+    text_prompts_by_default = False  # reports keep repeated tokens: the shipped English text has no repeats to test induction on
+
+    def __init__(self, json_text: str):
+        from tokenizers import Tokenizer
+
+        self._json = json_text
+        self._tokenizer = Tokenizer.from_str(json_text)
+        self.vocab_size = self._tokenizer.get_vocab_size()
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+    @property
+    def sha256(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+
+    def to_str(self) -> str:
+        return self._json
+
+    def token_id(self, piece: str) -> int:
+        found = self._tokenizer.token_to_id(piece)
+        if found is None:
+            raise ValueError(f"{piece!r} is not a token of this tokenizer.")
+        return int(found)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text).ids)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(e.ids) for e in self._tokenizer.encode_batch(texts)]
+
+    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
+        values = _ids(ids)
+        bad = [i for i in values if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size}).")
+        return self._tokenizer.decode(values, skip_special_tokens=False)
+
+    def token_string(self, token_id: int) -> str:
+        """One token as the text it stands for (a piece of a multi-byte character shows as U+FFFD)."""
+        return self.decode([token_id])
+
+
+def train_bpe(texts: list[str], vocab_size: int, special_tokens: list[str]) -> BPETokenizer:
+    """A byte-level BPE of `vocab_size` pieces (the special tokens first) trained on `texts`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer)
+    return BPETokenizer(tokenizer.to_str())

@@ -1120,254 +1120,290 @@ The claims table gives the toolkit's verdicts on the same interpretations:
 
 TEXT_MODEL = [
     md("""
-# 4. A language model of real text: `stdlib-bytes`
+# 4. Induction heads forming on real text: `stdlib-bpe`
 
-`stdlib-bytes` is a byte-level causal model (4 layers of 4 heads, MLPs, context 256) that the
-project trains on the Python standard library's own source (`interp train -- --task stdlib-bytes`;
-its card, `models/checkpoints/stdlib-bytes.md`, says how). Nothing here is assumed about its
-heads: we scan them on held-out text, then test previous-token, induction and duplicate-token
-claims with every kind of evidence, on natural repeats and on planted ones, and say what holds.
+`stdlib-bpe` is a 3-layer attention-only model (4 heads per layer, d_model 128, context 256
+tokens) that the project trains on the Python standard library's own source, over a byte-level
+BPE of 2,048 pieces trained on the same files (`python -m interp.models.stdlib_bpe train`; its
+card, `models/checkpoints/stdlib-bpe.md`, says how, with the pilots that led to the recipe). Olsson
+et al. (2022) found that induction heads form in such models during a short phase of training and
+carry most in-context copying. Here we look for that on held-out text, and treat every reading of a
+head as a claim to test:
+
+1. the loss curve and the induction score over training (recorded at every snapshot);
+2. in-context copying: a held-out span costs less the second time;
+3. the heads' scores, and `claims.scan` proposing and testing a role for every head;
+4. how much of the copying the induction heads carry (ablation against every other set of heads);
+5. the previous-token -> induction circuit: composition claims and the circuit's faithfulness.
 """),
     code(SETUP + """
+import numpy as np
+import matplotlib.pyplot as plt
 import interp
-from interp.data import PromptSet
+from interp.analyses import circuits, copying, induction, positional
+from interp.analyses.claims import composition_claim, induction_head, previous_token_head, scan
+from interp.analyses.text_heads import HeldOutPrompts
 from interp.claims import test_claims
-from interp.analyses import induction, positional
-from interp.analyses.claims import duplicate_token_head, induction_head, previous_token_head
-from interp.models.textcorpus import as_tensor, decode, held_out_report, load_corpus, planted_repeats, text_windows
+from interp.models.textcorpus import compare_corpus, load_corpus
 
-model = interp.load("stdlib-bytes")
+model = interp.load("stdlib-bpe")
 card = model.metadata
 held = card["held_out"]
 print(model.cfg)
-print(f"card: held-out {held['bits_per_byte']:.3f} bits/byte vs unigram {held['unigram_bits']:.3f}, "
-      f"bigram {held['bigram_bits']:.3f} (ratio {held['ratio_to_bigram']:.3f}); trained {card['training']['steps']} steps "
-      f"in {card['train_seconds'] / 60:.1f} min")""", "load"),
+print(f"card: held-out {held['bits_per_byte']:.3f} bits/byte ({held['bits_per_token']:.3f} bits/token) vs bigram "
+      f"{held['bigram_bits_per_byte']:.3f}, unigram {held['unigram_bits_per_byte']:.3f}; trained "
+      f"{card['training']['steps']} steps ({card['training']['tokens']:.3g} tokens, "
+      f"{card['training']['train_seconds'] / 60:.0f} min on one CPU thread)")""", "load"),
     md("""
-## The corpus on this machine
+## The corpus on this machine, and two kinds of held-out prompts
 
-The corpus is read from the installed interpreter, not shipped. If this Python's standard
-library differs from the one the card recorded (another version), the checksum says so and
-the held-out figures below are those of the corpus found. 32 held-out windows here (the card
-used 2048).
+The corpus is read from the installed interpreter, not shipped; if this Python's standard library
+is not the one the card recorded, the checksum says so and every figure below is of the corpus
+found. Two prompt sets come from the held-out files (never trained on):
+
+- **natural**: windows of 256 tokens; a *repeat* is wherever a token occurred earlier in the
+  window (`Repeats(match_len=1)`), as it happens in code: names, keywords, punctuation;
+- **repeated span**: 128 tokens of text, a 64-token span from elsewhere, then the same span again
+  (`Repeats(period=64, offset=128, n_repeats=2)`): the second copy is predictable only by looking back.
+  The copy is made here, at measurement time; the model never saw a planted repeat in training.
 """),
     code("""
-corpus = load_corpus()
-found = held_out_report(model, card["corpus"], n_windows=32, corpus=corpus)
-print(found.note or f"corpus matches the card: {card['corpus']['n_files']} files, checksum {card['corpus']['checksum'][:16]}...")
-print(f"held-out here: {found.bits_per_byte:.3f} bits/byte; unigram {found.unigram_bits:.3f}, bigram {found.bigram_bits:.3f}; "
-      f"ratio to bigram {found.ratio_to_bigram:.3f}")""", "corpus"),
-    md("""
-## Two kinds of prompts
-
-**Natural repeats.** Windows of 128 bytes of held-out files. On bytes, single tokens repeat
-everywhere (spaces, `e`), so a repeat is defined as a prompt-set property, `meta["match_len"] = 4`:
-a position is a *repeat query* when the 4 bytes ending there occurred earlier in the prompt (not
-overlapping them); its duplicate-token targets are the earlier positions where those 4 bytes
-ended, its induction targets the bytes right after them (`interp.analyses.induction.ngram_targets`). Necessity and sufficiency then
-measure the loss of the predictions right after a repeated 4-gram.
-
-**Planted repeats.** 32 bytes of held-out text, then a 40-byte span of held-out text from
-elsewhere, then the same span again (`meta["prefix_len"] = 40`): the second copy is predictable
-only by looking back. These prompts also allow the shuffled-token control for induction.
-
-Each set is split in halves: one picks the candidate heads, the other tests the claims.
-"""),
-    code("""
-MATCH_LEN, OFFSET, SPAN = 4, 32, 40
-held_out = as_tensor(corpus.held_out)
-natural = PromptSet(text_windows(held_out, 64, 128, seed=0), meta={"kind": "held-out text", "match_len": MATCH_LEN})
-planted = PromptSet(planted_repeats(held_out, 64, SPAN, OFFSET, seed=1),
-                    meta={"kind": "planted repeat", "match_len": MATCH_LEN, "prefix_len": SPAN, "offset": OFFSET})
-natural_scan, natural_test = natural.split(0.5, seed=0)
-planted_scan, planted_test = planted.split(0.5, seed=0)
+differs = compare_corpus(card["corpus"], load_corpus())
+print(differs or f"corpus matches the card: {card['corpus']['n_files']} files, checksum {card['corpus']['checksum'][:16]}...")
+prompts = HeldOutPrompts.build(model, n=64)
+natural, repeated = prompts.natural, prompts.repeated
+natural_propose, natural_test = natural.split(0.5, seed=0)
+repeated_propose, repeated_test = repeated.split(0.5, seed=0)
 repeat_rate = float(induction.repeat_queries(natural).float().mean())
-print(f"natural: {len(natural)} prompts x {natural.n_pos} bytes; {repeat_rate:.1%} of positions end a {MATCH_LEN}-gram seen earlier")
-print(f"planted: {len(planted)} prompts x {planted.n_pos} bytes (text {OFFSET}, span {SPAN}, span again)")
-print("a natural prompt:", repr(decode(natural.tokens[0][:72])))
-print("a planted prompt:", repr(decode(planted.tokens[0])))""", "prompts"),
+print(f"natural: {len(natural)} windows x {natural.n_pos} tokens; {repeat_rate:.0%} of positions repeat an earlier token")
+print("a natural window begins:", repr(model.tokenizer.decode(natural.tokens[0][:48].tolist())))""", "corpus"),
     md("""
-## Does the model use repeats? Loss on the first and second copy of a planted span
+## When the induction heads formed
 
-The same 39 predictions inside each copy of the span (nats per byte). Text the model has not
-seen is hard to predict the first time; the second time it can be copied.
+Every 500 training steps the run measured the model on 64 held-out windows and 64 repeated spans
+(`interp.models.stdlib_bpe.track`, recorded in the card): the held-out loss, the in-context
+learning score (loss late in the window minus early: more negative = more use of context), the best
+head's induction score on natural repeats, the best previous-token score, and the copy ratio
+(second-copy over first-copy loss). Olsson et al.'s signature is a phase change: the induction
+score, the copy ratio and the ICL score move together, while the loss curve shows a bump.
 """),
     code("""
-with torch.no_grad():
-    per = model(planted.tokens, return_type="loss", loss_per_token=True)  # (prompt, pos - 1)
-first_copy = per[:, OFFSET : OFFSET + SPAN - 1].mean().item()
-second_copy = per[:, OFFSET + SPAN : OFFSET + 2 * SPAN - 1].mean().item()
-print(f"loss on the first copy {first_copy:.3f}, on the second copy {second_copy:.3f} nats/byte "
-      f"({second_copy / first_copy:.0%} of the first)")""", "repeat-benefit"),
+curve = pd.DataFrame(card["curve"])
+formed = card["formed_at"]
+fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
+panels = (("held_out_nats", "held-out loss (nats/token)"), ("icl_score", "ICL score (nats)"),
+          ("induction", "best induction score"), ("copy_ratio", "copy ratio, 2nd/1st"))
+for ax, (column, title) in zip(axes, panels):
+    ax.plot(curve.tokens[1:], curve[column][1:], lw=1.2)
+    if column == "induction":
+        ax.plot(curve.tokens[1:], curve.previous_token[1:], lw=1.2, label="best previous-token")
+        ax.axhline(0.5, color="k", ls="--", lw=0.8); ax.legend(fontsize=8)
+    if formed:
+        ax.axvline(formed["tokens"], color="#c44e52", lw=0.8, ls=":")
+    ax.set_xscale("log"); ax.set_xlabel("training tokens"); ax.set_title(title, fontsize=10)
+fig.tight_layout()
+print(f"the best induction score first passed 0.5 at step {formed['step']} ({formed['tokens']:.3g} tokens)" if formed
+      else "no snapshot's best induction score passed 0.5")""", "curve"),
+    md("""
+## Copying in context: the loss on each copy of a repeated span
+
+The same 63 predictions inside each copy of the span, in nats per token, with a 95% CI over prompts.
+"""),
     code("""
-import matplotlib.pyplot as plt
-import numpy as np
 from interp.stats import bootstrap
 
-per_position = [bootstrap(per[:, i].double(), seed=0) for i in range(per.shape[1])]  # (mean, low, high) per prediction
-mean, low, high = (np.array([float(m[j]) for m in per_position]) for j in range(3))
-x = np.arange(1, per.shape[1] + 1)  # the position predicted
+OFFSET, SPAN = repeated.repeats.offset, repeated.repeats.period
+with torch.no_grad():
+    per = torch.cat([model(b.tokens, return_type="loss", loss_per_token=True) for b in repeated.batches(16)])  # (prompt, pos - 1)
+first_copy = per[:, OFFSET : OFFSET + SPAN - 1].mean().item()
+second_copy = per[:, OFFSET + SPAN : OFFSET + 2 * SPAN - 1].mean().item()
+print(f"loss on the first copy {first_copy:.3f}, on the second copy {second_copy:.3f} nats/token "
+      f"({second_copy / first_copy:.0%} of the first)")
+stats = [bootstrap(per[:, i].double(), seed=0) for i in range(per.shape[1])]
+mean, low, high = (np.array([float(s[j]) for s in stats]) for j in range(3))
+x = np.arange(1, per.shape[1] + 1)
 fig, ax = plt.subplots(figsize=(11, 3))
 ax.fill_between(x, low, high, color="#4c72b0", alpha=0.3, lw=0, label="95% CI over prompts")
 ax.plot(x, mean, color="#4c72b0", lw=1)
 for start, name in ((OFFSET, "first copy"), (OFFSET + SPAN, "second copy")):
     ax.axvspan(start + 1, start + SPAN - 1, color="#dd8452" if name == "second copy" else "#bbbbbb", alpha=0.2, label=name)
-ax.set_xlabel("position predicted (byte)"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8, ncol=3)
-ax.set_title("loss per byte of a planted prompt (shaded: the predictions averaged above)")
-fig.tight_layout()""", "figure-loss"),
+ax.set_xlabel("position predicted (token)"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8, ncol=3)
+fig.tight_layout()""", "repeat-benefit"),
     md("""
-## A scan of every head (on the scan halves)
+## Every head's scores
 
-Previous-token, first-token and self scores on held-out text (`interp.analyses.positional`);
-induction and duplicate-token scores on natural repeats and on planted ones
-(`interp.analyses.induction`, with the 4-gram repeats above), and each head's OV copying score.
-"""),
-    code("""
-focus = positional.focus(model, natural_scan)
-natural_scores = induction.scores(model, natural_scan)
-planted_scores = induction.scores(model, planted_scan, copying=False).rename(
-    columns={"induction": "induction_planted", "duplicate_token": "duplicate_planted"})
-scan = (focus[["layer", "head", "prev_token", "first_token", "self_token"]]
-        .merge(natural_scores[["layer", "head", "induction", "duplicate_token", "copying"]], on=["layer", "head"])
-        .merge(planted_scores[["layer", "head", "induction_planted", "duplicate_planted"]], on=["layer", "head"]))
-scan.insert(0, "label", [f"L{l}H{h}" for l, h in zip(scan["layer"], scan["head"])])
-scan""", "scan"),
-    code("""
-def best(column):
-    row = scan.loc[scan[column].idxmax()]
-    return int(row["layer"]), int(row["head"])
-
-prev, ind, dup = best("prev_token"), best("induction_planted"), best("duplicate_planted")
-label = lambda head: f"L{head[0]}H{head[1]}"
-print(f"candidate previous-token head: {label(prev)}; candidate induction head: {label(ind)}; "
-      f"candidate duplicate-token head: {label(dup)}")""", "candidates"),
-    md("""
-The scan's scores with their 95% CIs over prompts (red: the candidates; dashed: the claims'
-threshold 0.5), then the candidates' mean patterns over the planted scan prompts, where every
-prompt has the same layout: a previous-token head shows the sub-diagonal, an induction head a
-stripe 39 bytes below the diagonal in the second copy (the byte after the earlier occurrence),
-a duplicate-token head one 40 bytes below it.
+Induction and duplicate-token scores on natural repeats and on repeated spans
+(`interp.analyses.induction`), previous-token scores on natural windows (`interp.analyses.positional`),
+each with a 95% CI over the proposing half of the prompts. The candidates: the head with the highest
+induction score on natural text (outside layer 0, which has no earlier layer to compose with), and the
+head of an earlier layer with the highest previous-token score.
 """),
     code(CI_BARS + """
 
-from interp.analyses import report
-
-candidates = {label(prev), label(ind), label(dup)}
-fig, axes = plt.subplots(1, 3, figsize=(14, 3.2))
-for ax, (frame, column, ci, name) in zip(axes, ((focus, "prev_token", "prev_token", "previous-token (held-out text)"),
-                                                 (planted_scores, "induction_planted", "induction", "induction (planted repeats)"),
-                                                 (planted_scores, "duplicate_planted", "duplicate_token",
-                                                  "duplicate-token (planted repeats)"))):
-    labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
-    ci_bars(ax, labels, frame[column], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"], threshold=0.5,
-            title=name, ylabel="mean weight", highlight=candidates)
-    ax.tick_params(axis="x", labelsize=7, rotation=90)
-fig.tight_layout()""", "figure-scan"),
-    code("""
-heads = list(dict.fromkeys([prev, ind, dup]))
-patterns = report.mean_patterns(model, planted_scan, sorted({l for l, _ in heads}))
-fig, axes = plt.subplots(1, len(heads), figsize=(4.4 * len(heads), 3.8), squeeze=False)
-for ax, (l, h) in zip(axes[0], heads):
-    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax, per_head=True)
-    for edge in (OFFSET, OFFSET + SPAN):
-        ax.axhline(edge - 0.5, color="w", lw=0.5, ls=":"); ax.axvline(edge - 0.5, color="w", lw=0.5, ls=":")
-fig.tight_layout()""", "figure-patterns"),
-    *viewer_cells("model", "planted.tokens[:1]", "ind[0]", "ind[1]"),
+natural_scores = induction.scores(model, natural_propose)
+span_scores = induction.scores(model, repeated_propose, copying=False)
+focus = positional.focus(model, natural_propose)
+scores = (natural_scores[["layer", "head", "induction", "induction_ci_low", "induction_ci_high", "duplicate_token", "copying"]]
+          .merge(span_scores[["layer", "head", "induction"]].rename(columns={"induction": "induction_span"}), on=["layer", "head"])
+          .merge(focus[["layer", "head", "prev_token", "prev_token_ci_low", "prev_token_ci_high"]], on=["layer", "head"]))
+scores.insert(0, "label", [f"L{l}H{h}" for l, h in zip(scores["layer"], scores["head"])])
+later = scores[scores.layer > 0]  # an induction head needs an earlier layer to read the previous token from
+ind = tuple(int(v) for v in later.loc[later.induction.idxmax(), ["layer", "head"]])
+earlier = scores[scores.layer < ind[0]]
+prev = tuple(int(v) for v in earlier.loc[earlier.prev_token.idxmax(), ["layer", "head"]])
+label = lambda head: f"L{head[0]}H{head[1]}"
+fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+ci_bars(axes[0], list(scores.label), scores.induction, scores.induction_ci_low, scores.induction_ci_high, threshold=0.5,
+        title="induction, natural repeats", ylabel="mean weight", highlight={label(ind)})
+ci_bars(axes[1], list(scores.label), scores.prev_token, scores.prev_token_ci_low, scores.prev_token_ci_high, threshold=0.5,
+        title="previous-token, natural windows", ylabel="mean weight", highlight={label(prev)})
+fig.tight_layout()
+print(f"candidate induction head {label(ind)}, candidate previous-token head {label(prev)}")
+scores""", "scores"),
+    *viewer_cells("model", "natural.tokens[:1, :96]", "ind[0]", "ind[1]",
+                  "A held-out window, with its natural repeats: open the induction head and hover a repeated name to "
+                  "see it attend to the token that followed the name's earlier occurrence. "),
     md("""
-## Claims, tested on the other halves
+## Claims: `scan` proposes a role for every head and tests it on the other half
 
-Three claims the scan suggests, and two false ones about the same heads (induction for the
-previous-token head, previous-token for the induction head). Every claim gathers observational
-evidence (metric and CI against its threshold; copying OV for induction), controls
-(shuffled tokens; a randomly initialised model of the same shape), necessity (knocking out the
-attention the claim predicts hurts the behaviour more than knocking out as much other attention), sufficiency (the idealised
-pattern recovers the behaviour's loss) and faithfulness. *Supported* needs every test to pass.
-On natural prompts the shuffled-token control of induction and duplicate-token is
-inconclusive by construction: it measures attention to where the repeat *was*, which needs a
-planted repeat structure.
+`claims.scan` proposes, on one half of the natural windows, each head's role from its metrics, and
+tests it on the other half with the role's own evidence: the metric's CI against its threshold,
+the shuffled-token and random-init controls, necessity (knocking out the attention the role
+predicts hurts the next-token loss more than knocking out as much other attention), sufficiency
+(the role's ideal pattern recovers the loss) and faithfulness. Then two false claims about the
+same heads (induction for the previous-token head, previous-token for the induction head) must
+not pass.
 """),
     code("""
-claims = [previous_token_head(*prev), induction_head(*ind), duplicate_token_head(*dup),
-          induction_head(*prev), previous_token_head(*ind)]
-columns = ["label", "claim", "verdict", "observational", "observational_ci_low", "control_shuffled",
-           "control_random_init", "necessity", "sufficiency"]
-natural_verdicts = test_claims(model, claims, natural_test, seed=0)
-natural_verdicts[columns]""", "claims-natural"),
+verdicts = scan(model, natural, seed=0)
+columns = ["label", "claim", "verdict", "observational", "observational_ci_low", "necessity", "necessity_ci_low",
+           "sufficiency", "reasons"]
+verdicts[columns]""", "scan"),
     code("""
-planted_verdicts = test_claims(model, claims, planted_test, seed=0)
-planted_verdicts[columns]""", "claims-planted"),
+false_claims = test_claims(model, [induction_head(*prev), previous_token_head(*ind)], natural_test, seed=0)
+false_claims[columns]""", "false-claims"),
     md("""
-Each claim's observational metric with its 95% CI over the test prompts, on both prompt sets,
-against the claim's threshold (dashed); red: the claim's observational test passed.
-"""),
-    code("""
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), sharey=True)
-for ax, (name, verdicts) in zip(axes, (("natural repeats", natural_verdicts), ("planted repeats", planted_verdicts))):
-    labels = [f"{row.label}\\n{row.claim}" for row in verdicts.itertuples()]
-    ci_bars(ax, labels, verdicts.observational, verdicts.observational_ci_low, verdicts.observational_ci_high, threshold=0.5,
-            title=f"observational evidence, {name}", ylabel="metric",
-            highlight={l for l, passed in zip(labels, verdicts.observational_passed) if passed is True})
-    ax.tick_params(axis="x", labelsize=7)
-fig.tight_layout()""", "figure-claims"),
-    code("""
-KINDS = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
-for name, verdicts in (("natural repeats", natural_verdicts), ("planted repeats", planted_verdicts)):
-    print(f"== {name}")
-    for _, row in verdicts.iterrows():
-        print(f"{row.label} {row.claim}: {row.verdict}")
-        print("  passed: " + ", ".join(f"{kind} {row[kind + '_passed']}" for kind in KINDS))
-        if row.verdict != "supported":
-            print("  why: " + row.reasons.replace("; ", "\\n       ")[:500])""", "reasons"),
-    md("""
-## What holds and what does not
+## How much of the copying do the induction heads carry?
 
-Read from the tables above (nothing here is typed in by hand). A claim *holds* only when every
-test passes; a refuted claim names the tests that failed.
+Mean-ablate the heads `scan` proposed as induction heads and did not refute, together (the
+best candidate if there is none), and measure the fraction of
+the copy gap (first-copy minus second-copy loss) on the repeated spans that disappears, with a
+BCa bootstrap CI; then the same for every set of as many other heads. The control is a random set of
+as many other heads (the mean over those sets): the claimed heads must beat it, not just zero. The
+largest single control is shown too; it is expected to be the previous-token head the induction head
+reads, which is part of the same circuit.
 """),
+    code("""
+proposed = verdicts[(verdicts.claim == "induction") & (verdicts.verdict != "refuted")]  # supported or undecided
+induction_heads = [f"L{int(r.layer)}H{int(r.head)}" for r in proposed.itertuples()] or [label(ind)]
+ablation = copying.copy_gap_ablation(model, repeated, induction_heads)
+claimed = ablation[~ablation.control].iloc[0]
+random_set = copying.random_set_effect(ablation)
+strongest_control = ablation[ablation.control].sort_values("removed").iloc[-1]
+shown = ablation.sort_values("removed", ascending=False)
+fig, ax = plt.subplots(figsize=(9, 3))
+ci_bars(ax, list(shown.heads), shown.removed, shown.ci_low, shown.ci_high, threshold=0.5,
+        title="fraction of the copy gap removed (95% CI); red: the induction heads", ylabel="fraction",
+        highlight={claimed.heads})
+ax.tick_params(axis="x", labelsize=7, rotation=90)
+fig.tight_layout()
+print(f"ablating {claimed.heads}: {claimed.removed:.3f} [{claimed.ci_low:.3f}, {claimed.ci_high:.3f}] of the gap removed; "
+      f"a random set of as many other heads removes {random_set:.3f} on average over {int(ablation.control.sum())} sets; "
+      f"the largest control, {strongest_control.heads}, removes {strongest_control.removed:.3f}")""", "ablation"),
+    md("""
+## The circuit: previous-token head -> induction heads
+
+An induction head finds the token after an earlier occurrence of the current token by reading, in
+its **keys**, what a previous-token head wrote there (K-composition, Elhage et al. 2021). As claims:
+"the previous-token head feeds each induction head's key" (evidence: the path patch along that
+edge, from another prompt, against the same path from a control head of the sender's layer), and "it does not
+feed its query" (an equivalence test within +-0.01 nats). Then the circuit as a whole, tested on
+the held-out half of the repeated spans: its **faithfulness** is the fraction of the copy gap (the
+behaviour `copying.COPY_GAP`: second-copy minus first-copy loss) that the circuit alone reproduces,
+with every edge outside it patched from other prompts. The hypothesis: the previous-token head reads
+the tokens (the embeddings and the layer-0 heads, which on this model pass the current token on: they
+attend to themselves) through its value; the induction heads read it through their keys, the tokens
+through their queries and values, and write to the logits.
+"""),
+    code("""
+receivers = [h for h in induction_heads if int(h[1 : h.index("H")]) > prev[0]]
+sender = label(prev)
+edge_claims = [composition_claim(f"{sender} -> {r} via k") for r in receivers]
+edge_claims += [composition_claim(f"{sender} -> {r} via q", composes=False) for r in receivers]
+composition = test_claims(model, edge_claims, repeated_test, evidence=["observational", "necessity"])
+composition[["statement", "verdict", "p_adjusted", "observational", "observational_ci_low", "observational_ci_high"]]""",
+         "composition"),
+    code("""
+run = interp.Run(model, repeated_test, behaviour=copying.COPY_GAP)
+def tokens_in(layer):  # what carries the current token into a head of `layer`: the embeddings, then layer 0's heads
+    return ["embed"] + ([f"L0H{h}" for h in range(model.cfg.n_heads)] if layer > 0 else [])
+
+edges = [f"{t} -> {sender} via v" for t in tokens_in(prev[0])]
+for r in receivers:
+    edges += [f"{sender} -> {r} via k", f"{r} -> logits"]
+    edges += [f"{t} -> {r} via {via}" for t in tokens_in(int(r[1 : r.index("H")])) for via in ("q", "v")]
+from interp.analyses.circuits.discovery import ACDC_THRESHOLD
+circuit = circuits.test_circuit(run, edges, threshold=ACDC_THRESHOLD)  # minimality's threshold: ACDC's default
+faithfulness = circuit.faithfulness
+print(f"{len(edges)} edges; faithfulness {faithfulness.mean:.3f} [{faithfulness.ci_low:.3f}, {faithfulness.ci_high:.3f}] "
+      f"of the copy gap on {len(repeated_test)} held-out repeated spans")""", "circuit"),
     results_cell("""
-def outcomes(verdicts):
-    \"\"\"label claim -> verdict, observational effect, and the evidence kinds that failed / stayed undecided.\"\"\"
-    return {f"{row.label} {row.claim}": {
-        "verdict": row.verdict, "observational": float(row.observational),
-        "failed": [kind for kind in KINDS if row[kind + "_passed"] is False],
-        "undecided": [kind for kind in KINDS if row[kind + "_passed"] is None]} for _, row in verdicts.iterrows()}
+KINDS = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
 
-strongest = scan.loc[scan["induction_planted"].idxmax()]
+def outcome(row):
+    return {"verdict": row.verdict, "observational": float(row.observational),
+            "failed": [k for k in KINDS if getattr(row, f"{k}_passed") is False],
+            "undecided": [k for k in KINDS if getattr(row, f"{k}_passed") is None and not pd.isna(getattr(row, k))]}
+
 results = {
-    "held_out": {key: float(held[key]) for key in ("bits_per_byte", "ratio_to_bigram", "bigram_bits", "unigram_bits")},
+    "held_out": {key: float(held[key]) for key in ("bits_per_byte", "bigram_bits_per_byte", "unigram_bits_per_byte")},
+    "formed_at": None if formed is None else [int(formed["step"]), float(formed["tokens"])],
     "repeat_rate": repeat_rate, "first_copy": first_copy, "second_copy": second_copy,
-    "candidates": {"previous_token": label(prev), "induction": label(ind), "duplicate_token": label(dup)},
-    "strongest_induction": {"planted": [strongest["label"], float(strongest["induction_planted"])],
-                            "natural": [scan.loc[scan["induction"].idxmax(), "label"], float(scan["induction"].max())]},
-    "claims": {"natural": outcomes(natural_verdicts), "planted": outcomes(planted_verdicts)},
+    "candidates": {"induction": label(ind), "previous_token": sender},
+    "best_induction_natural": float(later.induction.max()),
+    "scan": {f"{row.label} {row.claim}": outcome(row) for row in verdicts.itertuples()},
+    "false_claims": {f"{row.label} {row.claim}": outcome(row) for row in false_claims.itertuples()},
+    "induction_heads": induction_heads,
+    "ablation": {"removed": [float(claimed.removed), float(claimed.ci_low), float(claimed.ci_high)], "random_set": random_set,
+                 "strongest_control": [strongest_control.heads, float(strongest_control.removed)]},
+    "composition": {row.statement: row.verdict for row in composition.itertuples()},
+    "faithfulness": [float(faithfulness.mean), float(faithfulness.ci_low), float(faithfulness.ci_high)],
 }"""),
     code("""
 from IPython.display import Markdown
 r = results
-
-def lines(verdict):
-    found = []
-    for prompts_name, claims in r["claims"].items():
-        for name, c in claims.items():
-            if c["verdict"] != verdict:
-                continue
-            why = (f"; failed: {', '.join(c['failed'])}" if c["failed"] else "") + \\
-                  (f"; undecided: {', '.join(c['undecided'])}" if c["undecided"] else "")
-            found.append(f"- {name} ({prompts_name}): {verdict} (observational {c['observational']:.3f}{why})")
-    return found
-
-holds, fails, undecided = lines("supported"), lines("refuted"), lines("inconclusive")
-h, (planted_head, planted_score), (natural_head, natural_score) = r["held_out"], *r["strongest_induction"].values()
+removed, low, high = r["ablation"]["removed"]
+f, f_low, f_high = r["faithfulness"]
+supported = [name for name, c in r["scan"].items() if c["verdict"] == "supported"]
+induction_claims = "; ".join(
+    f"{name}: {c['verdict']} (observational {c['observational']:.3f}"
+    + (f"; failed: {', '.join(c['failed'])}" if c["failed"] else "")
+    + (f"; undecided: {', '.join(c['undecided'])}" if c["undecided"] else "") + ")"
+    for name, c in r["scan"].items() if name.endswith(" induction")) or "none proposed"
+refuted_false = [name for name, c in r["false_claims"].items() if c["verdict"] != "supported"]
+false_text = ", ".join(f"{name}: {c['verdict']}" for name, c in r["false_claims"].items())
 Markdown("\\n".join([
     "## What holds (generated from `results`)", "",
-    f"stdlib-bytes: held-out {h['bits_per_byte']:.3f} bits/byte = {h['ratio_to_bigram']:.2f} x the bigram baseline "
-    f"({h['bigram_bits']:.3f}); unigram {h['unigram_bits']:.3f}. In-context copying: a planted span's second copy costs "
-    f"{r['second_copy']:.3f} nats/byte against {r['first_copy']:.3f} for the first. The strongest induction score is "
-    f"{planted_score:.3f} on planted repeats ({planted_head}) and {natural_score:.3f} on natural repeats ({natural_head}), "
-    "against the threshold 0.5.", "",
-    f"**Holds ({len(holds)}):**", "", *(holds or ["- none"]), "",
-    f"**Does not hold, refuted ({len(fails)}):**", "", *(fails or ["- none"]), "",
-    f"**Not decided ({len(undecided)}):**", "", *(undecided or ["- none"])]))""", "conclusion"),
+    f"- **The model.** Held-out {r['held_out']['bits_per_byte']:.3f} bits/byte against {r['held_out']['bigram_bits_per_byte']:.3f} "
+    f"for the bigram baseline. " + (f"Its best induction score passed 0.5 at step {r['formed_at'][0]} "
+    f"({r['formed_at'][1]:.3g} tokens)." if r["formed_at"] else "No snapshot's induction score passed 0.5."),
+    f"- **Copying.** A held-out span costs {r['first_copy']:.3f} nats/token the first time and {r['second_copy']:.3f} "
+    f"the second ({r['second_copy'] / r['first_copy']:.0%}).",
+    f"- **Heads.** The strongest induction score on natural repeats is {r['best_induction_natural']:.3f} "
+    f"({r['candidates']['induction']}); `scan` supports {len(supported)} claims: {', '.join(supported) or 'none'}. "
+    f"Its induction claims: {induction_claims}.",
+    f"- **False claims** about the same heads: {len(refuted_false)} of {len(r['false_claims'])} not supported "
+    f"({false_text}).",
+    f"- **Ablation.** Removing the induction heads {', '.join(r['induction_heads'])} removes {removed:.2f} [{low:.2f}, {high:.2f}] "
+    f"of the copy gap; a random set of as many other heads removes {r['ablation']['random_set']:.2f} on average. "
+    + ("The claim holds: the CI's lower bound clears the random-set control." if low > r["ablation"]["random_set"] else
+       "The claim is not established: the CI's lower bound does not clear the random-set control.")
+    + f" The largest single control is {r['ablation']['strongest_control'][0]} "
+    f"({r['ablation']['strongest_control'][1]:.2f}).",
+    f"- **Circuit.** " + "; ".join(f"{k}: {v}" for k, v in r["composition"].items())
+    + f". The circuit reproduces {f:.2f} [{f_low:.2f}, {f_high:.2f}] of the copy gap on held-out spans "
+    "(faithfulness)" + (": the composition edge holds, but this hypothesis is far from the whole mechanism; what else "
+    "carries the gap when every other edge reads another prompt is not established here." if f_high < 0.5 else ".")]))""", "conclusion"),
 ]
 
 CIRCUITS = [

@@ -389,16 +389,16 @@ def test_minilm_notebook():
 
 @pytest.mark.slow
 def test_text_model_results_match_the_committed_run_and_the_conclusion():
-    """Notebook 04 (stdlib-bytes; its content is checked in tests/test_textlm.py): the fresh run's numbers equal the
-    committed ones, and the Markdown conclusion accounts for every claim, read from `results`."""
+    """Notebook 04 (stdlib-bpe; its content is checked in tests/test_stdlib_bpe.py): the fresh run's numbers equal the
+    committed ones, and the Markdown conclusion states them, read from `results`."""
     out = execute("04_text_model.ipynb")
     r = check_against_committed("04_text_model.ipynb", out)
     text = out["conclusion"]
-    assert f"{r['held_out']['ratio_to_bigram']:.2f} x the bigram" in text and f"{r['second_copy']:.3f} nats/byte" in text
-    claims = [(prompts, name, c) for prompts, by_name in r["claims"].items() for name, c in by_name.items()]
-    assert len(claims) == 10
-    for prompts, name, c in claims:
-        assert f"- {name} ({prompts}): {c['verdict']} (observational {c['observational']:.3f}" in text
+    removed, low, high = r["ablation"]["removed"]
+    assert f"removes {removed:.2f} [{low:.2f}, {high:.2f}] of the copy gap" in text
+    assert f"{r['second_copy']:.3f} the second" in text and f"{r['held_out']['bits_per_byte']:.3f} bits/byte" in text
+    for name, verdict in r["composition"].items():
+        assert f"{name}: {verdict}" in text
 
 
 def test_out_writes_the_notebooks_elsewhere_and_leaves_the_committed_ones(tmp_path):

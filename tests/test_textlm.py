@@ -1,8 +1,8 @@
 """The natural-text model `stdlib-bytes`: its corpus, recipe, shipped checkpoint and card, its loading by
-name, natural repeats as a prompt property, and its notebook (models/textcorpus.py, models/train.py)."""
+name, and natural repeats as a prompt property (models/textcorpus.py, models/train.py). Notebook 04, once about
+this model, is now about `stdlib-bpe` (tests/test_stdlib_bpe.py)."""
 import json
 import math
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -258,53 +258,6 @@ def test_interp_report_runs_on_it(tmp_path):
                              str(tmp_path / "report")], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     assert any((tmp_path / "report").iterdir())
-
-
-# ---------------------------------------------------------------- the notebook
-
-
-def test_notebook_is_generated_from_the_script():
-    nbformat = pytest.importorskip("nbformat")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "notebooks" / "make_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    stored = nbformat.read(ROOT / "notebooks" / "04_text_model.ipynb", as_version=4)
-    assert [c.source for c in stored.cells] == [c.source for c in module.TEXT_MODEL]
-
-
-def _execute_notebook(name: str) -> dict[str, str]:
-    """Run a notebook top to bottom; tag -> the cell's text output (as tests/test_notebooks.py reads them)."""
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    notebook = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}}).execute()
-    outputs = {}
-    for cell in notebook.cells:
-        texts = [o.text if o.output_type == "stream" else o.data.get("text/markdown") or o.data.get("text/plain", "")
-                 for o in cell.get("outputs", []) if o.output_type in ("stream", "execute_result", "display_data")]
-        for tag in cell.metadata.get("tags", []):
-            outputs[tag] = "\n".join(texts)
-    return outputs
-
-
-def test_notebook_runs_and_concludes_from_its_results(shipped):
-    out = _execute_notebook("04_text_model.ipynb")
-    held = shipped.metadata["held_out"]
-    assert f"held-out {held['bits_per_byte']:.3f} bits/byte" in out["load"]
-    assert "corpus matches the card" in out["corpus"] or "differs" in out["corpus"]
-    first, second = map(float, re.search(r"first copy ([\d.]+), on the second copy ([\d.]+)", out["repeat-benefit"]).groups())
-    assert second < first  # the model copies a planted span
-    verdicts = re.findall(r"^(L\dH\d) (\w+): (supported|refuted|inconclusive)$", out["reasons"], flags=re.M)
-    assert len(verdicts) == 10, out["reasons"]
-    conclusion = out["conclusion"]
-    assert f"{held['ratio_to_bigram']:.2f} x the bigram" in conclusion
-    counts = [int(n) for n in re.findall(r"\((\d+)\):", conclusion)]
-    assert sum(counts) == 10, conclusion  # every tested claim is accounted for, read from the tables
-    # the false claims (induction for the previous-token head, previous-token for the induction head) never hold
-    assert all(verdict != "supported" for _, _, verdict in verdicts[3:5] + verdicts[8:10]), out["reasons"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,710 @@
+"""Train `stdlib-bpe`: a small attention-only model of Python source in which induction heads form.
+
+    OMP_NUM_THREADS=1 python -m interp.models.stdlib_bpe train --minutes 80 --out runs/stdlib-bpe
+
+reads the standard library's source (`interp.models.textcorpus`, the corpus of `stdlib-bytes`), trains a
+byte-level BPE tokenizer on the training files (`tokenizers`, already installed with transformer-lens),
+then trains the model on windows of the token stream, timing a few steps first and refusing a run
+whose estimate exceeds `--max-minutes`. Every `--eval-every` steps it measures the model on held-out
+probes (`track`) and keeps a snapshot, so the run records when the induction heads formed.
+
+Why BPE and not bytes or whole identifiers: Aoyama et al. (2025) find that induction heads form when a
+bigram that recurs in the context is reliably followed by the same token. On the held-out stdlib, at a
+context of 512 tokens, the next token after the latest earlier occurrence of the current token is the
+right one for 0.43-0.46 of the repeated positions with a 2,048-piece BPE, 0.29-0.31 with whole
+identifiers (regex pieces) and 0.41 with bytes, and BPE repeats reach furthest back in the text.
+
+Why three attention-only layers and not two: in every 2-layer run on this corpus (rotary or learned
+positions, 4 or 8 heads, with or without planted copies, up to 2.3e7 tokens here and 6.7e7 in an earlier
+session) the layer-0 heads became self / bag-of-tokens heads and the previous-token head formed in layer 1,
+the last layer, where no later head can read it; no induction head formed. With a third layer, the
+previous-token head of layer 1 feeds an induction head in layer 2 (the pilots and the curve are in the card).
+
+`track` re-implements two of the toolkit's pattern metrics (previous-token and induction attention,
+as `interp.analyses.head_types` defines them) because models/ must not import the toolkit; the tests
+check them against `interp.analyses.induction.scores_per_prompt`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from interp.models.config import GPTConfig
+from interp.models.files import write_atomic
+from interp.models.gpt import HookedGPT
+from interp.models.io import save_checkpoint
+from interp.models.textcorpus import SEPARATOR, TextCorpus, load_corpus, random_windows
+from interp.models.tokenizers import BPETokenizer, train_bpe
+
+NAME = "stdlib-bpe"
+SEPARATOR_TOKEN = "<|file|>"  # id 0: joins files, as the NUL byte does in stdlib-bytes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides the trained weights (with the corpus and the thread count)."""
+
+    vocab_size: int = 2048  # BPE pieces, the separator included
+    n_ctx: int = 512
+    batch_size: int = 4
+    lr: float = 1e-3  # peak AdamW learning rate, after a linear warm-up; constant afterwards
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 3
+    init_range: float = 0.02
+    positional_embedding_type: str = "rotary"
+    copy_fraction: float = 0.0  # windows given a planted copy of one of their own spans (0: natural text only)
+    copy_max: float = 0.25  # longest planted span, as a fraction of the window (spans are 8 tokens or longer)
+    qk_bias_init: float = 0.0  # std of the query and key biases at init (0: zeros, HookedGPT's default)
+    seed: int = 0
+
+    def build(self, d_vocab: int) -> HookedGPT:
+        """The model at initialisation. With `qk_bias_init`, the query and key biases start random: under rotary
+        positions the bias-bias term is the only content-free (purely positional) part of a layer-0 score, and
+        with both biases at zero its gradient is zero too, so a layer-0 previous-token head must climb out of a
+        saddle; random biases remove it."""
+        model = HookedGPT(self.model_config(d_vocab))
+        if self.qk_bias_init:
+            generator = torch.Generator().manual_seed(self.seed + 2)
+            with torch.no_grad():
+                for block in model.blocks:
+                    for bias in (block.attn.b_Q, block.attn.b_K):
+                        bias.copy_(torch.randn(bias.shape, generator=generator) * self.qk_bias_init)
+        return model
+
+    def model_config(self, d_vocab: int) -> GPTConfig:
+        return GPTConfig(n_layers=self.n_layers, n_heads=self.n_heads, d_model=self.d_model, n_ctx=self.n_ctx,
+                         d_vocab=d_vocab, attn_only=True, normalization_type="LN",
+                         positional_embedding_type=self.positional_embedding_type,  # type: ignore[arg-type]
+                         init_range=self.init_range, seed=self.seed, model_name=NAME)
+
+
+# ---------------------------------------------------------------- the token streams
+
+
+@dataclass(frozen=True)
+class TokenCorpus:
+    """The corpus as token streams, files joined by the separator token."""
+
+    tokenizer: BPETokenizer
+    train: torch.Tensor  # (n_train_tokens,) long
+    held_out: torch.Tensor  # (n_held_out_tokens,) long
+    corpus: TextCorpus
+
+    def summary(self) -> dict:
+        return {**self.corpus.summary(), "tokenizer_sha256": self.tokenizer.sha256, "d_vocab": self.tokenizer.vocab_size,
+                "n_train_tokens": int(self.train.numel()), "n_held_out_tokens": int(self.held_out.numel()),
+                "held_out_tokens_per_byte": self.held_out_tokens_per_byte}
+
+    @property
+    def held_out_tokens_per_byte(self) -> float:
+        return float(self.held_out.numel() / len(self.corpus.held_out))
+
+
+def encode_stream(tokenizer: BPETokenizer, data: bytes) -> torch.Tensor:
+    """Files of `data` (joined by SEPARATOR) as one token stream joined by the separator token."""
+    separator = tokenizer.token_id(SEPARATOR_TOKEN)
+    files = [f.decode("utf-8", errors="replace") for f in data.split(SEPARATOR)]
+    pieces: list[int] = []
+    for i, ids in enumerate(tokenizer.encode_batch(files)):
+        if i:
+            pieces.append(separator)
+        pieces.extend(ids)
+    return torch.tensor(pieces, dtype=torch.long)
+
+
+def token_corpus(vocab_size: int, corpus: TextCorpus | None = None, tokenizer: BPETokenizer | None = None) -> TokenCorpus:
+    """Read the corpus, train (or reuse) the tokenizer on the training files, and encode both splits."""
+    corpus = corpus or load_corpus()
+    if tokenizer is None:
+        files = [f.decode("utf-8", errors="replace") for f in corpus.train.split(SEPARATOR)]
+        tokenizer = train_bpe(files, vocab_size, special_tokens=[SEPARATOR_TOKEN])
+    return TokenCorpus(tokenizer, encode_stream(tokenizer, corpus.train), encode_stream(tokenizer, corpus.held_out), corpus)
+
+
+def plant_copies(windows: torch.Tensor, fraction: float, generator: torch.Generator, longest: float = 0.25) -> torch.Tensor:
+    """A copy of `windows` where a `fraction` of rows repeat one of their own spans (8 tokens to `longest` of
+    the row) later in the row, overwriting what was there; the rest untouched. Only for the planted variant."""
+    out = windows.clone()
+    n_rows, n_pos = windows.shape
+    if not 0 < longest <= 0.5 or int(n_pos * longest) < 8:
+        raise ValueError(f"longest={longest}: a planted span is 8 to n_pos * longest tokens and must fit twice in "
+                         f"{n_pos} positions; expected 8 / n_pos <= longest <= 0.5.")
+    chosen = torch.rand(n_rows, generator=generator) < fraction
+    for row in chosen.nonzero().flatten().tolist():
+        length = int(torch.randint(8, int(n_pos * longest) + 1, (1,), generator=generator))
+        source = int(torch.randint(0, max(1, n_pos - 2 * length), (1,), generator=generator))
+        target = int(torch.randint(source + length, n_pos - length + 1, (1,), generator=generator))
+        out[row, target : target + length] = windows[row, source : source + length]
+    return out
+
+
+def clean_windows(stream: torch.Tensor, n: int, n_pos: int, separator: int, seed: int) -> torch.Tensor:
+    """(n, n_pos) windows inside one file each, at seeded random offsets."""
+    is_separator = torch.cat([torch.zeros(1, dtype=torch.long), (stream == separator).long().cumsum(0)])
+    starts = torch.arange(stream.numel() - n_pos + 1)
+    starts = starts[is_separator[starts + n_pos] == is_separator[starts]]
+    if starts.numel() == 0:
+        raise ValueError(f"no window of {n_pos} tokens lies inside one file.")
+    chosen = starts[torch.randint(0, starts.numel(), (n,), generator=torch.Generator().manual_seed(seed))]
+    return stream[chosen[:, None] + torch.arange(n_pos)]
+
+
+def repeated_spans(stream: torch.Tensor, n: int, span: int, offset: int, separator: int, seed: int) -> torch.Tensor:
+    """(n, offset + 2 span): `offset` tokens of held-out text, a held-out span, the same span again. The
+    copy is made at measurement time, never in training: the second copy is predictable only by looking back."""
+    before = clean_windows(stream, n, max(offset, 2), separator, seed)[:, :offset]
+    spans = clean_windows(stream, n, span, separator, seed + 1)
+    return torch.cat([before, spans, spans], dim=1)
+
+
+# ---------------------------------------------------------------- measurements while training
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Held-out prompts measured at every snapshot."""
+
+    natural: torch.Tensor  # (n, n_ctx) windows of held-out files
+    repeated: torch.Tensor  # (n, offset + 2 span) held-out span repeated
+    offset: int
+    span: int
+    early: tuple[int, int]  # ICL score positions: mean loss on tokens [late) minus [early)
+    late: tuple[int, int]
+
+    @classmethod
+    def build(cls, held_out: torch.Tensor, n_ctx: int, separator: int, n: int = 64, seed: int = 7) -> "Probes":
+        span = n_ctx // 4
+        offset = n_ctx - 2 * span
+        early = (max(1, n_ctx // 20), max(2, n_ctx // 20) + 10)
+        late = (n_ctx - 12, n_ctx - 2)
+        return cls(clean_windows(held_out, n, n_ctx, separator, seed), repeated_spans(held_out, n, span, offset, separator, seed + 100),
+                   offset, span, early, late)
+
+
+def induction_attention(pattern: torch.Tensor, tokens: torch.Tensor, min_distance: int = 1) -> torch.Tensor:
+    """pattern (batch, head, query, key) -> (head,) mean attention on the token after an earlier occurrence
+    of the query's token (at least `min_distance` back), over queries that have one; the toolkit's
+    induction metric with match_len 1 when min_distance is 1."""
+    same = tokens[:, :, None] == tokens[:, None, :]  # (batch, query, key)
+    occurrences = same.tril(diagonal=-min_distance)
+    target = torch.zeros_like(occurrences)
+    target[..., 1:] = occurrences[..., :-1]  # the key after each earlier occurrence
+    queries = occurrences.any(-1)  # (batch, query)
+    mass = (pattern * target[:, None]).sum(-1)  # (batch, head, query)
+    per_prompt = (mass * queries[:, None]).sum(-1) / queries.sum(-1).clamp(min=1)[:, None]  # (batch, head)
+    has = queries.any(-1)
+    return per_prompt[has].mean(0)
+
+
+def previous_token_attention(pattern: torch.Tensor) -> torch.Tensor:
+    """pattern (batch, head, query, key) -> (head,) mean attention on the key just before the query."""
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean((0, -1))
+
+
+@torch.no_grad()
+def track(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
+    """Held-out loss, ICL score, copy gap and the best previous-token / induction heads, for the loss curve."""
+    row: dict = {}
+    names = lambda name: name.endswith("hook_pattern")  # noqa: E731
+    losses, induction, induction_far, previous = [], [], [], []
+    for start in range(0, probes.natural.shape[0], batch_size):
+        tokens = probes.natural[start : start + batch_size]
+        per_token, cache = model.run_with_cache(tokens, return_type="loss", loss_per_token=True, names_filter=names)
+        losses.append(per_token)
+        patterns = [cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.cfg.n_layers)]
+        induction.append(torch.stack([induction_attention(p, tokens) for p in patterns]))
+        induction_far.append(torch.stack([induction_attention(p, tokens, min_distance=16) for p in patterns]))
+        previous.append(torch.stack([previous_token_attention(p) for p in patterns]))
+    per_token = torch.cat(losses)  # (n, pos - 1): column i predicts token i + 1
+    row["held_out_nats"] = float(per_token.mean())
+    row["icl_score"] = float(per_token[:, probes.late[0] - 1 : probes.late[1] - 1].mean()
+                             - per_token[:, probes.early[0] - 1 : probes.early[1] - 1].mean())
+    for key, values in (("induction", induction), ("induction_far", induction_far), ("previous_token", previous)):
+        scores = torch.stack(values).mean(0)  # (layer, head)
+        best = int(scores.argmax())
+        row[key] = round(float(scores.max()), 4)
+        row[f"{key}_head"] = "L%dH%d" % divmod(best, scores.shape[1])
+    row.update(copy_losses(model, probes))
+    return row
+
+
+@torch.no_grad()
+def copy_losses(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
+    """Mean loss on the first and the second copy of each repeated held-out span (the span's tokens after its first)."""
+    first, second = [], []
+    a, b = probes.offset, probes.offset + probes.span
+    for start in range(0, probes.repeated.shape[0], batch_size):
+        per_token = model(probes.repeated[start : start + batch_size], return_type="loss", loss_per_token=True)
+        first.append(per_token[:, a : b - 1])  # predicts span tokens 1..span-1 of the first copy
+        second.append(per_token[:, b : b + probes.span - 1])
+    first_loss, second_loss = float(torch.cat(first).mean()), float(torch.cat(second).mean())
+    return {"copy_first": first_loss, "copy_second": second_loss, "copy_ratio": second_loss / first_loss}
+
+
+# ---------------------------------------------------------------- training
+
+
+def estimate(recipe: Recipe, data: TokenCorpus, minutes: float, *, timed_steps: int = 20) -> dict:
+    """Time a few steps on a throw-away model (the real run's weights and batches are untouched) and
+    say what `minutes` of training buys: seconds per step, steps and tokens."""
+    model = recipe.build(data.tokenizer.vocab_size).train()
+    optimiser = torch.optim.AdamW(model.parameters(), lr=recipe.lr)
+    generator = torch.Generator().manual_seed(recipe.seed + 1)
+    began = 0.0
+    for step in range(timed_steps + 2):
+        if step == 2:  # the first steps allocate
+            began = time.perf_counter()
+        loss = model(random_windows(data.train, recipe.batch_size, recipe.n_ctx, generator), return_type="loss")
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+    seconds = (time.perf_counter() - began) / timed_steps
+    steps = int(minutes * 60 / seconds)
+    return {"seconds_per_step": seconds, "timed_steps": timed_steps, "minutes": minutes, "steps": steps,
+            "tokens": steps * recipe.batch_size * recipe.n_ctx}
+
+
+def learning_rate(step: int, recipe: Recipe) -> float:
+    return recipe.lr * min(1.0, (step + 1) / recipe.warmup_steps)
+
+
+def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_every: int = 1000,
+          max_minutes: float = 90.0, steps: int | None = None, log=print) -> HookedGPT:
+    """Train for `minutes` of training time (evaluation excluded) or exactly `steps` steps if given (what
+    reproduces a run: its steps are recorded), a snapshot and a log row every `eval_every` steps and at
+    the end under `out/`; refuses when `minutes` exceeds `max_minutes`."""
+    if minutes > max_minutes:
+        raise ValueError(f"--minutes {minutes} of training exceeds --max-minutes {max_minutes} (the CPU budget); "
+                         "ask for less, or raise --max-minutes knowingly.")
+    torch.manual_seed(recipe.seed)
+    model = recipe.build(data.tokenizer.vocab_size).train()
+    separator = data.tokenizer.token_id(SEPARATOR_TOKEN)
+    probes = Probes.build(data.held_out, recipe.n_ctx, separator)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=recipe.weight_decay)
+    generator = torch.Generator().manual_seed(recipe.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    train_seconds, step = 0.0, 0
+    recent: list[float] = []
+    while True:
+        done = step == steps if steps is not None else train_seconds >= minutes * 60
+        if step % eval_every == 0 or done:
+            model.eval()
+            row = {"step": step, "tokens": step * recipe.batch_size * recipe.n_ctx, "train_seconds": round(train_seconds, 1),
+                   "train_nats": round(sum(recent) / len(recent), 4) if recent else None, **track(model, probes)}
+            model.train()
+            recent = []
+            rows.append(row)
+            write_atomic(out / "log.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+            log(json.dumps(row))
+            save_checkpoint(model, out / f"step{step:06d}", {"recipe": asdict(recipe), "row": row})
+            if done:
+                return model.eval()
+        began = time.perf_counter()
+        for group in optimiser.param_groups:
+            group["lr"] = learning_rate(step, recipe)
+        tokens = random_windows(data.train, recipe.batch_size, recipe.n_ctx, generator)
+        if recipe.copy_fraction:
+            tokens = plant_copies(tokens, recipe.copy_fraction, generator, recipe.copy_max)
+        loss = model(tokens, return_type="loss")
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        optimiser.step()
+        recent.append(loss.item())
+        train_seconds += time.perf_counter() - began
+        step += 1
+
+
+# ---------------------------------------------------------------- the shipped checkpoint and its card
+
+
+def ngram_bits(train: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> dict:
+    """Add-one unigram and bigram bits per token, fitted on the training tokens, on the predicted
+    positions of `windows` (every token after the first of each window)."""
+    unigram = torch.bincount(train, minlength=vocab_size).double()
+    bigram = torch.bincount(train[:-1] * vocab_size + train[1:], minlength=vocab_size**2).double().view(vocab_size, vocab_size)
+    log_unigram = torch.log2((unigram + 1) / (unigram.sum() + vocab_size))
+    log_bigram = torch.log2((bigram + 1) / (bigram.sum(-1, keepdim=True) + vocab_size))
+    previous, target = windows[:, :-1].flatten(), windows[:, 1:].flatten()
+    return {"unigram_bits_per_token": float(-log_unigram[target].mean()),
+            "bigram_bits_per_token": float(-log_bigram[previous, target].mean())}
+
+
+def bootstrap_mean(values: torch.Tensor, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean over the first axis."""
+    generator = torch.Generator().manual_seed(seed)
+    draws = values[torch.randint(0, values.shape[0], (n_resamples, values.shape[0]), generator=generator)].mean(1)
+    return float(draws.quantile(0.025)), float(draws.quantile(0.975))
+
+
+@torch.no_grad()
+def held_out_figures(model: HookedGPT, data: TokenCorpus, *, n_windows: int = 1024, n_repeats: int = 256,
+                     batch_size: int = 32) -> dict:
+    """What the card states about the model on held-out text: bits per token and per byte against unigram
+    and bigram baselines, the in-context learning score with its positions, and the copy gap of repeated spans."""
+    from interp.models.textcorpus import eval_windows
+
+    n_ctx = model.cfg.n_ctx
+    windows = eval_windows(data.held_out, n_ctx, n_windows)
+    per_token = torch.cat([model(windows[i : i + batch_size], return_type="loss", loss_per_token=True)
+                           for i in range(0, windows.shape[0], batch_size)]).double()  # (window, pos - 1)
+    bits = float(per_token.mean()) / math.log(2)
+    baselines = ngram_bits(data.train, windows, data.tokenizer.vocab_size)
+    per_byte = data.held_out_tokens_per_byte
+    separator = data.tokenizer.token_id(SEPARATOR_TOKEN)
+    probes = Probes.build(data.held_out, n_ctx, separator, n=n_repeats, seed=11)
+    natural = torch.cat([model(probes.natural[i : i + batch_size], return_type="loss", loss_per_token=True)
+                         for i in range(0, n_repeats, batch_size)]).double()
+    late = natural[:, probes.late[0] - 1 : probes.late[1] - 1].mean(-1) - natural[:, probes.early[0] - 1 : probes.early[1] - 1].mean(-1)
+    copies = copy_losses(model, probes, batch_size=batch_size)
+    per_prompt = torch.stack(_copy_per_prompt(model, probes, batch_size))  # (2, prompt)
+    return {
+        "n_windows": int(windows.shape[0]), "n_predicted": int(per_token.numel()),
+        "bits_per_token": bits, "bits_per_byte": bits * per_byte, "held_out_tokens_per_byte": per_byte,
+        "unigram_bits_per_byte": baselines["unigram_bits_per_token"] * per_byte,
+        "bigram_bits_per_byte": baselines["bigram_bits_per_token"] * per_byte, **baselines,
+        "icl_score": float(late.mean()), "icl_ci": bootstrap_mean(late), "icl_n_windows": n_repeats,
+        "icl_early_tokens": list(probes.early), "icl_late_tokens": list(probes.late),
+        "copy_first": copies["copy_first"], "copy_second": copies["copy_second"], "copy_ratio": copies["copy_ratio"],
+        "copy_ratio_ci": _ratio_ci(per_prompt[1], per_prompt[0]), "copy_n_prompts": n_repeats,
+        "copy_span": probes.span, "copy_offset": probes.offset,
+    }
+
+
+def _copy_per_prompt(model: HookedGPT, probes: Probes, batch_size: int) -> list[torch.Tensor]:
+    a, b = probes.offset, probes.offset + probes.span
+    per_token = torch.cat([model(probes.repeated[i : i + batch_size], return_type="loss", loss_per_token=True)
+                           for i in range(0, probes.repeated.shape[0], batch_size)]).double()
+    return [per_token[:, a : b - 1].mean(-1), per_token[:, b : b + probes.span - 1].mean(-1)]
+
+
+def _ratio_ci(numerator: torch.Tensor, denominator: torch.Tensor, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+    generator = torch.Generator().manual_seed(seed)
+    index = torch.randint(0, numerator.shape[0], (n_resamples, numerator.shape[0]), generator=generator)
+    draws = numerator[index].mean(1) / denominator[index].mean(1)
+    return float(draws.quantile(0.025)), float(draws.quantile(0.975))
+
+
+def read_log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+
+
+def formation_step(rows: list[dict], threshold: float = 0.5) -> dict | None:
+    """The first snapshot whose best natural induction score passes `threshold`, or None."""
+    return next((r for r in rows if r["induction"] >= threshold), None)
+
+
+def finish(run: Path, out: Path, *, step: int | None = None, pilots: Sequence[Path] = (), variants: Sequence[Path] = ()) -> Path:
+    """Measure the run's last (or `step`) snapshot on held-out text and save it as the shipped checkpoint
+    `out` (NAME.safetensors + NAME.json, the tokenizer in its metadata) with its card NAME.md."""
+    from interp.models.io import load_checkpoint, read_checkpoint_config
+
+    info = json.loads((run / "run.json").read_text())
+    rows = read_log(run)
+    chosen = rows[-1] if step is None else next(r for r in rows if r["step"] == step)
+    snapshot = run / f"step{chosen['step']:06d}"
+    model = load_checkpoint(snapshot)
+    tokenizer = BPETokenizer((run / "tokenizer.json").read_text())
+    data = token_corpus(tokenizer.vocab_size, tokenizer=tokenizer)
+    if data.corpus.checksum != info["corpus"]["checksum"]:
+        raise ValueError(f"the corpus found (checksum {data.corpus.checksum[:12]}...) is not the run's "
+                         f"({info['corpus']['checksum'][:12]}...): finish the run on the machine that trained it.")
+    metadata = {
+        "task": {"task": NAME}, "recipe": info["recipe"], "corpus": info["corpus"], "threads": info["threads"],
+        "torch": info["torch"], "machine": info["machine"], "command": " ".join(["python -m interp.models.stdlib_bpe", *info["argv"][1:]]),
+        "estimate": info.get("estimate"), "training": {"steps": chosen["step"], "tokens": chosen["tokens"],
+                                                       "train_seconds": chosen["train_seconds"], "wall_seconds": info.get("wall_seconds")},
+        "curve": rows, "formed_at": formation_step(rows), "held_out": held_out_figures(model, data),
+        "tokenizer": {"kind": "bpe", "sha256": tokenizer.sha256, "json": tokenizer.to_str()},
+        "pilots": [pilot_summary(p, chosen["tokens"]) for p in pilots],
+        "variants": [_summarise_run(v) for v in variants],
+    }
+    weights = save_checkpoint(model, out, metadata)
+    previous = read_checkpoint_config(out)["metadata"]
+    write_card(out.with_suffix(".md"), previous)
+    return weights
+
+
+def _summarise_run(run: Path) -> dict:
+    """A run's recipe, its curve and what it reached (for the card's pilot and variants sections)."""
+    info = json.loads((run / "run.json").read_text())
+    rows = read_log(run)
+    return {"name": run.name, "recipe": info["recipe"], "argv": info["argv"], "estimate": info.get("estimate"),
+            "curve": rows, "formed_at": formation_step(rows), "last": rows[-1]}
+
+
+def extrapolate(rows: list[dict], tokens: float, key: str) -> float:
+    """`key` at `tokens`, from a straight line in log(tokens) through the second half of a pilot's rows (the
+    first half is the fast initial drop). A trend, not a forecast of a phase change: by definition it cannot
+    see one coming."""
+    late = [r for r in rows[len(rows) // 2 :] if r["tokens"] > 0]
+    x = torch.tensor([math.log10(r["tokens"]) for r in late], dtype=torch.float64)
+    y = torch.tensor([r[key] for r in late], dtype=torch.float64)
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+    return float(y.mean() + slope * (math.log10(tokens) - x.mean()))
+
+
+def aoyama_tokens(batch_size: int, n_ctx: int) -> float:
+    """Training tokens at which Aoyama et al. (2025, arXiv 2511.16893) find induction heads form:
+    N = T sqrt(B C) with T about 10^5.7, B the batch size and C the context length."""
+    return 10**5.7 * math.sqrt(batch_size * n_ctx)
+
+
+def pilot_summary(pilot: Path, full_tokens: float) -> dict:
+    """A pilot's summary with its trend extrapolated to the full run's tokens."""
+    summary = _summarise_run(pilot)
+    recipe = summary["recipe"]
+    summary["extrapolated_to"] = full_tokens
+    summary["extrapolated"] = {key: extrapolate(summary["curve"], full_tokens, key)
+                               for key in ("held_out_nats", "induction", "previous_token", "copy_ratio")}
+    summary["aoyama_tokens"] = aoyama_tokens(recipe["batch_size"], recipe["n_ctx"])
+    return summary
+
+
+# ---------------------------------------------------------------- the card
+
+
+def _f(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}f}"
+
+
+def _curve_table(rows: list[dict], every: int = 1) -> list[str]:
+    lines = ["| step | tokens | training loss (nats/token) | held-out nats/token | ICL score | induction (best head) | "
+             "induction, earlier occurrence >= 16 back | previous-token (best head) | copy ratio, 2nd/1st |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        if i % every and i != len(rows) - 1:
+            continue
+        train_loss = "" if r["train_nats"] is None else _f(r["train_nats"])
+        lines.append(f"| {r['step']} | {r['tokens']:.2e} | {train_loss} | {_f(r['held_out_nats'])} | {_f(r['icl_score'])} | "
+                     f"{_f(r['induction'])} ({r['induction_head']}) | {_f(r['induction_far'])} | "
+                     f"{_f(r['previous_token'])} ({r['previous_token_head']}) | {_f(r['copy_ratio'])} |")
+    return lines
+
+
+def _recipe_line(recipe: dict) -> str:
+    return (f"{recipe['n_layers']} attention-only layers of {recipe['n_heads']} heads, d_model {recipe['d_model']}, "
+            f"{recipe['positional_embedding_type']} positions, context {recipe['n_ctx']} tokens, batch {recipe['batch_size']}, "
+            f"AdamW lr {recipe['lr']} (linear warm-up {recipe['warmup_steps']} steps, then constant), weight decay "
+            f"{recipe['weight_decay']}, gradient clip {recipe['grad_clip']}, init std {recipe['init_range']}, seed {recipe['seed']}, "
+            + (f"planted copies in {recipe['copy_fraction']:.0%} of training windows (spans of 8 tokens to "
+               f"{recipe.get('copy_max', 0.25):.0%} of the window)" if recipe["copy_fraction"] else "no planted copies")
+            + (f", query / key biases initialised with std {recipe['qk_bias_init']}" if recipe.get("qk_bias_init") else ""))
+
+
+def write_card(path: Path, metadata: dict) -> None:
+    """The card (markdown), written only from what the run and `finish` recorded in the metadata."""
+    sections = [_card_intro(metadata), _card_made(metadata), _card_corpus(metadata), _card_held_out(metadata),
+                _card_curve(metadata), _card_heads(metadata), _card_variants(metadata)]
+    write_atomic(path, "\n".join(s for s in sections if s))
+
+
+def _card_intro(m: dict) -> str:
+    r = m["recipe"]
+    return (f"# {NAME}\n\nA {r['n_layers']}-layer attention-only causal language model of Python source (HookedGPT: "
+            f"{r['n_layers']} layers, {r['n_heads']} heads per layer, d_model {r['d_model']}, d_head "
+            f"{r['d_model'] // r['n_heads']}, no MLPs, pre-norm LayerNorm, {r['positional_embedding_type']} positions, "
+            f"context {r['n_ctx']} tokens) over a byte-level BPE of {m['corpus']['d_vocab']} pieces trained on the same "
+            "files, trained by the project on the Python standard library's own source so that induction heads can be "
+            "seen forming on natural text offline (Olsson et al. 2022). "
+            + (f"**Its training windows carry planted copies**: {r['copy_fraction']:.0%} of them repeat one of their own "
+               f"spans (8 tokens to {r.get('copy_max', 0.25):.0%} of the window) later in the window; the model trained "
+               "on natural text alone is reported beside it (Other runs), and every figure here is on held-out text "
+               "whose repeats are natural or made at measurement time. " if r["copy_fraction"] else
+               "No planted or duplicated spans were added to the training stream. ")
+            + "Every figure below was measured by the commands "
+            "that wrote this file (`python -m interp.models.stdlib_bpe train`, then `finish`, then "
+            "`python -m interp.analyses.text_heads`). `interp.load(\"stdlib-bpe\")` loads it with its tokenizer "
+            "(`model.to_tokens(\"def f(x):\")`).\n")
+
+
+def _card_made(m: dict) -> str:
+    t, est = m["training"], m.get("estimate") or {}
+    lines = ["## How it was made", "", f"    {m['command']}", "",
+             f"- {_recipe_line(m['recipe'])}.",
+             f"- {t['steps']} steps, {t['tokens']:.3g} tokens, {t['train_seconds'] / 60:.1f} min of training on "
+             f"{m['threads']} torch thread(s) ({m['machine']}, torch {m['torch']}), evaluation excluded. The shipped "
+             f"weights are the snapshot at step {t['steps']}; the same command with `--steps {t['steps']}` instead of "
+             "`--minutes` retrains them (same seed and thread count: the same numbers; another CPU: float rounding).",
+             ]
+    if est:
+        lines.append(f"- Estimate made before training: {est['seconds_per_step'] * 1000:.1f} ms per step from "
+                     f"{est['timed_steps']} timed steps, so {est['minutes']:.1f} min for the budget asked; a run whose "
+                     "estimate exceeds `--max-minutes` (90) is refused.")
+    for pilot in m.get("pilots") or []:
+        last, ahead = pilot["last"], pilot["extrapolated"]
+        lines += ["", f"### Pilot: {pilot['name']}", "", f"    python -m interp.models.stdlib_bpe {' '.join(pilot['argv'][1:])}", "",
+                  f"- {_recipe_line(pilot['recipe'])}.",
+                  f"- {last['step']} steps ({last['tokens']:.3g} tokens, {last['train_seconds'] / 60:.1f} min): held-out "
+                  f"{_f(last['held_out_nats'])} nats/token, best induction {_f(last['induction'])} ({last['induction_head']}), "
+                  f"best previous-token {_f(last['previous_token'])} ({last['previous_token_head']}), copy ratio "
+                  f"{_f(last['copy_ratio'])}.",
+                  f"- Extrapolated to the shipped run's {pilot['extrapolated_to']:.3g} tokens (a line in log tokens through "
+                  f"the pilot's second half): held-out {_f(ahead['held_out_nats'])} nats/token, best induction "
+                  f"{_f(ahead['induction'])}, best previous-token {_f(ahead['previous_token'])}, copy ratio "
+                  f"{_f(ahead['copy_ratio'])}. A trend cannot foresee a phase change; Aoyama et al.'s law "
+                  f"(10^5.7 sqrt(batch x context)) puts induction heads at {pilot['aoyama_tokens']:.3g} tokens for this "
+                  "batch and context."]
+    return "\n".join(lines) + "\n"
+
+
+def _card_corpus(m: dict) -> str:
+    c = m["corpus"]
+    return "\n".join([
+        "## Corpus and tokenizer", "",
+        f"The `.py` files of the standard library of the Python that ran the command (Python {c['python_version']}), "
+        f"{c['filter']}; none of it is copied into this repository (`interp.models.textcorpus`, as for `stdlib-bytes`).", "",
+        f"- {c['n_files']} files, {c['n_bytes']:,} bytes; checksum `{c['checksum']}`",
+        f"- split: {c['split']}: {c['n_train_files']} training files, {c['n_held_out_files']} held out",
+        f"- tokenizer: byte-level BPE (`tokenizers`), {c['d_vocab']} pieces including the file separator `{SEPARATOR_TOKEN}` "
+        f"(id 0), trained on the training files only; SHA-256 of its JSON `{c['tokenizer_sha256'][:16]}...`; shipped in "
+        "this checkpoint's JSON (`metadata.tokenizer`)",
+        f"- {c['n_train_tokens']:,} training tokens, {c['n_held_out_tokens']:,} held-out tokens "
+        f"({c['held_out_tokens_per_byte']:.4f} tokens per byte)",
+        "- another Python version has other files: the tests compare the checksum and skip, saying so, when it differs.", ""])
+
+
+def _card_held_out(m: dict) -> str:
+    h = m["held_out"]
+    low, high = h["copy_ratio_ci"]
+    icl_low, icl_high = h["icl_ci"]
+    e, l = h["icl_early_tokens"], h["icl_late_tokens"]
+    return "\n".join([
+        "## Held-out loss", "",
+        f"{h['n_windows']} non-overlapping windows of {m['recipe']['n_ctx']} tokens evenly spaced over the held-out files, "
+        f"{h['n_predicted']:,} predicted tokens. Baselines fitted on the training tokens with add-one smoothing over the "
+        f"{m['corpus']['d_vocab']} pieces, scored on the same tokens. Bits per byte = bits per token x "
+        f"{h['held_out_tokens_per_byte']:.4f} held-out tokens per byte.", "",
+        "| model | bits per token | bits per byte |", "|---|---|---|",
+        f"| unigram (add-one) | {_f(h['unigram_bits_per_token'])} | {_f(h['unigram_bits_per_byte'])} |",
+        f"| bigram (add-one) | {_f(h['bigram_bits_per_token'])} | {_f(h['bigram_bits_per_byte'])} |",
+        f"| **{NAME}** | **{_f(h['bits_per_token'])}** | **{_f(h['bits_per_byte'])}** |", "",
+        "(`stdlib-bytes`, 4 layers with MLPs, reaches 1.877 bits per byte on the same held-out files.)", "",
+        "## In-context learning and copying", "",
+        f"- **In-context learning score** (Olsson et al.: loss at a late token minus loss at an early one; theirs is token "
+        f"500 vs 50, ours fits the context of {m['recipe']['n_ctx']}): mean loss on tokens {l[0]}..{l[1] - 1} minus tokens "
+        f"{e[0]}..{e[1] - 1} of {h['icl_n_windows']} held-out windows: **{_f(h['icl_score'])} nats** "
+        f"[{_f(icl_low)}, {_f(icl_high)}] (negative: later tokens are cheaper).",
+        f"- **Copying** on {h['copy_n_prompts']} held-out spans of {h['copy_span']} tokens, each after {h['copy_offset']} tokens "
+        f"of other held-out text and then repeated once (the repeat is made at measurement time, never in training): "
+        f"first copy {_f(h['copy_first'])} nats/token, second copy {_f(h['copy_second'])}; the second copy costs "
+        f"**{_f(h['copy_ratio'])}** of the first [{_f(low)}, {_f(high)}] (target: at most 0.5).", ""])
+
+
+def _card_curve(m: dict) -> str:
+    rows = m["curve"]
+    formed = m.get("formed_at")
+    said = (f"The best natural induction score first passes 0.5 at step {formed['step']} ({formed['tokens']:.3g} tokens)."
+            if formed else "No snapshot's best natural induction score reached 0.5.")
+    every = max(1, len(rows) // 30)
+    return "\n".join([
+        "## Training curve", "",
+        "Measured at every snapshot on 64 held-out windows and 64 held-out repeated spans (`interp.models.stdlib_bpe.track`): "
+        "*induction* is the mean attention on the token after an earlier occurrence of the query's token, over queries "
+        "whose token occurred earlier in the window (natural repeats; the toolkit's `induction` metric with "
+        "`Repeats(match_len=1)`), best head; the next column counts only earlier occurrences at least 16 tokens back (a "
+        "control against previous-token and local heads); *copy ratio* is second-copy over first-copy loss on the "
+        "repeated spans. " + said, "", *_curve_table(rows, every), ""])
+
+
+def _card_heads(m: dict) -> str:
+    heads = m.get("heads")
+    if not heads:
+        return "## Heads\n\nNot yet measured: run `python -m interp.analyses.text_heads` on this checkpoint.\n"
+    return heads["markdown"]
+
+
+def _formed_sentence(formed: list[dict], total: int) -> str:
+    if not formed:
+        return f"In none of the {total} did the best induction score reach 0.5."
+    return (f"In {len(formed)} of the {total} the best induction score reached 0.5: "
+            + ", ".join(f"{v['name']} at step {v['formed_at']['step']}" for v in formed) + ".")
+
+
+def _card_variants(m: dict) -> str:
+    variants = m.get("variants") or []
+    if not variants:
+        return ""
+    lines = ["## Other runs", "",
+             "Every other run of this session's search for a recipe, on the same corpus, tokenizer and measurements "
+             "(`train` with the flags shown; all on one CPU thread). "
+             + _formed_sentence([v for v in variants if v.get("formed_at")], len(variants)), "",
+             "| run | flags | steps | tokens | held-out nats/token | best induction | best previous-token | copy ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for v in variants:
+        last = v["last"]
+        flags = " ".join(a for a in v["argv"][2:] if not a.startswith("/"))
+        flags = flags.replace("--out", "").strip()
+        asked = float(v["argv"][v["argv"].index("--minutes") + 1]) if "--minutes" in v["argv"] else None
+        stopped = (f" (stopped by hand after {last['train_seconds'] / 60:.0f} min)"
+                   if asked and last["train_seconds"] < asked * 60 - 60 else "")
+        lines.append(f"| {v['name']} | `{flags}`{stopped} | {last['step']} | {last['tokens']:.3g} | {_f(last['held_out_nats'])} | "
+                     f"{_f(last['induction'])} ({last['induction_head']}) | {_f(last['previous_token'])} "
+                     f"({last['previous_token_head']}) | {_f(last['copy_ratio'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m interp.models.stdlib_bpe", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("train", help="train, with a snapshot and a log row every --eval-every steps")
+    for field, default in asdict(Recipe()).items():
+        run.add_argument("--" + field.replace("_", "-"), type=type(default), default=default)
+    run.add_argument("--minutes", type=float, required=True, help="training time, evaluation excluded")
+    run.add_argument("--max-minutes", type=float, default=90.0)
+    run.add_argument("--steps", type=int, default=None, help="train exactly this many steps (refused if the estimate "
+                     "exceeds --max-minutes); without it, --minutes of training")
+    run.add_argument("--eval-every", type=int, default=1000)
+    run.add_argument("--threads", type=int, default=1)
+    run.add_argument("--out", type=Path, required=True)
+    done = sub.add_parser("finish", help="measure a run's snapshot on held-out text and save it with its card")
+    done.add_argument("run", type=Path, help="the folder `train --out` wrote")
+    done.add_argument("--out", type=Path, required=True, help="NAME of the checkpoint (NAME.safetensors, .json, .md)")
+    done.add_argument("--step", type=int, default=None, help="the snapshot to ship (default: the last)")
+    done.add_argument("--pilot", type=Path, action="append", default=[], help="a pilot run, summarised in the card")
+    done.add_argument("--variant", type=Path, action="append", default=[], help="another full run, reported in the card")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads if args.command == "train" else 1)
+    if args.command == "finish":
+        print(finish(args.run, args.out, step=args.step, pilots=args.pilot, variants=args.variant))
+        return 0
+    recipe = Recipe(**{f: getattr(args, f) for f in asdict(Recipe())})
+    began = time.time()
+    data = token_corpus(recipe.vocab_size)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / "tokenizer.json", data.tokenizer.to_str())
+    write_atomic(args.out / "run.json", json.dumps({"recipe": asdict(recipe), "corpus": data.summary(), "argv": sys.argv,
+                                                    "threads": args.threads, "torch": torch.__version__,
+                                                    "machine": platform.machine(), "tokenize_seconds": round(time.time() - began, 1)}, indent=1))
+    print(json.dumps(data.summary()), flush=True)
+    planned = estimate(recipe, data, args.minutes)
+    if args.steps is not None:
+        planned["steps_asked"] = args.steps
+        planned["minutes_for_steps"] = args.steps * planned["seconds_per_step"] / 60
+        if planned["minutes_for_steps"] > args.max_minutes:
+            raise SystemExit(f"refused: {args.steps} steps at {planned['seconds_per_step'] * 1000:.1f} ms each would take "
+                             f"{planned['minutes_for_steps']:.0f} min, over --max-minutes {args.max_minutes}.")
+    print(json.dumps({"estimate": planned}), flush=True)
+    info = json.loads((args.out / "run.json").read_text())
+    write_atomic(args.out / "run.json", json.dumps({**info, "estimate": planned}, indent=1))
+    train(recipe, data, minutes=args.minutes, out=args.out, eval_every=args.eval_every, max_minutes=args.max_minutes,
+          steps=args.steps, log=lambda line: print(line, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

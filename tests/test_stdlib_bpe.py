@@ -1,0 +1,251 @@
+"""`stdlib-bpe`, the natural-text model with induction heads: its tokenizer, recipe, tracking metrics,
+shipped checkpoint and card (models/stdlib_bpe.py, models/tokenizers.py)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import interp
+from interp.analyses import induction, positional
+from interp.data import PromptSet, Repeats
+from interp.models import stdlib_bpe
+from interp.models.config import GPTConfig
+from interp.models.gpt import HookedGPT
+from interp.models.io import load_checkpoint, read_checkpoint_config
+from interp.models.textcorpus import compare_corpus, load_corpus
+from interp.models.tokenizers import BPETokenizer, shipped_tokenizer, train_bpe
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bpe"
+TEXTS = ["def add(first, second):\n    return first + second\n", "class Point:\n    def __init__(self, x):\n        self.x = x\n"] * 20
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer():
+    return train_bpe(TEXTS, 300, special_tokens=[stdlib_bpe.SEPARATOR_TOKEN])
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return read_checkpoint_config(CHECKPOINT)["metadata"]
+
+
+@pytest.fixture(scope="module")
+def corpus(shipped):
+    """The standard library found here; the tests that re-measure the card skip, saying why, when it is not the card's."""
+    found = load_corpus()
+    differs = compare_corpus(shipped["corpus"], found)
+    if differs:
+        pytest.skip(differs)
+    return found
+
+
+@pytest.fixture(scope="module")
+def data(shipped, corpus):
+    tokenizer = BPETokenizer(shipped["tokenizer"]["json"])
+    return stdlib_bpe.token_corpus(tokenizer.vocab_size, corpus=corpus, tokenizer=tokenizer)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def test_bpe_round_trips_text_and_rebuilds_from_its_json(small_tokenizer):
+    text = "def add(first, second):\n    return first + second  # é\n"
+    ids = small_tokenizer.encode(text)
+    assert small_tokenizer.decode(ids) == text
+    assert len(ids) < len(text.encode())  # merges happened
+    again = BPETokenizer(small_tokenizer.to_str())
+    assert again.encode(text) == ids and again.sha256 == small_tokenizer.sha256
+    assert small_tokenizer.token_id(stdlib_bpe.SEPARATOR_TOKEN) == 0
+    assert train_bpe(TEXTS, 300, special_tokens=[stdlib_bpe.SEPARATOR_TOKEN]).sha256 == small_tokenizer.sha256  # deterministic
+
+
+def test_bpe_refuses_unknown_pieces_and_ids(small_tokenizer):
+    with pytest.raises(ValueError, match="not a token"):
+        small_tokenizer.token_id("<|nothing|>")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        small_tokenizer.decode([small_tokenizer.vocab_size])
+
+
+def test_shipped_tokenizer_is_rebuilt_from_metadata_and_must_fit_the_model(small_tokenizer):
+    metadata = {"tokenizer": {"kind": "bpe", "json": small_tokenizer.to_str()}}
+    assert shipped_tokenizer(metadata, small_tokenizer.vocab_size).encode("x = 1") == small_tokenizer.encode("x = 1")
+    with pytest.raises(ValueError, match="belongs to another model"):
+        shipped_tokenizer(metadata, small_tokenizer.vocab_size + 1)
+
+
+# ---------------------------------------------------------------- the training stream and the probes
+
+
+def test_plant_copies_repeats_a_span_of_the_row_itself_and_only_when_asked():
+    windows = torch.arange(4 * 64).view(4, 64)  # every token distinct
+    assert torch.equal(stdlib_bpe.plant_copies(windows, 0.0, torch.Generator().manual_seed(0)), windows)
+    planted = stdlib_bpe.plant_copies(windows, 1.0, torch.Generator().manual_seed(0))
+    for row, original in zip(planted, windows):
+        changed = (row != original).nonzero().flatten()
+        assert 8 <= changed.numel() <= 16 and torch.equal(changed, torch.arange(changed[0], changed[-1] + 1))
+        source = int(row[changed[0]]) - int(original[0])  # the copied span's first position in the row
+        assert source + changed.numel() <= int(changed[0])  # copied from earlier in the row, not overlapping
+        assert torch.equal(row[changed], original[source : source + changed.numel()])
+
+
+def test_repeated_spans_are_text_then_a_span_then_the_same_span():
+    stream = torch.arange(1, 5000)
+    stream[2500] = 0  # a file separator: no window crosses it
+    prompts = stdlib_bpe.repeated_spans(stream, 16, span=20, offset=30, separator=0, seed=1)
+    assert prompts.shape == (16, 70)
+    assert torch.equal(prompts[:, 30:50], prompts[:, 50:70]) and not (prompts == 0).any()
+
+
+def test_tracking_metrics_equal_the_toolkits():
+    """`track` re-implements previous-token and induction attention inside models/; they must be the toolkit's."""
+    model = HookedGPT(GPTConfig(n_layers=2, n_heads=2, d_model=32, n_ctx=40, d_vocab=12, attn_only=True, init_range=0.3,
+                                seed=3)).eval()
+    tokens = torch.randint(0, 12, (6, 40), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    ours = torch.stack([stdlib_bpe.induction_attention(cache["pattern", layer], tokens) for layer in range(2)])
+    theirs = induction.scores_per_prompt(model, PromptSet(tokens, repeats=Repeats(match_len=1)))["induction"].mean(0)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    previous = torch.stack([stdlib_bpe.previous_token_attention(cache["pattern", layer]) for layer in range(2)])
+    focus = positional.focus(model, PromptSet(tokens)).set_index(["layer", "head"])["prev_token"]
+    torch.testing.assert_close(previous.flatten().double(), torch.tensor(focus.values), atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- training
+
+
+@pytest.fixture(scope="module")
+def mini_data(tmp_path_factory, small_tokenizer):
+    root = tmp_path_factory.mktemp("stdlib")
+    for i in range(40):
+        (root / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 30)
+    return stdlib_bpe.token_corpus(300, corpus=load_corpus(root), tokenizer=small_tokenizer)
+
+
+def test_training_is_seeded_and_writes_a_snapshot_and_log_row_per_evaluation(mini_data, tmp_path):
+    recipe = stdlib_bpe.Recipe(n_ctx=32, batch_size=2, d_model=16, n_heads=2, warmup_steps=2, copy_fraction=0.5)
+    stdlib_bpe.train(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "a", log=lambda line: None)
+    stdlib_bpe.train(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "b", log=lambda line: None)
+    rows = stdlib_bpe.read_log(tmp_path / "a")
+    assert [r["step"] for r in rows] == [0, 2, 4]
+    assert rows == stdlib_bpe.read_log(tmp_path / "b")  # same seed, same thread count: same numbers
+    assert sorted(p.name for p in (tmp_path / "a").glob("step*.safetensors")) == [
+        "step000000.safetensors", "step000002.safetensors", "step000004.safetensors"]
+    snapshot = load_checkpoint(tmp_path / "a" / "step000004")
+    assert snapshot.cfg.d_vocab == mini_data.tokenizer.vocab_size and snapshot.cfg.attn_only
+
+
+def test_training_over_the_budget_is_refused(mini_data, tmp_path):
+    with pytest.raises(ValueError, match="exceeds --max-minutes 90"):
+        stdlib_bpe.train(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--steps",
+                             "100000000", "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode != 0 and "refused: 100000000 steps" in result.stderr
+
+
+# ---------------------------------------------------------------- the shipped checkpoint and its card
+
+
+def test_loads_by_name_offline_with_its_tokenizer(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = interp.load("stdlib-bpe")
+    assert isinstance(model.tokenizer, BPETokenizer) and model.cfg.attn_only and model.cfg.n_layers == 3
+    tokens = model.to_tokens("def f(x):\n    return x")
+    assert model.tokenizer.decode(tokens[0].tolist()).endswith("def f(x):\n    return x")
+    assert model(tokens).shape == (1, tokens.shape[1], model.cfg.d_vocab)
+
+
+def test_card_records_recipe_curve_baselines_copying_and_heads(shipped):
+    card = CHECKPOINT.with_suffix(".md").read_text()
+    held = shipped["held_out"]
+    assert held["bits_per_token"] < held["bigram_bits_per_token"] < held["unigram_bits_per_token"]
+    assert f"{held['bits_per_byte']:.3f}" in card and f"{held['copy_ratio']:.3f}" in card
+    assert shipped["command"] in card and "### Pilot: " in card and "## Training curve" in card
+    assert len(shipped["curve"]) >= 10 and shipped["curve"][0]["step"] == 0
+    assert shipped["heads"]["induction_heads"] and "## Heads" in card
+    assert shipped["tokenizer"]["sha256"] == BPETokenizer(shipped["tokenizer"]["json"]).sha256
+
+
+def test_card_figures_are_remeasured_on_a_slice(shipped, data):
+    """The held-out figures measured again: bits per byte on a quarter of the card's windows (a slice, so within
+    sampling noise), the ICL score and the copy ratio on the card's own prompts (so equal up to float rounding)."""
+    model = interp.load("stdlib-bpe")
+    card = shipped["held_out"]
+    again = stdlib_bpe.held_out_figures(model, data, n_windows=card["n_windows"] // 4, n_repeats=card["copy_n_prompts"])
+    assert abs(again["bits_per_byte"] - card["bits_per_byte"]) < 0.05
+    assert again["bigram_bits_per_byte"] == pytest.approx(card["bigram_bits_per_byte"], abs=0.1)
+    assert again["icl_score"] == pytest.approx(card["icl_score"], abs=1e-4)
+    assert again["copy_ratio"] == pytest.approx(card["copy_ratio"], abs=1e-4)
+
+
+def test_a_short_training_run_reproduces_the_first_snapshots_loss(shipped, data, tmp_path):
+    """The recipe retrained to the first logged snapshot after step 0 gives that row's held-out loss. float32 sums
+    differ across CPUs, so within 0.02 nats, not bit for bit (same machine and thread count: identical)."""
+    first = shipped["curve"][1]
+    recipe = stdlib_bpe.Recipe(**shipped["recipe"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(shipped["threads"])  # the run's thread count
+    try:
+        stdlib_bpe.train(recipe, data, minutes=10, steps=first["step"], eval_every=first["step"], out=tmp_path,
+                         log=lambda line: None)
+    finally:
+        torch.set_num_threads(threads)
+    again = stdlib_bpe.read_log(tmp_path)[-1]
+    assert again["step"] == first["step"]
+    assert abs(again["held_out_nats"] - first["held_out_nats"]) < 0.02
+    assert abs(again["train_nats"] - first["train_nats"]) < 0.02
+
+
+def test_interp_report_runs_on_it(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "interp.cli", "report", "stdlib-bpe", "--n", "8", "--out", str(tmp_path),
+                             "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "report.html").exists()
+
+
+# ---------------------------------------------------------------- notebook 04
+
+
+def test_notebook_is_generated_from_the_script():
+    nbformat = pytest.importorskip("nbformat")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "notebooks" / "make_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stored = nbformat.read(ROOT / "notebooks" / "04_text_model.ipynb", as_version=4)
+    assert [c.source for c in stored.cells] == [c.source for c in module.TEXT_MODEL]
+
+
+def _execute_notebook(name: str) -> dict[str, str]:
+    """Run a notebook top to bottom; tag -> the cell's text output (as tests/test_notebooks.py reads them)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = {}
+    for cell in notebook.cells:
+        texts = [o.text if o.output_type == "stream" else o.data.get("text/markdown") or o.data.get("text/plain", "")
+                 for o in cell.get("outputs", []) if o.output_type in ("stream", "execute_result", "display_data")]
+        for tag in cell.metadata.get("tags", []):
+            outputs[tag] = "\n".join(texts)
+    return outputs
+
+
+def test_notebook_runs_and_concludes_from_its_results(shipped):
+    out = _execute_notebook("04_text_model.ipynb")
+    held = shipped["held_out"]
+    assert f"held-out {held['bits_per_byte']:.3f} bits/byte" in out["load"]
+    assert "corpus matches the card" in out["corpus"] or "differs" in out["corpus"]
+    first, second = map(float, re.search(r"first copy ([\d.]+), on the second copy ([\d.]+)", out["repeat-benefit"]).groups())
+    assert second < first  # the model copies a held-out span
+    conclusion = out["conclusion"]
+    removed = re.search(r"removes ([\d.]+) \[([\d.-]+), ([\d.-]+)\] of the copy gap", conclusion)
+    assert removed and "a random set of as many other heads removes" in conclusion, conclusion
+    assert "**False claims**" in conclusion and "of the copy gap on held-out spans" in conclusion
+    # the false claims (induction for the previous-token head, previous-token for the induction head) never hold
+    assert "supported" not in re.search(r"\*\*False claims\*\*[^\n]*", conclusion).group(0).split("not supported")[1]
