@@ -42,7 +42,7 @@ from interp.models.config import GPTConfig
 from interp.models.files import write_atomic
 from interp.models.gpt import HookedGPT
 from interp.models.io import save_checkpoint
-from interp.models.textcorpus import SEPARATOR, TextCorpus, load_corpus, random_windows
+from interp.models.textcorpus import SEPARATOR, TextCorpus, eval_windows, load_corpus, random_windows
 from interp.models.tokenizers import BPETokenizer, train_bpe
 
 NAME = "stdlib-bpe"
@@ -241,17 +241,24 @@ def track(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
     return row
 
 
-@torch.no_grad()
-def copy_losses(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
-    """Mean loss on the first and the second copy of each repeated held-out span (the span's tokens after its first)."""
-    first, second = [], []
+def per_token_losses(model: HookedGPT, tokens: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+    """(n, pos - 1) next-token losses of `tokens`, batch by batch; column i predicts token i + 1."""
+    with torch.no_grad():
+        return torch.cat([model(tokens[i : i + batch_size], return_type="loss", loss_per_token=True)
+                          for i in range(0, tokens.shape[0], batch_size)])
+
+
+def copy_per_prompt(model: HookedGPT, probes: Probes, batch_size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, second): per repeated span, the mean loss on each copy's tokens after its first, float64."""
     a, b = probes.offset, probes.offset + probes.span
-    for start in range(0, probes.repeated.shape[0], batch_size):
-        per_token = model(probes.repeated[start : start + batch_size], return_type="loss", loss_per_token=True)
-        first.append(per_token[:, a : b - 1])  # predicts span tokens 1..span-1 of the first copy
-        second.append(per_token[:, b : b + probes.span - 1])
-    first_loss, second_loss = float(torch.cat(first).mean()), float(torch.cat(second).mean())
-    return {"copy_first": first_loss, "copy_second": second_loss, "copy_ratio": second_loss / first_loss}
+    per_token = per_token_losses(model, probes.repeated, batch_size).double()
+    return per_token[:, a : b - 1].mean(-1), per_token[:, b : b + probes.span - 1].mean(-1)
+
+
+def copy_losses(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
+    """Mean loss on the first and the second copy of the repeated held-out spans, and their ratio."""
+    first, second = (float(copy.mean()) for copy in copy_per_prompt(model, probes, batch_size))
+    return {"copy_first": first, "copy_second": second, "copy_ratio": second / first}
 
 
 # ---------------------------------------------------------------- training
@@ -344,10 +351,15 @@ def ngram_bits(train: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> d
             "bigram_bits_per_token": float(-log_bigram[previous, target].mean())}
 
 
-def bootstrap_mean(values: torch.Tensor, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean over the first axis."""
+def bootstrap_ci(numerator: torch.Tensor, denominator: torch.Tensor | None = None, *, seed: int = 0,
+                 n_resamples: int = 2000) -> tuple[float, float]:
+    """95% percentile bootstrap interval over prompts of mean(numerator), or of mean(numerator) / mean(denominator)
+    with each prompt's pair resampled together. (models/ cannot use interp.stats, which sits above it.)"""
     generator = torch.Generator().manual_seed(seed)
-    draws = values[torch.randint(0, values.shape[0], (n_resamples, values.shape[0]), generator=generator)].mean(1)
+    index = torch.randint(0, numerator.shape[0], (n_resamples, numerator.shape[0]), generator=generator)
+    draws = numerator[index].mean(1)
+    if denominator is not None:
+        draws = draws / denominator[index].mean(1)
     return float(draws.quantile(0.025)), float(draws.quantile(0.975))
 
 
@@ -356,47 +368,28 @@ def held_out_figures(model: HookedGPT, data: TokenCorpus, *, n_windows: int = 10
                      batch_size: int = 32) -> dict:
     """What the card states about the model on held-out text: bits per token and per byte against unigram
     and bigram baselines, the in-context learning score with its positions, and the copy gap of repeated spans."""
-    from interp.models.textcorpus import eval_windows
-
     n_ctx = model.cfg.n_ctx
     windows = eval_windows(data.held_out, n_ctx, n_windows)
-    per_token = torch.cat([model(windows[i : i + batch_size], return_type="loss", loss_per_token=True)
-                           for i in range(0, windows.shape[0], batch_size)]).double()  # (window, pos - 1)
+    per_token = per_token_losses(model, windows, batch_size).double()  # (window, pos - 1)
     bits = float(per_token.mean()) / math.log(2)
     baselines = ngram_bits(data.train, windows, data.tokenizer.vocab_size)
     per_byte = data.held_out_tokens_per_byte
     separator = data.tokenizer.token_id(SEPARATOR_TOKEN)
     probes = Probes.build(data.held_out, n_ctx, separator, n=n_repeats, seed=11)
-    natural = torch.cat([model(probes.natural[i : i + batch_size], return_type="loss", loss_per_token=True)
-                         for i in range(0, n_repeats, batch_size)]).double()
+    natural = per_token_losses(model, probes.natural, batch_size).double()
     late = natural[:, probes.late[0] - 1 : probes.late[1] - 1].mean(-1) - natural[:, probes.early[0] - 1 : probes.early[1] - 1].mean(-1)
-    copies = copy_losses(model, probes, batch_size=batch_size)
-    per_prompt = torch.stack(_copy_per_prompt(model, probes, batch_size))  # (2, prompt)
+    first, second = copy_per_prompt(model, probes, batch_size)
     return {
         "n_windows": int(windows.shape[0]), "n_predicted": int(per_token.numel()),
         "bits_per_token": bits, "bits_per_byte": bits * per_byte, "held_out_tokens_per_byte": per_byte,
         "unigram_bits_per_byte": baselines["unigram_bits_per_token"] * per_byte,
         "bigram_bits_per_byte": baselines["bigram_bits_per_token"] * per_byte, **baselines,
-        "icl_score": float(late.mean()), "icl_ci": bootstrap_mean(late), "icl_n_windows": n_repeats,
+        "icl_score": float(late.mean()), "icl_ci": bootstrap_ci(late), "icl_n_windows": n_repeats,
         "icl_early_tokens": list(probes.early), "icl_late_tokens": list(probes.late),
-        "copy_first": copies["copy_first"], "copy_second": copies["copy_second"], "copy_ratio": copies["copy_ratio"],
-        "copy_ratio_ci": _ratio_ci(per_prompt[1], per_prompt[0]), "copy_n_prompts": n_repeats,
+        "copy_first": float(first.mean()), "copy_second": float(second.mean()),
+        "copy_ratio": float(second.mean() / first.mean()), "copy_ratio_ci": bootstrap_ci(second, first), "copy_n_prompts": n_repeats,
         "copy_span": probes.span, "copy_offset": probes.offset,
     }
-
-
-def _copy_per_prompt(model: HookedGPT, probes: Probes, batch_size: int) -> list[torch.Tensor]:
-    a, b = probes.offset, probes.offset + probes.span
-    per_token = torch.cat([model(probes.repeated[i : i + batch_size], return_type="loss", loss_per_token=True)
-                           for i in range(0, probes.repeated.shape[0], batch_size)]).double()
-    return [per_token[:, a : b - 1].mean(-1), per_token[:, b : b + probes.span - 1].mean(-1)]
-
-
-def _ratio_ci(numerator: torch.Tensor, denominator: torch.Tensor, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
-    generator = torch.Generator().manual_seed(seed)
-    index = torch.randint(0, numerator.shape[0], (n_resamples, numerator.shape[0]), generator=generator)
-    draws = numerator[index].mean(1) / denominator[index].mean(1)
-    return float(draws.quantile(0.025)), float(draws.quantile(0.975))
 
 
 def read_log(run: Path) -> list[dict]:

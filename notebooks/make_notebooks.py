@@ -1194,7 +1194,7 @@ fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
 panels = (("held_out_nats", "held-out loss (nats/token)"), ("icl_score", "ICL score (nats)"),
           ("induction", "best induction score"), ("copy_ratio", "copy ratio, 2nd/1st"))
 for ax, (column, title) in zip(axes, panels):
-    ax.plot(curve.tokens[1:], curve[column][1:], lw=1.2)
+    ax.plot(curve.tokens[1:], curve[column][1:], lw=1.2, label="best induction" if column == "induction" else None)
     if column == "induction":
         ax.plot(curve.tokens[1:], curve.previous_token[1:], lw=1.2, label="best previous-token")
         ax.axhline(0.5, color="k", ls="--", lw=0.8); ax.legend(fontsize=8)
