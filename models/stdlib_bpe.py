@@ -31,6 +31,7 @@ import json
 import math
 import platform
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,8 +57,9 @@ class Recipe:
     vocab_size: int = 2048  # BPE pieces, the separator included
     n_ctx: int = 512
     batch_size: int = 4
-    lr: float = 1e-3  # peak AdamW learning rate, after a linear warm-up; constant afterwards
+    lr: float = 1e-3  # peak AdamW learning rate, after a linear warm-up
     warmup_steps: int = 200
+    decay_steps: int = 0  # cosine decay to a tenth of `lr` by this step (0: constant after the warm-up)
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     d_model: int = 128
@@ -285,7 +287,11 @@ def estimate(recipe: Recipe, data: TokenCorpus, minutes: float, *, timed_steps: 
 
 
 def learning_rate(step: int, recipe: Recipe) -> float:
-    return recipe.lr * min(1.0, (step + 1) / recipe.warmup_steps)
+    """Linear warm-up, then constant, or a cosine down to lr / 10 at `decay_steps` (and held there)."""
+    if step < recipe.warmup_steps or not recipe.decay_steps:
+        return recipe.lr * min(1.0, (step + 1) / recipe.warmup_steps)
+    progress = min(1.0, (step - recipe.warmup_steps) / max(1, recipe.decay_steps - recipe.warmup_steps))
+    return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_every: int = 1000,
@@ -425,11 +431,28 @@ def finish(run: Path, out: Path, *, step: int | None = None, pilots: Sequence[Pa
         "tokenizer": {"kind": "bpe", "sha256": tokenizer.sha256, "json": tokenizer.to_str()},
         "pilots": [pilot_summary(p, chosen["tokens"]) for p in pilots],
         "variants": [_summarise_run(v) for v in variants],
+        "reproduction": reproduction_row(Recipe(**info["recipe"]), data, threads=info["threads"]),
     }
     weights = save_checkpoint(model, out, metadata)
     previous = read_checkpoint_config(out)["metadata"]
     write_card(out.with_suffix(".md"), previous)
     return weights
+
+
+REPRODUCTION_STEPS = 100
+
+
+def reproduction_row(recipe: Recipe, data: TokenCorpus, *, threads: int, steps: int = REPRODUCTION_STEPS) -> dict:
+    """The log row after `steps` steps of `recipe` retrained here: what the default test suite retrains and compares,
+    since a run's first snapshot lies further than a quick test can train (the slow test retrains to it)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            train(recipe, data, minutes=10, steps=steps, eval_every=steps, out=Path(scratch), log=lambda line: None)
+            return read_log(Path(scratch))[-1]
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _summarise_run(run: Path) -> dict:
@@ -492,7 +515,9 @@ def _curve_table(rows: list[dict], every: int = 1) -> list[str]:
 def _recipe_line(recipe: dict) -> str:
     return (f"{recipe['n_layers']} attention-only layers of {recipe['n_heads']} heads, d_model {recipe['d_model']}, "
             f"{recipe['positional_embedding_type']} positions, context {recipe['n_ctx']} tokens, batch {recipe['batch_size']}, "
-            f"AdamW lr {recipe['lr']} (linear warm-up {recipe['warmup_steps']} steps, then constant), weight decay "
+            f"AdamW lr {recipe['lr']} (linear warm-up {recipe['warmup_steps']} steps, then "
+            + (f"cosine decay to a tenth by step {recipe['decay_steps']}" if recipe.get("decay_steps") else "constant")
+            + "), weight decay "
             f"{recipe['weight_decay']}, gradient clip {recipe['grad_clip']}, init std {recipe['init_range']}, seed {recipe['seed']}, "
             + (f"planted copies in {recipe['copy_fraction']:.0%} of training windows (spans of 8 tokens to "
                f"{recipe.get('copy_max', 0.25):.0%} of the window)" if recipe["copy_fraction"] else "no planted copies")
@@ -531,9 +556,15 @@ def _card_made(m: dict) -> str:
              f"- {_recipe_line(m['recipe'])}.",
              f"- {t['steps']} steps, {t['tokens']:.3g} tokens, {t['train_seconds'] / 60:.1f} min of training on "
              f"{m['threads']} torch thread(s) ({m['machine']}, torch {m['torch']}), evaluation excluded. The shipped "
-             f"weights are the snapshot at step {t['steps']}; the same command with `--steps {t['steps']}` instead of "
-             "`--minutes` retrains them (same seed and thread count: the same numbers; another CPU: float rounding).",
+             f"weights are the snapshot at step {t['steps']}; the same command with `--steps {t['steps']}` (which stops "
+             "training there, whatever `--minutes` says) retrains them (same seed and thread count: the same numbers; "
+             "another CPU: float rounding).",
              ]
+    if m.get("reproduction"):
+        r = m["reproduction"]
+        lines.append(f"- Retrained here for {r['step']} steps when the card was written: held-out loss {_f(r['held_out_nats'])}, "
+                     f"training loss {_f(r['train_nats'])} nats per token (what the default test suite retrains and "
+                     "compares within 0.02 nats).")
     if est:
         lines.append(f"- Estimate made before training: {est['seconds_per_step'] * 1000:.1f} ms per step from "
                      f"{est['timed_steps']} timed steps, so {est['minutes']:.1f} min for the budget asked; a run whose "
@@ -643,8 +674,9 @@ def _card_variants(m: dict) -> str:
         flags = " ".join(a for a in v["argv"][2:] if not a.startswith("/"))
         flags = flags.replace("--out", "").strip()
         asked = float(v["argv"][v["argv"].index("--minutes") + 1]) if "--minutes" in v["argv"] else None
-        stopped = (f" (stopped by hand after {last['train_seconds'] / 60:.0f} min)"
-                   if asked and last["train_seconds"] < asked * 60 - 60 else "")
+        steps = int(v["argv"][v["argv"].index("--steps") + 1]) if "--steps" in v["argv"] else None
+        short = last["step"] < steps if steps is not None else bool(asked and last["train_seconds"] < asked * 60 - 60)
+        stopped = f" (stopped by hand after {last['train_seconds'] / 60:.0f} min)" if short else ""
         lines.append(f"| {v['name']} | `{flags}`{stopped} | {last['step']} | {last['tokens']:.3g} | {_f(last['held_out_nats'])} | "
                      f"{_f(last['induction'])} ({last['induction_head']}) | {_f(last['previous_token'])} "
                      f"({last['previous_token_head']}) | {_f(last['copy_ratio'])} |")

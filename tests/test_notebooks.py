@@ -399,6 +399,9 @@ def test_text_model_results_match_the_committed_run_and_the_conclusion():
     assert f"{r['second_copy']:.3f} the second" in text and f"{r['held_out']['bits_per_byte']:.3f} bits/byte" in text
     for name, verdict in r["composition"].items():
         assert f"{name}: {verdict}" in text
+    for key in ("naive_faithfulness", "faithfulness"):
+        mean, low, high = r[key]
+        assert f"{mean:.2f} [{low:.2f}, {high:.2f}]" in text
 
 
 def test_out_writes_the_notebooks_elsewhere_and_leaves_the_committed_ones(tmp_path):

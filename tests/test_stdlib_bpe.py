@@ -138,6 +138,18 @@ def test_training_is_seeded_and_writes_a_snapshot_and_log_row_per_evaluation(min
     assert snapshot.cfg.d_vocab == mini_data.tokenizer.vocab_size and snapshot.cfg.attn_only
 
 
+def test_learning_rate_warms_up_then_stays_or_decays_to_a_tenth():
+    constant = stdlib_bpe.Recipe(lr=1e-3, warmup_steps=10)
+    assert stdlib_bpe.learning_rate(0, constant) == pytest.approx(1e-4)
+    assert [stdlib_bpe.learning_rate(s, constant) for s in (9, 500, 10**6)] == [pytest.approx(1e-3)] * 3
+    cosine = stdlib_bpe.Recipe(lr=1e-3, warmup_steps=10, decay_steps=110)
+    assert stdlib_bpe.learning_rate(9, cosine) == pytest.approx(1e-3)  # the warm-up is the same
+    assert stdlib_bpe.learning_rate(60, cosine) == pytest.approx(0.55e-3)  # half-way down the cosine
+    assert stdlib_bpe.learning_rate(110, cosine) == stdlib_bpe.learning_rate(10**6, cosine) == pytest.approx(1e-4)
+    rates = [stdlib_bpe.learning_rate(s, cosine) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+
+
 def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     with pytest.raises(ValueError, match="exceeds --max-minutes 90"):
         stdlib_bpe.train(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)
@@ -181,19 +193,23 @@ def test_card_figures_are_remeasured_on_a_slice(shipped, data):
     assert again["copy_ratio"] == pytest.approx(card["copy_ratio"], abs=1e-4)
 
 
-def test_a_short_training_run_reproduces_the_first_snapshots_loss(shipped, data, tmp_path):
-    """The recipe retrained to the first logged snapshot after step 0 gives that row's held-out loss. float32 sums
-    differ across CPUs, so within 0.02 nats, not bit for bit (same machine and thread count: identical)."""
+def test_a_short_training_run_reproduces_the_recorded_early_loss(shipped, data):
+    """The recipe retrained for the few steps `finish` recorded gives the recorded losses. float32 sums differ
+    across CPUs, so within 0.02 nats, not bit for bit (same machine and thread count: identical)."""
+    recorded = shipped["reproduction"]
+    again = stdlib_bpe.reproduction_row(stdlib_bpe.Recipe(**shipped["recipe"]), data, threads=shipped["threads"],
+                                        steps=recorded["step"])
+    assert again["step"] == recorded["step"] == stdlib_bpe.REPRODUCTION_STEPS
+    assert abs(again["held_out_nats"] - recorded["held_out_nats"]) < 0.02
+    assert abs(again["train_nats"] - recorded["train_nats"]) < 0.02
+
+
+@pytest.mark.slow
+def test_a_training_run_reproduces_the_first_snapshots_loss(shipped, data):
+    """The recipe retrained to the run's first logged snapshot after step 0 (minutes) gives that row's losses."""
     first = shipped["curve"][1]
-    recipe = stdlib_bpe.Recipe(**shipped["recipe"])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(shipped["threads"])  # the run's thread count
-    try:
-        stdlib_bpe.train(recipe, data, minutes=10, steps=first["step"], eval_every=first["step"], out=tmp_path,
-                         log=lambda line: None)
-    finally:
-        torch.set_num_threads(threads)
-    again = stdlib_bpe.read_log(tmp_path)[-1]
+    again = stdlib_bpe.reproduction_row(stdlib_bpe.Recipe(**shipped["recipe"]), data, threads=shipped["threads"],
+                                        steps=first["step"])
     assert again["step"] == first["step"]
     assert abs(again["held_out_nats"] - first["held_out_nats"]) < 0.02
     assert abs(again["train_nats"] - first["train_nats"]) < 0.02
@@ -247,5 +263,6 @@ def test_notebook_runs_and_concludes_from_its_results(shipped):
     removed = re.search(r"removes ([\d.]+) \[([\d.-]+), ([\d.-]+)\] of the copy gap", conclusion)
     assert removed and "a random set of as many other heads removes" in conclusion, conclusion
     assert "**False claims**" in conclusion and "of the copy gap on held-out spans" in conclusion
+    assert "with the layer-0 carriers' own inputs added" in conclusion
     # the false claims (induction for the previous-token head, previous-token for the induction head) never hold
     assert "supported" not in re.search(r"\*\*False claims\*\*[^\n]*", conclusion).group(0).split("not supported")[1]
