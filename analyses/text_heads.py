@@ -10,7 +10,8 @@ measures, on held-out windows of the standard library that the model never train
   sufficiency, faithfulness) on the other half;
 - `copying.copy_gap_ablation`: the fraction of the copy gap of repeated held-out spans removed by
   ablating the heads scan proposed as induction heads (and did not refute) together, against every set of as
-  many other heads;
+  many other heads; and, when scan refuted some of its proposals, of every head it proposed (a weaker
+  induction head can back up a stronger one, so that removing the stronger alone leaves copying behind);
 then stores the tables in the checkpoint's metadata (`metadata.heads`) and rewrites its card.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from interp.errors import BadInput
 from interp.models import stdlib_bpe
 from interp.models.gpt import HookedGPT
 from interp.models.tokenizers import BPETokenizer
+from interp.models.textcorpus import named_corpus
 from interp.models.io import load_checkpoint, read_checkpoint_config, save_checkpoint
 
 
@@ -47,9 +49,11 @@ class HeldOutPrompts:
             raise BadInput(f"held-out stdlib prompts need a model with stdlib-bpe's tokenizer (a BPETokenizer); this "
                            f"model's is {type(tokenizer).__name__}. Load it with interp.load('stdlib-bpe') or a checkpoint "
                            "written by python -m interp.models.stdlib_bpe finish.")
-        data = stdlib_bpe.token_corpus(tokenizer.vocab_size, tokenizer=tokenizer)
-        separator = data.tokenizer.token_id(stdlib_bpe.SEPARATOR_TOKEN)
-        probes = stdlib_bpe.Probes.build(data.held_out, model.cfg.n_ctx, separator, n=n, seed=seed)
+        recipe = getattr(model, "metadata", {}).get("recipe", {})
+        corpus = named_corpus(recipe.get("corpus", "stdlib"))
+        held_out = stdlib_bpe.encode_stream(tokenizer, corpus.held_out)  # the training files are not needed here
+        separator = tokenizer.token_id(stdlib_bpe.SEPARATOR_TOKEN)
+        probes = stdlib_bpe.Probes.build(held_out, model.cfg.n_ctx, separator, n=n, seed=seed)
         natural = PromptSet(probes.natural, meta={"kind": "held-out text"}, repeats=Repeats(match_len=1))
         repeated = PromptSet(probes.repeated, meta={"kind": "held-out span repeated"},
                              repeats=Repeats(period=probes.span, offset=probes.offset, n_repeats=2))
@@ -63,6 +67,8 @@ class HeadEvidence:
     induction_heads: tuple[str, ...]  # heads scan proposed as induction heads and did not refute (the heads ablated)
     ablation: pd.DataFrame  # copy_gap_ablation: the induction heads, then the control sets
     copy: pd.DataFrame  # copy_gap on the repeated spans
+    proposed_heads: tuple[str, ...] = ()  # every head scan proposed as an induction head, refuted or not
+    proposed_ablation: pd.DataFrame | None = None  # copy_gap_ablation of those, when they are more than induction_heads
 
 
 def head_evidence(model: nn.Module, prompts: HeldOutPrompts, *, seed: int = 0, batch_size: int = 16) -> HeadEvidence:
@@ -74,12 +80,16 @@ def head_evidence(model: nn.Module, prompts: HeldOutPrompts, *, seed: int = 0, b
                             on=["layer", "head"])
         scores.append(frame.assign(prompts=name))
     verdicts = scan(model, prompts.natural, seed=seed, batch_size=batch_size)
-    proposed = verdicts[(verdicts["claim"] == "induction") & (verdicts["verdict"] != "refuted")]
-    heads = tuple(f"L{int(r.layer)}H{int(r.head)}" for r in proposed.itertuples())
-    ablation = (copying.copy_gap_ablation(model, prompts.repeated, list(heads), batch_size=batch_size, seed=seed)
-                if heads else pd.DataFrame())
-    return HeadEvidence(pd.concat(scores, ignore_index=True), verdicts, heads, ablation,
-                        copying.copy_gap(model, prompts.repeated, batch_size=batch_size))
+    proposed = verdicts[verdicts["claim"] == "induction"]
+    every = tuple(f"L{int(r.layer)}H{int(r.head)}" for r in proposed.itertuples())
+    heads = tuple(f"L{int(r.layer)}H{int(r.head)}" for r in proposed.itertuples() if r.verdict != "refuted")
+
+    def ablate(chosen: tuple[str, ...]) -> pd.DataFrame:
+        return copying.copy_gap_ablation(model, prompts.repeated, list(chosen), batch_size=batch_size, seed=seed)
+
+    return HeadEvidence(pd.concat(scores, ignore_index=True), verdicts, heads, ablate(heads) if heads else pd.DataFrame(),
+                        copying.copy_gap(model, prompts.repeated, batch_size=batch_size), every,
+                        ablate(every) if len(every) > len(heads) else None)
 
 
 def _num(value: float) -> str:
@@ -115,29 +125,57 @@ def render(evidence: HeadEvidence, prompts: HeldOutPrompts) -> str:
               f"On the repeated spans the second copy costs {_num(copy['ratio'])} of the first "
               f"[{_num(copy['ratio_ci_low'])}, {_num(copy['ratio_ci_high'])}] (first {_num(copy['first_copy'])}, "
               f"second {_num(copy['second_copy'])} nats/token; copy gap {_num(copy['gap'])} nats)."]
+    said = {f"L{int(r.layer)}H{int(r.head)}": r.verdict for r in evidence.verdicts.itertuples() if r.claim == "induction"}
     if evidence.ablation.empty:
         lines += ["", "`scan` proposed no induction head that it did not refute, so there is no set of induction heads to ablate."]
     else:
-        claimed = evidence.ablation[~evidence.ablation["control"]].iloc[0]
-        controls = evidence.ablation[evidence.ablation["control"]]
-        random_set = copying.random_set_effect(evidence.ablation)
-        best = controls.loc[controls["removed"].idxmax()]
-        verdict = ("Its CI's lower bound clears the random-set effect: the claim that these heads carry the copying holds."
-                   if claimed["ci_low"] > random_set else
-                   "Its CI's lower bound does not clear the random-set effect: the claim is not established.")
-        said = {f"L{int(r.layer)}H{int(r.head)}": r.verdict for r in evidence.verdicts.itertuples() if r.claim == "induction"}
-        lines += ["", f"Mean-ablating the heads `scan` proposed as induction heads and did not refute, "
-                  f"{', '.join(f'{h} ({said[h]})' for h in evidence.induction_heads)}, together removes "
-                  f"**{_num(claimed['removed'])}** of the copy gap [{_num(claimed['ci_low'])}, {_num(claimed['ci_high'])}] "
-                  f"(gap {_num(claimed['gap_clean'])} -> {_num(claimed['gap_ablated'])} nats). A random set of as many other "
-                  f"heads removes **{_num(random_set)}** on average over all {len(controls)} such sets (the control). "
-                  f"{verdict} The largest control, {best['heads']}, removes {_num(best['removed'])} "
-                  f"[{_num(best['ci_low'])}, {_num(best['ci_high'])}].", "",
-                  "| heads ablated | fraction of the copy gap removed [CI] | control |", "|---|---|---|"]
-        for row in evidence.ablation.sort_values("removed", ascending=False).head(12).itertuples():
-            lines.append(f"| {row.heads} | {_num(row.removed)} [{_num(row.ci_low)}, {_num(row.ci_high)}] | "
-                         f"{'yes' if row.control else 'no'} |")
+        lines += ["", _ablation_text(evidence.ablation, "the heads `scan` proposed as induction heads and did not refute",
+                                     evidence.induction_heads, said), "", *_ablation_table(evidence.ablation)]
+    if evidence.proposed_ablation is not None:
+        lines += ["", _ablation_text(evidence.proposed_ablation, "every head `scan` proposed as an induction head, refuted "
+                                     "or not", evidence.proposed_heads, said) + _backup_text(evidence), "",
+                  *_ablation_table(evidence.proposed_ablation)]
     return "\n".join(lines) + "\n"
+
+
+def _ablation_text(frame: pd.DataFrame, which: str, heads: tuple[str, ...], said: dict[str, str]) -> str:
+    claimed = frame[~frame["control"]].iloc[0]
+    controls = frame[frame["control"]]
+    random_set = copying.random_set_effect(frame)
+    best = controls.loc[controls["removed"].idxmax()]
+    verdict = ("Its CI's lower bound clears the random-set effect: the claim that these heads carry the copying holds."
+               if claimed["ci_low"] > random_set else
+               "Its CI's lower bound does not clear the random-set effect: the claim is not established.")
+    return (f"Mean-ablating {which}, {', '.join(f'{h} ({said[h]})' for h in heads)}, together removes "
+            f"**{_num(claimed['removed'])}** of the copy gap [{_num(claimed['ci_low'])}, {_num(claimed['ci_high'])}] "
+            f"(gap {_num(claimed['gap_clean'])} -> {_num(claimed['gap_ablated'])} nats). A random set of as many other "
+            f"heads removes **{_num(random_set)}** on average over {len(controls)} such sets (the control). "
+            f"{verdict} The largest control, {best['heads']}, removes {_num(best['removed'])} "
+            f"[{_num(best['ci_low'])}, {_num(best['ci_high'])}].")
+
+
+def _backup_text(evidence: HeadEvidence) -> str:
+    """Whether the proposed heads together remove more than the sum of each alone (read from the first ablation,
+    whose control sets hold every single head when one head was claimed): each covers for the other when removed."""
+    assert evidence.proposed_ablation is not None
+    singles = evidence.ablation.set_index("heads")["removed"] if len(evidence.induction_heads) == 1 else pd.Series(dtype=float)
+    if not set(evidence.proposed_heads) <= set(singles.index):
+        return ""
+    together = float(evidence.proposed_ablation[~evidence.proposed_ablation["control"]].iloc[0]["removed"])
+    alone = " + ".join(f"{h} {_num(singles[h])}" for h in evidence.proposed_heads)
+    total = float(sum(singles[h] for h in evidence.proposed_heads))
+    if together <= total:
+        return f" Together they remove no more than the sum of each alone ({alone})."
+    return (f" That is more than the sum of each alone ({alone} = {_num(total)}): ablated one at a time, each head's "
+            "loss is partly made up by the other, as a backup head does.")
+
+
+def _ablation_table(frame: pd.DataFrame) -> list[str]:
+    lines = ["| heads ablated | fraction of the copy gap removed [CI] | control |", "|---|---|---|"]
+    for row in frame.sort_values("removed", ascending=False).head(12).itertuples():
+        lines.append(f"| {row.heads} | {_num(row.removed)} [{_num(row.ci_low)}, {_num(row.ci_high)}] | "
+                     f"{'yes' if row.control else 'no'} |")
+    return lines
 
 
 EVIDENCE = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
@@ -178,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         "scores": json.loads(evidence.scores.to_json(orient="records")),
         "verdicts": json.loads(evidence.verdicts.to_json(orient="records", default_handler=str)),
         "ablation": json.loads(evidence.ablation.to_json(orient="records")) if not evidence.ablation.empty else [],
+        "proposed_heads": list(evidence.proposed_heads),
+        "proposed_ablation": ([] if evidence.proposed_ablation is None else
+                              json.loads(evidence.proposed_ablation.to_json(orient="records"))),
         "copy": json.loads(evidence.copy.to_json(orient="records"))[0],
     }
     save_checkpoint(model, args.checkpoint, metadata)

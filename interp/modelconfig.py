@@ -27,13 +27,20 @@ def _positive_int_field(cfg: Any, names: tuple[str, ...]) -> int | None:
     return None
 
 
+def _is_positional(name: str) -> bool:
+    """An nn.Embedding whose own name says `pos` (pos, wpe's position_embeddings, pos_emb) holds positions."""
+    return "pos" in name.rsplit(".", 1)[-1].lower()
+
+
 def vocab_size(model: Any) -> int | None:
-    """cfg.d_vocab, a Hugging Face config's vocab_size, or the largest nn.Embedding's rows."""
+    """cfg.d_vocab, a Hugging Face config's vocab_size, or the rows of the largest nn.Embedding that is not
+    positional (a positional table longer than the vocabulary is not the token embedding)."""
     found = _positive_int_field(model_config(model), VOCAB_FIELDS)
     if found is not None or not isinstance(model, nn.Module):
         return found
-    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
-    return max(sizes) if sizes else None
+    embeddings = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
+    tokens = [m for name, m in embeddings if not _is_positional(name)] or [m for _, m in embeddings]
+    return max(m.num_embeddings for m in tokens) if tokens else None
 
 
 def context_length(model: Any) -> int | None:
@@ -44,7 +51,7 @@ def context_length(model: Any) -> int | None:
     if found is not None or not isinstance(model, nn.Module):
         return found
     embeddings = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
-    positional = [m for name, m in embeddings if "pos" in name.rsplit(".", 1)[-1].lower()]
+    positional = [m for name, m in embeddings if _is_positional(name)]
     if positional:
         return positional[0].num_embeddings
     if len(embeddings) == 2:

@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 
 EXCLUDED_DIRS = ("test", "tests", "idlelib", "site-packages")
+# the corpora a recipe may name: the folders each leaves out (site-packages is never Python's own text)
+CORPORA = {"stdlib": EXCLUDED_DIRS, "stdlib-with-tests": ("site-packages",)}
 HELD_OUT_BELOW = 26  # a file is held out when sha256(relative path)[0] < 26 (26/256 ~ 10%)
 SEPARATOR = b"\x00"  # joins files; a document boundary the model sees
 VOCAB = 256  # byte values
@@ -40,8 +42,8 @@ def is_held_out(relative_path: str) -> bool:
     return hashlib.sha256(relative_path.encode("utf-8")).digest()[0] < HELD_OUT_BELOW
 
 
-def corpus_files(root: str | Path | None = None) -> list[str]:
-    """Relative POSIX paths of the corpus files under `root` (default: the stdlib), sorted."""
+def corpus_files(root: str | Path | None = None, excluded: tuple[str, ...] = EXCLUDED_DIRS) -> list[str]:
+    """Relative POSIX paths of the .py files under `root` (default: the stdlib) outside `excluded` folders, sorted."""
     root = Path(root) if root is not None else stdlib_root()
     if not root.is_dir():
         raise FileNotFoundError(f"corpus root {root} is not a folder; pass the Python standard library's folder "
@@ -49,11 +51,11 @@ def corpus_files(root: str | Path | None = None) -> list[str]:
     files = []
     for path in root.rglob("*.py"):
         relative = path.relative_to(root)
-        if any(part in EXCLUDED_DIRS for part in relative.parts[:-1]) or not path.is_file():
+        if any(part in excluded for part in relative.parts[:-1]) or not path.is_file():
             continue
         files.append(relative.as_posix())
     if not files:
-        raise FileNotFoundError(f"no .py files under {root} outside {EXCLUDED_DIRS}; is it a Python standard library?")
+        raise FileNotFoundError(f"no .py files under {root} outside {excluded}; is it a Python standard library?")
     return sorted(files)
 
 
@@ -69,22 +71,23 @@ class TextCorpus:
     checksum: str  # sha256 over (path, file sha256) of every file, in sorted order
     n_bytes: int  # total bytes of all files (separators not counted)
     python_version: str
+    excluded: tuple[str, ...] = EXCLUDED_DIRS  # the folders left out
 
     def summary(self) -> dict:
         """What a card records about the corpus (no text)."""
         return {"root": self.root, "python_version": self.python_version, "n_files": len(self.train_files) + len(self.held_out_files),
                 "n_train_files": len(self.train_files), "n_held_out_files": len(self.held_out_files),
                 "n_bytes": self.n_bytes, "n_train_bytes": len(self.train), "n_held_out_bytes": len(self.held_out),
-                "checksum": self.checksum, "filter": f".py files outside {list(EXCLUDED_DIRS)} directories",
+                "checksum": self.checksum, "filter": f".py files outside {list(self.excluded)} directories",
                 "split": f"held out when sha256(relative path)[0] < {HELD_OUT_BELOW} (of 256)"}
 
 
-def load_corpus(root: str | Path | None = None) -> TextCorpus:
+def load_corpus(root: str | Path | None = None, excluded: tuple[str, ...] = EXCLUDED_DIRS) -> TextCorpus:
     """Read and split the corpus; deterministic for a given set of files."""
     import platform
 
     root = Path(root) if root is not None else stdlib_root()
-    files = corpus_files(root)
+    files = corpus_files(root, excluded)
     digest = hashlib.sha256()
     train: list[bytes] = []
     held_out: list[bytes] = []
@@ -102,7 +105,14 @@ def load_corpus(root: str | Path | None = None) -> TextCorpus:
                          f"({len(train)} training, {len(held_out)} held out); the corpus is too small.")
     return TextCorpus(root=str(root), train_files=tuple(train_names), held_out_files=tuple(held_names),
                       train=SEPARATOR.join(train), held_out=SEPARATOR.join(held_out), checksum=digest.hexdigest(),
-                      n_bytes=total, python_version=platform.python_version())
+                      n_bytes=total, python_version=platform.python_version(), excluded=tuple(excluded))
+
+
+def named_corpus(name: str, root: str | Path | None = None) -> TextCorpus:
+    """The corpus a recipe names (a key of CORPORA), read from `root` (default: the stdlib)."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; expected one of {sorted(CORPORA)}.")
+    return load_corpus(root, CORPORA[name])
 
 
 def as_tensor(data: bytes) -> torch.Tensor:

@@ -1123,8 +1123,8 @@ TEXT_MODEL = [
 # 4. Induction heads forming on real text: `stdlib-bpe`
 
 `stdlib-bpe` is a 3-layer attention-only model (4 heads per layer, d_model 128, context 256
-tokens) that the project trains on the Python standard library's own source, over a byte-level
-BPE of 2,048 pieces trained on the same files (`python -m interp.models.stdlib_bpe train`; its
+tokens) that the project trains on the Python standard library's own source, its tests included,
+over a byte-level BPE of 2,048 pieces trained on the same files (`python -m interp.models.stdlib_bpe train`; its
 card, `models/checkpoints/stdlib-bpe.md`, says how, with the pilots that led to the recipe). Olsson
 et al. (2022) found that induction heads form in such models during a short phase of training and
 carry most in-context copying. Here we look for that on held-out text, and treat every reading of a
@@ -1144,7 +1144,7 @@ from interp.analyses import circuits, copying, induction, positional
 from interp.analyses.claims import composition_claim, induction_head, previous_token_head, scan
 from interp.analyses.text_heads import HeldOutPrompts
 from interp.claims import test_claims
-from interp.models.textcorpus import compare_corpus, load_corpus
+from interp.models.textcorpus import compare_corpus, named_corpus
 
 model = interp.load("stdlib-bpe")
 card = model.metadata
@@ -1168,7 +1168,7 @@ found. Two prompt sets come from the held-out files (never trained on):
   The copy is made here, at measurement time; the model never saw a planted repeat in training.
 """),
     code("""
-differs = compare_corpus(card["corpus"], load_corpus())
+differs = compare_corpus(card["corpus"], named_corpus(card["recipe"].get("corpus", "stdlib")))
 print(differs or f"corpus matches the card: {card['corpus']['n_files']} files, checksum {card['corpus']['checksum'][:16]}...")
 prompts = HeldOutPrompts.build(model, n=64)
 natural, repeated = prompts.natural, prompts.repeated
@@ -1311,6 +1311,26 @@ print(f"ablating {claimed.heads}: {claimed.removed:.3f} [{claimed.ci_low:.3f}, {
       f"a random set of as many other heads removes {random_set:.3f} on average over {int(ablation.control.sum())} sets; "
       f"the largest control, {strongest_control.heads}, removes {strongest_control.removed:.3f}")""", "ablation"),
     md("""
+A weaker induction head can back up a stronger one: removed alone, the stronger head's work is
+partly done by the other. So when `scan` proposed more induction heads than it kept (a proposal
+refuted at the 0.5 threshold of its claim), ablate all it proposed, against random sets of as many
+heads, and compare with the sum of each head alone.
+"""),
+    code("""
+every_proposed = [f"L{int(r.layer)}H{int(r.head)}" for r in verdicts[verdicts.claim == "induction"].itertuples()]
+backup = None
+if len(every_proposed) > len(induction_heads):
+    together = copying.copy_gap_ablation(model, repeated, every_proposed)
+    row = together[~together.control].iloc[0]
+    alone = {h: float(ablation.set_index("heads").removed[h]) for h in every_proposed if h in set(ablation.heads)}
+    backup = {"heads": row.heads, "removed": [float(row.removed), float(row.ci_low), float(row.ci_high)],
+              "random_set": copying.random_set_effect(together), "alone": alone}
+    print(f"ablating every proposed induction head, {row.heads}: {row.removed:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}] "
+          f"of the gap removed; a random set of as many other heads removes {backup['random_set']:.3f}; "
+          "each alone: " + ", ".join(f"{h} {v:.3f}" for h, v in alone.items()))
+else:
+    print("scan refuted none of its induction proposals: the ablation above is of all of them")""", "backup"),
+    md("""
 ## The circuit: previous-token head -> induction heads
 
 An induction head finds the token after an earlier occurrence of the current token by reading, in
@@ -1379,6 +1399,7 @@ results = {
     "induction_heads": induction_heads,
     "ablation": {"removed": [float(claimed.removed), float(claimed.ci_low), float(claimed.ci_high)], "random_set": random_set,
                  "strongest_control": [strongest_control.heads, float(strongest_control.removed)]},
+    "backup": backup,
     "composition": {row.statement: row.verdict for row in composition.itertuples()},
     "faithfulness": [float(faithfulness.mean), float(faithfulness.ci_low), float(faithfulness.ci_high)],
     "naive_faithfulness": [float(naive_faithfulness.mean), float(naive_faithfulness.ci_low), float(naive_faithfulness.ci_high)],
@@ -1414,7 +1435,14 @@ Markdown("\\n".join([
     + ("The claim holds: the CI's lower bound clears the random-set control." if low > r["ablation"]["random_set"] else
        "The claim is not established: the CI's lower bound does not clear the random-set control.")
     + f" The largest single control is {r['ablation']['strongest_control'][0]} "
-    f"({r['ablation']['strongest_control'][1]:.2f}).",
+    f"({r['ablation']['strongest_control'][1]:.2f})."
+    + ("" if r["backup"] is None else
+       f" All the proposed induction heads together ({r['backup']['heads']}) remove {r['backup']['removed'][0]:.2f} "
+       f"[{r['backup']['removed'][1]:.2f}, {r['backup']['removed'][2]:.2f}] against {r['backup']['random_set']:.2f} for a "
+       f"random set of as many"
+       + ("." if len(r["backup"]["alone"]) < len(r["backup"]["heads"].split("+")) else  # not every head was ablated alone
+          ", more than the sum of each alone: one backs up the other." if r["backup"]["removed"][0] > sum(r["backup"]["alone"].values())
+          else ", no more than the sum of each alone.")),
     f"- **Circuit.** " + "; ".join(f"{k}: {v}" for k, v in r["composition"].items())
     + f". As first written, the circuit reproduces {n:.2f} [{n_low:.2f}, {n_high:.2f}] of the copy gap on held-out spans "
     f"(faithfulness); with the layer-0 carriers' own inputs added, {f:.2f} [{f_low:.2f}, {f_high:.2f}]. "

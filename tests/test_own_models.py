@@ -95,6 +95,15 @@ def test_output_logits_of_every_output_kind():
             output_logits(other)
 
 
+def test_a_positional_table_longer_than_the_vocabulary_is_not_the_token_embedding():
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = torch.nn.Embedding(50, 8), torch.nn.Embedding(64, 8)
+
+    assert vocab_size(Plain()) == 50 and context_length(Plain()) == 64
+
+
 def test_modelinfo_reads_plain_models():
     encoder = EncoderLM()
     assert vocab_size(encoder) == 53 and context_length(encoder) == 48

@@ -15,7 +15,7 @@ from interp.models import stdlib_bpe
 from interp.models.config import GPTConfig
 from interp.models.gpt import HookedGPT
 from interp.models.io import load_checkpoint, read_checkpoint_config
-from interp.models.textcorpus import compare_corpus, load_corpus
+from interp.models.textcorpus import compare_corpus, load_corpus, named_corpus
 from interp.models.tokenizers import BPETokenizer, shipped_tokenizer, train_bpe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def shipped():
 @pytest.fixture(scope="module")
 def corpus(shipped):
     """The standard library found here; the tests that re-measure the card skip, saying why, when it is not the card's."""
-    found = load_corpus()
+    found = named_corpus(stdlib_bpe.Recipe(**shipped["recipe"]).corpus)
     differs = compare_corpus(shipped["corpus"], found)
     if differs:
         pytest.skip(differs)
@@ -100,6 +100,34 @@ def test_repeated_spans_are_text_then_a_span_then_the_same_span():
     assert torch.equal(prompts[:, 30:50], prompts[:, 50:70]) and not (prompts == 0).any()
 
 
+def test_repeat_reliability_has_known_answers():
+    periodic = torch.tensor([[1, 2, 3, 1, 2, 3, 1, 2]])  # every repeat is followed as before
+    assert stdlib_bpe.repeat_reliability(periodic, 1) == {"k": 1, "reliability": 1.0, "share": 4 / 7}
+    assert stdlib_bpe.repeat_reliability(periodic, 2) == {"k": 2, "reliability": 1.0, "share": 3 / 7}
+    broken = torch.tensor([[5, 6, 5, 7], [5, 6, 5, 6]])  # 5 is followed by 7, not 6, in the first window only
+    assert stdlib_bpe.repeat_reliability(broken, 1) == {"k": 1, "reliability": 0.5, "share": 2 / 6}
+    assert stdlib_bpe.repeat_reliability(broken, 4)["share"] == 0
+
+
+def test_repetition_groups_the_training_files_by_folder(small_tokenizer, tmp_path):
+    from interp.models.textcorpus import named_corpus
+
+    for i in range(40):
+        (tmp_path / "pkg" / f"m{i}.py").parent.mkdir(exist_ok=True)
+        (tmp_path / "pkg" / f"m{i}.py").write_text(f"def f{i}(x):\n    return x\n" * 10)
+        (tmp_path / "test" / f"t{i}.py").parent.mkdir(exist_ok=True)
+        (tmp_path / "test" / f"t{i}.py").write_text("        self.x = x\n" * 10)
+    data = stdlib_bpe.token_corpus(300, corpus=named_corpus("stdlib-with-tests", tmp_path), tokenizer=small_tokenizer)
+    rows = stdlib_bpe.repetition(data, 32, ks=(1,))
+    by_group = {r["files"]: r for r in rows}
+    assert set(by_group) == {"modules", "tests"}
+    assert by_group["tests"]["n_files"] == sum(f.startswith("test/") for f in data.corpus.train_files)
+    assert by_group["tests"]["reliability"] > 0.9  # one line over and over
+    only_modules = stdlib_bpe.token_corpus(300, corpus=named_corpus("stdlib", tmp_path), tokenizer=small_tokenizer)
+    assert {r["files"] for r in stdlib_bpe.repetition(only_modules, 32, ks=(1,))} == {"modules"}
+    assert "| tests (" in "\n".join(stdlib_bpe._repetition_table(rows))
+
+
 def test_tracking_metrics_equal_the_toolkits():
     """`track` re-implements previous-token and induction attention inside models/; they must be the toolkit's."""
     model = HookedGPT(GPTConfig(n_layers=2, n_heads=2, d_model=32, n_ctx=40, d_vocab=12, attn_only=True, init_range=0.3,
@@ -156,6 +184,10 @@ def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     result = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--steps",
                              "100000000", "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and "refused: 100000000 steps" in result.stderr
+    unknown = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--corpus",
+                              "stdlib-all", "--out", str(tmp_path / "other")], capture_output=True, text=True, cwd=ROOT)
+    assert unknown.returncode == 2 and "invalid choice: 'stdlib-all'" in unknown.stderr and "stdlib-with-tests" in unknown.stderr
+    assert not (tmp_path / "other").exists()
 
 
 # ---------------------------------------------------------------- the shipped checkpoint and its card
@@ -179,6 +211,48 @@ def test_card_records_recipe_curve_baselines_copying_and_heads(shipped):
     assert len(shipped["curve"]) >= 10 and shipped["curve"][0]["step"] == 0
     assert shipped["heads"]["induction_heads"] and "## Heads" in card
     assert shipped["tokenizer"]["sha256"] == BPETokenizer(shipped["tokenizer"]["json"]).sha256
+
+
+def test_a_replaced_checkpoint_carries_its_runs_and_the_run_it_shipped_into_the_new_card(shipped):
+    runs = stdlib_bpe.earlier_runs(shipped)
+    assert runs[:-1] == shipped["variants"]
+    before = runs[-1]
+    assert before["name"].endswith("(shipped before)") and before["recipe"] == shipped["recipe"]
+    assert before["curve"] == shipped["curve"] and before["last"] == shipped["curve"][-1]
+    assert shipped["command"].endswith(" ".join(before["argv"][1:]))
+    table = stdlib_bpe._card_variants({"variants": runs})
+    assert all(f"| {run['name']} |" in table for run in runs)
+
+
+def test_a_runs_opening_is_read_as_its_pilot_with_the_command_that_stops_there(tmp_path):
+    import json
+
+    rows = [{"step": 500 * i, "tokens": 512000 * i, "train_seconds": 100.0 * i, "induction": 0.1 * i} for i in range(11)]
+    (tmp_path / "run.json").write_text(json.dumps({"recipe": {"n_ctx": 256}, "argv": ["stdlib_bpe.py", "train", "--minutes",
+                                                                                     "85", "--steps", "5000"]}))
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pilot = stdlib_bpe.opening_pilot(tmp_path, 5)
+    assert pilot["curve"] == rows[:4] and pilot["last"] == rows[3] and pilot["name"] == f"{tmp_path.name}, its first 5 min"
+    assert pilot["argv"][2:] == ["--minutes", "85", "--steps", "1500"]
+    with pytest.raises(ValueError, match=r"1 snapshot\(s\) within its first 1 min"):
+        stdlib_bpe.opening_pilot(tmp_path, 1)
+
+
+def test_a_pilots_trend_is_extrapolated_to_the_tokens_asked():
+    rows = [{"tokens": 10**k, **{key: 5.0 - k for key in ("held_out_nats", "induction", "previous_token", "copy_ratio")}}
+            for k in range(2, 8)]
+    pilot = {"name": "p", "recipe": {"batch_size": 4, "n_ctx": 256}, "curve": rows}
+    ahead = stdlib_bpe.extrapolated(pilot, 1e9)
+    assert ahead["extrapolated_to"] == 1e9 and "extrapolated" not in pilot  # a copy, the input untouched
+    assert ahead["extrapolated"]["held_out_nats"] == pytest.approx(-4.0)  # the line 5 - log10(tokens)
+    assert ahead["aoyama_tokens"] == pytest.approx(10**5.7 * 32)
+
+
+def test_card_names_the_corpus_the_recipe_trained_on(shipped):
+    for corpus, words in stdlib_bpe.CORPUS_WORDS.items():
+        metadata = {**shipped, "recipe": {**shipped["recipe"], "corpus": corpus}}
+        assert words in stdlib_bpe._card_intro(metadata) and f"corpus `{corpus}`" in stdlib_bpe._recipe_line(metadata["recipe"])
+        assert ("on the same held-out files" in stdlib_bpe._card_held_out(metadata)) == (corpus == "stdlib")
 
 
 def test_card_figures_are_remeasured_on_a_slice(shipped, data):

@@ -23,6 +23,7 @@ from interp.models.textcorpus import (
     held_out_report,
     is_held_out,
     load_corpus,
+    named_corpus,
     ngram_bits,
     planted_repeats,
     text_windows,
@@ -64,6 +65,17 @@ def test_filter_keeps_py_files_outside_the_excluded_folders(mini_root):
     assert len(files) == 41 and "top.py" in files and "pkg/mod0.py" in files
     assert not any(f.startswith(("test/", "tests/", "idlelib/", "site-packages/")) or not f.endswith(".py") for f in files)
     assert files == sorted(files)
+
+
+def test_a_named_corpus_leaves_out_its_folders_and_an_unknown_name_is_refused(mini_root):
+    with_tests = named_corpus("stdlib-with-tests", mini_root)
+    files = set(with_tests.train_files + with_tests.held_out_files)
+    assert files == set(corpus_files(mini_root)) | {"test/test_a.py", "tests/b.py", "idlelib/c.py"}
+    assert "site-packages" in with_tests.summary()["filter"] and "idlelib" not in with_tests.summary()["filter"]
+    assert named_corpus("stdlib", mini_root) == load_corpus(mini_root)
+    assert with_tests.checksum != load_corpus(mini_root).checksum
+    with pytest.raises(ValueError, match=r"unknown corpus 'stdlib-all'; expected one of \['stdlib', 'stdlib-with-tests'\]"):
+        named_corpus("stdlib-all", mini_root)
 
 
 def test_split_is_decided_by_the_path_alone_and_deterministic(mini_root, tmp_path):
