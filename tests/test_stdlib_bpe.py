@@ -337,6 +337,6 @@ def test_notebook_runs_and_concludes_from_its_results(shipped):
     removed = re.search(r"removes ([\d.]+) \[([\d.-]+), ([\d.-]+)\] of the copy gap", conclusion)
     assert removed and "a random set of as many other heads removes" in conclusion, conclusion
     assert "**False claims**" in conclusion and "of the copy gap on held-out spans" in conclusion
-    assert "with the layer-0 carriers' own inputs added" in conclusion
+    assert "with the layer-0 carriers' own inputs added" in conclusion and "**On the repeated spans**" in conclusion
     # the false claims (induction for the previous-token head, previous-token for the induction head) never hold
     assert "supported" not in re.search(r"\*\*False claims\*\*[^\n]*", conclusion).group(0).split("not supported")[1]

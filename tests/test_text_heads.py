@@ -27,7 +27,8 @@ def _evidence(together: float, with_proposed: bool = True) -> HeadEvidence:
                           "gap": 2.0, "n_prompts": 8}])
     first = _ablation({"L2H2": 0.49}, {"L2H3": 0.19, "L1H2": 0.83})
     proposed = _ablation({"L2H2+L2H3": together}, {"L1H2+L0H0": 0.85, "L0H0+L0H1": 0.0}) if with_proposed else None
-    return HeadEvidence(scores, verdicts, ("L2H2",), first, copy, ("L2H2", "L2H3"), proposed)
+    spans = verdicts.assign(verdict=["supported", "refuted"])
+    return HeadEvidence(scores, verdicts, ("L2H2",), first, copy, ("L2H2", "L2H3"), proposed, spans if with_proposed else None)
 
 
 def _prompts() -> HeldOutPrompts:
@@ -42,6 +43,8 @@ def test_both_ablations_are_rendered_with_their_controls_and_a_backup_is_named_f
     assert "more than the sum of each alone (L2H2 0.490 + L2H3 0.190 = 0.680)" in text and "backup" in text
     assert "| L2H2+L2H3 | 0.920 [0.910, 0.930] | no |" in text and "| L1H2+L0H0 | 0.850 [0.840, 0.860] | yes |" in text
     assert "the largest control, L1H2, removes 0.830".lower() in text.lower()
+    natural, spans = text.split("### Claims on the repeated spans")
+    assert "| L2H2 is an induction head | inconclusive |" in natural and "| L2H2 is an induction head | supported |" in spans
 
 
 def test_no_backup_is_claimed_when_the_pair_removes_no_more_than_its_parts_nor_a_second_ablation_without_one():
@@ -49,3 +52,4 @@ def test_no_backup_is_claimed_when_the_pair_removes_no_more_than_its_parts_nor_a
     assert "no more than the sum of each alone (L2H2 0.490 + L2H3 0.190)" in additive and "backup" not in additive
     single = render(_evidence(0.6, with_proposed=False), _prompts())
     assert "refuted or not" not in single and single.count("| heads ablated |") == 1
+    assert "### Claims on the repeated spans" not in single
