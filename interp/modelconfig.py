@@ -28,7 +28,7 @@ def _positive_int_field(cfg: Any, names: tuple[str, ...]) -> int | None:
 
 
 def _is_positional(name: str) -> bool:
-    """An nn.Embedding whose own name says `pos` (pos, wpe's position_embeddings, pos_emb) holds positions."""
+    """An nn.Embedding whose own name says `pos` (pos, pos_emb, position_embeddings) holds positions."""
     return "pos" in name.rsplit(".", 1)[-1].lower()
 
 
