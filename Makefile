@@ -48,8 +48,10 @@ test-wheel: $(STAMP)
 bench: $(STAMP)  ## speed ratios against references measured in the same run
 	$(PY) -m benchmarks
 
-notebooks: $(STAMP)  ## regenerate and execute the notebooks, storing their outputs (commit the result)
-	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/make_notebooks.py --execute
+# every notebooks/NN_topic.py (a jupytext percent script) -> NN_topic.ipynb, executed one at a time;
+# one notebook: `$(PY) notebooks/build.py --execute 03_minilm`
+notebooks: $(STAMP)  ## regenerate the notebooks from their scripts and execute them, storing their outputs (commit the result)
+	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/build.py --execute
 
 # the docs site (mkdocs.yml, docs/) into build/docs; --strict: a warning (a broken reference, a docstring
 # mkdocstrings cannot render, a page missing from the nav) fails the build. tests/test_docs.py checks the

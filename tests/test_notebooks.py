@@ -1,16 +1,17 @@
 """The investigation notebooks run top to bottom, and their key cells say what they should.
 
-Each notebook is executed once (module-scoped) with nbclient on the venv's python3 kernel;
-cells are found by their tag (set in notebooks/make_notebooks.py) and their text outputs
-checked: the verdict strings, the numbers a reader is told to look at, not just the absence
-of errors. The notebooks are committed with their outputs (`make notebooks`): each fresh run's
-`results` dict must match the committed one within a tolerance, and each conclusion (generated
-from `results`) must state what the numbers show. The `results` cell is hidden and collapsed; it
-stores the dict under a MIME type no front end renders (`make_notebooks.RESULTS_MIME`), which is
-where both the committed and the fresh numbers are read from: never from printed text.
+Each notebook is a jupytext percent script, notebooks/NN_topic.py, from which notebooks/build.py writes
+the .ipynb (`make notebooks` executes it and stores its outputs). Each notebook is executed once
+(module-scoped) with nbclient on the venv's python3 kernel; cells are found by their tag (set in the
+script: `# %% tags=["conclusion"]`) and their text outputs checked: the verdict strings, the numbers a
+reader is told to look at, not just the absence of errors. Each fresh run's `results` dict must match
+the committed one within a tolerance, and each conclusion (generated from `results`) must state what the
+numbers show. The `results` cell is hidden and collapsed; it stores the dict under a MIME type no front
+end renders (`build.RESULTS_MIME`), which is where both the committed and the fresh numbers are read
+from: never from printed text.
 
 `INTERP_NOTEBOOKS=DIR` reads (and runs) the notebooks in DIR instead of notebooks/, e.g. ones written
-by `notebooks/make_notebooks.py --execute --out DIR`, to check them without touching the committed files.
+by `notebooks/build.py --execute --out DIR`, to check them without touching the committed files.
 """
 import importlib.util
 import json
@@ -24,21 +25,23 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("jupytext")
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = Path(os.environ.get("INTERP_NOTEBOOKS", ROOT / "notebooks"))
+ROOT = next(path for path in Path(__file__).resolve().parents if (path / "pyproject.toml").exists())
+COMMITTED = ROOT / "notebooks"
+NOTEBOOKS = Path(os.environ.get("INTERP_NOTEBOOKS", COMMITTED))
 TIMINGS: dict[str, float] = {}  # notebook -> seconds, for the curious (pytest --pdb, or print)
 
 
-def make_notebooks():
-    """notebooks/make_notebooks.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "notebooks" / "make_notebooks.py")
+def load_build():
+    """notebooks/build.py as a module (it is the notebooks' driver, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("notebooks_build", COMMITTED / "build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-MAKE = make_notebooks()
+BUILD = load_build()
 
 
 class Outputs(dict):
@@ -50,7 +53,7 @@ class Outputs(dict):
 def stored_results(notebook) -> dict:
     """The `results` dict a run stored in the hidden results cell (under RESULTS_MIME; never printed)."""
     cell = next(c for c in notebook.cells if "results" in c.metadata.get("tags", []))
-    data = [o.data[MAKE.RESULTS_MIME] for o in cell.get("outputs", []) if MAKE.RESULTS_MIME in o.get("data", {})]
+    data = [o.data[BUILD.RESULTS_MIME] for o in cell.get("outputs", []) if BUILD.RESULTS_MIME in o.get("data", {})]
     assert len(data) == 1, f"the results cell stored {len(data)} results outputs: run make notebooks"
     return json.loads(data[0])
 
@@ -80,10 +83,8 @@ def execute(name: str) -> Outputs:
     return outputs
 
 
-NAMES = {"LESSON": "01_attention_from_the_lesson.ipynb", "INDUCTION": "02_induction_circuit.ipynb",
-         "MINILM": "03_minilm.ipynb", "TEXT_MODEL": "04_text_model.ipynb", "INTERACTIONS": "05_induction_interactions.ipynb",
-         "CIRCUITS": "06_circuits.ipynb"}
-MIN_FIGURES = {"LESSON": 2, "INDUCTION": 4, "MINILM": 3, "TEXT_MODEL": 4, "INTERACTIONS": 4, "CIRCUITS": 6}  # image outputs each must have
+MIN_FIGURES = {"01_attention_from_the_lesson": 2, "02_induction_circuit": 4, "03_minilm": 3, "04_text_model": 4,
+               "05_induction_interactions": 4, "06_circuits": 6}  # image outputs each must have (a new notebook: 1)
 REL_TOL, ABS_TOL = 1e-3, 1e-3  # fresh vs committed numbers (same seeds; float kernels may differ across machines)
 
 
@@ -115,59 +116,81 @@ def check_against_committed(name: str, outputs: Outputs) -> dict:
     return outputs.results
 
 
-def test_notebooks_are_generated_from_the_script_and_committed_with_outputs():
-    """The committed notebooks are what make_notebooks.py writes (no stale edits), executed (`make notebooks`):
-    every notebook has outputs, no error output, its figures, a viewer cell, a hidden results cell that
-    prints nothing, and a conclusion in Markdown."""
-    for variable, name in NAMES.items():
-        cells = getattr(MAKE, variable)
-        stored = nbformat.read(NOTEBOOKS / name, as_version=4)
-        assert [c.source for c in stored.cells] == [c.source for c in cells], f"{name} is stale: run make notebooks"
-        code_cells = [c for c in stored.cells if c.cell_type == "code"]
-        assert sum(bool(c.get("outputs")) for c in code_cells) >= len(code_cells) - 1, f"{name} lacks outputs: run make notebooks"
-        assert not any(o.output_type == "error" for c in code_cells for o in c.get("outputs", [])), name
-        tags = {t for c in code_cells for t in c.metadata.get("tags", [])}
-        assert {"results", "conclusion"} <= tags, name
-        assert "IProgress" not in json.dumps([c.get("outputs", []) for c in code_cells]), f"{name}: tqdm warning in outputs"
-        assert {"viewer"} <= tags, f"{name}: no viewer cell (make_notebooks.viewer_cells)"
-        figures = sum("image/png" in o.get("data", {}) for c in code_cells for o in c.get("outputs", []))
-        assert figures >= MIN_FIGURES[variable], f"{name}: {figures} figures, expected at least {MIN_FIGURES[variable]}"
-        results = next(c for c in code_cells if "results" in c.metadata.get("tags", []))
-        assert results.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}, name
-        assert "remove-output" in results.metadata["tags"], name
-        assert all(set(o.get("data", {})) == {MAKE.RESULTS_MIME} for o in results.outputs), f"{name}: the results cell shows something"
-        stored_results(stored)  # the numbers are stored, once
-        conclusion = next(c for c in code_cells if "conclusion" in c.metadata.get("tags", []))
-        assert any("text/markdown" in o.get("data", {}) for o in conclusion.outputs), f"{name}: conclusion is not Markdown"
-        assert not any("json.dumps(results" in c.source and "print(" in c.source for c in code_cells), f"{name}: a raw dump"
+def cell_rows(notebook) -> list[tuple]:
+    """What a notebook's structure is: each cell's type, source and metadata (tags, hidden flags), not its outputs."""
+    return [(cell.cell_type, cell.source, dict(cell.metadata)) for cell in notebook.cells]
 
 
-def test_results_cell_is_hidden_and_stores_the_dict_unprinted():
-    cell = MAKE.results_cell("results = {'a': 1.5}")
-    assert cell.metadata["tags"] == ["results", "remove-output"]
-    assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+def tagged(notebook, tag: str):
+    return next(cell for cell in notebook.cells if tag in cell.metadata.get("tags", []))
+
+
+SCRIPTS = BUILD.scripts(COMMITTED)
+
+
+def test_every_script_has_its_notebook_and_every_notebook_its_script():
+    assert len(SCRIPTS) >= 6, [path.name for path in SCRIPTS]
+    notebooks = {path.stem for path in COMMITTED.glob("*.ipynb")}
+    assert notebooks == {path.stem for path in SCRIPTS}, "a script without its .ipynb (run make notebooks) or an .ipynb without its script"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_notebook_is_what_its_script_generates_and_is_committed_with_outputs(script):
+    """The committed notebook is what notebooks/build.py writes from the script (same cells, tags and
+    metadata: no edit of the .ipynb, no stale one), executed (`make notebooks`): outputs in every code cell
+    but at most one, no error output, its figures, a viewer cell, a hidden results cell that shows nothing,
+    and a conclusion in Markdown."""
+    name = f"{script.stem}.ipynb"
+    stored = nbformat.read(COMMITTED / name, as_version=4)
+    assert cell_rows(stored) == cell_rows(BUILD.notebook(script)), f"{name} is stale: run make notebooks"
+    assert stored.metadata["kernelspec"]["name"] == "python3", name
+    code_cells = [c for c in stored.cells if c.cell_type == "code"]
+    assert sum(bool(c.get("outputs")) for c in code_cells) >= len(code_cells) - 1, f"{name} lacks outputs: run make notebooks"
+    assert not any(o.output_type == "error" for c in code_cells for o in c.get("outputs", [])), name
+    tags = {t for c in code_cells for t in c.metadata.get("tags", [])}
+    assert {"results", "conclusion", "viewer"} <= tags, f"{name}: tags {sorted(tags)}"
+    assert "IProgress" not in json.dumps([c.get("outputs", []) for c in code_cells]), f"{name}: tqdm warning in outputs"
+    figures = sum("image/png" in o.get("data", {}) for c in code_cells for o in c.get("outputs", []))
+    expected = MIN_FIGURES.get(script.stem, 1)
+    assert figures >= expected, f"{name}: {figures} figures, expected at least {expected}"
+    results = tagged(stored, "results")
+    assert results.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}, name
+    assert "remove-output" in results.metadata["tags"], name
+    assert all(set(o.get("data", {})) == {BUILD.RESULTS_MIME} for o in results.outputs), f"{name}: the results cell shows something"
+    stored_results(stored)  # the numbers are stored, once
+    assert any("text/html" in o.get("data", {}) for o in tagged(stored, "viewer").outputs), f"{name}: the viewer shows nothing"
+    assert any("text/markdown" in o.get("data", {}) for o in tagged(stored, "conclusion").outputs), f"{name}: conclusion is not Markdown"
+    assert not any("json.dumps(results" in c.source and "print(" in c.source for c in code_cells), f"{name}: a raw dump"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_results_cell_stores_the_dict_unprinted(script):
+    """The results cell's last lines store `results` under RESULTS_MIME, raw (no front end renders it)."""
+    source = tagged(BUILD.notebook(script), "results").source
+    store = source[source.index("\nimport json\n"):]
     import IPython.display
 
     shown = []
-
     original = IPython.display.display
     IPython.display.display = lambda obj, raw=False: shown.append((obj, raw))
     try:
-        exec(cell.source, {})
+        exec(store, {"results": {"b": [1, 2], "a": 1.5}})
     finally:
         IPython.display.display = original
-    assert shown == [({MAKE.RESULTS_MIME: '{"a": 1.5}'}, True)]
+    assert shown == [({BUILD.RESULTS_MIME: '{"a": 1.5, "b": [1, 2]}'}, True)]
 
 
-def test_viewer_cells_show_the_chosen_head():
-    """Each notebook's viewer cell calls `interp.show` with its model, prompt, layer and head."""
-    markdown, cell = MAKE.viewer_cells("model", "tokens", "1", "2")
-    assert cell.metadata["tags"] == ["viewer"] and "interp.show" in markdown.source
-    types = __import__("types")
-    shown = []
-    show = lambda model, prompt, layer=None, head=None: ("viewer", model, prompt, layer, head)
-    exec(cell.source, {"interp": types.SimpleNamespace(show=show), "display": shown.append, "model": "m", "tokens": "t"})
-    assert shown == [("viewer", "m", "t", 1, 2)]
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_viewer_cell_shows_a_chosen_head(script):
+    """Each notebook's viewer cell is `display(interp.show(model, prompt, layer=..., head=...))`."""
+    import ast
+
+    (statement,) = ast.parse(tagged(BUILD.notebook(script), "viewer").source).body
+    call = statement.value
+    assert isinstance(call, ast.Call) and ast.unparse(call.func) == "display", ast.unparse(statement)
+    (show,) = call.args
+    assert ast.unparse(show.func) == "interp.show" and len(show.args) == 2, ast.unparse(show)
+    assert {keyword.arg for keyword in show.keywords} == {"layer", "head"}, ast.unparse(show)
 
 
 @pytest.fixture(scope="module")
@@ -404,10 +427,40 @@ def test_text_model_results_match_the_committed_run_and_the_conclusion():
         assert f"{mean:.2f} [{low:.2f}, {high:.2f}]" in text
 
 
-def test_out_writes_the_notebooks_elsewhere_and_leaves_the_committed_ones(tmp_path):
-    committed = (ROOT / "notebooks" / "01_attention_from_the_lesson.ipynb").read_bytes()
-    MAKE.main(["--out", str(tmp_path / "nb"), "01_attention_from_the_lesson.ipynb"])
+def test_out_writes_the_notebooks_elsewhere_and_leaves_the_committed_ones(tmp_path, capsys):
+    committed = (COMMITTED / "01_attention_from_the_lesson.ipynb").read_bytes()
+    assert BUILD.main(["--out", str(tmp_path / "nb"), "01_attention_from_the_lesson.ipynb"]) == 0
     written = nbformat.read(tmp_path / "nb" / "01_attention_from_the_lesson.ipynb", as_version=4)
-    assert [c.source for c in written.cells] == [c.source for c in MAKE.LESSON]
+    assert cell_rows(written) == cell_rows(BUILD.notebook(COMMITTED / "01_attention_from_the_lesson.py"))
     assert [p.name for p in (tmp_path / "nb").iterdir()] == ["01_attention_from_the_lesson.ipynb"]
-    assert (ROOT / "notebooks" / "01_attention_from_the_lesson.ipynb").read_bytes() == committed
+    assert (COMMITTED / "01_attention_from_the_lesson.ipynb").read_bytes() == committed
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_the_driver_finds_every_numbered_script_and_refuses_an_unknown_name(tmp_path, capsys):
+    """Any notebooks/NN_topic.py is a notebook (a new one needs no change to the driver); names are given with
+    or without .py / .ipynb; an unknown one is a usage error naming the notebooks there."""
+    for name in ("07_new_model.py", "10_later.py", "build.py", "helpers.py", "7_short.py", "07_new_model.ipynb"):
+        (tmp_path / name).write_text("# %%\nx = 1\n")
+    assert [p.name for p in BUILD.scripts(tmp_path)] == ["07_new_model.py", "10_later.py"]
+    assert BUILD.select(["10_later.ipynb", "07_new_model"], tmp_path) == [tmp_path / "10_later.py", tmp_path / "07_new_model.py"]
+    with pytest.raises(ValueError, match=r"no notebook script '08_missing'.*07_new_model, 10_later"):
+        BUILD.select(["08_missing"], tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        BUILD.main(["--out", str(tmp_path / "nb"), "99_nothing"])
+    assert exit_.value.code == 2 and "no notebook script '99_nothing'" in capsys.readouterr().err
+    assert not (tmp_path / "nb").exists()
+
+
+def test_a_rebuilt_notebook_keeps_the_ids_of_unchanged_cells(tmp_path):
+    """Cell ids come from the cells' content: rebuilding changes nothing, editing a cell changes its id alone."""
+    script = tmp_path / "01_small.py"
+    script.write_text('# %% [markdown]\n# # Title\n\n# %% tags=["a"]\nx = 1\n\n# %%\nx = 1\n')
+    first = BUILD.notebook(script)
+    assert [c.id for c in first.cells] == [c.id for c in BUILD.notebook(script).cells]
+    assert len({c.id for c in first.cells}) == 3  # two cells of equal source still get distinct ids
+    assert first.cells[1].metadata == {"tags": ["a"]} and first.metadata["kernelspec"]["name"] == "python3"
+    script.write_text(script.read_text().replace("# # Title", "# # Another title"))
+    second = BUILD.notebook(script)
+    assert [a.id == b.id for a, b in zip(first.cells, second.cells)] == [False, True, True]
+    nbformat.validate(second)
