@@ -198,10 +198,12 @@ def lesson():
     return execute("01_attention_from_the_lesson.ipynb")
 
 
+@pytest.mark.notebook
 def test_lesson_weights_over_values(lesson):
     assert "context of query 0: [3.0, 2.0]" in lesson["weights-over-values"]
 
 
+@pytest.mark.notebook
 def test_lesson_hooks_equal_the_hand_computation(lesson):
     out = lesson["scores-mask-softmax"]
     for line in ("scores match: True", "future entries -inf: True", "weights match: True", "rows sum to one: True",
@@ -210,6 +212,7 @@ def test_lesson_hooks_equal_the_hand_computation(lesson):
     assert "-inf" in out  # the masked score table is shown
 
 
+@pytest.mark.notebook
 def test_lesson_multihead_weights_and_self_test(lesson):
     out = lesson["multihead"]
     assert "per-head pattern shape: (1, 2, 4, 4)" in out
@@ -218,6 +221,7 @@ def test_lesson_multihead_weights_and_self_test(lesson):
     assert passed == total > 0
 
 
+@pytest.mark.notebook
 def test_lesson_audit_tells_the_correct_from_the_broken_model(lesson):
     table = lesson["audit-side-by-side"]
     rows = [line for line in table.splitlines() if "masked_fill" in line or "mask_after_softmax" in line]
@@ -228,6 +232,7 @@ def test_lesson_audit_tells_the_correct_from_the_broken_model(lesson):
     assert "leak" in lesson["audit-broken"].lower()
 
 
+@pytest.mark.notebook
 def test_lesson_heat_map_is_triangular_yet_the_model_leaks(lesson):
     r = check_against_committed("01_attention_from_the_lesson.ipynb", lesson)
     assert r["broken_max_weight_above_diagonal"] == 0.0  # the heat map is exactly triangular ...
@@ -250,11 +255,13 @@ def _verdict_lines(text: str) -> dict[str, str]:
     return dict(re.findall(r"^(L\d+H\d+ \w+): (supported|refuted|inconclusive)$", text, flags=re.M))
 
 
+@pytest.mark.notebook
 def test_induction_scan_finds_candidates_in_both_layers(induction):
     match = re.search(r"previous-token head: L(\d)H\d+; candidate induction head: L(\d)H\d+", induction["candidates"])
     assert match and match.groups() == ("0", "1")
 
 
+@pytest.mark.notebook
 def test_induction_claims_false_ones_refuted_true_ones_pass_their_observational_tests(induction):
     text = induction["reasons"]
     verdicts = list(_verdict_lines(text).values())
@@ -268,6 +275,7 @@ def test_induction_claims_false_ones_refuted_true_ones_pass_their_observational_
     assert verdicts[2:] == ["refuted", "refuted"], text
 
 
+@pytest.mark.notebook
 def test_induction_heads_are_jointly_necessary(induction):
     text = induction["joint"]
     alone = [float(x) for x in re.findall(r"L\dH\d+ \+([\d.]+)", text.splitlines()[0])]
@@ -275,11 +283,13 @@ def test_induction_heads_are_jointly_necessary(induction):
     assert alone and together > 1.0 and together > max(alone), text
 
 
+@pytest.mark.notebook
 def test_induction_generalises_to_unseen_repeat_lengths(induction):
     table = induction["generalise"]
     assert table.count("supported") == 2, table
 
 
+@pytest.mark.notebook
 def test_induction_pattern_substitution_recovers_most_of_the_loss(induction):
     text = induction["substitution"]
     clean, ablated, substituted = map(float, re.search(
@@ -290,6 +300,7 @@ def test_induction_pattern_substitution_recovers_most_of_the_loss(induction):
     assert substituted < ablated
 
 
+@pytest.mark.notebook
 def test_induction_results_match_the_committed_run_and_the_conclusion(induction):
     r = check_against_committed("02_induction_circuit.ipynb", induction)
     text = induction["conclusion"]
@@ -303,10 +314,12 @@ def interactions():
     return execute("05_induction_interactions.ipynb")
 
 
+@pytest.mark.notebook
 def test_interactions_results_match_the_committed_run(interactions):
     check_against_committed("05_induction_interactions.ipynb", interactions)
 
 
+@pytest.mark.notebook
 def test_interactions_conclusion_states_what_the_numbers_show(interactions):
     r = interactions.results
     text = interactions["conclusion"]
@@ -345,10 +358,12 @@ def circuit_notebook():
     return execute("06_circuits.ipynb")
 
 
+@pytest.mark.notebook
 def test_circuits_results_match_the_committed_run(circuit_notebook):
     check_against_committed("06_circuits.ipynb", circuit_notebook)
 
 
+@pytest.mark.notebook
 def test_circuits_conclusion_states_what_the_numbers_show(circuit_notebook):
     r = circuit_notebook.results
     text = circuit_notebook["conclusion"]
@@ -370,6 +385,7 @@ def test_circuits_conclusion_states_what_the_numbers_show(circuit_notebook):
     assert all(f"{name} Spearman {rho:.2f}" in text for name, rho in r["spearman"].items())
 
 
+@pytest.mark.notebook
 @pytest.mark.real
 def test_minilm_notebook():
     """Notebook 03 on the natively converted MiniLM: positional scan, claims with every evidence kind
@@ -410,6 +426,7 @@ def test_minilm_notebook():
     assert f"{r['native_vs_bridge']:.1e}" in text
 
 
+@pytest.mark.notebook
 @pytest.mark.slow
 def test_text_model_results_match_the_committed_run_and_the_conclusion():
     """Notebook 04 (stdlib-bpe; its content is checked in tests/test_stdlib_bpe.py): the fresh run's numbers equal the

@@ -328,6 +328,7 @@ def _execute_notebook(name: str) -> dict[str, str]:
     return outputs
 
 
+@pytest.mark.notebook
 def test_notebook_runs_and_concludes_from_its_results(shipped):
     out = _execute_notebook("04_text_model.ipynb")
     held = shipped["held_out"]
