@@ -2,7 +2,8 @@
 
 `build_report(model, out_dir)` is `compute` (every analysis into a `ReportData`, `.pipeline`) then
 `render` (the files, `.build`); `head_metrics`, `mean_patterns`, `offset_profiles` and `select_heads`
-(`.metrics`) are the analysis library the notebooks use; `highlights` (`.findings`) is the findings
+(`.metrics`) are the analysis library the notebooks use, with the figures `plot_pattern`, `plot_offsets` and
+`plot_ci_bars` (`.plots`); `highlights` (`.findings`) is the findings
 table. The page and summary: `.html`; figures: `.plots`; formats and glossary: `.format`; viewer: `interp.viewer`.
 """
 from interp.analyses.report.build import (
@@ -16,12 +17,12 @@ from interp.analyses.report.pipeline import (
     DEFAULT_N, LEAKAGE_LEN, MAX_CARDS, ReportData, ReportResult, ReportTooLarge, check_cards_before_loading,
     compute, heads_before_loading, report_behaviour,
 )
-from interp.analyses.report.plots import plot_offsets, plot_pattern
+from interp.analyses.report.plots import plot_ci_bars, plot_offsets, plot_pattern
 
 __all__ = [
     "DEFAULT_N", "LEAKAGE_LEN", "MARKER", "MAX_CARDS", "NO_LOSS_EVIDENCE", "RENDER_STAGES", "OutputDirError",
     "ReportData", "ReportResult", "ReportTooLarge", "behaviour_method", "build_report", "check_cards_before_loading",
     "check_out_dir", "compute", "default_prompt_spec", "head_metrics", "heads_before_loading", "highlights",
     "is_report_dir", "mean_patterns", "model_name", "model_prompt_spec", "model_summary", "offset_profiles",
-    "plot_offsets", "plot_pattern", "prompt_warnings", "render", "report_behaviour", "select_heads",
+    "plot_ci_bars", "plot_offsets", "plot_pattern", "prompt_warnings", "render", "report_behaviour", "select_heads",
 ]

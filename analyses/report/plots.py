@@ -1,5 +1,5 @@
 """The report's figures (matplotlib, no display, no network): pattern heat maps, offset profiles,
-similarity and importance maps, the circuit's drawing (`circuit_figures`).
+bars with CIs (`plot_ci_bars`), similarity and importance maps, the circuit's drawing (`circuit_figures`).
 
 Pattern heat maps share one colour scale (0 to 1: a weight's colour means the same on every
 card, so a diffuse head looks diffuse next to a sharp one) unless `per_head=True`, and then the
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from interp.errors import BadInput
 from interp.models.files import write_atomic
 
 
@@ -59,6 +60,30 @@ def plot_offsets(profile: pd.DataFrame, label: str, ax=None):
     ax.tick_params(labelsize=7)
     return fig
 
+
+
+def plot_ci_bars(labels: Sequence[str], mean: Any, ci_low: Any, ci_high: Any, ax=None, *, threshold: float | None = None,
+                 title: str = "", ylabel: str = "", highlight: Iterable[str] = ()):
+    """One bar per label at `mean`, its CI [ci_low, ci_high] as error bars (a bound that is NaN, or on the wrong side
+    of the mean, draws no bar on that side), the `highlight` labels in red and a dashed line at `threshold`; returns
+    the Figure. The notebooks' figure for any per-head or per-claim table with CI columns."""
+    mean, low, high = (np.asarray(values, dtype=float).reshape(-1) for values in (mean, ci_low, ci_high))
+    if not len(labels) == len(mean) == len(low) == len(high):
+        raise BadInput(f"plot_ci_bars: {len(labels)} labels, {len(mean)} means, {len(low)} lower and {len(high)} upper "
+                       "bounds; pass one of each per bar.")
+    fig = ax.figure if ax is not None else _figure(max(3.0, 0.3 * len(labels) + 1.5), 2.8)
+    ax = ax or fig.add_subplot()
+    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))  # (2, bar)
+    chosen = set(highlight)
+    colours = ["#c44e52" if label in chosen else "#4c72b0" for label in labels]
+    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
+    crowded = len(labels) > 12
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if crowded else 0, fontsize=7 if crowded else 9)
+    if threshold is not None:
+        ax.axhline(threshold, color="k", ls="--", lw=1)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(ylabel)
+    return fig
 
 def cluster_order(similarity: np.ndarray) -> list[int]:
     """Leaf order of an average-linkage clustering on distance 1 - similarity (NaN = similarity 0).
