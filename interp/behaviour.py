@@ -7,6 +7,8 @@ compensation and pruning (`interp.analyses.redundancy`) all ask how much an inte
   next_token_loss    causal LMs: next-token cross-entropy (nats) per prompt, at the predictions
                      the prompts make predictable (the repeated copies of `repeated_tokens`
                      prompts, else every real position); reads the logits
+  next_token_margin  the same predictions' logit margin: minus the correct token's logit over the
+                     mean logit; linear in the logits, so effects add up where the loss saturates
   masked_lm_loss     models with a trained masked-LM head: about 15% of each prompt's real,
                      non-special tokens are replaced by the mask token (chosen from the prompt's
                      own tokens, so the same prompt is masked the same way in any batch), and the
@@ -200,6 +202,27 @@ def next_token_loss(positions: Positions = "auto") -> Behaviour:
     return Behaviour("next_token_loss", "logits", loss, description=f"next-token cross-entropy (nats) {where}",
                      unit="nats", target_weights=weights,
                      params=(("positions", positions),))
+
+
+def next_token_margin(positions: Positions = "auto") -> Behaviour:
+    """Minus the correct next token's logit over the mean logit, per prompt, averaged over the predictions
+    `next_token_mask` scores (logits; larger = worse, like a loss). Unlike the loss it is linear in the logits:
+    with the final norm's scale held fixed, the logits are linear in the heads' writes, so ablation effects on
+    the margin add up exactly, and any interaction left in the loss comes from the softmax or the norm."""
+    if positions not in get_args(Positions):
+        raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
+
+    def margin(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        check_next_token_targets(prompts)
+        scored = logits[:, :-1].float()  # (prompt, pos - 1, vocab): query q predicts token q + 1
+        correct = scored.gather(-1, prompts.tokens[:, 1:, None].to(logits.device))[..., 0]  # (prompt, pos - 1)
+        weights = next_token_weights(prompts, positions).to(logits.device)  # rows sum to one over the scored
+        return -((correct - scored.mean(-1)) * weights).sum(-1)
+
+    where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
+             "all": "at every real position", "repeats": "on the repeated copies"}[positions]
+    return Behaviour("next_token_margin", "logits", margin, unit="logits", params=(("positions", positions),),
+                     description=f"minus the correct next token's logit over the mean logit {where}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,6 +93,37 @@ def test_next_token_positions(circuit, repeated):
     assert on_repeats < 1.0 < float(B.next_token_loss("all")(logits, repeated).mean())
 
 
+def test_next_token_margin_known_answer_padding_and_positions():
+    """Minus (correct logit - mean logit) at each scored prediction, averaged: by hand on a logits tensor."""
+    tokens = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 1]])
+    logits = torch.zeros(2, 4, 3)  # (prompt, pos, vocab)
+    logits[0, 0] = torch.tensor([0.0, 3.0, 0.0])  # predicts 1: margin 3 - 1 = 2
+    logits[0, 1] = torch.tensor([0.0, 0.0, 6.0])  # predicts 2: 6 - 2 = 4
+    logits[0, 2] = torch.tensor([3.0, 0.0, 0.0])  # predicts 1 but favours 0: 0 - 1 = -1
+    logits[1] = torch.tensor([1.0, 2.0, 6.0])  # every query favours 2 (mean 3): targets 2, 0, 1 -> 3, -2, -1
+    margin = B.next_token_margin("all")
+    assert margin.name == "next_token_margin" and margin.unit == "logits" and margin.reads == "logits"
+    torch.testing.assert_close(margin(logits, PromptSet(tokens)), torch.tensor([-(2 + 4 - 1) / 3, -(3 - 2 - 1) / 3]))
+    # left padding: the prediction made from a padded query is not scored
+    padded = PromptSet(tokens, torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]]))
+    torch.testing.assert_close(margin(logits, padded)[1], torch.tensor(-(-2 - 1) / 2))
+    with pytest.raises(BadInput, match="positions='odd'"):
+        B.next_token_margin("odd")
+
+
+def test_next_token_margin_scores_the_repeated_copies_and_tracks_the_circuit(circuit, repeated, distinct):
+    with torch.no_grad():
+        logits = circuit(repeated.tokens)
+    mask = B.next_token_mask(repeated, "repeats")  # (prompt, pos - 1)
+    scored = logits[:, :-1]
+    by_hand = -((scored.gather(-1, repeated.tokens[:, 1:, None])[..., 0] - scored.mean(-1)) * mask).sum(-1) / mask.sum(-1)
+    torch.testing.assert_close(B.next_token_margin("repeats")(logits, repeated), by_hand)
+    torch.testing.assert_close(B.next_token_margin()(logits, repeated), by_hand)  # "auto": the prompts repeat
+    assert float(by_hand.mean()) < 0  # the induction circuit puts the repeated token ahead of the rest
+    with pytest.raises(BadInput, match="induction_loss needs prompts from interp.data.repeated_tokens"):
+        B.next_token_margin("repeats")(logits[:, :13], distinct)
+
+
 # ---------------------------------------------------------------------------------------------
 # embedding change
 
