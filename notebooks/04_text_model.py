@@ -40,10 +40,11 @@ pd.set_option("display.width", 160, "display.max_columns", 20, "display.precisio
 import numpy as np
 import matplotlib.pyplot as plt
 import interp
-from interp.analyses import circuits, copying, induction, positional
+from interp.analyses import circuits, copying, induction, positional, report
 from interp.analyses.claims import composition_claim, induction_head, previous_token_head, scan
 from interp.analyses.text_heads import HeldOutPrompts
 from interp.claims import test_claims
+from interp.heads import Head, head_label, parse_head
 from interp.models.textcorpus import compare_corpus, named_corpus
 
 model = interp.load("stdlib-bpe")
@@ -144,36 +145,24 @@ fig.tight_layout()
 # head of an earlier layer with the highest previous-token score.
 
 # %% tags=["scores"]
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
 natural_scores = induction.scores(model, natural_propose)
 span_scores = induction.scores(model, repeated_propose, copying=False)
 focus = positional.focus(model, natural_propose)
 scores = (natural_scores[["layer", "head", "induction", "induction_ci_low", "induction_ci_high", "duplicate_token", "copying"]]
           .merge(span_scores[["layer", "head", "induction"]].rename(columns={"induction": "induction_span"}), on=["layer", "head"])
           .merge(focus[["layer", "head", "prev_token", "prev_token_ci_low", "prev_token_ci_high"]], on=["layer", "head"]))
-scores.insert(0, "label", [f"L{l}H{h}" for l, h in zip(scores["layer"], scores["head"])])
+scores.insert(0, "label", [head_label(head) for head in zip(scores["layer"], scores["head"])])
 later = scores[scores.layer > 0]  # an induction head needs an earlier layer to read the previous token from
-ind = tuple(int(v) for v in later.loc[later.induction.idxmax(), ["layer", "head"]])
-earlier = scores[scores.layer < ind[0]]
-prev = tuple(int(v) for v in earlier.loc[earlier.prev_token.idxmax(), ["layer", "head"]])
-label = lambda head: f"L{head[0]}H{head[1]}"
+ind = Head(*map(int, later.loc[later.induction.idxmax(), ["layer", "head"]]))
+earlier = scores[scores.layer < ind.layer]
+prev = Head(*map(int, earlier.loc[earlier.prev_token.idxmax(), ["layer", "head"]]))
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
-ci_bars(axes[0], list(scores.label), scores.induction, scores.induction_ci_low, scores.induction_ci_high, threshold=0.5,
-        title="induction, natural repeats", ylabel="mean weight", highlight={label(ind)})
-ci_bars(axes[1], list(scores.label), scores.prev_token, scores.prev_token_ci_low, scores.prev_token_ci_high, threshold=0.5,
-        title="previous-token, natural windows", ylabel="mean weight", highlight={label(prev)})
+report.plot_ci_bars(list(scores.label), scores.induction, scores.induction_ci_low, scores.induction_ci_high, axes[0],
+                    threshold=0.5, title="induction, natural repeats", ylabel="mean weight", highlight={ind.label})
+report.plot_ci_bars(list(scores.label), scores.prev_token, scores.prev_token_ci_low, scores.prev_token_ci_high, axes[1],
+                    threshold=0.5, title="previous-token, natural windows", ylabel="mean weight", highlight={prev.label})
 fig.tight_layout()
-print(f"candidate induction head {label(ind)}, candidate previous-token head {label(prev)}")
+print(f"candidate induction head {ind.label}, candidate previous-token head {prev.label}")
 scores
 
 # %% [markdown]
@@ -230,16 +219,16 @@ span_claims[columns]
 
 # %% tags=["ablation"]
 proposed = verdicts[(verdicts.claim == "induction") & (verdicts.verdict != "refuted")]  # supported or undecided
-induction_heads = [f"L{int(r.layer)}H{int(r.head)}" for r in proposed.itertuples()] or [label(ind)]
+induction_heads = list(proposed.label) or [ind.label]
 ablation = copying.copy_gap_ablation(model, repeated, induction_heads)
 claimed = ablation[~ablation.control].iloc[0]
 random_set = copying.random_set_effect(ablation)
 strongest_control = ablation[ablation.control].sort_values("removed").iloc[-1]
 shown = ablation.sort_values("removed", ascending=False)
 fig, ax = plt.subplots(figsize=(9, 3))
-ci_bars(ax, list(shown.heads), shown.removed, shown.ci_low, shown.ci_high, threshold=0.5,
-        title="fraction of the copy gap removed (95% CI); red: the induction heads", ylabel="fraction",
-        highlight={claimed.heads})
+report.plot_ci_bars(list(shown.heads), shown.removed, shown.ci_low, shown.ci_high, ax, threshold=0.5,
+                    title="fraction of the copy gap removed (95% CI); red: the induction heads", ylabel="fraction",
+                    highlight={claimed.heads})
 ax.tick_params(axis="x", labelsize=7, rotation=90)
 fig.tight_layout()
 print(f"ablating {claimed.heads}: {claimed.removed:.3f} [{claimed.ci_low:.3f}, {claimed.ci_high:.3f}] of the gap removed; "
@@ -253,7 +242,7 @@ print(f"ablating {claimed.heads}: {claimed.removed:.3f} [{claimed.ci_low:.3f}, {
 # heads, and compare with the sum of each head alone.
 
 # %% tags=["backup"]
-every_proposed = [f"L{int(r.layer)}H{int(r.head)}" for r in verdicts[verdicts.claim == "induction"].itertuples()]
+every_proposed = list(verdicts[verdicts.claim == "induction"].label)
 backup = None
 if len(every_proposed) > len(induction_heads):
     together = copying.copy_gap_ablation(model, repeated, every_proposed)
@@ -288,8 +277,8 @@ else:
 # as first written, without those inputs, and with them.
 
 # %% tags=["composition"]
-receivers = [h for h in induction_heads if int(h[1 : h.index("H")]) > prev[0]]
-sender = label(prev)
+receivers = [h for h in induction_heads if parse_head(h).layer > prev.layer]
+sender = prev.label
 edge_claims = [composition_claim(f"{sender} -> {r} via k") for r in receivers]
 edge_claims += [composition_claim(f"{sender} -> {r} via q", composes=False) for r in receivers]
 composition = test_claims(model, edge_claims, repeated_test, evidence=["observational", "necessity"])
@@ -297,14 +286,12 @@ composition[["statement", "verdict", "p_adjusted", "observational", "observation
 
 # %% tags=["circuit"]
 run = interp.Run(model, repeated_test, behaviour=copying.COPY_GAP)
-def tokens_in(layer):  # what carries the current token into a head of `layer`: the embeddings, then layer 0's heads
-    return ["embed"] + ([f"L0H{h}" for h in range(model.cfg.n_heads)] if layer > 0 else [])
-
-edges = [f"{t} -> {sender} via v" for t in tokens_in(prev[0])]
+carriers = [head_label((0, h)) for h in range(model.cfg.n_heads)]  # layer 0's heads pass the current token on
+tokens_in = {layer: ["embed"] + (carriers if layer > 0 else []) for layer in range(model.cfg.n_layers)}  # into a head of each layer
+edges = [f"{t} -> {sender} via v" for t in tokens_in[prev.layer]]
 for r in receivers:
     edges += [f"{sender} -> {r} via k", f"{r} -> logits"]
-    edges += [f"{t} -> {r} via {via}" for t in tokens_in(int(r[1 : r.index("H")])) for via in ("q", "v")]
-carriers = [f"L0H{h}" for h in range(model.cfg.n_heads)]
+    edges += [f"{t} -> {r} via {via}" for t in tokens_in[parse_head(r).layer] for via in ("q", "v")]
 carrier_inputs = [f"embed -> {c} via {via}" for c in carriers for via in ("q", "k", "v")]
 from interp.analyses.circuits.discovery import ACDC_THRESHOLD
 hypotheses = {"as first written": edges, "with the layer-0 carriers' inputs": edges + carrier_inputs}
@@ -320,21 +307,20 @@ naive_faithfulness = tested["as first written"].faithfulness
 
 # %% tags=["results", "remove-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
 KINDS = ("observational", "control_shuffled", "control_random_init", "necessity", "sufficiency", "faithfulness")
-
-def outcome(row):
-    return {"verdict": row.verdict, "observational": float(row.observational),
-            "failed": [k for k in KINDS if getattr(row, f"{k}_passed") is False],
-            "undecided": [k for k in KINDS if getattr(row, f"{k}_passed") is None and not pd.isna(getattr(row, k))]}
-
+outcomes = {}  # each claim's verdict, observational metric, and the evidence that failed or stayed undecided
+for key, table in (("scan", verdicts), ("false_claims", false_claims), ("span_claims", span_claims)):
+    outcomes[key] = {f"{row.label} {row.claim}": {
+        "verdict": row.verdict, "observational": float(row.observational),
+        "failed": [k for k in KINDS if getattr(row, f"{k}_passed") is False],
+        "undecided": [k for k in KINDS if getattr(row, f"{k}_passed") is None and not pd.isna(getattr(row, k))],
+    } for row in table.itertuples()}
 results = {
     "held_out": {key: float(held[key]) for key in ("bits_per_byte", "bigram_bits_per_byte", "unigram_bits_per_byte")},
     "formed_at": None if formed is None else [int(formed["step"]), float(formed["tokens"])],
     "repeat_rate": repeat_rate, "first_copy": first_copy, "second_copy": second_copy,
-    "candidates": {"induction": label(ind), "previous_token": sender},
+    "candidates": {"induction": ind.label, "previous_token": sender},
     "best_induction_natural": float(later.induction.max()),
-    "scan": {f"{row.label} {row.claim}": outcome(row) for row in verdicts.itertuples()},
-    "false_claims": {f"{row.label} {row.claim}": outcome(row) for row in false_claims.itertuples()},
-    "span_claims": {f"{row.label} {row.claim}": outcome(row) for row in span_claims.itertuples()},
+    **outcomes,
     "induction_heads": induction_heads,
     "ablation": {"removed": [float(claimed.removed), float(claimed.ci_low), float(claimed.ci_high)], "random_set": random_set,
                  "strongest_control": [strongest_control.heads, float(strongest_control.removed)]},

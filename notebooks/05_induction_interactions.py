@@ -50,10 +50,12 @@ import math
 import torch.nn.functional as F
 import interp
 from interp.specs import PromptSpec, build_prompts
-from interp.interventions import ablate, reference_activations, substitute_pattern
+from interp.behaviour import next_token_margin
+from interp.heads import Head
 from interp.hooks import hooked
+from interp.interventions import HeadAblation, reference_activations, substitute_pattern
 from interp.stats import bootstrap
-from interp.analyses import redundancy
+from interp.analyses import copying, redundancy
 from interp.analyses.claims import previous_token_head, self_token_head
 from interp.claims import test_claims
 
@@ -61,24 +63,12 @@ model = interp.load("toy-induction")
 prompts = build_prompts(model, PromptSpec(kind="repeated", n=64, seed=0))
 _, test = prompts.split(0.5, seed=0)        # the held-out half, as in notebook 02
 reference = reference_activations(model, test)  # per-position means for mean ablation
+run = interp.Run(model, test, behaviour=redundancy.induction_loss, reference=reference)  # the loss on the repeated half
 first = test.meta["offset"] + test.meta["prefix_len"] + 1  # first predictable position of the second copy
-INDUCTION = [(1, 0), (1, 1), (1, 2), (1, 3)]
-LAYER0 = [(0, 0), (0, 1), (0, 2), (0, 3)]
-label = lambda head: f"L{head[0]}H{head[1]}"
+INDUCTION = [Head(1, h) for h in range(4)]
+LAYER0 = [Head(0, h) for h in range(4)]
 
-def per_prompt(metric=redundancy.induction_loss, heads=(), hooks=()):
-    """metric(logits, prompts) -> (prompt,) with `heads` mean-ablated and extra `hooks` attached."""
-    with hooked(model, list(hooks)), torch.no_grad():
-        if heads:
-            with ablate(model, list(heads), "mean", reference=reference):
-                return metric(model(test.tokens), test)
-        return metric(model(test.tokens), test)
-
-def ci(values):
-    mean, low, high = bootstrap(values.double(), seed=0)
-    return float(mean), float(low), float(high)
-
-clean = per_prompt()
+clean = run.clean()  # (prompt,)
 print(f"{len(test)} held-out prompts of {test.n_pos} tokens; clean loss on the repeated half {clean.mean():.3f} nats")
 
 # %% [markdown]
@@ -88,19 +78,16 @@ print(f"{len(test)} held-out prompts of {test.n_pos} tokens; clean loss on the r
 # `interp.analyses.redundancy.joint_ablation` (interaction = both - a - b; negative = sub-additive).
 
 # %% tags=["observed"]
-rows = []
-alone = {}
-for head in INDUCTION:
-    alone[head] = per_prompt(heads=[head]) - clean  # (prompt,)
-    rows.append({"ablated": label(head), **dict(zip(["delta", "ci_low", "ci_high"], ci(alone[head])))})
-together = per_prompt(heads=INDUCTION) - clean
-rows.append({"ablated": "all four", **dict(zip(["delta", "ci_low", "ci_high"], ci(together)))})
-interaction = together - sum(alone.values())
-rows.append({"ablated": "all four - sum of each alone", **dict(zip(["delta", "ci_low", "ci_high"], ci(interaction)))})
+alone = {head: run.effect(HeadAblation([head], "mean")) for head in INDUCTION}  # Effects: per-prompt values, mean, CI
+together = run.effect(HeadAblation(INDUCTION, "mean"))
+interaction = together.values - sum(effect.values for effect in alone.values())  # (prompt,)
+rows = [{"ablated": head.label, "delta": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high} for head, e in alone.items()]
+rows.append({"ablated": "all four", "delta": together.mean, "ci_low": together.ci_low, "ci_high": together.ci_high})
+rows.append({"ablated": "all four - sum of each alone",
+             **dict(zip(["delta", "ci_low", "ci_high"], map(float, bootstrap(interaction, seed=0))))})
 observed = pd.DataFrame(rows)
-pairs = redundancy.joint_ablation(model, test, [(a, b) for i, a in enumerate(INDUCTION) for b in INDUCTION[i + 1:]],
-                                  "mean", reference=reference, behaviour=redundancy.induction_loss)
-print(f"sum of each alone {sum(float(a.mean()) for a in alone.values()):+.3f}, all four together {float(together.mean()):+.3f} nats")
+pairs = redundancy.joint_ablation(run, pairs=[(a, b) for i, a in enumerate(INDUCTION) for b in INDUCTION[i + 1:]], method="mean")
+print(f"sum of each alone {sum(e.mean for e in alone.values()):+.3f}, all four together {together.mean:+.3f} nats")
 display(observed)
 pairs[["label_a", "label_b", "delta_a", "delta_b", "delta_both", "interaction", "ci_low", "ci_high"]]
 
@@ -110,29 +97,17 @@ pairs[["label_a", "label_b", "delta_a", "delta_b", "delta_both", "interaction", 
 # induction heads on these prompts: each attends to the token after the earlier occurrence.
 
 # %% tags=["figure-observed"]
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
 import matplotlib.pyplot as plt
-import numpy as np
 from interp.analyses import report
 
 patterns = report.mean_patterns(model, test, [0, 1])
 fig = plt.figure(figsize=(15, 3.2))
 grid = fig.add_gridspec(1, 6, width_ratios=[2.2, 1, 1, 1, 1, 0.01])
-ci_bars(fig.add_subplot(grid[0]), [a.replace("all four - sum of each alone", "all 4 -\nsum").replace("all four", "all 4")
-                                   for a in observed.ablated], observed.delta, observed.ci_low, observed.ci_high,
-        title="loss increase on the repeated half", ylabel="nats per token")
+report.plot_ci_bars([a.replace("all four - sum of each alone", "all 4 -\nsum").replace("all four", "all 4")
+                     for a in observed.ablated], observed.delta, observed.ci_low, observed.ci_high, fig.add_subplot(grid[0]),
+                    title="loss increase on the repeated half", ylabel="nats per token")
 for i, head in enumerate(INDUCTION):
-    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=fig.add_subplot(grid[i + 1]))
+    report.plot_pattern(patterns[head.layer][head.head], head.label, ax=fig.add_subplot(grid[i + 1]))
 fig.tight_layout()
 
 # %% [markdown]
@@ -154,7 +129,7 @@ display(interp.show(model, test.tokens[:1], layer=1, head=None))
 # self-repair = direct - total would be positive if anything downstream made up for it.
 
 # %% tags=["compensation"]
-effects = redundancy.compensation(model, test, "mean", reference=reference, behaviour=redundancy.induction_loss).effects
+effects = redundancy.compensation(run, method="mean").effects
 effects[["label", "direct_effect", "total_effect", "self_repair", "ci_low", "ci_high"]]
 
 
@@ -167,17 +142,12 @@ effects[["label", "direct_effect", "total_effect", "self_repair", "ci_low", "ci_
 # costs cannot add up.
 
 # %% tags=["ceiling"]
-def first_copy_loss(logits, prompts):
-    """Loss on the first copy (after its first token): tokens no head can predict."""
-    tokens = prompts.tokens
-    per = F.cross_entropy(logits[:, 1 : first - 2].flatten(0, 1), tokens[:, 2 : first - 1].flatten(), reduction="none")
-    return per.view(len(tokens), -1).mean(-1)
-
-ceiling = per_prompt(first_copy_loss)
+with torch.no_grad():
+    ceiling, _ = copying.copy_losses(model(test.tokens), test)  # (prompt,) the first copy's loss: tokens no head can predict
 print(f"ln(vocabulary) = ln({test.meta['d_vocab']}) = {math.log(test.meta['d_vocab']):.3f}; "
       f"measured ceiling (loss on the first copy) {ceiling.mean():.3f}")
-print(f"clean {clean.mean():.3f} + all four {together.mean():.3f} = {(clean + together).mean():.3f} nats; "
-      f"clean + sum of each alone would be {(clean + sum(alone.values())).mean():.3f}")
+print(f"clean {clean.mean():.3f} + all four {together.mean:.3f} = {clean.mean() + together.mean:.3f} nats; "
+      f"clean + sum of each alone would be {clean.mean() + sum(e.mean for e in alone.values()):.3f}")
 
 # %% [markdown]
 # ## H3: the final LayerNorm
@@ -191,56 +161,51 @@ print(f"clean {clean.mean():.3f} + all four {together.mean():.3f} = {(clean + to
 # heads' writes, so it must add up exactly: a check of the set-up.
 
 # %% tags=["geometry"]
-names = ("ln_final.hook_scale", "blocks.1.attn.hook_result", "blocks.1.hook_resid_post")
-def cache(heads=()):
-    with torch.no_grad():
-        if heads:
-            with ablate(model, list(heads), "mean", reference=reference):
-                return model.run_with_cache(test.tokens, names_filter=lambda n: n in names)[1]
-        return model.run_with_cache(test.tokens, names_filter=lambda n: n in names)[1]
-
-clean_cache = cache()
-scale = lambda c: c["ln_final.hook_scale"][:, first - 1 : -1, 0]  # (prompt, pos) at the scored positions
-writes = clean_cache["blocks.1.attn.hook_result"][:, first - 1 : -1]  # (prompt, pos, head, d_model)
-resid = clean_cache["blocks.1.hook_resid_post"][:, first - 1 : -1]    # (prompt, pos, d_model)
+names = ["ln_final.hook_scale", "blocks.1.attn.hook_result", "blocks.1.hook_resid_post"]
+ablated = {"clean": [], **{head.label: [head] for head in INDUCTION}, "all four": INDUCTION}
+caches = {}
+for name, heads in ablated.items():
+    with hooked(model, HeadAblation(heads, "mean").hooks(model, reference) if heads else []), torch.no_grad():
+        caches[name] = model.run_with_cache(test.tokens, names_filter=names)[1]
+scale = {name: c["ln_final.hook_scale"][:, first - 1 : -1, 0] for name, c in caches.items()}  # (prompt, pos), scored positions
+writes = caches["clean"]["blocks.1.attn.hook_result"][:, first - 1 : -1]  # (prompt, pos, head, d_model)
+resid = caches["clean"]["blocks.1.hook_resid_post"][:, first - 1 : -1]    # (prompt, pos, d_model)
 geometry = pd.DataFrame([{
-    "head": label(h),
-    "write_norm": float(writes[:, :, h[1]].norm(dim=-1).mean()),
-    "cos_with_rest": float(F.cosine_similarity(writes[:, :, h[1]], resid - writes[:, :, h[1]], dim=-1).mean()),
-    "ln_scale_ratio": float((scale(cache([h])) / scale(clean_cache)).mean()),
+    "head": h.label,
+    "write_norm": float(writes[:, :, h.head].norm(dim=-1).mean()),
+    "cos_with_rest": float(F.cosine_similarity(writes[:, :, h.head], resid - writes[:, :, h.head], dim=-1).mean()),
+    "ln_scale_ratio": float((scale[h.label] / scale["clean"]).mean()),
 } for h in INDUCTION] + [{"head": "all four", "write_norm": float(writes.sum(2).norm(dim=-1).mean()), "cos_with_rest": float("nan"),
-                          "ln_scale_ratio": float((scale(cache(INDUCTION)) / scale(clean_cache)).mean())}])
+                          "ln_scale_ratio": float((scale["all four"] / scale["clean"]).mean())}])
 print(f"residual stream norm {resid.norm(dim=-1).mean():.2f} at the scored positions")
 geometry
 
 
 # %% tags=["layernorm"]
-def margin(logits, prompts):
-    """Minus the correct token's logit over the mean logit, on the repeated half (higher = worse, like a loss)."""
-    scored = logits[:, first - 1 : -1]
-    correct = scored.gather(-1, prompts.tokens[:, first:, None])[..., 0]
-    return -(correct - scored.mean(-1)).mean(-1)
-
-frozen_scale = clean_cache["ln_final.hook_scale"]
+margin = next_token_margin("repeats")  # minus the correct token's logit over the mean logit: linear in the logits
+frozen_scale = caches["clean"]["ln_final.hook_scale"]
 freeze = [("ln_final.hook_scale", lambda value, hook: frozen_scale)]
 rows = []
-for metric in (redundancy.induction_loss, margin):
-    for state, hooks in (("live", ()), ("frozen", freeze)):
-        base = per_prompt(metric, hooks=hooks)
-        singles = sum(per_prompt(metric, [h], hooks) - base for h in INDUCTION)
-        both = per_prompt(metric, INDUCTION, hooks) - base
-        inter = ci(both - singles)
-        rows.append({"metric": "loss" if metric is redundancy.induction_loss else "logit margin", "final_ln": state,
+for behaviour in (redundancy.induction_loss, margin):
+    for state, frozen in (("live", []), ("frozen", freeze)):
+        values = {}  # what was ablated -> the behaviour per prompt
+        for name, heads in ablated.items():
+            with hooked(model, frozen + (HeadAblation(heads, "mean").hooks(model, reference) if heads else [])), torch.no_grad():
+                values[name] = behaviour(model(test.tokens), test).double()
+        singles = sum(values[h.label] - values["clean"] for h in INDUCTION)
+        both = values["all four"] - values["clean"]
+        mean, low, high = (float(v) for v in bootstrap(both - singles, seed=0))
+        rows.append({"metric": "loss" if behaviour is redundancy.induction_loss else "logit margin", "final_ln": state,
                      "sum_alone": float(singles.mean()), "together": float(both.mean()),
-                     "interaction": inter[0], "ci_low": inter[1], "ci_high": inter[2]})
+                     "interaction": mean, "ci_low": low, "ci_high": high})
 layernorm = pd.DataFrame(rows)
 layernorm
 
 # %% tags=["figure-layernorm"]
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ci_bars(ax, [f"{m}\n{state} LN" for m, state in zip(layernorm.metric, layernorm.final_ln)], layernorm.interaction,
-        layernorm.ci_low, layernorm.ci_high, threshold=0.0, title="interaction (together - sum alone), 95% CI",
-        ylabel="nats (loss) or logits (margin)")
+report.plot_ci_bars([f"{m}\n{state} LN" for m, state in zip(layernorm.metric, layernorm.final_ln)], layernorm.interaction,
+                    layernorm.ci_low, layernorm.ci_high, ax, threshold=0.0, title="interaction (together - sum alone), 95% CI",
+                    ylabel="nats (loss) or logits (margin)")
 fig.tight_layout()
 
 
@@ -258,20 +223,21 @@ fig.tight_layout()
 def through(head, site):
     """Loss change when only layer 1's `site` (q, k or v) sees `head` mean-ablated."""
     name = f"blocks.1.attn.hook_{site}"
-    with ablate(model, [head], "mean", reference=reference), torch.no_grad():
-        _, patched = model.run_with_cache(test.tokens, names_filter=lambda n: n == name)
-    return per_prompt(hooks=[(name, lambda value, hook: patched[name])]) - clean
+    with hooked(model, HeadAblation([head], "mean").hooks(model, reference)), torch.no_grad():
+        _, patched = model.run_with_cache(test.tokens, names_filter=name)
+    with hooked(model, [(name, lambda value, hook: patched[name])]), torch.no_grad():
+        return redundancy.induction_loss(model(test.tokens), test) - clean
 
 direct = effects.set_index("label")["direct_effect"]
 rows = []
 for head in LAYER0:
-    total = per_prompt(heads=[head]) - clean
-    row = {"head": label(head), "total": ci(total)[0], "total_ci_low": ci(total)[1], "total_ci_high": ci(total)[2],
-           "direct": float(direct[label(head)])}
+    total = run.effect(HeadAblation([head], "mean"))
+    row = {"head": head.label, "total": total.mean, "total_ci_low": total.ci_low, "total_ci_high": total.ci_high,
+           "direct": float(direct[head.label])}
     row.update({f"via_{site}": float(through(head, site).mean()) for site in ("q", "k", "v")})
     for ideal in ("self", "previous_token"):
-        with substitute_pattern(model, *head, ideal):
-            row[f"{ideal}_pattern"] = float((per_prompt() - clean).mean())
+        with substitute_pattern(model, *head, ideal), torch.no_grad():
+            row[f"{ideal}_pattern"] = float(redundancy.induction_loss(model(test.tokens), test).mean() - clean.mean())
     rows.append(row)
 paths = pd.DataFrame(rows)
 paths
@@ -292,7 +258,7 @@ fig.tight_layout()
 # %% tags=["figure-layer0"]
 fig, axes = plt.subplots(1, 4, figsize=(13, 3))
 for ax, head in zip(axes, LAYER0):
-    report.plot_pattern(patterns[head[0]][head[1]], label(head), ax=ax)
+    report.plot_pattern(patterns[head.layer][head.head], head.label, ax=ax)
 fig.tight_layout()
 
 # %% [markdown]
@@ -308,9 +274,9 @@ verdicts[["label", "claim", "verdict", "p_adjusted", "observational", "control_s
 # %% tags=["results", "remove-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
 results = {
     "clean_loss": float(clean.mean()),
-    "alone": {label(h): float(a.mean()) for h, a in alone.items()},
-    "sum_alone": float(sum(a.mean() for a in alone.values())),
-    "together": float(together.mean()),
+    "alone": {h.label: e.mean for h, e in alone.items()},
+    "sum_alone": sum(e.mean for e in alone.values()),
+    "together": together.mean,
     "interaction": observed.iloc[-1][["delta", "ci_low", "ci_high"]].astype(float).tolist(),
     "pair_interactions": {f"{r.label_a}+{r.label_b}": float(r.interaction) for r in pairs.itertuples()},
     "max_self_repair_layer1": float(effects.query("layer == 1").self_repair.abs().max()),

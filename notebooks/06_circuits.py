@@ -43,7 +43,7 @@ pd.set_option("display.width", 160, "display.max_columns", 20, "display.precisio
 # %matplotlib inline
 import interp
 from interp.specs import PromptSpec, build_prompts
-from interp.analyses import circuits
+from interp.analyses import circuits, report
 from interp.analyses.claims import composition_claim
 from interp.claims import test_claims
 
@@ -125,22 +125,11 @@ verdicts[["label", "verdict", "p_adjusted", "observational", "observational_ci_l
 # frozen from the clean run, so the rows add up to the logit): the layer-1 heads do the copying.
 
 # %% tags=["dla"]
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
 dla = circuits.direct_logit_attribution(run)
 heads = dla.query("kind == 'head'")
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ci_bars(ax, list(heads.component), heads["mean"], heads.ci_low, heads.ci_high, title="direct logit attribution (95% CI)",
-        ylabel="logit")
+report.plot_ci_bars(list(heads.component), heads["mean"], heads.ci_low, heads.ci_high, ax,
+                    title="direct logit attribution (95% CI)", ylabel="logit")
 fig.tight_layout()
 dla[["component", "mean", "ci_low", "ci_high", "share", "n_prompts"]]
 
@@ -221,24 +210,21 @@ compared = pd.DataFrame([{"hypothesis": name, "edges": len(hypotheses[name]), "f
                           "ci_low": t.faithfulness.ci_low, "ci_high": t.faithfulness.ci_high,
                           "completeness": t.completeness.mean} for name, t in tests.items()])
 fig, ax = plt.subplots(figsize=(6, 2.8))
-ci_bars(ax, list(compared.hypothesis), compared.faithfulness, compared.ci_low, compared.ci_high, threshold=0.9,
-        title="faithfulness on held-out prompts (95% CI)", ylabel="fraction")
+report.plot_ci_bars(list(compared.hypothesis), compared.faithfulness, compared.ci_low, compared.ci_high, ax, threshold=0.9,
+                    title="faithfulness on held-out prompts (95% CI)", ylabel="fraction")
 fig.tight_layout()
 compared
 
 
 # %% tags=["results", "remove-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
-def row(frame, edge):
-    r = frame.set_index("edge").loc[edge]
-    return {"effect": float(r.effect), "ci_low": float(r.ci_low), "ci_high": float(r.ci_high)}
-
+by_edge = paths.set_index("edge")[["effect", "ci_low", "ci_high"]]  # each path patch's effect and CI
+q_strongest = paths.query("via == 'q'").sort_values("effect").edge.iloc[-1]
 results = {
     "clean_loss": float(run.clean().mean()),
-    "k_paths": {f"L1H{r}": row(paths, f"L0H2 -> L1H{r} via k") for r in range(4)},
+    "k_paths": {f"L1H{r}": by_edge.loc[f"L0H2 -> L1H{r} via k"].astype(float).to_dict() for r in range(4)},
     "q_paths_l0h2_max": float(paths.query("via == 'q' and sender == 'L0H2'").effect.abs().max()),
-    "q_path_strongest": row(paths, paths.query("via == 'q'").sort_values("effect").edge.iloc[-1]) | {
-        "edge": paths.query("via == 'q'").sort_values("effect").edge.iloc[-1]},
-    "v_paths": {f"L1H{r}": row(paths, f"L0H2 -> L1H{r} via v") for r in range(4)},
+    "q_path_strongest": by_edge.loc[q_strongest].astype(float).to_dict() | {"edge": q_strongest},
+    "v_paths": {f"L1H{r}": by_edge.loc[f"L0H2 -> L1H{r} via v"].astype(float).to_dict() for r in range(4)},
     "top_composition": [top.iloc[0].sender, top.iloc[0].receiver, top.iloc[0].via, float(top.iloc[0].ratio)],
     "verdicts": {f"{row.label} {row.claim.replace('_', ' ')}": row.verdict for row in verdicts.itertuples()},
     "discovered": {"n_edges": len(found.edges), "n_tried": len(found.scores), "nodes": list(found.nodes),
