@@ -54,6 +54,7 @@ from interp.behaviour import next_token_margin
 from interp.heads import Head
 from interp.hooks import hooked
 from interp.interventions import HeadAblation, reference_activations, substitute_pattern
+from interp.paths import EdgePatch
 from interp.stats import bootstrap
 from interp.analyses import copying, redundancy
 from interp.analyses.claims import previous_token_head, self_token_head
@@ -213,28 +214,28 @@ fig.tight_layout()
 # ## Q2: the layer-0 heads, path by path
 #
 # Each layer-0 head can matter through three inputs of the layer-1 heads (their queries, keys
-# and values) or directly through the logits. Path patching: run the model with the layer-0 head
-# mean-ablated, keep only what layer 1 computes for *one* of q, k or v, and patch that into an
-# otherwise clean run. The direct effect comes from `redundancy.compensation` above. Then
-# pattern substitution: replace the head's pattern by an ideal one (`self`: attend to the
-# current token; `previous_token`) and see how much of the ablation's cost comes back.
+# and values) or directly through the logits. Path patching (`interp.paths.EdgePatch`, as notebook 06
+# uses it): the layer-1 heads' *q* input (or *k*, or *v*; or the logits, *direct*) reads the layer-0
+# head's write from another prompt of the set, and nothing else changes. Patching all of its edges at
+# once resamples the head everywhere (*resampled*). Then pattern substitution: replace the head's
+# pattern by an ideal one (`self`: attend to the current token; `previous_token`) and see how much of
+# its mean ablation's cost (*total*) comes back.
 
 # %% tags=["paths"]
-def through(head, site):
-    """Loss change when only layer 1's `site` (q, k or v) sees `head` mean-ablated."""
-    name = f"blocks.1.attn.hook_{site}"
-    with hooked(model, HeadAblation([head], "mean").hooks(model, reference)), torch.no_grad():
-        _, patched = model.run_with_cache(test.tokens, names_filter=name)
-    with hooked(model, [(name, lambda value, hook: patched[name])]), torch.no_grad():
-        return redundancy.induction_loss(model(test.tokens), test) - clean
-
-direct = effects.set_index("label")["direct_effect"]
+layer1 = [Head(1, h) for h in range(4)]
+edge_sets = {}  # (layer-0 head, path) -> the edges patched together
+for head in LAYER0:
+    for via in ("q", "k", "v"):
+        edge_sets[head.label, via] = [f"{head.label} -> {receiver.label} via {via}" for receiver in layer1]
+    edge_sets[head.label, "direct"] = [f"{head.label} -> logits"]
+    edge_sets[head.label, "resampled"] = [edge for path in ("q", "k", "v", "direct") for edge in edge_sets[head.label, path]]
+patched = dict(zip(edge_sets, run.effects([EdgePatch(edges) for edges in edge_sets.values()])))  # Effects, as above
 rows = []
 for head in LAYER0:
     total = run.effect(HeadAblation([head], "mean"))
     row = {"head": head.label, "total": total.mean, "total_ci_low": total.ci_low, "total_ci_high": total.ci_high,
-           "direct": float(direct[head.label])}
-    row.update({f"via_{site}": float(through(head, site).mean()) for site in ("q", "k", "v")})
+           "resampled": patched[head.label, "resampled"].mean,
+           **{f"via_{path}": patched[head.label, path].mean for path in ("q", "k", "v", "direct")}}
     for ideal in ("self", "previous_token"):
         with substitute_pattern(model, *head, ideal), torch.no_grad():
             row[f"{ideal}_pattern"] = float(redundancy.induction_loss(model(test.tokens), test).mean() - clean.mean())
@@ -245,10 +246,10 @@ paths
 # %%
 import matplotlib.pyplot as plt
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-paths.set_index("head")[["via_q", "via_k", "via_v", "direct", "total"]].plot.bar(ax=axes[0], rot=0)
-axes[0].set_ylabel("loss increase (nats)"); axes[0].set_title("layer-0 heads: which path carries the cost")
+paths.set_index("head")[["via_q", "via_k", "via_v", "via_direct", "resampled"]].plot.bar(ax=axes[0], rot=0)
+axes[0].set_ylabel("loss increase (nats)"); axes[0].set_title("layer-0 heads: which path carries the cost (resampled)")
 paths.set_index("head")[["total", "self_pattern", "previous_token_pattern"]].plot.bar(ax=axes[1], rot=0)
-axes[1].set_title("ablated vs ideal pattern substituted"); axes[1].set_ylabel("loss increase (nats)")
+axes[1].set_title("mean-ablated vs ideal pattern substituted"); axes[1].set_ylabel("loss increase (nats)")
 fig.tight_layout()
 
 # %% [markdown]
@@ -286,8 +287,8 @@ results = {
     "cos_with_rest": {r.head: r.cos_with_rest for r in geometry.itertuples() if r.head != "all four"},
     "layernorm": {f"{r.metric}, {r.final_ln}": {"sum_alone": r.sum_alone, "together": r.together, "interaction": r.interaction,
                                           "ci": [r.ci_low, r.ci_high]} for r in layernorm.itertuples()},
-    "paths": {r.head: {"total": r.total, "direct": r.direct, "q": r.via_q, "k": r.via_k, "v": r.via_v,
-                       "self_pattern": r.self_pattern, "previous_token_pattern": r.previous_token_pattern}
+    "paths": {r.head: {"total": r.total, "resampled": r.resampled, "direct": r.via_direct, "q": r.via_q, "k": r.via_k,
+                       "v": r.via_v, "self_pattern": r.self_pattern, "previous_token_pattern": r.previous_token_pattern}
               for r in paths.itertuples()},
     "verdicts": {f"{r.label} {r.claim}": r.verdict for r in verdicts.itertuples()},
 }
@@ -324,17 +325,19 @@ from {min(r['pair_interactions'].values()):+.2f} ({min(r['pair_interactions'], k
   {ln['logit margin, live']['together']:.2f} together. The sub-additivity is the final LayerNorm's renormalisation,
   counted once per head in the sum, plus the ceiling; not backup.
 
-**Layer-0 heads.** L0H2 works through the induction heads' keys
-(via k alone {P['L0H2']['k']:.2f} nats; its total {P['L0H2']['total']:.2f}): the previous-token head of K-composition.
+**Layer-0 heads.** Path patching resamples one head's write into one input of the layer-1 heads at a time.
+L0H2 works through the induction heads' keys (via k alone {P['L0H2']['k']:.2f} nats; all its edges resampled
+{P['L0H2']['resampled']:.2f}): the previous-token head of K-composition.
 {' and '.join(self_heads)} work through the queries and values instead
-({'; '.join(f"{h}: q {P[h]['q']:.2f}, v {P[h]['v']:.2f}, k {P[h]['k']:.2f} of {P[h]['total']:.2f}" for h in self_heads)}):
+({'; '.join(f"{h}: q {P[h]['q']:.2f}, v {P[h]['v']:.2f}, k {P[h]['k']:.2f} of {P[h]['resampled']:.2f}" for h in self_heads)}):
 they attend to the current token, and an ideal self-attention pattern restores most of their cost
-({'; '.join(f"{h} {P[h]['self_pattern']:.2f} left" for h in self_heads)}), while a previous-token pattern does not
+({'; '.join(f"{h} {P[h]['self_pattern']:.2f} left of {P[h]['total']:.2f} mean-ablated" for h in self_heads)}), while a
+previous-token pattern does not
 ({'; '.join(f"{h} {P[h]['previous_token_pattern']:.2f}" for h in self_heads)}). The path and substitution evidence
 support H5 for them and refute H4; the toolkit's stricter claim tests (below) need not agree, e.g. when a head
 costs less than half of its whole-head ablation when only its claimed attention is knocked out.
-L0H1 matters least ({P['L0H1']['total']:.2f} nats, spread over q {P['L0H1']['q']:.2f}, k {P['L0H1']['k']:.2f},
-v {P['L0H1']['v']:.2f}); no ideal pattern describes it. No layer-0 head acts on the logits directly
+L0H1 matters least ({P['L0H1']['total']:.2f} nats mean-ablated, {P['L0H1']['resampled']:.2f} resampled, spread over
+q {P['L0H1']['q']:.2f}, k {P['L0H1']['k']:.2f}, v {P['L0H1']['v']:.2f}); no ideal pattern describes it. No layer-0 head acts on the logits directly
 (direct effects {', '.join(f"{h} {P[h]['direct']:+.3f}" for h in P)}): H6 refuted.
 The claims table gives the toolkit's verdicts on the same interpretations:
 {', '.join(f'{k}: {v}' for k, v in r['verdicts'].items())}.

@@ -338,9 +338,12 @@ def test_interactions_conclusion_states_what_the_numbers_show(interactions):
     assert abs(ln["logit margin, frozen"]["interaction"]) < 1e-3
     assert ln["loss, frozen"]["ci"][0] > 0 and ln["loss, live"]["ci"][1] < 0 and ln["logit margin, live"]["ci"][1] < 0
     assert "H3 (final LayerNorm) is supported" in text and "**super-additive**" in text
-    # Q2: the previous-token head acts through keys; L0H0 and L0H3 through queries and values, restored by a self pattern
+    # Q2 (path patching with EdgePatch, resampled): the previous-token head acts through keys alone; L0H0 and L0H3
+    # through queries and values, and a self pattern restores their mean ablation's cost
     P = r["paths"]
-    assert P["L0H2"]["k"] > 0.8 * P["L0H2"]["total"]
+    assert P["L0H2"]["k"] > 0.8 * P["L0H2"]["resampled"] and max(abs(P["L0H2"]["q"]), abs(P["L0H2"]["v"])) < 0.05
+    one_line = " ".join(text.split())
+    assert f"via k alone {P['L0H2']['k']:.2f} nats; all its edges resampled {P['L0H2']['resampled']:.2f}" in one_line
     for head in ("L0H0", "L0H3"):
         assert P[head]["q"] + P[head]["v"] > 3 * P[head]["k"], head
         assert P[head]["self_pattern"] < 0.3 * P[head]["total"] < P[head]["previous_token_pattern"], head
