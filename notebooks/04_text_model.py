@@ -43,7 +43,7 @@ import interp
 from interp.analyses import circuits, copying, induction, positional, report
 from interp.analyses.claims import composition_claim, induction_head, previous_token_head, scan
 from interp.analyses.text_heads import HeldOutPrompts
-from interp.claims import test_claims
+from interp.claims import min_effect, test_claims
 from interp.heads import Head, head_label, parse_head
 from interp.models.textcorpus import compare_corpus, named_corpus
 
@@ -326,6 +326,11 @@ results = {
                  "strongest_control": [strongest_control.heads, float(strongest_control.removed)]},
     "backup": backup,
     "composition": {row.statement: row.verdict for row in composition.itertuples()},
+    "composition_paths": {row.label: {"composes": row.claim == "composes", "verdict": row.verdict,
+                                      "effect": [float(row.observational), float(row.observational_ci_low),
+                                                 float(row.observational_ci_high)]}
+                          for row in composition.itertuples()},
+    "composition_band": min_effect("nats"),  # the equivalence band of "does not compose"
     "faithfulness": [float(faithfulness.mean), float(faithfulness.ci_low), float(faithfulness.ci_high)],
     "naive_faithfulness": [float(naive_faithfulness.mean), float(naive_faithfulness.ci_low), float(naive_faithfulness.ci_high)],
 }
@@ -335,6 +340,7 @@ display({"text/x-interp-results": json.dumps(results, sort_keys=True)}, raw=True
 
 # %% tags=["conclusion"]
 from IPython.display import Markdown
+from interp.paths import parse_edge
 r = results
 removed, low, high = r["ablation"]["removed"]
 f, f_low, f_high = r["faithfulness"]
@@ -347,6 +353,17 @@ induction_claims = "; ".join(
     for name, c in r["scan"].items() if name.endswith(" induction")) or "none proposed"
 refuted_false = [name for name, c in r["false_claims"].items() if c["verdict"] != "supported"]
 false_text = ", ".join(f"{name}: {c['verdict']}" for name, c in r["false_claims"].items())
+uses = {("supported", True): "uses", ("refuted", False): "uses", ("refuted", True): "does not use",
+        ("supported", False): "does not use"}  # (verdict, claimed to compose) -> what the receiver's input does
+paths = []  # each composition edge: what patching it measured, and what that says its receiver reads
+for edge, c in r["composition_paths"].items():
+    parsed = parse_edge(edge)
+    effect, e_low, e_high = c["effect"]
+    test = "path patch against its control path" if c["composes"] else f"equivalence within +-{r['composition_band']:g} nats"
+    outcome = {"supported": "passed", "refuted": "failed"}.get(c["verdict"], "undecided")
+    paths.append(f"Patching {edge} moves the loss on the repeated copies by {effect:.3f} [{e_low:.3f}, {e_high:.3f}] nats, "
+                 f"so {parsed.receiver}'s {parsed.via} input {uses.get((c['verdict'], c['composes']), 'may or may not use')} "
+                 f"{parsed.sender}'s write ({test}: {outcome})")
 Markdown("\n".join([
     "## What holds (generated from `results`)", "",
     f"- **The model.** Held-out {r['held_out']['bits_per_byte']:.3f} bits/byte against {r['held_out']['bigram_bits_per_byte']:.3f} "
@@ -375,7 +392,7 @@ Markdown("\n".join([
        + ("." if len(r["backup"]["alone"]) < len(r["backup"]["heads"].split("+")) else  # not every head was ablated alone
           ", more than the sum of each alone: one backs up the other." if r["backup"]["removed"][0] > sum(r["backup"]["alone"].values())
           else ", no more than the sum of each alone.")),
-    f"- **Circuit.** " + "; ".join(f"{k}: {v}" for k, v in r["composition"].items())
+    f"- **Circuit.** " + ". ".join(paths)
     + f". As first written, the circuit reproduces {n:.2f} [{n_low:.2f}, {n_high:.2f}] of the copy gap on held-out spans "
     f"(faithfulness); with the layer-0 carriers' own inputs added, {f:.2f} [{f_low:.2f}, {f_high:.2f}]. "
     + ("The difference is the lesson: a head kept as a carrier carries the other prompt unless its inputs are kept. "

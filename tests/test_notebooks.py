@@ -440,8 +440,17 @@ def test_text_model_results_match_the_committed_run_and_the_conclusion():
     removed, low, high = r["ablation"]["removed"]
     assert f"removes {removed:.2f} [{low:.2f}, {high:.2f}] of the copy gap" in text
     assert f"{r['second_copy']:.3f} the second" in text and f"{r['held_out']['bits_per_byte']:.3f} bits/byte" in text
-    for name, verdict in r["composition"].items():
-        assert f"{name}: {verdict}" in text
+    # the circuit's edges: what patching each measured and what that says, with no "does not compose ... refuted"
+    one_line = " ".join(text.split())
+    assert set(r["composition_paths"]) == {name.split(" composes")[0].split(" does not")[0] for name in r["composition"]}
+    for edge, c in r["composition_paths"].items():
+        effect, low, high = c["effect"]
+        assert f"Patching {edge} moves the loss on the repeated copies by {effect:.3f} [{low:.3f}, {high:.3f}] nats" in one_line
+        sender, _, rest = edge.partition(" -> ")
+        receiver, _, via = rest.partition(" via ")
+        reads = (c["verdict"] == "supported") == c["composes"] and c["verdict"] != "inconclusive"
+        assert f"{receiver}'s {via} input {'uses' if reads else 'does not use'} {sender}'s write" in one_line or c["verdict"] == "inconclusive"
+    assert "does not compose" not in text and "compose: refuted" not in text
     for key in ("naive_faithfulness", "faithfulness"):
         mean, low, high = r[key]
         assert f"{mean:.2f} [{low:.2f}, {high:.2f}]" in text
