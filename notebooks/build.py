@@ -12,7 +12,7 @@ tests/test_notebooks.py checks that every script has its .ipynb and that the .ip
 generates, executes the notebooks afresh and compares each run's `results` with the committed one.
 
 Each notebook is an investigation: a question, hypotheses, evidence with controls, figures of the heads
-it discusses (CIs as error bars), and a Markdown conclusion
+it discusses (CIs as error bars: `interp.analyses.report.plot_ci_bars`), and a Markdown conclusion
 generated from a `results` dict, so the prose cannot drift from the numbers. Three tagged cells are required:
 
 - `viewer`: `display(interp.show(model, prompt, layer=..., head=...))`, the inline viewer;
@@ -21,6 +21,9 @@ generated from a `results` dict, so the prose cannot drift from the numbers. Thr
   `display({"text/x-interp-results": json.dumps(results, sort_keys=True)}, raw=True)` (`RESULTS_MIME`, which no
   front end renders: the numbers are stored for the tests, never shown);
 - `conclusion`: a `Markdown(...)` read from `results`.
+
+Cells call the library: a helper a cell would need that the library lacks belongs in the library (in the
+module it is about, with a docstring and a test), not in a `def` in a cell.
 
 To add a notebook: write `notebooks/NN_topic.py` with the next number (copy an existing one's first cells),
 run `python notebooks/build.py --execute NN_topic`, add its checks to tests/test_notebooks.py (the tests find

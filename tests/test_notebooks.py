@@ -164,6 +164,19 @@ def test_notebook_is_what_its_script_generates_and_is_committed_with_outputs(scr
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_cells_call_the_library_and_define_no_helpers(script):
+    """No cell defines a function or class: what a notebook needs and the library lacks goes into the library."""
+    import ast
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    defined = [f"cell {index}: {node.name}" for index, cell in enumerate(BUILD.notebook(script).cells) if cell.cell_type == "code"
+               for node in ast.walk(ast.parse(TransformerManager().transform_cell(cell.source)))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    assert not defined, f"{script.name} defines {defined}: move them into the library (with a test) and call it"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
 def test_results_cell_stores_the_dict_unprinted(script):
     """The results cell's last lines store `results` under RESULTS_MIME, raw (no front end renders it)."""
     source = tagged(BUILD.notebook(script), "results").source
