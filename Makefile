@@ -52,7 +52,7 @@ notebooks: $(STAMP)  ## regenerate and execute the notebooks, storing their outp
 	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/make_notebooks.py --execute
 
 # the docs site (mkdocs.yml, docs/) into build/docs; --strict: a warning (a broken reference, a docstring
-# mkdocstrings cannot render, a page missing from the nav) fails the build. tests/test_docs.py checks the
+# mkdocstrings cannot render, a page missing from the nav) fails the build. tests/docs/test_docs.py checks the
 # site `make test` built (INTERP_DOCS_SITE) and runs the tutorials' code.
 DOCS_SITE = build/docs
 MKDOCS    = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs

@@ -7,12 +7,12 @@ the heads it discusses (mean patterns; CIs as error bars, `CI_BARS`), and a Mark
 generated from a `results` dict (so the prose cannot drift from the numbers). The results cell
 is hidden and collapsed (`results_cell`): it stores the dict under `RESULTS_MIME`, which no front
 end renders, so no reader sees a dump of floats. The notebooks are committed *with* their outputs,
-so a reader on a code host sees the evidence; tests/test_notebooks.py executes them afresh, checks
+so a reader on a code host sees the evidence; tests/notebooks/test_notebooks.py executes them afresh, checks
 the key cells, and compares each stored `results` with the committed one within a tolerance.
 `viewer_cells` is the slot for the inline viewer (`interp.show`), skipped while it does not exist.
 Edit the cells here, not in the .ipynb files, and rerun `make notebooks`; to check an edit without
 touching the committed files: `--execute --out /tmp/nb 03_minilm.ipynb`, then
-`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/test_notebooks.py`.
+`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/notebooks/test_notebooks.py`.
 """
 from __future__ import annotations
 
@@ -1762,7 +1762,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=HERE, metavar="DIR",
                         help="write (and execute) the notebooks in DIR instead of notebooks/, e.g. to check one "
                              "without touching the committed files: --execute --out /tmp/nb 03_minilm.ipynb; "
-                             "then INTERP_NOTEBOOKS=DIR pytest tests/test_notebooks.py compares against DIR")
+                             "then INTERP_NOTEBOOKS=DIR pytest tests/notebooks/test_notebooks.py compares against DIR")
     parser.add_argument("names", nargs="*", help="only these notebooks (file names); default all")
     args = parser.parse_args(argv)
     for name, cells in [("01_attention_from_the_lesson.ipynb", LESSON), ("02_induction_circuit.ipynb", INDUCTION),
