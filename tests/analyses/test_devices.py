@@ -84,6 +84,7 @@ def _assert_same(a: dict, b: dict, name: str) -> None:
         np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name}.{key}")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(PLACED))
 def test_dtype_runs_a_cast_copy_close_to_float32(tiny_gpt, name):
     call, tolerances = PLACED[name]
@@ -135,6 +136,7 @@ def test_build_report_hands_the_placement_to_compute(tiny_gpt, tmp_path, monkeyp
     assert (seen["device"], seen["dtype"]) == ("cpu", "bfloat16")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(PLACED))
 def test_device_cpu_gives_the_same_numbers(tiny_gpt, name):
     call = PLACED[name][0]

@@ -12,6 +12,7 @@ from benchmarks import suite
 from interp.errors import BadInput
 
 
+@pytest.mark.heavy
 def test_dry_run_executes_every_section_and_writes_as_it_goes(tmp_path):
     index = suite.run_suite("cpu", tmp_path, dry_run=True, limit_s=300)
     assert list(index["sections"]) == list(suite.SECTIONS)

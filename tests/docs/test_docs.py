@@ -188,6 +188,7 @@ def _site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.heavy
 def test_site_builds_strictly_and_loads_nothing_from_the_network(tmp_path_factory):
     site = _site(tmp_path_factory)
     pages = sorted(site.rglob("*.html"))

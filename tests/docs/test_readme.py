@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -11,6 +13,7 @@ def test_readme_starts_with_the_two_commands():
     assert commands == ["make demo", "make test"]
 
 
+@pytest.mark.heavy
 def test_readme_python_tour_runs_and_claims_hold():
     source = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
     namespace: dict = {}

@@ -124,18 +124,21 @@ ANALYSES = ["focus", "offsets", "induction", "pattern_similarity", "output_simil
             "leakage_single_pair"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ANALYSES)
 def test_two_processes_equal_one(single, ranks, name):
     for rank_result in ranks:
         assert_same(rank_result[name], single[name], name)
 
 
+@pytest.mark.heavy
 def test_each_rank_ran_its_own_shard(single, ranks):
     assert single["group"] == {"world": 1, "rank": 0, "shard": range(18)}
     assert [r["group"] for r in ranks] == [{"world": 2, "rank": 0, "shard": range(0, 8)},
                                            {"world": 2, "rank": 1, "shard": range(8, 18)}]
 
 
+@pytest.mark.heavy
 def test_ranks_share_the_work_of_second_order_compensation_and_pruning(single, ranks):
     """Sharded, not repeated: every prompt's forwards run on exactly one rank."""
     for name, total in single["work"].items():
@@ -144,6 +147,7 @@ def test_ranks_share_the_work_of_second_order_compensation_and_pruning(single, r
     assert [r["work"]["second_order_one_batch"] for r in ranks][0] == 0  # rank 0's shard of one batch is empty
 
 
+@pytest.mark.heavy
 def test_claim_verdicts_identical_and_meaningful(single, ranks):
     verdicts = single["claims"].set_index(["label", "claim"])["verdict"]
     assert verdicts[("L0H0", "previous_token")] == "supported"
@@ -249,6 +253,7 @@ def assert_same_json(actual, expected, where: str = "result") -> None:
         assert actual == expected, where
 
 
+@pytest.mark.heavy
 def test_cli_two_workers_write_what_one_writes(tmp_path):
     import json
 

@@ -40,6 +40,7 @@ def _run(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.heavy
 def test_the_tour_runs_from_a_folder_holding_models_and_analyses(user_folder: Path) -> None:
     tour = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
     (user_folder / "tour.py").write_text(tour + "\nprint('tour done')\n")
@@ -48,12 +49,14 @@ def test_the_tour_runs_from_a_folder_holding_models_and_analyses(user_folder: Pa
     assert "tour done" in result.stdout
 
 
+@pytest.mark.heavy
 def test_the_cli_runs_from_a_folder_holding_models_and_analyses(user_folder: Path) -> None:
     result = _run(["-m", "interp.cli", "heads", "toy-induction", "--n", "8", "-q", "--json", "-"], user_folder)
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"command": "heads"' in result.stdout
 
 
+@pytest.mark.heavy
 def test_a_users_own_models_module_is_still_a_factory(user_folder: Path) -> None:
     """`models:build` next to the user's code means their module: the toolkit's former name takes nothing away."""
     result = _run(["-m", "interp.cli", "audit-leakage", "models:build", "-q"],

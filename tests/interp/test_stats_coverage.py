@@ -79,6 +79,7 @@ def test_population_data_is_real_and_skewed():
     assert sum(abs(s) > 1 for s in skews.values()) >= 3, skews  # the point: skewed metrics
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["minilm_L1H1_first_token", "toy_induction_L1H0_induction"])
 def test_studentized_coverage_at_32_prompts(name):
     """Fast subset: the two most skewed populations held to +-2% (the full sweep is slow)."""
@@ -87,6 +88,7 @@ def test_studentized_coverage_at_32_prompts(name):
     assert abs(value - 0.95) <= 0.02, f"{name}: studentized 95% interval covers {value:.3f} at n=32"
 
 
+@pytest.mark.heavy
 def test_claims_p_value_is_not_lenient_at_32_prompts():
     """The claims' p-value (sign-flip and studentized, the larger) rejects a true null at most alpha + MC error,
     where the sign-flip test alone rejects 0.087 (a skewed previous-token head)."""

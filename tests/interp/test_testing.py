@@ -134,6 +134,7 @@ def test_run_claims_gives_expected_verdicts_on_the_constructed_circuit(tmp_path)
 # --------------------------------------------------------------------------- interp claims
 
 
+@pytest.mark.heavy
 def test_cli_claims_exit_codes_and_json(tmp_path, capsys):
     good, wrong = tmp_path / "good.toml", tmp_path / "wrong.toml"
     good.write_text(GOOD)
@@ -208,6 +209,7 @@ def test_plugin_reports_a_model_that_does_not_load(pytester):
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.heavy
 def test_shipped_claims_files_pass_on_their_models(pytester):
     for name in ("claims.toml", "constructed.claims.toml", "circuit.claims.toml"):
         (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
@@ -217,6 +219,7 @@ def test_shipped_claims_files_pass_on_their_models(pytester):
                                  "*circuit.claims.toml::L0H0->L1H0-via-q-not-composes PASSED*"])
 
 
+@pytest.mark.heavy
 def test_pins_catch_a_checkpoint_without_induction_heads(pytester, tmp_path):
     """The team's use: pin toy-induction's interpretation, then point the pins at a new checkpoint."""
     import dataclasses

@@ -161,6 +161,7 @@ def test_intercepted_cache_pooled_equals_fresh_and_survives():
     assert model.buffer_pool()._kept
 
 
+@pytest.mark.heavy
 def test_importing_and_caching_never_calls_mallopt():
     """The default allocator stays the user's: only the CLI tunes glibc (interp.launch.tune_allocator)."""
     code = (

@@ -255,6 +255,7 @@ def test_card_names_the_corpus_the_recipe_trained_on(shipped):
         assert ("on the same held-out files" in stdlib_bpe._card_held_out(metadata)) == (corpus == "stdlib")
 
 
+@pytest.mark.heavy
 def test_card_figures_are_remeasured_on_a_slice(shipped, data):
     """The held-out figures measured again: bits per byte on a quarter of the card's windows (a slice, so within
     sampling noise), the ICL score and the copy ratio on the card's own prompts (so equal up to float rounding)."""
@@ -267,6 +268,7 @@ def test_card_figures_are_remeasured_on_a_slice(shipped, data):
     assert again["copy_ratio"] == pytest.approx(card["copy_ratio"], abs=1e-4)
 
 
+@pytest.mark.heavy
 def test_a_short_training_run_reproduces_the_recorded_early_loss(shipped, data):
     """The recipe retrained for the few steps `finish` recorded gives the recorded losses. float32 sums differ
     across CPUs, so within 0.02 nats, not bit for bit (same machine and thread count: identical)."""
@@ -289,6 +291,7 @@ def test_a_training_run_reproduces_the_first_snapshots_loss(shipped, data):
     assert abs(again["train_nats"] - first["train_nats"]) < 0.02
 
 
+@pytest.mark.heavy
 def test_interp_report_runs_on_it(tmp_path):
     result = subprocess.run([sys.executable, "-m", "interp.cli", "report", "stdlib-bpe", "--n", "8", "--out", str(tmp_path),
                              "--quiet"], capture_output=True, text=True, cwd=ROOT)
@@ -326,6 +329,7 @@ def _execute_notebook(name: str) -> dict[str, str]:
     return outputs
 
 
+@pytest.mark.notebook
 def test_notebook_runs_and_concludes_from_its_results(shipped):
     out = _execute_notebook("04_text_model.ipynb")
     held = shipped["held_out"]

@@ -336,6 +336,7 @@ def test_cli_bad_input(argv, code, match, files, capsys):
     assert "Traceback" not in err and "internal error" not in err
 
 
+@pytest.mark.heavy
 def test_closed_stdout_is_not_a_finding(tmp_path):
     """Issue 11 #10: `interp verify toy-induction | true` exited 1 ("a finding")."""
     root = Path(__file__).resolve().parents[2]

@@ -293,6 +293,7 @@ WRITERS = {"--json FILE": "out.json", "interp.save weights": "m.safetensors", "c
            "checkpoint card (text)": "text.md"}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(WRITERS))
 def test_a_full_disk_keeps_the_earlier_file_and_leaves_no_temp_file(name, full_disk):
     folder, results, stderr = full_disk
@@ -305,6 +306,7 @@ def test_a_full_disk_keeps_the_earlier_file_and_leaves_no_temp_file(name, full_d
         assert "File too large" in str(results[name]["outcome"])
 
 
+@pytest.mark.heavy
 def test_a_full_disk_keeps_the_earlier_report(full_disk):
     folder, results, _ = full_disk
     path = folder / "report_folder" / "rep"
@@ -475,6 +477,7 @@ def test_an_unwritable_out_is_refused_by_the_check(unwritable):
     assert f"{unwritable / 'report' / 'plots'} is not writable" in results["report"]
 
 
+@pytest.mark.heavy
 def test_cli_report_refuses_an_unwritable_out_before_loading_the_model(unwritable):
     # the spec cannot load: were the folder checked after loading or computing, this error would be about the spec
     result = run_unprivileged(["-m", "interp.cli", "report", "nosuchpkg_interp.module:factory", "--out",

@@ -193,6 +193,7 @@ def test_encoder_lm_claims_file(tmp_path, capsys):
     assert cli.main(["claims", str(claims), "--strict", "-q"]) == 0, capsys.readouterr()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("spec", ["own_models:encoder_lm", "own_models:nanogpt_flash", "own_models:hf_gpt2"])  # ~10 s each
 def test_report_on_plain_models_given_as_factories(spec, tmp_path, capsys):
     out = tmp_path / "report"

@@ -212,6 +212,7 @@ def _run_heads(package: Path, factory: str, workers: int) -> subprocess.Complete
                           env=_subprocess_env(path=str(package)))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("factory, code, match", WORKER_CASES)
 def test_a_worker_error_keeps_its_class_and_message(user_package, factory, code, match):
     """Before: exit 3 and "worker process ... exited with code 1" under --workers 2, whatever the class."""
@@ -232,6 +233,7 @@ def _fails_on_rank_1(kind: str):
     return distributed.gather_objects(distributed.rank())  # rank 0 waits in a collective for rank 1
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind, cls, code, text", [
     pytest.param("bad", BadInput, 2, "prompt row 9 is empty", id="BadInput"),
     pytest.param("key", KeyError, 2, "no head 'L9H9'", id="KeyError", marks=SLOW),

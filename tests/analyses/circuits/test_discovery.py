@@ -63,6 +63,7 @@ def test_eap_misses_the_query_edge_of_a_saturated_circuit(model, prompts):
     assert circuit.test.faithfulness.ci_high < 0.9  # so the held-out test says the circuit is incomplete
 
 
+@pytest.mark.heavy
 def test_circuit_tests_flag_missing_and_useless_edges(model, prompts):
     run = interp.Run(model, prompts)
     missing = test_circuit(run, sorted(INDUCTION_EDGES - {"L0H0 -> L1H0 via k"}), threshold=0.01)

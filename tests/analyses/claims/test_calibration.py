@@ -32,6 +32,7 @@ def _row(table, model, claim, heads):
     return rows.iloc[0]
 
 
+@pytest.mark.heavy
 def test_table_has_one_row_per_claim_with_the_stated_columns(fast_table):
     assert list(fast_table.columns) == cal.COLUMNS
     assert set(fast_table.suite) == {"fast"}
@@ -43,6 +44,7 @@ def test_table_has_one_row_per_claim_with_the_stated_columns(fast_table):
         assert set(fast_table[flag].dropna()) <= {True, False}
 
 
+@pytest.mark.heavy
 def test_fast_suite_has_one_false_claim_per_role_on_an_important_toy_head(fast_table):
     toy = fast_table[(fast_table.model == "toy-induction") & (fast_table.claim != "backs_up")]
     false = toy[toy.truth == "false"]
@@ -52,6 +54,7 @@ def test_fast_suite_has_one_false_claim_per_role_on_an_important_toy_head(fast_t
     assert (false.importance > 0.1).all()  # each on a head whose ablation costs more than 0.1 nats
 
 
+@pytest.mark.heavy
 def test_known_heads_are_labelled_by_their_metrics(fast_table):
     assert _row(fast_table, "toy-induction", "previous_token", "L0H2").truth == "true"  # 0.88 on query - 1
     for head in range(4):
@@ -119,6 +122,7 @@ def test_causal_verdict_leaves_out_the_observational_metric():
     assert causal == "inconclusive" and all("observational" not in r for r in reasons)
 
 
+@pytest.mark.heavy
 def test_summary_states_each_target(fast_table):
     summary = cal.calibration_summary(fast_table)
     assert list(summary.columns) == ["suite", "measure", "count", "n", "rate", "target", "met"]
@@ -132,6 +136,7 @@ def test_summary_states_each_target(fast_table):
     assert counts["true claims (heads that matter) supported"] == (fast_table.truth == "true").sum()
 
 
+@pytest.mark.heavy
 def test_main_prints_the_table_and_summary(fast_table, monkeypatch, capsys):
     monkeypatch.setattr(cal, "calibration_table", lambda suite, seed=0: fast_table)
     cal.main([])
@@ -151,21 +156,25 @@ def _assert_false_targets(table):
     assert missed.empty, f"targets missed:\n{missed}\nclaims:\n{table[table.truth == 'false']}"
 
 
+@pytest.mark.heavy
 def test_false_claims_pass_no_causal_evidence(fast_table):
     _assert_false_targets(fast_table)
 
 
+@pytest.mark.heavy
 def test_true_claims_about_heads_that_matter_are_supported(fast_table):
     true = fast_table[fast_table.truth == "true"]
     assert len(true) == 9
     assert (true.verdict == "supported").all(), true[true.verdict != "supported"]
 
 
+@pytest.mark.heavy
 def test_true_claims_about_heads_without_effect_are_never_refuted(fast_table):
     no_effect = fast_table[fast_table.truth == "true_no_effect"]
     assert (no_effect.verdict != "refuted").all(), no_effect[no_effect.verdict == "refuted"]
 
 
+@pytest.mark.heavy
 def test_true_claims_about_heads_without_effect_end_inconclusive_saying_so(fast_table):
     no_effect = fast_table[fast_table.truth == "true_no_effect"]
     ok = (no_effect.verdict == "inconclusive") & no_effect.no_effect_reason

@@ -22,6 +22,8 @@ from interp.data import repeated_tokens
 from interp.models import HookedGPT
 from interp.models.train import toy_induction_config
 
+pytestmark = pytest.mark.heavy  # one module fixture tests every claim kind on five random models
+
 ALPHA = 0.05
 SEEDS = (0, 1, 2, 3, 4)
 N_PROMPTS, PREFIX = 32, 20  # 32 prompts of 40 tokens
@@ -53,6 +55,7 @@ def preset_verdicts() -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+@pytest.mark.heavy
 def test_preset_claims_on_random_init_are_rarely_supported(preset_verdicts, record_property):
     n = len(preset_verdicts)
     rate = float((preset_verdicts["verdict"] == "supported").mean())
@@ -86,6 +89,7 @@ def boundary_claims(model: HookedGPT, seed: int) -> list:
     return claims
 
 
+@pytest.mark.heavy
 def test_boundary_thresholds_false_positive_rate(record_property):
     passes, supported, n = 0, 0, 0
     for seed in SEEDS:

@@ -29,6 +29,7 @@ def circuit_verdicts(circuit):
     return run_test_claims(circuit, claims, prompts)
 
 
+@pytest.mark.heavy
 def test_constructed_circuit_known_answers(circuit_verdicts):
     frame = circuit_verdicts
     assert list(frame.label) == ["L0H0 -> L1H0 via k", "L0H0 -> L1H0 via q", "L0H1 -> L1H0 via k",

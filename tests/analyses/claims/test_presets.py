@@ -44,6 +44,7 @@ def circuit_table(circuit, repeated):
     return run_test_claims(circuit, claims, repeated)
 
 
+@pytest.mark.heavy
 def test_induction_circuit_true_claims_supported_with_every_evidence(circuit_table):
     verdicts = verdicts_of(circuit_table)
     assert verdicts[("L0H0", "previous_token")] == "supported"
@@ -307,6 +308,7 @@ def toy_table(toy):
     return run_test_claims(model, claims, prompts)
 
 
+@pytest.mark.heavy
 def test_toy_induction_heads_supported(toy, toy_table):
     """The card's induction heads are supported with every default evidence: controls, necessity
     (ablating each hurts the repeated copies; all of them together remove the repeat advantage),
@@ -369,6 +371,7 @@ def test_toy_induction_holds_at_held_out_lengths(toy, prefix_len):
     assert [v.verdict for v in verdicts] == ["supported"] * len(induction), [v.reasons for v in verdicts]
 
 
+@pytest.mark.heavy
 def test_toy_scan_finds_the_induction_heads(toy):
     """scan proposes on one half and tests on the other: the card's induction heads come out supported."""
     model, _, induction = toy

@@ -186,6 +186,7 @@ def test_a_padding_check_that_cannot_run_exits_1_unless_skipped(userpkg):
 # One document on stdout, SARIF, JUnit
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("flag", ["--json", "--sarif"])
 def test_stdout_holds_one_document_whatever_the_model_prints(userpkg, flag):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(userpkg), str(Path(__file__).resolve().parents[3])]),
@@ -268,6 +269,7 @@ def test_half_precision_judges_against_the_models_own_rounding(dtype, monkeypatc
     assert (truncation["threshold"] >= report.tol).all()  # across lengths: the measured floor, at least tol
 
 
+@pytest.mark.heavy
 def test_a_planted_1e_2_leak_is_found_in_bfloat16_on_1_and_2_threads_and_batches_of_1_and_4(monkeypatch):
     dtype = torch.bfloat16
     monkeypatch.setattr(zoo, "SMALL_LEAK", 5e-3)  # a leak of about 1e-2 of the output scale
@@ -305,6 +307,7 @@ def test_assert_causal_names_the_line_and_the_way_out(userpkg):
     assert assert_bidirectional_padding_inert(ci_gpt.unmasked(), max_len=16, bidirectional=True).bidirectional
 
 
+@pytest.mark.heavy
 def test_the_report_follows_the_same_declaration(userpkg):
     from interp.analyses import report
     from interp.analyses.report.findings import _leakage_finding

@@ -252,6 +252,7 @@ def test_mutant_python_api(name, mutant_folder, monkeypatch, capsys):
 # Machine output
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("spec, code", [("leakzoo.nanostyle:prints_and_leaks", 1), ("leakzoo.plain:writes_fd1", 0)])
 def test_json_to_stdout_is_one_document(spec, code):
     """A model printing while it is built (sys.stdout) or writing to fd 1 in its forward: stdout holds only the envelope."""

@@ -519,6 +519,7 @@ def toy():
     return model, prompts
 
 
+@pytest.mark.heavy
 def test_toy_induction_redundancy_report(toy):
     """Measured on 64 prompts (BOS + 20 random tokens, repeated), loss on the repeated half
     (`induction_loss`, clean 0.497 nats), mean ablation, 95% bootstrap CIs:

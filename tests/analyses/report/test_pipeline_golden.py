@@ -88,6 +88,7 @@ def _moved_rows(got: pd.Series, want: pd.Series) -> list[int]:
     return [int(i) for i in np.flatnonzero(moved)[:5]]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["heads.csv", "claims.csv", "redundancy.csv"])
 def test_report_table_matches_golden(tables, tmp_path, name):
     assert_matches_golden(_round_trip(tables[name], tmp_path, name), pd.read_csv(GOLDEN / name), name)

@@ -57,6 +57,7 @@ class _Collector(HTMLParser):
             self.scripts.append(attrs["src"])
 
 
+@pytest.mark.heavy
 def test_report_directory_has_every_file(built):
     out = built.out_dir
     for name in ("report.html", "heads.csv", "claims.csv", "summary.md", "report.json", "redundancy.csv", report.MARKER):
@@ -64,6 +65,7 @@ def test_report_directory_has_every_file(built):
     assert not list(out.parent.glob(".first.*")), "a temporary sibling was left behind"
 
 
+@pytest.mark.heavy
 def test_html_is_self_contained_and_every_image_exists(built):
     html = (built.out_dir / "report.html").read_text()
     parser = _Collector()
@@ -81,6 +83,7 @@ def test_html_is_self_contained_and_every_image_exists(built):
     assert {f"L{l}H{h}" for l in range(2) for h in range(4)} <= parser.ids
 
 
+@pytest.mark.heavy
 def test_heads_csv_has_one_row_per_head_with_metrics_cis_and_verdicts(built):
     heads = pd.read_csv(built.out_dir / "heads.csv")
     assert list(heads.label) == [f"L{l}H{h}" for l in range(2) for h in range(4)]
@@ -98,6 +101,7 @@ def test_heads_csv_has_one_row_per_head_with_metrics_cis_and_verdicts(built):
     assert top2 == {"L0H0", "L1H0"}
 
 
+@pytest.mark.heavy
 def test_claims_csv_and_leakage_verdict(built):
     claims = pd.read_csv(built.out_dir / "claims.csv")
     assert {"label", "claim", "verdict", "p_adjusted", "reasons", "source"} <= set(claims.columns)
@@ -107,6 +111,7 @@ def test_claims_csv_and_leakage_verdict(built):
     assert built.leakage["verdict"] in html
 
 
+@pytest.mark.heavy
 def test_summary_and_highlights(built):
     summary = (built.out_dir / "summary.md").read_text()
     assert summary.startswith("# Attention report")
@@ -123,6 +128,7 @@ def test_summary_and_highlights(built):
     assert meta["settings"]["seed"] == 0 and meta["settings"]["prompts"]["n"] == 64
 
 
+@pytest.mark.heavy
 def test_two_runs_give_identical_csvs(built, model, tmp_path):
     again = report.build_report(model, tmp_path / "second", spec="interp.models.constructed:induction_circuit", prompt_spec=SPEC)
     for name in ("heads.csv", "claims.csv", "redundancy.csv"):
@@ -139,6 +145,7 @@ def test_refuses_a_non_empty_directory_unless_forced(model, tmp_path):
     assert not report.is_report_dir(out)  # `interp demo` would refuse it too
 
 
+@pytest.mark.heavy
 def test_force_replaces_an_earlier_report_and_never_a_users_file(built, model, tmp_path):
     out = tmp_path / "again"
     small = PromptSpec(n=12, prefix_len=10)
@@ -155,6 +162,7 @@ def test_force_replaces_an_earlier_report_and_never_a_users_file(built, model, t
     assert not report.is_report_dir(out)
 
 
+@pytest.mark.heavy
 def test_a_failure_leaves_nothing_half_written(model, tmp_path, monkeypatch):
     def broken(data, folder):
         (folder / "heads.csv").write_text("partial")
@@ -222,6 +230,7 @@ def test_mean_patterns_ignore_padded_queries(model):
     assert means[0][0, 4, 3] == pytest.approx(1.0, abs=1e-6)  # L0H0 is an exact previous-token head
 
 
+@pytest.mark.heavy
 def test_claims_file_claims_appear_with_their_expectations(model, tmp_path):
     from interp.testing import read_claims
 
@@ -250,6 +259,7 @@ def test_p_values_have_one_format_and_name_the_floor():
     assert format_p(float("nan")) == "n/a" and format_p(None) == "n/a"
 
 
+@pytest.mark.heavy
 def test_every_claim_has_an_evidence_table_row_per_kind(built):
     from interp.analyses.report.format import evidence_rows
 
@@ -298,6 +308,7 @@ def test_findings_are_ranked_by_effect_size_numerically():
     assert table.attrs["n_supported"] == 3 and table.attrs["n_shown"] == 2
 
 
+@pytest.mark.heavy
 def test_positional_findings_name_their_offset(built):
     positional = built.highlights[built.highlights.finding.str.contains("positional")]
     assert len(positional) and positional.finding.str.contains(r"offset -?\d+|first position").all()
@@ -307,6 +318,7 @@ def test_positional_findings_name_their_offset(built):
     assert f"of {n_supported} supported heads." in html and 'href="#claims"' in html  # the total, and a link to the full table
 
 
+@pytest.mark.heavy
 def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
     from interp.analyses.report.format import SCHEMA_VERSION, UNDEFINED
 
@@ -318,6 +330,7 @@ def test_columns_md_defines_every_csv_column_with_a_schema_version(built):
     assert "a difference" in text  # control_random_init is defined as what it is
 
 
+@pytest.mark.heavy
 def test_report_json_has_provenance_schema_and_every_file(built):
     meta = json.loads((built.out_dir / "report.json").read_text())
     files = {p.relative_to(built.out_dir).as_posix() for p in built.out_dir.rglob("*") if p.is_file()}
@@ -333,6 +346,7 @@ def test_report_json_has_provenance_schema_and_every_file(built):
         assert prov["prompt_hash"] in text and f"torch {prov['torch']}" in text
 
 
+@pytest.mark.heavy
 def test_methods_match_what_was_drawn_and_run(built):
     import re
 
@@ -443,6 +457,7 @@ def test_viewer_data_is_compact_and_drops_padding(model):
     assert "<script src" not in page and "http" not in page and '"levels":255' in page
 
 
+@pytest.mark.heavy
 def test_html_viewer_and_warnings_in_the_page(built):
     html = (built.out_dir / "report.html").read_text()
     assert 'class="attn-viewer"' in html and 'class="av-data"' in html and "this page:" in html
@@ -584,6 +599,7 @@ def test_families_are_ranked_apart_and_argmax_rates_say_so():
     assert weight.behaviour == "next-token loss"
 
 
+@pytest.mark.heavy
 def test_report_findings_and_tables_name_the_behaviour_and_the_ablation(built):
     table = built.highlights
     claims_rows = table[table.verdict.isin(["supported", "inconclusive"])]
@@ -609,6 +625,7 @@ def test_report_findings_and_tables_name_the_behaviour_and_the_ablation(built):
     assert list(claims.columns).index("ablation") == list(claims.columns).index("behaviour") + 1
 
 
+@pytest.mark.heavy
 def test_evidence_not_run_is_one_line_not_a_row(built):
     html = (built.out_dir / "report.html").read_text()
     assert '<td class="not-run">' not in html  # no row of empty cells per kind not run
@@ -616,6 +633,7 @@ def test_evidence_not_run_is_one_line_not_a_row(built):
     assert "; not run: stability</td>" in html  # the All claims table names it once per claim
 
 
+@pytest.mark.heavy
 def test_glossary_states_the_minimum_effects_and_the_sufficiency_convention(built):
     from interp.analyses.report.format import TERMS, define
     from interp.claims import MIN_EFFECT
@@ -630,6 +648,7 @@ def test_glossary_states_the_minimum_effects_and_the_sufficiency_convention(buil
     assert "practical minimum effect" in html and "sufficiency threshold" in html
 
 
+@pytest.mark.heavy
 def test_head_cards_name_the_behaviour_of_importance(built):
     from interp.analyses.report import html as report_html
 

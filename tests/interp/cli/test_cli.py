@@ -131,6 +131,7 @@ def test_json_prompt_file(tmp_path):
 # --------------------------------------------------------------------------- commands on constructed models
 
 
+@pytest.mark.heavy
 def test_heads_json_to_stdout_is_parseable_and_finds_the_constructed_roles():
     result = run_cli("heads", "interp.models.constructed:induction_circuit", "--n", "12", "--json", "-")
     assert result.returncode == 0, result.stderr
@@ -227,6 +228,7 @@ def test_audit_leakage_bad_input_exit_2(zoo_specs, capsys):
     assert "exceeds the model's context" in err and "Traceback" not in err
 
 
+@pytest.mark.heavy
 def test_scan_json_lists_verdicts_for_every_head(capsys):
     assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "64", "-q", "--json", "-"]) == 0
     result = json.loads(capsys.readouterr().out)["result"]
@@ -244,6 +246,7 @@ def test_train_passes_its_arguments_through(capsys):
     assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # interp.models.train's own usage error
 
 
+@pytest.mark.heavy
 def test_demo_reports_on_the_embedded_default_and_replaces_its_own_report(tmp_path, capsys, monkeypatch):
     out = tmp_path / "demo"
     monkeypatch.setenv("COLUMNS", "80")  # the findings table fits 80 columns, the narrowest tested (issue 23)
@@ -256,6 +259,7 @@ def test_demo_reports_on_the_embedded_default_and_replaces_its_own_report(tmp_pa
     assert cli.main(["demo", "--out", str(out), "-q"]) == 0  # a second demo replaces the first report
 
 
+@pytest.mark.heavy
 def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
     result = run_cli("report", "--out", str(tmp_path / "r"), "--n", "24", "--json", "-")
     assert result.returncode == 0, result.stderr
@@ -299,6 +303,7 @@ def test_scan_footer_counts_what_supported_only_hides():
     assert "none hidden" in commands._scan_footer({"supported": 4, "refuted": 0, "inconclusive": 0}, True)
 
 
+@pytest.mark.heavy
 def test_scan_supported_only_reports_the_hidden_claims(capsys):
     assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "64", "--supported-only", "--json", "-"]) == 0
     captured = capsys.readouterr()
@@ -343,6 +348,7 @@ def test_heads_table_fits_the_terminal_without_breaking_words(width, monkeypatch
         assert "not shown at 80 columns" in out
 
 
+@pytest.mark.heavy
 def test_report_progress_covers_rendering_and_writing(tmp_path):
     """The report's stages run in one bar that ends after the files are in place (it said "done" before
     plotting and HTML, a third of the time, had started)."""

@@ -143,6 +143,7 @@ def scan_frame():
     return claims.scan(model, prompts, seed=0, evidence=claim_evidence_for(model))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("width", WIDTHS)
 def test_scan_fits_and_shows_every_evidence_kinds_outcome(width, scan_frame, monkeypatch, capsys):
     from interp.analyses import claims
@@ -233,6 +234,7 @@ def claims_run(tmp_path_factory):
     return path, run_claims(induction_circuit(), read_claims(str(path)))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("width", WIDTHS)
 def test_claims_table_fits(width, claims_run, monkeypatch, capsys):
     from interp.analyses.claims import registry
