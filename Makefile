@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-all test-wheel bench notebooks docs clean
+.PHONY: demo test test-fast test-slow test-all test-wheel bench notebooks docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,16 +23,26 @@ demo: $(STAMP)  ## the main job on the embedded default model
 #     interp/analyses/circuits/composition.py interp/analyses/circuits/dla.py \
 #     interp/analyses/circuits/attribution.py interp/analyses/circuits/discovery.py \
 #     interp/analyses/circuits/evaluation.py interp/analyses/circuits/patching.py
+# Tests run on every core (pytest-xdist, one process each; tests/conftest.py pins each to one torch thread).
+# --dist loadgroup keeps each xdist_group (gloo process groups; real models) on one worker.
+PYTEST_PARALLEL = -n auto --dist loadgroup
+# what `make test-fast` leaves out (markers in pyproject.toml): slow and heavy tests, executed notebooks, the
+# browser, the real pretrained models
+FAST_MARKERS = not slow and not heavy and not notebook and not browser and not real and not smollm2
+
 test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow tests excluded), notebooks included
 	$(PY) -m mypy
 	$(MKDOCS) build --strict --quiet --site-dir $(DOCS_SITE)
-	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow" -q
+	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow and not smollm2" $(PYTEST_PARALLEL) -q
+
+test-fast: $(STAMP)  ## the quick tier (about 2 minutes on 2 cores): every module keeps tests here
+	$(PY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_PARALLEL) -q --durations=25
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow -q
+	$(PY) -m pytest -m slow $(PYTEST_PARALLEL) -q
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest $(PYTEST_PARALLEL) -q
 
 # the default suite against a built wheel in a fresh venv, run from another folder (the editable
 # install's dependencies are borrowed through a .pth; the venv holds the wheel's interp alone)
@@ -54,7 +64,7 @@ notebooks: $(STAMP)  ## regenerate the notebooks from their scripts and execute 
 	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/build.py --execute
 
 # the docs site (mkdocs.yml, docs/) into build/docs; --strict: a warning (a broken reference, a docstring
-# mkdocstrings cannot render, a page missing from the nav) fails the build. tests/test_docs.py checks the
+# mkdocstrings cannot render, a page missing from the nav) fails the build. tests/docs/test_docs.py checks the
 # site `make test` built (INTERP_DOCS_SITE) and runs the tutorials' code.
 DOCS_SITE = build/docs
 MKDOCS    = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs

@@ -23,7 +23,7 @@ section), so a run cut short still leaves what it measured. For each of float32 
 
 Shapes: GPT-2 small (12 x 768, 12 heads, vocab 50,257) on a device; `--dry-run` runs every
 section at a tiny shape on any device (the CPU by default), for the plumbing: it is what the
-test suite runs (tests/test_benchmark_suite.py), in seconds. Timings are medians of interleaved
+test suite runs (tests/benchmarks/test_suite.py), in seconds. Timings are medians of interleaved
 rounds (`benchmarks.common.interleaved`), synchronising the device after each call.
 
 On the GPU machine (torch with CUDA, no transformer-lens, no network) carry wheels of what it

@@ -75,10 +75,10 @@ DEFAULT_EVIDENCE: tuple[str, ...] = tuple(k for k in EVIDENCE_KINDS if k != "sta
 VerdictName = Literal["supported", "refuted", "inconclusive"]
 Direction = Literal["above", "below"]
 # fewer prompts give intervals that undercover on skewed attention metrics (95% intervals cover 0.85-0.93 at
-# 8-16 prompts, tests/test_coverage.py): no verdict below it
+# 8-16 prompts, tests/interp/test_stats_coverage.py): no verdict below it
 MIN_PROMPTS_FOR_VERDICT = 32
 # the evidence helpers' interval: the studentized (bootstrap-t) interval covers within 2% of 95% at 32
-# prompts on real skewed metrics, where the percentile and BCa ones cover 0.92 (tests/test_coverage.py)
+# prompts on real skewed metrics, where the percentile and BCa ones cover 0.92 (tests/interp/test_stats_coverage.py)
 INTERVAL_METHOD: IntervalMethod = "studentized"
 
 # The smallest causal effect that counts as support, per behaviour unit: a CI above 0 alone never
@@ -312,7 +312,7 @@ def _floats(*values: SupportsFloat) -> list[float]:
 def _p_greater(margin: torch.Tensor, ctx: Context, label: str) -> float:
     """One-sided p-value that the mean per-prompt margin (prompt,) is > 0: the larger of the sign-flip
     test's (exact under symmetry) and the studentized bootstrap's (valid for skewed margins, where the
-    sign-flip test alone rejects a true null up to twice as often as alpha: tests/test_coverage.py)."""
+    sign-flip test alone rejects a true null up to twice as often as alpha: tests/interp/test_stats_coverage.py)."""
     flip = sign_flip_test(margin, alternative="greater", n_permutations=ctx.n_permutations, seed=ctx.seed, label=label)
     boot = studentized_pvalue(margin, n_resamples=ctx.n_permutations, seed=ctx.seed, label=f"{label}:p")
     return max(float(flip), float(boot))

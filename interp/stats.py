@@ -11,7 +11,7 @@ as they are; "bca" (bias-corrected and accelerated, Efron 1987) shifts the quant
 bootstrap's median bias z0 and a jackknife estimate of the estimator's skewness (the acceleration
 a); "studentized" (bootstrap-t) resamples t* = (mean* - mean) / se* and reads the interval off its
 quantiles, so it also widens for the extra uncertainty of se at small n. Attention metrics pile
-up near 0 or 1 and are skewed: on real per-prompt metrics (tests/test_coverage.py, 2000
+up near 0 or 1 and are skewed: on real per-prompt metrics (tests/interp/test_stats_coverage.py, 2000
 replications; one heavy-tailed head excepted, see there) a 95% interval at n = 32 covers 0.92-0.94 (percentile), 0.92-0.94 (BCa) and
 0.94-0.96 (studentized); at n = 8 0.84-0.89, 0.85-0.90 and 0.93-0.96. The claims' evidence helpers
 use the studentized interval and need `interp.claims.MIN_PROMPTS_FOR_VERDICT` (32) prompts.
@@ -129,7 +129,7 @@ def studentized_pvalue(
 
     The share of bootstrap t* = (mean* - mean) / se* at least the observed t = mean / se,
     (hits + 1) / (n_resamples + 1). Unlike the sign-flip test it does not assume the effects are
-    symmetric about 0, so it is not lenient on skewed metrics (tests/test_coverage.py). A constant
+    symmetric about 0, so it is not lenient on skewed metrics (tests/interp/test_stats_coverage.py). A constant
     effect gets the smallest p-value when positive and 1 otherwise.
     """
     effects = _check_prompts(effects, "studentized_pvalue")

@@ -195,7 +195,7 @@ class _Builder:
         return model
 
 
-HeadBuilder = _Builder  # public name for building further hand-set models (tests/test_redundancy.py uses it)
+HeadBuilder = _Builder  # public name for building further hand-set models (tests/analyses/redundancy/test_redundancy.py uses it)
 
 
 def single_head(role: HeadRole, *, d_vocab: int = 64, n_ctx: int = 128) -> HookedGPT:

@@ -3,7 +3,7 @@
 `write_atomic(path, content)` leaves either the earlier file or the new one, whole: a full
 disk, a crash or Ctrl-C part-way never leaves a half-written or empty file, and never a
 temporary file behind. Every writer of `models/`, `interp/` and `analyses/` goes through it
-(`tests/test_reliability_files.py` checks the source for any other write).
+(`tests/reliability/test_files.py` checks the source for any other write).
 
 A symlink at `path` is written through (its target is replaced; the link stays), and the new
 file keeps the earlier file's permissions (else the umask's usual ones, not mkstemp's 0600).

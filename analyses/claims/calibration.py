@@ -224,7 +224,7 @@ def toy_induction_case(*, one_false_per_role: bool, seed: int = 0) -> Case:
 
 def random_gpt2(seed: int = 0, scale: float = 0.4) -> nn.Module:
     """A 2-layer, 4-head GPT-2 from `transformers` with random weights (noise of std `scale`, gains
-    around one, as tests/test_convert.py; larger than GPT-2's 0.02 so the heads' ablation moves the
+    around one, as tests/models/convert/test_convert.py; larger than GPT-2's 0.02 so the heads' ablation moves the
     loss), converted natively (`interp.load`)."""
     import interp
     import transformers

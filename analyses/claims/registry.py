@@ -160,7 +160,7 @@ def _model_claim(model, entry: ClaimEntry, *, seed: int) -> dict:
 
 
 # an encoder (or random-head model) through the TransformerLens bridge: edits of `z` take effect (checked
-# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/test_behaviour.py), edits of
+# on MiniLM-L6 against a hook on Hugging Face's own attention output, tests/interp/test_behaviour.py), edits of
 # the pattern are discarded (interp.verify_hooks shows it) and no random-init twin can be built: necessity and importance only
 BRIDGE_ENCODER_EVIDENCE = ("observational", "control_shuffled", "necessity")
 NOT_MEASURED = ("the model runs through the TransformerLens bridge as an encoder or with a random head, where "

@@ -47,7 +47,7 @@ Devices and dtypes: every entry point takes `device=` ("cpu", "cuda:1", ...) and
 caller's model is left as it was; move it yourself and leave both unset to avoid the copy's memory),
 prompts go to its device batch by batch, and statistics are accumulated in float32 or float64.
 A device or dtype this process cannot use raises BadInput. In bfloat16, losses and their changes
-move by a few 1e-2 nats from float32 (tests/test_redundancy.py states the tolerances).
+move by a few 1e-2 nats from float32 (tests/analyses/redundancy/test_redundancy.py states the tolerances).
 
 Ablations run through `interp.ablation.AblationEngine` (`importance`, `joint_ablation`,
 `pruning_curve`, `compensation`): where the model says resuming is exact (`HookedGPT.resumable`,

@@ -4,7 +4,7 @@ The weights are mapped (per head, as TransformerLens stores them), so every hook
 converted model carries what its name says and every edit at a hook takes effect: this is
 what the TransformerLens bridge cannot promise (`interp.verify_hooks` on a bridge model lists it). Converting reads config.json
 and the safetensors weights only; no Hugging Face model is built for a folder. The converted
-model computes in float32 and equals Hugging Face's eager forward within 1e-4 (tests/test_convert.py).
+model computes in float32 and equals Hugging Face's eager forward within 1e-4 (tests/models/convert/test_convert.py).
 
 Position ids: with an `attention_mask`, positions count real tokens only (cumsum - 1), as
 `generate` passes them; Hugging Face's plain forward counts padding too, so left-padded

@@ -1,5 +1,5 @@
 """Build tests/data/coverage_population.csv: real, skewed per-prompt attention metrics that the
-coverage simulation (tests/test_coverage.py) draws its null populations from, so the test needs no model.
+coverage simulation (tests/interp/test_stats_coverage.py) draws its null populations from, so the test needs no model.
 
 Run from the repository root: `PYTHONPATH=. python tests/data/make_coverage_population.py`.
 Columns (one value per prompt; a shorter column is padded with empty cells):

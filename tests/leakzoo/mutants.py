@@ -9,7 +9,7 @@ Edits: delete the mask line; `tril` -> `triu` where the mask is built; `float('-
 mask sliced from the wrong corner; the mask moved after the softmax (filling 0, since -inf after
 the softmax is NaN); `is_causal=True` -> `False` (nanoGPT's flash path).
 
-Judged by reasoning (and checked with `interp.analyses.leakage.audit` in tests/test_leak_zoo.py):
+Judged by reasoning (and checked with `interp.analyses.leakage.audit` in tests/analyses/leakage/test_leakage_zoo.py):
 - `[:, :, -T:, -T:]`: the bottom-right T x T corner of a lower-triangular matrix is itself lower
   triangular: the same mask, no leak (equivalent);
 - `float('-inf')` -> `-1e9`: exp(-1e9 - max) is exactly 0 in float32: equivalent;

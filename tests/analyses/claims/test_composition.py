@@ -1,0 +1,146 @@
+"""Composition claims ("L0H0 -> L1H0 via k composes"): known answers on the constructed induction circuit and
+on toy-induction, the control rule, the equivalence evidence and bad input."""
+import math
+
+import pytest
+import torch
+
+import interp
+from interp.analyses.claims.composition import CONTROL_RULE, composition_claim, composition_edge, composition_row, control_sender
+from interp.claims import Context, Inconclusive, equivalence_evidence, test_claims as run_test_claims
+from interp.data import repeated_tokens
+from interp.errors import BadInput
+from interp.models.constructed import induction_circuit
+from interp.paths import Node
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    return induction_circuit()
+
+
+@pytest.fixture(scope="module")
+def circuit_verdicts(circuit):
+    """Five claims about the circuit's edges, tested (and BH-corrected) together."""
+    claims = [composition_claim("L0H0 -> L1H0 via k"), composition_claim("L0H0 -> L1H0 via q"),
+              composition_claim("L0H1 -> L1H0 via k"), composition_claim("L0H0 -> L1H0 via q", composes=False),
+              composition_claim("L0H0 -> L1H0 via k", composes=False)]
+    prompts = repeated_tokens(32, 10, 63, bos=63)
+    return run_test_claims(circuit, claims, prompts)
+
+
+@pytest.mark.heavy
+def test_constructed_circuit_known_answers(circuit_verdicts):
+    frame = circuit_verdicts
+    assert list(frame.label) == ["L0H0 -> L1H0 via k", "L0H0 -> L1H0 via q", "L0H1 -> L1H0 via k",
+                                 "L0H0 -> L1H0 via q", "L0H0 -> L1H0 via k"]
+    assert list(frame.claim) == ["composes"] * 3 + ["does_not_compose"] * 2
+    assert list(frame.verdict) == ["supported", "refuted", "refuted", "supported", "refuted"]
+    assert list(frame["layer"]) == [0, 0, 0, 0, 0] and list(frame["head"]) == [0, 0, 1, 0, 0]
+    # BH over all five: the supported ones clear alpha, and the smallest p-value is 1 / (n_permutations + 1)
+    assert (frame.p_adjusted[frame.verdict == "supported"] < 0.05).all()
+
+
+def test_composes_evidence_numbers(circuit_verdicts):
+    verdict = circuit_verdicts.attrs["verdicts"][0]
+    obs, nec = verdict.get("observational"), verdict.get("necessity")
+    # the path patch L0H0 -> L1H0 via k on these prompts: +6.19 nats (interp.paths' figure), the control 0
+    assert obs.effect == pytest.approx(6.19, abs=0.01) and obs.ci_low > 5 and obs.passed and obs.decisive
+    assert obs.extra["composition_clears_p95"] == "yes" and obs.extra["composition_ratio"] > 2
+    assert obs.extra["behaviour"] == "next-token loss on the repeated copies"
+    assert nec.extra["control_edge"] == "L0H1 -> L1H0 via k" and nec.extra["effect_control"] == 0.0
+    assert nec.passed is True and not nec.decisive and nec.effect == pytest.approx(obs.effect)
+    assert "supporting only" in obs.detail and "L0H1: the other head of layer 0" in nec.detail
+
+
+def test_refutations_say_within_the_band(circuit_verdicts):
+    q_claim = circuit_verdicts.attrs["verdicts"][1]
+    obs = q_claim.get("observational")
+    assert obs.effect == 0.0 and obs.passed is False and "lies within +-0.01 nats: no composition" in obs.detail
+    assert obs.extra["composition_clears_p95"] == "no"
+    assert q_claim.reasons[0].startswith("observational failed")
+    mirror = circuit_verdicts.attrs["verdicts"][4].get("observational")  # "L0H0 -> L1H0 via k does not compose"
+    assert mirror.passed is False and "lies outside +-0.01" in mirror.detail and mirror.alternative == "equivalence"
+
+
+def test_control_sender_rule(circuit):
+    # every other layer-0 head scores 0 into L1H0's key: the lowest index wins the tie
+    assert control_sender(circuit, "L0H0 -> L1H0 via k") == Node(0, "head", 1)
+    # L0H0 scores 0.126 into L1H0's key, L0H2 and L0H3 0: L0H2
+    assert control_sender(circuit, "L0H1 -> L1H0 via k") == Node(0, "head", 2)
+    toy = interp.load("toy-induction")
+    # L1H2's key: L0H0 scores lowest among L0H0, L0H1, L0H3 (0.115 vs 0.163, 0.121)
+    assert control_sender(toy, "L0H2 -> L1H2 via k") == Node(0, "head", 0)
+    row = composition_row(toy, "L0H2 -> L1H2 via k")
+    assert row["score"] > row["baseline_p95"] and row["ratio"] > 2
+    assert "smallest composition score" in CONTROL_RULE
+
+
+def test_one_head_layers_have_no_control():
+    from interp.models import GPTConfig, HookedGPT
+
+    model = HookedGPT(GPTConfig(n_layers=2, n_heads=1, d_model=16, d_vocab=20, n_ctx=32, seed=0, attn_only=True)).eval()
+    assert control_sender(model, "L0H0 -> L1H0 via k") is None
+    frame = run_test_claims(model, [composition_claim("L0H0 -> L1H0 via k")], repeated_tokens(32, 6, 19, bos=19))
+    necessity = frame.attrs["verdicts"][0].get("necessity")
+    assert necessity.passed is None and "no control" in necessity.detail
+    assert frame.verdict[0] != "supported"
+
+
+def test_toy_induction_previous_token_head_composes_with_the_induction_head():
+    """toy-induction: L0H2 (previous token) -> L1H2 (induction) via k composes; via q it does not (a false
+    claim, refuted: its effect 0.0015 nats lies within +-0.01)."""
+    model = interp.load("toy-induction")
+    prompts = repeated_tokens(48, 20, model.cfg.d_vocab, bos=model.cfg.d_vocab - 1, seed=7)
+    frame = run_test_claims(model, [composition_claim("L0H2 -> L1H2 via k"), composition_claim("L0H2 -> L1H2 via q")],
+                            prompts)
+    assert list(frame.verdict) == ["supported", "refuted"], list(frame.reasons)
+    k_claim, q_claim = frame.attrs["verdicts"]
+    assert k_claim.get("observational").effect > 1.5 and k_claim.get("necessity").effect > 1.5
+    assert k_claim.get("necessity").extra["control_edge"] == "L0H0 -> L1H2 via k"
+    assert abs(q_claim.get("observational").effect) < 0.01
+
+
+def test_equivalence_evidence_known_answers(circuit):
+    ctx = Context(circuit, repeated_tokens(32, 4, 63, bos=63))
+    zeros, big = torch.zeros(32, dtype=torch.float64), torch.linspace(0.9, 1.1, 32, dtype=torch.float64)
+    inside = equivalence_evidence("observational", zeros, ctx, band=0.01, what="x", unit="nats")
+    assert inside.passed is True and inside.p_value < 0.01 and inside.rule == "CI within +-0.01 nats"
+    outside = equivalence_evidence("observational", big, ctx, band=0.01, what="x")
+    assert outside.passed is False and outside.p_value > 0.5 and outside.decisive
+    wide = equivalence_evidence("observational", torch.linspace(-0.05, 0.05, 32), ctx, band=0.01, what="x")
+    assert wide.passed is None
+    with pytest.raises(ValueError, match=r"band=0\.0 must be finite and > 0"):
+        equivalence_evidence("observational", zeros, ctx, band=0.0, what="x")
+
+
+@pytest.mark.parametrize("edge, message", [
+    ("L1H0 -> L0H0 via k", r"receiver L0H0 \(layer 0\) must sit in a later layer than the sender L1H0"),
+    ("L0H0 -> L0H1 via q", r"must sit in a later layer"),
+    ("L0H0 -> L1H0", r"needs 'via q', 'via k' or 'via v'"),
+    ("L0H0 -> L1H0 via x", r"via 'x'; expected one of"),
+    ("embed -> L1H0 via k", r"both ends must be heads"),
+    ("L0H0 -> logits", r"both ends must be heads"),
+    ("L0H0 to L1H0", r"is not an edge"),
+])
+def test_bad_edges(edge, message):
+    with pytest.raises(BadInput, match=message):
+        composition_claim(edge)
+
+
+def test_bad_min_effect_and_an_unpatchable_model():
+    from interp.models import GPTConfig, HookedGPT
+
+    with pytest.raises(BadInput, match="min_effect=0 must be a finite number > 0"):
+        composition_claim("L0H0 -> L1H0 via k", min_effect=0)
+    claim = composition_claim("L0H0 -> L1H0 via k", min_effect=0.5)
+    assert claim.params["min_effect"] == 0.5 and claim.target == claim.label == "L0H0 -> L1H0 via k"
+    assert claim.spec()["target"] == "L0H0 -> L1H0 via k" and composition_edge("l0h0->l1h0 via K").label == claim.label
+    post_norm = HookedGPT(GPTConfig(n_layers=2, n_heads=4, d_model=32, d_vocab=40, n_ctx=64, post_norm=True)).eval()
+    frame = run_test_claims(post_norm, [claim], repeated_tokens(32, 6, 40))
+    verdict = frame.attrs["verdicts"][0]
+    assert frame.verdict[0] == "inconclusive" and "needs a pre-norm model" in frame.reasons[0], frame.reasons[0]
+    assert verdict.get("necessity") is None  # an abstaining observational test stops the rest (interp.claims.gather)
+    with pytest.raises(Inconclusive, match="needs a pre-norm model"):  # the control alone abstains too, before any score
+        claim.evidence["necessity"](claim, Context(post_norm, repeated_tokens(32, 6, 40)))
+    assert math.isnan(frame.attrs["verdicts"][0].get("observational").effect)
