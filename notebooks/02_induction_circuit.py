@@ -208,7 +208,7 @@ results = {
 }
 import json
 from IPython.display import display
-display({"text/x-interp-results": json.dumps(results, sort_keys=True)}, raw=True)  # read by tests/test_notebooks.py
+display({"text/x-interp-results": json.dumps(results, sort_keys=True)}, raw=True)  # read by tests/notebooks/test_notebooks.py
 
 # %% tags=["conclusion"]
 from IPython.display import Markdown

@@ -8,7 +8,7 @@ follow its marker (`# %% tags=["conclusion"]`). Edit the script, never the .ipyn
 `NN_*.py` beside it into `NN_*.ipynb` and, with --execute, runs it top to bottom with nbclient (one
 thread, PYTHONHASHSEED=0, no timing metadata, cell ids derived from the cells) and stores its outputs. The
 notebooks are committed *with* their outputs, so a reader on a code host sees the evidence;
-tests/test_notebooks.py checks that every script has its .ipynb and that the .ipynb is what the script
+tests/notebooks/test_notebooks.py checks that every script has its .ipynb and that the .ipynb is what the script
 generates, executes the notebooks afresh and compares each run's `results` with the committed one.
 
 Each notebook is an investigation: a question, hypotheses, evidence with controls, figures of the heads
@@ -26,10 +26,10 @@ Cells call the library: a helper a cell would need that the library lacks belong
 module it is about, with a docstring and a test), not in a `def` in a cell.
 
 To add a notebook: write `notebooks/NN_topic.py` with the next number (copy an existing one's first cells),
-run `python notebooks/build.py --execute NN_topic`, add its checks to tests/test_notebooks.py (the tests find
+run `python notebooks/build.py --execute NN_topic`, add its checks to tests/notebooks/test_notebooks.py (the tests find
 its cells by their tags) and commit the script with its executed .ipynb. To check an edit without touching
 the committed files: `python notebooks/build.py --execute --out /tmp/nb 03_minilm`, then
-`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/test_notebooks.py`.
+`INTERP_NOTEBOOKS=/tmp/nb python -m pytest tests/notebooks/test_notebooks.py`.
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE, metavar="DIR",
                         help="write (and execute) the notebooks in DIR instead of notebooks/, e.g. to check one "
                              "without touching the committed files: --execute --out /tmp/nb 03_minilm; "
-                             "then INTERP_NOTEBOOKS=DIR pytest tests/test_notebooks.py compares against DIR")
+                             "then INTERP_NOTEBOOKS=DIR pytest tests/notebooks/test_notebooks.py compares against DIR")
     parser.add_argument("names", nargs="*", help="only these notebooks ('03_minilm', with or without .py / .ipynb); "
                                                  "default all")
     args = parser.parse_args(argv)
