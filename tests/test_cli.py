@@ -187,7 +187,7 @@ def test_json_to_an_unwritable_place_is_an_input_error(tmp_path, capsys):
     target.write_text("x")
     code = cli.main(["heads", "interp.models.constructed:induction_circuit", "--n", "8", "-q", "--json", str(target / "out.json")])
     assert code == 2
-    assert "cannot write JSON" in capsys.readouterr().err
+    assert f"--json {target / 'out.json'}: {target} is a file, not a folder" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- audit-leakage exit codes
