@@ -409,7 +409,7 @@ def final_output(model: nn.Module, prompts: PromptSet, reads: Reads) -> torch.Te
     if reads == "logits":
         from interp.modelinfo import output_logits
 
-        return output_logits(model(tokens, **kwargs), model)  # .logits, {'logits': ...}, --output (SDPA interception)
+        return output_logits(model(tokens, **kwargs), model)  # .logits, {'logits': ...}, --logits-key (SDPA interception)
     if isinstance(model, HookedGPT):
         return model.ln_final(model(tokens, stop_at_layer=len(model.blocks), **kwargs))
     name, kept = final_hidden_hook(model), {}

@@ -1,4 +1,5 @@
-"""Command-line scale-out: `--workers N`, `--device`, `--dtype` on every `interp` command.
+"""Command-line scale-out: `--workers N`, `--device`, `--dtype` on every `interp` command (and `--logits-key`
+on those that read the model's logits).
 
 Kept apart from `interp.distributed` and free of torch at import time, so `interp --help`
 stays instant. `add_flags(parser)` adds the flags to every subcommand and wraps each
@@ -6,9 +7,9 @@ handler in `Scaled`, which:
 - under `torchrun` (RANK / WORLD_SIZE in the environment) joins that process group;
 - with `--workers N > 1`, starts a local gloo group of N processes (`spawn_local`): this
   process is rank 0, the others are spawned children;
-- on ranks other than 0, silences stdout / stderr and points `--out` and `--json` away
-  (every rank computes the same merged results; only rank 0 prints and writes);
-- records `--device` / `--dtype` for `place(model)`, which the CLI's loader applies.
+- on ranks other than 0, silences stdout / stderr and points `--out`, `--json`, `--sarif`, `--junit` and
+  `--png` away (every rank computes the same merged results; only rank 0 prints and writes);
+- records `--device` / `--dtype` / `--logits-key` for `place(model)`, which the CLI's loader applies.
 """
 from __future__ import annotations
 
@@ -30,8 +31,12 @@ DType = Union[str, "torch.dtype", None]  # "float32", "bfloat16", "float16", or 
 _PLACEMENT: dict[str, str | None] = {"device": None, "dtype": None, "output": None}
 
 
+NO_LOGITS_KEY = ("demo", "heads")  # commands that never read the model's logits (the demo's model is embedded)
+
+
 def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add --workers / --device / --dtype to every subcommand of `parser` (not `train`); returns it."""
+    """Add --workers / --device / --dtype to every subcommand of `parser` (not `train`), and --logits-key to those
+    that read the model's logits; returns it."""
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
@@ -48,12 +53,27 @@ def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                help="cpu, cuda, cuda:1 ... (default: cpu; under torchrun on GPUs, each rank's own GPU)")
             group.add_argument("--dtype", choices=DTYPES, default=None,
                                help="model weights' dtype (statistics are accumulated in float32 or float64)")
-            group.add_argument("--output", default=None, metavar="KEY",
-                               help="which part of a forward returning a dict or tuple is the logits: a key (logits) "
-                                    "or a tuple index (1); see interp.load(..., output=)")
+            if name not in NO_LOGITS_KEY:
+                group.add_argument("--logits-key", default=None, metavar="KEY",
+                                   help="which part of a forward returning a dict or tuple is the logits: a key "
+                                        "(logits) or a tuple index (1); see interp.load(..., output=)")
+                group.add_argument("--output", action=_Renamed, new="--logits-key", help=argparse.SUPPRESS)
             sub.set_defaults(handler=Scaled(handler))
             _alias(sub, "--n", "--n-prompts")
     return parser
+
+
+class _Renamed(argparse.Action):
+    """A flag's former name: refused with a usage error (exit 2) naming the new one. `--output` read like an output
+    FILE (and `--out` was taken for it as an abbreviation), so the logits key is `--logits-key`."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was renamed {self.new} (which part of the forward's output is the logits); "
+                     f"pass {self.new} {values or 'KEY'}.")
 
 
 def _alias(parser: argparse.ArgumentParser, option: str, alias: str) -> None:
@@ -121,7 +141,7 @@ class Scaled:
             threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // workers)
             return spawn_local(_run_rank, (self.handler, args), workers=workers, threads=threads)
         _PLACEMENT.update(device=getattr(args, "device", None), dtype=getattr(args, "dtype", None),
-                          output=getattr(args, "output", None))
+                          output=getattr(args, "logits_key", None))
         return self.handler(args)
 
 
@@ -134,14 +154,15 @@ def _run_rank(handler: Callable, args) -> int:
     device = getattr(args, "device", None)
     if device is None and distributed.default_backend() == "nccl":
         device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}"
-    _PLACEMENT.update(device=device, dtype=getattr(args, "dtype", None), output=getattr(args, "output", None))
+    _PLACEMENT.update(device=device, dtype=getattr(args, "dtype", None), output=getattr(args, "logits_key", None))
     if distributed.is_main():
         return handler(args)
     with tempfile.TemporaryDirectory(prefix=f"interp-rank{distributed.rank()}-") as scratch, _silenced():
         if getattr(args, "out", None):
             args.out, args.force = os.path.join(scratch, "out"), True
-        if getattr(args, "json", None):
-            args.json = os.path.join(scratch, "result.json")
+        for flag in ("json", "sarif", "junit", "png"):  # one writer per output: a pipe or a device gets one document
+            if getattr(args, flag, None):
+                setattr(args, flag, os.path.join(scratch, f"result.{flag}"))
         return handler(args)
 
 
@@ -158,7 +179,7 @@ def _silenced():
 
 def place(model):
     """Move a loaded model to the --device / --dtype of the running command (unchanged if unset), and record
-    its --output selector (`interp.validate.select_output`; a digit is a tuple index)."""
+    its --logits-key selector (`interp.validate.select_output`; a digit is a tuple index)."""
     output = _PLACEMENT.get("output")
     if output is not None:
         from interp.validate import select_output

@@ -52,6 +52,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.sites import ROLES, AttentionSite
 from interp.models.components import CachingRoot, hook_is_live
+from interp.models.tokenizers import TokenMethods
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 # attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)
@@ -289,11 +290,13 @@ class HookedMultiheadAttention(HookedRootModule):
         return out
 
 
-class AttentionHookedModel(CachingRoot):
-    """Mixin given to a user's model by `hook_attention`: makes it a TransformerLens hook root.
+class AttentionHookedModel(TokenMethods, CachingRoot):
+    """Mixin given to a user's model by `hook_attention` and `hook_sdpa`: makes it a TransformerLens hook root,
+    with TransformerLens's model surface where interception can give it (`interp.tl_surface`: `cfg`, the token
+    methods over `model.tokenizer`, stacked weights and logit attributions on a nanoGPT / minGPT layout).
 
     Never instantiated directly; `hook_attention` swaps a model's class for
-    `type(name, (OriginalClass, AttentionHookedModel), {})`.
+    `type(name, (OriginalClass, AttentionHookedModel), {})`. The user's own attributes and methods come first.
     """
 
     _interp_original_class: type
@@ -301,13 +304,38 @@ class AttentionHookedModel(CachingRoot):
     def setup(self) -> None:
         """Index the hook points by module path (and, unlike TransformerLens, leave the names of
         the user's own modules alone)."""
+        from interp import tl_surface
+
         self.mod_dict, self.hook_dict = {}, {}
         for name, module in self.named_modules():
             if name and isinstance(module, HookPoint):
                 module.name = name
                 self.hook_dict[name] = module
                 self.mod_dict[name] = module
-        self.set_hook_aliases(canonical_aliases(self.hook_dict, self._attention_paths()))
+        self.set_hook_aliases({**canonical_aliases(self.hook_dict, self._attention_paths()), **tl_surface.aliases(self)})
+
+    def __getattr__(self, name: str) -> Any:
+        """nn.Module's lookup (parameters, buffers, submodules), then TransformerLens's stacked weights
+        (`interp.tl_surface.weight`: an AttributeError saying why where the model has none)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            from interp import tl_surface
+
+            if name in tl_surface.WEIGHT_NAMES:
+                return tl_surface.weight(self, name)
+            raise
+
+    def tokens_to_residual_directions(self, tokens: Any) -> torch.Tensor:
+        """TransformerLens's method (`cache.logit_attrs` calls it): on a nanoGPT / minGPT layout only."""
+        from interp import tl_surface
+
+        return tl_surface.residual_directions(self, tokens)
+
+    def _pads_right_safely(self) -> bool:
+        """Right padding leaves the real positions as they are when every attention the probe saw was causal."""
+        sites = self.__dict__.get("_interp_sdpa_sites") or {}
+        return bool(sites) and all(site.causal is True for site in sites.values())
 
     def _attention_paths(self) -> list[str]:
         """Module path of each hooked attention layer, in layer order (the order `attention_sites` gives)."""
@@ -383,6 +411,10 @@ def hook_attention(model: nn.Module) -> nn.Module:
         model.__class__ = _hooked_class(type(model))
         model = cast(AttentionHookedModel, model)  # its class now derives from AttentionHookedModel
         model.is_caching, model.context_level = False, 0
+        from interp import tl_surface
+
+        tl_surface.attach(model, [(m, m.num_heads, m.head_dim) for m in model.modules()
+                                  if isinstance(m, HookedMultiheadAttention)])
     model.setup()
     return model
 
@@ -403,6 +435,9 @@ def unhook_attention(model: nn.Module) -> nn.Module:
             child.use_nested_tensor = getattr(child, "_interp_use_nested_tensor")
             del child._interp_use_nested_tensor
     if isinstance(model, AttentionHookedModel):
+        from interp import tl_surface
+
+        tl_surface.detach(model)
         model.__class__ = model._interp_original_class
         for attr in ("hook_dict", "mod_dict", "hook_aliases", "is_caching", "context_level"):
             model.__dict__.pop(attr, None)

@@ -136,7 +136,7 @@ def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
 def output_logits(output: Any, model: Any = None) -> torch.Tensor:
     """The logits in a model's output: the one place every measurement reads a forward's output.
 
-    With a selector recorded on `model` (`interp.load(..., output=)`, `--output`, `interp.validate.select_output`):
+    With a selector recorded on `model` (`interp.load(..., output=)`, `--logits-key`, `interp.validate.select_output`):
     that key, attribute, tuple index or function. Without: a tensor as is, a Hugging Face `ModelOutput`'s
     `.logits`, a mapping's "logits", the one non-scalar tensor of a tuple (nanoGPT returns (logits, loss)).
     Anything else, or a tuple or mapping with several candidates, is a BadInput naming what was returned
@@ -206,12 +206,12 @@ def _which_output(output: Any):
     if isinstance(output, Mapping):
         key = next((k for k, v in output.items() if isinstance(v, torch.Tensor) and v.ndim >= 2), None)
         how = f"output={key!r}" if key is not None else "output='<key>'"
-        cli = f"--output {key}" if key is not None else "--output KEY"
+        cli = f"--logits-key {key}" if key is not None else "--logits-key KEY"
     elif isinstance(output, (tuple, list)):
         last = len(output) - 1
-        how, cli = f"output={last} (a tuple index)", f"--output {last}"
+        how, cli = f"output={last} (a tuple index)", f"--logits-key {last}"
     else:
-        how, cli = "output=<attribute or function>", "--output NAME"
+        how, cli = "output=<attribute or function>", "--logits-key NAME"
     return BadInput(f"the model returned {describe_output(output)}, and the toolkit cannot tell which part is the "
                     f"logits; say which: interp.load(spec, {how}) or interp.validate.select_output(model, ...) in Python, "
                     f"{cli} on the command line.")

@@ -16,6 +16,15 @@ unwritable folder is refused by `check`, before any computation.
 
 Vocabulary: *ours* = listed in the previous manifest with unchanged content; *foreign* =
 everything else under the folder.
+
+Single output files (`--json`, `--sarif`, `--junit`, `--png`, `AttentionView.save`) go through
+`write_output`: a regular file is written atomically (`write_atomic`); a character device
+(`/dev/null`, a terminal) or a named pipe is opened and written in place, never renamed over;
+a path naming an open file descriptor (`/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, bash's
+`>(cmd)`) is written through that descriptor, at its current offset, so `--json /dev/stdout >
+out.txt` appends to what the command printed instead of replacing it. `check_outputs` refuses,
+before any work, a target that cannot be written or that is one of the command's inputs or
+another output (the same file by inode, or by resolved path while it does not exist yet).
 """
 from __future__ import annotations
 
@@ -23,13 +32,18 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
+import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping, Union
 
 from interp.errors import BadInput
-from interp.models.files import write_atomic
+
+# `interp.models.files.write_atomic` is imported where it is used: importing `interp.models` imports torch, and
+# the CLI checks its outputs (`check_outputs`) before torch is loaded, so that a bad flag is refused at once
 
 MANIFEST = ".interp-manifest.json"
 LEGACY_MARKER = ".interp-report"  # in every report folder; without a manifest: a report written before manifests
@@ -243,6 +257,8 @@ def commit(tmp: Path, out: Path) -> None:
 
 
 def _write_manifest(folder: Path, entries: dict[str, dict]) -> None:
+    from interp.models.files import write_atomic
+
     text = json.dumps({"written_by": "interp", "files": entries}, indent=2, sort_keys=True) + "\n"
     write_atomic(confined(folder, MANIFEST), text)
 
@@ -279,3 +295,231 @@ def is_replaceable(out_dir: str | os.PathLike) -> bool:
 def written(out_dir: str | os.PathLike) -> Iterable[str]:
     """The files the manifest of `out_dir` lists."""
     return sorted(read_manifest(target(out_dir)))
+
+
+# --------------------------------------------------------------------------- single output files
+
+Content = Union[str, bytes, Callable[[Path], object]]  # text, bytes, or a function writing the file at the path it gets
+Identity = tuple  # ("inode", st_dev, st_ino) of an existing file; ("path", resolved path) of one not written yet
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd|proc/(\d+)/fd)/(\d+)")
+
+
+def write_output(target: str | os.PathLike, content: Content, *, what: str) -> Path:
+    """Write one output file the user named (`what` names it in messages: "JSON", "SARIF", "the page").
+
+    A regular file (or a new one) is written atomically; a character device or a named pipe is opened and
+    written in place; a path naming an open file descriptor (/dev/stdout, /dev/fd/N) is written through that
+    descriptor. A directory, a block device or a socket is refused with a BadInput naming `target`; so is any
+    failure to write (a full disk, a missing folder), never naming a temporary file. Returns the path written.
+    """
+    text = os.fspath(target)
+    if not text:
+        raise BadInput(f"cannot write {what}: the file name is empty; name a FILE.")
+    fd = stream_fd(text)
+    if fd is not None:
+        _write_fd(fd, _as_bytes(content, text), text, what)
+        return Path(text)
+    path = Path(text)
+    mode = _mode(path, text, what)
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        data = _as_bytes(content, text)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # a FIFO: waits for its reader, as `cat >` does
+        except OSError as error:
+            raise BadInput(f"cannot write {what} to {text}: {error.strerror or error}") from None
+        try:
+            _write_fd(fd, data, text, what)
+        finally:
+            os.close(fd)
+        return path
+    from interp.models.files import write_atomic
+
+    # a full disk keeps the earlier file: no 0-byte document
+    folder = Path(os.path.realpath(path)).parent
+    if mode is None and not folder.is_dir():
+        raise BadInput(f"cannot write {what} to {text}: the folder {folder} does not exist (or is a file); create it "
+                       "first, or choose another path.")
+    try:
+        return write_atomic(path, content)
+    except OSError as error:
+        raise BadInput(f"cannot write {what} to {text}: {error.strerror or error}") from None
+
+
+def stream_fd(target: str | os.PathLike) -> int | None:
+    """The file descriptor of this process that `target` names (/dev/stdout, /dev/fd/3, /proc/self/fd/3, or a
+    symlink to one of them), else None. Such a path is written through the descriptor: reopening it would
+    start at offset 0 of a redirected file, and renaming over it would replace that file."""
+    path = os.path.abspath(os.fspath(target))
+    for _ in range(40):  # a chain of links, followed one step at a time: /proc/self/fd/N itself reads "pipe:[...]"
+        if path in _STD_PATHS:
+            return _STD_PATHS[path]
+        match = _FD_PATH.fullmatch(path)
+        if match is not None and match.group(1) in (None, str(os.getpid())):
+            return int(match.group(2))
+        try:
+            if not os.path.islink(path):
+                return None
+            path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        except OSError:
+            return None
+    return None
+
+
+def _mode(path: Path, text: str, what: str) -> int | None:
+    """`path`'s st_mode (None when it does not exist); BadInput for what no output may be."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise BadInput(f"cannot write {what} to {text}: {error.strerror or error}") from None
+    problem = _kind_problem(mode, text)
+    if problem is not None:
+        raise BadInput(f"cannot write {what} to {text}: {problem}")
+    return mode
+
+
+def _kind_problem(mode: int, text: str) -> str | None:
+    """Why a file of this kind cannot take an output (None: a regular file, a character device or a FIFO)."""
+    if stat.S_ISDIR(mode):
+        return f"it is a directory; name a file (e.g. {os.path.join(text, 'out')}) or another path."
+    if stat.S_ISBLK(mode):
+        return ("it is a block device (a disk); interp writes regular files, character devices such as /dev/null "
+                "and pipes only. Choose another path.")
+    if stat.S_ISSOCK(mode):
+        return "it is a socket, which cannot be opened as a file; choose another path."
+    return None
+
+
+def _as_bytes(content: Content, name: str) -> bytes:
+    """The bytes of `content`; a function renders into a private temporary folder first (for streams and devices)."""
+    if isinstance(content, str):
+        return content.encode("utf-8")
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    with tempfile.TemporaryDirectory(prefix="interp-output-") as folder:
+        rendered = Path(folder) / (Path(name).name or "output")
+        content(rendered)
+        return rendered.read_bytes()
+
+
+def _write_fd(fd: int, data: bytes, text: str, what: str) -> None:
+    """All of `data` to the open descriptor `fd`, after whatever Python still buffers for it."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # a stream without a descriptor (a capture)
+            if stream.fileno() == fd:
+                stream.flush()
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        if fd == 1:
+            raise  # stdout closed by its reader: exit 0 (interp.cli.main), as for every other output
+        raise BadInput(f"cannot write {what} to {text}: its reader closed the pipe before the end.") from None
+    except OSError as error:
+        raise BadInput(f"cannot write {what} to {text}: {error.strerror or error}") from None
+
+
+def check_outputs(outputs: Mapping[str, str | os.PathLike | None],
+                  inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Refuse, before any work, outputs that cannot be written or would destroy something (BadInput, exit 2).
+
+    `outputs`: {flag name ("--json"): target or None}; "-" is stdout. Refused: an empty name, a directory,
+    a block device or socket, a file descriptor not open for writing, a folder that is missing or not
+    writable, an output that is the same file as one of `inputs` (a checkpoint's files, a prompt or claims
+    file) or as another output. Character devices (/dev/null, a terminal) may take several outputs.
+    """
+    seen: dict[Identity, tuple[str, str]] = {}
+    for flag, target in outputs.items():
+        if target is None:
+            continue
+        text = os.fspath(target)
+        if not text:
+            raise BadInput(f"{flag} needs a FILE (or - for stdout); it got an empty name. Is a shell variable unset?")
+        identity, shared = _output_identity(flag, text)
+        if identity in seen and not shared:
+            first_flag, first = seen[identity]
+            if 1 in (_stdout_fd(first), _stdout_fd(text)):
+                raise BadInput(f"{first_flag} {first} and {flag} {text} both write to stdout; give all but one of them a "
+                               "FILE.")
+            raise BadInput(f"{first_flag} {first} and {flag} {text} are the same file, which cannot hold both documents; "
+                           "give each output its own file.")
+        seen.setdefault(identity, (flag, text))
+    for source in inputs:
+        identity, shared = _input_identity(source)
+        if identity in seen and not shared:
+            flag, text = seen[identity]
+            raise BadInput(f"{flag} {text} is one of the command's inputs ({os.fspath(source)}); writing it would destroy "
+                           f"it. Choose another file for {flag}.")
+
+
+def _output_identity(flag: str, text: str) -> tuple[Identity, bool]:
+    """(what `text` writes to, whether other outputs may share it); BadInput when it cannot be written."""
+    fd = 1 if text == "-" else stream_fd(text)
+    if fd is not None:
+        problem = _fd_problem(fd)
+        if problem is not None:
+            raise BadInput(f"{flag} {text}: {problem}; choose another target.")
+        info = os.fstat(fd)
+        return ("inode", info.st_dev, info.st_ino), False
+    path = Path(text)
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # absent, or a part of its folder is a file
+        real = Path(os.path.realpath(path))
+        _check_folder(flag, text, real.parent)
+        return ("path", str(real)), False
+    except OSError as error:
+        raise BadInput(f"{flag} {text}: {error.strerror or error}; choose another path.") from None
+    problem = _kind_problem(info.st_mode, text)
+    if problem is not None:
+        raise BadInput(f"{flag} {text}: {problem}")
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+        if not os.access(path, os.W_OK):
+            raise BadInput(f"{flag} {text}: not writable (permission denied); choose another target.")
+        return ("inode", info.st_dev, info.st_ino), stat.S_ISCHR(info.st_mode)
+    _check_folder(flag, text, Path(os.path.realpath(path)).parent)  # replaced through a new file beside it
+    return ("inode", info.st_dev, info.st_ino), False
+
+
+def _stdout_fd(text: str) -> int | None:
+    return 1 if text == "-" else stream_fd(text)
+
+
+def _input_identity(source: str | os.PathLike) -> tuple[Identity, bool]:
+    try:
+        info = os.stat(source)
+    except OSError:
+        return ("path", os.path.realpath(source)), False
+    return ("inode", info.st_dev, info.st_ino), stat.S_ISCHR(info.st_mode)
+
+
+def _fd_problem(fd: int) -> str | None:
+    """Why file descriptor `fd` cannot take an output (None: open for writing)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: nothing to ask
+        return None
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        return f"file descriptor {fd} is not open in this process"
+    if flags & os.O_ACCMODE not in (os.O_WRONLY, os.O_RDWR):
+        return f"file descriptor {fd} is open for reading only"
+    return None
+
+
+def _check_folder(flag: str, text: str, folder: Path) -> None:
+    """BadInput unless a new file can be created in `folder` (a probe file is created and removed)."""
+    if not folder.exists():
+        raise BadInput(f"{flag} {text}: the folder {folder} does not exist; create it first, or choose another path.")
+    if not folder.is_dir():
+        raise BadInput(f"{flag} {text}: {folder} is a file, not a folder; choose another path.")
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".interp-probe-", delete=True)
+    except OSError as error:
+        raise BadInput(f"{flag} {text}: cannot create a file in {folder} ({error.strerror or error}: not writable, or "
+                       "not a real folder); choose another path.") from None
+    probe.close()

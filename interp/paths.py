@@ -133,13 +133,21 @@ def _n_layers(model: nn.Module) -> int:
     return len(_blocks(model))
 
 
+# why path patching cannot run on a model hooked by interception, and what can (also analyses.circuits.composition)
+SPLIT_INPUTS_NEEDED = ("a model whose heads read split q/k/v inputs (blocks.{l}.attn.hook_q_input ...), so that one "
+                       "head's query, key or value input can be patched alone")
+SPLIT_INPUTS_WORK = ("What works: a HookedGPT (interp.models), a checkpoint saved with interp.save, a Hugging Face model "
+                     "that interp.load converts (GPT-2, Llama, Qwen2, ...), or a nanoGPT ckpt.pt through "
+                     "interp.load('ckpt.pt'). On this model, head ablations, patterns and claims (interp.Run) work as "
+                     "they are.")
+
+
 def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
     """Refuse a model whose residual stream is not a sum of node writes, or that lacks split inputs."""
     blocks = getattr(model, "blocks", None)
     if blocks is None or not all(hasattr(block, "hook_q_input") for block in blocks):
-        raise BadInput(f"{where} needs a model with split q/k/v inputs (blocks.{{l}}.attn.hook_q_input ...): a HookedGPT, a "
-                       f"checkpoint or a converted Hugging Face model; {type(model).__name__} has none. Load it with "
-                       "interp.load(..., backend='native').")
+        raise BadInput(f"{where} needs {SPLIT_INPUTS_NEEDED}; {type(model).__name__} has none (hooked by intercepting its "
+                       f"attention, it computes q, k and v from one input). {SPLIT_INPUTS_WORK}")
     if any(block.cfg.post_norm for block in blocks):
         raise BadInput(f"{where} needs a pre-norm model: {type(model).__name__}'s post-norm blocks normalise the residual "
                        "stream between writers, so it is not a sum of node outputs. Use head ablations (interp.Run) there.")

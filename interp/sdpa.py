@@ -674,8 +674,19 @@ def hook_sdpa(model: nn.Module, example: Any = None) -> nn.Module:
     model = cast(AttentionHookedModel, model)  # its class now derives from AttentionHookedModel
     model.is_caching, model.context_level = False, 0
     model.__dict__["_interp_sdpa_sites"] = sites  # read back through __dict__ (is_intercepted, sdpa_sites)
+    _attach_surface(model, sites)
     model.setup()
     return model
+
+
+def _attach_surface(model: nn.Module, sites: dict[str, SDPASite]) -> None:
+    """TransformerLens's surface (`interp.tl_surface`): cfg, and on a nanoGPT layout the stacked weights."""
+    from interp import tl_surface
+
+    attention = [(model.get_submodule(s.path) if s.path else model, s.n_heads, s.d_head) for s in sites.values()]
+    first = next(iter(sites.values()), None)
+    out = model.get_submodule(first.out_proj) if first is not None and first.out_proj is not None else None
+    tl_surface.attach(model, attention, d_model=getattr(out, "out_features", None))
 
 
 def unhook_sdpa(model: nn.Module) -> nn.Module:
@@ -683,6 +694,9 @@ def unhook_sdpa(model: nn.Module) -> nn.Module:
     if not is_intercepted(model):
         raise BadInput(f"{type(model).__name__} was not hooked by hook_sdpa; there is nothing to undo.")
     model.reset_hooks(including_permanent=True)
+    from interp import tl_surface
+
+    tl_surface.detach(model)
     for site in model.__dict__.pop("_interp_sdpa_sites").values():
         module = model.get_submodule(site.path) if site.path else model
         for role in site.hooks:

@@ -79,3 +79,47 @@ def check_spec(text: str | os.PathLike | None) -> None:
         f"package.module:factory of that name).{hint} Built-in names: {sorted(BUILTINS)}; or pass a checkpoint "
         "path, a Hugging Face model folder, or 'package.module:factory'."
     )
+
+
+MAX_FOLDER_FILES = 10_000  # a model folder's files listed as inputs (a Hugging Face folder holds a dozen)
+
+
+def spec_files(text: str | os.PathLike | None) -> list[Path]:
+    """The files loading `text` would read, found without importing anything: a checkpoint's NAME.safetensors
+    and NAME.json (a built-in's under interp/models/checkpoints), a file spec itself, every file of a model
+    folder, a `package.module:factory`'s module file. The CLI refuses an output that is one of them."""
+    if text is None:
+        return []
+    text = os.fspath(text)
+    if not text.strip():
+        return []
+    if text in BUILTINS:
+        stem = Path(__file__).resolve().parent / "models" / "checkpoints" / BUILTINS[text]
+        return [stem.with_name(stem.name + suffix) for suffix in (".safetensors", ".json")]
+    path = Path(text).expanduser()
+    if path.is_dir():
+        found = []
+        for root, _, names in os.walk(path):
+            found += [Path(root) / name for name in names]
+            if len(found) > MAX_FOLDER_FILES:
+                break
+        return found
+    stem = path.with_suffix("") if path.suffix in (".safetensors", ".json") else path
+    pair = [stem.with_name(stem.name + suffix) for suffix in (".safetensors", ".json")]
+    files = [p for p in [path, *pair] if p.exists()]
+    if not files and FACTORY.match(text):
+        return _module_files(text.split(":")[0])
+    return list(dict.fromkeys(files))
+
+
+def _module_files(module: str) -> list[Path]:
+    """The file of `module` (a/b.py or a/b/__init__.py) on sys.path, looked up without importing it."""
+    import sys
+
+    relative = Path(*module.split("."))
+    for entry in sys.path:
+        folder = Path(entry or os.getcwd())
+        for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
+            if candidate.is_file():
+                return [candidate]
+    return []

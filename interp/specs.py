@@ -174,7 +174,7 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
     if spec.kind == "file":
         assert spec.file is not None  # PromptSpec refuses the kind "file" without a file
         if spec.file.endswith(".json"):
-            return _json_prompts(Path(spec.file), d_vocab)
+            return _json_prompts(Path(spec.file), d_vocab, n=spec.n, n_ctx=context_length(model))
         texts = _read_lines(Path(spec.file))
     else:
         texts = default_texts()
@@ -207,7 +207,9 @@ def _token_range(d_vocab: int, bos: int | None) -> int:
     return d_vocab - 1 if bos is not None and bos == d_vocab - 1 else d_vocab
 
 
-def _json_prompts(path: Path, d_vocab):
+def _json_prompts(path: Path, d_vocab, *, n: int | None = None, n_ctx: int | None = None):
+    """The token-id rows of a .json prompt file, the first `n` of them (as for a .txt file), each checked against
+    the vocabulary and the context."""
     import json
 
     import torch
@@ -221,6 +223,12 @@ def _json_prompts(path: Path, d_vocab):
     except (OSError, UnicodeDecodeError) as error:
         raise SpecError(f"{path}: cannot read the prompt file: {error}") from None
     check_token_rows(rows, str(path), d_vocab)
+    rows = rows[:n] if n else rows
+    longest = max(range(len(rows)), key=lambda i: len(rows[i]))
+    if n_ctx is not None and len(rows[longest]) > n_ctx:
+        raise SpecError(f"{path}: row {longest} holds {len(rows[longest])} token ids but the model's context is "
+                        f"n_ctx={n_ctx}; shorten the file's rows to {n_ctx} tokens at most (or use --prompts repeated "
+                        "or random, which fit the context).")
     width = max(len(r) for r in rows)
     tokens = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)

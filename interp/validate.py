@@ -191,7 +191,7 @@ def check_output_selector(output: Any) -> Any:
 
 def select_output(model: Any, output: Any) -> Any:
     """Record on `model` which part of its forward's output is the logits (`interp.load(..., output=)`,
-    `--output`); returns the model. None clears it (tensors, `.logits`, {'logits': ...} need none)."""
+    `--logits-key`); returns the model. None clears it (tensors, `.logits`, {'logits': ...} need none)."""
     output = check_output_selector(output)
     if output is None:
         model.__dict__.pop(OUTPUT_ATTRIBUTE, None)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,7 +40,7 @@ from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.heads import head_label
 from interp.hooks import attention_sites, hooked
-from interp.models.files import write_atomic
+from interp.outdir import write_output
 
 MAX_PROMPTS = 4  # prompts embedded in the page
 MAX_TOKENS = 48  # tokens kept per prompt (the first ones)
@@ -134,9 +135,17 @@ def _asset(name: str) -> str:
     return resources.files("interp").joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def _script_json(payload: dict[str, Any]) -> str:
-    """JSON that is safe inside <script>: no '</' can close the element early."""
-    return json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
+# characters of JSON text that HTML or JavaScript may read as markup or a line end: written as \uXXXX escapes
+HTML_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def html_json(value: Any) -> str:
+    """`value` as JSON that is safe inline in an HTML <script> element: '<', '>', '&', U+2028 and
+    U+2029 written as \\uXXXX. A token string such as '</script>', '<!--' then '<script>' (which would put the
+    HTML parser in its "double escaped" state, so the element never closes) or ']]>' is then inert text that
+    JSON.parse reads back unchanged. Every inline JSON of the toolkit's pages goes through here."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.translate({ord(c): escape for c, escape in HTML_UNSAFE.items()})
 
 
 def viewer_html(data: ViewerData) -> str:
@@ -157,9 +166,9 @@ def viewer_html(data: ViewerData) -> str:
         '<div class="av-tokens"></div>'
         '<div class="av-detail"><div class="av-grid" role="img" aria-label="pattern of the chosen head"></div>'
         '<div class="av-tip" hidden></div></div>'
-        f'<script type="application/json" class="av-data">{_script_json(data.payload())}</script>'
+        f'<script type="application/json" class="av-data">{html_json(data.payload())}</script>'
         "</div>\n"
-        f"<script>{_asset('viewer.js')}\ninterpAttentionViewer(document.getElementById({json.dumps(uid)}));</script>"
+        f"<script>{_asset('viewer.js')}\ninterpAttentionViewer(document.getElementById({html_json(uid)}));</script>"
     )
 
 
@@ -182,8 +191,13 @@ class AttentionView:
         return viewer_html(self.data)
 
     def save(self, path: str | Path) -> Path:
-        """Write a standalone page with this viewer (opens from disk, offline); returns the path."""
-        return write_atomic(path, page_html(viewer_html(self.data)))  # never a half-written page
+        """Write a standalone page with this viewer (opens from disk, offline); returns the path.
+
+        Written whole or not at all (`interp.outdir.write_output`); a directory, a missing folder or an empty
+        name is refused with a BadInput naming `path`."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise BadType(f"AttentionView.save(path): path must be a str or a pathlib.Path, got {type(path).__name__}.")
+        return write_output(path, page_html(viewer_html(self.data)), what="the viewer page")
 
     def __repr__(self) -> str:
         d = self.data
@@ -234,7 +248,8 @@ def show(model: nn.Module, prompt: str | Sequence[int] | torch.Tensor | PromptSe
     the HTML holds its data, script and style, and references no URL. The first `max_tokens`
     tokens are shown (the page grows with heads x tokens^2 bytes); a PromptSet shows its first
     `MAX_PROMPTS` prompts, one at a time."""
-    if max_tokens < 1:
+    layer, head, shown = _whole("layer", layer), _whole("head", head), _whole("max_tokens", max_tokens)
+    if shown is None or shown < 1:
         raise BadInput(f"max_tokens must be at least 1, got {max_tokens}.")
     sites = attention_sites(model)
     layers = [s.layer for s in sites]
@@ -248,4 +263,14 @@ def show(model: nn.Module, prompt: str | Sequence[int] | torch.Tensor | PromptSe
     heads = [(s.layer, h) for s in chosen for h in range(s.n_heads)]
     prompts = prompt_set(model, prompt)
     open_head = (layer, head) if layer is not None and head is not None else None
-    return AttentionView(viewer_data(model, prompts, heads, max_tokens=max_tokens, open_head=open_head))
+    return AttentionView(viewer_data(model, prompts, heads, max_tokens=shown, open_head=open_head))
+
+
+def _whole(name: str, value: Any) -> int | None:
+    """`value` as an int (None stays None): a bool, a float or a string is refused with a BadType naming `name`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise BadType(f"show(): {name} must be an int, got {type(value).__name__} {value!r}"
+                      + (f"; pass {name}={int(value)}." if isinstance(value, float) and value.is_integer() else "."))
+    return int(value)

@@ -2,7 +2,8 @@
 
 `write_atomic(path, content)` leaves either the earlier file or the new one, whole: a full
 disk, a crash or Ctrl-C part-way never leaves a half-written or empty file, and never a
-temporary file behind. Every writer of `models/`, `interp/` and `analyses/` goes through it
+temporary file behind. Every writer of `models/`, `interp/` and `analyses/` goes through it, a file the
+user names through `interp.outdir.write_output`, which writes devices and pipes in place
 (`tests/reliability/test_files.py` checks the source for any other write).
 
 A symlink at `path` is written through (its target is replaced; the link stays), and the new

@@ -26,6 +26,7 @@ from transformer_lens.hook_points import HookPoint
 from interp.models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
                                make_norm)
 from interp.models.config import GPTConfig
+from interp.models.tokenizers import TokenMethods
 
 ReturnType = Literal["logits", "loss", "both", None]
 FUSED_CHUNK = 256  # positions per block in the fused unembedding + cross-entropy (fits in cache here)
@@ -36,7 +37,7 @@ class TokenTypeError(TypeError, ValueError):
     input values alike (the `interp` command: exit 2) catch it too."""
 
 
-class HookedGPT(CachingRoot):
+class HookedGPT(TokenMethods, CachingRoot):
     """Causal decoder: token (+ learned position) embeddings, pre-norm blocks, unembedding."""
 
     config_class = GPTConfig
@@ -104,65 +105,9 @@ class HookedGPT(CachingRoot):
         object.__setattr__(self.cfg, "dtype", self.embed.W_E.dtype)
         return module
 
-    def to_tokens(self, tokens) -> torch.Tensor:
-        """Tokens as a (batch, pos) LongTensor; strings need `model.tokenizer` (a CharTokenizer, or a
-        converted model's Hugging Face tokenizer). Several strings must encode to one length: a padded
-        batch needs its attention mask, which `interp.data.text_prompts` builds."""
-        if isinstance(tokens, str):
-            return self.to_tokens([tokens])
-        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
-            tokenizer = getattr(self, "tokenizer", None)
-            if tokenizer is None:
-                raise ValueError(
-                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[0][:30]!r}; "
-                    "pass token ids as a LongTensor, or set model.tokenizer."
-                )
-            encoded = [list(tokenizer.encode(text)) for text in tokens]
-            if len({len(ids) for ids in encoded}) > 1:
-                raise ValueError(
-                    f"the {len(tokens)} strings encode to lengths {sorted({len(ids) for ids in encoded})}; a padded "
-                    "batch needs an attention mask: use interp.data.text_prompts(texts, model.tokenizer)."
-                )
-            tokens = encoded
-        tokens = torch.as_tensor(tokens)
-        return tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
-
-    def _tokenizer_or_raise(self, what: str) -> Any:
-        tokenizer = getattr(self, "tokenizer", None)
-        if tokenizer is None:
-            raise ValueError(f"{type(self).__name__} has no tokenizer, so {what}; pass token ids, "
-                             "or set model.tokenizer.")
-        return tokenizer
-
-    def _token_string(self, token_id: int) -> str:
-        tokenizer = self._tokenizer_or_raise("its token ids cannot be written as strings")
-        write = getattr(tokenizer, "token_string", None)
-        return str(write(token_id)) if write is not None else str(tokenizer.decode([token_id]))
-
-    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
-        """Each token as a string (TransformerLens's `to_str_tokens`): a list for one sequence (a string,
-        a list of ids, a 1-D tensor or a (1, pos) batch), a list of lists for a (batch, pos) tensor."""
-        if isinstance(tokens, str):
-            tokens = self.to_tokens(tokens)[0]
-        tokens = torch.as_tensor(tokens)
-        if tokens.ndim == 2 and tokens.shape[0] > 1:
-            return [[self._token_string(int(i)) for i in row] for row in tokens]
-        return [self._token_string(int(i)) for i in tokens.flatten()]
-
-    def to_string(self, tokens) -> str | list[str]:
-        """Token ids back to text (TransformerLens's `to_string`): one string for a sequence, a list for a batch."""
-        tokenizer = self._tokenizer_or_raise("its token ids cannot be decoded")
-        tokens = torch.as_tensor(tokens)
-        if tokens.ndim == 2:
-            return [str(tokenizer.decode(row.tolist())) for row in tokens]
-        return str(tokenizer.decode(tokens.flatten().tolist()))
-
-    def to_single_token(self, string: str) -> int:
-        """The id of a string that is exactly one token (TransformerLens's `to_single_token`)."""
-        ids = self.to_tokens(string)[0]
-        if ids.numel() != 1:
-            raise ValueError(f"{string!r} encodes to {ids.numel()} tokens {ids.tolist()}, not one; pass a token id.")
-        return int(ids[0])
+    def _pads_right_safely(self) -> bool:
+        """A causal model's real positions never read right padding (`TokenMethods.to_tokens`); an encoder's do."""
+        return bool(self.cfg.causal)
 
     # -- TransformerLens's weight surface: per-layer parameters stacked over layers, as HookedTransformer names them
 

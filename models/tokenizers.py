@@ -9,6 +9,9 @@ work on them as on a TransformerLens model (`head_detector.detect_head(model, "s
 
 Neither changes which prompts the report picks by default (`text_prompts_by_default = False`): the
 shipped models' reports keep repeated random tokens unless text is asked for.
+
+`TokenMethods` is those methods over any model's `tokenizer`: HookedGPT's, and a user's own model's when
+interception hooked it (`interp.hook_sdpa`) and its factory attached a tokenizer.
 """
 from __future__ import annotations
 
@@ -166,3 +169,114 @@ def train_bpe(texts: list[str], vocab_size: int, special_tokens: list[str]) -> B
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(texts, trainer)
     return BPETokenizer(tokenizer.to_str())
+
+
+class TokenMethods:
+    """TransformerLens's token methods (`to_tokens`, `to_str_tokens`, `to_string`, `to_single_token`) over the model's
+    `tokenizer` attribute: HookedGPT's, and those of a user's model hooked by interception (`interp.hook_sdpa`) whose
+    factory attached a tokenizer. A model tells `_pads_right_safely` whether right padding leaves its real
+    positions as they are (a causal model)."""
+
+    def _pads_right_safely(self) -> bool:
+        return False
+
+    def to_tokens(self, tokens, prepend_bos: bool | None = None, padding_side: str = "right",
+                  move_to_device: bool = True) -> torch.Tensor:
+        """Tokens as a (batch, pos) LongTensor (TransformerLens's `to_tokens`); strings need `model.tokenizer` (a
+        CharTokenizer, a shipped model's, or a converted model's Hugging Face tokenizer).
+
+        Strings of unequal lengths are padded on the right, as TransformerLens pads them: with the tokenizer's pad
+        id, its BOS id where it has none (0 where it has neither); a causal model's real positions never read the
+        padding. An encoder's would: it needs the attention mask `interp.data.text_prompts` builds, and so does
+        padding on the left. `prepend_bos`: None keeps what the tokenizer writes; True puts the BOS token first
+        (once); False takes away a BOS the tokenizer put first.
+        """
+        if isinstance(tokens, str):
+            return self.to_tokens([tokens], prepend_bos, padding_side, move_to_device)
+        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
+            tokenizer = getattr(self, "tokenizer", None)
+            if tokenizer is None:
+                raise ValueError(
+                    f"{type(self).__name__} has no tokenizer to encode the string {tokens[0][:30]!r}; "
+                    "pass token ids as a LongTensor, or set model.tokenizer."
+                )
+            encoded = [self._with_bos(list(tokenizer.encode(text)), prepend_bos) for text in tokens]
+            tokens = self._padded(encoded, padding_side)
+        tokens = torch.as_tensor(tokens)
+        tokens = tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
+        device = getattr(self, "device", None) if move_to_device else None
+        return tokens.to(device) if isinstance(device, torch.device) else tokens
+
+    def _bos_id(self) -> int | None:
+        """The BOS id: the tokenizer's `bos_token_id`, else the checkpoint metadata's `bos`; None when neither says."""
+        found = getattr(getattr(self, "tokenizer", None), "bos_token_id", None)
+        if found is None:
+            metadata = getattr(self, "metadata", None) or {}
+            found = next((metadata[k] for k in ("bos", "bos_token", "bos_token_id") if metadata.get(k) is not None), None)
+        return None if found is None else int(found)
+
+    def _with_bos(self, ids: list[int], prepend_bos: bool | None) -> list[int]:
+        if prepend_bos is None:
+            return ids
+        bos = self._bos_id()
+        if bos is None:
+            if prepend_bos:
+                raise ValueError(f"prepend_bos=True: {type(self).__name__} has no BOS token (its tokenizer has no "
+                                 "bos_token_id and its checkpoint metadata names no bos); pass prepend_bos=False.")
+            return ids
+        starts = bool(ids) and ids[0] == bos
+        return ([bos] + ids if not starts else ids) if prepend_bos else (ids[1:] if starts else ids)
+
+    def _padded(self, encoded: list[list[int]], padding_side: str) -> list[list[int]]:
+        """Sequences of one length: right-padded for a causal model (see `to_tokens`), else refused."""
+        width = max(len(ids) for ids in encoded)
+        if all(len(ids) == width for ids in encoded):
+            return encoded
+        if padding_side != "right" or not self._pads_right_safely():
+            why = "padding on the left" if padding_side != "right" else "an encoder's padding"
+            raise ValueError(
+                f"the {len(encoded)} strings encode to lengths {sorted({len(ids) for ids in encoded})}, and {why} is "
+                "read by the real positions: such a batch needs an attention mask. Use "
+                f"interp.data.text_prompts(texts, model.tokenizer, padding_side={padding_side!r}).")
+        tokenizer = getattr(self, "tokenizer", None)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        pad = pad if pad is not None else self._bos_id()
+        pad = 0 if pad is None else int(pad)
+        return [ids + [pad] * (width - len(ids)) for ids in encoded]
+
+    def _tokenizer_or_raise(self, what: str) -> Any:
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"{type(self).__name__} has no tokenizer, so {what}; pass token ids, "
+                             "or set model.tokenizer.")
+        return tokenizer
+
+    def _token_string(self, token_id: int) -> str:
+        tokenizer = self._tokenizer_or_raise("its token ids cannot be written as strings")
+        write = getattr(tokenizer, "token_string", None)
+        return str(write(token_id)) if write is not None else str(tokenizer.decode([token_id]))
+
+    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
+        """Each token as a string (TransformerLens's `to_str_tokens`): a list for one sequence (a string,
+        a list of ids, a 1-D tensor or a (1, pos) batch), a list of lists for a (batch, pos) tensor."""
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens)[0]
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 2 and tokens.shape[0] > 1:
+            return [[self._token_string(int(i)) for i in row] for row in tokens]
+        return [self._token_string(int(i)) for i in tokens.flatten()]
+
+    def to_string(self, tokens) -> str | list[str]:
+        """Token ids back to text (TransformerLens's `to_string`): one string for a sequence, a list for a batch."""
+        tokenizer = self._tokenizer_or_raise("its token ids cannot be decoded")
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 2:
+            return [str(tokenizer.decode(row.tolist())) for row in tokens]
+        return str(tokenizer.decode(tokens.flatten().tolist()))
+
+    def to_single_token(self, string: str) -> int:
+        """The id of a string that is exactly one token (TransformerLens's `to_single_token`)."""
+        ids = self.to_tokens(string)[0]
+        if ids.numel() != 1:
+            raise ValueError(f"{string!r} encodes to {ids.numel()} tokens {ids.tolist()}, not one; pass a token id.")
+        return int(ids[0])

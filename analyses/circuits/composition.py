@@ -30,7 +30,7 @@ from torch import nn
 
 from interp.errors import BadInput
 from interp.heads import head_label
-from interp.paths import HEAD_VIAS
+from interp.paths import HEAD_VIAS, SPLIT_INPUTS_WORK
 
 N_DRAWS = 200  # random weight draws per via for the baseline
 BASELINE_SEED = 0
@@ -73,8 +73,8 @@ def _weights(model: nn.Module) -> tuple[torch.Tensor, ...]:
     each layer's ln1 centres (a LayerNorm), float64."""
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         if not hasattr(model, name):
-            raise BadInput(f"composition scores need the stacked weights (model.W_Q ...) of a HookedGPT, a checkpoint or a "
-                           f"converted model; {type(model).__name__} has no {name}. Load it with interp.load(..., backend='native').")
+            raise BadInput(f"composition scores need the stacked weights (model.W_Q ...) of per-head q/k/v projections; "
+                           f"{type(model).__name__} has no {name}. {SPLIT_INPUTS_WORK}")
     W_Q, W_K, W_V, W_O = (getattr(model, name).detach().double().cpu() for name in ("W_Q", "W_K", "W_V", "W_O"))
     gains, centres = [], []
     for block in model.blocks:  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ an installed library, the first line in the user's files, the op then a related 
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,17 @@ def to_junit(report: LeakageReport, suite: str) -> str:
     root = ET.Element("testsuites", name="interp", tests=cases.get("tests", "0"), failures=str(failures))
     root.append(cases)
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return xml_safe(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
+
+
+# what XML 1.0 forbids in a document: C0 controls but tab, newline and carriage return; surrogates; U+FFFE, U+FFFF
+_XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with every character XML 1.0 forbids written as its visible escape (ESC -> `\\x1b`), so a model
+    spec or message holding one (a path with a control character) still gives a well-formed JUnit file."""
+    return _XML_FORBIDDEN.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 def _failure_text(report: LeakageReport, method: str) -> str:

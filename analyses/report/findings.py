@@ -27,6 +27,9 @@ COLUMNS = ["finding", "heads", "family", "evidence", "verdict", "causal", "behav
 WEIGHT, ARGMAX, CAUSAL, AUDIT = "attention weight", "argmax rate", "causal effect", "leakage audit"
 FAMILIES = (WEIGHT, ARGMAX, CAUSAL)
 NOT_TESTED = "not tested causally"
+# the leakage audit's verdict (interp.analyses.leakage.VERDICTS) in the verdict column: a word, not a code name;
+# its headline (the finding) says which kind of causal (no output moved, or float rounding only)
+LEAKAGE_VERDICTS = {"exact_zero": "causal", "numerical_noise": "causal", "leak": "leak", "bidirectional": "bidirectional"}
 # what the maximum weight of a positional claim sits on, by relative offset
 _OFFSET_WORDS = {"-1": "the previous token", "0": "the query itself", "1": "the next token", "first": "the first position"}
 _OFFSET_COLUMNS = {"-1": "prev_token", "0": "self_token", "1": "next_token", "first": "first_token"}
@@ -51,8 +54,26 @@ def highlights(data: ReportData, limit: int = 8) -> pd.DataFrame:
     rows += _partial_findings(data, supported_heads, max(0, limit - len(shown_heads)))
     rows += _measured_findings(data)
     table = pd.DataFrame(rows, columns=COLUMNS).fillna("")
-    table.attrs.update(n_supported=len(supported_heads), n_shown=len(shown_heads))
+    table.attrs.update(n_supported=len(supported_heads), n_shown=len(shown_heads),
+                       n_partial=int((table["verdict"] == "inconclusive").sum()),
+                       n_measured=int((table["verdict"] == "measured").sum()), leakage=data.leakage is not None)
     return table
+
+
+def table_caption(table: pd.DataFrame) -> str:
+    """What the findings table shows, counted from its rows: "the leakage verdict, 7 of 7 supported heads, 1 head
+    that holds observationally but not causally and 2 measured extremes" (no count of rows it does not hold)."""
+    attrs = table.attrs
+    n_sup, n_shown = attrs.get("n_supported", 0), attrs.get("n_shown", 0)
+    parts = ["the leakage verdict"] if attrs.get("leakage") else []
+    parts.append(f"{n_shown} of {n_sup} supported heads" if n_sup else "no supported head")
+    n_partial, n_measured = attrs.get("n_partial", 0), attrs.get("n_measured", 0)
+    if n_partial:
+        parts.append(f"{n_partial} {'head that holds' if n_partial == 1 else 'heads that hold'} observationally but "
+                     "failed or could not decide another test (inconclusive)")
+    if n_measured:
+        parts.append(f"{n_measured} measured {'extreme' if n_measured == 1 else 'extremes'}")
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
 def metric_family(row: pd.Series, verdict) -> str:
@@ -150,7 +171,7 @@ def _leakage_finding(report) -> dict[str, str]:
     else:
         evidence = ""
     return {"finding": report.headline, "heads": "model", "family": AUDIT, "evidence": evidence,
-            "verdict": report.verdict, "causal": "", "behaviour": "", "ablation": ""}
+            "verdict": LEAKAGE_VERDICTS.get(report.verdict, report.verdict), "causal": "", "behaviour": "", "ablation": ""}
 
 
 def _supported_findings(data: ReportData) -> list[tuple[str, str, list]]:
@@ -212,10 +233,18 @@ def _partial_findings(data: ReportData, supported: set[str], room: int) -> list[
             continue
         seen.add(row["label"])
         family = metric_family(row, verdict)
-        rows.append({"finding": f"{_finding_name(row, verdict)} (observational only)", "heads": row["label"],
+        rows.append({"finding": f"{_finding_name(row, verdict)} ({_what_held(verdict)})", "heads": row["label"],
                      "family": family, "evidence": f"{_observed(data, row, verdict, family)}; {_first_problem(verdict)}",
                      "verdict": "inconclusive", **_causal_cells(data, row, verdict)})
     return rows
+
+
+def _what_held(verdict) -> str:
+    """How far an inconclusive claim held: "observational only" when no causal test ran, else what they said."""
+    causal = causal_summary(verdict)
+    if causal == NOT_TESTED:
+        return "observational only"
+    return f"holds observationally; causal tests {causal.split(':')[0]}"
 
 
 def _measured_findings(data: ReportData) -> list[dict[str, str]]:

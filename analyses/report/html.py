@@ -13,12 +13,12 @@ from typing import Any, Sequence
 import pandas as pd
 
 import interp.analyses.report.format as fmt
-from interp.analyses.report.findings import metric_family
+from interp.analyses.report.findings import metric_family, table_caption
 from interp.viewer import viewer_html
 
 PAGE_SIZE = "@@PAGE_SIZE@@"  # replaced by the page's own size once it is assembled
 VERDICT_CLASSES = {"supported": "supported", "refuted": "refuted", "inconclusive": "inconclusive",
-                   "exact_zero": "supported", "numerical_noise": "supported", "leak": "refuted",
+                   "causal": "supported", "exact_zero": "supported", "numerical_noise": "supported", "leak": "refuted",
                    "bidirectional": "neutral", "measured": "neutral"}
 
 CSS = """
@@ -108,13 +108,16 @@ def _model_section(data) -> str:
 FINDINGS_NOTE = ("Supported heads grouped by what their effect is (family: a mean attention weight, an argmax rate, a "
                  "causal effect in the behaviour's unit) and ranked by effect size inside each family only; beside each, "
                  "its claim's causal verdict (or 'not tested causally')")
+LEAKAGE_WHERE_NOTE = ("where: the hook, sequence length and query / source positions of a check's largest influence, "
+                      "shown for a check that found a leak or a weight above the diagonal; a passing check's largest "
+                      "influence is float rounding, not a place to look.")
+WHERE_TONES = ("leak", "warn")  # leakage statuses whose `where` is a place to look (STATUS_TONE)
 
 
 def _findings_section(data, table: pd.DataFrame) -> str:
     columns = list(table.columns)
     rows = [[getattr(r, c) for c in columns] for r in table.itertuples()]
-    n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
-    note = (f'<p class="muted">{esc(FINDINGS_NOTE)}; showing {n_shown} of {n_sup} supported heads. Every claim: '
+    note = (f'<p class="muted">{esc(FINDINGS_NOTE)}. This table shows {esc(table_caption(table))}. Every claim: '
             f'<a href="#claims">All claims</a> ({len(data.claims)} rows) and <a href="claims.csv">claims.csv</a>.</p>')
     verdict = columns.index("verdict")
     causal = {columns.index("causal"): lambda text: _cls(str(text).split(":")[0])} if "causal" in columns else {}
@@ -128,9 +131,12 @@ def _leakage_section(data) -> str:
     if report is None:
         return out[0] + '<p class="muted">Not audited.</p>'
     out.append(f'<p class="{_cls(report.verdict)}">{esc(report.headline)}</p>')
+    from interp.analyses.leakage import STATUS_TONE
+
     rows = [[r["method"], r["status"], fmt.format_num(r["max_influence"], 3) if r["max_influence"] is not None else "-",
-             r["where"]] for r in report.summary_rows()]
+             r["where"] if STATUS_TONE.get(r["status"]) in WHERE_TONES else ""] for r in report.summary_rows()]
     out.append(scroll(table_html(["check", "status", "max influence (of the output scale)", "where"], rows, numeric=(2,))))
+    out.append(f'<p class="muted">{esc(LEAKAGE_WHERE_NOTE)}</p>')
     out.append(f"<details><summary class=\"muted\">audit text</summary><pre>{esc(str(report))}</pre></details>")
     return "".join(out)
 
@@ -335,7 +341,7 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     if section is None:
         return ""
     if section.summary is None:
-        return head + f'<p class="muted">No circuit: {esc(section.note)}.</p>'
+        return head + f'<p class="muted">No circuit: {esc(_sentence(section.note))}</p>'
     found = section.summary
     circuit = found.circuit
     parts = [head, f'<p class="muted">{esc(circuit.method)} at threshold {circuit.threshold:g} of the clean-vs-patched '
@@ -356,12 +362,17 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     return "".join(parts)
 
 
+def _sentence(text: str) -> str:
+    """`text` ending in one full stop (a note that ends in one keeps it: no "..")."""
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
 def circuit_markdown(section: Any) -> list[str]:
     """summary.md lines: the edges and the tests, or why there is no circuit."""
     if section is None:
         return []
     if section.summary is None:
-        return ["## Circuit", "", f"No circuit: {section.note}.", ""]
+        return ["## Circuit", "", f"No circuit: {_sentence(section.note)}", ""]
     found = section.summary
     lines = ["## Circuit", "", f"{found.circuit.method}: {len(found.circuit.edges)} edges (effects on held-out prompts, "
              f"{found.unit}).", ""]
@@ -378,9 +389,8 @@ def markdown(data, table: pd.DataFrame) -> str:
     lines = [f"# Attention report: {data.title or data.summary.get('spec')}", ""]
     lines += [f"> **Prompts:** {w}" for w in data.warnings] + ([""] if data.warnings else [])
     lines += [f"- **{k}**: {v}" for k, v in data.summary.items()]
-    n_sup, n_shown = table.attrs.get("n_supported", 0), table.attrs.get("n_shown", 0)
     columns = list(table.columns)
-    lines += ["", "## Strongest findings", "", f"{FINDINGS_NOTE}: {n_shown} of {n_sup} supported heads shown; "
+    lines += ["", "## Strongest findings", "", f"{FINDINGS_NOTE}. This table shows {table_caption(table)}; "
               "every claim in claims.csv (columns defined in columns.md).", "",
               "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(getattr(r, c)).replace("|", "\\|") for c in columns) + " |" for r in table.itertuples()]

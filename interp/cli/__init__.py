@@ -5,6 +5,7 @@
     interp claims [SPEC] FILE       test the claims written in a TOML claims file
     interp scan [SPEC]              propose a claim for every head and test it on held-out prompts
     interp heads [SPEC]             per-head positional and induction metrics with CIs
+    interp circuit [SPEC]           discover the circuit behind the behaviour, test it and draw it
     interp verify [SPEC]            prove that the model's hooks carry what their names say
     interp train [ARGS...]          train a model (wraps `python -m interp.models.train`)
     interp demo                     `interp report` on the embedded default, then the highlights
@@ -24,7 +25,10 @@ too, when stderr is a terminal or $COLUMNS is set, and stay one line each otherw
 `output.stderr_width`).
 
 Parsing flags imports neither torch nor transformer_lens (about 3 s here): every handler
-imports what it needs when it runs, so `interp --help` answers at once.
+imports what it needs when it runs, so `interp --help` answers at once. No flag may be abbreviated
+(`allow_abbrev=False` on every parser). Before any handler runs, every output flag (`--json`, `--sarif`,
+`--junit`, `--png`) is checked: writable, not one of the command's input files, not another output
+(`interp.outdir.check_outputs`).
 
 The package: `parser` (flags), `commands` and `audit` (the handlers), `common` (loading the
 model, prompts, exit codes), `output` (consoles, stdout fencing, the JSON envelope), `tables`
@@ -36,8 +40,9 @@ from __future__ import annotations
 import os
 import sys
 
-from interp.cli.common import EXIT_INPUT, _message
-from interp.cli.output import JSON_SCHEMA, _fenced_stdout, envelope, integers, print_error, toolkit_version
+from interp.cli.common import EXIT_INPUT, _input_files, _message
+from interp.cli.output import (JSON_SCHEMA, _fenced_stdout, check_targets, envelope, integers, print_error,
+                               toolkit_version)
 from interp.cli.parser import build_parser
 
 __all__ = ["JSON_SCHEMA", "build_parser", "envelope", "integers", "main", "toolkit_version"]
@@ -49,12 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "command", None) == "train":
         args.train_args = [*unknown, *args.train_args]  # interp.models.train parses its own flags
     elif unknown:
-        parser.parse_args(argv)  # the usual "unrecognized arguments" error, exit 2
+        _refuse_unknown(parser, args, unknown)
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_INPUT
     debug = bool(os.environ.get("INTERP_DEBUG"))
     try:
+        check_targets(args, _input_files(args))  # every output writable and none an input, before any work
         with _fenced_stdout(args):
             code = args.handler(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
@@ -64,6 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as error:
         return _report_error(args.command, error, debug)
+
+
+def _refuse_unknown(parser, args, unknown: list[str]) -> None:
+    """The usage error for arguments no flag takes (exit 2), from the subcommand's own parser, with the flags
+    closest to an unknown option (abbreviations are not expanded: `--out` is not `--output`)."""
+    import argparse
+    import difflib
+
+    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None) or {}
+    sub = commands.get(str(getattr(args, "command", "")), parser)
+    known = [o for a in sub._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+    hints = [f"{word}: did you mean {' or '.join(close)}?" for word in unknown if word.startswith("-")
+             for close in [difflib.get_close_matches(word.split("=")[0], known, n=2, cutoff=0.8)] if close]
+    sub.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _report_error(command: str, error: BaseException, debug: bool) -> int:

@@ -4,10 +4,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from interp.cli.common import DEFAULT_SPEC, EXIT_OK, _load, _prompt_spec, _prompts
+from interp.cli.common import DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _load, _prompt_spec, _prompts
 from interp.cli.output import _emit_json, _out_console
 from interp.cli.tables import _frame_table
 from interp.errors import BadInput
+from interp.outdir import stream_fd, write_output
+
+MIN_PROMPTS = 4  # two halves (propose, test) of two prompts each: resampling needs another prompt in each
 
 
 def cmd_circuit(args) -> int:
@@ -18,6 +21,10 @@ def cmd_circuit(args) -> int:
     spec = args.spec or DEFAULT_SPEC
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     prompts = _prompts(model, args)
+    if len(prompts) < MIN_PROMPTS:
+        raise BadInput(f"{len(prompts)} prompts: pass --n {MIN_PROMPTS} at least (or a prompt file of {MIN_PROMPTS} rows "
+                       "or more). The circuit is proposed on one half of the prompts and tested on the other, and "
+                       "resampling gives each prompt another one's activations, so each half needs 2 prompts.")
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
                             seed=args.seed)
     console = _out_console(args)
@@ -35,27 +42,41 @@ def cmd_circuit(args) -> int:
         _draw(found, spec, png)
         console.print(f"drawing written to {png}")
     _emit_json(args, "circuit", spec, found.to_json())
+    if not circuit.edges:  # nothing to test: its completeness or minimality would read as a result
+        console.print(f"[yellow]no edge kept[/yellow]: at threshold {circuit.threshold:g} no edge's removal moves the "
+                      f"behaviour by {circuit.tau:.3g} {found.unit}, so the circuit is empty and its tests say nothing. "
+                      "Pass a lower --threshold, or more prompts (--n).")
+        return EXIT_FINDING
     return EXIT_OK
 
 
 def _png_target(path: str | None) -> Path | None:
-    """--png FILE: a .png path in an existing folder (checked before the model loads)."""
+    """--png FILE: a .png name, a device or a stream (where and whether it can be written: `check_targets`, before the
+    model loads)."""
     if path is None:
         return None
     target = Path(path)
-    if target.suffix.lower() != ".png":
+    if target.suffix.lower() != ".png" and stream_fd(path) is None and not _is_device(target):
         raise BadInput(f"--png {path!r}: expected a .png file name, e.g. --png circuit.png.")
-    if not target.parent.is_dir():
-        raise BadInput(f"--png {path!r}: the folder {str(target.parent)!r} does not exist; create it or pick another.")
     return target
+
+
+def _is_device(path: Path) -> bool:
+    """A character device or a named pipe (/dev/null, a FIFO): written in place whatever its name."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
 def _draw(found, spec: str, png: Path) -> None:
     """The circuit's drawing as a PNG, written whole or not at all."""
     from interp.analyses.circuits.drawing import draw_circuit
-    from interp.models.files import write_atomic
 
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
     fig = draw_circuit(found.edges, title=title, unit=found.unit)
-    write_atomic(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
+    write_output(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}), what="PNG")

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli.common import (DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _check_max_len_flag, _load, _prompt_spec, _prompts,
-                               _select)
-from interp.cli.output import _emit_json, _frame_records, _out_console
+from interp.cli.common import (DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _check_max_len_flag, _input_files, _load, _prompt_spec,
+                               _prompts, _select)
+from interp.cli.output import _emit_json, _frame_records, _out_console, check_targets
 from interp.cli.tables import _frame_table
 from interp.errors import BadInput  # no torch: --help stays fast
 
@@ -28,6 +28,7 @@ def cmd_report(args) -> int:
         from interp.analyses.claims.registry import read_claims
 
         claims = read_claims(args.claims)
+        check_targets(args, _claims_file_inputs(claims, spec))
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     max_len = getattr(args, "max_len", None)  # `interp demo` passes none
     if max_len is not None:
@@ -83,6 +84,7 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
+    check_targets(args, [*_input_files(args), *_claims_file_inputs(claims_file, spec)])  # the files the claims file names
     model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
@@ -97,6 +99,14 @@ def cmd_claims(args) -> int:
                                       "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
                                       "claims": _frame_records(frame)})
     return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+
+
+def _claims_file_inputs(claims_file, spec: str) -> list[str]:
+    """The files a claims file makes a command read: its model's and its prompt file."""
+    from interp.specnames import spec_files
+
+    files = [str(f) for f in spec_files(spec)]
+    return files + ([claims_file.prompts.file] if claims_file.prompts.file else [])
 
 
 def _kind_list(kinds: dict[str, list[str]], width: int) -> str:

@@ -2,6 +2,8 @@
 line, and the prompt and selection flags read into specs."""
 from __future__ import annotations
 
+import os
+
 from interp.launch import place
 
 
@@ -66,6 +68,23 @@ def _message(error: BaseException) -> str:
     if isinstance(error, KeyError) and text.startswith(("'", '"')):
         text = text[1:-1]
     return text or type(error).__name__
+
+
+def _input_files(args) -> list[str]:
+    """The files a command reads, which no output may replace: the model spec's (`interp.specnames.spec_files`:
+    a checkpoint's two files, a model folder's, a factory's module), --prompts and --claims files, a claims FILE."""
+    from interp.specnames import spec_files
+
+    files: list = []
+    if hasattr(args, "spec") and getattr(args, "command", None) != "demo":
+        files += spec_files(args.spec or DEFAULT_SPEC)
+    for path in getattr(args, "paths", None) or []:  # interp claims [SPEC] FILE
+        files += spec_files(path)
+    for flag in ("prompts", "claims"):
+        value = getattr(args, flag, None)
+        if value and os.path.exists(value):
+            files.append(value)
+    return [os.fspath(f) for f in files]
 
 
 def _prompt_spec(args):

@@ -7,8 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from interp.errors import BadInput  # no torch: --help stays fast
 from interp.schemas import JSON_SCHEMA  # the envelope's version (re-exported by interp.cli)
@@ -18,6 +17,23 @@ if TYPE_CHECKING:
 
 
 MACHINE_FLAGS = ("json", "sarif", "junit")  # flags whose target may be "-": one machine-readable document on stdout
+OUTPUT_FLAGS = (*MACHINE_FLAGS, "png")  # every flag naming one output file (`interp report --out` is a folder: outdir)
+
+
+def check_targets(args, inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Every output flag of `args` checked before any work (`interp.outdir.check_outputs`): writable, none the
+    same file as another or as one of the command's `inputs`, none inside the report folder `--out`."""
+    from interp.outdir import check_outputs
+
+    outputs = {f"--{flag}": getattr(args, flag, None) for flag in OUTPUT_FLAGS}
+    out = getattr(args, "out", None)
+    if out:
+        folder = os.path.realpath(out)
+        for flag, target in outputs.items():
+            if target not in (None, "", "-") and os.path.realpath(target).startswith(folder + os.sep):
+                raise BadInput(f"{flag} {target} lies inside the output folder --out {out}, whose files the report "
+                               f"replaces; choose a path outside it.")
+    check_outputs(outputs, inputs)
 
 
 def _stdout_document(args) -> bool:
@@ -167,18 +183,14 @@ def _write_json(target: str | None, payload: Any) -> None:
 
 
 def _write_text(target: str, text: str, what: str) -> None:
-    """`text` to stdout (after the command, see `_fenced_stdout`) or to the file `target`, written whole or not at all."""
+    """`text` to stdout (after the command, see `_fenced_stdout`) or to `target` through `interp.outdir.write_output`:
+    a file written whole or not at all, a device, pipe or /dev/stdout written in place."""
     if target == "-":
         _PENDING_STDOUT.append(text)
         return
-    from interp.models.files import write_atomic  # a full disk keeps the earlier file: no 0-byte JSON
+    from interp.outdir import write_output
 
-    path = Path(target)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-    except OSError as error:
-        raise BadInput(f"cannot write {what} to {target}: {error.strerror or error}") from None
+    write_output(target, text, what=what)
 
 
 def _json_default(value: Any) -> Any:

@@ -3,6 +3,7 @@ imports no torch."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn
@@ -37,7 +38,14 @@ class _Formatter(argparse.HelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors (`interp report: error: argument --n: ...`) are filled to the
-    terminal as every other error line (`output.print_error`); subparsers are of the same class."""
+    terminal as every other error line (`output.print_error`); subparsers are of the same class.
+
+    No abbreviations (`allow_abbrev=False`): `interp scan --out x` is an unknown option, never taken for the
+    prefix of another flag, and a flag added later cannot change what an old command line means."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -58,7 +66,7 @@ def _fill_line(line: str, width: int, indent: str) -> str:
 
 
 def _add_common(p: argparse.ArgumentParser, *, n: str | None = str(PROMPTS_DEFAULT), json_: bool = True,
-                seed: bool = True) -> None:
+                seed: bool = True, backend: bool = True) -> None:
     """The flags most commands share; `n` is the default number of prompts as the help says it (None: no --n)."""
     if seed:
         p.add_argument("--seed", type=_seed, default=0, help="seed of every random choice (prompts, resampling); default 0")
@@ -67,6 +75,8 @@ def _add_common(p: argparse.ArgumentParser, *, n: str | None = str(PROMPTS_DEFAU
     if json_:
         p.add_argument("--json", metavar="FILE|-", default=None, help="also write the result as JSON to FILE, or to stdout with -")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or status lines")
+    if not backend:
+        return
     p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
                    help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
                         "TransformerLens bridge; auto (default) converts natively when it can")
@@ -100,23 +110,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} must be a positive finite number")
-    return value
+def number_in(low: float | None = None, high: float | None = None, *, low_open: bool = False, high_open: bool = False,
+              hint: str = "") -> Callable[[str], float]:
+    """An argparse type for a float flag: a finite number (NaN and infinities refused) in [low, high], each end open
+    when asked; the message names the range and `hint` (what a sensible value is). Every float flag uses one."""
+    interval = (f"{'(' if low_open else '['}{'-inf' if low is None else f'{low:g}'}, "
+                f"{'inf' if high is None else f'{high:g}'}{')' if high_open or high is None else ']'}")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number{'; ' + hint if hint else ''}") from None
+        inside = math.isfinite(value) and (low is None or (value > low if low_open else value >= low)) and \
+            (high is None or (value < high if high_open else value <= high))
+        if not inside:
+            raise argparse.ArgumentTypeError(f"{text} is outside {interval}{'; ' + hint if hint else ''}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in some messages
+    return parse
 
 
-def _tol(text: str) -> float:
-    """--tol: finite, positive and below 0.05 (the audit itself refuses more than 0.01 for float32 models)."""
-    value = _positive_float(text)
-    if value >= 0.05:
-        raise argparse.ArgumentTypeError(f"{value:g} would call real leaks rounding; pass a value below 0.05 "
-                                         "(default 5e-5; rounding measures <= 3e-5 in float32)")
-    return value
+# --tol: below 0.05, or real leaks would read as rounding (the audit itself refuses more than 0.01 for float32 models)
+_tol = number_in(0, 0.05, low_open=True, high_open=True,
+                 hint="pass a positive finite value below 0.05 (default 5e-5; rounding measures <= 3e-5 in float32)")
+# --threshold: a fraction of the clean-vs-patched gap
+_fraction = number_in(0, 1, high_open=True, hint="pass a fraction of the gap such as 0.01")
 
 
 def _seed(text: str) -> int:
@@ -142,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  interp report                  # report on the embedded toy-induction model\n"
             "  interp audit-leakage my_pkg.models:gpt --json -\n"
             "  interp claims toy-induction examples/claims.toml --strict\n\n"
-            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict), 2 bad input.\n\n"
+            "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with --strict, empty circuit), 2 bad "
+            "input (a flag, a file, a model that fails), 3 an internal error (a bug of interp: please report it with "
+            "the traceback printed).\n\n"
             "--json writes {command, model, version, schema, result} (see CHANGELOG.md for schema changes).\n\n"
             "Run `interp COMMAND --help` for each command's options."
         ),
@@ -269,8 +291,9 @@ def _circuit_parser(command) -> None:
                 "each edge whose path patch moves the behaviour by less than the threshold; eap: attribution "
                 "patching) and tested on the other half: faithfulness, completeness and minimality, each with a CI. "
                 "Each kept edge's own path-patching effect on the held-out half is printed and drawn.\n\n"
-                "Exit 0: a circuit was found and tested; 2: bad input (including a model that cannot be path "
-                "patched: it needs pre-norm blocks with split q/k/v inputs).")
+                "Exit 0: a circuit was found and tested; 1: no edge was kept (an empty circuit, still written to "
+                "--json); 2: bad input (including a model that cannot be path patched: it needs pre-norm blocks with "
+                "split q/k/v inputs).")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
     p.add_argument("--method", choices=["acdc", "eap"], default="acdc",
@@ -281,17 +304,6 @@ def _circuit_parser(command) -> None:
     p.add_argument("--png", metavar="FILE", default=None, help="also draw the circuit to FILE (.png)")
     _add_behaviour(p)
     _add_common(p)
-
-
-def _fraction(text: str) -> float:
-    """--threshold: a number in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{value:g} is outside [0, 1); pass a fraction of the gap such as 0.01")
-    return value
 
 
 def _verify_parser(command) -> None:
@@ -317,4 +329,4 @@ def _demo_parser(command) -> None:
                 "interp demo --out reports/toy-induction",
                 "Replaces an earlier report in the output directory; refuses any other non-empty directory.")
     p.add_argument("--out", metavar="DIR", default=str(Path("reports") / DEFAULT_SPEC), help="output directory")
-    _add_common(p, json_=False)
+    _add_common(p, json_=False, backend=False)  # the embedded model: no backend, no logits key to choose

@@ -1,6 +1,8 @@
 """interp.outdir: output folders with a manifest. No command deletes a file it did not write (issue 11 #1)."""
 import json
 import os
+import stat
+import threading
 
 import pytest
 
@@ -110,3 +112,109 @@ def test_a_legacy_report_folder_is_all_foreign(tmp_path):
     assert outdir.foreign_files(out) == [outdir.LEGACY_MARKER, "heads.csv", "plots/L0H0.png", "report.json"]
     with pytest.raises(outdir.OutputDirError, match="written before manifests"):
         outdir.check(out, force=True)
+
+
+# --------------------------------------------------------------------------- single output files (issue 36, round 4)
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root (as in CI containers)")
+
+
+@needs_root
+def test_a_character_device_is_written_in_place_never_replaced(tmp_path):
+    """L13: the atomic writer renamed a temporary file over `mynull` (as root: over /dev/null)."""
+    node = tmp_path / "mynull"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a private copy of the null device
+    assert outdir.write_output(node, "{}\n", what="JSON") == node
+    assert stat.S_ISCHR(node.stat().st_mode) and sorted(os.listdir(tmp_path)) == ["mynull"]
+    outdir.write_output(node, lambda tmp: tmp.write_bytes(b"\x89PNG"), what="PNG")  # a renderer too
+    assert stat.S_ISCHR(node.stat().st_mode)
+
+
+def test_a_fifo_is_written_into_its_reader(tmp_path):
+    """L14: the FIFO became a regular file and its reader got nothing."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    outdir.write_output(fifo, '{"a": 1}\n', what="JSON")
+    reader.join(10)
+    assert got == [b'{"a": 1}\n'] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_path_naming_an_open_descriptor_writes_through_it_at_its_offset(tmp_path):
+    """L15-L18: /dev/stdout, /dev/fd/N and >(cmd) were reopened or renamed over: a redirected file lost what the
+    command printed first, a pipe got a false "No such file or directory"."""
+    target = tmp_path / "out.txt"
+    with open(target, "wb") as handle:
+        handle.write(b"the verdict table\n")
+        handle.flush()
+        fd = handle.fileno()
+        assert outdir.stream_fd(f"/dev/fd/{fd}") == fd and outdir.stream_fd(f"/proc/self/fd/{fd}") == fd
+        outdir.write_output(f"/dev/fd/{fd}", "{json}\n", what="JSON")
+    assert target.read_text() == "the verdict table\n{json}\n"
+    read, write = os.pipe()
+    outdir.write_output(f"/dev/fd/{write}", "into the pipe", what="JSON")
+    os.close(write)
+    assert os.read(read, 100) == b"into the pipe"
+    os.close(read)
+    link = tmp_path / "link"
+    link.symlink_to("/dev/stdout")
+    assert outdir.stream_fd("/dev/stdout") == 1 and outdir.stream_fd(link) == 1 and outdir.stream_fd(target) is None
+
+
+def test_write_output_refuses_what_is_no_file_naming_the_path_the_user_gave(tmp_path):
+    """c009 v031 v032 v034: a directory, a missing folder, an empty name gave OSErrors about a temporary file."""
+    (tmp_path / "adir.html").mkdir()
+    cases = {str(tmp_path / "adir.html"): r"cannot write the page to .*adir\.html: it is a directory",
+             str(tmp_path / "missing" / "v.html"): r"cannot write the page to .*v\.html: the folder .*missing does not exist",
+             "": r"cannot write the page: the file name is empty"}
+    for target, message in cases.items():
+        with pytest.raises(BadInput, match=message) as info:
+            outdir.write_output(target, "<html>", what="the page")
+        assert ".tmp" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["adir.html"]
+
+
+def test_write_output_keeps_the_atomic_write_of_regular_files(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("earlier")
+    target.chmod(0o640)
+    outdir.write_output(target, "new", what="JSON")
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["out.json"]
+
+
+def test_check_outputs_refuses_each_bad_target_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "in.json").write_text("{}")
+    (tmp_path / "alias.json").symlink_to(tmp_path / "in.json")
+    cases = [
+        ({"--json": ""}, [], r"--json needs a FILE \(or - for stdout\); it got an empty name"),  # L20
+        ({"--png": tmp_path / "adir"}, [], r"--png .*adir: it is a directory"),  # c009
+        ({"--junit": tmp_path / "afile" / "x.xml"}, [], r"--junit .*x\.xml: .*afile is a file, not a folder"),  # L05
+        ({"--json": tmp_path / "no" / "x.json"}, [], r"the folder .*no does not exist; create it first"),
+        ({"--sarif": tmp_path / "s", "--junit": tmp_path / "s"}, [], r"--sarif .*s and --junit .*s are the same file"),  # L02
+        ({"--json": "-", "--sarif": "/dev/stdout"}, [], r"--json - and --sarif /dev/stdout both write to stdout"),
+        ({"--json": tmp_path / "in.json"}, [tmp_path / "in.json"], r"--json .*in\.json is one of the command's inputs"),
+        ({"--json": tmp_path / "alias.json"}, [tmp_path / "in.json"], r"one of the command's inputs"),  # by inode
+        ({"--json": "/dev/fd/987"}, [], r"file descriptor 987 is not open"),
+    ]
+    for outputs, inputs, message in cases:
+        with pytest.raises(BadInput, match=message):
+            outdir.check_outputs(outputs, inputs)
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "alias.json", "in.json"]  # the probes left nothing
+
+
+def test_check_outputs_accepts_what_can_be_written(tmp_path):
+    outdir.check_outputs({"--json": tmp_path / "new.json", "--sarif": "-", "--junit": None,
+                          "--png": tmp_path / "c.png"}, [tmp_path / "prompts.json"])
+    outdir.check_outputs({"--json": os.devnull, "--sarif": os.devnull})  # a character device takes both
+
+
+@needs_root
+def test_check_outputs_refuses_a_folder_even_root_cannot_write_in(tmp_path):
+    """c011: --png /proc/c.png failed after the computation, naming a temporary file."""
+    with pytest.raises(BadInput, match=r"--png /proc/c\.png: cannot create a file in /proc"):
+        outdir.check_outputs({"--png": "/proc/c.png"})

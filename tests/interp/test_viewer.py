@@ -4,6 +4,7 @@ The browser half (rendering, clicks, hover, no network) is tests/interp/test_vie
 """
 import ast
 import json
+import os
 import re
 from pathlib import Path
 
@@ -118,6 +119,51 @@ def test_script_json_cannot_close_the_script(model):
     data.tokens = [["</script>", "a", "b"]]
     page = viewer.viewer_html(data)
     assert "</script>\",\"a" not in page and payload(page)["tokens"] == [["</script>", "a", "b"]]
+
+
+HOSTILE = ["<!--", "<script>", "</script>", "]]>", "a\u2028b\u2029c", "&amp;", "-->"]
+
+
+def test_html_json_escapes_every_character_html_or_javascript_could_read():
+    """v002 R01: '<!--' then '<script>' in the inline JSON kept the data element open (only '</' was escaped)."""
+    text = viewer.html_json({"tokens": HOSTILE})
+    assert not set(text) & set("<>&\u2028\u2029")
+    assert "\\u003c!--" in text and "\\u003cscript\\u003e" in text and "]]\\u003e" in text and "\\u2028" in text
+    assert json.loads(text) == {"tokens": HOSTILE}  # what JSON.parse reads back is unchanged
+
+
+def test_the_viewer_inlines_hostile_tokens_as_inert_text(model):
+    data = interp.show(model, list(range(len(HOSTILE)))).data
+    data.tokens = [HOSTILE]
+    page = viewer.viewer_html(data)
+    scripts = re.findall(r"<script\b[^>]*>(.*?)</script", page, flags=re.S)
+    assert len(scripts) == 2 and not any(c in scripts[0] for c in "<>&")  # the data; the script is ours
+    assert payload(page)["tokens"] == [HOSTILE]
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(max_tokens=2.5), "max_tokens"), (dict(max_tokens="10"), "max_tokens"),
+                                          (dict(layer="1"), "layer"), (dict(layer=1, head=1.0), "head"),
+                                          (dict(max_tokens=True), "max_tokens")])
+def test_show_refuses_arguments_of_the_wrong_type_naming_them(model, kwargs, name):
+    """v014 v015 v018: raw TypeErrors, and 'layer 1 does not exist ... layers are 0..1' for layer='1'."""
+    with pytest.raises(BadType, match=rf"show\(\): {name} must be an int, got "):
+        interp.show(model, [1, 2, 3], **kwargs)
+    assert interp.show(model, [1, 2, 3], layer=np.int64(1), head=np.int64(2)).data.open_head == 2
+
+
+def test_save_refuses_a_folder_a_missing_folder_or_no_name_naming_the_path(model, tmp_path):
+    """v031 v032 v034: raw OSErrors naming a temporary file ('.adir.html.50fc1e04.tmp'), or "PosixPath('.') ..."."""
+    view = interp.show(model, [1, 2, 3])
+    (tmp_path / "adir.html").mkdir()
+    for target, message in [(tmp_path / "adir.html", "adir.html: it is a directory"),
+                            (tmp_path / "missing" / "v.html", r"v\.html: the folder .*missing does not exist"),
+                            ("", "the file name is empty")]:
+        with pytest.raises(BadInput, match=message) as info:
+            view.save(target)
+        assert ".tmp" not in str(info.value) and "PosixPath" not in str(info.value)
+    with pytest.raises(BadType, match="path must be a str or a pathlib.Path, got int"):
+        view.save(3)
+    assert os.listdir(tmp_path) == ["adir.html"]
 
 
 def test_viewer_data_rejects_an_open_head_it_does_not_show(model):

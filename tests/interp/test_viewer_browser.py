@@ -281,3 +281,56 @@ def test_skip_reason_names_the_packages(monkeypatch):
 if os.environ.get("INTERP_REQUIRE_BROWSER"):  # CI sets this where the browser must exist: no silent skip
     def test_browser_is_installed():
         assert shutil.which("chromium") and shutil.which("chromedriver")
+
+
+HOSTILE = {0: "<!--", 1: "<script>", 2: "</script>", 3: "]]>", 4: "a\u2028b", 5: "&amp;<b>"}  # token strings
+
+
+class HostileTokenizer:
+    """Decodes ids 0-5 to strings that end or confuse an inline <script> (issue 36 v002 R01: '<!--' then '<script>'
+    put the HTML parser in its "double escaped" state, so the viewer's data element never closed)."""
+
+    text_prompts_by_default = False
+
+    def decode(self, ids):
+        return HOSTILE.get(int(ids[0]), str(int(ids[0])))
+
+
+def test_hostile_token_strings_render_as_text_in_the_viewer(browser, tmp_path):
+    import interp
+    from interp.viewer import page_html
+
+    model = induction_circuit(n_ctx=32)
+    model.tokenizer = HostileTokenizer()
+    view = interp.show(model, [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5])
+    page = tmp_path / "hostile.html"
+    page.write_text(page_html(view._repr_html_() + '<p id="after">after the viewer</p>'))
+    assert open_page(browser, page) == []
+    from selenium.webdriver.common.by import By
+
+    (root,) = viewers(browser)
+    assert root.get_attribute("data-ready") == "1"
+    assert len(root.find_elements(By.CSS_SELECTOR, ".av-overview .av-thumb")) == 8  # every head drawn
+    tokens = [e.get_attribute("textContent") for e in root.find_elements(By.CSS_SELECTOR, ".av-grid .av-key")]
+    assert tokens == [HOSTILE[i] for i in [0, 1, 2, 3, 4, 5] * 2]  # JSON.parse gave the strings back unchanged
+    assert browser.find_element(By.ID, "after").text == "after the viewer"  # the page goes on after the viewer
+
+
+def test_hostile_token_strings_leave_the_whole_report(browser, tmp_path):
+    """R01: report.html lost every section after the viewer (head cards, similarity, claims, glossary, footer)."""
+    import torch
+
+    from interp.data import PromptSet
+
+    model = induction_circuit(n_ctx=32)
+    model.tokenizer = HostileTokenizer()
+    fillers = torch.randint(6, 60, (8, 3), generator=torch.Generator().manual_seed(0))
+    rows = torch.cat([torch.arange(6).expand(8, 6), fillers], dim=1)  # (prompt, 9): the hostile tokens first
+    out = report.build_report(model, tmp_path / "hostile", prompts=PromptSet(rows.repeat(1, 2)), heads=[(1, 0)])
+    assert open_report(browser, out.out_dir) == []
+    from selenium.webdriver.common.by import By
+
+    (root,) = viewers(browser)
+    assert root.get_attribute("data-ready") == "1"
+    for section in ("viewer", "heads", "claims", "glossary", "methods", "provenance"):
+        assert browser.find_element(By.ID, section).is_displayed(), section

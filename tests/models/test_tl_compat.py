@@ -284,6 +284,44 @@ def test_tokenizers_round_trip_the_shipped_models():
         text.to_single_token("ab")
 
 
+def test_to_tokens_pads_strings_of_unequal_lengths_as_transformer_lens_does():
+    """Issue 36 item 9: to_tokens(list of strings) of unequal lengths raised; TransformerLens pads on the right."""
+    toy, bpe = interp.load("toy-induction"), interp.load("stdlib-bpe")
+    assert toy.to_tokens(["5 17 5 17", "3 4 5 3 4 5"]).tolist() == [[5, 17, 5, 17, 0, 0], [3, 4, 5, 3, 4, 5]]
+    ids = bpe.to_tokens(["def f(x):", "x"])
+    assert ids.shape[0] == 2 and ids[1, 1:].eq(0).all() and ids[0].tolist() == bpe.to_tokens("def f(x):")[0].tolist()
+    with pytest.raises(ValueError, match="padding on the left .* attention mask"):
+        toy.to_tokens(["5 17", "3 4 5"], padding_side="left")
+    with pytest.raises(ValueError, match="prepend_bos=True: HookedGPT has no BOS token"):
+        toy.to_tokens("5 17", prepend_bos=True)
+
+
+def test_to_tokens_honours_prepend_bos_and_pads_with_bos_where_no_pad_id():
+    from interp.data import CharTokenizer
+
+    model = interp.load("toy-induction")
+    model.metadata = {**model.metadata, "bos": 255}
+    assert model.to_tokens("5 17", prepend_bos=True).tolist() == [[255, 5, 17]]
+    assert model.to_tokens("255 5 17", prepend_bos=True).tolist() == [[255, 5, 17]]  # once
+    assert model.to_tokens("255 5 17", prepend_bos=False).tolist() == [[5, 17]]
+    assert model.to_tokens(["5", "5 17"]).tolist() == [[5, 255], [5, 17]]  # no pad id: the BOS id pads
+    encoder = interp.models.HookedEncoder(interp.models.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=20,
+                                                                      n_ctx=16))
+    encoder.tokenizer = CharTokenizer("abcdefgh")
+    with pytest.raises(ValueError, match="an encoder's padding is read by the real positions"):
+        encoder.to_tokens(["ab", "abc"])
+
+
+def test_detect_head_takes_a_list_of_strings_of_unequal_lengths():
+    """TransformerLens's own detect_head calls model.to_tokens(list) first: it failed on our models."""
+    toy = interp.load("toy-induction")
+    strings = ["5 17 5 17 9", "3 4 5 3 4 5 8"]
+    scores = detect_head(toy, strings, "previous_token_head")
+    each = torch.stack([detect_head(toy, text, "previous_token_head") for text in strings]).mean(0)
+    torch.testing.assert_close(scores, each)
+    assert scores.argmax() == 2  # L0H2, the card's previous-token head
+
+
 def test_patching_block_every_equals_patching_by_hand(case):
     _, model, tokens, _, clean_cache = case
     corrupted = tokens.flip(0)  # the other prompt

@@ -3,7 +3,7 @@
 One table of API calls (`API_CASES`: the call, the error class, a regex naming the value) and one
 of `interp` commands (`CLI_CASES`: argv, exit code, a regex for stderr), each case tagged with its
 item of issue 24; below them the calls that must now *work*: half precision on the CPU, a model
-whose forward returns a dict or a tuple with `output=` / `--output`, a model whose context length
+whose forward returns a dict or a tuple with `output=` / `--logits-key`, a model whose context length
 is a nanoGPT `block_size`, a single Claim, a head type whose offset no prompt reaches.
 """
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _api_cases():
         # --- item 13: model outputs, the meta device
         ("13 load output=3.5", lambda f: interp.load("toy-induction", output=3.5), BadType, r"output=3\.5"),
         ("13 dict without logits", lambda f: interp.verify_hooks(_nano("dict_scores")()), BadInput,
-         r"returned a dict \{'scores': tensor \(\d+, \d+, 61\), 'hidden'.*output='scores'.*--output"),
+         r"returned a dict \{'scores': tensor \(\d+, \d+, 61\), 'hidden'.*output='scores'.*--logits-key"),
         ("13 (hidden, logits)", lambda f: interp.verify_hooks(_nano("hidden_logits")()), BadInput,
          r"returned a tuple \(tensor \(\d+, \d+, 32\), tensor \(\d+, \d+, 61\)\).*output=1"),
         ("13 (hidden, logits) importance", lambda f: redundancy.importance(_nano("hidden_logits")(), data.random_tokens(8, 6, 61)),
@@ -219,16 +219,18 @@ def _cli_cases():
         (["verify", "toy-induction", "--dtype", "bfloat16"], 0, None),
         (["scan", "toy-induction", "--dtype", "bfloat16", "--n", "16"], 0, None),
         (["scan", "toy-induction", "--dtype", "float16", "--n", "16"], 0, None),
-        # item 13: dict / tuple outputs, --output, the meta device
+        # item 13: dict / tuple outputs, --logits-key (issue 37: formerly --output), the meta device
         (["verify", "userpkg_args:dict_logits"], 0, None),
-        (["verify", "userpkg_args:dict_scores"], 2, r"returned a dict \{'scores'.*--output scores"),
-        (["verify", "userpkg_args:dict_scores", "--output", "scores"], 0, None),
-        (["verify", "userpkg_args:hidden_logits"], 2, r"returned a tuple \(tensor.*--output 1"),
-        (["verify", "userpkg_args:hidden_logits", "--output", "1"], 0, None),
-        (["verify", "userpkg_args:hidden_logits", "--output", "5"], 2, r"output=5.*2 elements"),
+        (["verify", "userpkg_args:dict_scores"], 2, r"returned a dict \{'scores'.*--logits-key scores"),
+        (["verify", "userpkg_args:dict_scores", "--logits-key", "scores"], 0, None),
+        (["verify", "userpkg_args:dict_scores", "--output", "scores"], 2, r"--output was renamed --logits-key .*pass "
+                                                                            r"--logits-key scores"),
+        (["verify", "userpkg_args:hidden_logits"], 2, r"returned a tuple \(tensor.*--logits-key 1"),
+        (["verify", "userpkg_args:hidden_logits", "--logits-key", "1"], 0, None),
+        (["verify", "userpkg_args:hidden_logits", "--logits-key", "5"], 2, r"output=5.*2 elements"),
         (["claims", "userpkg_args:dict_logits", "{f}/claims.toml"], 0, None),
         (["claims", "userpkg_args:hidden_logits", "{f}/claims.toml"], 2, r"returned a tuple"),
-        (["claims", "userpkg_args:hidden_logits", "{f}/claims.toml", "--output", "1"], 0, None),
+        (["claims", "userpkg_args:hidden_logits", "{f}/claims.toml", "--logits-key", "1"], 0, None),
         (["heads", "userpkg_args:on_meta"], 2, r"meta device"),
         (["verify", "userpkg_args:on_meta"], 2, r"meta device"),
         # item 8: a head paired with itself

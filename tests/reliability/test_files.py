@@ -355,6 +355,7 @@ MODULE_CALLS = {"os": {"remove", "unlink", "rename", "replace", "rmdir", "remove
 TO_FILE = {"to_csv", "to_json", "to_html", "to_markdown", "to_excel", "to_pickle"}  # with a target: a write
 PATH_MOVES = {"rename", "replace"}  # Path.rename(target): one argument, no keyword (not str.replace, DataFrame.rename)
 HELPERS = {"models/files.py", "interp/outdir.py"}  # the one atomic writer, and output folders (confined)
+WRITE_HELPERS = {"write_atomic", "write_output"}  # interp.outdir.write_output: files the user names (devices, pipes)
 
 
 def _is_write(node: ast.Call) -> bool:
@@ -379,9 +380,9 @@ def _is_write(node: ast.Call) -> bool:
 
 def _writes_outside_helpers(path: Path, source: str) -> list[str]:
     tree = ast.parse(source)
-    inside_helper = set()  # calls in a lambda handed to write_atomic: they write the helper's temporary file
+    inside_helper = set()  # calls in a lambda handed to write_atomic / write_output: they write the helper's temporary file
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "write_atomic":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in WRITE_HELPERS:
             for arg in node.args[1:]:
                 inside_helper |= {id(n) for n in ast.walk(arg)}
     return [f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)[:80]}" for node in ast.walk(tree)
@@ -394,7 +395,8 @@ def test_every_write_and_delete_goes_through_the_helpers():
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.relative_to(ROOT).as_posix() not in HELPERS:
                 found += _writes_outside_helpers(path, path.read_text())
-    assert found == [], "write through interp.models.files.write_atomic (or interp.outdir for folders):\n" + "\n".join(found)
+    assert found == [], ("write through interp.models.files.write_atomic (interp.outdir.write_output for a file the user "
+                         "names, interp.outdir for folders):\n" + "\n".join(found))
 
 
 def test_the_guard_sees_a_raw_write():
@@ -403,7 +405,7 @@ def test_the_guard_sees_a_raw_write():
            "shutil.rmtree(folder)", "(out / name).unlink(missing_ok=True)", "save_file(tensors, 'w.safetensors')"]
     for line in bad:
         assert len(_writes_outside_helpers(ROOT / "interp" / "x.py", line)) == 1, line
-    good = ["write_atomic(p, lambda tmp: fig.savefig(tmp))", "text = frame.to_csv(index=False)", "'a'.replace('a', 'b')",
+    good = ["write_atomic(p, lambda tmp: fig.savefig(tmp))", "write_output(p, lambda tmp: fig.savefig(tmp), what='PNG')", "text = frame.to_csv(index=False)", "'a'.replace('a', 'b')",
             "frame.rename(columns={'a': 'b'})", "handle.remove()", "open(path)", "open(os.devnull, 'w')",
             "dataclasses.replace(x, a=1)", "json.dumps(d)"]
     for line in good:

@@ -232,6 +232,15 @@ def test_sarif_of_a_causal_model_has_no_results():
     assert log["runs"][0]["results"] == [] and log["runs"][0]["invocations"][0]["exitCode"] == 0
 
 
+def test_junit_is_well_formed_whatever_characters_the_spec_holds():
+    """L24 (issue 36): a checkpoint path holding ESC gave a testsuite name XML 1.0 forbids ("not well-formed")."""
+    report = leakage.audit(zoo.build("masked_fill"), max_len=8)
+    spec = "leak\x1bdir/m\x00\x0c\ud800\ufffe, tab\tand newline\n kept"
+    suite = ET.fromstring(leakage_ci.to_junit(report, f"interp audit-leakage {spec}")).find("testsuite")
+    assert suite.get("name") == "interp audit-leakage leak\\x1bdir/m\\x00\\x0c\\ud800\\ufffe, tab\tand newline\n kept"
+    assert leakage_ci.xml_safe("plain <text> & more") == "plain <text> & more"  # escaping is ElementTree's
+
+
 class _BertWrapper(nn.Module):
     """An undeclared wrapper of an HF encoder: the leak lies in the library, the user's line calls it."""
 

@@ -1,6 +1,7 @@
 """Per-head pattern reports: contents, self-containedness, determinism, and refusing bad output dirs."""
 import json
 import os
+from html import escape
 from html.parser import HTMLParser
 
 import numpy as np
@@ -108,7 +109,7 @@ def test_claims_csv_and_leakage_verdict(built):
     assert set(claims.verdict) <= {"supported", "refuted", "inconclusive"}
     assert built.leakage["causal"] is True
     html = (built.out_dir / "report.html").read_text()
-    assert built.leakage["verdict"] in html
+    assert escape(built.leakage["headline"]) in html  # the verdict in words (FD6: never the code word alone)
 
 
 @pytest.mark.heavy
@@ -315,7 +316,41 @@ def test_positional_findings_name_their_offset(built):
     html = (built.out_dir / "report.html").read_text()
     n_supported = built.highlights.attrs["n_supported"]
     assert n_supported == len({l for l, v in zip(built.claims.label, built.claims.verdict) if v == "supported"})
-    assert f"of {n_supported} supported heads." in html and 'href="#claims"' in html  # the total, and a link to the full table
+    assert f"of {n_supported} supported heads" in html and 'href="#claims"' in html  # the total, and a link to the full table
+
+
+def test_FD7_FD8_the_caption_counts_what_the_table_shows_and_says_what_ran():
+    """The caption read "showing 7 of 7 supported heads" above an inconclusive row ("0 of 0" above two on an own
+    model), and "(observational only)" labelled rows whose causal tests had run and failed."""
+    from interp.analyses.report.findings import table_caption
+
+    claims = pd.DataFrame({
+        "label": ["L1H0", "L0H1", "L0H2"], "claim": ["induction"] * 3, "verdict": ["supported", "inconclusive", "inconclusive"],
+        "observational": [0.9, 0.8, 0.7], "observational_ci_low": [0.8, 0.7, 0.6], "observational_ci_high": [1.0, 0.9, 0.8],
+        "observational_passed": [True, True, True], "p_adjusted": [0.001, 0.01, 0.01]})
+    verdicts = [_verdict(_evidence("observational", 0.9, True), _evidence("necessity", 0.5, True, decisive=True)),
+                _verdict(_evidence("observational", 0.8, True), _evidence("necessity", -0.4, False, decisive=True)),
+                _verdict(_evidence("observational", 0.7, True))]
+    data = report.ReportData({}, pd.DataFrame(), claims, {}, None, None, None, None, None, [], {},
+                             claim_heads=[((1, 0),), ((0, 1),), ((0, 2),)], verdicts=verdicts)
+    table = report.highlights(data)
+    findings = dict(zip(table.heads, table.finding))
+    assert findings["L0H1"] == "induction (holds observationally; causal tests refuted)"
+    assert findings["L0H2"] == "induction (observational only)"  # no causal test ran
+    assert table_caption(table) == ("1 of 1 supported heads and 2 heads that hold observationally but failed or "
+                                    "could not decide another test (inconclusive)")
+    data.claims = claims.assign(verdict="inconclusive")
+    assert table_caption(report.highlights(data)).startswith("no supported head and 3 heads that hold")
+
+
+def test_FD6_FD9_the_leakage_verdict_in_words_and_where_only_where_to_look(built):
+    leak_row = built.highlights[built.highlights.family == "leakage audit"].iloc[0]
+    assert leak_row.verdict == "causal" and leak_row.finding.startswith("causal:")  # not numerical_noise / exact_zero
+    html = (built.out_dir / "report.html").read_text()
+    section = html[html.index('<h2 id="leakage">'):html.index('<h2 id="viewer">')]
+    assert "numerical_noise" not in html[:html.index('<h2 id="viewer">')] and "reads" not in section.split("<details>")[0]
+    assert "where: the hook, sequence length and query / source positions" in section  # the column explained
+    assert "This table shows the leakage verdict," in html
 
 
 @pytest.mark.heavy

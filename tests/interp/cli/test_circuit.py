@@ -74,3 +74,69 @@ def test_report_circuit_section(found, tmp_path):
     assert skipped.summary is None and "pre-norm" in skipped.note and skipped.to_json() == {"skipped": skipped.note}
     assert "No circuit: " in circuit_html(skipped, {}) and circuit_figures(skipped, tmp_path) == {}
     assert report_circuit(induction_circuit(), repeated_tokens(8, 4, 63), seed=0, has_loss=False).summary is None
+
+
+# --------------------------------------------------------------------------- issue 36: messages, --n, empty circuits
+
+
+def test_c019_FD5_a_model_without_split_inputs_is_told_what_works(capsys):
+    """The advice was interp.load(..., backend='native'), which returns the same intercepted model."""
+    assert cli.main(["circuit", "own_models:nanogpt_flash", "-q", "--n", "8"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "split q/k/v inputs" in err and "backend='native'" not in err
+    assert "a nanoGPT ckpt.pt through interp.load('ckpt.pt')" in err and "a checkpoint saved with interp.save" in err
+
+
+def test_FD5_the_reports_circuit_note_ends_in_one_full_stop():
+    from own_models import nanogpt_flash
+
+    import interp
+    from interp.analyses.report.circuit import report_circuit
+    from interp.analyses.report.html import circuit_html, circuit_markdown
+
+    skipped = report_circuit(interp.load(nanogpt_flash()), repeated_tokens(8, 4, 60), seed=0)
+    assert skipped.note.endswith(".") and "backend='native'" not in skipped.note
+    assert circuit_html(skipped, {}).endswith("as they are.</p>")  # one full stop, not ".." as before
+    assert not any(line.endswith("..") for line in circuit_markdown(skipped))
+
+
+@pytest.mark.parametrize("n", ["2", "3"])
+def test_c021_c022_too_few_prompts_name_the_flag(n, capsys):
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", n]) == 2
+    err = capsys.readouterr().err
+    assert f"{n} prompts: pass --n 4 at least" in err and "each half needs 2 prompts" in err
+    assert "Give prompts of equal lengths" not in err
+
+
+def test_c030_prompts_longer_than_the_context_say_what_a_cli_user_can_do(tmp_path, capsys):
+    prompts = tmp_path / "long.json"
+    prompts.write_text(json.dumps([[1] * 140] + [[2] * 10] * 4))  # the constructed model's context: 128
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--prompts", str(prompts)]) == 2
+    err = capsys.readouterr().err
+    assert "row 0 holds 140 token ids but the model's context is n_ctx=128" in err and "max_len=" not in err
+    assert "shorten the file's rows to 128 tokens at most" in err
+
+
+def test_c036_c031_n_takes_the_first_rows_of_a_json_file_as_of_a_txt_file(tmp_path):
+    from interp.specs import PromptSpec, build_prompts
+
+    model = induction_circuit()
+    (tmp_path / "p.json").write_text(json.dumps([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16],
+                                                 [1, 2, 3, 5], [5, 6, 7, 9]]))
+    four = build_prompts(model, PromptSpec.parse(str(tmp_path / "p.json"), n=4))
+    assert four.tokens.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]
+    assert len(build_prompts(model, PromptSpec.parse(str(tmp_path / "p.json")))) == 6  # without --n: every row
+
+
+def test_c048_an_empty_circuit_exits_1_with_a_message_and_still_writes_its_json(found, tmp_path, capsys, monkeypatch):
+    import dataclasses
+
+    import interp.analyses.circuits.summary as summary
+
+    empty = dataclasses.replace(found, circuit=dataclasses.replace(found.circuit, edges=(), nodes=(), threshold=0.99),
+                                edges=found.edges.iloc[0:0])
+    monkeypatch.setattr(summary, "circuit_summary", lambda *a, **k: empty)
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--threshold", "0.99", "--json", str(tmp_path / "c.json")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no edge kept: at threshold 0.99" in out and "Pass a lower --threshold" in out
+    assert json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]["edges"] == []

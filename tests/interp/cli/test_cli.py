@@ -67,6 +67,67 @@ def test_unknown_flag_is_a_usage_error():
     assert exit_info.value.code == 2
 
 
+def _subparsers(parser):
+    return parser._subparsers._group_actions[0].choices
+
+
+def _usage_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    return " ".join(capsys.readouterr().err.split())
+
+
+def test_no_parser_takes_abbreviations(capsys):
+    """Issue 37 item 4: `interp scan --out x` was parsed as --output (the logits key), a folder became a key."""
+    parser = cli.build_parser()
+    assert not parser.allow_abbrev and not any(sub.allow_abbrev for sub in _subparsers(parser).values())
+    err = _usage_error(["scan", "--out", "reports/x"], capsys)
+    assert "interp scan: error: unrecognized arguments: --out" in err
+    assert "did you mean --claims?" in _usage_error(["report", "--claim", "c.toml"], capsys)
+    assert "unrecognized arguments: --verb" in _usage_error(["verify", "--verb"], capsys)
+
+
+def test_the_logits_key_is_logits_key_and_the_old_name_says_so(capsys):
+    reading = {name for name, sub in _subparsers(cli.build_parser()).items() if "--logits-key" in sub._option_string_actions}
+    assert reading == {"report", "audit-leakage", "claims", "scan", "circuit", "verify"}  # every command reading logits
+    for name in sorted(reading):
+        argv = [name, *(["toy-induction"] if name == "audit-leakage" else []), "--output", "logits"]
+        err = _usage_error(argv, capsys)
+        assert "--output was renamed --logits-key" in err and "pass --logits-key logits" in err, name
+    args = cli.build_parser().parse_args(["verify", "--logits-key", "1"])
+    assert args.logits_key == "1"
+
+
+def test_demo_offers_neither_backend_nor_logits_key(capsys):
+    """FD14: --backend and --output cannot apply to the embedded model."""
+    demo = _subparsers(cli.build_parser())["demo"]
+    assert not {"--backend", "--output", "--logits-key"} & set(demo._option_string_actions)
+    assert "unrecognized arguments: --backend native" in _usage_error(["demo", "--backend", "native"], capsys)
+
+
+def test_the_main_help_lists_every_exit_code():
+    """FD13: the help listed 0, 1 and 2; 3 (an internal error) was only in the docs."""
+    text = " ".join(cli.build_parser().format_help().split())
+    for code in ("0 ok", "1 a finding", "2 bad input", "3 an internal error"):
+        assert code in text
+
+
+def test_the_package_docstring_lists_every_subcommand():
+    """Issue 37 item 4: interp/cli/__init__.py's list of subcommands left out `circuit`."""
+    listed = {line.split()[1] for line in cli.__doc__.splitlines() if line.strip().startswith("interp ")}
+    assert listed == set(_subparsers(cli.build_parser())) == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["circuit", "--threshold", "nan"], "nan is outside [0, 1)"), (["circuit", "--threshold", "inf"], "inf is outside"),
+    (["circuit", "--threshold", "-0.1"], "-0.1 is outside [0, 1)"),
+    (["audit-leakage", "toy-induction", "--tol", "nan"], "nan is outside (0, 0.05)"),
+    (["audit-leakage", "toy-induction", "--tol", "0"], "0 is outside (0, 0.05)")])
+def test_every_float_flag_refuses_nan_and_values_out_of_range(argv, message, capsys):
+    assert message in _usage_error(argv, capsys)
+
+
 # --------------------------------------------------------------------------- input errors: exit 2, no traceback
 
 
@@ -188,7 +249,7 @@ def test_json_to_an_unwritable_place_is_an_input_error(tmp_path, capsys):
     target.write_text("x")
     code = cli.main(["heads", "interp.models.constructed:induction_circuit", "--n", "8", "-q", "--json", str(target / "out.json")])
     assert code == 2
-    assert "cannot write JSON" in capsys.readouterr().err
+    assert f"--json {target / 'out.json'}: {target} is a file, not a folder" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- audit-leakage exit codes

@@ -50,7 +50,7 @@ def test_every_help_fits_the_terminal(width, monkeypatch, capsys):
     assert not too_long, too_long
     assert "toy-\n" not in "".join(texts.values()).replace(" ", "")  # "toy-induction" is never broken at its hyphen
     if width == 80:  # the descriptions are filled to the width, not left at their source lines
-        assert "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with\n--strict)" in texts["interp"]
+        assert "exit codes: 0 ok, 1 a finding (leak, failed check, refuted claim with\n--strict, empty circuit)" in texts["interp"]
 
 
 def test_help_shows_each_commands_default_number_of_prompts():
