@@ -196,18 +196,19 @@ class QKAttribution:
         """Plain data for JSON (the docs' schemas page describes it): the head, the sources, and per pair its
         scores and its `top` terms in both views."""
         views: tuple[View, ...] = ("difference", "score")
-        by_view = {view: self.top(top, view) if view == "score" or (self.pairs["against"] >= 0).any() else None
-                   for view in views}
+        tops: dict[str, dict[tuple[int, int, int], list[dict[str, Any]]]] = {view: {} for view in views}
+        for view in views:
+            if view == "difference" and not (self.pairs["against"] >= 0).any():
+                continue  # no pair has a contrast key
+            for r in self.top(top, view).itertuples():
+                tops[view].setdefault((r.prompt, r.query, r.key), []).append(
+                    {"query_source": r.query_source, "key_source": r.key_source,
+                     "contribution": float(r.contribution), "share": _plain(r.share)})
         items = []
         for record in self.pairs.to_dict("records"):
-            entry = {k: _plain(v) for k, v in record.items()}
-            for view, table in by_view.items():
-                rows = pd.DataFrame() if table is None else table[(table["prompt"] == record["prompt"]) & (
-                    table["query"] == record["query"]) & (table["key"] == record["key"])]
-                entry[f"top_{view}"] = [{"query_source": r.query_source, "key_source": r.key_source,
-                                         "contribution": float(r.contribution), "share": _plain(r.share)}
-                                        for r in rows.itertuples()]
-            items.append(entry)
+            at = (record["prompt"], record["query"], record["key"])
+            items.append({**{k: _plain(v) for k, v in record.items()},
+                          **{f"top_{view}": tops[view].get(at, []) for view in views}})
         return {"head": self.label, "layer": self.head.layer, "head_index": self.head.head, "unit": UNIT,
                 "frozen_norm": FROZEN_NORM, "n_prompts": self.n_prompts, "query_sources": list(self.query_sources),
                 "key_sources": list(self.key_sources),

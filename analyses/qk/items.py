@@ -8,8 +8,9 @@ back from the end. Every refusal names the prompt and position and says what to 
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
-from typing import Literal, Sequence, Union
+from typing import Any, Literal, Sequence, Union
 
 import torch
 
@@ -32,22 +33,33 @@ class Request:
 
 
 def _position(value: object, n_pos: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise BadInput(f"{what}={value!r}; expected a position (an int), e.g. {what}=-1 for the last one.")
-    if not -n_pos <= value < n_pos:
+    if not -n_pos <= int(value) < n_pos:
         raise BadInput(f"{what}={value} is outside the prompts' {n_pos} positions (0..{n_pos - 1}; negative positions "
                        "count back from the end).")
-    return value % n_pos
+    return int(value) % n_pos
+
+
+def _scalar(value: Any) -> Any:
+    """A one-element integer tensor as a Python int (positions may come from torch); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        return int(value)
+    return value
 
 
 def check_request(query: QueryLike, key: KeyLike, against: int | None, n_pos: int) -> Request:
     """The request with every position in range (negative ones counted from the end)."""
     queries = None
+    if isinstance(query, torch.Tensor):
+        query = query.tolist()
     if query is not None:
-        listed = [query] if isinstance(query, int) else list(query) if isinstance(query, (list, tuple, range)) else None
+        listed = [query] if isinstance(query, numbers.Integral) else list(query) if isinstance(
+            query, (list, tuple, range)) else None
         if not listed:
             raise BadInput(f"query={query!r}; expected a position, a non-empty list of positions, or None (every query).")
         queries = tuple(sorted({_position(q, n_pos, "query") for q in listed}))
+    key, against = _scalar(key), _scalar(against)
     if isinstance(key, str):
         if key != "all":
             raise BadInput(f"key={key!r}; expected a position, 'all' (every key) or None (each query's top key).")

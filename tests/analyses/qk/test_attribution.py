@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from factories import induction_prompts, period3_prompts, random_gpt
+from factories import induction_prompts, period3_prompts, random_gpt, randomise
 from hf_families import FAMILIES, VOCAB, converted
 
 import interp
@@ -61,6 +61,20 @@ def test_rows_sum_to_the_score_on_hooked_gpt(norm, variant):
     assert ("MLP1" in names) != bool(variant.get("attn_only"))
 
 
+@pytest.mark.parametrize("extras", [{"n_token_types": 2}, {"n_token_types": 2, "embed_norm": True}])
+def test_pre_norm_encoders_with_token_types_and_an_embedding_norm_are_exact(extras):
+    from interp.models import EncoderConfig, HookedEncoder
+
+    encoder = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=8, d_vocab=20, n_ctx=16, seed=0, **extras))
+    encoder = randomise(encoder.eval(), seed=1)
+    prompts = interp.data.random_tokens(2, 7, 20, seed=3)
+    att = qk.attribute(encoder, prompts, "L1H1", key="all")
+    assert len(att.pairs) == 2 * 7 * 7  # bidirectional: every key
+    assert_exact(att, model_scores(encoder, prompts, 1, 1))
+    expected = ["embed"] if extras.get("embed_norm") else ["tok_embed", "pos_embed", "type_embed"]
+    assert list(att.key_sources[: len(expected)]) == expected
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("family", ["gpt2", "llama-gqa-biases"])
 def test_padded_prompts_are_exact_and_padding_is_never_a_key(family, side):
@@ -113,11 +127,11 @@ def test_key_none_is_each_querys_highest_attention_key(toy):
 # -- known answers: the constructed circuits
 
 
-def _only(att: qk.QKAttribution, pair_index: int, expected: dict[tuple[str, str], float], scale: float) -> None:
-    """The score view of one pair: the expected terms, every other term 0, within 1e-6 of `scale` (the circuit's
-    score gap; the layer-0 heads' softmax leaves e^-40 of their weight elsewhere, so their writes are not
-    exactly one-hot)."""
-    terms, _ = att.terms("score")
+def _only(att: qk.QKAttribution, terms: torch.Tensor, pair_index: int, expected: dict[tuple[str, str], float],
+          scale: float) -> None:
+    """The score view of one pair (`terms`: `att.terms("score")`): the expected terms, every other term 0, within
+    1e-6 of `scale` (the circuit's score gap; the layer-0 heads' softmax leaves e^-40 of their weight elsewhere, so
+    their writes are not exactly one-hot)."""
     matrix = terms[pair_index].clone()
     for (a, b), value in expected.items():
         i, j = att.query_sources.index(a), att.key_sources.index(b)
@@ -131,16 +145,17 @@ def test_induction_circuit_target_key_is_token_embedding_times_previous_token_he
     att = qk.attribute(induction, prompts, "L1H0", query=list(range(11, 21)), key="all")
     gap = induction.metadata["score_gap"]
     tokens = prompts.tokens
+    terms, _ = att.terms("score")
     seen = {"target": 0, "bos": 0, "other": 0}
     for i, row in enumerate(att.pairs.itertuples()):
         if row.key == 0:
-            _only(att, i, {("b_Q", "pos_embed"): gap}, gap)
+            _only(att, terms, i, {("b_Q", "pos_embed"): gap}, gap)
             seen["bos"] += 1
         elif int(tokens[row.prompt, row.key - 1]) == row.query_token:  # the key's previous token is the query's
-            _only(att, i, {("tok_embed", "L0H0"): 2 * gap}, gap)
+            _only(att, terms, i, {("tok_embed", "L0H0"): 2 * gap}, gap)
             seen["target"] += 1
         else:
-            _only(att, i, {}, gap)
+            _only(att, terms, i, {}, gap)
             seen["other"] += 1
     assert min(seen.values()) > 0
 
@@ -150,8 +165,9 @@ def test_v_composition_circuit_scores_read_positions_only():
     prompts = period3_prompts(4)
     att = qk.attribute(model, prompts, "L1H0", query=list(range(1, 19)))  # key None: each query's previous token
     assert (att.pairs["key"] == att.pairs["query"] - 1).all()
+    terms, _ = att.terms("score")
     for i in range(len(att.pairs)):
-        _only(att, i, {("pos_embed", "pos_embed"): model.metadata["score_gap"]}, model.metadata["score_gap"])
+        _only(att, terms, i, {("pos_embed", "pos_embed"): model.metadata["score_gap"]}, model.metadata["score_gap"])
     # L0H0 reaches L1H0 only through its value: it adds nothing to any score, at any key
     frame = qk.attribute(model, prompts, "L1H0", query=[5, 9], key="all").frame("score")
     assert (frame.loc[(frame.query_source == "L0H0") | (frame.key_source == "L0H0"), "contribution"] == 0).all()
@@ -233,6 +249,14 @@ def test_top_matrix_aggregate_and_to_dict(small):
     document = json.loads(att.to_json(top=2))
     assert document["head"] == "L1H2" and len(document["pairs"]) == len(att.pairs)
     assert len(document["pairs"][0]["top_difference"]) == 2 and document["pairs"][0]["top_score"][0]["key_source"]
+
+
+def test_to_json_with_a_query_that_has_no_contrast(toy):
+    att = qk.attribute(toy, interp.data.random_tokens(2, 6, 255, seed=0), "L1H0", query=[0, 5])
+    pairs = {(p["prompt"], p["query"]): p for p in json.loads(att.to_json(top=1))["pairs"]}
+    first, later = pairs[(0, 0)], pairs[(0, 5)]
+    assert first["against"] == -1 and first["against_score"] is None and first["top_difference"] == []
+    assert len(first["top_score"]) == 1 and len(later["top_difference"]) == 1
 
 
 def test_a_run_gives_its_prompts_and_batch_size(toy):

@@ -57,17 +57,20 @@ def test_no_norm_means_frozen_and_live_agree(induction):
     assert result.measured_frozen == pytest.approx(result.predicted, abs=1e-4)
 
 
-def test_removing_each_kind_of_source_changes_the_score_by_its_row():
+@pytest.mark.parametrize("norm, variant", [("LN", {}), ("RMS", {"positional_embedding_type": "rotary",
+                                                                  "n_key_value_heads": 1})])
+def test_removing_each_kind_of_source_changes_the_score_by_its_row(norm, variant):
     """Every kind of source (embedding, head, b_O, MLP, norm bias, projection bias), removed from one side with the
-    scale frozen, takes exactly its row (query) or column (key) of the score's terms."""
-    model = random_gpt("LN")
+    scale frozen, takes exactly its row (query) or column (key) of the score's terms: with learned positions, and
+    with rotary positions and a key head shared by both query heads."""
+    model = random_gpt(norm, **variant)
     prompts = interp.data.random_tokens(3, 8, 20, seed=9)
-    att = qk.attribute(model, prompts, "L2H0", query=6, key=3)
+    att = qk.attribute(model, prompts, "L2H1", query=6, key=3)
     values, _ = att.per_prompt("score")  # (prompt, query_source, key_source)
     run = interp.Run(model, prompts).with_behaviour(qk.score_behaviour(att, prompts, "score"))
     for side, names in (("q", att.query_sources), ("k", att.key_sources)):
         for index, name in enumerate(names):
-            removal = qk.SourceRemoval(2, 0, (name,) if side == "q" else (), (name,) if side == "k" else ())
+            removal = qk.SourceRemoval(2, 1, (name,) if side == "q" else (), (name,) if side == "k" else ())
             expected = -(values[:, index].sum(1) if side == "q" else values[:, :, index].sum(1))
             measured = run.effect(removal).values
             torch.testing.assert_close(measured, expected, rtol=0, atol=rounding(att), msg=f"{side} {name}")

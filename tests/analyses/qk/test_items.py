@@ -63,6 +63,13 @@ def test_a_key_outside_the_sliding_window_is_refused():
     assert sorted(att.pairs["key"]) == [4, 5, 6]
 
 
+def test_positions_may_be_numpy_or_torch_integers(gpt, prompts):
+    import numpy as np
+
+    att = qk.attribute(gpt, prompts, "L1H0", query=torch.tensor([6, 7]), key=np.int64(2), against=torch.tensor(1))
+    assert sorted(set(att.pairs["query"])) == [6, 7] and set(att.pairs["key"]) == {2} and set(att.pairs["against"]) == {1}
+
+
 def test_an_explicit_key_without_queries_takes_those_that_see_it(gpt, prompts):
     att = qk.attribute(gpt, prompts, "L1H0", key=5)
     assert sorted(set(att.pairs["query"])) == [5, 6, 7] and (att.pairs["key"] == 5).all()
