@@ -126,7 +126,7 @@ def test_models_without_our_attention_are_refused(tiny_gpt):
     class Plain(HookedRootModule):
         pass
 
-    with pytest.raises(BadInput, match=r"needs a model with split q/k/v inputs"):
+    with pytest.raises(BadInput, match=r"QK attribution needs a model .*split q/k/v inputs"):
         qk.attribute(Plain(), interp.data.random_tokens(1, 6, 20), "L0H0")
 
 
