@@ -28,7 +28,7 @@ from interp import distributed
 from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, check_values, final_output
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts
-from interp.errors import BadType
+from interp.errors import BadInput, BadType
 from interp.hooks import attention_sites, hooked
 from interp.interventions import (
     ABLATION_KINDS,
@@ -221,6 +221,9 @@ class AblationEngine:
 
     def output_from_resid(self, resid: torch.Tensor) -> torch.Tensor:
         """What the behaviour reads, from the final residual stream: ln_final(resid), or the logits."""
+        if self.behaviour.reads == "activation":  # not in the final residual stream: a hooked forward reads it
+            raise BadInput(f"the behaviour {self.behaviour.name!r} reads the activation at {self.behaviour.hook!r}, which "
+                           "resuming from cached residuals cannot give; measure it through interp.Run (hooked forwards).")
         model = self.resumable_model
         return model.head(resid) if self.behaviour.reads == "logits" else model.ln_final(resid)
 
@@ -228,7 +231,7 @@ class AblationEngine:
     def _full(self, batch: PromptSet, heads: Sequence[Head], values: AblationValues) -> torch.Tensor:
         """The final output the behaviour reads (logits or hidden state), with `heads` ablated."""
         with hooked(self.model, self.hooks(heads, values)):
-            return final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
+            return final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads, self.behaviour.hook)
 
     def value(self, output: torch.Tensor, batch: PromptSet, summary: torch.Tensor | None, what: str) -> torch.Tensor:
         """The behaviour on a full forward's output, checked."""
@@ -240,7 +243,7 @@ class AblationEngine:
             clean = self.clean(batch)
             return clean, clean.loss, clean.summary
         with torch.no_grad():
-            output = final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads)
+            output = final_output(self.model, self.behaviour.model_prompts(batch), self.behaviour.reads, self.behaviour.hook)
         summary = self.behaviour.clean_summary(output, batch)
         return None, self.value(output, batch, summary, "clean run"), summary
 

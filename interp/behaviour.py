@@ -19,6 +19,10 @@ compensation and pruning (`interp.analyses.redundancy`) all ask how much an inte
                      (possibly random) LM head
   a user callable    `behaviour(output, prompts) -> (prompt,)`, `output` the final logits
                      (`reads="logits"`, the default) or final hidden state (`reads="hidden"`)
+  an activation      `reads="activation"` with `hook=` a hook name: `output` is that hook's
+                     activation (the forward stops once it has fired), e.g. a head's pre-softmax
+                     score at chosen (query, key) pairs (`interp.analyses.qk`); a `Run` measures
+                     such a behaviour with one hooked forward per intervention
 
 Every value is loss-like: larger = the behaviour is damaged more; an intervention's effect is
 `value(intervened) - value(clean)`. A behaviour that `compares_to_clean` is 0 on the clean run.
@@ -44,14 +48,14 @@ from torch import nn
 
 from interp.data import PromptSet
 from interp.errors import BadInput
-from interp.hooks import attention_sites, hooked
+from interp.hooks import attention_sites, check_hook_names, hooked
 from interp.models.gpt import HookedGPT, next_token_targets
 from interp.models.gpt import masked_next_token_loss as models_masked_next_token_loss
 
 if TYPE_CHECKING:
     from interp.interventions import AblationKind
 
-Reads = Literal["logits", "hidden"]
+Reads = Literal["logits", "hidden", "activation"]
 Positions = Literal["auto", "all", "repeats"]
 BehaviourName = Literal["next-token", "masked-lm", "embedding"]  # the CLI's names
 BEHAVIOUR_NAMES: tuple[str, ...] = get_args(BehaviourName)
@@ -84,10 +88,15 @@ class Behaviour:
     target_weights: Callable[[PromptSet], torch.Tensor] | None = field(default=None, compare=False, repr=False)
     prepare: Callable[[PromptSet], PromptSet] | None = field(default=None, compare=False, repr=False)
     params: tuple = ()  # the parameters that distinguish two behaviours of one name, e.g. (("positions", "all"),)
+    hook: str = ""  # reads="activation": the hook whose activation `fn` reads; "" for the other reads
 
     def __post_init__(self) -> None:
         if self.reads not in READS:
             raise BadInput(f"behaviour {self.name!r}: reads={self.reads!r}; expected one of {list(READS)}.")
+        if (self.reads == "activation") != bool(self.hook):
+            raise BadInput(f"behaviour {self.name!r}: reads={self.reads!r} with hook={self.hook!r}; a behaviour reads a "
+                           "hook's activation exactly when reads='activation' and hook names it (e.g. "
+                           "'blocks.1.attn.hook_attn_scores').")
         if self.compares_to_clean and self.summarise is None:
             raise BadInput(f"behaviour {self.name!r} compares to the clean run but has no summarise function; "
                            "pass summarise=lambda output, prompts: ... (what the clean run is compared by).")
@@ -120,7 +129,8 @@ class Behaviour:
     def spec(self) -> dict[str, Any]:
         """Plain data for reports and JSON."""
         return {"name": self.name, "reads": self.reads, "compares_to_clean": self.compares_to_clean,
-                "unit": self.unit, "description": self.description, **dict(self.params)}
+                "unit": self.unit, "description": self.description, **dict(self.params),
+                **({"hook": self.hook} if self.hook else {})}
 
 
 BehaviourLike = Union[Behaviour, str, Callable[..., torch.Tensor], None]
@@ -398,14 +408,17 @@ def final_hidden_hook(model: nn.Module) -> str:
                    f"{last}); use a behaviour that reads the logits (reads='logits').")
 
 
-def final_output(model: nn.Module, prompts: PromptSet, reads: Reads) -> torch.Tensor:
-    """The model's final logits or final hidden state on `prompts` (hooks already attached stay live).
+def final_output(model: nn.Module, prompts: PromptSet, reads: Reads, hook: str = "") -> torch.Tensor:
+    """The model's final logits or final hidden state on `prompts` (hooks already attached stay live);
+    for reads="activation", the activation of `hook` (`activation_output`).
 
     HookedGPT-like models stop before the unembedding for "hidden": `ln_final(resid)` after the
     last block."""
     device = next(model.parameters()).device
     tokens = prompts.tokens.to(device)
     kwargs = {k: v.to(device) for k, v in prompts.model_kwargs().items()}
+    if reads == "activation":
+        return activation_output(model, tokens, kwargs, hook)
     if reads == "logits":
         from interp.modelinfo import output_logits
 
@@ -420,6 +433,34 @@ def final_output(model: nn.Module, prompts: PromptSet, reads: Reads) -> torch.Te
     with hooked(model, [(name, keep)]):
         model(tokens, **kwargs)
     return kept["hidden"]
+
+
+class _Captured(Exception):
+    """Raised by an activation read's hook once it holds its tensor: the rest of the forward is not needed."""
+
+
+def activation_output(model: nn.Module, tokens: torch.Tensor, kwargs: dict[str, torch.Tensor], hook: str) -> torch.Tensor:
+    """The activation of `hook` in a forward on `tokens` (the forward stops there; hooks already attached stay
+    live and run first). A hook the forward never reaches is a BadInput."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(activation: torch.Tensor, hook=None) -> None:
+        kept["activation"] = activation.detach().clone()
+        raise _Captured
+
+    try:
+        check_hook_names(model, [hook])
+    except KeyError as error:  # an unknown hook, with close matches
+        raise BadInput(f"behaviour: {error.args[0]}") from None
+    try:
+        with hooked(model, [(hook, keep)]):
+            model(tokens, **kwargs)
+    except _Captured:
+        pass
+    if "activation" not in kept:
+        raise BadInput(f"the behaviour reads hook {hook!r}, which this forward of {type(model).__name__} never reached; "
+                       "name a hook the forward runs through (model.hook_dict lists them).")
+    return kept["activation"]
 
 
 def check_values(values: Any, n: int, what: str, behaviour: Behaviour) -> torch.Tensor:
@@ -442,7 +483,7 @@ def clean_summaries(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, 
         return None
     parts = []
     for batch in prompts.batches(batch_size):
-        output = final_output(model, behaviour.model_prompts(batch), behaviour.reads)
+        output = final_output(model, behaviour.model_prompts(batch), behaviour.reads, behaviour.hook)
         parts.append(summarise(output, batch).detach().cpu())
     return torch.cat(parts)
 
@@ -462,7 +503,7 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
     for batch in prompts.batches(batch_size):
         run = behaviour.model_prompts(batch)
         with contextlib.nullcontext() if intervene is None else intervene(run):
-            output = final_output(model, run, behaviour.reads)
+            output = final_output(model, run, behaviour.reads, behaviour.hook)
         reference = None if clean is None else clean[start:start + len(batch)]
         values = check_values(behaviour(output, batch, reference), len(batch), what or "a run", behaviour)
         out.append(values.detach().double().cpu())

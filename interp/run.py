@@ -257,6 +257,8 @@ class Run:
 
         if intervention is not None and not (isinstance(intervention, HeadAblation) and intervention.site == "z"):
             return "hooked"
+        if self.behaviour.reads == "activation":  # the engines read final outputs; an activation needs its hook
+            return "hooked"
         kind = intervention.kind if isinstance(intervention, HeadAblation) else "mean"
         if self.strategy == "batched":
             return f"batched:{kind}"
