@@ -935,12 +935,10 @@ class PatternSubstitution:
         return head_label(self.head)
 
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
-        pattern = self.pattern
-        if _is_source(pattern):
-            pattern = cast(PatternSource, pattern)(run, batch)
+        given = self.pattern
+        pattern = cast(PatternSource, given)(run, batch) if _is_source(given) else cast(PatternSpec, given)
         layer, head = self.head
-        return substitute_pattern(run.model, layer, head, cast(PatternSpec, pattern), permute_keys=self.permute,
-                                  seed=run.seed)
+        return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed)
 
 
 def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0) -> contextlib.AbstractContextManager[nn.Module]:
