@@ -88,6 +88,19 @@ class Recipe:
     seed: int = 0
     corpus: str = "stdlib"  # which files: a key of textcorpus.CORPORA ("stdlib-with-tests" adds the stdlib's tests)
 
+    def __post_init__(self) -> None:
+        """Each field in the range its command-line flag accepts (`RECIPE_TYPES`, `CHOICES`): ValueError naming it."""
+        for name, value in asdict(self).items():
+            allowed = CHOICES.get(name)
+            try:
+                if isinstance(value, bool):
+                    raise argparse.ArgumentTypeError("a bool is not a recipe value")
+                if allowed is not None and value not in allowed:
+                    raise argparse.ArgumentTypeError(f"{value!r} is not one of {allowed}")
+                RECIPE_TYPES[name](str(value))
+            except argparse.ArgumentTypeError as error:
+                raise ValueError(f"Recipe {name}={value!r}: {error}.") from None
+
     def build(self, d_vocab: int) -> HookedGPT:
         """The model at initialisation. With `qk_bias_init`, the query and key biases start random: under rotary
         positions the bias-bias term is the only content-free (purely positional) part of a layer-0 score, and
