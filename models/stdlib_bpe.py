@@ -8,7 +8,9 @@
 byte-level BPE tokenizer on the training files (`tokenizers`, already installed with transformer-lens),
 then trains the model on windows of the token stream, timing a few steps first and refusing a run
 whose estimate exceeds `--max-minutes`. Every `--eval-every` steps it measures the model on held-out
-probes (`track`) and keeps a snapshot, so the run records when the induction heads formed.
+probes (`track`) and keeps a snapshot, so the run records when the induction heads formed. Every flag is
+checked before the corpus is read (exit 2, nothing written); `--out` must be absent or empty, or hold an
+earlier run that `--force` replaces (its own files only: `earlier_run_files`), so two runs never mix.
 
 Why BPE and not bytes or whole identifiers: Aoyama et al. (2025) find that induction heads form when a
 bigram that recurs in the context is reliably followed by the same token. On the held-out stdlib, at a
