@@ -128,6 +128,10 @@ def circuit_edges(model: nn.Module, circuit: Any) -> tuple[list[Edge], float | N
     return edges, None if threshold is None else float(threshold)
 
 
+class NoBehaviour(BadInput):
+    """The prompts show no behaviour for a circuit to explain: the clean-vs-patched gap is within its noise."""
+
+
 def gap_noise(gap: torch.Tensor, unit: str, seed: int) -> str | None:
     """A sentence when the clean-vs-patched gap (prompt,) is within its own noise, else None. Noise is measured on
     the prompts themselves: the gap's 95% bootstrap CI over prompts holds 0, so patching every edge does not
@@ -141,10 +145,11 @@ def gap_noise(gap: torch.Tensor, unit: str, seed: int) -> str | None:
 
 
 def check_gap(gap: torch.Tensor, where: str, unit: str, seed: int) -> None:
-    """BadInput naming the gap when it is within its noise (`gap_noise`): there is nothing for a circuit to explain."""
+    """`NoBehaviour` (a BadInput) naming the gap when it is within its noise (`gap_noise`): there is nothing for a
+    circuit to explain."""
     noise = gap_noise(gap, unit, seed)
     if noise is not None:
-        raise BadInput(f"{where}: {noise}, so there is nothing for a circuit to explain. Use prompts on which the model "
+        raise NoBehaviour(f"{where}: {noise}, so there is nothing for a circuit to explain. Use prompts on which the model "
                        "shows the behaviour (e.g. repeated tokens for induction), a corrupted source that removes it, or "
                        "more prompts.")
 
@@ -258,5 +263,5 @@ def nodes_of(edges: Iterable[Edge | str]) -> list[str]:
     return [n.label for n in sorted({parse_node(x) for e in parsed for x in (e.sender, e.receiver)})]
 
 
-__all__ = ["CircuitTest", "EMPTY_NOTE", "Interval", "N_SUBSETS", "TEST_COLUMNS", "check_gap", "circuit_edges", "gap_noise",
-           "nodes_of", "test_circuit"]
+__all__ = ["CircuitTest", "EMPTY_NOTE", "Interval", "N_SUBSETS", "NoBehaviour", "TEST_COLUMNS", "check_gap", "circuit_edges",
+           "gap_noise", "nodes_of", "test_circuit"]
