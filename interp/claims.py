@@ -55,6 +55,7 @@ import torch
 
 from interp import launch
 from interp.data import PromptSet
+from interp.errors import BadInput
 from interp.heads import Head, head_label
 from interp.validate import check_claims, check_model, check_prompts, check_seed
 from interp.stats import (IntervalMethod, TooFewPrompts, benjamini_hochberg, bootstrap, ratio_bootstrap, sign_flip_test,
@@ -471,10 +472,22 @@ def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evide
 
 
 def check_heads(model: torch.nn.Module, claims: Iterable[Claim]) -> None:
-    """Raise a ValueError naming any claimed head the model does not have."""
+    """Raise a ValueError naming any claimed head the model does not have, or a claimed edge (`params["edge"]` of a
+    composition claim) its graph does not have (e.g. a shared key / value input named by the wrong head of its
+    group); on a model without a graph the edge claims abstain later, saying why."""
     from interp.hooks import attention_sites
+    from interp.paths import check_edges, check_graph_model, parse_edge
 
     sites = attention_sites(model)
+    claims = list(claims)
+    edges = [claim.params["edge"] for claim in claims if claim.target and isinstance(claim.params.get("edge"), str)]
+    if edges:
+        try:
+            check_graph_model(model)
+        except BadInput:  # no graph to check against: the claims abstain, saying why
+            edges = []
+    if edges:
+        check_edges(model, [parse_edge(edge) for edge in edges])
     for claim in claims:
         for layer, head in claim.heads:
             if not 0 <= layer < len(sites):

@@ -289,23 +289,30 @@ def init_from_env(backend: str | None = None, timeout_s: float = 1800) -> bool:
 
 
 def _worker(rank_: int, world: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None,
-            on_error: Callable[[BaseException], None] | None = None):
+            on_error: Callable[[BaseException], None] | None = None,
+            before_teardown: Callable[[bool], None] | None = None):
     """`fn(*args)` as rank `rank_` of the group; `on_error(error)` runs before the group is torn down, so
-    a failure is reported before the other ranks can see this one go."""
+    a failure is reported before the other ranks can see this one go; `before_teardown(failed)` runs just
+    before this rank's group goes (rank 0: waiting for the other ranks to leave first, `_run_rank_0`)."""
     if threads is not None:
         torch.set_num_threads(threads)
     group_env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank_), WORLD_SIZE=str(world),
                      LOCAL_RANK=str(rank_))
     saved = {key: os.environ.get(key) for key in group_env}
     os.environ.update(group_env)
+    failed = True
     try:
         init_from_env(backend)
-        return fn(*args)
+        value = fn(*args)
+        failed = False
+        return value
     except BaseException as error:
         if on_error is not None:
             on_error(error)
         raise
     finally:
+        if before_teardown is not None:
+            before_teardown(failed)
         if _dist().is_initialized():
             _dist().destroy_process_group()
         for key, value in saved.items():  # this process may run later commands without a group
@@ -361,16 +368,35 @@ def spawn_local(fn: Callable, args: tuple = (), *, workers: int, backend: str = 
     return _run_rank_0(children, results, workers, port, fn, args, backend, threads)
 
 
+# rank 0 hosts the group's TCPStore; before its group (and the store) goes, it waits this long for the other
+# ranks to tear down their own and exit (well inside `_Watcher.GRACE_S`, which ends a stuck rank 0)
+SETTLE_S = 10.0
+
+
 def _run_rank_0(children, results, workers: int, port: int, fn: Callable, args: tuple, backend: str, threads: int | None):
-    """Rank 0's share in this process while `_Watcher` reads the children's failures."""
+    """Rank 0's share in this process while `_Watcher` reads the children's failures.
+
+    Teardown order: rank 0 hosts the group's store, so its group goes last. When a worker has failed (or every
+    rank has finished), rank 0 waits for the workers to tear down their groups and exit (`SETTLE_S`) before
+    destroying its own: a worker's gloo pairs and store client otherwise close while rank 0 destroys the pairs
+    and the store server under them, the race that aborted `--workers 2` once (SIGABRT) when a worker raised
+    during rank 0's collective. When rank 0 fails first it does not wait: the workers may be blocked in a
+    collective on it, and leave only when its group goes."""
     watcher = _Watcher(children, results)
     earlier: list[RemoteFailure | None] = []  # a worker's failure reported before rank 0's own error
 
     def note_earlier(error: BaseException) -> None:  # before rank 0's group goes, which makes the workers fail too
         earlier.append(watcher.failure())
 
+    def settle(failed: bool) -> None:
+        if failed and watcher.failure() is None:
+            return  # rank 0 failed first
+        deadline = time.monotonic() + SETTLE_S
+        for child in children:
+            child.join(timeout=max(0.0, deadline - time.monotonic()))
+
     try:
-        value = _worker(0, workers, port, fn, args, backend, threads, on_error=note_earlier)
+        value = _worker(0, workers, port, fn, args, backend, threads, on_error=note_earlier, before_teardown=settle)
     except Exception as error:
         if earlier and earlier[0] is not None and exit_code_for(error) == EXIT_INTERNAL:  # rank 0 saw its peer go
             raise earlier[0].rebuild() from None

@@ -16,14 +16,16 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, cast
 
 from torch import nn
 
+from interp.errors import BadType
 from interp.loading import bridge_sites
 from interp.mha import mha_sites
+from interp.models.components import hook_is_live
 from interp.sdpa import intercepted_sites
 from interp.sites import ROLES, AttentionSite, HookRoot, Role, SiteFinder, hook_root
-from interp.models.components import hook_is_live
 
 __all__ = [
-    "ROLES", "AttentionSite", "BUILTIN_SITE_FINDERS", "Role", "SiteFinder", "attention_sites", "check_hook_names",
+    "ROLES", "AttentionSite", "BUILTIN_SITE_FINDERS", "Role", "SiteFinder", "attached_forward_hooks", "attention_sites",
+    "check_hook_names",
     "hooked", "live_hooks", "register_site_finder",
 ]
 
@@ -78,9 +80,10 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
             return sites
     if hasattr(model, "blocks") and hasattr(model, "cfg") and hasattr(model, "hook_dict"):
         return _block_sites(model)
-    raise TypeError(
+    raise BadType(
         f"cannot find attention hooks in a {type(model).__name__}; pass a HookedGPT, HookedEncoder, "
-        "a TransformerBridge, or a model using nn.MultiheadAttention wrapped by interp.hook_attention(model)."
+        "a TransformerBridge, or your own model through interp.load(model) first: it hooks models built on "
+        "nn.MultiheadAttention or scaled_dot_product_attention, and says why when it cannot."
     )
 
 
@@ -111,6 +114,28 @@ def hooked(
     check_hook_names(model, [name for name, _ in fwd_hooks + bwd_hooks if isinstance(name, str)])
     with hook_root(model).hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks, reset_hooks_end=True):
         yield model
+
+
+def attached_forward_hooks(model: nn.Module) -> list[str]:
+    """Where forward hooks that may change what `model` computes are attached: module paths ("" the model
+    itself), and "every module" for torch's global forward hooks.
+
+    Every hook on a HookPoint counts (a TransformerLens hook, a raw torch hook); on other modules, hooks that
+    TransformerLens wires into its own bridge's modules (they capture, they compute nothing new) do not.
+    `interp.Run` reads this to refuse memoising numbers a hook may have changed."""
+    from torch.nn.modules import module as torch_module
+    from transformer_lens.hook_points import HookPoint
+
+    found = ["every module"] if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks else []
+    if not isinstance(model, nn.Module):
+        return found
+    for path, module in model.named_modules():
+        hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+        if not isinstance(module, HookPoint):
+            hooks = [h for h in hooks if not getattr(h, "__module__", "").startswith("transformer_lens.")]
+        if hooks:
+            found.append(path)
+    return found
 
 
 def live_hooks(model: nn.Module) -> list[str]:

@@ -29,7 +29,9 @@ and the analyses import them as one vocabulary.
 """
 from __future__ import annotations
 
+import collections.abc
 import contextlib
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Protocol, Sequence, Union, cast, get_args
 
@@ -41,7 +43,7 @@ from transformer_lens.utilities.statistics import derive_generator
 from interp import distributed
 from interp.capture import stop_after
 from interp.data import PromptSet, token_roles
-from interp.errors import BadType
+from interp.errors import BadInput, BadType
 from interp.heads import Head, HeadLike, head_label, parse_head
 from interp.hooks import AttentionSite, attention_sites, hooked
 from interp.modelinfo import output_logits
@@ -74,6 +76,10 @@ def _is_one_head(heads: HeadLike | Iterable[HeadLike]) -> TypeIs[HeadLike]:
 
 def parse_heads(heads: HeadLike | Iterable[HeadLike]) -> tuple[Head, ...]:
     """A tuple of Heads from one head or many (pairs or labels), duplicates removed, order kept."""
+    if not (_is_one_head(heads) or isinstance(heads, collections.abc.Iterable)) or isinstance(heads, bytes):
+        raise BadType(f"heads={heads!r} ({type(heads).__name__}) is not a head or a list of heads; pass an "
+                      "'L{layer}H{head}' label, a (layer, head) pair of integers, or a list of them, e.g. "
+                      "HeadAblation(['L1H2', (0, 3)]).")
     many = [heads] if _is_one_head(heads) else heads
     parsed = tuple(dict.fromkeys(parse_head(h) for h in many))
     if not parsed:
@@ -830,41 +836,107 @@ def substitute_pattern(
 
 
 class PatternSource(Protocol):
-    """A pattern computed per batch of an `interp.Run` (e.g. a head type's ideal pattern), named by `spec()`."""
+    """A pattern computed per batch of an `interp.Run` (e.g. a head type's ideal pattern), named by `spec()`.
+
+    `spec()` names the source in reports; `interp.Run` memoises a substitution's effect under it *and* a digest
+    of what the source returns on the run's prompts (`PatternSubstitution.fingerprint`), so two sources with an
+    equal spec() but different patterns never share a number."""
 
     def spec(self) -> dict[str, Any]: ...
 
     def __call__(self, run: Any, batch: PromptSet) -> PatternSpec: ...
 
 
-@dataclass(frozen=True)
+def _is_source(value: object) -> bool:
+    """A TargetSource / PatternSource: callable as (run, batch), with a callable spec()."""
+    return callable(value) and callable(getattr(value, "spec", None))
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """blake2b of a tensor's shape, dtype and bytes: equal content, equal digest."""
+    tensor = tensor.detach().cpu().contiguous()
+    digest = hashlib.blake2b(f"{tuple(tensor.shape)}{tensor.dtype}".encode(), digest_size=16)
+    digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _pattern_digest(pattern: PatternSpec, batch: PromptSet) -> str:
+    """What a PatternSource returned for one batch, as text: a tensor's digest, a name, or a callable's
+    patterns at the lengths `substitute_pattern` asks of it on this batch (its real lengths and its width)."""
+    if isinstance(pattern, torch.Tensor):
+        return tensor_digest(pattern)
+    if pattern is None or isinstance(pattern, str):
+        return repr(pattern)
+    lengths = {batch.n_pos}
+    if batch.attention_mask is not None:
+        lengths |= {int(n) for n in batch.attention_mask.sum(-1)}
+    return "callable:" + ",".join(tensor_digest(torch.as_tensor(pattern(n))) for n in sorted(lengths) if n > 0)
+
+
+@dataclass(frozen=True, eq=False)
 class PatternSubstitution:
     """Replace one head's post-softmax pattern (`substitute_pattern`), as an intervention of `interp.Run`.
 
-    `pattern`: "uniform" (over the keys the model allows), None (the head's own; with `permute=True`
-    its weights shuffled among the allowed keys of each row), or a `PatternSource`.
+    `pattern`: "uniform" (over the keys the model allows) or another `ideal_pattern` name, a (query, key) or
+    (batch, query, key) tensor (rows summing to one; named in `spec()` by its shape and a digest of its
+    values), None (the head's own; with `permute=True` its weights shuffled among the allowed keys of each
+    row), or a `PatternSource` computed per batch.
     """
 
     head: tuple[int, int]  # parsed into a Head
-    pattern: str | PatternSource | None = "uniform"
+    pattern: str | torch.Tensor | PatternSource | None = "uniform"
     permute: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head", parse_head(self.head))
-        if isinstance(self.pattern, str) and self.pattern != "uniform":
-            raise ValueError(f"pattern={self.pattern!r}: a name here must be 'uniform'; pass None (the head's own, "
-                             "with permute=True) or a PatternSource for another pattern.")
+        if isinstance(self.pattern, str) and self.pattern not in IDEAL_PATTERNS:
+            raise ValueError(f"pattern={self.pattern!r}: a name here must be one of {list(IDEAL_PATTERNS)} ('uniform': over "
+                             "the keys the model allows); pass None (the head's own, with permute=True), a tensor or a "
+                             "PatternSource for another pattern.")
+        if isinstance(self.pattern, torch.Tensor):
+            _check_pattern_spec(self.pattern, self.label)
+        elif not (self.pattern is None or isinstance(self.pattern, str) or _is_source(self.pattern)):
+            raise BadType(f"PatternSubstitution pattern for {self.label} is of type {type(self.pattern).__name__}; expected one "
+                          f"of {list(IDEAL_PATTERNS)}, None, a (query, key) or (batch, query, key) tensor, or a "
+                          "PatternSource (an object with spec() and __call__(run, batch) -> pattern). A plain callable "
+                          "n_pos -> (query, key) works with substitute_pattern; give it a spec() to use it here.")
+        if not isinstance(self.permute, bool):
+            raise BadType(f"PatternSubstitution permute={self.permute!r} must be True or False.")
 
     def spec(self) -> dict[str, Any]:
-        pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern.spec()
+        pattern: Any = self.pattern
+        if isinstance(pattern, torch.Tensor):
+            pattern = {"tensor": list(pattern.shape), "blake2b": tensor_digest(pattern)}
+        elif pattern is not None and not isinstance(pattern, str):
+            pattern = pattern.spec()
         return {"substitute": list(self.head), "pattern": pattern, "permute": self.permute}
+
+    def fingerprint(self, run: Any) -> str | None:
+        """With a PatternSource: a digest of the patterns it gives on the run's batches (part of `Run`'s memo key,
+        so sources with equal spec() but different patterns are told apart); None where spec() says it all."""
+        if not _is_source(self.pattern):
+            return None
+        source = cast(PatternSource, self.pattern)
+        digest = hashlib.blake2b(digest_size=16)
+        for batch in run.prompts.batches(run.batch_size):
+            model_batch = run.behaviour.model_prompts(batch)
+            digest.update(_pattern_digest(source(run, model_batch), model_batch).encode())
+        return digest.hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PatternSubstitution) and self.spec() == other.spec() and (
+            self.pattern is other.pattern or not _is_source(self.pattern) or self.pattern == other.pattern)
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.spec().items())))
 
     @property
     def label(self) -> str:
         return head_label(self.head)
 
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
-        pattern = self.pattern if self.pattern is None or isinstance(self.pattern, str) else self.pattern(run, batch)
+        given = self.pattern
+        pattern = cast(PatternSource, given)(run, batch) if _is_source(given) else cast(PatternSpec, given)
         layer, head = self.head
         return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed)
 
@@ -963,7 +1035,11 @@ _EMPTY_ROW = 1e-6  # a row (of a pattern or of removed mass) with less than this
 
 class TargetSource(Protocol):
     """The attention to knock out, per batch of an `interp.Run`: (batch, query, key) weights in [0, 1]
-    (a bool mask: the target keys), named by `spec()`."""
+    (a bool mask: the target keys), named by `spec()`.
+
+    `spec()` names the source in reports; `interp.Run` memoises a knockout's effect under it *and* a digest of
+    the weights the source returns on the run's prompts (`AttentionKnockout.fingerprint`), so two sources with an
+    equal spec() but different targets never share a number."""
 
     def spec(self) -> dict[str, Any]: ...
 
@@ -1095,12 +1171,46 @@ class AttentionKnockout:
     def __post_init__(self) -> None:
         object.__setattr__(self, "head", parse_head(self.head))
         _check_choice("mode", self.mode, KNOCKOUT_MODES)
-        if not (callable(self.targets) and callable(getattr(self.targets, "spec", None))):
+        if not _is_source(self.targets):
             raise BadType(f"AttentionKnockout targets must be a TargetSource (callable (run, batch) -> (batch, query, key) "
                           f"mask, with spec()), got {type(self.targets).__name__}.")
+        if not isinstance(self.control, bool):
+            raise BadType(f"AttentionKnockout control={self.control!r} must be True or False.")
 
     def spec(self) -> dict[str, Any]:
         return {"knockout": list(self.head), "targets": self.targets.spec(), "mode": self.mode, "control": self.control}
+
+    def fingerprint(self, run: Any) -> str:
+        """A digest of the target weights on the run's batches: part of `Run`'s memo key, so two TargetSources
+        with an equal spec() but different targets are told apart."""
+        digest = hashlib.blake2b(digest_size=16)
+        for batch in run.prompts.batches(run.batch_size):
+            digest.update(tensor_digest(self._targets(run, run.behaviour.model_prompts(batch))).encode())
+        return digest.hexdigest()
+
+    def _targets(self, run: Any, batch: PromptSet) -> torch.Tensor:
+        """The source's (batch, query, key) weights for one batch, checked: a tensor of that shape, finite, in [0, 1]."""
+        expected = (len(batch), batch.n_pos, batch.n_pos)
+        value = self.targets(run, batch)
+        where = f"knockout targets for {self.label} (TargetSource {self.targets.spec()!r})"
+        try:
+            targets = torch.as_tensor(value).float()
+        except (TypeError, ValueError, RuntimeError):
+            targets = None
+        if value is None or targets is None:
+            raise BadInput(f"{where}: the source returned {type(value).__name__}; expected (batch, query, key) = "
+                           f"{expected} weights in [0, 1] (a bool mask: True on the keys to knock out).")
+        if tuple(targets.shape) != expected:
+            raise BadInput(f"{where} have shape {tuple(targets.shape)}; expected (batch, query, key) = {expected} "
+                           "weights in [0, 1] for this batch.")
+        finite = torch.isfinite(targets)
+        if not bool(finite.all()):
+            raise BadInput(f"{where}: {int((~finite).sum())} of {targets.numel()} weights are NaN or infinite; target "
+                           "weights must be finite, in [0, 1] (a bool mask: True on the keys to knock out).")
+        if bool(((targets < 0) | (targets > 1)).any()):
+            raise BadInput(f"{where} must be (batch, query, key) weights in [0, 1]; got range "
+                           f"[{float(targets.min()):.3g}, {float(targets.max()):.3g}].")
+        return targets
 
     @property
     def label(self) -> str:
@@ -1110,10 +1220,7 @@ class AttentionKnockout:
         layer, head = self.head
         check_heads(run.model, [self.head])
         site = _sites_by_layer(run.model)[layer]
-        targets = torch.as_tensor(self.targets(run, batch)).float()  # (batch, query, key)
-        if targets.ndim != 3 or bool(((targets < 0) | (targets > 1)).any()):
-            raise ValueError(f"knockout targets for {self.label} must be (batch, query, key) weights in [0, 1]; got "
-                             f"shape {tuple(targets.shape)}, range [{float(targets.min()):.3g}, {float(targets.max()):.3g}].")
+        targets = self._targets(run, batch)  # (batch, query, key)
         rows = torch.arange(len(batch)) if batch.rows is None else batch.rows
         noise = _prompt_noise(run.seed, rows, (batch.n_pos, batch.n_pos)) if self.control else None
         hook = _Knockout(site=site, head=head, pattern=None, permute_keys=False, generator=torch.Generator(),

@@ -124,6 +124,50 @@ def parse_edge(edge: "Edge | str", model: nn.Module | None = None) -> Edge:
     return parsed
 
 
+def as_edges(edges: Any, where: str) -> list[Edge]:
+    """Edges from one edge (an `Edge` or its label: one string is one edge) or a collection of them, duplicates
+    dropped, order kept; BadInput naming `where` and the item that is not an edge."""
+    if isinstance(edges, (Edge, str)):
+        edges = [edges]
+    elif isinstance(edges, (bytes, dict)) or not isinstance(edges, Iterable):
+        raise BadInput(f"{where}: edges={edges!r} ({type(edges).__name__}); expected an edge label such as "
+                       "'L0H0 -> L1H1 via k', an Edge, or a list of them.")
+    seen: set[Edge | str] = set()
+    out: dict[Edge, None] = {}
+    for item in edges:
+        if not isinstance(item, (Edge, str)):
+            raise BadInput(f"{where}: {item!r} ({type(item).__name__}) is not an edge; expected labels such as "
+                           "'L0H0 -> L1H1 via k', 'L1H0 -> MLP1', 'L1H0 -> logits', or Edge objects.")
+        if item not in seen:  # a label repeated is parsed once
+            seen.add(item)
+            out[parse_edge(item)] = None
+    return list(out)
+
+
+def kv_edge(edge: Edge, group: int) -> Edge:
+    """The graph's name for `edge` when its receiver's layer shares each key / value head among `group` query
+    heads (grouped-query attention): a key or value input belongs to the kv head, and the graph names it by the
+    group's first head ('L0H0 -> L1H1 via k' is 'L0H0 -> L1H0 via k' with groups of 2). Every other edge is its
+    own name. The one place such aliases are resolved."""
+    receiver = edge.receiver
+    if receiver.kind != "head" or edge.via not in ("k", "v") or group <= 1:
+        return edge
+    return Edge(edge.sender, Node(receiver.layer, "head", receiver.head - receiver.head % group), edge.via)
+
+
+def refuse_kv_alias(edge: Edge, group: int) -> None:
+    """BadInput when `edge` names a shared key / value input by a head other than its group's first (`kv_edge`),
+    naming the graph's edge for it."""
+    named = kv_edge(edge, group)
+    if named == edge:
+        return
+    layer, first = named.receiver.layer, named.receiver.head
+    which = "key" if edge.via == "k" else "value"
+    raise BadInput(f"edge {edge.label!r} is not an edge of this model's graph: with grouped-query attention heads "
+                   f"L{layer}H{first}..L{layer}H{first + group - 1} share one {which} head (kv head {first // group}), "
+                   f"and the graph names its {which} input by the group's first head: use {named.label!r}.")
+
+
 def _blocks(model: nn.Module) -> Any:
     """The model's blocks (a HookedGPT's `blocks`: check_graph_model has checked them)."""
     return getattr(model, "blocks")
@@ -217,6 +261,8 @@ def check_edges(model: nn.Module, edges: Iterable[Edge]) -> None:
         if edge.via not in wanted:
             raise BadInput(f"edge {edge.label!r}: a {edge.receiver.kind} receiver is reached via {' / '.join(wanted)}, "
                            f"not {edge.via!r}.")
+        if edge.receiver.kind == "head":
+            refuse_kv_alias(edge, _blocks(model)[edge.receiver.layer].attn.group)
         if not reads(model, edge.sender, edge.receiver):
             raise BadInput(f"edge {edge.label!r}: {edge.receiver} does not read {edge.sender} (a receiver reads only "
                            "nodes earlier in the forward).")
@@ -336,8 +382,7 @@ class EdgePatch:
     label_: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        edges = (self.edges,) if isinstance(self.edges, (Edge, str)) else self.edges
-        object.__setattr__(self, "edges", tuple(sorted({parse_edge(e) for e in edges})))
+        object.__setattr__(self, "edges", tuple(sorted(as_edges(self.edges, "EdgePatch"))))
         if not self.edges:
             raise BadInput("EdgePatch needs at least one edge, e.g. EdgePatch(['L0H0 -> L1H1 via k']).")
         if self.source is not None and not isinstance(self.source, PromptSet):
@@ -401,7 +446,6 @@ def patch_edges(model: nn.Module, edges: Iterable[Edge | str], prompts: PromptSe
         yield model
 
 
-__all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "check_edges", "check_graph_model",
-           "corrupted_prompts", "donors",
-           "edge_hooks", "graph", "input_hook", "nodes", "parse_edge", "parse_node", "patch_edges", "reads",
-           "sender_writes", "write_hook"]
+__all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "as_edges", "check_edges",
+           "check_graph_model", "corrupted_prompts", "donors", "edge_hooks", "graph", "input_hook", "kv_edge", "nodes",
+           "parse_edge", "parse_node", "patch_edges", "reads", "refuse_kv_alias", "sender_writes", "write_hook"]

@@ -26,18 +26,36 @@ the `strategy`:
   ablations through the engine's full-forward path, resampling keyed by prompt index);
 - "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
 
-The memo key is the intervention's `spec()`, the prompt set's token and mask bytes, and a version
-of the model's parameters (each tensor's storage and torch's in-place version counter), so editing
-`W_Q[h]` in place recomputes the next effect. Writes through `.data` bypass torch's counter: call
-`forget()` after them.
+The memo key is the intervention's `spec()` (with, for a knockout or a substitution computed per batch,
+a digest of the targets or patterns its source gives on these prompts: sources with an equal spec() are
+told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
+tensor's storage and torch's in-place version counter), so editing `W_Q[h]` in place recomputes the next
+effect. Two things stay outside the key:
+
+- writes through `.data` (or copies into `p.data`) bypass torch's counter, by design: call
+  `forget()` after them. Hashing every weight would see them, but costs a pass over the whole model
+  (half a gigabyte for SmolLM2-135M) on every call, memo hits included;
+- forward hooks: while any is attached to the model (`interp.hooks.attached_forward_hooks`: yours, not
+  the toolkit's own, which come and go inside a call) a Run computes every number afresh, memoises
+  nothing and warns once.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast,
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Literal,
+    Protocol,
+    Sequence,
+    TypeVar,
+    cast,
     runtime_checkable,
 )
 
@@ -46,9 +64,18 @@ import torch
 from torch import nn
 
 from interp import launch
-from interp.behaviour import Behaviour, BehaviourLike, Positions, as_behaviour, batched_ablation_values, clean_summaries, measure
+from interp.behaviour import (
+    Behaviour,
+    BehaviourLike,
+    Positions,
+    as_behaviour,
+    batched_ablation_values,
+    clean_summaries,
+    measure,
+)
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput
+from interp.hooks import attached_forward_hooks
 from interp.interventions import (
     ABLATION_KINDS,
     AblationKind,
@@ -72,7 +99,11 @@ T = TypeVar("T")
 
 @runtime_checkable
 class Intervention(Protocol):
-    """What `Run.effect` accepts: plain data naming it, and the hooks it sets for one batch."""
+    """What `Run.effect` accepts: plain data naming it, and the hooks it sets for one batch.
+
+    `spec()` is the memo key: two interventions with equal specs share one number on a Run. One whose
+    spec cannot tell instances apart (it computes something per batch) adds `fingerprint(run) -> str | None`,
+    a digest of what it will do on the run's prompts, as `AttentionKnockout` and `PatternSubstitution` do."""
 
     def spec(self) -> dict[str, Any]: ...
 
@@ -145,6 +176,7 @@ class Run:
         self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._derived: dict[Behaviour, Run] = {}  # with_behaviour's runs, one per behaviour
+        self._warned_hooks = False  # the warning that hooks stop the memo is given once per Run
 
     def __repr__(self) -> str:
         return (f"Run({type(self.model).__name__}, {len(self.prompts)} prompts, behaviour={self.behaviour.name!r}, "
@@ -153,15 +185,32 @@ class Run:
     # -- the memo
 
     def cached(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
-        """`compute()` once per key, the prompts' content and the parameters' version."""
-        full = (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
+        """`compute()` once per key, the prompts' content and the parameters' version (every time while a
+        forward hook is attached to the model: see `memoising`)."""
+        if not self.memoising():
+            return compute()
+        full = self._key(key)
         if full not in self._memo:
             self._memo[full] = compute()
         value: T = self._memo[full]  # stored by compute() under this key
         return value
 
+    def memoising(self) -> bool:
+        """Whether numbers may be memoised now: not while a forward hook is attached to the model (it may change
+        them), which is said once per Run in a warning."""
+        hooks = attached_forward_hooks(self.model)
+        if hooks and not self._warned_hooks:
+            self._warned_hooks = True
+            where = ", ".join(repr(path) if path else "the model itself" for path in hooks[:3])
+            more = f" and {len(hooks) - 3} more" if len(hooks) > 3 else ""
+            warnings.warn(f"Run: forward hooks are attached to the model (at {where}{more}); while they are, every "
+                          "effect is computed afresh under them and nothing is memoised. Remove them to memoise again.",
+                          UserWarning, stacklevel=3)
+        return not hooks
+
     def forget(self) -> None:
-        """Drop every memoised value (after editing weights through `.data`, which torch does not count)."""
+        """Drop every memoised value. Call it after editing weights through `.data` (or `p.data.copy_(...)`):
+        torch's version counter does not count such writes, so the memo key cannot see them (see the module)."""
         self._memo.clear()
 
     def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
@@ -228,25 +277,50 @@ class Run:
 
     def effect(self, intervention: Intervention) -> Effect:
         """Intervened minus clean, per prompt, with its mean and 95% bootstrap CI (see the module). Every
-        causal number of the toolkit is read through here."""
-        key = self._key(("effect", self._spec(intervention)))
+        causal number of the toolkit is read through here.
+
+        Memoised under the intervention's spec (and fingerprint), the prompts and the parameters' version: an
+        in-place edit (`W_Q[h] *= 0` under no_grad) recomputes, an edit through `.data` does not (call
+        `forget()` after one: torch does not count it, and hashing the weights on every call would cost a pass
+        over the whole model); while a forward hook is attached, nothing is memoised (a warning says so once)."""
+        self._spec(intervention)  # checks it is one
+        if not self.memoising():
+            return self._computed([intervention])[0]
+        key = self._effect_key(intervention)
         if key not in self._memo:
-            self._fill([intervention])
+            self._memo[key] = self._computed([intervention])[0]
         effect: Effect = self._memo[key]
         return effect
 
     def effects(self, interventions: Iterable[Intervention]) -> list[Effect]:
-        """`effect` of each, computing the missing ones together where the strategy can (one sweep of the prompts)."""
+        """`effect` of each, computing the missing ones together where the strategy can (one sweep of the prompts;
+        one at a time while a forward hook stops the memo)."""
         interventions = list(interventions)
-        self._fill([i for i in interventions if self._key(("effect", self._spec(i))) not in self._memo])
+        for intervention in interventions:
+            self._spec(intervention)  # checks each is one, before any work
+        if self.memoising():
+            missing: dict[tuple[Any, ...], Intervention] = {}
+            for intervention in interventions:
+                key = self._effect_key(intervention)
+                if key not in self._memo:
+                    missing.setdefault(key, intervention)
+            for key, effect in zip(missing, self._computed(list(missing.values()))):
+                self._memo[key] = effect
         return [self.effect(i) for i in interventions]
 
-    def _fill(self, missing: list[Intervention]) -> None:
-        by_path: dict[str, list[Intervention]] = {}
-        for intervention in missing:
-            by_path.setdefault(self._path(intervention), []).append(intervention)
-        for path, group in by_path.items():
-            self._store(group, *self._compute(path, group))
+    def _effect_key(self, intervention: Intervention) -> tuple[Any, ...]:
+        return self._key(("effect", self._spec(intervention), _fingerprint(intervention, self)))
+
+    def _computed(self, interventions: list[Intervention]) -> list[Effect]:
+        """The effects of `interventions`, computed together per path (nothing read from or put in the memo)."""
+        by_path: dict[str, list[int]] = {}
+        for index, intervention in enumerate(interventions):
+            by_path.setdefault(self._path(intervention), []).append(index)
+        effects: dict[int, Effect] = {}
+        for path, indices in by_path.items():
+            group = [interventions[i] for i in indices]
+            effects.update(zip(indices, self._effects_of(group, *self._compute(path, group))))
+        return [effects[i] for i in range(len(interventions))]
 
     # -- the strategy picker
 
@@ -296,15 +370,15 @@ class Run:
         return batched_ablation_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
                                        reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
 
-    def _store(self, group: Sequence[Intervention], clean: torch.Tensor, intervened: torch.Tensor) -> None:
+    def _effects_of(self, group: Sequence[Intervention], clean: torch.Tensor, intervened: torch.Tensor) -> list[Effect]:
+        effects = []
         for intervention, row in zip(group, intervened):
-            spec = self._spec(intervention)
             values = (row - clean).double()  # (prompt,)
-            mean, low, high = (float(v) for v in bootstrap(values, seed=self.seed, label=spec))
+            mean, low, high = (float(v) for v in bootstrap(values, seed=self.seed, label=self._spec(intervention)))
             ablation = intervention.resolved_kind(self) if isinstance(intervention, HeadAblation) else None
-            effect = Effect(intervention.spec(), values, clean.double(), row.double(), mean, low, high,
-                            self.behaviour.describe(self.prompts), self.behaviour.unit, len(values), ablation)
-            self._memo[self._key(("effect", spec))] = effect
+            effects.append(Effect(intervention.spec(), values, clean.double(), row.double(), mean, low, high,
+                                  self.behaviour.describe(self.prompts), self.behaviour.unit, len(values), ablation))
+        return effects
 
     def _key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
         return (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
@@ -351,6 +425,12 @@ def _kind(path: str) -> AblationKind:
 def _heads(intervention: Intervention) -> list[tuple[int, int]]:
     assert isinstance(intervention, HeadAblation)  # only head ablations take the resume and batched paths
     return list(intervention.heads)
+
+
+def _fingerprint(intervention: Intervention, run: Run) -> str | None:
+    """The intervention's `fingerprint(run)` where it has one (see `Intervention`), else None."""
+    fingerprint = getattr(intervention, "fingerprint", None)
+    return fingerprint(run) if callable(fingerprint) else None
 
 
 def _bound(intervention: Intervention, run: Run) -> Callable[[PromptSet], ContextManager[Any]]:

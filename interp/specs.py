@@ -444,8 +444,12 @@ def _claim_entries(document: dict[str, Any], source: _ClaimsSource, kinds: list[
         for raw in values:
             kind, expect = _claim_kind(raw, kinds, source, target=target, line=line)
             entry = ClaimEntry(target, heads, kind, expect, line, edge)
-            if any(e.name == entry.name for e in entries):
-                raise source.fail(f"{entry.name!r} is claimed twice; remove one.", line)
+            for other in entries:
+                if other.name == entry.name:
+                    raise source.fail(f"{entry.name!r} is claimed twice; remove one.", line)
+                if (other.target, other.kind) == (entry.target, entry.kind):
+                    raise source.fail(f"{target!r} is claimed both ways: {other.name!r} (line {other.line}) and "
+                                      f"{entry.name!r}; one of them always fails. Keep the one you mean.", line)
             entries.append(entry)
     return tuple(entries)
 
@@ -454,7 +458,7 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
     """A [claims] key as (label, heads): "model" -> ("model", ()), "L0H1~L0H3" -> ("L0H1 ~ L0H3", ((0, 1), (0, 3)))."""
     if target.lower() == "model":
         return target, ()
-    if "->" in target:
+    if "->" in target or re.search(r"\svia\s", target, re.IGNORECASE):  # an edge, or meant as one ("L0H0 - > L1H0 via k")
         return _edge_target(target, source, line)
     try:
         heads = tuple(parse_head(part) for part in target.split("~"))

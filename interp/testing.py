@@ -124,6 +124,7 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any) -> Leaka
 import fnmatch as _fnmatch
 
 from interp.analyses.claims.registry import read_claims, run_claims  # the face's own names (interp.read_claims, interp.run_claims)
+from interp.errors import EXIT_INPUT, exit_code_for
 from interp.specs import ClaimEntry, ClaimsFileError
 
 CLAIMS_FILE_PATTERNS = ("claims*.toml", "*.claims.toml")
@@ -225,7 +226,7 @@ if _HAS_PYTEST:
             error = excinfo.value
             if isinstance(error, ClaimFailed):
                 return f"{self.path}:{self.entry.line}: {error}"
-            if isinstance(error, (ValueError, KeyError, FileNotFoundError, _pytest.UsageError)):
+            if isinstance(error, _pytest.UsageError) or exit_code_for(error) == EXIT_INPUT:  # bad input, a failing model
                 return f"{self.path}:{self.entry.line}: could not test the claims: {type(error).__name__}: {error}"
             return super().repr_failure(excinfo, style)
 

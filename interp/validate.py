@@ -14,6 +14,8 @@ point the user called ("focus", "test_claims"), so the message says where the va
 - `check_head_pair(a, b, what)`: two different heads (a claim pairing a head with itself is refused).
 - `check_claims(claims, Claim, where)`: a list of `Claim` objects; a single Claim is accepted as one.
 - `check_unit_interval(value, name, owner)` / `check_whole(value, name, owner)`: numbers of a head type.
+- `as_real(value, name, where)` / `check_fraction(value, name, where)`: a real number (numpy scalars and 0-d
+  tensors too), and one in [0, 1) (a circuit's threshold: a fraction of the clean-vs-patched gap).
 - `select_output(model, output)` / `model_logits(model, output)`: which part of a forward's output is
   the logits (`interp.modelinfo.output_logits`, the one place outputs are read).
 
@@ -164,6 +166,30 @@ def check_unit_interval(value: Any, name: str, owner: str, *, optional: bool = F
     if not real or not math.isfinite(value) or not 0 <= float(value) <= 1:
         raise BadInput(f"{owner}: {name}={value!r} must be a finite number in [0, 1] (a share of attention or of "
                        "the loss), e.g. 0.5.")
+
+
+def as_real(value: Any, name: str, where: str = "") -> float:
+    """`value` as a float: a real number (int, float, a numpy scalar) or a 0-d tensor or array holding one;
+    BadType naming `name` otherwise (a string, a bool, several values). NaN and infinities pass: callers check
+    the range."""
+    if not isinstance(value, (bool, str, bytes)):
+        if isinstance(value, numbers.Real):
+            return float(value)
+        if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):  # a 0-d tensor or array
+            item = value.item()
+            if isinstance(item, numbers.Real) and not isinstance(item, bool):
+                return float(item)
+    raise BadType(f"{_at(where)}{name}={value!r} is not a number; expected a real number (an int, a float, or a 0-d "
+                  "tensor holding one).")
+
+
+def check_fraction(value: Any, name: str, where: str = "", *, what: str = "a fraction", example: float = 0.01) -> float:
+    """`value` as a float in [0, 1) (`as_real`: numbers, numpy scalars, 0-d tensors): a fraction of a whole, below it.
+    NaN, infinities and values outside the range are a BadInput naming `name`."""
+    number = as_real(value, name, where)
+    if not (math.isfinite(number) and 0 <= number < 1):
+        raise BadInput(f"{_at(where)}{name}={value!r}; expected {what} in [0, 1), e.g. {example}.")
+    return number
 
 
 def check_whole(value: Any, name: str, owner: str, *, minimum: int | None = None) -> int:

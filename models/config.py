@@ -22,6 +22,12 @@ def _check_choice(name: str, value: Any, literal: Any) -> None:
         raise ValueError(f"{name}={value!r} is not supported; expected one of {list(allowed)}.")
 
 
+def check_seed_field(seed: Any) -> None:
+    """A config's `seed`: a whole number in [0, 2**64) (what torch.manual_seed takes) or None."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+        raise ValueError(f"seed={seed!r} must be a whole number in [0, 2**64) or null (torch's global generator).")
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     """Shape and behaviour of a `HookedGPT` (a causal decoder)."""
@@ -65,6 +71,7 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer.")
+        check_seed_field(self.seed)
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise ValueError(

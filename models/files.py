@@ -1,4 +1,5 @@
-"""The one way the toolkit writes a file: to a temporary file in the same folder, then renamed.
+"""The one way the toolkit writes a file: to a temporary file in the same folder, then renamed (and deletes one:
+`remove_files`, plain files directly inside a folder).
 
 `write_atomic(path, content)` leaves either the earlier file or the new one, whole: a full
 disk, a crash or Ctrl-C part-way never leaves a half-written or empty file, and never a
@@ -28,18 +29,31 @@ def write_atomic(path: str | os.PathLike, content: Content, *, encoding: str = "
     final = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     tmp = _reserve(final)
     try:
+        usual = stat.S_IMODE(tmp.stat().st_mode)  # 0666 less the umask, before a writer may change it
         if callable(content):
-            content(tmp)
+            content(tmp)  # a writer may recreate the file with its own mode (safetensors: 0600)
         else:
             data = content.encode(encoding) if isinstance(content, str) else bytes(content)
             with open(tmp, "wb") as handle:
                 handle.write(data)
-        _keep_mode(final, tmp)
+        _keep_mode(final, tmp, usual)
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return final
+
+
+def remove_files(folder: str | os.PathLike, names: list[str]) -> None:
+    """Delete the regular files `names` directly inside `folder` (what a command wrote there before, e.g. an
+    earlier training run replaced with --force); a name with a path separator, a symlink or a folder is refused,
+    so nothing outside `folder` or not a plain file is ever deleted."""
+    folder = Path(folder)
+    for name in names:
+        path = folder / name
+        if Path(name).name != name or name in (".", "..") or path.is_symlink() or (path.exists() and not path.is_file()):
+            raise ValueError(f"{path}: not a plain file directly inside {folder}; not deleted.")
+        path.unlink(missing_ok=True)
 
 
 def _reserve(final: Path) -> Path:
@@ -53,10 +67,10 @@ def _reserve(final: Path) -> Path:
             continue
 
 
-def _keep_mode(final: Path, tmp: Path) -> None:
-    """Give the new file the permissions of the file it replaces."""
+def _keep_mode(final: Path, tmp: Path, usual: int) -> None:
+    """Give the new file the permissions of the file it replaces, else `usual` (the umask's)."""
     try:
         mode = stat.S_IMODE(final.stat().st_mode)
     except FileNotFoundError:
-        return
+        mode = usual
     os.chmod(tmp, mode)

@@ -8,7 +8,9 @@
 byte-level BPE tokenizer on the training files (`tokenizers`, already installed with transformer-lens),
 then trains the model on windows of the token stream, timing a few steps first and refusing a run
 whose estimate exceeds `--max-minutes`. Every `--eval-every` steps it measures the model on held-out
-probes (`track`) and keeps a snapshot, so the run records when the induction heads formed.
+probes (`track`) and keeps a snapshot, so the run records when the induction heads formed. Every flag is
+checked before the corpus is read (exit 2, nothing written); `--out` must be absent or empty, or hold an
+earlier run that `--force` replaces (its own files only: `earlier_run_files`), so two runs never mix.
 
 Why BPE and not bytes or whole identifiers: Aoyama et al. (2025) find that induction heads form when a
 bigram that recurs in the context is reliably followed by the same token. On the held-out stdlib, at a
@@ -41,17 +43,19 @@ import argparse
 import json
 import math
 import platform
+import re
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence, get_args
 
 import torch
 
-from interp.models.config import GPTConfig
-from interp.models.files import write_atomic
+from interp.models.arguments import real, whole
+from interp.models.config import GPTConfig, PosEmbedType
+from interp.models.files import remove_files, write_atomic
 from interp.models.gpt import HookedGPT
 from interp.models.io import read_checkpoint_config, save_checkpoint
 from interp.models.textcorpus import CORPORA, SEPARATOR, TextCorpus, eval_windows, named_corpus, random_windows
@@ -59,6 +63,8 @@ from interp.models.tokenizers import BPETokenizer, train_bpe
 
 NAME = "stdlib-bpe"
 SEPARATOR_TOKEN = "<|file|>"  # id 0: joins files, as the NUL byte does in stdlib-bytes
+MIN_VOCAB = 257  # the 256 bytes and the separator
+MIN_CTX = 24  # the probes (`Probes.build`) score positions [1, 12) against [n_ctx - 12, n_ctx - 2)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,19 @@ class Recipe:
     qk_bias_init: float = 0.0  # std of the query and key biases at init (0: zeros, HookedGPT's default)
     seed: int = 0
     corpus: str = "stdlib"  # which files: a key of textcorpus.CORPORA ("stdlib-with-tests" adds the stdlib's tests)
+
+    def __post_init__(self) -> None:
+        """Each field in the range its command-line flag accepts (`RECIPE_TYPES`, `CHOICES`): ValueError naming it."""
+        for name, value in asdict(self).items():
+            allowed = CHOICES.get(name)
+            try:
+                if isinstance(value, bool):
+                    raise argparse.ArgumentTypeError("a bool is not a recipe value")
+                if allowed is not None and value not in allowed:
+                    raise argparse.ArgumentTypeError(f"{value!r} is not one of {allowed}")
+                RECIPE_TYPES[name](str(value))
+            except argparse.ArgumentTypeError as error:
+                raise ValueError(f"Recipe {name}={value!r}: {error}.") from None
 
     def build(self, d_vocab: int) -> HookedGPT:
         """The model at initialisation. With `qk_bias_init`, the query and key biases start random: under rotary
@@ -316,6 +335,9 @@ def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_
     if minutes > max_minutes:
         raise ValueError(f"--minutes {minutes} of training exceeds --max-minutes {max_minutes} (the CPU budget); "
                          "ask for less, or raise --max-minutes knowingly.")
+    if (steps is not None and steps < 0) or eval_every < 1 or not math.isfinite(minutes) or minutes <= 0:
+        raise ValueError(f"steps={steps} must be None or >= 0, eval_every={eval_every} >= 1 and minutes={minutes} a "
+                         "finite number above 0.")
     torch.manual_seed(recipe.seed)
     model = recipe.build(data.tokenizer.vocab_size).train()
     separator = data.tokenizer.token_id(SEPARATOR_TOKEN)
@@ -354,6 +376,29 @@ def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_
         recent.append(loss.item())
         train_seconds += time.perf_counter() - began
         step += 1
+
+
+RUN_FILE = re.compile(r"^(run\.json|tokenizer\.json|log\.jsonl|step\d{6}\.(json|safetensors))$")  # what `train` writes
+
+
+def earlier_run_files(out: Path, force: bool) -> list[Path]:
+    """The files of an earlier run in `out` that `--force` replaces (none when `out` is absent or empty); ValueError
+    when `out` is a file, holds an earlier run without --force (two runs would mix: its later snapshots would stay
+    beside the new run's log and tokenizer), or holds anything a run does not write."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for the run's snapshots (absent or empty).")
+    if not out.exists():
+        return []
+    entries = sorted(out.iterdir())
+    foreign = [e.name for e in entries if e.is_symlink() or not e.is_file() or not RUN_FILE.match(e.name)]
+    if entries and not force:
+        raise ValueError(f"--out {out} is not empty ({len(entries)} entries, e.g. {', '.join(e.name for e in entries[:3])}): "
+                         "a new run there would mix with the earlier one. Pass --force to replace an earlier run (its "
+                         "snapshots, log, tokenizer and run.json are deleted first), or choose another folder.")
+    if foreign:
+        raise ValueError(f"--out {out} holds files no training run writes ({', '.join(foreign[:5])}); --force replaces "
+                         "only a run's own files and never deletes yours: move them away, or choose another folder.")
+    return entries
 
 
 # ---------------------------------------------------------------- the shipped checkpoint and its card
@@ -794,30 +839,80 @@ def _card_variants(m: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+# each recipe field's argument type: the range a run can use (checked at parse time, before any work)
+RECIPE_TYPES: dict[str, Callable[[str], Any]] = {
+    "vocab_size": whole(MIN_VOCAB, why=" (the 256 bytes and the separator: a smaller vocabulary cannot be built)"),
+    "n_ctx": whole(MIN_CTX, why=" (the probes score positions [1, 12) against the last ten)"),
+    "batch_size": whole(1), "lr": real(0, above=True), "warmup_steps": whole(1), "decay_steps": whole(0),
+    "weight_decay": real(0), "grad_clip": real(0, above=True), "d_model": whole(1), "n_heads": whole(1),
+    "n_layers": whole(1), "init_range": real(0, above=True), "positional_embedding_type": str,
+    "copy_fraction": real(0, 1), "copy_max": real(0, 0.5, above=True), "qk_bias_init": real(0),
+    "seed": whole(0, 2**32 - 1), "corpus": str,
+}
+CHOICES = {"corpus": sorted(CORPORA), "positional_embedding_type": list(get_args(PosEmbedType))}
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m interp.models.stdlib_bpe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("train", help="train, with a snapshot and a log row every --eval-every steps")
     for field, default in asdict(Recipe()).items():
-        choices = sorted(CORPORA) if field == "corpus" else None
-        run.add_argument("--" + field.replace("_", "-"), type=type(default), default=default, choices=choices)
-    run.add_argument("--minutes", type=float, required=True, help="training time, evaluation excluded")
-    run.add_argument("--max-minutes", type=float, default=90.0)
-    run.add_argument("--steps", type=int, default=None, help="train exactly this many steps (refused if the estimate "
+        run.add_argument("--" + field.replace("_", "-"), type=RECIPE_TYPES[field], default=default,
+                         choices=CHOICES.get(field))
+    run.add_argument("--minutes", type=real(0, above=True), required=True, help="training time, evaluation excluded "
+                     "(at most --max-minutes)")
+    run.add_argument("--max-minutes", type=real(0, above=True), default=90.0)
+    run.add_argument("--steps", type=whole(0), default=None, help="train exactly this many steps (refused if the estimate "
                      "exceeds --max-minutes); without it, --minutes of training")
-    run.add_argument("--eval-every", type=int, default=1000)
-    run.add_argument("--threads", type=int, default=1)
-    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--eval-every", type=whole(1), default=1000)
+    run.add_argument("--threads", type=whole(1), default=1)
+    run.add_argument("--out", type=Path, required=True, help="the run's folder: absent or empty (or an earlier run's, "
+                     "with --force)")
+    run.add_argument("--force", action="store_true", help="replace the earlier run in --out: its snapshots, log, "
+                     "tokenizer and run.json are deleted first (no other file is touched; any other file is refused)")
     done = sub.add_parser("finish", help="measure a run's snapshot on held-out text and save it with its card")
     done.add_argument("run", type=Path, help="the folder `train --out` wrote")
     done.add_argument("--out", type=Path, required=True, help="NAME of the checkpoint (NAME.safetensors, .json, .md)")
-    done.add_argument("--step", type=int, default=None, help="the snapshot to ship (default: the last)")
+    done.add_argument("--step", type=whole(0), default=None, help="the snapshot to ship (default: the last)")
     done.add_argument("--pilot", type=Path, action="append", default=[], help="a pilot run, summarised in the card")
     done.add_argument("--variant", type=Path, action="append", default=[], help="another full run, reported in the card")
     done.add_argument("--earlier", type=Path, default=None, help="a checkpoint this one replaces (NAME of NAME.json): its "
                       "card's pilots and other runs, and the run it shipped, are carried into the new card")
-    done.add_argument("--opening-pilot", type=float, default=None, metavar="MINUTES", help="also report the run's own first "
-                      "MINUTES of training as a pilot, with its trend extrapolated (the same command stopped there)")
+    done.add_argument("--opening-pilot", type=real(0, above=True), default=None, metavar="MINUTES", help="also report the "
+                      "run's own first MINUTES of training as a pilot, with its trend extrapolated (the same command stopped "
+                      "there)")
+    return parser
+
+
+def check_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Recipe, list[Path]]:
+    """The recipe and the earlier run's files to delete (with --force), after the checks one flag alone cannot make:
+    the model's shape, planted spans that fit, --minutes within --max-minutes, a usable --out. Exit 2 otherwise."""
+    recipe = Recipe(**{f: getattr(args, f) for f in asdict(Recipe())})
+    d_head, rest = divmod(recipe.d_model, recipe.n_heads)
+    if rest:
+        parser.error(f"--d-model {recipe.d_model} is not divisible by --n-heads {recipe.n_heads}: each head gets "
+                     "d_model / n_heads dimensions; choose --n-heads dividing --d-model.")
+    if recipe.positional_embedding_type == "rotary" and d_head % 2:
+        parser.error(f"rotary positions need an even d_head = --d-model / --n-heads, got {d_head}; change either, or "
+                     "pass --positional-embedding-type standard.")
+    try:
+        recipe.model_config(recipe.vocab_size)
+    except ValueError as error:
+        parser.error(f"the model's shape: {error}")
+    if recipe.copy_fraction and int(recipe.n_ctx * recipe.copy_max) < 8:
+        parser.error(f"--copy-max {recipe.copy_max:g}: a planted span is 8 tokens or longer, so --copy-max times --n-ctx "
+                     f"{recipe.n_ctx} must be at least 8.")
+    if args.minutes > args.max_minutes:
+        parser.error(f"--minutes {args.minutes:g} of training exceeds --max-minutes {args.max_minutes:g} (the CPU budget); "
+                     "ask for less, or raise --max-minutes knowingly.")
+    try:
+        return recipe, earlier_run_files(args.out, args.force)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads if args.command == "train" else 1)
     if args.command == "finish":
@@ -825,29 +920,30 @@ def main(argv: list[str] | None = None) -> int:
         print(finish(args.run, args.out, step=args.step, pilots=args.pilot, variants=args.variant, earlier=earlier,
                      opening_minutes=args.opening_pilot))
         return 0
-    recipe = Recipe(**{f: getattr(args, f) for f in asdict(Recipe())})
+    recipe, replaced = check_run(args, parser)
     began = time.time()
     data = token_corpus(recipe.vocab_size, corpus_name=recipe.corpus)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out / "tokenizer.json", data.tokenizer.to_str())
-    write_atomic(args.out / "run.json", json.dumps({"recipe": asdict(recipe), "corpus": data.summary(), "argv": sys.argv,
-                                                    "threads": args.threads, "torch": torch.__version__,
-                                                    "machine": platform.machine(), "tokenize_seconds": round(time.time() - began, 1)}, indent=1))
+    tokenize_seconds = round(time.time() - began, 1)
     print(json.dumps(data.summary()), flush=True)
     planned = estimate(recipe, data, args.minutes)
     if args.steps is not None:
         planned["steps_asked"] = args.steps
         planned["minutes_for_steps"] = args.steps * planned["seconds_per_step"] / 60
         if planned["minutes_for_steps"] > args.max_minutes:
-            raise SystemExit(f"refused: {args.steps} steps at {planned['seconds_per_step'] * 1000:.1f} ms each would take "
-                             f"{planned['minutes_for_steps']:.0f} min, over --max-minutes {args.max_minutes}.")
+            parser.error(f"refused: {args.steps} steps at {planned['seconds_per_step'] * 1000:.1f} ms each would take "
+                         f"{planned['minutes_for_steps']:.0f} min, over --max-minutes {args.max_minutes:g}; nothing was "
+                         "written.")
     print(json.dumps({"estimate": planned}), flush=True)
-    info = json.loads((args.out / "run.json").read_text())
-    write_atomic(args.out / "run.json", json.dumps({**info, "estimate": planned}, indent=1))
+    remove_files(args.out, [path.name for path in replaced])  # the earlier run (--force), only now the new one starts
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / "tokenizer.json", data.tokenizer.to_str())
+    write_atomic(args.out / "run.json", json.dumps({"recipe": asdict(recipe), "corpus": data.summary(), "argv": sys.argv,
+                                                    "threads": args.threads, "torch": torch.__version__,
+                                                    "machine": platform.machine(), "tokenize_seconds": tokenize_seconds,
+                                                    "estimate": planned}, indent=1))
     train(recipe, data, minutes=args.minutes, out=args.out, eval_every=args.eval_every, max_minutes=args.max_minutes,
           steps=args.steps, log=lambda line: print(line, flush=True))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

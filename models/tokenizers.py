@@ -159,8 +159,14 @@ class BPETokenizer:
 
 
 def train_bpe(texts: list[str], vocab_size: int, special_tokens: list[str]) -> BPETokenizer:
-    """A byte-level BPE of `vocab_size` pieces (the special tokens first) trained on `texts`."""
+    """A byte-level BPE of `vocab_size` pieces (the special tokens first) trained on `texts`; ValueError when
+    `vocab_size` cannot hold the 256 bytes and the special tokens (the trainer would silently make it larger)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    smallest = 256 + len(special_tokens)
+    if vocab_size < smallest:
+        raise ValueError(f"vocab_size={vocab_size}: a byte-level BPE holds at least the 256 bytes and "
+                         f"{len(special_tokens)} special token(s), so {smallest} or more.")
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

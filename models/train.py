@@ -36,6 +36,7 @@ from typing import Any, Callable, Literal, TypedDict, get_args
 
 import torch
 
+from interp.models.arguments import real, whole
 from interp.models.config import GPTConfig
 from interp.models.gpt import HookedGPT
 from interp.models.files import write_atomic
@@ -91,6 +92,12 @@ def toy_induction_task(model_cfg: GPTConfig) -> InductionTask:
     recovers only 2% (vocab 64) or 46% (vocab 256) of the ablation's loss; with distinct prefixes one
     earlier occurrence is all there is to match, the head sharpens and the exact pattern recovers most."""
     return InductionTask(d_vocab=model_cfg.d_vocab, n_pos=model_cfg.n_ctx, distinct_prefix=True)
+
+
+# the control's evaluation grid (`main`) reads prefixes of half to twice the trained one, after a BOS: they must
+# fit toy-induction's context, and half of one must still be a prefix (2 tokens or more)
+CONTROL_PREFIX_MAX = (toy_induction_config().n_ctx - 1) // 4
+CONTROL_WHY = " (the control is measured on prefixes of half to twice this length, within the model's context)"
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -573,24 +580,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--task", choices=get_args(TaskName), default="induction")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--seed", type=whole(0, 2**32 - 1), default=0)
+    parser.add_argument("--steps", type=whole(1), default=None,
                         help=f"optimiser steps (default {TrainConfig.steps} for induction, {TEXT_STEPS} for stdlib-bytes)")
-    parser.add_argument("--batch-size", type=int, default=None,
+    parser.add_argument("--batch-size", type=whole(1), default=None,
                         help=f"sequences per step (default {TrainConfig.batch_size} for induction, {TEXT_BATCH_SIZE} for stdlib-bytes)")
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--lr", type=real(0, above=True), default=None,
                         help=f"peak learning rate (default {TrainConfig.lr} for induction, {TEXT_LR} for stdlib-bytes)")
-    parser.add_argument("--control-steps", type=int, default=600,
+    parser.add_argument("--control-steps", type=whole(0), default=600,
                         help="steps for the fixed-length control recorded in the card (0: skip)")
-    parser.add_argument("--control-prefix-len", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (the figures depend on it)")
+    parser.add_argument("--control-prefix-len", type=whole(4, CONTROL_PREFIX_MAX, why=CONTROL_WHY), default=20)
+    parser.add_argument("--threads", type=whole(1), default=1, help="torch threads (the figures depend on it)")
     parser.add_argument("--out", required=True, help="checkpoint path without suffix, e.g. models/checkpoints/toy-induction")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--corpus-root", default=None,
                         help="stdlib-bytes: the folder of .py files (default: this interpreter's standard library)")
-    parser.add_argument("--max-minutes", type=float, default=TEXT_BUDGET_MINUTES,
+    parser.add_argument("--max-minutes", type=real(0, above=True), default=TEXT_BUDGET_MINUTES,
                         help="stdlib-bytes: refuse before training when the measured estimate exceeds this")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if not out.name or out.is_dir():
+        parser.error(f"--out {args.out!r} names a folder; give the checkpoint's path without suffix, e.g. "
+                     "models/checkpoints/toy-induction (NAME.safetensors, NAME.json and NAME.md are written).")
+    if args.corpus_root is not None and not Path(args.corpus_root).is_dir():
+        parser.error(f"--corpus-root {args.corpus_root!r} is not a folder; give a folder of .py files.")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

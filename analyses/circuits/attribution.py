@@ -46,7 +46,9 @@ from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
-from interp.paths import Edge, Node, check_graph_model, corrupted_prompts, graph, input_hook, nodes
+from interp.paths import (
+    Edge, Node, check_graph_model, corrupted_prompts, graph, input_hook, nodes, parse_edge, refuse_kv_alias,
+)
 from interp.run import Run, as_run
 from interp.stats import bootstrap
 
@@ -64,11 +66,18 @@ class Attribution:
     behaviour: str
     unit: str
     seed: int = 0
+    kv_groups: tuple[int, ...] = ()  # per layer: query heads per key / value head (1 without grouped-query attention)
 
     def score(self, edge: Edge | str) -> float:
-        from interp.paths import parse_edge
-
-        return float(self.edge_values[self.edges.index(parse_edge(edge))].mean())
+        """The mean score of one edge of the graph; BadInput naming an edge the graph lacks (and, for a shared
+        key / value input named by another head of its group, the graph's name for it)."""
+        parsed = parse_edge(edge)
+        if parsed.receiver.kind == "head" and parsed.receiver.layer < len(self.kv_groups):
+            refuse_kv_alias(parsed, self.kv_groups[parsed.receiver.layer])
+        if parsed not in self.edges:
+            raise BadInput(f"attribution score: {parsed.label!r} is not an edge of this model's graph ({len(self.edges)} "
+                           "edges; each sender into a later receiver: see edges_frame()).")
+        return float(self.edge_values[self.edges.index(parsed)].mean())
 
     def edges_frame(self) -> pd.DataFrame:
         """One row per edge: edge (its label), sender, receiver, via, score (mean over prompts), ci_low, ci_high,
@@ -237,7 +246,8 @@ def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | Non
     for i, edge in enumerate(edges):
         node_values[where[edge.sender]] += edge_values[i]
     return Attribution(tuple(edges), edge_values, tuple(senders), node_values,
-                       run.behaviour.describe(run.prompts), run.behaviour.unit, run.seed)
+                       run.behaviour.describe(run.prompts), run.behaviour.unit, run.seed,
+                       tuple(int(block.attn.group) for block in run.model.blocks))
 
 
 __all__ = ["Attribution", "attribution_patching"]

@@ -19,25 +19,31 @@ Both then drop edges that cannot carry anything: from a sender none of whose inp
 corrupted output, so patching its edges is a no-op) and into a receiver none of whose outputs is kept.
 
 Thresholds are fixed fractions of the gap |B(all patched) - B(clean)| on the proposing prompts, the same on
-every model and not tuned per model (module constants below).
+every model and not tuned per model (module constants below). Prompts on which that gap is within its own noise
+(its 95% bootstrap CI over prompts holds 0: `evaluation.check_gap`) are refused: there is no behaviour to explain,
+and any fraction of a noise gap keeps edges at random.
+
+`Circuit` checks its fields (edges parsed and deduplicated, nodes those the edges touch, the method, the threshold
+in [0, 1), numbers where numbers belong); `Circuit.from_json` reads only this version's schema.
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Iterable, Literal, Mapping, get_args
 
 import pandas as pd
 from torch import nn
 
 from interp.data import PromptSet
-from interp.errors import BadInput
-from interp.paths import Edge, Node, graph, nodes, parse_edge
+from interp.errors import BadInput, BadType
+from interp.paths import Edge, Node, as_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
+from interp.validate import as_real, check_fraction
 
 from interp.analyses.circuits.attribution import attribution_patching
-from interp.analyses.circuits.evaluation import CircuitTest, nodes_of, test_circuit
+from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit
 from interp.analyses.circuits.patching import PatchSweep
 
 DiscoveryMethod = Literal["acdc", "eap"]
@@ -67,8 +73,27 @@ class Circuit:
     test: CircuitTest | None = field(default=None, repr=False)  # on the held-out prompts (discover's split)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "edges", tuple(parse_edge(e).label for e in self.edges))
-        object.__setattr__(self, "nodes", tuple(self.nodes))
+        """Checks every field (BadInput naming it): edges parsed and deduplicated (one label is one edge), the nodes
+        those the edges touch (derived when none are given; others refused), the method, the threshold in [0, 1),
+        the scores numbers keyed by edge labels, the gap a number (NaN: unknown), n_prompts a whole number >= 0."""
+        edges = [e.label for e in as_edges(self.edges, "Circuit")]
+        object.__setattr__(self, "edges", tuple(edges))
+        object.__setattr__(self, "nodes", _nodes(self.nodes, edges))
+        if self.method not in DISCOVERY_METHODS:
+            raise BadInput(f"Circuit: method={self.method!r}; expected one of {list(DISCOVERY_METHODS)} (how it was found).")
+        object.__setattr__(self, "threshold", check_fraction(self.threshold, "threshold", "Circuit",
+                                                             what="a fraction of the clean-vs-patched gap"))
+        if not isinstance(self.scores, Mapping):
+            raise BadInput(f"Circuit: scores is a {type(self.scores).__name__}; expected a mapping of edge labels to "
+                           "numbers (every edge tried and its score).")
+        object.__setattr__(self, "scores", {_edge_label(k): as_real(v, f"scores[{k!r}]", "Circuit")
+                                            for k, v in self.scores.items()})
+        object.__setattr__(self, "gap", as_real(self.gap, "gap", "Circuit"))
+        if isinstance(self.n_prompts, bool) or not isinstance(self.n_prompts, int) or self.n_prompts < 0:
+            raise BadInput(f"Circuit: n_prompts={self.n_prompts!r}; expected a whole number >= 0 (the proposing prompts).")
+        for name in ("behaviour", "unit", "model"):
+            if not isinstance(getattr(self, name), str):
+                raise BadInput(f"Circuit: {name}={getattr(self, name)!r}; expected a string.")
 
     @property
     def tau(self) -> float:
@@ -94,22 +119,72 @@ class Circuit:
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | dict[str, Any]) -> "Circuit":
-        """A Circuit from `to_json`'s text (or its parsed dict)."""
-        try:
-            data = json.loads(text) if isinstance(text, str) else dict(text)
-        except json.JSONDecodeError as error:
-            raise BadInput(f"Circuit.from_json: not JSON ({error}); expected Circuit.to_json()'s text.") from None
+    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> "Circuit":
+        """A Circuit from `to_json`'s text (str or UTF-8 bytes) or its parsed dict, every field checked as the
+        constructor checks it (BadInput naming the field); a schema other than this version's is refused."""
+        data = _json_object(text)
+        schema = data.get("schema", SCHEMA)  # files written before the schema field are version 1
+        if schema != SCHEMA:
+            raise BadInput(f"Circuit.from_json: schema {schema!r}; this version of the toolkit reads {SCHEMA!r} "
+                           "(write the circuit again with Circuit.to_json()).")
         missing = [k for k in ("edges", "method", "threshold") if k not in data]
         if missing:
             raise BadInput(f"Circuit.from_json: {missing} missing; expected Circuit.to_json()'s fields "
                            "(edges, nodes, scores, method, threshold, ...).")
-        edges = [parse_edge(e).label for e in data["edges"]]
         gap = data.get("gap")
-        return cls(tuple(data.get("nodes") or nodes_of(edges)), tuple(edges),
-                   {str(k): float(v) for k, v in (data.get("scores") or {}).items()}, str(data["method"]),
-                   float(data["threshold"]), str(data.get("behaviour", "")), str(data.get("unit", "")),
-                   float("nan") if gap is None else float(gap), int(data.get("n_prompts", 0)), str(data.get("model", "")))
+        try:
+            return cls(data.get("nodes") or (), data["edges"], data.get("scores") or {}, data["method"], data["threshold"],
+                       data.get("behaviour", ""), data.get("unit", ""), float("nan") if gap is None else gap,
+                       data.get("n_prompts", 0), data.get("model", ""))
+        except BadInput as error:
+            raise type(error)(f"Circuit.from_json: {str(error).removeprefix('Circuit: ')}") from None
+
+
+def _json_object(text: Any) -> dict[str, Any]:
+    """The JSON object of `Circuit.from_json`'s input; BadInput when it is not JSON or not an object."""
+    if isinstance(text, Mapping):
+        return dict(text)
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadInput(f"Circuit.from_json: the bytes are not UTF-8 text ({error}); expected Circuit.to_json()'s "
+                           "text.") from None
+    if not isinstance(text, str):
+        raise BadType(f"Circuit.from_json takes Circuit.to_json()'s text (str or bytes) or its parsed dict, got "
+                      f"{type(text).__name__}.")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise BadInput(f"Circuit.from_json: not JSON ({why}); expected Circuit.to_json()'s text.") from None
+    if not isinstance(data, dict):
+        shown = json.dumps(data)[:40] if not isinstance(data, (list, dict)) else type(data).__name__
+        raise BadInput(f"Circuit.from_json: the JSON holds {shown}, not an object; expected a JSON object with edges, "
+                       "method, threshold (Circuit.to_json()'s text).")
+    return data
+
+
+def _nodes(given: Any, edges: list[str]) -> tuple[str, ...]:
+    """The nodes the edges touch, in forward order; `given` nodes (if any) must be exactly those."""
+    derived = nodes_of(edges)
+    if isinstance(given, str) or not isinstance(given, Iterable):
+        raise BadInput(f"Circuit: nodes={given!r}; expected a list of node labels (or none: they follow from the edges).")
+    labels = set()
+    for node in given:
+        if not isinstance(node, (str, Node)):
+            raise BadInput(f"Circuit: node {node!r} ({type(node).__name__}) is not a node label such as 'L1H2'.")
+        labels.add(parse_node(node).label)
+    if labels and labels != set(derived):
+        raise BadInput(f"Circuit: nodes {sorted(labels)} are not those its edges touch ({derived}); leave nodes out, "
+                       "they follow from the edges.")
+    return tuple(derived)
+
+
+def _edge_label(key: Any) -> str:
+    if not isinstance(key, (str, Edge)):
+        raise BadInput(f"Circuit: scores key {key!r} is not an edge label such as 'L0H0 -> L1H1 via k'.")
+    return parse_edge(key).label
 
 
 def prune(edges: set[Edge]) -> set[Edge]:
@@ -132,13 +207,21 @@ def _receivers_backwards(model: nn.Module) -> list[Node]:
     return order[::-1]
 
 
+def _checked_gap(sweep: PatchSweep, every: list[Edge]) -> float:
+    """B(all patched) - B(clean), the mean over the proposing prompts; BadInput when it is within its noise
+    (`check_gap`: no behaviour for a circuit to explain)."""
+    per_prompt = sweep.values([every])[0] - sweep.clean()  # (prompt,)
+    check_gap(per_prompt, "discover", sweep.run.behaviour.unit, sweep.run.seed)
+    return float(per_prompt.mean())
+
+
 def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | None = None
          ) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC on `run`'s prompts (see the module): the kept edges, every edge's score, and the gap."""
     sweep = PatchSweep(run, source)
     every = graph(run.model)
+    gap = _checked_gap(sweep, every)
     clean = float(sweep.clean().mean())
-    gap = float(sweep.values([every])[0].mean()) - clean
     tau = threshold * abs(gap)
     removed: list[Edge] = []
     kept = set(every)
@@ -167,7 +250,7 @@ def eap(run: Run, threshold: float = EAP_THRESHOLD, *, source: PromptSet | None 
     """EAP discovery on `run`'s prompts (see the module): the kept edges, every edge's estimate, and the gap."""
     sweep = PatchSweep(run, source)
     every = graph(run.model)
-    gap = float((sweep.values([every])[0] - sweep.clean()).mean())
+    gap = _checked_gap(sweep, every)
     result = attribution_patching(run, source=source)
     means = result.edge_values.mean(1)  # (edge,)
     scores = {edge.label: float(score) for edge, score in zip(result.edges, means)}
@@ -191,10 +274,9 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
         run = as_run(model_or_run, prompts, where="discover")
     else:
         run = as_run(model_or_run, prompts, where="discover", behaviour=behaviour, seed=seed, batch_size=batch_size)
-    fraction = (ACDC_THRESHOLD if method == "acdc" else EAP_THRESHOLD) if threshold is None else threshold
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-        raise BadInput(f"discover: threshold={threshold!r}; expected a fraction of the clean-vs-patched gap in [0, 1), "
-                       f"e.g. {ACDC_THRESHOLD}.")
+    fraction = check_fraction((ACDC_THRESHOLD if method == "acdc" else EAP_THRESHOLD) if threshold is None else threshold,
+                              "threshold", "discover", what="a fraction of the clean-vs-patched gap",
+                              example=ACDC_THRESHOLD)
     if split:
         if source is not None:
             raise BadInput("discover: a corrupted source is given row for row, so it cannot follow a split; pass "

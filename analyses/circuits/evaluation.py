@@ -17,6 +17,12 @@ With B the behaviour (mean over prompts), "all patched" every edge of the model 
   circuit was found with (a fraction of this prompt set's |B(all patched) - B(clean)|): every kept edge
   should cost at least that.
 
+An empty circuit has no node to knock out and no edge to remove: its completeness and minimality are NaN, not
+tested, and `notes` says why (its faithfulness, F of the fully patched model, is measured). A prompt set on
+which the clean-vs-patched gap is within its own noise (its 95% bootstrap CI over prompts holds 0: patching
+every edge does not change the behaviour) is refused by discovery (`check_gap`: its threshold is a fraction of
+that gap); `test_circuit` measures a given circuit there but says in `notes` that its fractions are noise.
+
 Every number is a mean over prompts with a bootstrap CI over prompts (ratios: resampling prompts' numerator
 and denominator together, `interp.stats.ratio_bootstrap`). The patched runs are computed by
 `interp.analyses.circuits.patching.PatchSweep` (the clean run cached per batch, each set resumed from its
@@ -33,9 +39,10 @@ from torch import nn
 
 from interp.data import PromptSet
 from interp.errors import BadInput
-from interp.paths import Edge, Node, check_edges, graph, parse_edge, parse_node
+from interp.paths import Edge, Node, as_edges, check_edges, graph, parse_edge, parse_node
 from interp.run import Run, as_run
 from interp.stats import bootstrap, ratio_bootstrap
+from interp.validate import check_fraction
 
 from interp.analyses.circuits.patching import PatchSweep
 
@@ -68,20 +75,33 @@ class CircuitTest:
     n_prompts: int
     behaviour: str
     unit: str
+    notes: tuple[str, ...] = ()  # what was not tested and why (an empty circuit's completeness and minimality)
 
     @property
     def minimal(self) -> bool:
-        """Whether every kept edge's removal costs at least the threshold (on the mean)."""
-        return bool(self.minimality_frame["minimal"].all()) if len(self.minimality_frame) else True
+        """Whether every kept edge's removal costs at least the threshold (on the mean); False for an empty circuit,
+        which has no edge to be minimal with."""
+        return bool(self.minimality_frame["minimal"].all()) if len(self.minimality_frame) else False
 
     def frame(self) -> pd.DataFrame:
-        """One row per test: test, value, ci_low, ci_high, unit, threshold, n_edges, n_prompts, behaviour."""
-        rows = [("faithfulness", self.faithfulness, "fraction of the clean-vs-patched gap", float("nan")),
-                ("completeness", self.completeness, "fraction of the clean-vs-patched gap (max over K)", float("nan")),
-                ("minimality", self.minimality, f"{self.unit} (smallest kept edge's removal cost)", self.threshold)]
+        """One row per test: test, value, ci_low, ci_high, unit, threshold, n_edges, n_prompts, behaviour, note
+        (why a test was not run: its value is then NaN)."""
+        untested = EMPTY_NOTE if self.n_edges == 0 else ""
+        noisy = next((note for note in self.notes if "within its noise" in note), "")
+        rows = [("faithfulness", self.faithfulness, "fraction of the clean-vs-patched gap", float("nan"), noisy),
+                ("completeness", self.completeness, "fraction of the clean-vs-patched gap (max over K)", float("nan"),
+                 untested or noisy),
+                ("minimality", self.minimality, f"{self.unit} (smallest kept edge's removal cost)", self.threshold,
+                 untested)]
         return pd.DataFrame([{"test": name, "value": iv.mean, "ci_low": iv.ci_low, "ci_high": iv.ci_high, "unit": unit,
                               "threshold": threshold, "n_edges": self.n_edges, "n_prompts": self.n_prompts,
-                              "behaviour": self.behaviour} for name, iv, unit, threshold in rows])
+                              "behaviour": self.behaviour, "note": note} for name, iv, unit, threshold, note in rows],
+                            columns=TEST_COLUMNS)
+
+
+TEST_COLUMNS = ["test", "value", "ci_low", "ci_high", "unit", "threshold", "n_edges", "n_prompts", "behaviour", "note"]
+EMPTY_NOTE = "not tested: the circuit is empty (no node to knock out, no edge to remove)"
+NOT_TESTED = float("nan")
 
 
 def _interval(values: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> Interval:
@@ -96,15 +116,42 @@ def _abs_interval(iv: Interval) -> Interval:
 
 
 def circuit_edges(model: nn.Module, circuit: Any) -> tuple[list[Edge], float | None]:
-    """The circuit's edges (checked against the model) and its threshold (None when a bare edge list is given)."""
+    """The circuit's edges (checked against the model; one label is a circuit of one edge) and its threshold
+    (None when a bare edge list is given)."""
     labels = getattr(circuit, "edges", circuit)
-    if isinstance(labels, (str, Edge)) or not isinstance(labels, Iterable):
+    if not isinstance(labels, (str, Edge, Iterable)) or isinstance(labels, (bytes, dict)):
         raise BadInput(f"test_circuit: circuit must be a Circuit or a list of edge labels ('L0H0 -> L1H0 via k', ...); "
                        f"got {type(circuit).__name__}.")
-    edges = sorted({parse_edge(edge) for edge in labels})
+    edges = sorted(as_edges(labels, "test_circuit"))
     check_edges(model, edges)
     threshold = getattr(circuit, "threshold", None)
     return edges, None if threshold is None else float(threshold)
+
+
+class NoBehaviour(BadInput):
+    """The prompts show no behaviour for a circuit to explain: the clean-vs-patched gap is within its noise."""
+
+
+def gap_noise(gap: torch.Tensor, unit: str, seed: int) -> str | None:
+    """A sentence when the clean-vs-patched gap (prompt,) is within its own noise, else None. Noise is measured on
+    the prompts themselves: the gap's 95% bootstrap CI over prompts holds 0, so patching every edge does not
+    measurably change the behaviour (every fraction of that gap would be noise)."""
+    mean, low, high = (float(v) for v in bootstrap(gap.double(), seed=seed, label="clean-vs-patched gap"))
+    if not low <= 0 <= high:
+        return None
+    suffix = f" {unit}" if unit else ""
+    return (f"the clean-vs-patched gap is {mean:+.4g}{suffix} (95% CI [{low:+.4g}, {high:+.4g}] over {len(gap)} prompts), "
+            "within its noise: patching every edge does not change the behaviour")
+
+
+def check_gap(gap: torch.Tensor, where: str, unit: str, seed: int) -> None:
+    """`NoBehaviour` (a BadInput) naming the gap when it is within its noise (`gap_noise`): there is nothing for a
+    circuit to explain."""
+    noise = gap_noise(gap, unit, seed)
+    if noise is not None:
+        raise NoBehaviour(f"{where}: {noise}, so there is nothing for a circuit to explain. Use prompts on which the model "
+                       "shows the behaviour (e.g. repeated tokens for induction), a corrupted source that removes it, or "
+                       "more prompts.")
 
 
 def _subsets(circuit_nodes: list[Node], n_subsets: int, seed: int) -> list[tuple[Node, ...]]:
@@ -133,6 +180,9 @@ def _touching(edges: Iterable[Edge], nodes_: Sequence[Node]) -> list[Edge]:
 def _completeness(sweep: PatchSweep, every: list[Edge], kept: list[Edge], outside: list[Edge], clean: torch.Tensor,
                   all_patched: torch.Tensor, n_subsets: int, seed: int) -> tuple[Interval, pd.DataFrame]:
     circuit_nodes = sorted({n for e in kept for n in (e.sender, e.receiver) if n.kind != "logits"})
+    columns = ["removed", "n_removed", "faithfulness_circuit", "faithfulness_model", "difference", "ci_low", "ci_high"]
+    if not circuit_nodes:  # no node to knock out: not tested, never "complete"
+        return Interval(NOT_TESTED, NOT_TESTED, NOT_TESTED), pd.DataFrame(columns=columns)
     subsets = _subsets(circuit_nodes, n_subsets, seed)
     sets = []
     for subset in subsets:
@@ -150,7 +200,6 @@ def _completeness(sweep: PatchSweep, every: list[Edge], kept: list[Edge], outsid
                      "difference": diff.mean, "ci_low": diff.ci_low, "ci_high": diff.ci_high})
         if diff.mean >= best.mean:
             best = diff
-    columns = ["removed", "n_removed", "faithfulness_circuit", "faithfulness_model", "difference", "ci_low", "ci_high"]
     return best, pd.DataFrame(rows, columns=columns)
 
 
@@ -166,7 +215,7 @@ def _minimality(sweep: PatchSweep, kept: list[Edge], outside: list[Edge], circui
         if cost.mean < smallest.mean:
             smallest = cost
     if not kept:
-        smallest = Interval(float("nan"), float("nan"), float("nan"))
+        smallest = Interval(NOT_TESTED, NOT_TESTED, NOT_TESTED)
     columns = ["sender", "receiver", "via", "cost", "ci_low", "ci_high", "threshold", "minimal", "unit"]
     return smallest, pd.DataFrame(rows, columns=columns)
 
@@ -179,10 +228,11 @@ def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet
     |B(all patched) - B(clean)| (default: the circuit's own; a bare edge list needs one)."""
     run = as_run(model_or_run, prompts, where="test_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
     kept, own = circuit_edges(run.model, circuit)
-    fraction = own if threshold is None else float(threshold)
-    if fraction is None or not fraction >= 0:
-        raise BadInput(f"test_circuit: threshold={fraction!r}; give the minimality threshold as a fraction (>= 0) of the "
+    if threshold is None and own is None:
+        raise BadInput("test_circuit: threshold=None; give the minimality threshold as a fraction in [0, 1) of the "
                        "clean-vs-patched gap (a Circuit carries its own).")
+    fraction = check_fraction(own if threshold is None else threshold, "threshold", "test_circuit",
+                              what="the minimality threshold as a fraction of the clean-vs-patched gap")
     if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 0:
         raise BadInput(f"test_circuit: n_subsets={n_subsets!r} must be a whole number >= 0.")
     sweep = PatchSweep(run, source)
@@ -192,13 +242,16 @@ def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet
     clean = sweep.clean()
     all_patched, circuit_only = sweep.values([every, outside])
     gap = clean - all_patched
+    noise = gap_noise(gap, run.behaviour.unit, run.seed)
     tau = fraction * abs(float(gap.mean()))
     faithfulness = _interval(ratio_bootstrap(circuit_only - all_patched, gap, seed=run.seed, label="faithfulness"))
     completeness, completeness_frame = _completeness(sweep, every, kept, outside, clean, all_patched, n_subsets, run.seed)
     minimality, minimality_frame = _minimality(sweep, kept, outside, circuit_only, tau, run.seed, run.behaviour.unit)
+    notes = ((f"completeness and minimality {EMPTY_NOTE}",) if not kept else ()) + (
+        (f"{noise}: faithfulness and completeness, fractions of that gap, are noise",) if noise else ())
     return CircuitTest(faithfulness, completeness, minimality, completeness_frame, minimality_frame, tau,
                        float(clean.mean()), float(all_patched.mean()), float(circuit_only.mean()), len(kept),
-                       len(clean), run.behaviour.describe(run.prompts), run.behaviour.unit)
+                       len(clean), run.behaviour.describe(run.prompts), run.behaviour.unit, notes)
 
 
 test_circuit.__test__ = False  # type: ignore[attr-defined]  # a test of a circuit, not a pytest test
@@ -210,4 +263,5 @@ def nodes_of(edges: Iterable[Edge | str]) -> list[str]:
     return [n.label for n in sorted({parse_node(x) for e in parsed for x in (e.sender, e.receiver)})]
 
 
-__all__ = ["CircuitTest", "Interval", "N_SUBSETS", "circuit_edges", "nodes_of", "test_circuit"]
+__all__ = ["CircuitTest", "EMPTY_NOTE", "Interval", "N_SUBSETS", "NoBehaviour", "TEST_COLUMNS", "check_gap", "circuit_edges",
+           "gap_noise", "nodes_of", "test_circuit"]

@@ -32,8 +32,8 @@ from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
 from interp.paths import (
-    Edge, EdgePatch, Node, check_edges, check_graph_model, corrupted_prompts, input_hook, node_write, nodes, parse_edge,
-    parse_node, write_hook,
+    Edge, EdgePatch, Node, as_edges, check_edges, check_graph_model, corrupted_prompts, input_hook, node_write, nodes,
+    parse_edge, parse_node, write_hook,
 )
 from interp.run import Effect, Run, as_run
 from interp.stats import bootstrap
@@ -303,9 +303,7 @@ class PatchSweep:
 
 def as_edge_set(item: EdgeSetLike) -> tuple[Edge, ...]:
     """One edge ('L0H0 -> L1H0 via k' or an Edge) as a set of one, or a collection of edges as a set."""
-    if isinstance(item, (Edge, str)):
-        return (parse_edge(item),)
-    return tuple(sorted({parse_edge(e) for e in item}))
+    return tuple(sorted(as_edges(item, "edge_effects")))
 
 
 def edge_effects(run: Run, edges: Iterable[EdgeSetLike], *, source: PromptSet | None = None,
@@ -316,6 +314,11 @@ def edge_effects(run: Run, edges: Iterable[EdgeSetLike], *, source: PromptSet | 
     if not isinstance(run, Run):
         raise BadInput(f"edge_effects takes an interp.Run, got {type(run).__name__}; build one with "
                        "interp.Run(model, prompts).")
+    if isinstance(edges, (Edge, str)):
+        edges = [edges]  # one edge, not its characters
+    elif not isinstance(edges, Iterable):
+        raise BadInput(f"edge_effects: edges={edges!r} ({type(edges).__name__}); expected a list of edges (labels such as "
+                       "'L0H0 -> L1H1 via k') or of edge sets.")
     sets = [as_edge_set(item) for item in edges]
     return PatchSweep(run, source, stack).effects(sets)
 
@@ -325,7 +328,8 @@ def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None
                  seed: int | None = None) -> pd.DataFrame:
     """`path_patch` of many single edges, one row each (computed together by `edge_effects`)."""
     run = as_run(model_or_run, prompts, where="path_patches", behaviour=behaviour, batch_size=batch_size, seed=seed)
-    parsed = [parse_edge(edge, run.model) for edge in edges]
+    parsed = as_edges(edges, "path_patches")
+    check_edges(run.model, parsed)
     return edge_frame(edge_effects(run, parsed, source=source), source="resample" if source is None else "corrupted prompts")
 
 

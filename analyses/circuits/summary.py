@@ -25,7 +25,7 @@ import pandas as pd
 from torch import nn
 
 from interp.analyses.circuits.discovery import Circuit, discover
-from interp.analyses.circuits.evaluation import CircuitTest
+from interp.analyses.circuits.evaluation import TEST_COLUMNS, CircuitTest
 from interp.analyses.circuits.patching import path_patches
 from interp.data import PromptSet
 from interp.run import Run, as_run
@@ -46,8 +46,7 @@ class CircuitSummary:
     def tests_frame(self) -> pd.DataFrame:
         """The tests as rows (`CircuitTest.frame`); empty when none ran."""
         if self.test is None:
-            return pd.DataFrame(columns=["test", "value", "ci_low", "ci_high", "unit", "threshold", "n_edges",
-                                         "n_prompts", "behaviour"])
+            return pd.DataFrame(columns=TEST_COLUMNS)
         return self.test.frame()
 
     def to_json(self) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 `report_circuit` runs `interp.analyses.circuits.summary.circuit_summary` (ACDC at its fixed threshold,
 proposed on half of the report's prompts and tested on the other half) when the model can be path patched
 (pre-norm blocks with split q/k/v inputs), has a meaningful loss, and its graph has at most
-`MAX_GRAPH_EDGES` edges (ACDC patches each of them once, so a larger model is left to `interp circuit`);
+`MAX_GRAPH_EDGES` edges (ACDC patches each of them once, so a larger model is left to `interp circuit`), and
+its prompts show a behaviour to explain (a clean-vs-patched gap beyond its noise, `evaluation.check_gap`);
 otherwise the section says why it is absent. Rendered as `plots/circuit.png` (`.plots.circuit_figures`:
 `draw_circuit`, nodes by layer, edges labelled with their input and effect), an HTML table of the kept
 edges and the tests and lines in summary.md (`.html.circuit_html`, `.html.circuit_markdown`), and
@@ -50,9 +51,13 @@ def report_circuit(model: nn.Module, prompts: PromptSet, *, seed: int, behaviour
                                     "(ACDC patches each once); run `interp circuit SPEC` for it")
     if len(prompts) < 4:
         return CircuitSection(None, f"{len(prompts)} prompts cannot be split into a proposing and a testing half")
+    from interp.analyses.circuits.evaluation import NoBehaviour
     from interp.analyses.circuits.summary import circuit_summary
 
-    return CircuitSection(circuit_summary(model, prompts, seed=seed, behaviour=behaviour))
+    try:
+        return CircuitSection(circuit_summary(model, prompts, seed=seed, behaviour=behaviour))
+    except NoBehaviour as error:  # the report's prompts show no behaviour to explain (e.g. random tokens)
+        return CircuitSection(None, str(error))
 
 
 __all__ = ["CircuitSection", "MAX_GRAPH_EDGES", "report_circuit"]

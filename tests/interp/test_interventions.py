@@ -44,6 +44,15 @@ def test_spec_is_plain_data_and_heads_parse():
     assert parse_heads("L3H4") == ((3, 4),)
 
 
+@pytest.mark.parametrize("heads", [0, None, 2.5, b"L0H1"])
+def test_heads_of_the_wrong_type_are_a_bad_type(heads):
+    """r006 r009: not a raw "'int' object is not iterable" but the toolkit's BadType naming the argument."""
+    from interp.errors import BadType
+
+    with pytest.raises(BadType, match=rf"heads={heads!r} .* is not a head or a list of heads; pass an 'L{{layer}}H{{head}}' label"):
+        HeadAblation(heads)
+
+
 @pytest.mark.parametrize("site", ["z", "result"])
 def test_zero_ablation_equals_zeroing_W_O(tiny_gpt, prompts, site):
     with ablate(tiny_gpt, [(1, 2), (0, 0)], "zero", site=site):
@@ -70,7 +79,6 @@ def test_mean_ablation_uses_the_reference_mean(tiny_gpt, prompts, reference):
     means = reference_activations(tiny_gpt, reference, site="z").means[1]  # (pos, head, d)
     _, cache = tiny_gpt.run_with_cache(reference.tokens, names_filter="blocks.1.attn.hook_z")
     torch.testing.assert_close(means, cache["blocks.1.attn.hook_z"].mean(0), atol=1e-6, rtol=1e-5)
-    seen = {}
     with ablate(tiny_gpt, (1, 1), "mean", reference=reference):
         _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.1.attn.hook_z")
     z = cache["blocks.1.attn.hook_z"]

@@ -199,3 +199,32 @@ def test_a_post_norm_encoder_is_refused_by_edge_patching():
     prompts = PromptSet(random_tokens(4, 6, 20, seed=0).tokens)
     with pytest.raises(BadInput, match="post-norm"):
         interp.Run(encoder, prompts).effect(EdgePatch(("L0H0 -> L1H1 via k",)))
+
+
+def test_as_edges_takes_one_label_or_many_and_names_what_is_not_an_edge():
+    from interp.paths import as_edges
+
+    assert as_edges("L0H0 -> L1H1 via k", "f") == [parse_edge("L0H0 -> L1H1 via k")]
+    assert as_edges(["L1H0 -> logits", "L1H0->LOGITS", parse_edge("L0H0 -> L1H1 via q")], "f") == [
+        parse_edge("L1H0 -> logits"), parse_edge("L0H0 -> L1H1 via q")]  # duplicates dropped, order kept
+    for bad, match in [(5, r"f: edges=5 \(int\); expected an edge label"), ([None], r"f: None \(NoneType\) is not an edge"),
+                       ({"L1H0 -> logits": 1}, r"f: edges=\{.*\(dict\)")]:
+        with pytest.raises(BadInput, match=match):
+            as_edges(bad, "f")
+
+
+def test_kv_edge_names_a_shared_key_value_input_by_its_groups_first_head():
+    from interp.paths import kv_edge, refuse_kv_alias
+
+    alias = parse_edge("L0H0 -> L1H3 via v")
+    assert kv_edge(alias, 2) == parse_edge("L0H0 -> L1H2 via v") and kv_edge(alias, 4) == parse_edge("L0H0 -> L1H0 via v")
+    assert kv_edge(alias, 1) == alias  # no grouping
+    for own in ("L0H0 -> L1H3 via q", "L0H0 -> L1H2 via k", "L1H3 -> logits"):
+        assert kv_edge(parse_edge(own), 2) == parse_edge(own)
+        refuse_kv_alias(parse_edge(own), 2)
+    with pytest.raises(BadInput, match=r"heads L1H2..L1H3 share one value head \(kv head 1\).*use 'L0H0 -> L1H2 via v'"):
+        refuse_kv_alias(alias, 2)
+    grouped = small(n_key_value_heads=2)
+    with pytest.raises(BadInput, match="use 'L0H0 -> L1H2 via v'"):
+        check_edges(grouped, [alias])
+    check_edges(grouped, [e for e in graph(grouped)])  # every edge of the graph is its own name

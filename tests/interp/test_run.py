@@ -59,16 +59,73 @@ def test_batched_strategy_agrees_with_resuming(toy, prompts) -> None:
         Run(toy, prompts, strategy="batched").effect(HeadAblation(["L0H0", "L0H1"], "mean"))
 
 
-def test_the_memo_serves_a_repeated_effect_without_a_forward(toy, prompts) -> None:
+def test_the_memo_serves_a_repeated_effect_without_a_forward(toy, prompts, monkeypatch) -> None:
     run = Run(toy, prompts)
     first = run.effect(HeadAblation("L0H1", "zero"))
     calls = []
-    handle = toy.register_forward_hook(lambda *a: calls.append(1))
+    monkeypatch.setattr(type(toy), "forward", lambda *a, **k: calls.append(1))  # a hook would stop the memo
+    again = run.effect(HeadAblation(((0, 1),), "zero"))  # the same spec, written another way
+    monkeypatch.undo()
+    assert again is first and calls == []
+
+
+def test_a_forward_hook_stops_the_memo_and_warns_once(toy, prompts) -> None:
+    """r119: a hook attached after the first effect changes the numbers; the Run computes under it, memoises
+    nothing while it is attached, warns once, and serves the memo again once it is removed."""
+    import warnings
+
+    run = Run(toy, prompts)
+    ablation = HeadAblation("L1H2", "zero")
+    first = run.effect(ablation)
+    handle = toy.blocks[1].register_forward_hook(lambda module, args, out: torch.zeros_like(out))
     try:
-        again = run.effect(HeadAblation(((0, 1),), "zero"))  # the same spec, written another way
+        with pytest.warns(UserWarning, match=r"forward hooks are attached to the model \(at 'blocks.1'\).*nothing is memoised"):
+            hooked = run.effect(ablation)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per Run
+            again = run.effect(ablation)
+        with pytest.warns(UserWarning, match="forward hooks"):
+            fresh = Run(toy, prompts).effect(ablation)
     finally:
         handle.remove()
-    assert again is first and calls == []
+    assert abs(hooked.mean - first.mean) > 0.1  # block 1 zeroed: another number
+    assert hooked is not again and again.mean == pytest.approx(fresh.mean, abs=1e-9)
+    assert run.effect(ablation) is first  # the hook is gone: the memo again
+
+
+def test_a_hook_point_hook_counts_but_the_toolkits_own_come_and_go(toy, prompts) -> None:
+    from interp.hooks import attached_forward_hooks, hooked
+
+    assert attached_forward_hooks(toy) == []
+    with hooked(toy, [("blocks.0.attn.hook_pattern", lambda pattern, hook: None)]):
+        assert attached_forward_hooks(toy) == ["blocks.0.attn.hook_pattern"]
+    run = Run(toy, prompts)
+    run.effect(HeadAblation("L0H0", "mean"))  # the toolkit's own hooks, inside the call
+    assert attached_forward_hooks(toy) == [] and run.memoising()
+
+
+def test_edits_through_data_are_unseen_until_forget(prompts) -> None:
+    """r117, a design choice: torch does not count writes through `.data`, so the memo keeps its number until
+    `forget()`; Run.effect's docstring says so."""
+    model = induction_circuit()
+    run = Run(model, PromptSet(prompts.tokens.clamp(max=model.cfg.d_vocab - 1)))
+    ablation = HeadAblation("L1H0", "mean")
+    before = run.effect(ablation)
+    model.blocks[1].attn.W_Q.data.mul_(0.0)
+    assert run.effect(ablation) is before  # stale, by design
+    run.forget()
+    assert abs(run.effect(ablation).mean - before.mean) > 1e-3
+    doc = " ".join((Run.effect.__doc__ or "").split())
+    assert ".data" in doc and "forget()" in doc
+
+
+def test_a_model_without_attention_is_a_clear_error(prompts) -> None:
+    from torch import nn
+
+    from interp.errors import BadType
+
+    with pytest.raises(BadType, match=r"cannot find attention hooks in a Sequential; .*interp.load\(model\)"):
+        Run(nn.Sequential(nn.Embedding(256, 16), nn.Linear(16, 256)), prompts)
 
 
 def test_editing_a_weight_in_place_recomputes_the_next_effect(prompts) -> None:
@@ -106,8 +163,63 @@ def test_pattern_substitution_is_an_intervention(toy, prompts) -> None:
     assert abs(own.mean) < 1e-5
     assert PatternSubstitution((1, 2), None, permute=True).spec() == {"substitute": [1, 2], "pattern": None,
                                                                        "permute": True}
-    with pytest.raises(ValueError, match="must be 'uniform'"):
+    with pytest.raises(ValueError, match=r"must be one of \['previous_token', 'first_token', 'self', 'uniform'\]"):
         PatternSubstitution("L1H2", "previous")
+
+
+def test_pattern_substitution_takes_a_tensor_as_substitute_pattern_does(toy, prompts) -> None:
+    """r016 r017: a (query, key) tensor is substituted as `substitute_pattern` substitutes it, named in the spec by
+    its shape and a digest; a value of another type is a BadType naming PatternSource."""
+    from interp.errors import BadType
+    from interp.interventions import ideal_pattern, substitute_pattern
+
+    run = Run(toy, prompts, strategy="hooked")
+    ideal = ideal_pattern("previous_token", prompts.n_pos)
+    effect = run.effect(PatternSubstitution("L1H2", ideal))
+    with torch.no_grad(), substitute_pattern(toy, 1, 2, ideal):
+        by_hand = run.behaviour(toy(prompts.tokens), prompts).double()
+    torch.testing.assert_close(effect.intervened, by_hand, atol=2e-6, rtol=0)
+    assert run.effect(PatternSubstitution("L1H2", "previous_token")).mean == pytest.approx(effect.mean, abs=1e-6)
+    spec = PatternSubstitution("L1H2", ideal).spec()["pattern"]
+    assert spec["tensor"] == [prompts.n_pos, prompts.n_pos] and len(spec["blake2b"]) == 32
+    assert PatternSubstitution("L1H2", ideal.clone()) == PatternSubstitution("L1H2", ideal)
+    other = ideal_pattern("first_token", prompts.n_pos)
+    assert PatternSubstitution("L1H2", other).spec() != PatternSubstitution("L1H2", ideal).spec()
+    for bad in (5, lambda n: ideal):
+        with pytest.raises(BadType, match="PatternSource"):
+            PatternSubstitution("L1H2", bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sums to"):
+        PatternSubstitution("L1H2", ideal * 2)
+
+
+class _Named:
+    """A TargetSource / PatternSource named "mine", whatever it gives: two of them share one spec()."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def spec(self):
+        return {"source": "mine"}
+
+    def __call__(self, run, batch):
+        return self.make(batch)
+
+
+def test_sources_with_equal_specs_are_told_apart(toy, prompts) -> None:
+    """r110: the memo key holds a digest of what a source gives on the run's prompts, not its spec() alone."""
+    from interp.interventions import AttentionKnockout, ideal_pattern
+
+    run = Run(toy, prompts)
+    n = prompts.n_pos
+    previous = _Named(lambda b: torch.diag_embed(torch.ones(len(b), n - 1), offset=-1))
+    nothing = _Named(lambda b: torch.zeros(len(b), n, n))
+    knocked = run.effect(AttentionKnockout("L1H2", previous))
+    untouched = run.effect(AttentionKnockout("L1H2", nothing))
+    assert untouched is not knocked and untouched.mean == pytest.approx(0.0, abs=1e-6) and abs(knocked.mean) > 1e-3
+    assert run.effect(AttentionKnockout("L1H2", _Named(nothing.make))) is untouched  # same targets: the memo
+    uniform = _Named(lambda b: ideal_pattern("uniform", n))
+    own_previous = _Named(lambda b: ideal_pattern("previous_token", n))
+    assert run.effect(PatternSubstitution("L1H2", uniform)).mean != run.effect(PatternSubstitution("L1H2", own_previous)).mean
 
 
 def test_auto_strategy_hooks_models_that_cannot_resume(prompts) -> None:
@@ -178,7 +290,6 @@ def test_every_causal_analysis_reads_its_numbers_through_run_effect(effect_calls
     from interp.analyses import redundancy
     from interp.analyses.claims import induction_head, pair
     from interp.claims import test_claims
-
     from interp.interventions import all_heads
 
     n_heads = len(all_heads(toy))

@@ -80,7 +80,17 @@ def test_table_form_with_lists_negations_pairs_and_model_claims():
          r"^f\.toml:2:1: 'L1H0 -> L0H0 via k': the receiver L0H0 \(layer 0\) must sit in a later layer than the sender L1H0"),
         ('[claims]\n"L0H0 -> L0H1 via k" = "composes"\n', r"^f\.toml:2:1: .*must sit in a later layer"),
         ('[claims]\n"L0H0 -> logits" = "composes"\n', r"^f\.toml:2:1: 'L0H0 -> logits': an edge claim joins two heads"),
-        ('[claims]\n"L0H0 => L1H0 via k" = "composes"\n', r"^f\.toml:2:1: 'L0H0 => L1H0 via k' is not a head label"),
+        # k20 k23: a mistyped edge (it says " via ") gets the edge syntax, not the head-label advice
+        ('[claims]\n"L0H0 => L1H0 via k" = "composes"\n', r"^f\.toml:2:1: 'L0H0 => L1H0 via k' is not an edge; .*"
+         r"write it as \"L0H0 -> L1H2 via k\""),
+        ('[claims]\n"L0H0 - > L1H0 via k" = "composes"\n', r"^f\.toml:2:1: 'L0H0 - > L1H0 via k' is not an edge"),
+        ('[claims]\n"L0H0 \u2192 L1H0 via k" = "composes"\n', r"^f\.toml:2:1: 'L0H0 \u2192 L1H0 via k' is not an edge"),
+        # k07: one claim both ways always fails one of them
+        ('[claims]\n"L0H0 -> L1H0 via k" = ["composes", "not composes"]\n',
+         r"^f\.toml:2:1: 'L0H0 -> L1H0 via k' is claimed both ways: 'L0H0 -> L1H0 via k: composes' \(line 2\) and "
+         r"'L0H0 -> L1H0 via k: not composes'"),
+        ('[claims]\nL1H2 = "induction"\n"L1H2" = "not induction"\n', r"TOML syntax error"),
+        ('[claims]\nL1H2 = "induction"\nl1h2 = "not induction"\n', r"^f\.toml:3:1: 'L1H2' is claimed both ways"),
         ('[claims]\n"L0H0 -> L1H0 via k" = "compose"\n', r"^f\.toml:2:1: .*unknown claim kind 'compose'.*Did you mean 'composes'"),
     ],
 )
@@ -201,6 +211,28 @@ def test_plugin_reports_a_model_that_does_not_load(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(["*could not test the claims*no-such-model*"])
+
+
+def test_plugin_reports_a_failing_factory_in_one_line_per_claim(pytester):
+    """P08: a factory that raises is the user's model failing (ModelError): one line per claim, not the toolkit's
+    internals."""
+    pytester.makepyfile(broken_factory="def build():\n    raise RuntimeError('factory blew up')\n")
+    pytester.makefile(".toml", claims_factory=GOOD.replace(CONSTRUCTED, "broken_factory:build"))
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*claims_factory.toml:*: could not test the claims: ModelError: *broken_factory:build* "
+                                 "raised RuntimeError*factory blew up*"])
+    assert len(result.outlines) < 30 and not any("interp/loading.py" in line for line in result.outlines)
+
+
+def test_plugin_reports_a_claim_made_both_ways_as_a_collection_error(pytester):
+    """P05: the file contradicts itself: nothing runs, the error names both claims."""
+    pytester.makefile(".toml", claims_both=GOOD.replace('L0H0 = "previous_token"',
+                                                        'L0H0 = ["previous_token", "not previous_token"]'))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*claims_both.toml:*: 'L0H0' is claimed both ways*"])
 
 
 # --------------------------------------------------------------------------- the shipped examples, pinned

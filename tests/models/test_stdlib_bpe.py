@@ -192,6 +192,105 @@ def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+TINY = ["train", "--vocab-size", "300", "--n-ctx", "32", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
+        "--minutes", "1", "--warmup-steps", "2", "--eval-every", "1"]
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--eval-every", "0"], r"argument --eval-every: 0 must be at least 1"),  # B05
+    (["--minutes", "100"], r"--minutes 100 of training exceeds --max-minutes 90"),  # B07
+    (["--minutes", "nan"], r"argument --minutes: nan must be a finite number above 0"),
+    (["--max-minutes", "-1"], r"argument --max-minutes: -1 must be a finite number above 0"),
+    (["--n-heads", "3"], r"--d-model 16 is not divisible by --n-heads 3"),  # B09
+    (["--n-heads", "16"], r"rotary positions need an even d_head = --d-model / --n-heads, got 1"),
+    (["--batch-size", "0"], r"argument --batch-size: 0 must be at least 1"),  # B13
+    (["--threads", "0"], r"argument --threads: 0 must be at least 1"),  # B10
+    (["--steps", "-1"], r"argument --steps: -1 must be at least 0"),  # B04: never stopped
+    (["--vocab-size", "10"], r"argument --vocab-size: 10 must be at least 257"),  # B08: silently 257
+    (["--lr", "inf"], r"argument --lr: inf must be a finite number above 0"),
+    (["--warmup-steps", "0"], r"argument --warmup-steps: 0 must be at least 1"),
+    (["--copy-fraction", "1.5"], r"argument --copy-fraction: 1.5 must be a finite number at least 0 and at most 1"),
+    (["--copy-fraction", "0.5", "--copy-max", "0.1"], r"--copy-max 0.1: a planted span is 8 tokens or longer"),
+    (["--n-ctx", "8"], r"argument --n-ctx: 8 must be at least 24"),
+    (["--seed", "-3"], r"argument --seed: -3 must be in \[0, 4294967295\]"),
+])
+def test_train_arguments_are_refused_before_any_work(tmp_path, monkeypatch, capsys, extra, match):
+    """B04 B05 B07 B08 B09 B10 B13: exit 2 at parse time, before the corpus is tokenised, nothing written."""
+    monkeypatch.setattr(stdlib_bpe, "token_corpus", lambda *a, **k: pytest.fail("tokenised before refusing"))
+    with pytest.raises(SystemExit) as exit_:
+        stdlib_bpe.main([*TINY, *extra, "--out", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and re.search(match, capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("lr", float("nan"), r"Recipe lr=nan: nan must be a finite number above 0"),
+    ("vocab_size", 10, r"Recipe vocab_size=10: 10 must be at least 257"),
+    ("corpus", "stdlib-all", r"Recipe corpus='stdlib-all': 'stdlib-all' is not one of \['stdlib', 'stdlib-with-tests'\]"),
+    ("seed", True, r"Recipe seed=True: a bool is not a recipe value"),
+    ("warmup_steps", 0, r"Recipe warmup_steps=0: 0 must be at least 1"),
+])
+def test_a_recipe_checks_its_fields_as_its_flags_do(field, value, match):
+    """The Python API (`train(Recipe(...), ...)`) refuses what the command line refuses."""
+    with pytest.raises(ValueError, match=match):
+        stdlib_bpe.Recipe(**{field: value})
+
+
+def test_earlier_run_files_refuse_a_file_a_foreign_file_and_a_run_without_force(tmp_path):
+    """B02 B11: the run folder's own names only, and only with --force; the user's files are never deleted."""
+    assert stdlib_bpe.earlier_run_files(tmp_path / "absent", force=False) == []
+    (tmp_path / "file").write_text("precious")
+    with pytest.raises(ValueError, match=r"--out .*file is a file; give a folder"):
+        stdlib_bpe.earlier_run_files(tmp_path / "file", force=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    assert stdlib_bpe.earlier_run_files(run, force=False) == []
+    names = ["log.jsonl", "run.json", "step000000.json", "step000000.safetensors", "tokenizer.json"]
+    for name in names:
+        (run / name).write_text("x")
+    with pytest.raises(ValueError, match=r"is not empty \(5 entries, e.g. log.jsonl, .*\): a new run there would mix"):
+        stdlib_bpe.earlier_run_files(run, force=False)
+    assert [p.name for p in stdlib_bpe.earlier_run_files(run, force=True)] == names
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds files no training run writes \(notes.txt\); --force replaces only"):
+        stdlib_bpe.earlier_run_files(run, force=True)
+
+
+def test_force_replaces_the_earlier_run_whole(tmp_path, monkeypatch, mini_data, capsys):
+    """B02: a second run onto the first is refused (nothing changes); with --force no snapshot of the first stays beside
+    the second's log and tokenizer."""
+    monkeypatch.setattr(stdlib_bpe, "token_corpus", lambda *a, **k: mini_data)
+    out = tmp_path / "run"
+    assert stdlib_bpe.main([*TINY, "--steps", "2", "--out", str(out)]) == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "step000002.safetensors" in first
+    with pytest.raises(SystemExit) as exit_:
+        stdlib_bpe.main([*TINY, "--steps", "1", "--seed", "7", "--out", str(out)])
+    assert exit_.value.code == 2 and "Pass --force to replace an earlier run" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+    assert stdlib_bpe.main([*TINY, "--steps", "1", "--seed", "7", "--force", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["log.jsonl", "run.json", "step000000.json", "step000000.safetensors",
+                                                     "step000001.json", "step000001.safetensors", "tokenizer.json"]
+    seeds = {read_checkpoint_config(out / f"step00000{i}")["metadata"]["recipe"]["seed"] for i in (0, 1)}
+    assert seeds == {7}
+
+
+def test_train_py_arguments_are_refused_before_any_work(tmp_path, capsys):
+    """interp.models.train had the same defects: 0 steps silently became 3000, --threads 0 a traceback."""
+    from interp.models import train
+
+    for extra, match in [(["--steps", "0"], r"--steps: 0 must be at least 1"), (["--threads", "0"], r"--threads: 0"),
+                         (["--lr", "nan"], r"--lr: nan must be a finite number"), (["--batch-size", "-2"], "--batch-size"),
+                         (["--control-prefix-len", "40"], r"--control-prefix-len: 40 must be in \[4, 31\]"),
+                         (["--max-minutes", "0"], r"--max-minutes: 0 must be a finite number above 0")]:
+        with pytest.raises(SystemExit) as exit_:
+            train.main([*extra, "--out", str(tmp_path / "m")])
+        assert exit_.value.code == 2 and re.search(match, capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        train.main(["--out", str(tmp_path)])
+    assert "names a folder" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- the shipped checkpoint and its card
 
 

@@ -77,6 +77,131 @@ def test_shipped_checkpoint_carries_its_fingerprint():
     assert model.load_notes == []
 
 
+# ------------------------------------------------------------------ round 4 (issue 36): checkpoints
+
+
+def _saved(tmp_path, name="m", **metadata):
+    import interp
+
+    interp.save(tiny(), tmp_path / name)
+    if metadata:
+        path = tmp_path / f"{name}.json"
+        document = json.loads(path.read_text())
+        document["metadata"].update(metadata)
+        path.write_text(json.dumps(document))
+    return tmp_path / name
+
+
+def test_corrupted_weights_are_refused_by_their_digest(tmp_path):
+    """d006: flipped tensor bytes, header and shapes intact, are refused at load; a file saved before the digest
+    loads unchecked; the shipped checkpoints carry one."""
+    import struct
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    import interp
+    from interp.errors import CheckpointError
+    from interp.models import io
+
+    path = _saved(tmp_path)
+    weights = tmp_path / "m.safetensors"
+    raw = bytearray(weights.read_bytes())
+    start = 8 + struct.unpack("<Q", raw[:8])[0]
+    raw[start + 10] ^= 0x01  # one bit of one weight
+    weights.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"m\.safetensors: the tensors' SHA-256 differs from the one recorded"):
+        interp.load(str(path))
+    with safe_open(str(weights), "pt") as handle:
+        header = {k: v for k, v in handle.metadata().items() if k != io.TENSORS_KEY}
+    save_file(load_file(str(weights)), str(weights), metadata=header)  # as saved before digests
+    assert interp.load(str(path)).load_notes == []
+    for name in ("toy-induction", "stdlib-bytes", "stdlib-bpe"):
+        with safe_open(f"models/checkpoints/{name}.safetensors", "pt") as handle:
+            recorded = handle.metadata()[io.TENSORS_KEY]
+        assert recorded == io.tensors_digest(load_file(f"models/checkpoints/{name}.safetensors"))
+
+
+@pytest.mark.parametrize("seed, match", [("abc", r"seed='abc' must be a whole number"), (-1, "seed=-1"), (True, "seed=True"),
+                                         (2**64, r"seed=18446744073709551616")])
+def test_a_config_seed_that_is_not_a_whole_number_is_a_checkpoint_error(tmp_path, capsys, seed, match):
+    """d027: not an internal error from torch.manual_seed: a CheckpointError (exit 2) naming the seed."""
+    import interp
+    from interp.errors import CheckpointError
+
+    path = _saved(tmp_path)
+    config = tmp_path / "m.json"
+    document = json.loads(config.read_text())
+    document["config"]["seed"] = seed
+    config.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match=match):
+        interp.load(str(path))
+    assert cli.main(["verify", str(path), "-q"]) == 2
+    assert "seed" in capsys.readouterr().err
+
+
+def test_a_config_nested_too_deeply_is_not_valid_json(tmp_path, capsys):
+    """d047: a RecursionError inside json is a CheckpointError (exit 2), not an internal error."""
+    import interp
+    from interp.errors import CheckpointError
+
+    path = _saved(tmp_path)
+    (tmp_path / "m.json").write_text('{"config": ' + "[" * 50000 + "]" * 50000 + "}")
+    with pytest.raises(CheckpointError, match=r"m\.json is not valid JSON: nested too deeply"):
+        interp.load(str(path))
+    assert cli.main(["verify", str(path), "-q"]) == 2
+
+
+def test_saved_files_get_the_umasks_mode(tmp_path):
+    """d048: safetensors writes 0600; the atomic writer gives every new file the umask's usual mode."""
+    import os
+
+    from interp.models.files import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        _saved(tmp_path)
+        write_atomic(tmp_path / "w.bin", lambda tmp: (tmp.unlink(), tmp.write_bytes(b"x"), os.chmod(tmp, 0o600)))
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()}
+    assert modes == {"m.json": "0o644", "m.safetensors": "0o644", "w.bin": "0o644"}
+
+
+@pytest.mark.parametrize("metadata, match", [
+    ({"bos": 9999}, r"metadata\.bos = 9999 is not a token of the model's vocabulary \(ids 0\.\.39, d_vocab 40\)"),
+    ({"task": {"bos_token": 40}}, r"metadata\.task\.bos_token = 40"),
+    ({"task": {"bos_token_id": "1"}}, r"metadata\.task\.bos_token_id = '1'"),
+    ({"bos": -1}, r"metadata\.bos = -1"),
+])
+def test_a_bos_outside_the_vocabulary_is_refused_at_load(tmp_path, metadata, match):
+    """d024: refused when loaded, not later as the prompts' fault."""
+    import interp
+    from interp.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=match):
+        interp.load(str(_saved(tmp_path, **metadata)))
+    assert interp.load(str(_saved(tmp_path, "ok", bos=39))).metadata["bos"] == 39
+
+
+@pytest.mark.parametrize("tokenizer, match", [
+    ("garbage", r"metadata\.tokenizer is str, not \{\"kind\": \"bpe\", \"json\": \.\.\.\}"),
+    ({"kind": "xyz", "json": "{}"}, r"metadata\.tokenizer has kind 'xyz', not 'bpe'"),
+    ({"kind": "bpe"}, r"metadata\.tokenizer has no 'json' text"),
+    ({"kind": "bpe", "json": "{not json"}, r"metadata\.tokenizer does not rebuild"),
+    (None, r"was trained with a BPE tokenizer \(metadata\.recipe\) but carries none"),
+])
+def test_a_bad_or_missing_carried_tokenizer_is_named_in_a_load_note(tmp_path, tokenizer, match):
+    """d031 d032 d052: the model loads (token ids work) with no tokenizer, and a note says which entry is bad."""
+    import re
+
+    import interp
+
+    extra = {"recipe": {"vocab_size": VOCAB}} if tokenizer is None else {"tokenizer": tokenizer}
+    model = interp.load(str(_saved(tmp_path, **extra)))
+    assert model.tokenizer is None and any(re.search(match, note) for note in model.load_notes), model.load_notes
+
+
 def test_edited_config_that_keeps_shapes_is_refused(tmp_path):
     import interp
     from interp.errors import CheckpointError

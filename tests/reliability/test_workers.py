@@ -250,6 +250,40 @@ def test_spawn_local_reraises_the_workers_class(kind, cls, code, text):
         assert "worker rank 1" in "\n".join(getattr(info.value, "__notes__", []))
 
 
+def _fails_on_rank(failing: int):
+    if distributed.rank() == failing:
+        raise BadInput(f"rank {failing} refuses")
+    return distributed.gather_objects(distributed.rank())
+
+
+@pytest.mark.parametrize("failing, settled", [(1, True), (-1, True), (0, False)], ids=["worker fails", "none fails",
+                                                                                      "rank 0 fails first"])
+def test_rank_0_destroys_its_group_after_the_workers_left(monkeypatch, failing, settled):
+    """Item 13 of issue 36 (a SIGABRT once under --workers 2 when a worker raised during rank 0's collective): rank 0
+    hosts the group's store, so it tears its group down last, once the workers exited, except when it failed first
+    (the workers wait on it in a collective and leave only when its group goes)."""
+    import multiprocessing
+
+    alive_at_teardown = []
+    real = distributed._dist()
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def destroy_process_group(self, *args, **kwargs):
+            alive_at_teardown.append(len(multiprocessing.active_children()))
+            return real.destroy_process_group(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "_dist", lambda: Recording())
+    if failing < 0:
+        assert distributed.spawn_local(_fails_on_rank, (failing,), workers=2, threads=1, timeout_s=120) == [0, 1]
+    else:
+        with pytest.raises(BadInput, match=f"rank {failing} refuses"):
+            distributed.spawn_local(_fails_on_rank, (failing,), workers=2, threads=1, timeout_s=120)
+    assert alive_at_teardown == [0] if settled else alive_at_teardown == [1]
+
+
 @pytest.mark.slow
 def test_a_toolkit_failure_in_a_worker_stays_internal():
     """An exception whose frames are all the toolkit's and the standard library's: a bug, exit 3, in any process."""

@@ -134,3 +134,114 @@ def test_path_patching_and_acdc_recover_the_metadata_edges(name):
     circuit = discover(run, method="acdc")
     assert set(circuit.edges) == truth
     assert circuit.test.faithfulness.mean == pytest.approx(1.0, abs=1e-3) and circuit.test.minimal
+
+
+# --------------------------------------------------------------------------- reliability round 4 (issue 36)
+
+
+def test_an_empty_circuit_is_never_complete(model, prompts):
+    """a060 c048: no node to knock out, no edge to remove: completeness and minimality NaN with the reason."""
+    import math
+
+    result = test_circuit(model, [], prompts, threshold=0.01)
+    assert result.n_edges == 0 and math.isnan(result.completeness.mean) and math.isnan(result.minimality.mean)
+    assert result.faithfulness.mean == pytest.approx(0.0, abs=1e-6) and not result.minimal
+    assert result.notes == ("completeness and minimality not tested: the circuit is empty (no node to knock out, no edge "
+                            "to remove)",)
+    frame = result.frame().set_index("test")
+    assert frame.loc["completeness", "note"].startswith("not tested: the circuit is empty")
+    assert frame.loc["faithfulness", "note"] == ""
+
+
+@pytest.mark.parametrize("threshold, error, match", [
+    (1e300, BadInput, r"threshold=1e\+300; expected the minimality threshold as a fraction .* in \[0, 1\)"),
+    (float("inf"), BadInput, r"threshold=inf"), (float("nan"), BadInput, r"threshold=nan"), (-0.1, BadInput, "threshold=-0.1"),
+    ("abc", TypeError, r"test_circuit: threshold='abc' is not a number"),
+])
+def test_test_circuit_checks_its_threshold_as_discover_does(model, prompts, threshold, error, match):
+    """a066 a067 a068: the same [0, 1) range as discover's, and a non-number named."""
+    with pytest.raises(error, match=match):
+        test_circuit(model, ["L1H0 -> logits"], prompts, threshold=threshold)
+
+
+def test_thresholds_may_be_numpy_scalars_and_0d_tensors(model, prompts):
+    """a051 a052: a numbers.Real or a 0-d tensor is a threshold; a tensor of several values is not."""
+    import numpy as np
+    import torch
+
+    run = interp.Run(model, prompts)
+    edges = sorted(INDUCTION_EDGES)
+    base = test_circuit(run, edges, threshold=0.01).threshold
+    assert test_circuit(run, edges, threshold=np.float32(0.01)).threshold == pytest.approx(base)
+    assert test_circuit(run, edges, threshold=torch.tensor(0.01)).threshold == pytest.approx(base)
+    assert discover(run, threshold=torch.tensor(0.01)).threshold == pytest.approx(0.01)
+    with pytest.raises(TypeError, match="is not a number"):
+        test_circuit(run, edges, threshold=torch.tensor([0.01, 0.02]))
+
+
+def test_one_edge_label_is_one_edge(model, prompts):
+    """a024 j006 j029: a string where a list is expected is one edge, not its characters."""
+    from interp.analyses.circuits import path_patches
+
+    circuit = Circuit((), "L1H0 -> logits", {}, "acdc", 0.01)
+    assert circuit.edges == ("L1H0 -> logits",) and circuit.nodes == ("L1H0", "logits")
+    text = json.dumps({"edges": "L0H0 -> L1H0 via k", "method": "acdc", "threshold": 0.01})
+    assert Circuit.from_json(text).edges == ("L0H0 -> L1H0 via k",)
+    run = interp.Run(model, prompts)
+    assert list(path_patches(run, edges="L0H0 -> L1H0 via k").edge) == ["L0H0 -> L1H0 via k"]
+    assert test_circuit(run, "L1H0 -> logits", threshold=0.01).n_edges == 1
+
+
+@pytest.mark.parametrize("text, match", [
+    ("5", r"the JSON holds 5, not an object; expected a JSON object with edges, method, threshold"),
+    ("null", r"the JSON holds null, not an object"),
+    ("[1, 2]", r"the JSON holds list, not an object"),
+    ("[" * 100000 + "]" * 100000, r"not JSON \(nested too deeply\)"),
+    (b"\xff\xfe", r"the bytes are not UTF-8 text"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "scores": [1, 2]}', r"scores is a list; expected a mapping"),
+    ('{"edges": [], "method": "acdc", "threshold": NaN}', r"threshold=nan; expected a fraction"),
+    ('{"edges": [], "method": "acdc", "threshold": -5}', r"threshold=-5; expected a fraction"),
+    ('{"edges": [], "method": "acdc", "threshold": 1e400}', r"threshold=inf; expected a fraction"),
+    ('{"edges": [], "method": "acdc", "threshold": "abc"}', r"threshold='abc' is not a number"),
+    ('{"edges": [], "method": "bogus", "threshold": 0.01}', r"method='bogus'; expected one of \['acdc', 'eap'\]"),
+    ('{"schema": "interp.circuit/9", "edges": [], "method": "acdc", "threshold": 0.01}',
+     r"schema 'interp.circuit/9'; this version of the toolkit reads 'interp.circuit/1'"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "scores": {"L1H0 -> logits": "x"}}',
+     r"scores\['L1H0 -> logits'\]='x' is not a number"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "gap": "big"}', r"gap='big' is not a number"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "n_prompts": "8"}', r"n_prompts='8'; expected a whole number"),
+    ('{"edges": [5], "method": "acdc", "threshold": 0.01}', r"5 \(int\) is not an edge"),
+    ('{"edges": ["L0H2 -> L1H2 via k"], "nodes": ["../../etc/passwd"], "method": "acdc", "threshold": 0.01}',
+     r"'../../etc/passwd' is not a node"),
+    ('{"edges": ["L0H2 -> L1H2 via k"], "nodes": ["L9H9"], "method": "acdc", "threshold": 0.01}',
+     r"nodes \['L9H9'\] are not those its edges touch \(\['L0H2', 'L1H2'\]\)"),
+])
+def test_from_json_refuses_what_to_json_never_writes(text, match):
+    """j003 j005 j009-j016 j018 j026 j028 j030: every field checked and named, as BadInput (exit 2)."""
+    with pytest.raises(BadInput, match=r"^Circuit\.from_json: " + match):
+        Circuit.from_json(text)
+
+
+def test_from_json_reads_bytes_derives_nodes_and_drops_duplicate_edges(acdc_circuit):
+    """j015 j017 j020: bytes are read; nodes follow from the edges; a repeated edge is kept once."""
+    again = Circuit.from_json(acdc_circuit.to_json().encode())
+    assert again.edges == acdc_circuit.edges and again.nodes == acdc_circuit.nodes
+    data = json.loads(acdc_circuit.to_json())
+    data.pop("nodes")
+    data["edges"] = ["L0H0 -> L1H0 via k"] * 20000 + ["L1H0 -> logits", "L1H0->LOGITS"]
+    circuit = Circuit.from_json(data)
+    assert circuit.edges == ("L0H0 -> L1H0 via k", "L1H0 -> logits") and circuit.nodes == ("L0H0", "L1H0", "logits")
+
+
+def test_a_gap_within_noise_has_nothing_to_explain(model):
+    """c024: random prompts on the induction circuit: patching every edge changes nothing beyond the prompts' own
+    spread, so discovery refuses (exit 2 through the CLI) and a circuit test says its fractions are noise."""
+    from interp.data import random_tokens
+
+    noise = random_tokens(16, 12, 63, seed=3)
+    with pytest.raises(BadInput, match=r"^discover: the clean-vs-patched gap is .* \(95% CI \[.*\] over 8 prompts\), "
+                                       r"within its noise: .*nothing for a circuit to explain"):
+        discover(model, noise)
+    result = test_circuit(model, sorted(INDUCTION_EDGES), noise, threshold=0.01)
+    assert any("within its noise" in note for note in result.notes)
+    assert "within its noise" in result.frame().set_index("test").loc["faithfulness", "note"]

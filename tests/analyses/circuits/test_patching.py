@@ -85,3 +85,50 @@ def test_bad_input_names_the_value(induction_run):
     with pytest.raises(BadInput, match="pre-norm"):
         post = HookedGPT(GPTConfig(n_layers=2, n_heads=2, d_model=16, d_vocab=40, n_ctx=16, post_norm=True)).eval()
         path_patch(post, random_tokens(4, 6, 40), sender="L0H0", receiver="L1H0", via="k")
+
+
+@pytest.mark.parametrize("item", [None, 5, 2.5])
+def test_an_item_that_is_not_an_edge_is_named(induction_run, item):
+    """a034 a035: not a raw "'NoneType' object is not iterable" but BadInput naming the item."""
+    with pytest.raises(BadInput, match=rf"edge_effects: edges={item!r} \({type(item).__name__}\); expected an edge label"):
+        edge_effects(induction_run, [item])
+    with pytest.raises(BadInput, match=rf"edge_effects: {item!r} \({type(item).__name__}\) is not an edge"):
+        edge_effects(induction_run, [["L0H0 -> L1H0 via k", item]])
+
+
+def test_one_edge_string_is_one_edge(induction_run):
+    """a024: edge_effects(run, 'L0H0 -> L1H0 via k') measures that edge, not its characters."""
+    (one,) = edge_effects(induction_run, "L0H0 -> L1H0 via k")
+    assert one.intervention["edges"] == ["L0H0 -> L1H0 via k"]
+    assert one.mean == pytest.approx(path_patch(induction_run, sender="L0H0", receiver="L1H0", via="k").effect.mean)
+
+
+GQA = dict(n_layers=2, n_heads=4, n_key_value_heads=2, d_model=32, n_ctx=32, d_vocab=20, attn_only=True, seed=1,
+           init_range=0.3)
+ALIAS = r"'L0H0 -> L1H1 via {via}' is not an edge of this model's graph: .*heads L1H0..L1H1 share one {which} head .*use 'L0H0 -> L1H0 via {via}'"
+
+
+@pytest.mark.parametrize("via, which", [("k", "key"), ("v", "value")])
+def test_a_shared_key_value_input_named_by_the_wrong_head_is_refused(via, which):
+    """g001 g003 g006 g005 g007: with grouped-query attention L1H1's key and value are L1H0's (one kv head); the
+    graph names them by L1H0, and every entry point refuses the alias naming the graph's edge, instead of measuring
+    L1H0's number under L1H1's label."""
+    from interp.analyses.circuits import attribution_patching, test_circuit
+
+    model = HookedGPT(GPTConfig(**GQA)).eval()
+    prompts = repeated_tokens(8, 4, d_vocab=20, seed=0)
+    run = interp.Run(model, prompts)
+    alias, match = f"L0H0 -> L1H1 via {via}", ALIAS.format(via=via, which=which)
+    with pytest.raises(BadInput, match=match):
+        path_patch(run, sender="L0H0", receiver="L1H1", via=via)
+    with pytest.raises(BadInput, match=match):
+        edge_effects(run, [alias])
+    with pytest.raises(BadInput, match=match):
+        run.effect(EdgePatch([alias]))
+    with pytest.raises(BadInput, match=match):
+        test_circuit(run, [alias, f"L0H0 -> L1H0 via {via}"], threshold=0.0)
+    attribution = attribution_patching(run)
+    with pytest.raises(BadInput, match=match):
+        attribution.score(alias)
+    assert isinstance(attribution.score(f"L0H0 -> L1H0 via {via}"), float)
+    assert path_patch(run, sender="L0H0", receiver="L1H1", via="q").edge.label == "L0H0 -> L1H1 via q"  # its own

@@ -17,7 +17,6 @@ from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, repeated_tokens
 from interp.interventions import (
     AttentionKnockout,
-    PatternSubstitution,
     control_removal,
     head_mean_pattern,
     knock_out,
@@ -106,6 +105,41 @@ def test_attention_knockout_is_a_run_intervention_with_known_answers(circuit, pr
     assert mean.shape == (n, n) and torch.allclose(mean.sum(-1), torch.ones(n), atol=1e-4)
     with pytest.raises(ValueError, match="mode"):
         AttentionKnockout((0, 0), prev, mode="drop")  # type: ignore[arg-type]
+
+
+class Returns:
+    """A TargetSource returning whatever it was given, for every batch."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def spec(self) -> dict[str, Any]:
+        return {"returns": repr(self.value)[:20]}
+
+    def __call__(self, run: Any, batch: PromptSet) -> Any:
+        return self.value(batch) if callable(self.value) else self.value
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_knockout_targets_that_are_not_weights_are_refused(circuit, prompts, control):
+    """r102 r109: NaN targets knock nothing out (effect exactly 0) unless refused; r106: a source returning None
+    fails inside torch unless the source and the expected weights are named."""
+    run = Run(circuit, prompts, strategy="hooked", batch_size=8)
+    n = prompts.n_pos
+    cases = [
+        (lambda b: torch.full((len(b), n, n), float("nan")), rf"{8 * n * n} of {8 * n * n} weights are NaN or infinite"),
+        (lambda b: torch.eye(n).expand(len(b), n, n) * float("inf"), "NaN or infinite"),
+        (None, r"TargetSource \{'returns': 'None'\}\): the source returned NoneType; expected \(batch, query, key\) = "
+               rf"\(8, {n}, {n}\) weights in \[0, 1\]"),
+        ("keys", "returned str"),
+        (lambda b: torch.ones(len(b), n, n + 1), rf"shape \(8, {n}, {n + 1}\); expected \(batch, query, key\)"),
+        (lambda b: torch.full((len(b), n, n), 2.0), r"in \[0, 1\]; got range \[2, 2\]"),
+    ]
+    for value, match in cases:
+        with pytest.raises(ValueError, match=match):
+            run.effect(AttentionKnockout((0, 0), Returns(value), control=control))
+    with pytest.raises(TypeError, match="control=1 must be True or False"):
+        AttentionKnockout((0, 0), Returns(None), control=1)  # type: ignore[arg-type]
 
 
 def test_role_specific_evidence_on_the_induction_circuit(circuit, prompts):

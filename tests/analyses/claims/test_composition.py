@@ -144,3 +144,15 @@ def test_bad_min_effect_and_an_unpatchable_model():
     with pytest.raises(Inconclusive, match="needs a pre-norm model"):  # the control alone abstains too, before any score
         claim.evidence["necessity"](claim, Context(post_norm, repeated_tokens(32, 6, 40)))
     assert math.isnan(frame.attrs["verdicts"][0].get("observational").effect)
+
+
+def test_a_claim_on_a_shared_key_input_named_by_the_wrong_head_is_refused_before_any_work():
+    """k28: 'L0H0 -> L1H1 via k' on a grouped-query model names L1H0's key head; refused up front (exit 2 through
+    `interp claims`), naming the graph's edge."""
+    from interp.models import GPTConfig, HookedGPT
+
+    model = HookedGPT(GPTConfig(n_layers=2, n_heads=4, n_key_value_heads=2, d_model=32, n_ctx=32, d_vocab=20,
+                                attn_only=True, seed=1)).eval()
+    prompts = repeated_tokens(32, 5, d_vocab=20, seed=0)
+    with pytest.raises(BadInput, match=r"'L0H0 -> L1H1 via k' is not an edge of this model's graph.*use 'L0H0 -> L1H0 via k'"):
+        run_test_claims(model, [composition_claim("L0H0 -> L1H0 via k"), composition_claim("L0H0 -> L1H1 via k")], prompts)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from interp import cli
-from interp.data import repeated_tokens
+from interp.data import random_tokens, repeated_tokens
 from interp.models.constructed import induction_circuit
 
 CONSTRUCTED = "interp.models.constructed:induction_circuit"
@@ -74,6 +74,9 @@ def test_report_circuit_section(found, tmp_path):
     assert skipped.summary is None and "pre-norm" in skipped.note and skipped.to_json() == {"skipped": skipped.note}
     assert "No circuit: " in circuit_html(skipped, {}) and circuit_figures(skipped, tmp_path) == {}
     assert report_circuit(induction_circuit(), repeated_tokens(8, 4, 63), seed=0, has_loss=False).summary is None
+    # c024: prompts with no behaviour to explain (random tokens) leave the section out, saying why; the report runs
+    noise = report_circuit(induction_circuit(), random_tokens(16, 12, 63, seed=3), seed=0)
+    assert noise.summary is None and "within its noise" in noise.note
 
 
 # --------------------------------------------------------------------------- issue 36: messages, --n, empty circuits
