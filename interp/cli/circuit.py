@@ -16,7 +16,8 @@ def cmd_circuit(args) -> int:
     _prompt_spec(args)  # bad flags fail before the model loads
     png = _png_target(args.png)
     spec = args.spec or DEFAULT_SPEC
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
                             seed=args.seed)

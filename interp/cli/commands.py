@@ -28,7 +28,8 @@ def cmd_report(args) -> int:
         from interp.analyses.claims.registry import read_claims
 
         claims = read_claims(args.claims)
-    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     max_len = getattr(args, "max_len", None)  # `interp demo` passes none
     if max_len is not None:
         _check_max_len_flag(model, max_len)  # against the model's own context length, before any work
@@ -83,7 +84,8 @@ def cmd_claims(args) -> int:
     spec = spec or claims_file.model
     if spec is None:
         raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
-    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
     console = _out_console(args)
@@ -207,7 +209,8 @@ def cmd_scan(args) -> int:
     from interp.analyses import claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     from interp.analyses.claims.registry import claim_evidence_for
 
@@ -252,7 +255,8 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
@@ -281,7 +285,8 @@ def _heads_columns(frame) -> tuple[list[str], list[str]]:
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     spec = args.spec or DEFAULT_SPEC

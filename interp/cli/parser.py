@@ -70,6 +70,9 @@ def _add_common(p: argparse.ArgumentParser, *, n: str | None = str(PROMPTS_DEFAU
     p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
                    help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
                         "TransformerLens bridge; auto (default) converts natively when it can")
+    p.add_argument("--allow-download", action="store_true",
+                   help="download a Hugging Face hub id (org/name[@revision]) missing from the local cache "
+                        "(never while HF_HUB_OFFLINE=1); without it, hub ids load from the cache only")
 
 
 def _add_prompts(p: argparse.ArgumentParser) -> None:
@@ -130,7 +133,8 @@ def _seed(text: str) -> int:
     return value
 
 
-SPEC_HELP = f"model spec: built-in name, checkpoint path, package.module:factory or HF folder (default: {DEFAULT_SPEC})"
+SPEC_HELP = (f"model spec: built-in name (e.g. smollm2-135m), checkpoint path, GGUF file, package.module:factory, HF "
+             f"folder or hub id org/name[@revision] (default: {DEFAULT_SPEC})")
 
 
 def build_parser() -> argparse.ArgumentParser:
