@@ -294,6 +294,49 @@ def embedding_change() -> Behaviour:
 
 
 # ---------------------------------------------------------------------------------------------
+# logit difference (indirect-object identification)
+
+
+def last_real_logits(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """(prompt, d_vocab) the logits at each prompt's last real (unpadded) position, right padding or none."""
+    real = prompts.real_mask().to(logits.device)  # (prompt, pos)
+    last = (real.long() * torch.arange(real.shape[1], device=logits.device)).argmax(-1)  # (prompt,) last real index
+    return logits[torch.arange(logits.shape[0], device=logits.device), last]
+
+
+def prompt_ids(prompts: PromptSet, key: str, who: str) -> torch.Tensor:
+    """(prompt,) the token ids `prompts.meta[key]` holds for these prompts (`rows` index the set they came from)."""
+    ids = prompts.meta.get(key)
+    if ids is None:
+        raise UndefinedOnPrompts(f"{who} needs meta[{key!r}], one token id per prompt (interp.data.ioi_prompts makes "
+                                 "them); these prompts have none.")
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    rows = torch.arange(len(prompts)) if prompts.rows is None else prompts.rows
+    if ids.ndim != 1 or int(rows.max()) >= len(ids):
+        raise UndefinedOnPrompts(f"{who}: meta[{key!r}] holds {tuple(ids.shape)} ids but the prompts reach row "
+                                 f"{int(rows.max())}; expected one id per prompt of the set they came from.")
+    return ids[rows]
+
+
+def logit_difference(answer: str = "answer", incorrect: str = "incorrect") -> Behaviour:
+    """logit(incorrect) - logit(answer) at each prompt's last real position: the logit difference of Wang et
+    al. (2022), negated so that it is loss-like as every behaviour (larger = the behaviour damaged; on the clean
+    run of a model that gets the task right it is negative, and -value is the logit difference reported in the
+    IOI literature). The ids are `prompts.meta[answer]` and `prompts.meta[incorrect]` (`interp.data.ioi_prompts`)."""
+
+    def value(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        final = last_real_logits(logits, prompts)  # (prompt, d_vocab)
+        right = prompt_ids(prompts, answer, "logit_difference").to(final.device)
+        wrong = prompt_ids(prompts, incorrect, "logit_difference").to(final.device)
+        return (final.gather(-1, wrong[:, None]) - final.gather(-1, right[:, None]))[:, 0]
+
+    return Behaviour("logit_difference", "logits", value, unit="logit",
+                     description=f"minus the logit difference, logit(meta['{incorrect}']) - logit(meta['{answer}']), at "
+                                 "each prompt's last real position (Wang et al. 2022's metric, negated: loss-like)",
+                     params=(("answer", answer), ("incorrect", incorrect)))
+
+
+# ---------------------------------------------------------------------------------------------
 # choosing a behaviour
 
 
