@@ -32,7 +32,6 @@ gets the masked-LM loss.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Union, cast, get_args
 
@@ -500,7 +499,12 @@ def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Beh
     For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
     resample values come from `reference` (default: the prompts the model reads), as in `ablate`.
     """
-    from interp.interventions import all_heads, batched_head_ablations, check_heads, reference_activations
+    from interp.interventions import (
+        all_heads,
+        batched_head_ablations,
+        check_heads,
+        reference_activations,
+    )
 
     heads = all_heads(model) if heads is None else check_heads(model, heads)
     if reference is None and kind != "zero":

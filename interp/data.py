@@ -669,7 +669,7 @@ def _ioi_positions(tokenizer: Any, rows: list[list[int]], meta_rows: list[tuple]
     """Per prompt, the positions of the opening clause's names ("io" and "s1": where the indirect object and the
     subject are first named), the subject's second mention ("s2") and the last token ("end")."""
     out: dict[str, list[int]] = {"io": [], "s1": [], "s2": [], "end": []}
-    for ids, (io, s, _, order, first, second, subject) in zip(rows, meta_rows):
+    for ids, (_, _, _, order, first, second, subject) in zip(rows, meta_rows):
         first_at = ids.index(_plain_ids(tokenizer, " " + first)[0])
         second_at = ids.index(_plain_ids(tokenizer, " " + second)[0], first_at + 1)
         out["io"].append(first_at if order == "ABBA" else second_at)
