@@ -81,7 +81,8 @@ def repeat_queries(prompts: PromptSet) -> torch.Tensor:
     return repeat_query_mask(prompts.tokens, real, prompts.repeats)
 
 
-def _check_repeats(prompts: PromptSet) -> torch.Tensor:
+def check_repeats(prompts: PromptSet) -> torch.Tensor:
+    """The repeat queries of `prompts`; NoRepeats (or BadInput) when induction is undefined on them."""
     repeats = prompts.repeats
     if repeats is not None and repeats.period is not None and repeats.period < 2:
         # every repeat is the previous token: "the token after it" is the query itself (issue 11 #6)
@@ -102,6 +103,9 @@ def _check_repeats(prompts: PromptSet) -> torch.Tensor:
     return queries
 
 
+_check_repeats = check_repeats  # its former name (interp.analyses.claims.evidence)
+
+
 def reduce_induction(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
     """pattern (batch, head, query, key) -> {"induction", "duplicate_token", ...: (batch, head)}: the metric of
     every head type that needs repeats (`repeat_types`)."""
@@ -113,7 +117,7 @@ def scores_per_prompt(model: nn.Module, prompts: PromptSet, *, batch_size: int =
     """{"induction", "duplicate_token": (prompt, layer, head)}; a `NoRepeats` error if a prompt has none.
     `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); scores stay float32."""
     layers, _ = check_inputs("scores_per_prompt", model, prompts, layers=layers)
-    _check_repeats(prompts)
+    check_repeats(prompts)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     acc = stream(model, prompts, reduce_induction, layers=layers, batch_size=batch_size, accumulator=PerPromptAccumulator())
     return acc.result()
@@ -224,15 +228,17 @@ def _site_copying(ov: OVWeights, w_in: torch.Tensor | None, G: torch.Tensor, gra
 
 def scores(
     model: nn.Module, prompts: PromptSet, *, batch_size: int = 32, seed: int = 0, copying: bool = True, layers=None,
-    device: Device = None, dtype: DType = None,
+    device: Device = None, dtype: DType = None, per_prompt: dict[str, torch.Tensor] | None = None,
 ) -> pd.DataFrame:
     """One row per (layer, head): `induction`, `duplicate_token` (with bootstrap CIs over prompts),
     `copying` (weights only; its CI columns are NaN; all NaN for a model without an unembedding,
     e.g. a bare encoder, where copying to the output vocabulary is undefined), and `n_prompts`.
-    `device` / `dtype`: run a moved copy of the model (`interp.launch.move`), once for both."""
+    `device` / `dtype`: run a moved copy of the model (`interp.launch.move`), once for both. `per_prompt`:
+    `scores_per_prompt`'s result measured already (e.g. in one forward with the positional metrics), not again."""
     layers, seed = check_inputs("induction.scores", model, prompts, layers=layers, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
-    per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
+    if per_prompt is None:
+        per_prompt = scores_per_prompt(model, prompts, batch_size=batch_size, layers=layers)
     frame = nan_aware_frame(per_prompt, seed=seed, layers=layers)
     if copying:
         if _weight(model, "unembed.W_U", "W_U") is None and _weight(model, "embed.W_E", "W_E") is not None:

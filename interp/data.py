@@ -665,7 +665,7 @@ def ioi_prompts(n: int, seed: int = 0, tokenizer: Any = None, *, corrupted: bool
     return replace(prompts, meta=meta)
 
 
-def _ioi_positions(tokenizer: Any, rows: list[list[int]], meta_rows: list[tuple]) -> dict[str, list[int]]:
+def _ioi_positions(tokenizer: Any, rows: list[list[int]], meta_rows: list[tuple[Any, ...]]) -> dict[str, list[int]]:
     """Per prompt, the positions of the opening clause's names ("io" and "s1": where the indirect object and the
     subject are first named), the subject's second mention ("s2") and the last token ("end")."""
     out: dict[str, list[int]] = {"io": [], "s1": [], "s2": [], "end": []}

@@ -20,13 +20,17 @@ def cmd_circuit(args) -> int:
                   allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
-                            seed=args.seed)
+                            seed=args.seed, max_edges=getattr(args, "max_edges", None))
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
              f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; effects on the held-out half")
     console.print(_frame_table(found.edges, title=title, width=console.width,
                                columns=["edge", "score", "effect", "ci_low", "ci_high"]))
+    unmeasured = int(found.edges["effect"].isna().sum())
+    if unmeasured:
+        console.print(f"{unmeasured} of {len(found.edges)} edges have no effect measured (the {len(found.edges) - unmeasured} "
+                      "of largest |score| were path patched); --json lists them all")
     tests = found.tests_frame()
     if len(tests):
         console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "
@@ -58,5 +62,5 @@ def _draw(found, spec: str, png: Path) -> None:
 
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
-    fig = draw_circuit(found.edges, title=title, unit=found.unit)
+    fig = draw_circuit(found.edges.dropna(subset=["effect"]), title=title, unit=found.unit)
     write_atomic(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))

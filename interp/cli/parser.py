@@ -277,8 +277,11 @@ def _circuit_parser(command) -> None:
                 "patched: it needs pre-norm blocks with split q/k/v inputs).")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
-    p.add_argument("--method", choices=["acdc", "eap"], default="acdc",
-                   help="acdc (exact path patches, default) or eap (attribution patching: one backward pass)")
+    p.add_argument("--method", choices=["acdc", "eap", "nodes"], default="acdc",
+                   help="acdc (exact path patches, default), eap (attribution patching: one backward pass) or nodes "
+                        "(ACDC over heads and MLPs: one patched forward per node, for large models)")
+    p.add_argument("--max-edges", type=_positive_int, default=None, metavar="N",
+                   help="ACDC's budget: refuse models with more edges than N, with an estimate of the time (default 5000)")
     p.add_argument("--threshold", type=_fraction, default=None, metavar="X",
                    help="keep an edge whose removal moves the behaviour by at least X of the clean-vs-patched gap "
                         "(default: the method's fixed 0.01)")
