@@ -81,6 +81,9 @@ class Behaviour:
     target_weights: Callable[[PromptSet], torch.Tensor] | None = field(default=None, compare=False, repr=False)
     prepare: Callable[[PromptSet], PromptSet] | None = field(default=None, compare=False, repr=False)
     params: tuple = ()  # the parameters that distinguish two behaviours of one name, e.g. (("positions", "all"),)
+    # reads the logits at each prompt's last real position only: an engine may unembed that position alone and
+    # pass `fn` logits of shape (batch, 1, d_vocab) (on a 49k vocabulary the unembedding is a fifth of a forward)
+    last_position: bool = False
 
     def __post_init__(self) -> None:
         if self.reads not in READS:
@@ -296,10 +299,15 @@ def embedding_change() -> Behaviour:
 # logit difference (indirect-object identification)
 
 
+def last_real_positions(prompts: PromptSet) -> torch.Tensor:
+    """(prompt,) the index of each prompt's last real (unpadded) position, whichever side the padding is."""
+    real = prompts.real_mask()  # (prompt, pos)
+    return (real.long() * torch.arange(real.shape[1])).argmax(-1)
+
+
 def last_real_logits(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-    """(prompt, d_vocab) the logits at each prompt's last real (unpadded) position, right padding or none."""
-    real = prompts.real_mask().to(logits.device)  # (prompt, pos)
-    last = (real.long() * torch.arange(real.shape[1], device=logits.device)).argmax(-1)  # (prompt,) last real index
+    """(prompt, d_vocab) the logits (or any (prompt, pos, ...) tensor) at each prompt's last real position."""
+    last = last_real_positions(prompts).to(logits.device)
     return logits[torch.arange(logits.shape[0], device=logits.device), last]
 
 
@@ -324,7 +332,8 @@ def logit_difference(answer: str = "answer", incorrect: str = "incorrect") -> Be
     IOI literature). The ids are `prompts.meta[answer]` and `prompts.meta[incorrect]` (`interp.data.ioi_prompts`)."""
 
     def value(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
-        final = last_real_logits(logits, prompts)  # (prompt, d_vocab)
+        # (prompt, d_vocab); an engine may have unembedded the last real position alone (`last_position`)
+        final = logits[:, 0] if logits.shape[1] == 1 else last_real_logits(logits, prompts)
         right = prompt_ids(prompts, answer, "logit_difference").to(final.device)
         wrong = prompt_ids(prompts, incorrect, "logit_difference").to(final.device)
         return (final.gather(-1, wrong[:, None]) - final.gather(-1, right[:, None]))[:, 0]
@@ -332,7 +341,7 @@ def logit_difference(answer: str = "answer", incorrect: str = "incorrect") -> Be
     return Behaviour("logit_difference", "logits", value, unit="logit",
                      description=f"minus the logit difference, logit(meta['{incorrect}']) - logit(meta['{answer}']), at "
                                  "each prompt's last real position (Wang et al. 2022's metric, negated: loss-like)",
-                     params=(("answer", answer), ("incorrect", incorrect)))
+                     params=(("answer", answer), ("incorrect", incorrect)), last_position=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -455,3 +455,23 @@ def test_logit_difference_drives_a_run_to_the_known_effect():
     assert float(run.clean().mean()) < -1  # the circuit prefers the answer
     effect = run.effect(HeadAblation("L1H0", "zero"))
     assert effect.ci_low > 1
+
+
+def test_logit_difference_last_position_shortcut_equals_the_full_unembedding():
+    """Path patching unembeds the last real position alone for this behaviour (`last_position`): the same effects as
+    the hooked forward that unembeds every position."""
+    from interp.analyses.circuits import edge_effects
+    from interp.paths import EdgePatch, parse_edge
+    from interp.run import Run
+
+    model = induction_circuit(d_vocab=D_VOCAB, n_ctx=N_CTX)
+    base = repeated_tokens(16, prefix_len=8, d_vocab=D_VOCAB - 1, seed=1, bos=D_VOCAB - 1)
+    prompts = PromptSet(base.tokens[:, :-1], meta={"answer": base.tokens[:, -1].tolist(),
+                                                   "incorrect": ((base.tokens[:, -1] + 3) % (D_VOCAB - 1)).tolist()})
+    run = Run(model, prompts, behaviour=B.logit_difference())
+    edges = ["L0H0 -> L1H0 via k", "L1H0 -> logits"]
+    swept = edge_effects(run, edges)
+    for edge, effect in zip(edges, swept):
+        hooked_effect = run.effect(EdgePatch((parse_edge(edge),)))
+        torch.testing.assert_close(effect.values.float(), hooked_effect.values.float(), atol=1e-4, rtol=1e-4)
+    assert swept[0].mean > 1  # the key edge carries the induction: patching it loses the answer

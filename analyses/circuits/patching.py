@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.behaviour import check_values
+from interp.behaviour import check_values, last_real_logits
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import hooked
@@ -216,6 +216,8 @@ class PatchSweep:
             return check_values(self.model.next_token_loss_from_resid(resid, batch.tokens, weights),
                                 len(batch), what, behaviour)
         summary = None if b.summary is None else b.summary.repeat(copies, *([1] * (b.summary.ndim - 1)))
+        if behaviour.last_position and behaviour.reads == "logits":  # unembed each prompt's last real position alone
+            resid = last_real_logits(resid, batch)[:, None]  # (batch, 1, d_model)
         return check_values(behaviour(self._output(resid), batch, summary), len(batch), what, behaviour)
 
     # -- the patched runs

@@ -209,13 +209,16 @@ def cmd_scan(args) -> int:
     from interp.analyses import claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
+    layers, heads = _select(args)
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
                   allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     from interp.analyses.claims.registry import claim_evidence_for
+    from interp.analyses.report import select_heads
 
+    chosen = select_heads(model, layers, heads) if layers is not None or heads is not None else None
     everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
-                             behaviour=args.behaviour)
+                             behaviour=args.behaviour, heads=chosen)
     console = _out_console(args)
     marks = _marks_for(console.encoding)
     everything = everything.assign(reason=_deciding_reasons(everything), evidence=_evidence_marks(everything, marks))

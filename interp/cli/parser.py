@@ -251,6 +251,7 @@ def _scan_parser(command) -> None:
                 "interp scan toy-induction --n 128 --supported-only")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
+    _add_selection(p)  # on a large model the claims' tests are the cost: scan some layers or heads
     p.add_argument("--supported-only", action="store_true",
                    help="show only supported claims (the footer counts the hidden ones; --json keeps only the shown)")
     _add_behaviour(p)
