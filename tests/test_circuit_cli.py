@@ -74,3 +74,26 @@ def test_report_circuit_section(found, tmp_path):
     assert skipped.summary is None and "pre-norm" in skipped.note and skipped.to_json() == {"skipped": skipped.note}
     assert "No circuit: " in circuit_html(skipped, {}) and circuit_figures(skipped, tmp_path) == {}
     assert report_circuit(induction_circuit(), repeated_tokens(8, 4, 63), seed=0, has_loss=False).summary is None
+
+
+def test_cli_circuit_nodes_method_and_the_acdc_budget(tmp_path, capsys):
+    """--method nodes finds the circuit's heads; ACDC above --max-edges is refused with its estimate (exit 2)."""
+    out = tmp_path / "nodes.json"
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--method", "nodes", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["result"]
+    assert result["circuit"]["method"] == "nodes" and result["circuit"]["nodes"] == ["embed", "L0H0", "L1H0", "logits"]
+    capsys.readouterr()
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--max-edges", "10"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ACDC patches each of the model's 81 edges once" in err and "--method nodes" in err
+
+
+def test_summary_measures_the_largest_scored_edges_only(monkeypatch):
+    import interp.analyses.circuits.summary as summary
+
+    monkeypatch.setattr(summary, "MAX_EDGE_EFFECTS", 2)
+    capped = summary.circuit_summary(induction_circuit(), repeated_tokens(32, 10, 63, bos=63))
+    measured = capped.edges.dropna(subset=["effect"])
+    assert len(measured) == 2 and len(capped.edges) == len(capped.circuit.edges)
+    scores = capped.edges.set_index("edge").score.abs()
+    assert scores[measured.edge].min() >= scores.drop(measured.edge).max()
