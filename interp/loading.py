@@ -150,7 +150,7 @@ def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto"
     if isinstance(spec, (str, os.PathLike)) and _is_hub_spec(os.fspath(spec)):
         from interp.pretrained import resolve_hub_id
 
-        spec = resolve_hub_id(os.fspath(spec), allow_download=allow_download)
+        spec = resolve_hub_id(os.fspath(spec), allow_download=allow_download, accepted=_accepted())
     model = _load_spec(spec, device=device, backend=backend, progress=progress)
     return select_output(model, output) if output is not None else model
 

@@ -146,8 +146,9 @@ def hub_offline() -> bool:
     return bool(hub.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def resolve_hub_id(spec: str, *, allow_download: bool = False) -> Path:
-    """The cached snapshot folder of `org/name[@revision]`; downloaded first only when allowed and online."""
+def resolve_hub_id(spec: str, *, allow_download: bool = False, accepted: str = "") -> Path:
+    """The cached snapshot folder of `org/name[@revision]`; downloaded first only when allowed and online.
+    `accepted`: what else a spec may be, added to the message when the id is not in the cache."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -162,17 +163,15 @@ def resolve_hub_id(spec: str, *, allow_download: bool = False) -> Path:
         folder = snapshot_download(repo, revision=revision, cache_dir=cache, local_files_only=not download,
                                    allow_patterns=DOWNLOAD_PATTERNS if download else None)
     except LocalEntryNotFoundError:
-        raise BadInput(_not_cached(spec, repo, revision, cache, allow_download)) from None
+        raise BadInput(_not_cached(spec, repo, revision, cache, allow_download, accepted)) from None
     except (HfHubHTTPError, OSError) as error:  # revision or repository not found online, no connection
         raise BadInput(f"cannot download the Hugging Face hub id {spec!r}: {type(error).__name__}: "
                        f"{' '.join(str(error).split())[:300]}. Check the id and revision, or pass a local folder.") from None
     return Path(folder)
 
 
-def _not_cached(spec: str, repo: str, revision: str | None, cache: Path, allow_download: bool) -> str:
+def _not_cached(spec: str, repo: str, revision: str | None, cache: Path, allow_download: bool, accepted: str) -> str:
     """Why a hub id did not resolve from the cache, and what to do."""
-    from interp.loading import _accepted
-
     repo_dir = cache / f"models--{repo.replace('/', '--')}"
     refs = sorted(p.relative_to(repo_dir / "refs").as_posix() for p in (repo_dir / "refs").rglob("*") if p.is_file()) \
         if (repo_dir / "refs").is_dir() else []
@@ -189,7 +188,7 @@ def _not_cached(spec: str, repo: str, revision: str | None, cache: Path, allow_d
                 f"as {repo}@REVISION; {how}.")
     return (f"{spec!r} names nothing loadable: no local file or folder of that name, and the Hugging Face hub id "
             f"{repo!r} is not in the cache {cache} (HF_HUB_CACHE, HF_HOME). {how[0].upper()}{how[1:]}; or pass a local "
-            f"folder. {_accepted()}")
+            f"folder. {accepted}".rstrip())
 
 
 def _version(distribution: str) -> str:
