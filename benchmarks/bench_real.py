@@ -180,7 +180,8 @@ def bridge_folder() -> Path:
 
     path = packaged_path(SPEC)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    model.config.quantization_config = None
+    # the weights are float32 now: the GGUF quantizer's marks (which refuse save_pretrained) go
+    model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(folder)
