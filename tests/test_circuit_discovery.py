@@ -174,3 +174,17 @@ def test_acdc_above_its_edge_budget_is_refused_with_an_estimate(model, prompts):
     with pytest.raises(BadInput, match=r"ACDC patches each of the model's 81 edges once, about [\d.]+ h here .*above its "
                                        r"budget of 10 edges. Use method='nodes'.*--max-edges"):
         discover(model, prompts, method="acdc", max_edges=10)
+
+
+def test_node_level_test_equals_the_edge_level_test_of_a_node_circuit(model, prompts):
+    """For a circuit of every edge between some nodes, patching the nodes outside it is patching its outside edges
+    (an edge into a patched node changes nothing any reader sees): the same faithfulness, node by node minimality."""
+    from interp.analyses.circuits import test_node_circuit
+
+    circuit = discover(model, prompts, method="nodes", split=False)
+    by_edges, by_nodes = test_circuit(model, circuit, prompts), test_node_circuit(model, circuit, prompts)
+    assert by_nodes.faithfulness.mean == pytest.approx(by_edges.faithfulness.mean, abs=1e-4)
+    assert by_nodes.circuit_only == pytest.approx(by_edges.circuit_only, abs=1e-4)
+    assert by_nodes.all_patched == pytest.approx(by_edges.all_patched, abs=1e-4)
+    assert set(by_nodes.minimality_frame.sender) == {"L0H0", "L1H0"} and by_nodes.minimal
+    assert circuit.method == "nodes"

@@ -40,7 +40,12 @@ import pandas as pd
 from torch import nn
 
 from interp.analyses.circuits.attribution import attribution_patching
-from interp.analyses.circuits.evaluation import CircuitTest, nodes_of, test_circuit
+from interp.analyses.circuits.evaluation import (
+    CircuitTest,
+    nodes_of,
+    test_circuit,
+    test_node_circuit,
+)
 from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
@@ -275,7 +280,7 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
         return circuit
     return Circuit(circuit.nodes, circuit.edges, circuit.scores, circuit.method, circuit.threshold, circuit.behaviour,
                    circuit.unit, circuit.gap, circuit.n_prompts, circuit.model,
-                   test_circuit(test_run, circuit, source=test_source))
+                   (test_node_circuit if method == "nodes" else test_circuit)(test_run, circuit, source=test_source))
 
 
 __all__ = ["ACDC_MAX_EDGES", "ACDC_THRESHOLD", "Circuit", "DISCOVERY_METHODS", "DiscoveryMethod", "EAP_THRESHOLD",
