@@ -10,7 +10,7 @@ time and the child's own peak RSS (`os.wait4`). Budgets (issue 38):
 | `load` (`interp.load("smollm2-135m")`, in-process, import excluded) | 15 s |
 | `heads --prompts repeated --n 64 --prefix-len 20` | 2 min, 2.5 GB peak RSS |
 | `report --layers 16-18` (27 cards; importance and joint ablation on those heads) | 15 min |
-| `circuit --method eap` | 15 min |
+| `circuit --method nodes` (heads and MLPs as nodes; ACDC over its 70,651 edges is refused) | 15 min |
 | `verify`, `scan --layers 16-18`, `claims` (three claims), `audit-leakage --max-len 32` | measured |
 
 Before the commands, peak RSS per stage of `heads` (import, load, forward, metrics, copying scores) in one
@@ -71,7 +71,7 @@ COMMANDS: dict[str, tuple[list[str], float | None, float | None]] = {
     "claims": (["claims", SPEC, str(OUT / "claims.toml")], None, None),
     "scan": (["scan", SPEC, "--layers", "16-18"], None, None),
     "audit-leakage": (["audit-leakage", SPEC, "--max-len", "32"], None, None),
-    "circuit": (["circuit", SPEC, "--method", "eap"], 900, None),
+    "circuit": (["circuit", SPEC, "--method", "nodes"], 900, None),
     "report": (["report", SPEC, "--layers", "16-18", "--out", str(OUT / "report"), "--force"], 900, None),
 }
 

@@ -53,9 +53,10 @@ print(model.load_notes[0])
 sentence = "When Mary and John went to the store, John gave a drink to"
 with torch.no_grad():
     logits = model(model.to_tokens(sentence))[0, -1]
-top = logits.topk(5)
+best = logits.topk(5)
+completion = model.tokenizer.decode([int(best.indices[0])])
 print(repr(sentence))
-for value, index in zip(top.values, top.indices):
+for value, index in zip(best.values, best.indices):
     print(f"  {model.tokenizer.decode([int(index)])!r:>10}  logit {value:.2f}")
 
 # %% [markdown]
@@ -158,7 +159,7 @@ fig.tight_layout()
 # %% [markdown]
 # ## (b) Indirect-object identification
 #
-# 128 prompts from the toolkit's own templates and its lists of names, places and objects
+# 64 prompts from the toolkit's own templates and its lists of names, places and objects
 # (`interp.data.ioi_prompts`; every name, place and object is one token with a leading space under this
 # tokenizer, which the builder checks; no chat template), half naming the indirect object first ("ABBA"),
 # half second ("BABA"). The behaviour is the logit difference at the last token, logit(IO) - logit(S)
@@ -171,8 +172,8 @@ from interp.behaviour import logit_difference
 from interp.data import ioi_prompts
 from interp.stats import bootstrap
 
-ioi = ioi_prompts(128, 0, model.tokenizer)
-abc = ioi_prompts(128, 0, model.tokenizer, corrupted=True)
+ioi = ioi_prompts(64, 0, model.tokenizer)
+abc = ioi_prompts(64, 0, model.tokenizer, corrupted=True)
 run = interp.Run(model, ioi, behaviour=logit_difference(), batch_size=32, seed=0)
 clean = -run.clean()  # (prompt,) logit difference
 clean_ci = [float(v) for v in bootstrap(clean, seed=0, label="ioi clean")]
@@ -279,8 +280,9 @@ fig.tight_layout()
 #
 # `discover(method="nodes")`: ACDC over heads and MLPs. From the last layer backwards, each node's write is
 # taken from the ABC run for every reader of it, on top of the nodes removed so far; it stays removed if the
-# logit difference moves by less than 1% of the clean-to-ABC gap. That runs on 64 of the prompts. The
-# circuit (every edge between the kept nodes) is then tested on the other 64: faithfulness is the share of the
+# logit difference moves by less than 1% of the clean-to-ABC gap. That runs on 32 of the prompts. The
+# circuit (every edge between the kept nodes) is then tested on the other 32, node by node
+# (`test_node_circuit`: every head and MLP outside it reads the ABC run): faithfulness is the share of the
 # clean-to-ABC gap the circuit keeps when everything outside it reads the ABC run (1 = all of it), with a
 # bootstrap CI over the held-out prompts.
 
@@ -326,7 +328,7 @@ def verdict_of(label, claim):
 
 results = {
     "load_note": model.load_notes[0],
-    "completion": model.tokenizer.decode([int(top.indices[0])]),
+    "completion": completion,
     "induction_heads": induction_heads,
     "previous_heads": previous_heads,
     "metrics": {label: {m: round(float(metrics.set_index("label").loc[label, m]), 4) for m in ("prev_token", "induction")}
