@@ -11,7 +11,7 @@ time and the child's own peak RSS (`os.wait4`). Budgets (issue 38):
 | `heads --prompts repeated --n 64 --prefix-len 20` | 2 min, 2.5 GB peak RSS |
 | `report --layers 16-18` (27 cards; importance and joint ablation on those heads) | 15 min |
 | `circuit --method nodes` (heads and MLPs as nodes; ACDC over its 70,651 edges is refused) | 15 min |
-| `verify`, `scan --layers 16-18`, `claims` (three claims), `audit-leakage --max-len 32` | measured |
+| `verify`, `scan --heads L16H0,L17H3,L17H4,L18H6`, `claims` (three claims), `audit-leakage --max-len 32` | measured |
 
 Before the commands, peak RSS per stage of `heads` (import, load, forward, metrics, copying scores) in one
 fresh process, and the forward pass and a `hook_pattern`-only cache against TransformerLens's bridge on the
@@ -69,7 +69,7 @@ COMMANDS: dict[str, tuple[list[str], float | None, float | None]] = {
     "heads": (["heads", SPEC, "--prompts", "repeated", "--n", "64", "--prefix-len", "20"], 120, 2500),
     "verify": (["verify", SPEC], None, None),
     "claims": (["claims", SPEC, str(OUT / "claims.toml")], None, None),
-    "scan": (["scan", SPEC, "--layers", "16-18"], None, None),
+    "scan": (["scan", SPEC, "--heads", "L16H0,L17H3,L17H4,L18H6"], None, None),
     "audit-leakage": (["audit-leakage", SPEC, "--max-len", "32"], None, None),
     "circuit": (["circuit", SPEC, "--method", "nodes"], 900, None),
     "report": (["report", SPEC, "--layers", "16-18", "--out", str(OUT / "report"), "--force"], 900, None),
