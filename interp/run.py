@@ -37,7 +37,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast,
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Literal,
+    Protocol,
+    Sequence,
+    TypeVar,
+    cast,
     runtime_checkable,
 )
 
@@ -46,8 +55,16 @@ import torch
 from torch import nn
 
 from interp import launch
-from interp.behaviour import (Behaviour, BehaviourLike, Positions, as_behaviour, batched_ablation_values, check_values,
-                              clean_summaries, measure)
+from interp.behaviour import (
+    Behaviour,
+    BehaviourLike,
+    Positions,
+    as_behaviour,
+    batched_ablation_values,
+    check_values,
+    clean_summaries,
+    measure,
+)
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput
 from interp.interventions import (
@@ -61,8 +78,8 @@ from interp.interventions import (
     reference_activations,
 )
 from interp.launch import Device, DType
-from interp.models.gpt import HookedGPT
 from interp.modelinfo import context_length, vocab_size
+from interp.models.gpt import HookedGPT
 from interp.stats import bootstrap
 from interp.validate import check_inputs
 
@@ -308,7 +325,7 @@ class Run:
             tokens = read.tokens.to(device)
             mask = None if read.attention_mask is None else read.attention_mask.to(device)
             resid = self.cached(("resid-pre", layer, index, self.batch_size, self.behaviour.name),
-                                lambda: _clean_resid(model, tokens, mask, layer))
+                                lambda tokens=tokens, mask=mask: _clean_resid(model, tokens, mask, layer))
             with torch.no_grad(), intervention.intervene(self, read):
                 final = model.run_from(layer, resid, attention_mask=mask)
                 output = model.head(final) if self.behaviour.reads == "logits" else model.ln_final(final)
