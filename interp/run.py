@@ -33,6 +33,7 @@ of the model's parameters (each tensor's storage and torch's in-place version co
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -325,7 +326,7 @@ class Run:
             tokens = read.tokens.to(device)
             mask = None if read.attention_mask is None else read.attention_mask.to(device)
             resid = self.cached(("resid-pre", layer, index, self.batch_size, self.behaviour.name),
-                                lambda tokens=tokens, mask=mask: _clean_resid(model, tokens, mask, layer))
+                                functools.partial(_clean_resid, model, tokens, mask, layer))
             with torch.no_grad(), intervention.intervene(self, read):
                 final = model.run_from(layer, resid, attention_mask=mask)
                 output = model.head(final) if self.behaviour.reads == "logits" else model.ln_final(final)
