@@ -38,16 +38,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    ContextManager,
-    Iterable,
-    Literal,
-    Protocol,
-    Sequence,
-    TypeVar,
-    cast,
+    TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Literal, Protocol, Sequence, TypeVar, cast,
     runtime_checkable,
 )
 
@@ -56,16 +47,8 @@ import torch
 from torch import nn
 
 from interp import launch
-from interp.behaviour import (
-    Behaviour,
-    BehaviourLike,
-    Positions,
-    as_behaviour,
-    batched_ablation_values,
-    check_values,
-    clean_summaries,
-    measure,
-)
+from interp.behaviour import (Behaviour, BehaviourLike, Positions, as_behaviour, batched_ablation_values, check_values,
+                              clean_summaries, measure)
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput
 from interp.interventions import (
