@@ -40,27 +40,16 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
-from interp.analyses.head_types import (
-    HeadType,
-    head_types,
-    ngram_targets,  # noqa: F401  (re-exported: its home was here)
-    reduce_head_types,
-    repeat_query_mask,
-)
+from interp.analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
+from interp.analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
 from interp.analyses.positional import nan_aware_frame
+from interp import launch
 from interp.capture import BatchContext, PerPromptAccumulator, stream
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
-from interp.modelinfo import (
-    OVWeights,
-    final_norm,
-    ov_weights,
-    token_embedding,
-    unembedding,
-)
+from interp.modelinfo import OVWeights, final_norm, ov_weights, token_embedding, unembedding
 from interp.validate import check_inputs
 
 INDUCTION_METRICS = ("induction", "duplicate_token")

@@ -15,13 +15,7 @@ import torch
 from torch import nn
 
 # the config facts live one level down, where the hooking modules this one reads (interp.sdpa) can ask them too
-from interp.modelconfig import (
-    CONTEXT_FIELDS,
-    VOCAB_FIELDS,
-    context_length,
-    model_config,
-    vocab_size,
-)
+from interp.modelconfig import CONTEXT_FIELDS, VOCAB_FIELDS, context_length, model_config, vocab_size
 
 if TYPE_CHECKING:
     from interp.mha import HookedMultiheadAttention

@@ -39,18 +39,14 @@ from typing import Any, Literal, get_args
 import pandas as pd
 from torch import nn
 
-from interp.analyses.circuits.attribution import attribution_patching
-from interp.analyses.circuits.evaluation import (
-    CircuitTest,
-    nodes_of,
-    test_circuit,
-    test_node_circuit,
-)
-from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, Node, graph, nodes, parse_edge
 from interp.run import Run, as_run
+
+from interp.analyses.circuits.attribution import attribution_patching
+from interp.analyses.circuits.evaluation import CircuitTest, nodes_of, test_circuit, test_node_circuit
+from interp.analyses.circuits.patching import PatchSweep
 
 DiscoveryMethod = Literal["acdc", "eap", "nodes"]
 DISCOVERY_METHODS: tuple[str, ...] = get_args(DiscoveryMethod)
