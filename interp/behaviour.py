@@ -38,7 +38,6 @@ gets the masked-LM loss.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Union, cast, get_args
 
@@ -89,6 +88,9 @@ class Behaviour:
     prepare: Callable[[PromptSet], PromptSet] | None = field(default=None, compare=False, repr=False)
     params: tuple = ()  # the parameters that distinguish two behaviours of one name, e.g. (("positions", "all"),)
     hook: str = ""  # reads="activation": the hook whose activation `fn` reads; "" for the other reads
+    # reads the logits at each prompt's last real position only: an engine may unembed that position alone and
+    # pass `fn` logits of shape (batch, 1, d_vocab) (on a 49k vocabulary the unembedding is a fifth of a forward)
+    last_position: bool = False
 
     def __post_init__(self) -> None:
         if self.reads not in READS:
@@ -327,6 +329,55 @@ def embedding_change() -> Behaviour:
 
 
 # ---------------------------------------------------------------------------------------------
+# logit difference (indirect-object identification)
+
+
+def last_real_positions(prompts: PromptSet) -> torch.Tensor:
+    """(prompt,) the index of each prompt's last real (unpadded) position, whichever side the padding is."""
+    real = prompts.real_mask()  # (prompt, pos)
+    return (real.long() * torch.arange(real.shape[1])).argmax(-1)
+
+
+def last_real_logits(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """(prompt, d_vocab) the logits (or any (prompt, pos, ...) tensor) at each prompt's last real position."""
+    last = last_real_positions(prompts).to(logits.device)
+    return logits[torch.arange(logits.shape[0], device=logits.device), last]
+
+
+def prompt_ids(prompts: PromptSet, key: str, who: str) -> torch.Tensor:
+    """(prompt,) the token ids `prompts.meta[key]` holds for these prompts (`rows` index the set they came from)."""
+    ids = prompts.meta.get(key)
+    if ids is None:
+        raise UndefinedOnPrompts(f"{who} needs meta[{key!r}], one token id per prompt (interp.data.ioi_prompts makes "
+                                 "them); these prompts have none.")
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    rows = torch.arange(len(prompts)) if prompts.rows is None else prompts.rows
+    if ids.ndim != 1 or int(rows.max()) >= len(ids):
+        raise UndefinedOnPrompts(f"{who}: meta[{key!r}] holds {tuple(ids.shape)} ids but the prompts reach row "
+                                 f"{int(rows.max())}; expected one id per prompt of the set they came from.")
+    return ids[rows]
+
+
+def logit_difference(answer: str = "answer", incorrect: str = "incorrect") -> Behaviour:
+    """logit(incorrect) - logit(answer) at each prompt's last real position: the logit difference of Wang et
+    al. (2022), negated so that it is loss-like as every behaviour (larger = the behaviour damaged; on the clean
+    run of a model that gets the task right it is negative, and -value is the logit difference reported in the
+    IOI literature). The ids are `prompts.meta[answer]` and `prompts.meta[incorrect]` (`interp.data.ioi_prompts`)."""
+
+    def value(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        # (prompt, d_vocab); an engine may have unembedded the last real position alone (`last_position`)
+        final = logits[:, 0] if logits.shape[1] == 1 else last_real_logits(logits, prompts)
+        right = prompt_ids(prompts, answer, "logit_difference").to(final.device)
+        wrong = prompt_ids(prompts, incorrect, "logit_difference").to(final.device)
+        return (final.gather(-1, wrong[:, None]) - final.gather(-1, right[:, None]))[:, 0]
+
+    return Behaviour("logit_difference", "logits", value, unit="logit",
+                     description=f"minus the logit difference, logit(meta['{incorrect}']) - logit(meta['{answer}']), at "
+                                 "each prompt's last real position (Wang et al. 2022's metric, negated: loss-like)",
+                     params=(("answer", answer), ("incorrect", incorrect)), last_position=True)
+
+
+# ---------------------------------------------------------------------------------------------
 # choosing a behaviour
 
 
@@ -521,7 +572,12 @@ def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Beh
     For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
     resample values come from `reference` (default: the prompts the model reads), as in `ablate`.
     """
-    from interp.interventions import all_heads, batched_head_ablations, check_heads, reference_activations
+    from interp.interventions import (
+        all_heads,
+        batched_head_ablations,
+        check_heads,
+        reference_activations,
+    )
 
     heads = all_heads(model) if heads is None else check_heads(model, heads)
     if reference is None and kind != "zero":

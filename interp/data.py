@@ -575,3 +575,105 @@ def check_prompts(prompts: PromptSet, *, n_ctx: int | None = None, d_vocab: int 
                 "build the prompts with the model's d_vocab or tokenizer."
             )
     return prompts
+
+
+# ---------------------------------------------------------------------------------------------
+# indirect-object identification (Wang et al. 2022), from the toolkit's own lists
+
+IOI_NAMES = ("Mary", "John", "Tom", "James", "Anna", "Paul", "Sarah", "Mark", "Lisa", "David", "Emma", "Peter", "Laura",
+             "Daniel", "Kate", "Michael", "Jane", "Robert", "Susan", "George", "Alice", "Frank", "Helen", "Jack", "Rose",
+             "Henry", "Amy", "Sam", "Grace", "Ben", "Lucy", "Adam", "Claire", "Luke", "Ruth", "Eric", "Julia", "Steve",
+             "Nancy", "Chris")
+IOI_PLACES = ("store", "park", "school", "office", "beach", "station", "market", "hospital", "library", "restaurant",
+              "garden", "museum", "church", "cinema", "bank", "airport", "hotel", "zoo", "farm", "party")
+IOI_OBJECTS = ("drink", "book", "ball", "gift", "key", "letter", "ring", "bag", "card", "cake", "phone", "hat", "pen",
+               "bottle", "box", "coin", "flower", "cup", "toy", "ticket")
+# {first} and {second} are the two names of the opening clause, {subject} the one who gives (the other one is the
+# indirect object, the answer); one token per slot, so every template has the same length (14 tokens under SmolLM2's)
+IOI_TEMPLATES = (
+    "When {first} and {second} went to the {place}, {subject} gave a {object} to",
+    "After {first} and {second} arrived at the {place}, {subject} handed a {object} to",
+    "While {first} and {second} were at the {place}, {subject} passed a {object} to",
+    "Once {first} and {second} got to the {place}, {subject} offered a {object} to",
+)
+
+
+def _plain_ids(tokenizer: Any, text: str) -> list[int]:
+    """`text`'s ids without special tokens (a Hugging Face tokenizer's add_special_tokens=False; ours add none)."""
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError:  # the toolkit's own tokenizers take the text alone
+        return list(tokenizer.encode(text))
+
+
+def single_tokens(tokenizer: Any, words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(words that are one token with a leading space under `tokenizer`, those that are not)."""
+    kept = [w for w in words if len(_plain_ids(tokenizer, " " + w)) == 1]
+    return kept, [w for w in words if w not in kept]
+
+
+def ioi_prompts(n: int, seed: int = 0, tokenizer: Any = None, *, corrupted: bool = False) -> PromptSet:
+    """`n` indirect-object prompts in the manner of Wang et al. (2022), from the toolkit's own templates and
+    name, place and object lists: "When Mary and John went to the store, John gave a drink to" -> " Mary".
+
+    Half the prompts name the indirect object first ("ABBA"), half second ("BABA"), drawn with `seed`. Names,
+    places and objects are those of `IOI_NAMES`, `IOI_PLACES`, `IOI_OBJECTS` that are one token with a
+    leading space under `tokenizer` (checked here; `meta["dropped"]` lists the others); no chat template, no
+    special tokens. `meta["answer"]` and `meta["incorrect"]` are each prompt's token ids of the indirect
+    object and of the subject (what `interp.behaviour.logit_difference` reads, through `PromptSet.rows`);
+    `meta["positions"]` the token positions of "io", "s1", "s2" and "end" (the last real token); `meta["template"]`
+    and `meta["order"]` how each was made. `corrupted=True`: the same draws with the subject's second mention
+    and both names of the opening clause replaced by three other names ("ABC", the usual IOI baseline), row
+    for row; its answer and incorrect ids are the clean prompts' (what patching from it removes).
+    """
+    _check_counts(n)
+    if tokenizer is None:
+        raise BadInput("ioi_prompts needs the model's tokenizer (model.tokenizer, or a Hugging Face tokenizer).")
+    tokenizer = getattr(tokenizer, "tokenizer", None) or tokenizer  # a model: its tokenizer
+    lists = {}
+    dropped: list[str] = []
+    for what, words in (("names", IOI_NAMES), ("places", IOI_PLACES), ("objects", IOI_OBJECTS)):
+        lists[what], missing = single_tokens(tokenizer, words)
+        dropped += missing
+    if len(lists["names"]) < 5 or not lists["places"] or not lists["objects"]:
+        raise BadInput(f"under this tokenizer too few of the toolkit's names, places and objects are single tokens with a "
+                       f"leading space ({len(lists['names'])} names, {len(lists['places'])} places, {len(lists['objects'])} "
+                       "objects; at least 5 names and one of each other needed): IOI prompts need one token per slot.")
+    generator = _generator(seed)
+    rows, meta_rows = [], []
+    for _ in range(n):
+        names = [lists["names"][int(i)] for i in torch.randperm(len(lists["names"]), generator=generator)[:5]]
+        template = int(torch.randint(len(IOI_TEMPLATES), (1,), generator=generator))
+        place = lists["places"][int(torch.randint(len(lists["places"]), (1,), generator=generator))]
+        thing = lists["objects"][int(torch.randint(len(lists["objects"]), (1,), generator=generator))]
+        order = "ABBA" if bool(torch.randint(2, (1,), generator=generator)) else "BABA"
+        io, s = names[0], names[1]
+        first, second = (io, s) if order == "ABBA" else (s, io)
+        subject = s
+        if corrupted:
+            first, second, subject = names[2], names[3], names[4]
+        text = IOI_TEMPLATES[template].format(first=first, second=second, subject=subject, place=place, object=thing)
+        rows.append(_plain_ids(tokenizer, text))
+        meta_rows.append((io, s, template, order, first, second, subject))
+    answers = [_plain_ids(tokenizer, " " + io)[0] for io, *_ in meta_rows]
+    incorrect = [_plain_ids(tokenizer, " " + s)[0] for _, s, *_ in meta_rows]
+    prompts = pad(rows, pad_id=0, padding_side="right")
+    positions = _ioi_positions(tokenizer, rows, meta_rows)
+    meta = {**prompts.meta, "kind": "ioi", "seed": seed, "corrupted": corrupted, "answer": answers, "incorrect": incorrect,
+            "positions": positions, "template": [m[2] for m in meta_rows], "order": [m[3] for m in meta_rows],
+            "dropped": dropped, "io_name": [m[0] for m in meta_rows], "s_name": [m[1] for m in meta_rows]}
+    return replace(prompts, meta=meta)
+
+
+def _ioi_positions(tokenizer: Any, rows: list[list[int]], meta_rows: list[tuple[Any, ...]]) -> dict[str, list[int]]:
+    """Per prompt, the positions of the opening clause's names ("io" and "s1": where the indirect object and the
+    subject are first named), the subject's second mention ("s2") and the last token ("end")."""
+    out: dict[str, list[int]] = {"io": [], "s1": [], "s2": [], "end": []}
+    for ids, (_, _, _, order, first, second, subject) in zip(rows, meta_rows):
+        first_at = ids.index(_plain_ids(tokenizer, " " + first)[0])
+        second_at = ids.index(_plain_ids(tokenizer, " " + second)[0], first_at + 1)
+        out["io"].append(first_at if order == "ABBA" else second_at)
+        out["s1"].append(second_at if order == "ABBA" else first_at)
+        out["s2"].append(len(ids) - 1 - ids[::-1].index(_plain_ids(tokenizer, " " + subject)[0]))
+        out["end"].append(len(ids) - 1)
+    return out

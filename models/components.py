@@ -130,10 +130,17 @@ def reuse_buffers(pool: BufferPool, device: torch.device) -> Iterator[None]:
         _ACTIVE_POOL.reset(token)
 
 
-def pooled(owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
-    """A tensor from the active pool (None outside `reuse_buffers`: allocate as usual)."""
+_TRANSIENT = object()  # the pool's owner of tensors no hook sees: one set for every layer, not one per layer
+
+
+def pooled(owner: object, role: str, shape: tuple[int, ...], like: torch.Tensor, *, watched: bool = True
+           ) -> torch.Tensor | None:
+    """A tensor from the active pool (None outside `reuse_buffers`: allocate as usual). `watched=False`: no hook
+    sees this role's tensor, so it lives only inside this layer's step and the next layer reuses the same memory
+    (kept per layer, the scores, z and projections of every layer would stay resident after the forward: on
+    SmolLM2-135M at 8 x 128 tokens 330 MB beside a 141 MB pattern cache)."""
     pool = _ACTIVE_POOL.get()
-    return None if pool is None else pool.empty(owner, role, shape, like)
+    return None if pool is None else pool.empty(owner if watched else _TRANSIENT, role, shape, like)
 
 
 class CachingRoot(HookedRootModule):
@@ -633,7 +640,8 @@ class Attention(nn.Module):
         w_qkv = torch.cat([self.W_Q, W_K, W_V])  # (head + 2 * kv_head, d_model, d_head)
         b_qkv = einops.rearrange(torch.cat([self.b_Q, b_K, b_V]), "head d_head -> head 1 d_head")
         batch, n_pos, d_model = x.shape
-        out = pooled(self, "qkv", (batch, n_pos, w_qkv.shape[0] * w_qkv.shape[2]), x)
+        watched = any(hook_is_live(hook) for hook in (self.hook_q, self.hook_k, self.hook_v))  # their views of it
+        out = pooled(self, "qkv", (batch, n_pos, w_qkv.shape[0] * w_qkv.shape[2]), x, watched=watched)
         if out is None:
             qkv = einops.einsum(x, w_qkv, "batch pos d_model, head d_model d_head -> batch head pos d_head")
         else:  # the matmul einsum makes, into the pool's tensor; the same layout (batch, pos, head, d_head) below
@@ -679,13 +687,14 @@ class Attention(nn.Module):
         square = (batch, n_heads, n_pos, k.shape[2])  # (batch, head, query, key)
         # the matmul's own output is scaled and masked in place (its backward needs q and k only); inside
         # `reuse_buffers`, the scores, pattern and z land in the pool's tensors: the same kernels, the same numbers
-        scores = torch.matmul(q, k.transpose(-1, -2), out=pooled(self, "attn_scores", square, q))
+        scores = torch.matmul(q, k.transpose(-1, -2),
+                              out=pooled(self, "attn_scores", square, q, watched=hook_is_live(self.hook_attn_scores)))
         scores *= self.scale
         allowed = self.mask(q.shape[2], key_mask, q.device)
         if allowed is not None:
             scores.masked_fill_(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
-        out = pooled(self, "pattern", tuple(scores.shape), scores)  # as the hook returned it
+        out = pooled(self, "pattern", tuple(scores.shape), scores, watched=hook_is_live(self.hook_pattern))
         pattern = torch.softmax(scores, dim=-1) if out is None else torch.ops.aten._softmax.out(scores, -1, False, out=out)
         if key_mask is not None:
             assert allowed is not None  # mask() always masks when given a key mask
@@ -694,7 +703,9 @@ class Attention(nn.Module):
             empty_rows = ~allowed.any(-1, keepdim=True)
             pattern = pattern.masked_fill(empty_rows, 0.0) if out is None else pattern.masked_fill_(empty_rows, 0.0)
         pattern = self.hook_pattern(pattern)
-        return torch.matmul(pattern, v, out=pooled(self, "z", (batch, n_heads, n_pos, v.shape[-1]), v))  # (batch, head, query, d_head)
+        watched = hook_is_live(self.hook_z) or hook_is_live(self.hook_result)
+        z_out = pooled(self, "z", (batch, n_heads, n_pos, v.shape[-1]), v, watched=watched)
+        return torch.matmul(pattern, v, out=z_out)  # (batch, head, query, d_head)
 
 
 class GroupedQueryAttention(Attention):

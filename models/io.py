@@ -142,7 +142,8 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         raise CheckpointError(f"{weights_path}: {error}") from None
     model.metadata = metadata
     model.tokenizer, tokenizer_notes = checkpoint_tokenizer(metadata, config.d_vocab, config_path)
-    model.load_notes = notes + tokenizer_notes
+    carried = metadata.get("load_notes")  # a model loaded from a GGUF file keeps what its load said
+    model.load_notes = ([str(note) for note in carried] if isinstance(carried, list) else []) + notes + tokenizer_notes
     return model.to(device).eval()
 
 

@@ -25,7 +25,7 @@ from interp.analyses.circuits.dla import FROZEN_SCALE, LogitAttribution, direct_
 # -- circuits-discover: path patching, attribution patching, discovery, circuit tests (one block, for merging)
 from interp.analyses.circuits.attribution import Attribution, attribution_patching
 from interp.analyses.circuits.discovery import ACDC_THRESHOLD, EAP_THRESHOLD, Circuit, discover
-from interp.analyses.circuits.evaluation import CircuitTest, Interval, test_circuit
+from interp.analyses.circuits.evaluation import CircuitTest, Interval, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PatchSweep, PathPatch, edge_effects, edge_frame, path_patch, path_patches
 
 __all__ = ["FROZEN_SCALE", "LogitAttribution", "baseline", "composition_scores", "direct_logit_attribution",
@@ -33,6 +33,7 @@ __all__ = ["FROZEN_SCALE", "LogitAttribution", "baseline", "composition_scores",
 __all__ += [  # circuits-discover
     "ACDC_THRESHOLD", "Attribution", "Circuit", "CircuitTest", "EAP_THRESHOLD", "Interval", "PatchSweep", "PathPatch",
     "attribution_patching", "discover", "edge_effects", "edge_frame", "path_patch", "path_patches", "test_circuit",
+    "test_node_circuit",
 ]
 
 # -- circuits-claims: the summary the faces show, and its drawing

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.behaviour import check_values
+from interp.behaviour import check_values, last_real_logits
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import hooked
@@ -206,6 +206,8 @@ class PatchSweep:
             return check_values(self.model.next_token_loss_from_resid(resid, batch.tokens, weights),
                                 len(batch), what, behaviour)
         summary = None if b.summary is None else b.summary.repeat(copies, *([1] * (b.summary.ndim - 1)))
+        if behaviour.last_position and behaviour.reads == "logits":  # unembed each prompt's last real position alone
+            resid = last_real_logits(resid, batch)[:, None]  # (batch, 1, d_model)
         return check_values(behaviour(self._output(resid), batch, summary), len(batch), what, behaviour)
 
     # -- the patched runs
@@ -285,6 +287,68 @@ class PatchSweep:
             resid = self.model.run_from(start, b.resid_pre[start].repeat(k, 1, 1), attention_mask=mask,
                                         positions=b.positions.repeat(k, 1))
         return self._value(resid, b, "patched edges", copies=k)
+
+    # -- whole nodes: every reader of a node reads its corrupted write
+
+    def node_values(self, node_sets: Sequence[Sequence[Node]]) -> torch.Tensor:
+        """(set, prompt) float64: the behaviour with each set of nodes patched, every reader of each node (later
+        heads, MLPs, the logits) reading its corrupted write: the same as patching all of the node's outgoing
+        edges, done once at the node's own output (`hook_attn_out` for a head, `hook_mlp_out` for an MLP,
+        `hook_resid_pre` of block 0 for the embeddings) instead of at each reader."""
+        sets = [tuple(sorted(set(parse_node(n) for n in node_set))) for node_set in node_sets]
+        for node_set in sets:
+            for node in node_set:
+                if node.kind == "logits" or node not in self.every:
+                    raise BadInput(f"node_values: {node.label} is not a node that writes in this model (heads, MLPs, "
+                                   "embed).")
+        out = torch.empty(len(sets), len(self.run.prompts), dtype=torch.float64)
+        order = sorted(range(len(sets)), key=lambda i: min((n.layer for n in sets[i]), default=self.n_layers))
+        start = 0
+        for b in self.batches:
+            rows = slice(start, start + len(b.batch))
+            for chunk_start in range(0, len(order), self.per_forward):
+                chunk = order[chunk_start:chunk_start + self.per_forward]
+                out[chunk, rows] = self._node_patched(b, [sets[i] for i in chunk]).view(len(chunk), -1).double().cpu()
+            start += len(b.batch)
+        return out
+
+    @torch.no_grad()
+    def _node_patched(self, b: _Batch, sets: list[tuple[Node, ...]]) -> torch.Tensor:
+        """(len(sets) * batch,) the behaviour with each set of nodes patched at their outputs, resumed together."""
+        k, n = len(sets), len(b.batch)
+        start = max(0, min((node.layer for nodes_ in sets for node in nodes_), default=self.n_layers))
+        z_now: dict[int, torch.Tensor] = {}
+        by_hook: dict[str, list[tuple[int, Node]]] = {}
+        for i, node_set in enumerate(sets):
+            for node in node_set:
+                name = {"head": f"blocks.{node.layer}.hook_attn_out", "mlp": f"blocks.{node.layer}.hook_mlp_out",
+                        "embed": "blocks.0.hook_resid_pre"}[node.kind]
+                by_hook.setdefault(name, []).append((i, node))
+
+        def keep_z(act: torch.Tensor, hook: Any) -> None:  # (k * batch, pos, head, d_head)
+            z_now[int(hook.name.split(".")[1])] = act
+
+        def make_patch(targets: list[tuple[int, Node]]) -> Callable[..., torch.Tensor]:
+            def patch(act: torch.Tensor, hook: Any) -> torch.Tensor:  # (k * batch, pos, d_model)
+                act = act.clone()
+                for i, node in targets:
+                    rows = slice(i * n, (i + 1) * n)
+                    if node.kind == "head":  # this head's own write, as the forward made it, out; the corrupted one in
+                        now = self.model.blocks[node.layer].attn.head_write(node.head, z_now[node.layer][rows, :, node.head])
+                        act[rows] += b.corrupted_writes[node] - now
+                    else:
+                        act[rows] = b.corrupted_writes[node]
+                return act
+            return patch
+
+        head_layers = {node.layer for node_set in sets for node in node_set if node.kind == "head"}
+        hooks: list[tuple[str, Callable[..., Any]]] = [(f"blocks.{layer}.attn.hook_z", keep_z) for layer in head_layers]
+        hooks += [(name, make_patch(targets)) for name, targets in by_hook.items()]
+        mask = None if b.mask is None else b.mask.repeat(k, 1)
+        with hooked(self.model, hooks):
+            resid = self.model.run_from(start, b.resid_pre[start].repeat(k, 1, 1), attention_mask=mask,
+                                        positions=b.positions.repeat(k, 1))
+        return self._value(resid, b, "patched nodes", copies=k)
 
     def effects(self, edge_sets: Sequence[Sequence[Edge]]) -> list[Effect]:
         """`Effect`s (patched - clean per prompt, bootstrap CI), as `run.effect(EdgePatch(set))` gives them."""

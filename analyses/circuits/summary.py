@@ -28,9 +28,14 @@ from interp.analyses.circuits.discovery import Circuit, discover
 from interp.analyses.circuits.evaluation import TEST_COLUMNS, CircuitTest
 from interp.analyses.circuits.patching import path_patches
 from interp.data import PromptSet
+from interp.paths import parse_edge
 from interp.run import Run, as_run
 
 EDGE_COLUMNS = ["edge", "sender", "receiver", "via", "score", "effect", "ci_low", "ci_high", "unit", "n_prompts"]
+# each kept edge's own path patch is one patched forward per batch of the held-out half: beyond this many kept
+# edges (a head-level circuit of a large model keeps thousands), those of largest |score| are measured, the rest
+# are listed with no effect (NaN)
+MAX_EDGE_EFFECTS = 150
 
 
 @dataclass(frozen=True)
@@ -63,19 +68,31 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: str = "acdc",
                     threshold: float | None = None, behaviour: Any = None, seed: int = 0,
-                    batch_size: int = 16) -> CircuitSummary:
+                    batch_size: int = 16, max_edges: int | None = None) -> CircuitSummary:
     """Discover a circuit (`discover`: proposed on one half of the prompts, tested on the other) and measure each
-    kept edge's own path-patching effect on the held-out half (see the module)."""
+    kept edge's own path-patching effect on the held-out half (see the module; at most `MAX_EDGE_EFFECTS` of them,
+    those of largest |score|). `max_edges`: ACDC's budget (`discover`)."""
     if isinstance(model_or_run, Run):
         run = as_run(model_or_run, prompts, where="circuit_summary")
     else:
         run = as_run(model_or_run, prompts, where="circuit_summary", behaviour=behaviour, seed=seed,
                      batch_size=batch_size)
-    circuit = discover(run, method=method, threshold=threshold)  # type: ignore[arg-type]  # discover checks the name
+    budget = {} if max_edges is None else {"max_edges": max_edges}
+    circuit = discover(run, method=method, threshold=threshold, **budget)  # type: ignore[arg-type]  # discover checks the name
     _, held_out = run.prompts.split(0.5, seed=run.seed)  # the half discover tests on (its split, same seed)
     test_run = run.on(held_out)
+    by_score = sorted(circuit.edges, key=lambda e: -abs(float(circuit.scores.get(e, 0.0))))
+    measured = set(by_score[:MAX_EDGE_EFFECTS])
     if circuit.edges:
-        effects = path_patches(test_run, edges=list(circuit.edges))
+        effects = path_patches(test_run, edges=[e for e in circuit.edges if e in measured])
+        unmeasured = [parse_edge(e) for e in circuit.edges if e not in measured]
+        rest = pd.DataFrame({"edge": [e.label for e in unmeasured], "sender": [e.sender.label for e in unmeasured],
+                             "receiver": [e.receiver.label for e in unmeasured], "via": [e.via for e in unmeasured],
+                             "effect": math.nan, "ci_low": math.nan, "ci_high": math.nan, "unit": test_run.behaviour.unit,
+                             "n_prompts": len(held_out)})
+        effects = pd.concat([effects, rest], ignore_index=True) if len(rest) else effects
+        order = {label: i for i, label in enumerate(circuit.edges)}
+        effects = effects.sort_values("edge", key=lambda column: column.map(order), kind="stable")
     else:
         effects = pd.DataFrame(columns=["edge", "sender", "receiver", "via", "effect", "ci_low", "ci_high", "unit",
                                         "n_prompts"])

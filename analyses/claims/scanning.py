@@ -2,7 +2,7 @@
 test on the other."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 import torch
@@ -15,18 +15,21 @@ from interp.analyses.head_types import HeadType, head_types
 from interp.behaviour import BehaviourLike
 from interp.claims import Claim, Context, Inconclusive, test_claims
 from interp.data import PromptSet
+from interp.heads import HeadLike
 from interp.hooks import attention_sites
+from interp.interventions import check_heads
 from interp.launch import Device, DType
 from interp.validate import check_inputs
 
 
 def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
-            device: Device = None, dtype: DType = None) -> list[Claim]:
-    """Claims suggested by the metrics on `prompts`: for every head, each head type (`interp.analyses.head_types`,
-    those the model and prompts define) whose point estimate clears its threshold, and a positional claim
-    where the maximum sits at one offset for >= 90% of queries; a head that clears none gets its closest
-    head type (so every head is tested). `device` / `dtype`: measured on a moved copy (`interp.launch.move`)."""
+            device: Device = None, dtype: DType = None, heads: Iterable[HeadLike] | None = None) -> list[Claim]:
+    """Claims suggested by the metrics on `prompts`: for every head (of `heads`, when given), each head type
+    (`interp.analyses.head_types`, those the model and prompts define) whose point estimate clears its threshold,
+    and a positional claim where the maximum sits at one offset for >= 90% of queries; a head that clears none gets
+    its closest head type (so every head is tested). `device` / `dtype`: measured on a moved copy (`interp.launch.move`)."""
     check_inputs("propose", model, prompts)
+    wanted = None if heads is None else set(check_heads(model, heads))
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     ctx = Context(model, prompts, batch_size=batch_size)
     causal = attention_sites(model)[0].causal
@@ -37,6 +40,8 @@ def propose(model: nn.Module, prompts: PromptSet, *, batch_size: int = 32,
     n_layers, n_heads = next(iter(means.values())).shape
     for layer in range(n_layers):
         for head in range(n_heads):
+            if wanted is not None and (layer, head) not in wanted:
+                continue
             chosen = []
             ratios = {}
             for t in kinds:
@@ -85,8 +90,10 @@ def scan(
     behaviour: BehaviourLike = None,
     device: Device = None,
     dtype: DType = None,
+    heads: Iterable[HeadLike] | None = None,
 ) -> pd.DataFrame:
-    """Propose claims for every head on one half of the prompts and test them on the other half.
+    """Propose claims for every head (of `heads`, when given: on a large model the tests are the cost) on one half
+    of the prompts and test them on the other half.
 
     Claims are never tested on the prompts that proposed them. Returns the verdict table of
     `interp.claims.test_claims` (one row per proposed claim, p-values corrected over all of them),
@@ -97,7 +104,7 @@ def scan(
     _, seed = check_inputs("scan", model, prompts, seed=seed)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     propose_half, test_half = prompts.split(0.5, seed=seed)
-    claims = propose(model, propose_half, batch_size=batch_size)
+    claims = propose(model, propose_half, batch_size=batch_size, heads=heads)
     table = test_claims(model, claims, test_half, alpha=alpha, seed=seed, evidence=evidence, batch_size=batch_size,
                         progress=progress, behaviour=behaviour)
     table.insert(table.columns.get_loc("n_prompts"), "proposed_on", len(propose_half))

@@ -26,8 +26,8 @@ from interp.analyses.redundancy.common import (
 from interp.behaviour import BehaviourLike, clean_summaries, final_output
 from interp.data import PromptSet
 from interp.hooks import hooked
-from interp.heads import Head, head_label
-from interp.interventions import AblationKind, AblationValues, HeadAblation, ReferenceActivations, all_heads
+from interp.heads import Head, HeadLike, head_label
+from interp.interventions import AblationKind, AblationValues, HeadAblation, ReferenceActivations, all_heads, check_heads
 from interp.launch import Device, DType
 from interp.stats import TooFewPrompts, sign_flip_test, spearman
 from interp.run import Run
@@ -113,8 +113,10 @@ def importance(
     fast: bool = True,
     device: Device = None,
     dtype: DType = None,
+    heads: Sequence[HeadLike] | None = None,
 ) -> pd.DataFrame:
-    """Loss change when each head alone is ablated, and its gradient estimate, one row per head.
+    """Loss change when each head alone is ablated, and its gradient estimate, one row per head (of `heads`, when
+    given: only those are ablated, which on a large model is the cost; default every head).
 
     Columns: `delta_loss` (ablated - clean behaviour value, e.g. nats; > 0 = the head helps), `ci_low`, `ci_high`,
     `p_value` (sign-flip test that the head helps), `clean_loss`; with `gradient=True` also
@@ -131,7 +133,7 @@ def importance(
     """
     run = redundancy_run(model, prompts, "importance", method=method, fast=fast, reference=reference, behaviour=behaviour,
                          batch_size=batch_size, seed=seed, device=device, dtype=dtype)
-    heads = all_heads(run.model)
+    heads = all_heads(run.model) if heads is None else check_heads(run.model, heads)
     effects = run.effects([HeadAblation((h,), method) for h in heads])
     clean = effects[0].clean if effects else run.clean()
     delta = torch.stack([e.values for e in effects], dim=1)  # (prompt, head)

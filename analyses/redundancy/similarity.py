@@ -3,7 +3,7 @@ CKA), the labelled square form of a pair frame, and the pairs worth ablating tog
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import Iterable, Literal, get_args
 
 import einops
 import numpy as np
@@ -111,8 +111,10 @@ def pattern_similarity(
     seed: int = 0,
     device: Device = None,
     dtype: DType = None,
+    layers: Iterable[int] | None = None,
 ) -> pd.DataFrame:
-    """Jensen-Shannon divergence (bits) between the attention patterns of every pair of heads.
+    """Jensen-Shannon divergence (bits) between the attention patterns of every pair of heads (of `layers`,
+    when given: the pairs grow with the square of the heads, which on a large model is the cost).
 
     One row per unordered pair (within and across layers): `js_divergence` (0 = identical
     distributions at every query, 1 = disjoint supports), `ci_low`, `ci_high`, `n_prompts`,
@@ -120,7 +122,7 @@ def pattern_similarity(
     Memory does not grow with the number of prompts beyond one float per prompt and pair.
     Limits: it compares *where* heads look, not what they read or write (see output_similarity).
     """
-    _, seed = check_inputs("pattern_similarity", model, prompts, seed=seed)
+    layers, seed = check_inputs("pattern_similarity", model, prompts, seed=seed, layers=layers)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     _check_n(prompts)
     sites = attention_sites(model)
@@ -129,8 +131,9 @@ def pattern_similarity(
     def reduce(pattern: torch.Tensor, ctx) -> dict[str, torch.Tensor]:  # (batch, head, query, key)
         return {"pattern": pattern, "real": einops.repeat(ctx.real, "batch pos -> batch head pos", head=pattern.shape[1])}
 
-    accumulator = stream(model, prompts, reduce, role="pattern", batch_size=batch_size, accumulator=_PairwiseJS(causal))
-    heads = all_heads(model)
+    accumulator = stream(model, prompts, reduce, role="pattern", batch_size=batch_size, accumulator=_PairwiseJS(causal),
+                         layers=layers)
+    heads = [h for h in all_heads(model) if layers is None or h.layer in set(layers)]
     js = accumulator.result()  # (prompt, pair)
     frame = _pairs_frame(_all_pairs(heads), {"js_divergence": js, "similarity": 1 - js}, len(prompts),
                          main="js_divergence", seed=seed, diagonal=0.0)

@@ -95,13 +95,23 @@ def head_metrics(
     """
     from interp.analyses import positional
 
+    from interp.analyses import induction
+
     chosen = select_heads(model, layers, heads)
     needed = sorted({l for l, _ in chosen})
-    frame = positional.focus(model, prompts, seed=seed, layers=needed)
-    if prompts.meta.get("kind") == "repeated":
-        from interp.analyses import induction
-
-        scores = induction.scores(model, prompts, seed=seed, layers=needed)
+    repeated = prompts.meta.get("kind") == "repeated"
+    if repeated:
+        induction.check_repeats(prompts)
+    # one forward for both: the positional metrics and, on repeated prompts, the induction scores
+    per_prompt = positional.focus_per_prompt(model, prompts, layers=needed,
+                                             also=induction.reduce_induction if repeated else None)
+    repeat_keys = [k for k in per_prompt if k in {t.column for t in induction.repeat_types()} or
+                   k.removesuffix("_argmax") in {t.column for t in induction.repeat_types()}]
+    frame = positional.nan_aware_frame({k: v for k, v in per_prompt.items() if k not in repeat_keys}, seed=seed,
+                                       layers=needed)
+    if repeated:
+        scores = induction.scores(model, prompts, seed=seed, layers=needed,
+                                  per_prompt={k: per_prompt[k] for k in repeat_keys})
         extra = [c for c in scores.columns if c not in frame.columns or c in ("layer", "head")]
         frame = frame.merge(scores[extra], on=["layer", "head"], how="left")
     kept = set(chosen)

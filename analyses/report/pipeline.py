@@ -169,6 +169,7 @@ def compute(
     heads_frame = _heads_table(results["metrics"], results["importance"], claims, claim_heads)
     methods = paragraphs(prompts, seed=seed, leakage=results["leakage"], has_loss=has_loss, claims=claims,
                          verdicts=verdicts, top_pairs=TOP_PAIRS)
+    methods += restricted_cost(model, chosen, timings)
     settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
                 "heads": list(map(head_label, chosen)), "colour_scale": colour_scale,
                 "evidence": list(evidence or DEFAULT_EVIDENCE), "max_cards": max_cards}
@@ -194,7 +195,7 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
         "claims": lambda: _claims(model, prompts, claims_file, seed=seed, chosen=chosen, evidence=evidence,
                                   behaviour=behaviour),
         "head similarity": lambda: _similarity(model, prompts, chosen, seed=seed),
-        "importance": lambda: _importance(model, prompts, seed=seed, behaviour=behaviour) if has_loss else None,
+        "importance": lambda: _importance(model, prompts, seed=seed, behaviour=behaviour, heads=chosen) if has_loss else None,
         "joint ablation": lambda: (_joint(model, prompts, results["similarity"], seed=seed, behaviour=behaviour)
                                    if has_loss else None),
         "viewer": lambda: viewer_data(model, prompts, chosen),
@@ -210,6 +211,29 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
     return results, dict(run.timings)
 
 
+PER_HEAD_STAGES = ("claims", "importance", "head similarity")  # stages whose cost grows with the heads chosen
+
+
+def restricted_cost(model: nn.Module, chosen: list[tuple[int, int]], timings: dict[str, float]) -> list[str]:
+    """A Methods line when the report covers some heads only: the per-head stages (scan claims, importance, pattern
+    similarity) ran on those, and what the same stages would take for every head, extrapolated from their time here
+    (claims and importance grow with the heads, similarity with their pairs)."""
+    n_all = sum(site.n_heads for site in attention_sites(model))
+    if not chosen or len(chosen) >= n_all:
+        return []
+    scale = n_all / len(chosen)
+    spent = {name: timings.get(name, 0.0) for name in PER_HEAD_STAGES}
+    estimate = (spent["claims"] + spent["importance"]) * scale + spent["head similarity"] * scale ** 2
+    return [f"Scan claims, importance and head similarity ran on the {len(chosen)} chosen heads only (here "
+            f"{sum(spent.values()):.0f} s); for all {n_all} heads of the model they would take about "
+            f"{_duration(estimate)} on this machine (claims and importance grow with the heads, similarity with their "
+            "pairs)."]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def check_card_limit(n_cards: int, max_cards: int, n_layers: int) -> None:
     """Refuse more head cards than `max_cards`, saying how to narrow the selection or raise the limit."""
     if n_cards > max_cards:
@@ -223,9 +247,18 @@ def check_card_limit(n_cards: int, max_cards: int, n_layers: int) -> None:
 
 def heads_before_loading(spec: str | None) -> tuple[int, int] | None:
     """(layers, heads per layer) read from a spec's config file without loading weights, when it has one:
-    a Hugging Face folder's config.json, or our checkpoint's JSON (a built-in name or a .safetensors path)."""
+    a Hugging Face folder's config.json, our checkpoint's JSON (a built-in name or a .safetensors path), or a
+    GGUF file's metadata (a .gguf path or a packaged built-in such as smollm2-135m)."""
     if not spec:
         return None
+    from interp.pretrained import gguf_shape, packaged_path
+    from interp.specnames import PACKAGED
+
+    if str(spec) in PACKAGED or (str(spec).lower().endswith(".gguf") and Path(str(spec)).is_file()):
+        try:
+            return gguf_shape(packaged_path(str(spec)) if str(spec) in PACKAGED else Path(str(spec)))
+        except ValueError:  # the package is not installed: the load says so
+            return None
     path = Path(str(spec))
     candidates = [path / "config.json"] if path.is_dir() else [path.with_suffix(".json")] if path.suffix else []
     if not path.exists() and not path.suffix:
@@ -314,7 +347,7 @@ def _claims(model, prompts, claims_file, *, seed: int, chosen, evidence=None,
     Returns the claims frame and, row by row, its `Verdict` (None for a claims file's rows) and subject heads."""
     from interp.analyses import claims
 
-    scan = claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour)
+    scan = claims.scan(model, prompts, seed=seed, evidence=evidence, behaviour=behaviour, heads=chosen)
     verdicts: list = list(scan.attrs["verdicts"])  # interp.claims.verdict_frame's Verdict objects, row by row
     scan.attrs = {}  # pandas deep-copies attrs on every row and copy: the verdicts are kept in the list instead
     heads = [v.claim.heads for v in verdicts]
@@ -354,17 +387,19 @@ def _similarity(model, prompts, chosen, *, seed: int) -> pd.DataFrame | None:
 
     if len(chosen) < 2:
         return None
-    pairs = redundancy.pattern_similarity(model, prompts, seed=seed)
+    pairs = redundancy.pattern_similarity(model, prompts, seed=seed, layers=sorted({layer for layer, _ in chosen}))
     matrix = redundancy.to_matrix(pairs, "similarity", diagonal=1.0)
     labels = list(map(head_label, chosen))
     return matrix.loc[labels, labels]
 
 
-def _importance(model, prompts, *, seed: int, behaviour=None) -> pd.DataFrame:
+def _importance(model, prompts, *, seed: int, behaviour=None, heads=None) -> pd.DataFrame:
+    """Each chosen head's mean-ablation effect (only the chosen heads are ablated: one forward each)."""
     from interp.analyses import redundancy
 
     behaviour = behaviour or report_behaviour(model, prompts)
-    return name_causal(redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False))
+    return name_causal(redundancy.importance(model, prompts, "mean", behaviour=behaviour, seed=seed, gradient=False,
+                                             heads=heads))
 
 
 def _joint(model, prompts, similarity: pd.DataFrame | None, *, seed: int, behaviour=None) -> pd.DataFrame | None:

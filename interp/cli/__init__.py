@@ -10,9 +10,10 @@
     interp train [ARGS...]          train a model (wraps `python -m interp.models.train`)
     interp demo                     `interp report` on the embedded default, then the highlights
 
-SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default), a
-checkpoint (NAME.safetensors + NAME.json), `package.module:factory`, or a local Hugging Face
-model folder.
+SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default;
+`smollm2-135m` with the `real` extra), a checkpoint (NAME.safetensors + NAME.json), a GGUF file,
+`package.module:factory`, a local Hugging Face model folder, or a hub id `org/name[@revision]` from
+the local Hugging Face cache (`--allow-download` fetches one that is missing).
 
 Exit codes: 0 ok; 1 a finding (a leak, a failed hook check, a refuted claim with --strict);
 2 a usage or input error (message on stderr, no traceback; set INTERP_DEBUG=1 for one);

@@ -12,7 +12,8 @@ from interp.cli.tables import _frame_table
 def cmd_audit_leakage(args) -> int:
     from interp.analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                            allow_download=getattr(args, "allow_download", False))
     _check_max_len_flag(model, args.max_len)
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:

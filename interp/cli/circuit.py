@@ -19,20 +19,25 @@ def cmd_circuit(args) -> int:
     _prompt_spec(args)  # bad flags fail before the model loads
     png = _png_target(args.png)
     spec = args.spec or DEFAULT_SPEC
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     if len(prompts) < MIN_PROMPTS:
         raise BadInput(f"{len(prompts)} prompts: pass --n {MIN_PROMPTS} at least (or a prompt file of {MIN_PROMPTS} rows "
                        "or more). The circuit is proposed on one half of the prompts and tested on the other, and "
                        "resampling gives each prompt another one's activations, so each half needs 2 prompts.")
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
-                            seed=args.seed)
+                            seed=args.seed, max_edges=getattr(args, "max_edges", None))
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
              f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; effects on the held-out half")
     console.print(_frame_table(found.edges, title=title, width=console.width,
                                columns=["edge", "score", "effect", "ci_low", "ci_high"]))
+    unmeasured = int(found.edges["effect"].isna().sum())
+    if unmeasured:
+        console.print(f"{unmeasured} of {len(found.edges)} edges have no effect measured (the {len(found.edges) - unmeasured} "
+                      "of largest |score| were path patched); --json lists them all")
     tests = found.tests_frame()
     if len(tests):
         console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "
@@ -78,5 +83,5 @@ def _draw(found, spec: str, png: Path) -> None:
 
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
-    fig = draw_circuit(found.edges, title=title, unit=found.unit)
+    fig = draw_circuit(found.edges.dropna(subset=["effect"]), title=title, unit=found.unit)
     write_output(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}), what="PNG")

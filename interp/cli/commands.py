@@ -29,7 +29,8 @@ def cmd_report(args) -> int:
 
         claims = read_claims(args.claims)
         check_targets(args, _claims_file_inputs(claims, spec))
-    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     max_len = getattr(args, "max_len", None)  # `interp demo` passes none
     if max_len is not None:
         _check_max_len_flag(model, max_len)  # against the model's own context length, before any work
@@ -85,7 +86,8 @@ def cmd_claims(args) -> int:
     if spec is None:
         raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
     check_targets(args, [*_input_files(args), *_claims_file_inputs(claims_file, spec)])  # the files the claims file names
-    model = _load(spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
     console = _out_console(args)
@@ -217,12 +219,16 @@ def cmd_scan(args) -> int:
     from interp.analyses import claims
 
     _prompt_spec(args)  # bad flags fail before the model loads
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    layers, heads = _select(args)
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     from interp.analyses.claims.registry import claim_evidence_for
+    from interp.analyses.report import select_heads
 
+    chosen = select_heads(model, layers, heads) if layers is not None or heads is not None else None
     everything = claims.scan(model, prompts, seed=args.seed, evidence=claim_evidence_for(model), progress=not args.quiet,
-                             behaviour=args.behaviour)
+                             behaviour=args.behaviour, heads=chosen)
     console = _out_console(args)
     marks = _marks_for(console.encoding)
     everything = everything.assign(reason=_deciding_reasons(everything), evidence=_evidence_marks(everything, marks))
@@ -262,7 +268,8 @@ def cmd_heads(args) -> int:
 
     _prompt_spec(args)  # bad flags fail before the model loads
     layers, heads = _select(args)
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     prompts = _prompts(model, args)
     frame = report.head_metrics(model, prompts, seed=args.seed, layers=layers, heads=heads)
     console = _out_console(args)
@@ -291,7 +298,8 @@ def _heads_columns(frame) -> tuple[list[str], list[str]]:
 def cmd_verify(args) -> int:
     import interp
 
-    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
+                  allow_download=getattr(args, "allow_download", False))
     frame = interp.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     spec = args.spec or DEFAULT_SPEC

@@ -6,7 +6,6 @@ import os
 
 from interp.launch import place
 
-
 DEFAULT_SPEC = "toy-induction"
 EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 PROMPTS_DEFAULT = 64  # prompts of report, demo, scan, heads and claims without --n (report.DEFAULT_N, tested)
@@ -19,23 +18,30 @@ def _stderr_console(quiet: bool = False):
     return Console(stderr=True, quiet=quiet, highlight=False)
 
 
-def _load(spec: str | None, quiet: bool = False, backend: str = "auto", *, black_box: bool = False):
-    """interp.load (or `interp.loading.load_auditable` with `black_box`) behind a status line.
+def _load(spec: str | None, quiet: bool = False, backend: str = "auto", *, black_box: bool = False,
+          allow_download: bool = False):
+    """interp.load (or `interp.loading.load_auditable` with `black_box`) behind a status line, which counts
+    the tensors while a GGUF model is dequantized.
 
     An empty spec (`interp verify ""`, e.g. an unset variable in a script) is refused: it must
     not silently mean the default model. Input errors become BadInput naming the spec; errors
-    of the user's checkpoint, factory or model stay ModelError (both exit 2).
+    of the user's checkpoint, factory or model stay ModelError (both exit 2). `allow_download`:
+    `--allow-download`, a hub id missing from the cache is downloaded.
     """
     from interp.errors import BadInput, ModelError
 
     spec = _checked_spec(spec)
     console = _stderr_console(quiet)
-    with console.status(f"loading {spec} ...", spinner="dots"):
+    with console.status(f"loading {spec} ...", spinner="dots") as status:
         import interp
         from interp.loading import load_auditable
 
+        def progress(done: int, total: int) -> None:
+            status.update(f"loading {spec}: dequantizing tensor {done}/{total} ...")
+
+        load = load_auditable if black_box else interp.load
         try:
-            model = load_auditable(spec, backend=backend) if black_box else interp.load(spec, backend=backend)
+            model = load(spec, backend=backend, allow_download=allow_download, progress=progress)
         except ModelError as error:  # the user's checkpoint or factory: stays a ModelError, says which spec
             raise type(error)(f"cannot load model spec {spec!r}: {_message(error)}") from error
         except (FileNotFoundError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
@@ -57,10 +63,10 @@ def _checked_spec(spec: str | None) -> str:
     return spec
 
 
-def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto"):
+def _load_black_box(spec: str, quiet: bool = False, backend: str = "auto", *, allow_download: bool = False):
     """Like `_load`, but a `package.module:factory` whose model has no hooks is audited as a black box
     (the leakage audit needs only tokens -> outputs); the factory is called once."""
-    return _load(spec, quiet, backend, black_box=True)
+    return _load(spec, quiet, backend, black_box=True, allow_download=allow_download)
 
 
 def _message(error: BaseException) -> str:

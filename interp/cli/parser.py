@@ -80,6 +80,9 @@ def _add_common(p: argparse.ArgumentParser, *, n: str | None = str(PROMPTS_DEFAU
     p.add_argument("--backend", choices=("auto", "native", "sdpa", "bridge"), default="auto",
                    help="how a Hugging Face model is hooked: native conversion, sdpa interception or the "
                         "TransformerLens bridge; auto (default) converts natively when it can")
+    p.add_argument("--allow-download", action="store_true",
+                   help="download a Hugging Face hub id (org/name[@revision]) missing from the local cache "
+                        "(never while HF_HUB_OFFLINE=1); without it, hub ids load from the cache only")
 
 
 def _add_prompts(p: argparse.ArgumentParser) -> None:
@@ -150,7 +153,8 @@ def _seed(text: str) -> int:
     return value
 
 
-SPEC_HELP = f"model spec: built-in name, checkpoint path, package.module:factory or HF folder (default: {DEFAULT_SPEC})"
+SPEC_HELP = (f"model spec: built-in name (e.g. smollm2-135m), checkpoint path, GGUF file, package.module:factory, HF "
+             f"folder or hub id org/name[@revision] (default: {DEFAULT_SPEC})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +273,7 @@ def _scan_parser(command) -> None:
                 "interp scan toy-induction --n 128 --supported-only")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
+    _add_selection(p)  # on a large model the claims' tests are the cost: scan some layers or heads
     p.add_argument("--supported-only", action="store_true",
                    help="show only supported claims (the footer counts the hidden ones; --json keeps only the shown)")
     _add_behaviour(p)
@@ -296,8 +301,11 @@ def _circuit_parser(command) -> None:
                 "split q/k/v inputs).")
     p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
     _add_prompts(p)
-    p.add_argument("--method", choices=["acdc", "eap"], default="acdc",
-                   help="acdc (exact path patches, default) or eap (attribution patching: one backward pass)")
+    p.add_argument("--method", choices=["acdc", "eap", "nodes"], default="acdc",
+                   help="acdc (exact path patches, default), eap (attribution patching: one backward pass) or nodes "
+                        "(ACDC over heads and MLPs: one patched forward per node, for large models)")
+    p.add_argument("--max-edges", type=_positive_int, default=None, metavar="N",
+                   help="ACDC's budget: refuse models with more edges than N, with an estimate of the time (default 5000)")
     p.add_argument("--threshold", type=_fraction, default=None, metavar="X",
                    help="keep an edge whose removal moves the behaviour by at least X of the clean-vs-patched gap "
                         "(default: the method's fixed 0.01)")

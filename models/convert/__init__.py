@@ -246,7 +246,9 @@ def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:
     if missing or unexpected:  # a converter bug, not the user's: the mapping is ours
         raise RuntimeError(f"converter produced a state dict that does not fit {cfg.model_name}: "
                            f"missing {missing[:5]}, unexpected {unexpected[:5]}.")
-    model.load_state_dict({k: t.contiguous() for k, t in state.items()}, assign=True)
+    # one tensor at a time, each taken out of `state`: a view's source (a dequantised GGUF tensor) is freed as soon
+    # as its contiguous copy exists, so the weights are never held twice
+    model.load_state_dict({name: state.pop(name).contiguous() for name in list(state)}, assign=True)
     for module in model.modules():  # non-persistent buffers are still on meta
         if isinstance(module, Attention) and hasattr(module, "rotary_inv_freq"):
             module.rotary_inv_freq = model_rotary_frequencies(cfg).to(module.W_Q.device)

@@ -57,7 +57,7 @@ def check_fields(hf_config: Any, family: str, supported: dict[str, str], accepte
                     f"{list(accepted[name])}. Load with backend='bridge' to use TransformerBridge instead."
                 )
             continue
-        if name in _IGNORED or _IGNORED_PATTERN.search(name):
+        if name in _IGNORED or name.startswith("_") or _IGNORED_PATTERN.search(name):  # `_...`: metadata (_name_or_path)
             continue
         if name in defaults and _same(value, defaults[name]):
             continue

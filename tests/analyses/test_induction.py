@@ -114,6 +114,34 @@ def test_no_repeats_is_an_error(tiny_gpt):
         scores(tiny_gpt, PromptSet(torch.arange(10)[None], meta={"prefix_len": 10, "offset": 0}))
 
 
+@pytest.mark.parametrize("normalization", ["RMS", "LN"])
+def test_copying_under_grouped_query_attention_is_the_definition(normalization, monkeypatch):
+    """sum(eig)/sum(|eig|) of W_E' W_V W_O out W_U, the vocabulary-sized product written out in full (norms folded:
+    an RMSNorm only scales, a LayerNorm centres too), equals the score computed through d_model x d_model
+    products; and no per-query-head W_V is built (the grouped weights are read as stored)."""
+    from transformer_lens import FactoredMatrix
+
+    from interp.models.components import GroupedQueryAttention
+
+    cfg = GPTConfig(n_layers=2, n_heads=4, n_key_value_heads=2, d_model=16, d_head=4, d_vocab=30, n_ctx=16, seed=3,
+                    normalization_type=normalization, positional_embedding_type="rotary", gated_mlp=True, act_fn="silu")
+    model = HookedGPT(cfg).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ln1.w.uniform_(0.5, 1.5)
+        model.ln_final.w.uniform_(0.5, 1.5)
+    expected = torch.zeros(2, 4, dtype=torch.float64)
+    centre = torch.eye(16, dtype=torch.float64) - (1 / 16 if normalization == "LN" else 0)
+    for layer, block in enumerate(model.blocks):
+        embed = model.W_E.double() @ centre * block.ln1.w.double()
+        readout = centre * model.ln_final.w.double() @ model.W_U.double()
+        for head in range(4):
+            eig = FactoredMatrix(embed @ block.attn.W_V[head].double(), block.attn.W_O[head].double() @ readout).eigenvalues
+            expected[layer, head] = eig.real.sum() / eig.abs().sum()
+    monkeypatch.setattr(GroupedQueryAttention, "_expanded", lambda self, stored: pytest.fail("W_V expanded per query head"))
+    torch.testing.assert_close(copying_scores(model).double(), expected, atol=1e-6, rtol=0)
+
+
 def test_copying_needs_weights(tiny_gpt):
     class Opaque(torch.nn.Module):
         pass

@@ -446,3 +446,63 @@ def test_cli_scan_states_the_behaviour_in_json(capsys):
     records = json.loads(capsys.readouterr().out)["result"]["claims"]  # the CLI's JSON envelope
     measured = {r["behaviour"] for r in records if r.get("necessity") is not None}
     assert measured == {"embedding_change"}
+
+
+# ---- logit difference (indirect-object identification)
+
+
+def test_logit_difference_reads_the_last_real_position_and_each_prompts_ids():
+    tokens = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 0], [8, 9, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
+    prompts = PromptSet(tokens, mask, meta={"answer": [10, 11, 12], "incorrect": [13, 14, 15]})
+    logits = torch.randn(3, 4, 20, generator=torch.Generator().manual_seed(0))
+    value = B.logit_difference()(logits, prompts)
+    last = [3, 2, 1]
+    expected = torch.stack([logits[i, last[i], [13, 14, 15][i]] - logits[i, last[i], [10, 11, 12][i]] for i in range(3)])
+    torch.testing.assert_close(value, expected)
+    subset = prompts[[2, 0]]  # rows 2 and 0 of the set: their own ids, through PromptSet.rows
+    torch.testing.assert_close(B.logit_difference()(logits[[2, 0]], subset), expected[[2, 0]])
+    behaviour = B.logit_difference()
+    assert behaviour.unit == "logit" and not behaviour.compares_to_clean and "negated" in behaviour.description
+
+
+def test_logit_difference_needs_the_ids():
+    with pytest.raises(B.UndefinedOnPrompts, match=r"needs meta\['answer'\].*ioi_prompts"):
+        B.logit_difference()(torch.zeros(1, 3, 5), PromptSet(torch.zeros(1, 3, dtype=torch.long)))
+
+
+def test_logit_difference_drives_a_run_to_the_known_effect():
+    """On the hand-set induction circuit, a prompt whose answer is the induction target: ablating the induction
+    head lowers the answer's logit, so the (negated) logit difference rises."""
+    from interp.interventions import HeadAblation
+    from interp.run import Run
+
+    model = induction_circuit(d_vocab=D_VOCAB, n_ctx=N_CTX)
+    base = repeated_tokens(16, prefix_len=8, d_vocab=D_VOCAB - 1, seed=0, bos=D_VOCAB - 1)
+    tokens = base.tokens[:, :-1]  # the last query predicts the final token of the copy
+    answer, incorrect = base.tokens[:, -1].tolist(), ((base.tokens[:, -1] + 1) % (D_VOCAB - 1)).tolist()
+    prompts = PromptSet(tokens, meta={"answer": answer, "incorrect": incorrect})
+    run = Run(model, prompts, behaviour=B.logit_difference())
+    assert float(run.clean().mean()) < -1  # the circuit prefers the answer
+    effect = run.effect(HeadAblation("L1H0", "zero"))
+    assert effect.ci_low > 1
+
+
+def test_logit_difference_last_position_shortcut_equals_the_full_unembedding():
+    """Path patching unembeds the last real position alone for this behaviour (`last_position`): the same effects as
+    the hooked forward that unembeds every position."""
+    from interp.analyses.circuits import edge_effects
+    from interp.paths import EdgePatch, parse_edge
+    from interp.run import Run
+
+    model = induction_circuit(d_vocab=D_VOCAB, n_ctx=N_CTX)
+    base = repeated_tokens(16, prefix_len=8, d_vocab=D_VOCAB - 1, seed=1, bos=D_VOCAB - 1)
+    prompts = PromptSet(base.tokens[:, :-1], meta={"answer": base.tokens[:, -1].tolist(),
+                                                   "incorrect": ((base.tokens[:, -1] + 3) % (D_VOCAB - 1)).tolist()})
+    run = Run(model, prompts, behaviour=B.logit_difference())
+    edges = ["L0H0 -> L1H0 via k", "L1H0 -> logits"]
+    swept = edge_effects(run, edges)
+    for edge, effect in zip(edges, swept):
+        hooked_effect = run.effect(EdgePatch((parse_edge(edge),)))
+        torch.testing.assert_close(effect.values.float(), hooked_effect.values.float(), atol=1e-4, rtol=1e-4)
+    assert swept[0].mean > 1  # the key edge carries the induction: patching it loses the answer

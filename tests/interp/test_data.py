@@ -265,3 +265,61 @@ def test_token_roles_known_answer():
     plain = token_roles(random_tokens(2, 4, 10))  # no padding, no specials: roles are positions
     assert (plain.kind == ROLE_CONTENT).all() and plain.index.tolist() == [[0, 1, 2, 3]] * 2
     assert plain.key(100).tolist() == [[100, 101, 102, 103]] * 2
+
+
+# ---- indirect-object identification prompts
+
+
+@pytest.fixture(scope="module")
+def ioi_tokenizer():
+    """A byte-level BPE trained on the templates and word lists, so every name, place and object is one token."""
+    from interp.data import IOI_NAMES, IOI_OBJECTS, IOI_PLACES, IOI_TEMPLATES
+    from interp.models.tokenizers import train_bpe
+
+    words = [" " + w for w in IOI_NAMES + IOI_PLACES + IOI_OBJECTS]
+    return train_bpe(list(IOI_TEMPLATES) * 50 + words * 50, 600, ["<|endoftext|>"])
+
+
+def test_ioi_prompts_name_the_answer_and_where_each_name_is(ioi_tokenizer):
+    from interp.data import ioi_prompts
+
+    prompts = ioi_prompts(40, 3, ioi_tokenizer)
+    assert prompts.tokens.shape == (40, 14) and prompts.attention_mask is None and prompts.kind == "ioi"
+    meta, tokens = prompts.meta, prompts.tokens
+    rows = torch.arange(40)
+    positions = {k: torch.tensor(v) for k, v in meta["positions"].items()}
+    assert torch.equal(tokens[rows, positions["io"]], torch.tensor(meta["answer"]))
+    assert torch.equal(tokens[rows, positions["s1"]], torch.tensor(meta["incorrect"]))
+    assert torch.equal(tokens[rows, positions["s2"]], torch.tensor(meta["incorrect"]))
+    assert (positions["end"] == 13).all() and (positions["s1"] < positions["s2"]).all()
+    assert {"ABBA", "BABA"} == set(meta["order"]) and set(meta["template"]) == {0, 1, 2, 3}
+    assert ioi_tokenizer.decode(tokens[0]).endswith(" to") and meta["dropped"] == []
+    assert torch.equal(ioi_prompts(40, 3, ioi_tokenizer).tokens, tokens)  # seeded
+    assert not torch.equal(ioi_prompts(40, 4, ioi_tokenizer).tokens, tokens)
+
+
+def test_ioi_corrupted_prompts_keep_the_frame_and_change_every_name(ioi_tokenizer):
+    from interp.data import ioi_prompts
+
+    clean, corrupted = ioi_prompts(30, 0, ioi_tokenizer), ioi_prompts(30, 0, ioi_tokenizer, corrupted=True)
+    assert corrupted.meta["answer"] == clean.meta["answer"] and corrupted.meta["positions"] == clean.meta["positions"]
+    name_slots = {clean.meta["positions"][k][0] for k in ("io", "s1", "s2")}
+    differs = (clean.tokens != corrupted.tokens).nonzero()
+    assert set(differs[differs[:, 0] == 0, 1].tolist()) <= name_slots
+    for i in range(30):  # three other names: none of the clean prompt's two
+        slots = corrupted.tokens[i, [clean.meta["positions"][k][i] for k in ("io", "s1", "s2")]].tolist()
+        assert len(set(slots)) == 3 and not set(slots) & {clean.meta["answer"][i], clean.meta["incorrect"][i]}
+
+
+def test_ioi_builder_checks_single_tokens(ioi_tokenizer):
+    from interp.data import IOI_NAMES, ioi_prompts, single_tokens
+    from interp.errors import BadInput
+    from interp.models.tokenizers import train_bpe
+
+    small = train_bpe(["When Mary and John went to the store, John gave a drink to"] * 20, 300, ["<|endoftext|>"])
+    kept, dropped = single_tokens(small, IOI_NAMES)
+    assert len(kept) < 5 and "Mary" not in dropped and "Nancy" in dropped
+    with pytest.raises(BadInput, match="too few of the toolkit's names.*single tokens with a leading space"):
+        ioi_prompts(4, 0, small)
+    with pytest.raises(BadInput, match="needs the model's tokenizer"):
+        ioi_prompts(4, 0, None)

@@ -212,3 +212,14 @@ def test_configs_shaped_like_published_checkpoints_convert(name):
     family = interp.models.convert.ARCHITECTURES[architecture][1]
     cfg = family.config(hf_config, architecture)
     assert {k: getattr(cfg, k) for k in expected} == expected
+
+
+def test_config_fields_starting_with_underscore_are_metadata(gpt2_folder):
+    """save_pretrained of a model transformers loaded from a GGUF file writes `_model_name_or_path`: bookkeeping,
+    never a reason to refuse native conversion (nor to fall back to the bridge)."""
+    config = json.loads((gpt2_folder / "config.json").read_text())
+    config.update(_model_name_or_path="some/where", _commit_hash="abc", _attn_implementation_internal="eager")
+    (gpt2_folder / "config.json").write_text(json.dumps(config))
+    model = load(gpt2_folder, backend="native")
+    assert model.cfg.original_architecture == "GPT2LMHeadModel"
+    assert _equal_to_hf(model, _tiny_gpt2()) < 1e-4

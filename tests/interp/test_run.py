@@ -354,3 +354,36 @@ def test_auto_ablation_is_named_in_the_effect_and_its_frame(toy, prompts) -> Non
     torch.testing.assert_close(auto.values, same.values, atol=0, rtol=0)
     assert run.effect(HeadAblation((1, 2), "zero")).ablation == "zero"
     assert run.effect(PatternSubstitution((1, 2))).ablation is None
+
+
+def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values(monkeypatch):
+    """A pattern substitution, a knockout and an ablation at layer 1 rerun only blocks 1..: the same numbers as
+    the full hooked forward (`measure` on the whole model), and fewer blocks run."""
+    import interp.run as run_module
+    from interp.analyses.claims.causal import RoleTargets
+    from interp.analyses.head_types import get_head_type
+    from interp.behaviour import measure
+    from interp.interventions import AttentionKnockout
+
+    model = induction_circuit(d_vocab=24, n_ctx=48)
+    prompts = repeated_tokens(16, 8, 23, bos=23, seed=3)
+    run = Run(model, prompts, strategy="hooked", batch_size=6)
+    interventions = [PatternSubstitution((1, 0), "uniform"), HeadAblation(((1, 0),), "zero", site="result"),
+                     AttentionKnockout((1, 0), RoleTargets(get_head_type("induction")))]
+    for intervention in interventions:
+        assert run_module._first_layer(intervention) == 1
+        full = measure(model, prompts, run.behaviour, intervene=lambda batch, i=intervention: i.intervene(run, batch),
+                       batch_size=6)
+        torch.testing.assert_close(run.values(intervention), full, atol=1e-6, rtol=1e-6)
+    blocks_run = []
+    hook = model.blocks[0].register_forward_hook(lambda *args: blocks_run.append(0))
+    fresh = Run(model, prompts, strategy="hooked", batch_size=6)
+    try:
+        fresh.values(PatternSubstitution((1, 1), "uniform"))
+        assert len(blocks_run) == 6  # the clean run, and the stream entering block 1 (3 batches each)
+        fresh.values(PatternSubstitution((1, 2), "uniform"))
+        fresh.values(HeadAblation(((1, 3),), "zero", site="result"))
+    finally:
+        hook.remove()
+    assert len(blocks_run) == 6  # block 0 never reruns under an intervention at layer 1
+    assert run_module._first_layer(HeadAblation(((0, 1), (1, 2)), "mean")) == 0

@@ -245,3 +245,58 @@ def test_a_gap_within_noise_has_nothing_to_explain(model):
     result = test_circuit(model, sorted(INDUCTION_EDGES), noise, threshold=0.01)
     assert any("within its noise" in note for note in result.notes)
     assert "within its noise" in result.frame().set_index("test").loc["faithfulness", "note"]
+
+
+# ---- head-level discovery (heads and MLPs as nodes) and ACDC's budget
+
+
+def test_patching_a_node_equals_patching_all_its_outgoing_edges(model, prompts):
+    """PatchSweep.node_values at the node's output against PatchSweep.values of every edge it sends."""
+    import torch
+
+    from interp.analyses.circuits.patching import PatchSweep
+    from interp.paths import graph, parse_node
+
+    sweep = PatchSweep(interp.Run(model, prompts))
+    every = graph(model)
+    for sets in (["L0H0"], ["L1H0"], ["L0H0", "L1H2"], ["embed"]):
+        nodes_ = [parse_node(n) for n in sets]
+        outgoing = [e for e in every if e.sender in nodes_]
+        torch.testing.assert_close(sweep.node_values([nodes_])[0], sweep.values([outgoing])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_nodes_discovery_keeps_the_circuits_heads(model, prompts):
+    circuit = discover(model, prompts, method="nodes")
+    assert circuit.nodes == ("embed", "L0H0", "L1H0", "logits") and circuit.method == "nodes"
+    assert INDUCTION_EDGES <= set(circuit.edges)  # every edge between the kept nodes
+    assert circuit.test.faithfulness.mean == pytest.approx(1.0, abs=1e-3)
+    frame = circuit.frame()  # each edge scored with its sender's removal effect
+    assert frame[frame.sender == "L1H0"].score.abs().min() > 5 * circuit.tau
+
+
+def test_discovery_with_a_corrupted_source_splits_it_row_for_row(model, prompts):
+    source = repeated_tokens(32, 10, 63, bos=63, seed=9)
+    circuit = discover(model, prompts, method="nodes", source=source)
+    assert circuit.nodes == ("embed", "L0H0", "L1H0", "logits") and circuit.test.n_prompts == 16
+    with pytest.raises(BadInput, match=r"source has shape \(8, 21\); expected the prompts' \(32, 21\)"):
+        discover(model, prompts, method="nodes", source=source[:8])
+
+
+def test_acdc_above_its_edge_budget_is_refused_with_an_estimate(model, prompts):
+    with pytest.raises(BadInput, match=r"ACDC patches each of the model's 81 edges once, about [\d.]+ h here .*above its "
+                                       r"budget of 10 edges. Use method='nodes'.*--max-edges"):
+        discover(model, prompts, method="acdc", max_edges=10)
+
+
+def test_node_level_test_equals_the_edge_level_test_of_a_node_circuit(model, prompts):
+    """For a circuit of every edge between some nodes, patching the nodes outside it is patching its outside edges
+    (an edge into a patched node changes nothing any reader sees): the same faithfulness, node by node minimality."""
+    from interp.analyses.circuits import test_node_circuit
+
+    circuit = discover(model, prompts, method="nodes", split=False)
+    by_edges, by_nodes = test_circuit(model, circuit, prompts), test_node_circuit(model, circuit, prompts)
+    assert by_nodes.faithfulness.mean == pytest.approx(by_edges.faithfulness.mean, abs=1e-4)
+    assert by_nodes.circuit_only == pytest.approx(by_edges.circuit_only, abs=1e-4)
+    assert by_nodes.all_patched == pytest.approx(by_edges.all_patched, abs=1e-4)
+    assert set(by_nodes.minimality_frame.sender) == {"L0H0", "L1H0"} and by_nodes.minimal
+    assert circuit.method == "nodes"

@@ -267,6 +267,17 @@ def test_scan_proposes_on_one_half_and_tests_on_the_other(circuit):
     assert labels == {f"L{l}H{h}" for l in range(2) for h in range(4)}  # every head gets a claim
 
 
+def test_scan_of_chosen_heads_tests_only_those(circuit):
+    """A large model's scan is restricted to the heads asked for (the report's --layers): the same verdicts as the
+    full scan gives them, and no claim about any other head."""
+    prompts = repeated_tokens(64, PREFIX, D_VOCAB - 1, bos=BOS, seed=4)
+    table = hc.scan(circuit, prompts, seed=0, evidence=["observational"], heads=["L1H0", (0, 0)])
+    assert set(table["label"]) == {"L0H0", "L1H0"}
+    assert verdicts_of(table)[("L1H0", "induction")] == "supported"
+    with pytest.raises(ValueError, match="L5H0|layer 5"):
+        hc.scan(circuit, prompts, heads=["L5H0"])
+
+
 # --------------------------------------------------------------------------- the trained toy-induction checkpoint
 
 TOY = Path(__file__).resolve().parents[3] / "models" / "checkpoints" / "toy-induction"

@@ -131,6 +131,13 @@ def test_importance_on_the_redundant_pair(pair_model, period2):
     assert frame.attrs["spearman"] == pytest.approx(1.0)
 
 
+def test_importance_of_chosen_heads_equals_the_full_rows(pair_model, period2):
+    full = R.importance(pair_model, period2, gradient=False).set_index("label")
+    chosen = R.importance(pair_model, period2, gradient=False, heads=["L0H1", (0, 3)]).set_index("label")
+    assert list(chosen.index) == ["L0H1", "L0H3"]
+    assert chosen["delta_loss"].tolist() == full.loc[["L0H1", "L0H3"], "delta_loss"].tolist()
+
+
 def test_gradient_estimate_matches_finite_differences(tiny_gpt):
     """-dL/dm at m = 1 against (L(1 - eps) - L(1)) / eps, with z' = mean + m (z - mean)."""
     prompts = random_tokens(4, 10, tiny_gpt.cfg.d_vocab, seed=4)
@@ -234,6 +241,15 @@ def test_pattern_similarity_known_answers(pair_model, period2):
     square = R.to_matrix(frame)
     assert list(square.index) == ["L0H0", "L0H1", "L0H2", "L0H3"]
     assert (square.values == square.values.T).all() and (square.values.diagonal() == 0).all()
+
+
+def test_pattern_similarity_of_chosen_layers(tiny_gpt):
+    prompts = random_tokens(8, 9, tiny_gpt.cfg.d_vocab, seed=6)
+    full = R.pattern_similarity(tiny_gpt, prompts).set_index(["label_a", "label_b"])
+    layer1 = R.pattern_similarity(tiny_gpt, prompts, layers=[1]).set_index(["label_a", "label_b"])
+    assert len(layer1) == 6 and all(a.startswith("L1") and b.startswith("L1") for a, b in layer1.index)
+    torch.testing.assert_close(torch.tensor(layer1["js_divergence"].values),
+                               torch.tensor(full.loc[layer1.index, "js_divergence"].values), atol=1e-6, rtol=0)
 
 
 def test_pattern_similarity_equals_direct_js(tiny_gpt):

@@ -692,3 +692,14 @@ def test_head_cards_name_the_behaviour_of_importance(built):
     assert "<th>behaviour</th><th>ablation</th>" in card
     assert f"<td>{report_html.esc(row['behaviour'])}</td><td>mean</td>" in card
     assert "<th>behaviour</th>" not in report_html._metric_table(row.drop(["importance", "importance_ci_low", "importance_ci_high"]))
+
+
+def test_a_restricted_report_says_what_every_head_would_cost(tiny_gpt):
+    """Scan claims and importance grow with the heads chosen, similarity with their pairs: the Methods line
+    extrapolates the time they took here to every head of the model."""
+    from interp.analyses.report.pipeline import restricted_cost
+
+    timings = {"claims": 10.0, "importance": 2.0, "head similarity": 1.0, "viewer": 50.0}
+    line, = restricted_cost(tiny_gpt, [(1, 0), (1, 1), (1, 2), (1, 3)], timings)  # 4 of 8 heads
+    assert "ran on the 4 chosen heads only (here 13 s); for all 8 heads of the model they would take about 28 s" in line
+    assert restricted_cost(tiny_gpt, [(l, h) for l in range(2) for h in range(4)], timings) == []

