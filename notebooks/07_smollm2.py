@@ -83,26 +83,14 @@ metrics.set_index("label").loc[induction_heads + previous_heads, columns[1:]]
 
 # %% tags=["figure-scan"]
 import matplotlib.pyplot as plt
-import numpy as np
 
-
-def ci_bars(ax, labels, mean, low, high, *, threshold=None, title="", ylabel="", highlight=()):
-    """Bars of `mean` with their 95% CI [low, high] as error bars; a dashed line at `threshold`."""
-    mean, low, high = (np.asarray(v, dtype=float) for v in (mean, low, high))
-    yerr = np.nan_to_num(np.vstack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)]))
-    colours = ["#c44e52" if label in highlight else "#4c72b0" for label in labels]
-    ax.bar(range(len(labels)), mean, yerr=yerr, color=colours, ecolor="#222", error_kw={"elinewidth": 0.8})
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 12 else 0, fontsize=7 if len(labels) > 12 else 9)
-    if threshold is not None:
-        ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.set_title(title, fontsize=10); ax.set_ylabel(ylabel)
-
+from interp.analyses.report import plot_ci_bars
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3))
 for ax, metric, chosen in ((axes[0], "prev_token", previous_heads), (axes[1], "induction", induction_heads)):
     top = metrics.sort_values(metric, ascending=False).head(16)
-    ci_bars(ax, list(top.label), top[metric], top[f"{metric}_ci_low"], top[f"{metric}_ci_high"], threshold=0.5,
-            title=f"the 16 highest {metric} scores of 270 heads (95% CI)", ylabel="mean weight", highlight=set(chosen))
+    plot_ci_bars(list(top.label), top[metric], top[f"{metric}_ci_low"], top[f"{metric}_ci_high"], ax=ax, threshold=0.5,
+                 title=f"the 16 highest {metric} scores of 270 heads (95% CI)", ylabel="mean weight", highlight=set(chosen))
 fig.tight_layout()
 patterns = report.mean_patterns(model, suggest, sorted({int(label[1:].split("H")[0]) for label in induction_heads + previous_heads}))
 shown = previous_heads[:1] + induction_heads[:3]
@@ -150,10 +138,10 @@ composition[["label", "verdict", "p_adjusted", "observational", "observational_c
 
 # %% tags=["figure-composition"]
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ci_bars(ax, [label.replace(" via ", "\nvia ") for label in composition.label], composition.observational,
-        composition.observational_ci_low, composition.observational_ci_high,
-        title="path patching one edge: change of the loss on the repeated copy (95% CI)", ylabel="nats per token",
-        highlight={label.replace(" via ", "\nvia ") for label in composition.label[composition.verdict == "supported"]})
+plot_ci_bars([label.replace(" via ", "\nvia ") for label in composition.label], composition.observational,
+             composition.observational_ci_low, composition.observational_ci_high, ax=ax,
+             title="path patching one edge: change of the loss on the repeated copy (95% CI)", ylabel="nats per token",
+             highlight={label.replace(" via ", "\nvia ") for label in composition.label[composition.verdict == "supported"]})
 fig.tight_layout()
 
 # %% [markdown]
@@ -207,9 +195,9 @@ pd.concat([direct.head(8), direct.tail(4)])
 # %% tags=["figure-direct"]
 shown = pd.concat([direct.head(10), direct.tail(5)])
 fig, ax = plt.subplots(figsize=(9, 3))
-ci_bars(ax, list(shown.node), shown.effect, shown.ci_low, shown.ci_high,
-        title="direct write to the logits taken from the ABC run: change of logit(IO) - logit(S) (95% CI)",
-        ylabel="logit difference", highlight=set(name_movers))
+plot_ci_bars(list(shown.node), shown.effect, shown.ci_low, shown.ci_high, ax=ax,
+             title="direct write to the logits taken from the ABC run: change of logit(IO) - logit(S) (95% CI)",
+             ylabel="logit difference", highlight=set(name_movers))
 fig.tight_layout()
 
 # %% [markdown]
@@ -238,9 +226,9 @@ attention.pivot(index="head", columns="to", values="weight").loc[name_movers + n
 # %% tags=["figure-attention"]
 fig, ax = plt.subplots(figsize=(9, 3))
 labels = [f"{r.head}\n{r.to}" for r in attention.itertuples()]
-ci_bars(ax, labels, attention.weight, attention.ci_low, attention.ci_high,
-        title="attention from the last token to IO, S1 and S2 (95% CI)", ylabel="weight",
-        highlight={f"{r.head}\nIO" for r in attention.itertuples() if r.head in name_movers})
+plot_ci_bars(labels, attention.weight, attention.ci_low, attention.ci_high, ax=ax,
+             title="attention from the last token to IO, S1 and S2 (95% CI)", ylabel="weight",
+             highlight={f"{r.head}\nIO" for r in attention.itertuples() if r.head in name_movers})
 fig.tight_layout()
 
 # %% [markdown]
@@ -270,9 +258,9 @@ query.head(8)
 # %% tags=["figure-queries"]
 shown = query.head(12)
 fig, ax = plt.subplots(figsize=(8, 3))
-ci_bars(ax, list(shown.sender), shown.effect, shown.ci_low, shown.ci_high,
-        title="a sender's writes into the name movers' queries taken from the ABC run (95% CI)",
-        ylabel="logit difference change", highlight=set(query_heads))
+plot_ci_bars(list(shown.sender), shown.effect, shown.ci_low, shown.ci_high, ax=ax,
+             title="a sender's writes into the name movers' queries taken from the ABC run (95% CI)",
+             ylabel="logit difference change", highlight=set(query_heads))
 fig.tight_layout()
 
 # %% [markdown]
@@ -305,8 +293,8 @@ fig, axes = plt.subplots(1, 2, figsize=(12, 3), gridspec_kw={"width_ratios": [2,
 axes[0].bar(kept_layers.index, kept_layers.values, color="#4c72b0")
 axes[0].set_title("heads kept per layer", fontsize=10); axes[0].set_xlabel("layer"); axes[0].set_ylabel("heads")
 values = test.frame().set_index("test")
-ci_bars(axes[1], ["faithfulness"], [test.faithfulness.mean], [test.faithfulness.ci_low], [test.faithfulness.ci_high],
-        threshold=1.0, title="held-out faithfulness (95% CI)", ylabel="share of the gap kept")
+plot_ci_bars(["faithfulness"], [test.faithfulness.mean], [test.faithfulness.ci_low], [test.faithfulness.ci_high], ax=axes[1],
+             threshold=1.0, title="held-out faithfulness (95% CI)", ylabel="share of the gap kept")
 fig.tight_layout()
 
 # %% [markdown]
@@ -321,11 +309,6 @@ layer, head = (int(x) for x in name_movers[0][1:].split("H"))
 display(interp.show(model, ioi.tokens[:1], layer=layer, head=head))
 
 # %% tags=["results", "remove-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
-def verdict_of(label, claim):
-    found = scan[(scan.label == label) & (scan.claim == claim)]
-    return found.verdict.iloc[0] if len(found) else "not tested"
-
-
 results = {
     "load_note": model.load_notes[0],
     "completion": completion,

@@ -220,6 +220,14 @@ def _receivers_backwards(model: nn.Module) -> list[Node]:
     return order[::-1]
 
 
+def _checked_gap(sweep: PatchSweep, every: list[Edge]) -> float:
+    """B(all patched) - B(clean), the mean over the proposing prompts; BadInput when it is within its noise
+    (`check_gap`: no behaviour for a circuit to explain)."""
+    per_prompt = sweep.values([every])[0] - sweep.clean()  # (prompt,)
+    check_gap(per_prompt, "discover", sweep.run.behaviour.unit, sweep.run.seed)
+    return float(per_prompt.mean())
+
+
 def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | None = None,
          max_edges: int = ACDC_MAX_EDGES) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC on `run`'s prompts (see the module): the kept edges, every edge's score, and the gap; refused above

@@ -18,7 +18,7 @@ jupytext = pytest.importorskip("jupytext")
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = Path(os.environ.get("INTERP_NOTEBOOKS", ROOT / "notebooks"))
 SCRIPT, NOTEBOOK = ROOT / "notebooks" / "07_smollm2.py", NOTEBOOKS / "07_smollm2.ipynb"
-RESULTS_MIME = "text/x-interp-results"  # notebooks/make_notebooks.py's: a MIME type no front end renders
+RESULTS_MIME = "text/x-interp-results"  # notebooks/build.py's: a MIME type no front end renders
 WEIGHTS_SAID = "not the original bf16 weights"
 REL_TOL, ABS_TOL = 1e-3, 1e-3
 
