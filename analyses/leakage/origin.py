@@ -537,10 +537,13 @@ class _Producers:
                     return None, None
                 return built_at(model, name), f"buffer {name}"
             leaky = [u for u in self._inputs(mask) if _mask_like(u) and _leaky(u)]
-            if not leaky:
-                return made.site, made.op
+            if not leaky or made.op in STRUCTURE_OPS or not any(_square(u) for u in self._inputs(mask)):
+                return made.site, made.op  # it made the mask leak, gave it its triangle, or made a square from none
             mask = leaky[0]
         return None, None
+
+
+STRUCTURE_OPS = frozenset({"tril", "triu"})  # ops that give a mask its triangle: the line where a wrong one is built
 
 
 def _arg_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
