@@ -314,5 +314,5 @@ class ModelAdapter:
         for index, start in enumerate(range(0, tokens.shape[0], step)):
             if shard and not distributed.mine(index):
                 continue
-            rows = slice(start, min(start + step, tokens.shape[0]))
-            yield rows, self(tokens[rows])
+            block = slice(start, min(start + step, tokens.shape[0]))
+            yield block, self(tokens[block])

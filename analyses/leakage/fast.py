@@ -47,8 +47,8 @@ REFERENCE_CHUNK = 16  # new positions per step of the reference (see the module 
 RANDOM_CUTS = 16  # seeded random cuts of a black box beyond SHORT_LEN
 LONG_MAX_CUTS = 2  # perturbation cuts per length above SHORT_LEN once the incremental reference covers every cut
 LONG_DRAWS = 1  # perturbation draws per cut there
-GRADIENT_CUTS = 4  # cuts of the gradient at the audited length (`methods.gradient_at_cuts`)
-SIDE_LEN = 256  # batch and padding checks run at most this long: their contracts do not depend on the length
+GRADIENT_CUTS = 2  # cuts of the gradient at the audited length (`methods.gradient_at_cuts`), plain run only
+SIDE_LEN = 256  # batch, padding and pattern checks run at most this long: their contracts do not depend on it
 
 
 def perturbation_cuts(incremental: bool, length: int, max_cuts: int | None) -> int | None:
@@ -229,7 +229,7 @@ def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: 
             floor_runs += n_prompts * length
     if "gradient" in methods:
         length = min(gradient_len, max_len)
-        tokens["gradient"] = 3 * length * (length - 1) + 3 * max_len * gradient_cuts
+        tokens["gradient"] = 3 * length * (length - 1) + 3 * max_len * gradient_cuts / variants  # cuts: plain run only
     if "batch" in methods:
         tokens["batch"] = 4 * n_prompts * side
         floor_runs += (n_prompts + 1) * side

@@ -204,7 +204,8 @@ def _planned_passes(plan: AuditPlan, adapter: ModelAdapter) -> int:
             draws = perturbation_draws(plan.incremental, length, plan.draws)
             future += math.ceil(cuts * draws)  # one forward of n_prompts rows per (cut, draw)
     if "gradient" in plan.methods:
-        future += math.ceil((plan.gradient_len - 1) / adapter.rows_per_forward(plan.gradient_len)) + len(plan.gradient_cuts)
+        future += math.ceil((plan.gradient_len - 1) / adapter.rows_per_forward(plan.gradient_len))
+        steps += len(plan.gradient_cuts)  # the gradient at the audited length: the plain run only
     return steps + future * len(plan.mask_variants)  # with a mask of ones too
 
 

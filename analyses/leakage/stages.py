@@ -117,14 +117,14 @@ def comparisons(plan: AuditPlan, takes_mask: bool) -> dict[str, list[tuple[Run, 
         lengths = plan.lengths if future else plan.lengths[:1]
         pairs["perturbation"] = [(Run(f"base{L}", plan.prompts(n, L)), Run(f"base{L}", plan.prompts(n, L))) for L in lengths]
     if "batch" in plan.methods:
-        side = plan.prompts(max(n, 2), plan.side_len)
-        pairs["batch"] = [(Run("alone", side[:1]), Run("together", side))]
+        together = plan.prompts(max(n, 2), plan.side_len)
+        pairs["batch"] = [(Run("alone", together[:1]), Run("together", together))]
     if "padding" in plan.methods and takes_mask:
         inputs = padding_inputs(plan.prompts(n, _odd_length(plan.side_len)), plan.vocab, pad_id=plan.pad_id, seed=plan.seed)
         pairs["padding"] = [(Run("unpadded", inputs.unpadded), Run("right", inputs.sides["right"][0], inputs.sides["right"][2],
                                                                    inputs.sides["right"][2][0].bool()))]
-        for side, (tokens, _, mask) in inputs.sides.items():
-            run = Run(side, tokens, mask, mask[0].bool())
+        for name, (tokens, _, mask) in inputs.sides.items():
+            run = Run(name, tokens, mask, mask[0].bool())
             pairs["padding"].append((run, run))
     return pairs
 
@@ -178,7 +178,7 @@ def run_methods(model: Any, adapter: ModelAdapter, plan: AuditPlan, *, floors: F
     else:
         _run_future(model, runs, plan, prompts=plan.prompts(max(plan.n_prompts, 2), plan.max_len), tick=tick)
         if "pattern" in plan.methods:
-            pattern_rows, note = pattern_check(model, runs.adapter, plan.prompts(plan.n_prompts, plan.max_len), plan.tol)
+            pattern_rows, note = pattern_check(model, runs.adapter, plan.prompts(plan.n_prompts, plan.side_len), plan.tol)
             runs.rows += pattern_rows
             runs.notes += [note] if note else []
             tick(1, "pattern")
@@ -235,7 +235,7 @@ def _run_variant(model: Any, variant: ModelAdapter, runs: MethodRuns, plan: Audi
     if "gradient" in plan.methods and embed is not None:
         grad_tol = method_tol("gradient", plan.tol)
         grad_rows = gradient(variant, embed, plan.prompts(1, plan.gradient_len)[0], grad_tol, seed=plan.seed, progress=tick)
-        if grad_rows and plan.gradient_cuts:
+        if grad_rows and plan.gradient_cuts and not variant.ones_mask:  # the reference covers the mask variant's cuts
             memory = backward_bytes(model, plan.max_len)
             grad_rows += gradient_at_cuts(variant, embed, plan.prompts(1, plan.max_len)[0], grad_tol, list(plan.gradient_cuts),
                                           seed=plan.seed, progress=tick,

@@ -13,6 +13,7 @@ from interp.cli.common import _check_max_len_flag, _load_black_box
 from interp.cli.isolate import Outcome, capturing_console, console_settings, run
 from interp.cli.output import _emit_json, _out_console, _write_text
 from interp.cli.tables import _frame_table
+from interp.errors import InterpError
 
 
 def cmd_audit_leakage(args) -> int:
@@ -22,11 +23,18 @@ def cmd_audit_leakage(args) -> int:
 
 
 def deliver(args, command: str, spec: str | None, outcome: Outcome) -> int:
-    """In this process: the documents first (a reader closing stdout early leaves them written), then the text."""
-    for flag, (text, what) in outcome.documents.items():
-        _write_text(getattr(args, flag), text, what)
+    """In this process: the documents first (a reader closing stdout early leaves them written), then the text. A
+    document that cannot be written is the command's error, its target named (`failure`: the others still get one)."""
+    writes = [(getattr(args, flag), lambda text=text, what=what, flag=flag: _write_text(getattr(args, flag), text, what))
+              for flag, (text, what) in outcome.documents.items()]
     if getattr(args, "json", None) is not None:
-        _emit_json(args, command, spec, outcome.json_result)
+        writes.append((args.json, lambda: _emit_json(args, command, spec, outcome.json_result)))
+    for target, write in writes:
+        try:
+            write()
+        except InterpError as error:
+            error.failed_target = str(target)  # type: ignore[attr-defined]
+            raise
     console = _out_console(args)
     if outcome.console and not console.quiet:
         console.file.write(outcome.console)
@@ -71,9 +79,11 @@ def _load(args) -> Any:
 
     backend = getattr(args, "backend", "auto")
     if not is_factory_spec(args.spec):
-        return _load_black_box(args.spec, args.quiet, backend)
-    with recording_construction() as attach:
-        return attach(_load_black_box(args.spec, args.quiet, backend))
+        model = _load_black_box(args.spec, args.quiet, backend)
+    else:
+        with recording_construction() as attach:
+            model = attach(_load_black_box(args.spec, args.quiet, backend))
+    return model
 
 
 def _print_result(console, result, spec: str) -> None:

@@ -6,10 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli.common import (DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _check_max_len_flag, _load, _prompt_spec, _prompts,
-                               _select)
-from interp.cli import isolate
 from interp.cli.audit import deliver
+from interp.cli.common import (
+    DEFAULT_SPEC,
+    EXIT_FINDING,
+    EXIT_OK,
+    _check_max_len_flag,
+    _load,
+    _prompt_spec,
+    _prompts,
+    _select,
+)
+from interp.cli.isolate import Outcome, capturing_console, console_settings
+from interp.cli.isolate import run as run_isolated
 from interp.cli.output import _emit_json, _frame_records, _out_console
 from interp.cli.tables import _frame_table
 from interp.errors import BadInput  # no torch: --help stays fast
@@ -63,8 +72,14 @@ def cmd_demo(args) -> int:
 
 
 def cmd_claims(args) -> int:
-    from interp.analyses.claims.registry import (EDGE_CLAIM_KINDS, MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds,
-                                                 read_claims, run_claims)
+    from interp.analyses.claims.registry import (
+        EDGE_CLAIM_KINDS,
+        MODEL_CLAIM_KINDS,
+        head_claim_kinds,
+        pair_claim_kinds,
+        read_claims,
+        run_claims,
+    )
 
     if args.list_kinds:
         kinds = {"one head (L1H2 = ...):": sorted(head_claim_kinds()), "a pair (\"L0H1 ~ L0H3\" = ...):":
@@ -87,18 +102,18 @@ def cmd_claims(args) -> int:
     if spec is None:
         raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
     args.spec = spec  # for the envelope, and the failure documents (`interp.cli.failure`)
-    args.console_settings = isolate.console_settings(_out_console(args))
+    args.console_settings = console_settings(_out_console(args))
     # the model runs in a child process: a module that calls sys.exit(0) on import cannot end --strict with exit 0
-    outcome = isolate.run(args, lambda a: _claims_outcome(a, claims_file, claims_path, run_claims), f"the model spec {spec!r}")
+    outcome = run_isolated(args, lambda a: _claims_outcome(a, claims_file, claims_path, run_claims), f"the model spec {spec!r}")
     return deliver(args, "claims", spec, outcome)
 
 
-def _claims_outcome(args, claims_file, claims_path: str, run_claims) -> isolate.Outcome:
+def _claims_outcome(args, claims_file, claims_path: str, run_claims) -> Outcome:
     """Load the model, test the claims, render the table (in the child, `interp.cli.isolate`)."""
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
-    console = isolate.capturing_console(args.console_settings)
+    console = capturing_console(args.console_settings)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
     console.print(_frame_table(shown, title=f"Claims in {claims_path} on {args.spec}",
                                columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width,
@@ -108,7 +123,7 @@ def _claims_outcome(args, claims_file, claims_path: str, run_claims) -> isolate.
     result = {"file": str(claims_path), "behaviour": _behaviour_names(frame), "n_claims": len(frame),
               "n_as_expected": len(frame) - n_failed, "claims": _frame_records(frame)}
     code = EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
-    return isolate.Outcome(code, console.file.getvalue(), {}, result if args.json is not None else None)
+    return Outcome(code, console.file.getvalue(), {}, result if args.json is not None else None)
 
 
 def _kind_list(kinds: dict[str, list[str]], width: int) -> str:

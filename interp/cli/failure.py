@@ -1,13 +1,13 @@
-"""Every requested output written on every exit code: the documents a command writes when it fails.
+"""Every requested output written on every exit code: the documents `audit-leakage` and `claims` write when they fail.
 
-Once the arguments parse, a command that ends with an error still writes each output it was asked for
+Once the arguments parse, these commands (the ones CI gates read) still write each output asked for on an error
 (`--json`, `--sarif`, `--junit`), so that a CI step reading them (an `upload-sarif` step with
 `if: always()`, a gate on `.result.causal`) finds a document saying what went wrong rather than a
 missing file and a second, misleading error: JSON with `result: null` and `error: {type, message,
 exit_code}` (JSON schema 2), SARIF with `invocations[0].executionSuccessful: false` and the error as a
 tool execution notification, JUnit with one test case `audit` in error. Written through the CLI's one
 write helper (`interp.cli.output`); a document that cannot be written is not an error of its own (the
-command's error is the one reported).
+command's error is the one reported), and a target whose own write failed is left as it was.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 FLAGS = ("json", "sarif", "junit")
+COMMANDS = ("audit-leakage", "claims")  # the commands CI gates read; they write failure documents
 
 
 def error_fields(error: BaseException, exit_code: int) -> dict[str, Any]:
@@ -27,10 +28,14 @@ def error_fields(error: BaseException, exit_code: int) -> dict[str, Any]:
 
 def write_failure_documents(args: Any, command: str, error: BaseException, exit_code: int) -> None:
     """Each of --json / --sarif / --junit that `args` asks for, as a failure document (see the module docstring)."""
-    from interp.cli import output
+    import interp.cli.output as output
     from interp.errors import InterpError
 
-    targets = {flag: getattr(args, flag, None) for flag in FLAGS if getattr(args, flag, None) is not None}
+    if command not in COMMANDS:
+        return
+    failed = getattr(error, "failed_target", None)  # the target whose own write failed keeps what it held
+    targets: dict[str, str] = {flag: str(getattr(args, flag)) for flag in FLAGS
+                               if getattr(args, flag, None) is not None and str(getattr(args, flag)) != failed}
     if not targets:
         return
     fields = error_fields(error, exit_code)

@@ -76,7 +76,7 @@ def converted(family: str, layers: int):
     return convert_model(_randomise(FAMILIES[family](layers), seed=layers))
 
 
-@pytest.mark.parametrize("layers", [2, 30])
+@pytest.mark.parametrize("layers", [2, pytest.param(30, marks=pytest.mark.slow)])  # 30 layers: 10-40 s each here
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_every_converted_family_audits_clean_at_256_tokens(family, layers):
     model = converted(family, layers)
@@ -93,11 +93,12 @@ def test_every_converted_family_audits_clean_at_256_tokens(family, layers):
 
 
 def test_deep_models_round_above_the_fixed_tolerance_where_the_floor_catches_it():
-    """What the floor is for: at 30 layers, the float32 floor of some comparison exceeds DEFAULT_TOL / NOISE_FACTOR,
-    so a fixed 5e-5 would be a coin toss there, while the audit stays clean."""
-    report = leakage.audit(converted("llama", 30), max_len=256)
+    """What the floor is for: a 30-layer GPT-2 at 256 tokens rounds by 3.4e-5 of its output between lengths, so a
+    fixed 5e-5 would be a coin toss and 3 x that floor hides a leak of 1e-4: float64 decides, and the audit stays
+    clean (the default suite's deep case; every family at 30 layers is in the slow suite)."""
+    report = leakage.audit(converted("gpt2", 30), max_len=256, methods=("truncation", "perturbation"))
     worst = max(floor for pairs in report.noise_floor.values() for floor in pairs.values())
-    assert worst * leakage.NOISE_FACTOR > leakage.DEFAULT_TOL and report.causal
+    assert worst * leakage.NOISE_FACTOR > 1e-4 and report.causal and "truncation" in report.float64_checked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,8 +168,9 @@ def test_smollm2_with_a_1e_4_leak_is_a_leak(smol):
     finally:
         model.ln_final = original
     assert report.exit_code == 1 and "future" in report.leaks, str(report)
-    leaking = report.table[leakage.above_threshold(report.table)]
-    assert 0.5e-4 < float(leaking["influence"].max()) < 3e-4  # measured at its size, in float64
+    assert "perturbation" in report.float64_checked  # under SmolLM2's float32 rounding, 1e-4 is found in float64
+    perturbed = report.table[(report.table["method"] == "perturbation") & leakage.above_threshold(report.table)]
+    assert 0.3e-4 < float(perturbed["influence"].max()) < 3e-4, str(report)  # measured at about its size
 
 
 def _strength_for(model, size: float) -> float:
