@@ -228,3 +228,23 @@ def test_spec_names_checked_without_heavy_imports(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["2", "False", "False"], out.stderr
     assert "Did you mean ['toy-induction']" in out.stderr
+
+
+def test_max_len_defaults_to_the_context_up_to_256_and_ctx_is_the_whole_context():
+    from interp.analyses.leakage.plan import plan_audit
+    from interp.analyses.report.pipeline import LEAKAGE_LEN, report_max_len
+    from interp.cli import parser
+
+    model = _gpt(n_ctx=400)
+    adapter = leakage.ModelAdapter(model)
+    assert plan_audit(model, adapter, methods=("truncation",)).max_len == leakage.DEFAULT_MAX_LEN == 256
+    assert plan_audit(model, adapter, max_len="ctx", methods=("truncation",)).max_len == 400
+    assert plan_audit(_gpt(n_ctx=40), leakage.ModelAdapter(_gpt(n_ctx=40)), methods=("truncation",)).max_len == 40
+    assert parser.DEFAULT_MAX_LEN == leakage.DEFAULT_MAX_LEN == LEAKAGE_LEN  # the CLI's help says the same
+    assert report_max_len(model, LEAKAGE_LEN) == 256 and report_max_len(model, "ctx") == 400
+    args = parser.build_parser().parse_args(["audit-leakage", "toy-induction", "--max-len", "ctx"])
+    assert args.max_len == "ctx"
+    with pytest.raises(SystemExit):
+        parser.build_parser().parse_args(["audit-leakage", "toy-induction", "--max-len", "all"])
+    with pytest.raises(ValueError, match="'ctx'"):
+        plan_audit(model, adapter, max_len="whole", methods=("truncation",))

@@ -225,7 +225,8 @@ def count_tokens(max_len: int, lengths: Sequence[int], n_prompts: int, methods: 
             long = incremental and length > SHORT_LEN
             cuts = LONG_MAX_CUTS if long else max_cuts
             cuts = length - 1 if cuts is None else min(length - 1, cuts)
-            tokens["perturbation"] += n_prompts * length * (cuts * (LONG_DRAWS if long else draws) + 1)
+            # a long length on a native model: the plain run only (the reference covers the mask variant's cuts)
+            tokens["perturbation"] += n_prompts * length * (cuts * (LONG_DRAWS if long else draws) + 1) / (variants if long else 1)
             floor_runs += n_prompts * length
     if "gradient" in methods:
         length = min(gradient_len, max_len)

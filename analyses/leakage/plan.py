@@ -202,7 +202,10 @@ def _planned_passes(plan: AuditPlan, adapter: ModelAdapter) -> int:
         for length in plan.lengths:
             cuts = len(_spread(length, perturbation_cuts(plan.incremental, length, plan.max_cuts)))
             draws = perturbation_draws(plan.incremental, length, plan.draws)
-            future += math.ceil(cuts * draws)  # one forward of n_prompts rows per (cut, draw)
+            if plan.incremental and length > SHORT_LEN:
+                steps += cuts * draws  # the plain run only
+            else:
+                future += cuts * draws  # one forward of n_prompts rows per (cut, draw)
     if "gradient" in plan.methods:
         future += math.ceil((plan.gradient_len - 1) / adapter.rows_per_forward(plan.gradient_len))
         steps += len(plan.gradient_cuts)  # the gradient at the audited length: the plain run only

@@ -20,7 +20,7 @@ from torch import nn
 import interp.analyses.leakage.fast as leakage_fast
 from interp import launch
 from interp.analyses.leakage.adapter import ModelAdapter, observed_masking
-from interp.analyses.leakage.fast import SIDE_LEN, perturbation_cuts, perturbation_draws
+from interp.analyses.leakage.fast import SHORT_LEN, SIDE_LEN, perturbation_cuts, perturbation_draws
 from interp.analyses.leakage.floor import FLOAT64_DECIDES, Floors, Run, decides, float64_copy, measure_floors
 from interp.analyses.leakage.methods import (
     FORWARD_MODE_BYTES,
@@ -224,6 +224,8 @@ def _run_variant(model: Any, variant: ModelAdapter, runs: MethodRuns, plan: Audi
     if "perturbation" in plan.methods:
         threshold = runs.threshold("perturbation", plan)
         for length in plan.lengths:
+            if variant.ones_mask and plan.incremental and length > SHORT_LEN:
+                continue  # the reference compares this variant at every cut of that length already
             perturbed, influence = perturbation(
                 runs.through("perturbation", variant), plan.prompts(plan.n_prompts, length), plan.vocab, threshold,
                 draws=perturbation_draws(plan.incremental, length, plan.draws), seed=plan.seed, progress=tick,

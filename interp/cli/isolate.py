@@ -33,12 +33,15 @@ from interp.errors import EXIT_INPUT, InterpError
 @dataclass
 class Outcome:
     """What the work sent back: its exit code, the terminal text it rendered, and the documents to write
-    (flag -> (text, what), e.g. "sarif" -> (the log, "SARIF")) and the JSON result (None without --json)."""
+    (flag -> (text, what), e.g. "sarif" -> (the log, "SARIF")) and the JSON result (None without --json);
+    `relayed`: what the child wrote to a stdout or stderr that is not a file descriptor here (a test's capture, a
+    notebook's stream), for this process to write there."""
 
     exit_code: int
     console: str = ""
     documents: dict[str, tuple[str, str]] = field(default_factory=dict)
     json_result: Any = None
+    relayed: dict[str, str] = field(default_factory=dict)
 
 
 class ChildFailure(InterpError):
@@ -107,6 +110,8 @@ def run(args: Any, work: Callable[[Any], Outcome], what: str) -> Outcome:
     if data is None:
         raise ChildFailure(_died(child.exitcode, what), kind="ProcessEnded", exit_code=EXIT_INPUT)
     document = json.loads(data.decode("utf-8"))
+    for name, text in document.get("relayed", {}).items():  # the child's writes to a stream without a descriptor
+        getattr(sys, name).write(text)
     if document.get("error"):
         error = document["error"]
         raise ChildFailure(error["message"], kind=error["type"], exit_code=error["exit_code"],
@@ -131,19 +136,36 @@ def _died(exit_code: int | None, what: str) -> str:
 
 
 def _child(writer: Any, work: Callable[[Any], Outcome], args: Any, what: str) -> None:
-    """The child: run the work, send one document (its outcome or its error), and end."""
+    """The child: run the work, send one document (its outcome or its error, and what it wrote to streams that
+    have no file descriptor), and end."""
+    relayed = _relay_streams()
     try:
         outcome = work(args)
         document: dict[str, Any] = {"exit_code": outcome.exit_code, "console": outcome.console,
                                     "documents": outcome.documents, "json_result": outcome.json_result, "error": None}
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: the parent decides what they mean
         document = {"error": describe(error, what)}
+    document["relayed"] = {name: buffer.getvalue() for name, buffer in relayed.items()}
     try:
         writer.send_bytes(json.dumps(document, default=_jsonable).encode("utf-8"))
     except BaseException as error:  # a result that cannot be sent: say so, once
         writer.send_bytes(json.dumps({"error": describe(error, what)}).encode("utf-8"))
     finally:
         writer.close()
+
+
+def _relay_streams() -> dict[str, io.StringIO]:
+    """In the child: sys.stdout / sys.stderr that write to no file descriptor (pytest's capture, a notebook's stream
+    objects: the child's copies of them are lost with it) replaced by buffers sent back to the parent; a stream on a
+    descriptor is left as it is, so progress bars stay live."""
+    relayed: dict[str, io.StringIO] = {}
+    for name in ("stdout", "stderr"):
+        try:
+            getattr(sys, name).fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+            relayed[name] = io.StringIO()
+            setattr(sys, name, relayed[name])
+    return relayed
 
 
 def describe(error: BaseException, what: str) -> dict[str, Any]:

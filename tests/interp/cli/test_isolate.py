@@ -125,8 +125,16 @@ def _assert_failure_documents(folder: Path, kind: str, exit_code: int = 2) -> di
     ("crashes", "ProcessEnded", "killed by SIGSEGV"),
 ])
 def test_a_model_that_ends_the_process_is_exit_2_with_every_document(folder, factory, kind, words):
+    import faulthandler
+
     path, name = folder
-    code = cli.main(["audit-leakage", f"{name}:{factory}", "--max-len", "8", "-q", *OUTPUTS])
+    enabled = faulthandler.is_enabled()
+    faulthandler.disable()  # pytest's own crash dump of every thread would fill the log when the child crashes
+    try:
+        code = cli.main(["audit-leakage", f"{name}:{factory}", "--max-len", "8", "-q", *OUTPUTS])
+    finally:
+        if enabled:
+            faulthandler.enable(file=sys.__stderr__)
     assert code == 2
     error = _assert_failure_documents(path, kind)
     assert words in error["message"]
