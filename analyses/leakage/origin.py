@@ -14,6 +14,18 @@ its file, line, function, op name and source line (`Origin`), where the call sit
 frame outside torch and this toolkit; when that frame lies in an installed library (a Hugging
 Face module), the first frame in the user's own files is named too.
 
+Frames beyond the one that called the model (the audit, pytest, a console-script launcher) are never
+model code: an op inside torch's own modules with no model frame has no line (`Origin.frame` None).
+
+What the origin says is measured: the positions its moved row depends on are found one changed
+position at a time (`MAX_SINGLE` at most; "row 0 now depends on position 1", not a range), and when
+the op consumed a mask that lets a query see a later key (its own argument, or the mask applied to its
+input one op before, read as that op reads it: `polarity`), the mask is followed back through the
+recorded ops to the op that made it leak (`tril`, a slice, a comparison: `Origin.built`, the line to
+fix, `Origin.location`), or to the buffer it was read from, named by its attribute (`attn.bias`) and,
+when the model was built under `recording_construction` (the CLI and `audit(spec)` do), the line
+that last wrote it (`register_buffer(..., tril(...))` in `__init__`, a `fill_` in the factory).
+
 The sequence length of the pair is chosen unlike every parameter dimension of the model, so a
 positional axis is not mistaken for a head or width axis. Memory: the reference's restricted
 outputs are kept for a window of ops within `MAX_BYTES`; the passes stop once past the window,

@@ -535,19 +535,20 @@ def audit(
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
 
-    max_len: longest length audited (default cfg.n_ctx); lengths: the lengths perturbed (default
-    max_len, an odd middle length and 5; truncation always covers every length up to max_len);
-    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all; truncation and the
-    gradient cover every cut regardless); gradient_len: length of the Jacobian test; tol: largest
-    influence called rounding (default 5e-5, or 2e-2 for float16 / bfloat16 models). Cost: the
-    truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
-    long contexts pass a smaller max_len or watch `progress=True`. device / dtype: audit a moved
+    max_len: longest length audited (default the model's context, at most DEFAULT_MAX_LEN = 256; "ctx":
+    the whole context); lengths: the lengths perturbed (default max_len, an odd middle length and 5);
+    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all); gradient_len: length
+    of the exhaustive Jacobian test (the gradient also runs cut by cut at max_len); tol: the lower bound
+    of every threshold (default 5e-5, or 5e-3 for float16 / bfloat16 models), each judged against the
+    model's measured floor (`floor`). Cost: about two forwards per prompt for a native model's
+    truncation (the incremental reference), the coverage cuts for a black box; `progress=True` prints
+    the estimate first (`report.coverage` says what ran). device / dtype: audit a moved
     copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
     bidirectional: True audits the model as an encoder (future dependence by design; padding and
     batch still audited), False as a decoder; None (default) reads the model's own declaration
     (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
     expected to be causal, whatever its attention calls look like.
-    Over 60 lines only through its signature and docstring: the body is 33 lines.
+    Over 60 lines only through its signature and docstring: the body is 35 lines.
     """
     start = time.perf_counter()
     spec = isinstance(model, (str, os.PathLike))
