@@ -137,8 +137,10 @@ def measure_audit_floors(model: Any, adapter: ModelAdapter, plan: AuditPlan) -> 
     if copy64 is not None:
         reference = ModelAdapter(copy64).remember()
         try:
-            reference(plan.prompts(1, min(plan.max_len, 8)))
+            probe = reference(plan.prompts(1, min(plan.max_len, 8)))
         except Exception:  # the copy cannot run in float64 (a dtype fixed in the model's code): batch composition
+            probe = None
+        if probe is None or probe.dtype != torch.float64:  # it ran, but computes in another precision inside
             reference = None
     adapter.remember()
     floors = measure_floors(adapter, reference, comparisons(plan, adapter.takes_mask), tol=plan.tol,

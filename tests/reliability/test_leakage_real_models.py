@@ -119,12 +119,12 @@ def smol():
         pytest.skip(f"interp.load('smollm2-135m') is not available here: {error}")
 
 
-def _audit_cli(spec_or_model, max_len: int, tmp_path, monkeypatch) -> tuple[int, dict]:
-    """`interp audit-leakage smollm2-135m --max-len N --json FILE` in-process (the model runs in its child)."""
+def _audit_cli(spec: str, max_len: int, tmp_path) -> tuple[int, dict]:
+    """`interp audit-leakage SPEC --max-len N --json FILE` in-process (the model runs in its child)."""
     from interp import cli
 
     target = tmp_path / f"audit{max_len}.json"
-    code = cli.main(["audit-leakage", spec_or_model, "--max-len", str(max_len), "-q", "--json", str(target)])
+    code = cli.main(["audit-leakage", spec, "--max-len", str(max_len), "-q", "--json", str(target)])
     return code, json.loads(target.read_text())
 
 
@@ -132,8 +132,8 @@ def _audit_cli(spec_or_model, max_len: int, tmp_path, monkeypatch) -> tuple[int,
 @pytest.mark.slow
 @smollm2
 @pytest.mark.parametrize("max_len", [64, 256])
-def test_smollm2_is_causal(smol, max_len, tmp_path, monkeypatch):
-    code, document = _audit_cli("smollm2-135m", max_len, tmp_path, monkeypatch)
+def test_smollm2_is_causal(smol, max_len, tmp_path):
+    code, document = _audit_cli("smollm2-135m", max_len, tmp_path)
     result = document["result"]
     assert code == 0 and result["causal"], result["headline"]
     assert result["float64_checked"]  # its float32 rounding hides 1e-4: the float64 copy decided
