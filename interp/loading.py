@@ -54,6 +54,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
@@ -235,7 +236,7 @@ def load_auditable(spec: Any, *, device: str | torch.device = "cpu", backend: st
     The factory is called once, whichever it turns out to be; the CLI and
     `interp.analyses.leakage.audit("pkg.mod:factory")` both come here, so they audit the same model.
     """
-    if isinstance(spec, (str, os.PathLike)) and _FACTORY.match(os.fspath(spec)) and not _is_loadable_path(os.fspath(spec)):
+    if is_factory_spec(spec):
         model = _call_factory(os.fspath(spec))
         try:
             return _from_module(model).to(device)
@@ -259,23 +260,54 @@ def _accepted() -> str:
     return f"Accepted specs: {kinds}."
 
 
+def is_factory_spec(spec: Any) -> bool:
+    """Whether `spec` is a `package.module:factory` (and not a built-in, folder or checkpoint of that name)."""
+    return isinstance(spec, (str, os.PathLike)) and bool(_FACTORY.match(os.fspath(spec))) and not _is_loadable_path(os.fspath(spec))
+
+
+@contextlib.contextmanager
+def _working_folder_first() -> Iterator[str]:
+    """The current folder first on sys.path while a factory module is imported and called, as `python -m` and
+    `python script.py` put theirs (the `interp` console script puts its own bin/ there instead); removed after."""
+    folder = os.getcwd()
+    added = folder not in sys.path[:1]
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield folder
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
 def _call_factory(spec: str) -> nn.Module:
     check_former_name(spec)
     module_name, attr = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"factory spec {spec!r}: cannot import module {module_name!r} ({error}).") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ValueError(f"factory spec {spec!r}: {module_name} has no callable {attr!r}.")
-    try:
-        model = factory()
-    except Exception as error:  # the user's factory failed: say which, and where
-        raise ModelError(f"factory {spec!r} raised {type(error).__name__}: {error}") from error
+    with _working_folder_first() as folder:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ValueError(_import_failure(spec, module_name, error, folder)) from None
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise ValueError(f"factory spec {spec!r}: {module_name} has no callable {attr!r}.")
+        try:
+            model = factory()
+        except Exception as error:  # the user's factory failed: say which, and where
+            raise ModelError(f"factory {spec!r} raised {type(error).__name__}: {error}") from error
     if not isinstance(model, nn.Module):
         raise BadType(f"factory {spec!r} returned a {type(model).__name__}; it must return an nn.Module.")
     return model
+
+
+def _import_failure(spec: str, module_name: str, error: ImportError, folder: str) -> str:
+    """Why `module_name` did not import, and where it was looked for: the current folder and PYTHONPATH."""
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    missing = getattr(error, "name", None)
+    which = "" if missing in (None, module_name) else f" (it imports {missing!r}, which is missing)"
+    return (f"factory spec {spec!r}: cannot import module {module_name!r}{which}: {error}. Searched the current folder "
+            f"{folder} first, then PYTHONPATH={pythonpath!r} and the installed packages. Run from the folder that "
+            f"holds {module_name.split('.')[0]}(.py), or add its folder to PYTHONPATH, or install the package.")
 
 
 def _from_module(model: nn.Module) -> nn.Module:

@@ -28,10 +28,17 @@ def _leak_message(report: Any) -> str:
     if report.bidirectional:
         lines.append("The model is bidirectional by design (an encoder): every position reads later ones.")
     for kind, origin in report.origins.items():
-        lines.append(f"The {kind} leak appears at {origin.frame.file}:{origin.frame.line} in {origin.frame.function} "
-                     f"({origin.op}): {origin.frame.code}")
+        op = origin.frame or origin.user_frame
+        if op is None:
+            lines.append(f"The {kind} leak appears in {origin.op} inside torch or a library: no line of model code.")
+        else:
+            lines.append(f"The {kind} leak appears at {op.file}:{op.line} in {op.function} ({origin.op}): {op.code}")
         lines.append(f"  {origin.detail}" + (f"; {origin.mask}" if origin.mask else ""))
-        if origin.user_frame is not None:
+        if origin.built is not None:
+            lines.append(f"  what it consumed ({origin.built_by}) was built at {origin.built}")
+        elif origin.built_by is not None:
+            lines.append(f"  what it consumed is the {origin.built_by}")
+        if origin.user_frame is not None and origin.frame is not None:
             lines.append(f"  called from {origin.user_frame}")
     if report.first_leaking_site:
         lines.append(f"First leaking site (forward order): {report.first_leaking_site}.")

@@ -28,12 +28,16 @@ Vocabulary: a *cut* t splits a sequence into observed positions <= t and changed
 *influence* is the largest absolute change of an observed output divided by the outputs' spread
 (the root mean square of the outputs minus each feature's mean over batch and position, so a
 common offset cannot hide a leak; floored at 1e-2 of the RMS, see `methods._scale`): 1e-4 means a change
-of 1e-4 of the output scale; it is 0.0 exactly when nothing moved. Influences at or below `tol`
-(default 5e-5) are float rounding ("numerical noise"): on 8 seeds of every correct zoo model
-rounding reached 2.4e-6, 1.0e-5 under an offset of -300 (one ulp of the offset, at most 1.2e-5 by
-construction of the floor), 1.2e-6 on random GPT-2 / HookedGPT models and 2.8e-5 on the trained
-toy-induction model at 128 tokens (comparing different lengths runs different kernels), while the
-smallest planted leak (about 1e-4 of the output) measured 9.96e-5 or more. A decoder that numbers
+of 1e-4 of the output scale; it is 0.0 exactly when nothing moved. Every comparison is judged against
+the model's own rounding, measured at the shapes it compares (`floor`: each run's deviation from a float64
+copy, summed over the two runs): a change counts as a leak above max(`tol`, NOISE_FACTOR x floor), and
+where 3 x a float32 floor exceeds 1e-4 the float64 copy decides (deep float32 models round differently at
+different lengths: SmolLM2-135M by 1.8e-4). `tol` (default 5e-5) stays the lower bound: on 8 seeds of every
+correct zoo model rounding reached 2.4e-6, 1.0e-5 under an offset of -300, 1.2e-6 on random GPT-2 /
+HookedGPT models and 2.8e-5 on the trained toy-induction model at 128 tokens, while the smallest planted
+leak (about 1e-4 of the output) measured 9.96e-5 or more. The audited length defaults to the model's
+context, at most DEFAULT_MAX_LEN (256; max_len="ctx": the whole context); what each method covered is
+`LeakageReport.coverage` (`fast`: every cut of a native model, the coverage cuts of a black box). A decoder that numbers
 positions from the start of a left-padded row (Hugging Face GPT-2 without position_ids) gets a
 note, not a leak: no information flows from the pads, which the pad-content test checks.
 A model is expected to be causal unless it *declares* itself bidirectional (`declaration`: the
@@ -45,8 +49,8 @@ JUnit.
 
 Layout (dependencies point down): `types` (methods, verdicts, the `Finding` row, thresholds) <-
 `adapter` (the model seen as tokens -> outputs, its declaration) <- `methods` (the black-box
-methods, localisation) <- `fast` (the incremental reference and the cost estimate), `origin`
-(the op and line) <- `report` (`LeakageReport`: the verdict's wording, defined there once, and its
+methods, localisation) <- `floor` (the noise floors) <- `fast` (the incremental reference, coverage, the
+cost estimate), `origin` (the op and line, and the line that built what it consumed) <- `report` (`LeakageReport`: the verdict's wording, defined there once, and its
 renderings) <- `plan` (`plan_audit`, an `AuditPlan`) <- `stages` (`audit`, run in stages:
 `run_methods`, `locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide`) <- `ci`.
 This package re-exports the public names users and the faces read; private helpers are imported
@@ -62,13 +66,13 @@ from interp.analyses.leakage.adapter import (
     user_forward,
 )
 from interp.analyses.leakage.ci import to_junit, to_sarif
-from interp.analyses.leakage.fast import CostEstimate
+from interp.analyses.leakage.fast import CostEstimate, coverage_cuts, declared_boundaries
+from interp.analyses.leakage.floor import FLOAT64_DECIDES, Floors, comparison_floor, float64_copy, measure_floors
 from interp.analyses.leakage.methods import (
-    NoiseFloor,
     batch_mixing,
     embedding_module,
     gradient,
-    half_precision_floors,
+    gradient_at_cuts,
     localisation_threshold,
     localise,
     padding_check,
@@ -93,6 +97,7 @@ from interp.analyses.leakage.stages import (
     run_methods,
 )
 from interp.analyses.leakage.types import (
+    DEFAULT_MAX_LEN,
     DEFAULT_TOL,
     FUTURE_METHODS,
     GRADIENT_TOL_FACTOR,
@@ -131,21 +136,28 @@ __all__ = [
     "BIDIRECTIONAL_HINT",
     "check_tol",
     "check_weights_finite",
+    "comparison_floor",
     "CostEstimate",
+    "coverage_cuts",
     "decide",
     "Decision",
     "declaration",
     "declared_bidirectional",
+    "declared_boundaries",
+    "DEFAULT_MAX_LEN",
     "DEFAULT_TOL",
     "describe_row",
     "embedding_module",
     "empty_table",
     "Finding",
     "findings_table",
+    "FLOAT64_DECIDES",
+    "float64_copy",
+    "Floors",
     "FUTURE_METHODS",
     "gradient",
+    "gradient_at_cuts",
     "GRADIENT_TOL_FACTOR",
-    "half_precision_floors",
     "HALF_PRECISION_TOL",
     "infer_n_ctx",
     "infer_vocab_size",
@@ -162,6 +174,7 @@ __all__ = [
     "MAX_ROWS_PER_METHOD",
     "MAX_TOL",
     "MAX_TOL_HALF",
+    "measure_floors",
     "Method",
     "METHOD_KIND",
     "method_tol",
@@ -169,7 +182,6 @@ __all__ = [
     "METHODS",
     "ModelAdapter",
     "NOISE_FACTOR",
-    "NoiseFloor",
     "observed_masking",
     "Origin",
     "padding_check",

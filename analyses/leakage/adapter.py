@@ -135,6 +135,34 @@ def _first_tensor(out: Any) -> Any:
     return out
 
 
+MEMO_BYTES = 256 * 2**20  # outputs larger than this are not kept (`ModelAdapter.remember`)
+MEMO_TOTAL = 2**30  # nor any once the kept ones add up to this
+
+
+class _Memo(dict):
+    """Outputs kept by input (`ModelAdapter.remember`), shared by an adapter and its copies."""
+
+    active = True
+    size = 0
+
+    def keep(self, key: tuple, out: torch.Tensor) -> None:
+        size = out.numel() * out.element_size()
+        if self.active and size <= MEMO_BYTES and self.size + size <= MEMO_TOTAL:
+            self[key] = out
+            self.size += size
+
+
+def final_hidden_readable(model: Any) -> bool:
+    """Whether the audit reads `model`'s final hidden state instead of its logits: an exact HookedGPT with our
+    unembedding, whose head is position-wise by construction (`ln_final`, then a linear map per position), so
+    the hidden state carries every dependence the logits can show at a fraction of the width (576 vs 49,152 on
+    SmolLM2-135M)."""
+    from interp.models.components import Unembed
+    from interp.models.gpt import HookedGPT
+
+    return type(model) is HookedGPT and type(getattr(model, "unembed", None)) is Unembed
+
+
 class ModelAdapter:
     """Runs any supported model on token batches and returns float outputs (batch, seq, features).
 
@@ -152,25 +180,62 @@ class ModelAdapter:
         self.max_tokens = max_tokens
         self.max_rows: int | None = None
         self.ones_mask = False  # pass attention_mask=ones when a call gives none (see `with_ones_mask`)
+        self.hidden = final_hidden_readable(model)  # compare the final hidden state, not the logits
+        self.memo: _Memo | None = None  # outputs kept by input (`remember`), shared by copies
         params = list(self.module.parameters()) if self.module is not None else []
         self.device = params[0].device if params else torch.device("cpu")
         self.dtype = params[0].dtype if params else torch.float32
 
+    def remember(self) -> "ModelAdapter":
+        """Keep outputs by input from now on (this adapter and its copies), so a run made to measure the noise
+        floor is not made again by the method that compares it (outputs up to MEMO_BYTES each, MEMO_TOTAL in all).
+        A call that watches the forward (hooks, localisation) passes `fresh=True`; `forget` ends it."""
+        if self.memo is None:
+            self.memo = _Memo()
+        return self
+
+    def forget(self) -> None:
+        """Let the kept outputs go and keep no more (this adapter and every copy sharing its memo)."""
+        if self.memo is not None:
+            self.memo.active = False
+            self.memo.clear()
+
     def __call__(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                 finite_where: torch.Tensor | None = None, check_finite: bool = True) -> torch.Tensor:
-        """Outputs (batch, seq, features) as float; NaN at checked positions raises a ValueError."""
+                 finite_where: torch.Tensor | None = None, check_finite: bool = True, fresh: bool = False) -> torch.Tensor:
+        """Outputs (batch, seq, features) as float; NaN at checked positions raises a ValueError. `fresh`: run the
+        forward even when its outputs are kept (`remember`): hooks watching it must see it run."""
         if self.max_rows is not None and tokens.shape[0] > self.max_rows:
             step = self.max_rows
             return torch.cat([
                 self(tokens[i:i + step], None if attention_mask is None else attention_mask[i:i + step],
-                     finite_where=None if finite_where is None else finite_where[i:i + step], check_finite=check_finite)
+                     finite_where=None if finite_where is None else finite_where[i:i + step], check_finite=check_finite,
+                     fresh=fresh)
                 for i in range(0, tokens.shape[0], step)
             ])
+        key = None if fresh else self._memo_key(tokens, attention_mask)
+        if key is not None and self.memo is not None and key in self.memo:
+            out = self.memo[key]
+        else:
+            out = self._outputs(tokens, attention_mask)
+            if key is not None and self.memo is not None:
+                self.memo.keep(key, out)
+        if check_finite:
+            self._check_finite(out, attention_mask, finite_where)
+        return out
+
+    def _memo_key(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple | None:
+        if self.memo is None or not self.memo.active or torch.is_grad_enabled():
+            return None
+        mask = None if attention_mask is None else attention_mask.detach().cpu().long().numpy().tobytes()
+        return (tokens.detach().cpu().long().numpy().tobytes(), tuple(tokens.shape), mask, self.ones_mask, self.max_rows)
+
+    def _outputs(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """One forward's outputs (batch, seq, features): float32, or float64 from a float64 model, on the CPU."""
         tokens = tokens.to(self.device)
         if attention_mask is None and self.ones_mask:
             attention_mask = torch.ones_like(tokens)
         kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device).long()}
-        out = _first_tensor(self._run(tokens, kwargs))
+        out = self._hidden(tokens, kwargs) if self.hidden else _first_tensor(self._run(tokens, kwargs))
         batch, n_pos = tokens.shape
         if not isinstance(out, torch.Tensor) or out.ndim < 2 or tuple(out.shape[:2]) != (batch, n_pos):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -181,19 +246,34 @@ class ModelAdapter:
                 f"per position, shaped (batch, seq, ...) = ({batch}, {n_pos}, ...).{hint} Wrap the model, e.g. "
                 "`audit(lambda tokens: model(tokens).logits)`."
             )
-        out = out.reshape(batch, n_pos, -1).float().cpu()  # comparisons run on the CPU, in float32
-        if check_finite:
-            watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
-            if not torch.isfinite(watched).all():
-                cause = ("a fully masked attention row (every key padding) is the usual cause: fill it with zeros"
-                         if attention_mask is not None and not bool(attention_mask.bool().all(-1).all()) else
-                         "no position was padded, so the cause is inside the model (an overflow, a division by zero, "
-                         "or NaN produced by its own code)")
-                raise ModelError(
-                    f"the model returned NaN or inf for tokens of shape ({batch}, {n_pos}); the audit compares "
-                    f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
-                )
-        return out
+        # comparisons run on the CPU, in float32 (float64 for a float64 model: its rounding is what it is audited for)
+        return out.reshape(batch, n_pos, -1).to(torch.float64 if out.dtype == torch.float64 else torch.float32).cpu()
+
+    @staticmethod
+    def _check_finite(out: torch.Tensor, attention_mask: torch.Tensor | None, finite_where: torch.Tensor | None) -> None:
+        """A ModelError when the outputs hold NaN or inf at the positions watched (`finite_where`, else all)."""
+        watched = out if finite_where is None else out[finite_where.to(out.device).bool()]
+        if torch.isfinite(watched).all():
+            return
+        cause = ("a fully masked attention row (every key padding) is the usual cause: fill it with zeros"
+                 if attention_mask is not None and not bool(attention_mask.bool().all(-1).all()) else
+                 "no position was padded, so the cause is inside the model (an overflow, a division by zero, "
+                 "or NaN produced by its own code)")
+        raise ModelError(
+            f"the model returned NaN or inf for tokens of shape {tuple(out.shape[:2])}; the audit compares "
+            f"outputs and cannot compare NaN. {cause}. Fix the model, or audit a smaller max_len."
+        )
+
+    def _hidden(self, tokens: torch.Tensor, kwargs: dict) -> torch.Tensor:
+        """The final hidden state (batch, seq, d_model) of a native HookedGPT: its last block, then `ln_final`."""
+        model: Any = self.model
+        try:
+            return model.ln_final(model(tokens, stop_at_layer=model.cfg.n_layers, **kwargs))
+        except (InterpError, ValueError):
+            raise
+        except Exception as error:
+            raise ModelError(f"the model {self.name} raised {type(error).__name__} on tokens of shape "
+                             f"{tuple(tokens.shape)}: {error}") from error
 
     def _run(self, tokens: torch.Tensor, kwargs: dict) -> Any:
         """The model's forward; its own failure becomes a ModelError that says which model and where."""
@@ -227,12 +307,12 @@ class ModelAdapter:
         rows = max(1, self.max_tokens // max(n_pos, 1))
         return rows if self.max_rows is None else min(rows, self.max_rows)
 
-    def chunks(self, tokens: torch.Tensor, *, shard: bool = False) -> Iterator[tuple[slice, torch.Tensor]]:
-        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows.
-        `shard`: in a process group, only this rank's blocks (every world-th); merge the results."""
-        step = self.rows_per_forward(tokens.shape[1])
+    def chunks(self, tokens: torch.Tensor, *, shard: bool = False, rows: int | None = None) -> Iterator[tuple[slice, torch.Tensor]]:
+        """Outputs for consecutive row blocks of `tokens`, as few forward passes as memory allows (`rows` per
+        forward when given). `shard`: in a process group, only this rank's blocks (every world-th); merge the results."""
+        step = self.rows_per_forward(tokens.shape[1]) if rows is None else max(1, rows)
         for index, start in enumerate(range(0, tokens.shape[0], step)):
             if shard and not distributed.mine(index):
                 continue
-            rows = slice(start, min(start + step, tokens.shape[0]))
-            yield rows, self(tokens[rows])
+            block = slice(start, min(start + step, tokens.shape[0]))
+            yield block, self(tokens[block])

@@ -2,8 +2,15 @@
 on the line where it appears) and JUnit XML (one test case per check).
 
 Both render a `LeakageReport` as it is; nothing is parsed back. In SARIF each leak kind is one
-result located at its origin (`origin.Origin`): the op's own line, or, when that lies in
-an installed library, the first line in the user's files, the op then a related location.
+result located at its origin (`origin.Origin.location`): the line that built the mask or positions
+the leaking op consumed, else the op's own line, or, when that lies in an installed library, the
+first line in the user's files; the op's line is then a related location. An origin with no line of
+model code (the op ran inside torch's own modules) has no location, only its message. URIs are
+relative to the working folder and percent-encoded ("my models #1/x.py" -> "my%20models%20%231/x.py").
+
+When the audit could not run (bad input, a model that fails or ends the process), `sarif_failure`
+and `junit_failure` write the same files with the error instead of a verdict, so a CI step that
+uploads them (`if: always()`) finds them on every exit code.
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from interp.analyses.leakage.origin import Frame, Origin
 from interp.analyses.leakage.report import LeakageReport, describe_row
@@ -35,12 +43,18 @@ def _tool_version() -> str:
         return "0"
 
 
-def _location(frame: Frame, root: Path, message: str | None = None) -> dict[str, Any]:
-    path = Path(frame.file)
+def artifact_uri(file: str, root: Path) -> tuple[str, dict[str, str]]:
+    """A file as a SARIF artifact URI: relative to `root` and percent-encoded (with the base id SRCROOT), else an
+    absolute file URI."""
+    path = Path(file).resolve()
     try:
-        uri, base = path.resolve().relative_to(root).as_posix(), {"uriBaseId": "SRCROOT"}
+        return quote(path.relative_to(root).as_posix(), safe="/"), {"uriBaseId": "SRCROOT"}
     except ValueError:
-        uri, base = path.resolve().as_uri(), {}
+        return path.as_uri(), {}
+
+
+def _location(frame: Frame, root: Path, message: str | None = None) -> dict[str, Any]:
+    uri, base = artifact_uri(frame.file, root)
     location: dict[str, Any] = {
         "physicalLocation": {"artifactLocation": {"uri": uri, **base},
                              "region": {"startLine": max(frame.line, 1), "snippet": {"text": frame.code}}},
@@ -55,13 +69,22 @@ def _result(report: LeakageReport, kind: str, origin: Origin | None, root: Path)
     text = f"{RULES[kind][0]}: {report.headline}"
     if origin is not None:
         text += f". First at {origin.op}: {origin.detail}" + (f" ({origin.mask})" if origin.mask else "")
+        if origin.built_by is not None:
+            text += f"; it consumed the {origin.built_by}" + (", built at the location" if origin.built else "")
+        if origin.location is None:
+            text += (". No line of model code: the op ran inside torch or a library the model calls, so the result "
+                     "has no location")
     result: dict[str, Any] = {"ruleId": f"leak/{kind}", "level": "error", "message": {"text": text},
                               "properties": {"max_influence": _number(report.max_influence)}}
     if origin is not None:
-        shown = origin.user_frame or origin.frame
-        result["locations"] = [_location(shown, root)]
-        if origin.user_frame is not None:
-            result["relatedLocations"] = [{"id": 1, **_location(origin.frame, root, f"the op: {origin.op}")}]
+        shown = origin.location
+        if shown is not None:
+            result["locations"] = [_location(shown, root)]
+        related = [(frame, words) for frame, words in ((origin.frame, f"the op: {origin.op}"),
+                                                       (origin.user_frame, "called from here"))
+                   if frame is not None and frame is not shown]
+        if related:
+            result["relatedLocations"] = [{"id": i, **_location(frame, root, words)} for i, (frame, words) in enumerate(related, 1)]
         result["properties"].update({"op": origin.op, "influence": _number(origin.influence)})
     return result
 
@@ -81,7 +104,7 @@ def to_sarif(report: LeakageReport, root: Path | None = None) -> dict[str, Any]:
     return {
         "$schema": SARIF_SCHEMA, "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {"name": "interp audit-leakage", "version": _tool_version(), "rules": rules}},
+            "tool": {"driver": {"name": TOOL, "version": _tool_version(), "rules": rules}},
             "originalUriBaseIds": {"SRCROOT": {"uri": root.as_uri() + "/"}},
             "invocations": [{"executionSuccessful": True, "exitCode": report.exit_code}],
             "results": results,
@@ -102,6 +125,10 @@ def to_junit(report: LeakageReport, suite: str) -> str:
         elif row["status"] == "leak":
             ET.SubElement(case, "failure", message=f"{row['method']}: max influence {row['max_influence']:.3g} at "
                           f"{row['where']}").text = _failure_text(report, row["method"])
+            failures += 1
+        elif row["status"] == "weight above diagonal" and not report.bidirectional:  # expected causal: not a pass
+            ET.SubElement(case, "failure", message=f"pattern: attention weight {row['max_influence']:.3g} on a later "
+                          f"key at {row['where']} (a causal model puts exactly 0 there)").text = _failure_text(report, "pattern")
             failures += 1
     for check, reason in report.incomplete.items():
         case = ET.SubElement(cases, "testcase", classname="interp.audit_leakage", name=f"{check} (required)")
@@ -125,6 +152,37 @@ def xml_safe(text: str) -> str:
     """`text` with every character XML 1.0 forbids written as its visible escape (ESC -> `\\x1b`), so a model
     spec or message holding one (a path with a control character) still gives a well-formed JUnit file."""
     return _XML_FORBIDDEN.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+TOOL = "interp audit-leakage"
+
+
+def sarif_failure(error_type: str, message: str, exit_code: int, root: Path | None = None) -> dict[str, Any]:
+    """A SARIF 2.1.0 log for an audit that did not run: no results, `executionSuccessful: false`, the error as a
+    tool execution notification."""
+    root = (root or Path.cwd()).resolve()
+    notification = {"level": "error", "message": {"text": message}, "descriptor": {"id": error_type}}
+    return {
+        "$schema": SARIF_SCHEMA, "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": TOOL, "version": _tool_version()}},
+            "originalUriBaseIds": {"SRCROOT": {"uri": root.as_uri() + "/"}},
+            "invocations": [{"executionSuccessful": False, "exitCode": exit_code,
+                             "toolExecutionNotifications": [notification]}],
+            "results": [],
+        }],
+    }
+
+
+def junit_failure(suite: str, error_type: str, message: str) -> str:
+    """JUnit XML for an audit that did not run: one test case, `audit`, in error."""
+    cases = ET.Element("testsuite", name=suite, tests="1", failures="0", errors="1", skipped="0", time="0.000")
+    case = ET.SubElement(cases, "testcase", classname="interp.audit_leakage", name="audit")
+    ET.SubElement(case, "error", type=error_type, message=message).text = message
+    root = ET.Element("testsuites", name="interp", tests="1", failures="0", errors="1")
+    root.append(cases)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def _failure_text(report: LeakageReport, method: str) -> str:

@@ -9,16 +9,16 @@ pair with every site captured to say where a leak enters. Above `types` and `ada
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 import torch
 from torch import nn
 
+from interp import distributed
 from interp.analyses.leakage.adapter import ModelAdapter, _first_tensor
 from interp.analyses.leakage.types import (
     LOCALISE_FRACTION,
@@ -28,7 +28,6 @@ from interp.analyses.leakage.types import (
     Pair,
     method_tol,
 )
-from interp import distributed
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
@@ -120,17 +119,21 @@ class _Progress:
 # ---------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progress: Callable = lambda *a, **k: None) -> list[Finding]:
-    """Every prefix length L < T against the full length T: outputs at positions < L must not move.
+def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progress: Callable = lambda *a, **k: None, *,
+               lengths: Sequence[int] | None = None) -> list[Finding]:
+    """Each prefix length L < T of `lengths` (default every one) against the full length T: outputs at positions
+    < L must not move.
 
-    Covers every (query, source) pair at every length with a change that cannot miss (the later
-    positions are removed). Cost: sum of prefix lengths, about T^2 / 2 tokens per prompt.
+    Every length covers every (query, source) pair with a change that cannot miss (the later positions are
+    removed). Cost: the sum of the prefix lengths, about T^2 / 2 tokens per prompt for every length.
     """
     n_prompts, n_pos = prompts.shape
     full = adapter(prompts)  # (prompt, pos, feature)
     scale = _scale(full)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
-    for length in range(1, n_pos):
+    for length in (range(1, n_pos) if lengths is None else sorted(set(lengths))):
+        if not 1 <= length < n_pos:
+            continue
         if not distributed.mine(length):  # prefixes shared out over a process group, merged below
             continue
         out = adapter(prompts[:, :length])
@@ -142,19 +145,26 @@ def truncation(adapter: ModelAdapter, prompts: torch.Tensor, tol: float, progres
                  detail="every position from the source on removed", ones_mask=adapter.ones_mask)
 
 
+def spread_cuts(n_pos: int, max_cuts: int | None) -> torch.Tensor:
+    """The cuts `perturbation` makes at a length: every one (0..n_pos-2), or `max_cuts` spread evenly (the last kept)."""
+    cuts = torch.arange(n_pos - 1)
+    if max_cuts is not None and len(cuts) > max_cuts:
+        cuts = torch.linspace(0, n_pos - 2, max_cuts).round().long().unique()
+    return cuts
+
+
 @torch.no_grad()
 def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: float, *, draws: int = 2,
                  seed: int = 0, max_cuts: int | None = None, progress: Callable = lambda *a, **k: None) -> tuple[list[Finding], torch.Tensor]:
     """For each cut t, every token after t resampled to a different token (`draws` times);
-    outputs at positions <= t must not move. All (prompt, cut, draw) rows share few forward passes.
+    outputs at positions <= t must not move. The (prompt, cut, draw) rows run n_prompts at a time, the base
+    run's shape, so a correct model rounds them as it rounds the base (the floor: `floor`).
 
     Returns the table rows and the (cut, query) influence matrix (NaN where not measured).
     `max_cuts` spreads at most that many cuts evenly (always including the last); None: every cut.
     """
     n_prompts, n_pos = prompts.shape
-    cuts = torch.arange(n_pos - 1)
-    if max_cuts is not None and len(cuts) > max_cuts:
-        cuts = torch.linspace(0, n_pos - 2, max_cuts).round().long().unique()
+    cuts = spread_cuts(n_pos, max_cuts)
     generator = _generator(seed, "perturbation", n_pos)
     prompt_idx, cut_idx = torch.meshgrid(torch.arange(n_prompts), cuts, indexing="ij")
     prompt_idx = prompt_idx.flatten().repeat(draws)  # (row,)
@@ -165,7 +175,7 @@ def perturbation(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
     base = adapter(prompts)  # (prompt, pos, feature)
     scale = _scale(base)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
-    for rows, out in adapter.chunks(perturbed, shard=True):
+    for rows, out in adapter.chunks(perturbed, shard=True, rows=n_prompts):  # the base's shape: the same rounding
         change = _change(out, base[prompt_idx[rows]].to(out.device)).amax(dim=-1).cpu()  # (row, pos)
         change = change.masked_fill(later[rows], math.nan) / scale
         for cut in cut_idx[rows].unique().tolist():
@@ -223,12 +233,14 @@ def gradient(adapter: ModelAdapter, embed: nn.Module, prompt: torch.Tensor, tol:
     queries = torch.arange(n_pos - 1)
     generator = _generator(seed, "gradient", n_pos)
     influence = torch.full((n_pos - 1, n_pos), math.nan)  # (query, source)
-    step = adapter.rows_per_forward(n_pos)
+    memory = backward_bytes(adapter.model, n_pos)  # copies per backward: as many as FORWARD_MODE_BYTES of activations
+    step = adapter.rows_per_forward(n_pos) if memory is None else min(adapter.rows_per_forward(n_pos),
+                                                                        max(1, FORWARD_MODE_BYTES // memory))
     for start in range(0, len(queries), step):
         mine = queries[start:start + step]
         tokens = prompt.reshape(1, n_pos).expand(len(mine), n_pos)
         with torch.enable_grad(), _embedding_leaf(embed) as leaves:
-            out = adapter(tokens)  # (copy, pos, feature)
+            out = adapter(tokens, fresh=True)  # (copy, pos, feature)
             if not leaves or leaves[0].shape[:2] != tokens.shape:
                 return []
             project = torch.randn(out.shape, generator=generator).to(out.device)
@@ -243,6 +255,117 @@ def gradient(adapter: ModelAdapter, embed: nn.Module, prompt: torch.Tensor, tol:
     return _rows("gradient", n_pos, influence, tol, query=query_grid, source=sources,
                  site="input embedding", detail="|d out[query] / d embed[source]| / max over allowed sources",
                  ones_mask=adapter.ones_mask)
+
+
+CUT_DETAIL = "derivative of the output wrt every embedding after the cut (exact zero for a causal model)"
+
+
+FORWARD_MODE_BYTES = 2**28  # a backward that would keep more activations than this runs in forward mode instead
+# (and the exhaustive gradient's copies are batched within it): SmolLM2-135M's audit stays under 4 GB at 2,048 tokens
+
+
+def backward_bytes(model: Any, n_pos: int) -> int | None:
+    """About the activations a backward through `model` keeps for one sequence of `n_pos` tokens (None when its
+    config does not say: n_layers, d_model, d_mlp)."""
+    cfg = getattr(model, "cfg", None)
+    n_layers, d_model = getattr(cfg, "n_layers", None), getattr(cfg, "d_model", None)
+    if not isinstance(n_layers, int) or not isinstance(d_model, int):
+        return None
+    d_mlp = getattr(cfg, "d_mlp", None) or 4 * d_model
+    return n_pos * n_layers * (12 * d_model + 4 * d_mlp) * 4
+
+
+def gradient_at_cuts(adapter: ModelAdapter, embed: nn.Module, prompt: torch.Tensor, tol: float, cuts: list[int], *,
+                     seed: int = 0, forward_mode: bool = False, progress: Callable = lambda *a, **k: None) -> list[Finding]:
+    """The gradient test at a long length, one cut at a time: the derivative of every output at positions <= cut
+    with respect to every input embedding after it, exactly zero through a masked softmax.
+
+    Reverse mode (a random projection of the outputs up to the cut, one backward), or with `forward_mode` a random
+    tangent on the embeddings after the cut carried through one forward under the math attention kernel: the
+    memory of a forward, not of a backward, so it runs at the audited length of a deep model (2,048 tokens of
+    SmolLM2-135M); a model whose ops lack forward-mode formulas falls back to reverse mode. Covers every
+    (query <= cut, source > cut) pair of each cut; `gradient` names exact pairs at a short length.
+    Influence: the derivative's norm at an observed position over its largest norm at an allowed one."""
+    n_pos = prompt.shape[-1]
+    generator = _generator(seed, "gradient-cuts", n_pos)
+    influence = torch.full((n_pos - 1, n_pos), math.nan)  # (cut, query)
+    for cut in cuts:
+        norms = (_cut_tangent_norms if forward_mode else _cut_gradient_norms)(adapter, embed, prompt.reshape(1, n_pos),
+                                                                              cut, generator)
+        if norms is None:
+            return []
+        later = torch.arange(n_pos) > cut
+        allowed = norms[later].max().clamp_min(1e-30)
+        influence[cut] = (norms / allowed).masked_fill(later, math.nan)
+        progress(1, f"gradient L={n_pos}")
+    cut_grid, queries = torch.meshgrid(torch.arange(n_pos - 1), torch.arange(n_pos), indexing="ij")
+    return _rows("gradient", n_pos, influence, tol, query=queries, source=cut_grid + 1, site="input embedding",
+                 detail=CUT_DETAIL, ones_mask=adapter.ones_mask)
+
+
+def _cut_tangent_norms(adapter: ModelAdapter, embed: nn.Module, tokens: torch.Tensor, cut: int,
+                       generator: torch.Generator) -> torch.Tensor | None:
+    """(pos,) the norm of d out[pos] along a random direction of the embeddings after `cut`; None when the
+    embedding's output is not (1, pos, d_model)."""
+    import torch.autograd.forward_ad as forward_ad
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    n_pos = tokens.shape[-1]
+    after = (torch.arange(n_pos) > cut).to(adapter.device)[None, :, None]  # (1, pos, 1)
+    directions: list[torch.Tensor] = []
+
+    def dual(_module, _inputs, output):
+        if not isinstance(output, torch.Tensor) or directions or output.shape[:2] != tokens.shape:
+            return None
+        direction = torch.randn(output.shape, generator=generator).to(output) * after
+        directions.append(direction)
+        return forward_ad.make_dual(output, direction)
+
+    try:
+        with torch.no_grad(), forward_ad.dual_level(), sdpa_kernel(SDPBackend.MATH), _hooked(embed, dual):
+            tangent = forward_ad.unpack_dual(adapter(tokens, fresh=True)).tangent
+    except (NotImplementedError, RuntimeError):  # an op without a forward-mode formula: reverse mode, one backward
+        return _cut_gradient_norms(adapter, embed, tokens, cut, generator)
+    if not directions:
+        return None
+    if tangent is None:  # no output depends on the embeddings at all
+        return torch.zeros(n_pos)
+    return tangent.detach().double().cpu()[0].norm(dim=-1)
+
+
+def _cut_gradient_norms(adapter: ModelAdapter, embed: nn.Module, tokens: torch.Tensor, cut: int,
+                        generator: torch.Generator) -> torch.Tensor | None:
+    """`_cut_tangent_norms` by reverse mode: a random projection of the outputs up to the cut, the gradient
+    norms at positions after it (the influence's unit: its norms at positions up to the cut)."""
+    n_pos = tokens.shape[-1]
+    with torch.enable_grad(), _embedding_leaf(embed) as leaves:
+        out = adapter(tokens, fresh=True)  # (1, pos, feature)
+        if not leaves or leaves[0].shape[:2] != tokens.shape:
+            return None
+        project = torch.randn(out.shape, generator=generator).to(out) * (torch.arange(n_pos) <= cut)[None, :, None]
+        (grad,) = torch.autograd.grad((out * project.to(out.device)).sum(), leaves[0])
+    norms = grad.detach().double().cpu()[0].norm(dim=-1)  # (source,)
+    return _as_query_norms(norms, cut)
+
+
+def _as_query_norms(norms: torch.Tensor, cut: int) -> torch.Tensor:
+    """Reverse-mode norms (per source, of all queries up to the cut together) in the layout of forward-mode ones
+    (per query): the largest norm after the cut at the cut's own query, whose projection included it, zeros at
+    the other observed queries, and the allowed dependence (the largest norm up to the cut) after it."""
+    n_pos = len(norms)
+    per_query = torch.zeros(n_pos, dtype=norms.dtype)
+    per_query[cut] = norms[cut + 1:].max()
+    per_query[cut + 1:] = norms[: cut + 1].max()
+    return per_query
+
+
+@contextlib.contextmanager
+def _hooked(module: nn.Module, hook: Callable) -> Iterator[None]:
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @torch.no_grad()
@@ -265,7 +388,7 @@ def pattern_check(model: Any, adapter: ModelAdapter, prompts: torch.Tensor, tol:
         found[hook.name] = weights.masked_fill(~above, math.nan)
 
     with hooked(model, [(site.hook("pattern"), record) for site in sites]):
-        adapter(prompts)
+        adapter(prompts, fresh=True)
     rows = []
     query_grid, key_grid = torch.meshgrid(torch.arange(n_pos), torch.arange(n_pos), indexing="ij")
     for name, weights in found.items():
@@ -294,6 +417,28 @@ def batch_mixing(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: 
                  detail="change of an example's outputs caused by the rest of its batch")
 
 
+@dataclass(frozen=True)
+class PaddingInputs:
+    """The padding check's inputs: the real tokens alone, and per side ("right", "left") two padded versions
+    (pads of `pad_id`, and resampled pads) with their attention mask (1 real, 0 pad)."""
+
+    unpadded: torch.Tensor  # (prompt, real_pos)
+    sides: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # side -> (tokens_a, tokens_b, mask), each (prompt, pos)
+
+
+def padding_inputs(prompts: torch.Tensor, vocab: int, *, pad_id: int = 0, seed: int = 0) -> PaddingInputs:
+    """The last third of each prompt made padding, on the right and on the left (see `PaddingInputs`)."""
+    n_prompts, n_pos = prompts.shape
+    n_pad = max(1, n_pos // 3)
+    real = prompts[:, : n_pos - n_pad]  # (prompt, real_pos)
+    pads_a = torch.full((n_prompts, n_pad), pad_id)
+    pads_b = _resample(pads_a, vocab, _generator(seed, "padding", n_pos))
+    ones, zeros = torch.ones_like(real), torch.zeros_like(pads_a)
+    sides = {"right": (torch.cat([real, pads_a], 1), torch.cat([real, pads_b], 1), torch.cat([ones, zeros], 1)),
+             "left": (torch.cat([pads_a, real], 1), torch.cat([pads_b, real], 1), torch.cat([zeros, ones], 1))}
+    return PaddingInputs(real, sides)
+
+
 @torch.no_grad()
 def padding_check(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol: float, *, pad_id: int = 0,
                   seed: int = 0, bidirectional: bool = False) -> tuple[list[Finding], list[str], Pair]:
@@ -304,32 +449,23 @@ def padding_check(adapter: ModelAdapter, prompts: torch.Tensor, vocab: int, tol:
     information flows from the pads) and the pair of the worst pad-content change, for localisation.
     """
     n_prompts, n_pos = prompts.shape
-    n_pad = max(1, n_pos // 3)
-    real = prompts[:, : n_pos - n_pad]  # (prompt, real_pos)
-    n_real = real.shape[1]
-    generator = _generator(seed, "padding", n_pos)
-    pads_a = torch.full((n_prompts, n_pad), pad_id)
-    pads_b = _resample(pads_a, vocab, generator)
-    unpadded = adapter(real)
+    inputs = padding_inputs(prompts, vocab, pad_id=pad_id, seed=seed)
+    unpadded = adapter(inputs.unpadded)
     scale = _scale(unpadded)
     rows: list[Finding] = []
     notes: list[str] = []
     worst: Pair = {"influence": -1.0}
-    for side in ("right", "left"):
-        def cat(real_part: torch.Tensor, pad_part: torch.Tensor) -> torch.Tensor:
-            return torch.cat([real_part, pad_part] if side == "right" else [pad_part, real_part], dim=1)
-
-        mask = cat(torch.ones(n_prompts, n_real, dtype=torch.long), torch.zeros(n_prompts, n_pad, dtype=torch.long))
+    for side, (tokens_a, tokens_b, mask) in inputs.sides.items():
         real_pos = mask[0].bool()
-        out_a = adapter(cat(real, pads_a), mask, finite_where=mask)
-        out_b = adapter(cat(real, pads_b), mask, finite_where=mask)
+        out_a = adapter(tokens_a, mask, finite_where=mask)
+        out_b = adapter(tokens_b, mask, finite_where=mask)
         content = _change(out_a[:, real_pos], out_b[:, real_pos]).amax(dim=(0, 2)) / scale  # (real_pos,)
         versus = _change(out_a[:, real_pos], unpadded).amax(dim=(0, 2)) / scale
         positions = real_pos.nonzero().flatten()
         rows += _rows("padding", n_pos, content[None], tol, query=positions[None], source=None,
                       detail=f"{side} padding: pad content changed")
         if float(content.max()) > worst["influence"]:
-            worst = {"influence": float(content.max()), "tokens_a": cat(real, pads_a)[:1], "tokens_b": cat(real, pads_b)[:1],
+            worst = {"influence": float(content.max()), "tokens_a": tokens_a[:1], "tokens_b": tokens_b[:1],
                      "mask": mask[:1], "row": 0, "observe": real_pos}
         if side == "right":
             rows += _rows("padding", n_pos, versus[None], tol, query=positions[None], source=None,
@@ -449,7 +585,7 @@ def localise(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], pairs: l
         for tokens in (pair["tokens_a"], pair["tokens_b"]):
             with _capturing(sites) as seen:
                 with torch.no_grad():
-                    out = adapter(tokens, pair.get("mask"), finite_where=pair.get("mask"))
+                    out = adapter(tokens, pair.get("mask"), finite_where=pair.get("mask"), fresh=True)
             captured.append(seen + [("output", out)])
         for (name, a), (name_b, b) in zip(*captured):
             if name != name_b or a.shape != b.shape:
@@ -516,47 +652,3 @@ def _odd_length(max_len: int) -> int:
 def _first(located: pd.DataFrame) -> str | None:
     leaking = located[located["leaks"]]
     return None if leaking.empty else str(leaking.iloc[0]["site"])
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Half precision: the model's own rounding, measured
-# ---------------------------------------------------------------------------------------------
-
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class NoiseFloor:
-    """A half-precision model's rounding in influence units: at one length, and across lengths."""
-
-    same_length: float  # the prompts run as one batch against one at a time
-    across_lengths: float  # deviation from a float32 copy at the full length plus the largest at shorter lengths
-
-    def __str__(self) -> str:
-        return f"{self.same_length:.2g} at one length, {self.across_lengths:.2g} across lengths"
-
-
-@torch.no_grad()
-def half_precision_floors(model: Any, adapter: ModelAdapter, prompts: torch.Tensor) -> NoiseFloor | None:
-    """The rounding of a float16 / bfloat16 model, measured on the model itself (None in float32).
-
-    Two runs of a causal model at different lengths are two roundings of the same numbers, so they
-    differ by at most the sum of their deviations from a float32 copy; at one length, rounding
-    can only differ with the batch's arrangement. A black box with no float32 copy gets the
-    float32 copy's part as infinity (the truncation test then cannot decide alone; perturbation can).
-    """
-    if adapter.dtype not in HALF_DTYPES or adapter.module is None:
-        return None
-    together = adapter(prompts)  # (prompt, pos, feature)
-    scale = _scale(together)
-    alone = torch.cat([adapter(prompts[i:i + 1]) for i in range(prompts.shape[0])])
-    same = float(_change(together, alone).max()) / scale
-    try:
-        reference = ModelAdapter(copy.deepcopy(adapter.module).float())
-    except Exception:  # a model that cannot be copied: its length comparisons are not trusted below inf
-        return NoiseFloor(same, math.inf)
-    n_pos = prompts.shape[1]
-    deviations = [float(_change(adapter(prompts[:, :n]), reference(prompts[:, :n])).max()) / scale
-                  for n in sorted({n_pos, max(1, n_pos // 2), max(1, n_pos // 4), 1})]
-    return NoiseFloor(same, deviations[-1] + max(deviations))

@@ -66,6 +66,10 @@ class LeakageReport:
     declared_by: str | None = None  # who declared the model bidirectional; None: it was expected to be causal
     incomplete: dict[str, str] = field(default_factory=dict)  # check -> why the model's call for it could not run; exit 1
     origins: dict[str, Origin] = field(default_factory=dict)  # leak kind -> the op and line where it appears
+    noise_floor: dict[str, dict[str, float]] = field(default_factory=dict)  # method -> "2x64 | 2x256" -> measured floor
+    floor_how: str = "float64"  # "float64" (deviations from a float64 copy) or "batch composition" (no copy: weaker)
+    float64_checked: tuple[str, ...] = ()  # methods whose comparisons a float64 copy decided (float32 floor > 1e-4)
+    coverage: dict[str, Any] = field(default_factory=dict)  # the cuts and lengths each method covered (`AuditPlan.coverage`)
 
     @property
     def origin(self) -> Origin | None:
@@ -150,9 +154,22 @@ class LeakageReport:
             "declared_by": self.declared_by, "incomplete": dict(self.incomplete),
             "origin": None if self.origin is None else self.origin.to_dict(),
             "origins": {kind: origin.to_dict() for kind, origin in self.origins.items()},
+            "noise_floor": self.noise_floor, "floor_how": self.floor_how, "margin": self.margin,
+            "float64_checked": list(self.float64_checked), "coverage": self.coverage,
             "seconds": round(self.seconds, 3), "summary": _clean(self.summary_rows()),
             "table": _clean(table.to_dict("records")), "sites": _clean(sites.to_dict("records")),
         }
+
+    @property
+    def margin(self) -> dict[str, float | None]:
+        """Per method that ran, its largest influence over its own threshold: below 1 it passed by that factor, above 1
+        it leaked (None: nothing measured). The pattern check's unit is an attention weight, not an output change."""
+        out: dict[str, float | None] = {}
+        for method in self.methods:
+            mine = self.table[self.table["method"] == method]
+            ratio = (mine["influence"] / mine["threshold"]).max() if len(mine) else math.nan
+            out[method] = None if not math.isfinite(ratio) else float(ratio)
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=lambda v: v.item() if hasattr(v, "item") else str(v))

@@ -18,8 +18,12 @@ import torch
 from torch import nn
 
 import interp.analyses.leakage.fast as leakage_fast
+from interp import launch
 from interp.analyses.leakage.adapter import ModelAdapter, observed_masking
+from interp.analyses.leakage.fast import SHORT_LEN, SIDE_LEN, perturbation_cuts, perturbation_draws
+from interp.analyses.leakage.floor import FLOAT64_DECIDES, Floors, Run, decides, float64_copy, measure_floors
 from interp.analyses.leakage.methods import (
+    FORWARD_MODE_BYTES,
     _batch_pairs,
     _first,
     _future_pairs,
@@ -27,24 +31,28 @@ from interp.analyses.leakage.methods import (
     _odd_length,
     _Progress,
     _resample,
+    backward_bytes,
     batch_mixing,
     gradient,
-    half_precision_floors,
+    gradient_at_cuts,
     localisation_threshold,
     localise,
     padding_check,
+    padding_inputs,
     pattern_check,
     perturbation,
     site_modules,
 )
-from interp.analyses.leakage.origin import OpPair, Origin, batch_rows, find_origin, pair_length
+from interp.analyses.leakage.origin import OpPair, Origin, batch_rows, find_origin, pair_length, recording_construction
 from interp.analyses.leakage.plan import AuditPlan, _check_methods, _embedding, _no_future_method_message, plan_audit
 from interp.analyses.leakage.report import LeakageReport
 from interp.analyses.leakage.types import (
+    DEFAULT_TOL,
     FUTURE_METHODS,
     LEAK_KINDS,
     METHOD_KIND,
     METHODS,
+    NOISE_FACTOR,
     SITE_COLUMNS,
     TRUSTED,
     Finding,
@@ -54,9 +62,8 @@ from interp.analyses.leakage.types import (
     findings_table,
     method_tol,
 )
-from interp import launch
-from interp.launch import Device, DType
 from interp.errors import ModelError
+from interp.launch import Device, DType
 
 # ---------------------------------------------------------------------------------------------
 # Stage 2, the methods: every row the plan asks for
@@ -67,36 +74,113 @@ class MethodRuns:
     """What the methods measured, before localisation and the verdict."""
 
     adapter: ModelAdapter  # the adapter the later methods ran: one example per forward if the batch mixes
+    floors: Floors | None = None  # the noise floors every comparison was judged against (`floor`)
     rows: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     future_influence: dict[bool, dict[int, torch.Tensor]] = field(
         default_factory=lambda: {False: {}, True: {}})  # ones_mask -> length -> (cut, query), where above tol
     padding_pair: Pair | None = None  # the worst pad-content pair, for localisation
     incomplete: dict[str, str] = field(default_factory=dict)  # check -> why it could not run
+    float64: set[str] = field(default_factory=set)  # methods whose comparisons the float64 copy decided
+
+    def threshold(self, method: str, plan: AuditPlan) -> float:
+        return plan.tol if self.floors is None else self.floors.threshold(method)
+
+    def through(self, method: str, adapter: ModelAdapter) -> ModelAdapter:
+        """The adapter `method` compares through: the float64 copy's where it decides (`Floors.adapter`)."""
+        if self.floors is None or not self.floors.float64_decides(method):
+            return adapter
+        self.float64.add(method)
+        return self.floors.adapter(method, adapter)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 1b, the noise floors: each comparison's rounding, measured before the methods run
+# ---------------------------------------------------------------------------------------------
+
+def floor_lengths(max_len: int) -> list[int]:
+    """Prefix lengths whose comparison with the full length measures the truncation's floor."""
+    lengths = {(max_len + 1) // 2} | ({max_len - 1} if max_len <= SIDE_LEN else set())
+    return sorted(n for n in lengths if 1 <= n < max_len)
+
+
+def comparisons(plan: AuditPlan, takes_mask: bool) -> dict[str, list[tuple[Run, Run]]]:
+    """The pairs of runs each method compares, on the audit's own prompts (`floor.measure_floors`); padding only
+    for a model that takes an attention_mask (`takes_mask`)."""
+    n, full = plan.n_prompts, plan.prompts(max(plan.n_prompts, 2), plan.max_len)
+    pairs: dict[str, list[tuple[Run, Run]]] = {}
+    future = not plan.bidirectional
+    if "truncation" in plan.methods and future:
+        whole = Run("full", full[:n])
+        pairs["truncation"] = [(Run(f"prefix{L}", full[:n, :L]), whole) for L in floor_lengths(plan.max_len)]
+    if "perturbation" in plan.methods:
+        lengths = plan.lengths if future else plan.lengths[:1]
+        pairs["perturbation"] = [(Run(f"base{L}", plan.prompts(n, L)), Run(f"base{L}", plan.prompts(n, L))) for L in lengths]
+    if "batch" in plan.methods:
+        together = plan.prompts(max(n, 2), plan.side_len)
+        pairs["batch"] = [(Run("alone", together[:1]), Run("together", together))]
+    if "padding" in plan.methods and takes_mask:
+        inputs = padding_inputs(plan.prompts(n, _odd_length(plan.side_len)), plan.vocab, pad_id=plan.pad_id, seed=plan.seed)
+        pairs["padding"] = [(Run("unpadded", inputs.unpadded), Run("right", inputs.sides["right"][0], inputs.sides["right"][2],
+                                                                   inputs.sides["right"][2][0].bool()))]
+        for name, (tokens, _, mask) in inputs.sides.items():
+            run = Run(name, tokens, mask, mask[0].bool())
+            pairs["padding"].append((run, run))
+    return pairs
 
 
 @torch.no_grad()
-def run_methods(model: Any, adapter: ModelAdapter, plan: AuditPlan, *, tick: Any = lambda *a, **k: None) -> MethodRuns:
+def measure_audit_floors(model: Any, adapter: ModelAdapter, plan: AuditPlan) -> Floors:
+    """Every method's floor (`floor.measure_floors`), against a float64 copy of the model where it can be cast."""
+    copy64 = float64_copy(model)
+    reference = None
+    if copy64 is not None:
+        reference = ModelAdapter(copy64).remember()
+        try:
+            probe = reference(plan.prompts(1, min(plan.max_len, 8)))
+        except Exception:  # the copy cannot run in float64 (a dtype fixed in the model's code): batch composition
+            probe = None
+        if probe is None or probe.dtype != torch.float64:  # it ran, but computes in another precision inside
+            reference = None
+    adapter.remember()
+    floors = measure_floors(adapter, reference, comparisons(plan, adapter.takes_mask), tol=plan.tol,
+                            tol64=plan.tol if plan.tol_given else DEFAULT_TOL)
+    if reference is None:
+        floors.notes.append("the model cannot be cast to float64, so each comparison is judged against its rounding's "
+                            "dependence on the batch's arrangement (the same prompts together and one at a time): a "
+                            "weaker guarantee than the float64 floor, which bounds every run's distance from exact numbers")
+    return floors
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 2, the methods: every row the plan asks for
+# ---------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def run_methods(model: Any, adapter: ModelAdapter, plan: AuditPlan, *, floors: Floors | None = None,
+                tick: Any = lambda *a, **k: None) -> MethodRuns:
     """Run every method of the plan in order: batch, the future methods (or, for an encoder, one
-    perturbation), pattern, padding. A ValueError if no method could show a future leak."""
-    runs = MethodRuns(adapter=adapter)
-    long_prompts = plan.prompts(max(plan.n_prompts, 2), plan.max_len)  # (prompt, pos)
+    perturbation), pattern, padding; each judged against its floor (`floors`; None: `plan.tol`).
+    A ValueError if no method could show a future leak."""
+    runs = MethodRuns(adapter=adapter, floors=floors)
     if "batch" in plan.methods:
-        mixing = batch_mixing(adapter, long_prompts, plan.vocab, plan.tol_same, seed=plan.seed)
+        threshold = runs.threshold("batch", plan)
+        side = plan.prompts(max(plan.n_prompts, 2), plan.side_len)  # (prompt, pos)
+        mixing = batch_mixing(runs.through("batch", adapter), side, plan.vocab, threshold, seed=plan.seed)
         runs.rows += mixing
         tick(1, "batch")
-        if any(row["influence"] > plan.tol_same for row in mixing):
+        if any(row["influence"] > threshold for row in mixing):
             runs.adapter = adapter.one_per_forward()  # mixing must not pose as a leak in the other methods
             runs.notes.append("the model mixes examples of a batch: the other tests ran one example per forward pass")
     if plan.bidirectional:
         short = plan.prompts(plan.n_prompts, plan.lengths[0])
-        runs.rows += perturbation(runs.adapter, short, plan.vocab, plan.tol_same, draws=1, seed=plan.seed,
-                                  max_cuts=plan.max_cuts)[0]
+        runs.rows += perturbation(runs.through("perturbation", runs.adapter), short, plan.vocab,
+                                  runs.threshold("perturbation", plan), draws=1, seed=plan.seed, max_cuts=plan.max_cuts)[0]
         runs.notes.append("declared bidirectional (an encoder): future dependence is by design and not counted")
     else:
-        _run_future(model, runs, plan, prompts=long_prompts, tick=tick)
+        _run_future(model, runs, plan, prompts=plan.prompts(max(plan.n_prompts, 2), plan.max_len), tick=tick)
         if "pattern" in plan.methods:
-            pattern_rows, note = pattern_check(model, runs.adapter, plan.prompts(plan.n_prompts, plan.max_len), plan.tol)
+            pattern_rows, note = pattern_check(model, runs.adapter, plan.prompts(plan.n_prompts, plan.side_len), plan.tol)
             runs.rows += pattern_rows
             runs.notes += [note] if note else []
             tick(1, "pattern")
@@ -110,10 +194,12 @@ def _run_future(model: Any, runs: MethodRuns, plan: AuditPlan, *, prompts: torch
     """The future methods, once per mask variant: as called without a mask, and (models taking one)
     with a mask of ones, where a fast path may drop the causal mask."""
     embed = _embedding(model, plan)
+    state: dict[str, Any] = {}  # the incremental reference, computed once for both variants
     for ones_mask in plan.mask_variants:
         variant = runs.adapter.with_ones_mask() if ones_mask else runs.adapter
         try:
-            rows, found, gradient_failed = _run_variant(model, variant, plan, prompts=prompts, embed=embed, tick=tick)
+            rows, found, gradient_failed = _run_variant(model, variant, runs, plan, prompts=prompts, embed=embed,
+                                                        tick=tick, state=state)
         except ModelError as error:
             if not ones_mask:
                 raise
@@ -129,29 +215,59 @@ def _run_future(model: Any, runs: MethodRuns, plan: AuditPlan, *, prompts: torch
         raise ValueError(_no_future_method_message(plan.methods, runs.notes))
 
 
-def _run_variant(model: Any, variant: ModelAdapter, plan: AuditPlan, *, prompts: torch.Tensor,
-                 embed: nn.Module | None, tick: Any) -> tuple[list[Finding], dict[int, torch.Tensor], bool]:
+def _run_variant(model: Any, variant: ModelAdapter, runs: MethodRuns, plan: AuditPlan, *, prompts: torch.Tensor,
+                 embed: nn.Module | None, tick: Any, state: dict[str, Any]) -> tuple[list[Finding], dict[int, torch.Tensor], bool]:
     """Truncation, perturbation and gradient through one adapter: rows, the perturbation influence
-    (cut, query) per length where it is above tol, and whether the gradient found no usable embedding."""
+    (cut, query) per length where it is above its threshold, and whether the gradient found no usable embedding."""
     rows: list[Finding] = []
-    found: dict[int, torch.Tensor] = {}
     if "truncation" in plan.methods:
-        rows += leakage_fast.truncation_rows(model, variant, prompts[:plan.n_prompts], plan.tol_length, progress=tick)
+        rows += _truncation(model, variant, runs, plan, prompts[:plan.n_prompts], tick=tick, state=state)
+    found: dict[int, torch.Tensor] = {}
     if "perturbation" in plan.methods:
+        threshold = runs.threshold("perturbation", plan)
         for length in plan.lengths:
+            if variant.ones_mask and plan.incremental and length > SHORT_LEN:
+                continue  # the reference compares this variant at every cut of that length already
             perturbed, influence = perturbation(
-                variant, plan.prompts(plan.n_prompts, length), plan.vocab, plan.tol_same, draws=plan.draws, seed=plan.seed,
-                progress=tick, max_cuts=leakage_fast.perturbation_cuts(model, length, plan.max_cuts))
+                runs.through("perturbation", variant), plan.prompts(plan.n_prompts, length), plan.vocab, threshold,
+                draws=perturbation_draws(plan.incremental, length, plan.draws), seed=plan.seed, progress=tick,
+                max_cuts=perturbation_cuts(plan.incremental, length, plan.max_cuts))
             rows += perturbed
-            if float(influence.nan_to_num(0.0).max()) > plan.tol_same:
+            if float(influence.nan_to_num(0.0).max()) > threshold:
                 found[length] = influence
     gradient_failed = False
     if "gradient" in plan.methods and embed is not None:
-        grad_rows = gradient(variant, embed, plan.prompts(1, plan.gradient_len)[0], method_tol("gradient", plan.tol),
-                             seed=plan.seed, progress=tick)
+        grad_tol = method_tol("gradient", plan.tol)
+        grad_rows = gradient(variant, embed, plan.prompts(1, plan.gradient_len)[0], grad_tol, seed=plan.seed, progress=tick)
+        if grad_rows and plan.gradient_cuts and not variant.ones_mask:  # the reference covers the mask variant's cuts
+            memory = backward_bytes(model, plan.max_len)
+            grad_rows += gradient_at_cuts(variant, embed, plan.prompts(1, plan.max_len)[0], grad_tol, list(plan.gradient_cuts),
+                                          seed=plan.seed, progress=tick,
+                                          forward_mode=memory is not None and memory > FORWARD_MODE_BYTES)
         gradient_failed = not grad_rows
         rows += grad_rows
     return rows, found, gradient_failed
+
+
+def _truncation(model: Any, variant: ModelAdapter, runs: MethodRuns, plan: AuditPlan, prompts: torch.Tensor, *,
+                tick: Any, state: dict[str, Any]) -> list[Finding]:
+    """The black-box prefixes of the plan and, on a native model, the incremental reference over every cut."""
+    threshold = runs.threshold("truncation", plan)
+    rows = leakage_fast.truncation_rows(model, runs.through("truncation", variant), prompts, threshold,
+                                        lengths=plan.prefix_lengths, progress=tick)
+    if plan.incremental and plan.max_len > 1:
+        reference = runs.floors.reference if runs.floors is not None else None
+        model64 = None if reference is None or variant.max_rows is not None else reference.model
+        found, state["reference"] = leakage_fast.incremental_rows(
+            model, variant, prompts, plan.tol, reference=state.get("reference"), model64=model64,
+            adapter64=None if model64 is None else reference, progress=tick)
+        rows += found
+        done = state["reference"]
+        if runs.floors is not None and variant.ones_mask in done.floors:
+            runs.floors.add("truncation", leakage_fast.reference_label(prompts), done.floors[variant.ones_mask])
+            if decides(done.floors[variant.ones_mask]):
+                runs.float64.add("truncation")
+    return rows
 
 
 def _run_padding(runs: MethodRuns, plan: AuditPlan) -> None:
@@ -160,8 +276,9 @@ def _run_padding(runs: MethodRuns, plan: AuditPlan) -> None:
         runs.notes.append("padding skipped: the model takes no attention_mask")
         return
     try:
-        rows, notes, worst = padding_check(runs.adapter, plan.prompts(plan.n_prompts, _odd_length(plan.max_len)),
-                                           plan.vocab, plan.tol_same, pad_id=plan.pad_id, seed=plan.seed,
+        rows, notes, worst = padding_check(runs.through("padding", runs.adapter),
+                                           plan.prompts(plan.n_prompts, _odd_length(plan.side_len)), plan.vocab,
+                                           runs.threshold("padding", plan), pad_id=plan.pad_id, seed=plan.seed,
                                            bidirectional=plan.bidirectional)
     except ModelError as error:  # the model takes a mask but fails with one: padding is unaudited, not inert
         runs.incomplete["padding"] = (f"padding check could not run: {error} Fix the model's attention_mask path, or pass "
@@ -209,16 +326,25 @@ def locate_leaks(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame, *
     located: dict[str, pd.DataFrame] = {}  # kind -> localise's frame
     notes: tuple[str, ...] = ()
     if "batch" in leaks:
-        pairs = _batch_pairs(plan.prompts(2, _odd_length(plan.max_len)), plan.vocab, plan.seed)
+        pairs = _batch_pairs(plan.prompts(2, _odd_length(plan.side_len)), plan.vocab, plan.seed)
         located["batch"] = localise(adapter, sites, pairs, plan.tol)
     pair = runs.padding_pair
-    if pair is not None and pair["influence"] > plan.tol:
-        located["padding"] = localise(runs.adapter, sites, [pair], plan.tol)
+    if pair is not None and pair["influence"] > runs.threshold("padding", plan):
+        located["padding"] = _localise_through(runs, "padding", runs.adapter, sites, [pair], plan)
     if "future" in leaks:
         located["future"], notes = _localise_future_leak(runs, table, plan, sites)
     frame = (pd.concat([found.assign(kind=kind) for kind, found in located.items()], ignore_index=True)[SITE_COLUMNS]
              if located else pd.DataFrame(columns=SITE_COLUMNS))
     return Localisation(frame, {kind: _first(found) for kind, found in located.items()}, notes)
+
+
+def _localise_through(runs: MethodRuns, method: str, adapter: ModelAdapter, sites: list[tuple[str, nn.Module]],
+                      pairs: list[Pair], plan: AuditPlan) -> pd.DataFrame:
+    """`localise` in the precision that decided `method`: on the float64 copy's own sites where it decided."""
+    chosen = runs.through(method, adapter)
+    if chosen is not adapter:
+        sites = site_modules(chosen.model)
+    return localise(chosen, sites, pairs, plan.tol)
 
 
 def _localise_future_leak(runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan,
@@ -228,7 +354,7 @@ def _localise_future_leak(runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan
     rows = rows[rows["method"].isin(FUTURE_METHODS) & above_threshold(rows, plan.tol)]
     masked = bool(rows["ones_mask"].all())  # seen only with a mask of ones
     notes = ["the future leak appears only when the model is given an all-ones attention_mask"] if masked else []
-    located = _localise_future(runs.adapter.with_ones_mask() if masked else runs.adapter, sites, plan,
+    located = _localise_future(runs, runs.adapter.with_ones_mask() if masked else runs.adapter, sites, plan,
                                found=runs.future_influence[masked], table=rows[rows["ones_mask"] == masked])
     if _first(located) is None:
         notes.append("the leak did not reproduce under token resampling at any site (it depends on the "
@@ -236,7 +362,7 @@ def _localise_future_leak(runs: MethodRuns, table: pd.DataFrame, plan: AuditPlan
     return located, tuple(notes)
 
 
-def _localise_future(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], plan: AuditPlan, *,
+def _localise_future(runs: MethodRuns, adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], plan: AuditPlan, *,
                      found: dict[int, torch.Tensor], table: pd.DataFrame) -> pd.DataFrame:
     """Localise a future leak with perturbation pairs at the cuts where it was seen (at most 4).
 
@@ -255,7 +381,7 @@ def _localise_future(adapter: ModelAdapter, sites: list[tuple[str, nn.Module]], 
         cuts = sorted({int(s) - 1 if m == "truncation" else int(q)
                        for m, q, s in zip(mine["method"], mine["query_pos"], mine["source_pos"])})
     prompt = plan.prompts(1, length)[0]
-    return localise(adapter, sites, _future_pairs(prompt, cuts, plan.vocab, plan.seed), plan.tol)
+    return _localise_through(runs, "perturbation", adapter, sites, _future_pairs(prompt, cuts, plan.vocab, plan.seed), plan)
 
 
 def _localisation_length(found: dict[int, torch.Tensor]) -> int:
@@ -267,12 +393,16 @@ def _localisation_length(found: dict[int, torch.Tensor]) -> int:
 # Stage 3b, the line of code: the first op where each kind of leak appears (`origin`)
 # ---------------------------------------------------------------------------------------------
 
+ORIGIN_METHOD = {"future": "perturbation", "batch": "batch", "padding": "padding"}  # whose precision an origin search takes
+
+
 def locate_origins(adapter: ModelAdapter, runs: MethodRuns, table: pd.DataFrame, *, leaks: Sequence[str],
                    plan: AuditPlan) -> dict[str, Origin]:
-    """Per leak kind, the op (file, line, function, source) where an observed output first moves."""
-    model = adapter.model
+    """Per leak kind, the op (file, line, function, source) where an observed output first moves: searched on
+    the float64 copy where float64 decided the kind's method (`MethodRuns.through`), else on the model."""
     origins: dict[str, Origin] = {}
     for kind in leaks:
+        model = runs.through(ORIGIN_METHOD[kind], adapter).model
         pairs = {"future": _future_op_pairs, "batch": _batch_op_pairs, "padding": _padding_op_pairs}[kind](
             model, runs, table, plan)
         for pair, leak in pairs:
@@ -407,26 +537,28 @@ def audit(
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
 
-    max_len: longest length audited (default cfg.n_ctx); lengths: the lengths perturbed (default
-    max_len, an odd middle length and 5; truncation always covers every length up to max_len);
-    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all; truncation and the
-    gradient cover every cut regardless); gradient_len: length of the Jacobian test; tol: largest
-    influence called rounding (default 5e-5, or 2e-2 for float16 / bfloat16 models). Cost: the
-    truncation runs every prefix of max_len (about n_prompts * max_len^2 / 2 tokens), so for
-    long contexts pass a smaller max_len or watch `progress=True`. device / dtype: audit a moved
+    max_len: longest length audited (default the model's context, at most DEFAULT_MAX_LEN = 256; "ctx":
+    the whole context); lengths: the lengths perturbed (default max_len, an odd middle length and 5);
+    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all); gradient_len: length
+    of the exhaustive Jacobian test (the gradient also runs cut by cut at max_len); tol: the lower bound
+    of every threshold (default 5e-5, or 5e-3 for float16 / bfloat16 models), each judged against the
+    model's measured floor (`floor`). Cost: about two forwards per prompt for a native model's
+    truncation (the incremental reference), the coverage cuts for a black box; `progress=True` prints
+    the estimate first (`report.coverage` says what ran). device / dtype: audit a moved
     copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
     bidirectional: True audits the model as an encoder (future dependence by design; padding and
     batch still audited), False as a decoder; None (default) reads the model's own declaration
     (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
     expected to be causal, whatever its attention calls look like.
-    Over 60 lines only through its signature and docstring: the body is 33 lines.
+    Over 60 lines only through its signature and docstring: the body is 35 lines.
     """
     start = time.perf_counter()
     spec = isinstance(model, (str, os.PathLike))
-    if spec:  # as the CLI does: a factory without hooks is a black box
+    if spec:  # as the CLI does: a factory without hooks is a black box, its construction recorded
         from interp.loading import load_auditable
 
-        model = load_auditable(model)
+        with recording_construction() as attach:
+            model = attach(load_auditable(model))
     model = launch.move(model, device=device, dtype=dtype, copy=not spec)  # a loaded spec is ours to move
     _check_methods(methods)
     adapter = ModelAdapter(model)
@@ -435,11 +567,15 @@ def audit(
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
-    plan = replace(plan, noise=half_precision_floors(model, adapter, plan.prompts(max(plan.n_prompts, 2), plan.max_len)))
     tick = _Progress(progress, plan.passes)
     sites = site_modules(model) if plan.localise else []
     with _evaluating(model, tick):
-        runs = run_methods(model, adapter, plan, tick=tick)
+        floors = measure_audit_floors(model, adapter, plan)
+        tick(1, "noise floor")
+        runs = run_methods(model, adapter, plan, floors=floors, tick=tick)
+        adapter.forget()  # the floor's runs served the methods; localisation watches its own forwards
+        if floors.reference is not None:
+            floors.reference.forget()
         table = findings_table(runs.rows)
         leaks = leak_kinds(table, plan)
         located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
@@ -451,23 +587,49 @@ def audit(
         first_leaking_site=decision.first_leaking_site, leaks=leaks, table=table, sites=located.sites,
         first_leaking_sites=decision.first_leaking_sites, tol=plan.tol,
         lengths=tuple(sorted(set(plan.lengths) | {plan.max_len})), n_prompts=plan.n_prompts, methods=plan.methods,
-        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, leaks), seconds=time.perf_counter() - start,
-        declared_by=plan.declared_by, incomplete=dict(runs.incomplete), origins=origins,
+        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, leaks) + _floor_notes(runs, adapter),
+        seconds=time.perf_counter() - start, declared_by=plan.declared_by, incomplete=dict(runs.incomplete),
+        origins=origins, noise_floor=floors.to_dict(), floor_how=floors.how,
+        float64_checked=tuple(m for m in METHODS if m in runs.float64), coverage=_coverage(plan, runs),
     )
 
 
 def _declaration_notes(model: Any, plan: AuditPlan, leaks: Sequence[str]) -> tuple[str, ...]:
     """How the model was judged (declared, or expected causal), what the attention calls showed, and the way out."""
     notes = [f"bidirectional: {plan.declared_by}"] if plan.declared_by else []
-    if plan.noise is not None:
-        notes.append(f"half precision: rounding measured on the model itself is {plan.noise}; changes count as leaks "
-                     f"above {plan.tol_same:.3g} at one length and {plan.tol_length:.3g} across lengths")
     seen = observed_masking(model)
     if seen:
         notes.append(seen)
     if "future" in leaks and not plan.bidirectional:
         notes.append(BIDIRECTIONAL_HINT)
     return tuple(notes)
+
+
+def _floor_notes(runs: MethodRuns, adapter: ModelAdapter) -> tuple[str, ...]:
+    """How the comparisons were judged: the float64 copy deciding, and a floor without one (weaker)."""
+    floors = runs.floors
+    if floors is None:
+        return ()
+    notes = list(floors.notes)
+    half = adapter.dtype in (torch.float16, torch.bfloat16)
+    if runs.float64:
+        worst = max((floors.floor(m) for m in runs.float64), default=0.0)
+        notes.append(f"{'half precision: ' if half else ''}the model's own rounding reaches {worst:.2g} of the output "
+                     f"scale, so {NOISE_FACTOR:g} times it exceeds {FLOAT64_DECIDES:g} and a leak of that size would "
+                     f"hide under it: a float64 copy decided {', '.join(m for m in METHODS if m in runs.float64)}")
+    elif half:
+        notes.append("half precision: every comparison was judged against the model's own rounding, measured against "
+                     "a float64 copy (noise_floor)")
+    return tuple(notes)
+
+
+def _coverage(plan: AuditPlan, runs: MethodRuns) -> dict[str, Any]:
+    """What the audit covered (`AuditPlan.coverage`), with the precision each future method was decided in."""
+    coverage = plan.coverage()
+    for method in FUTURE_METHODS:
+        if method in coverage:
+            coverage[method]["float64"] = method in runs.float64
+    return coverage
 
 
 BIDIRECTIONAL_HINT = ("no declaration says this model is bidirectional, so it is expected to be causal; if it is meant "

@@ -28,14 +28,15 @@ METHOD_KIND: dict[str, str] = {
 TRUSTED = ("truncation", "perturbation", "gradient", "batch", "padding")  # "pattern" never decides alone
 FUTURE_METHODS = ("truncation", "perturbation", "gradient")  # the trusted methods that can show a future leak
 MAX_ROWS_PER_METHOD = 200
+DEFAULT_MAX_LEN = 256  # the audited length without max_len: min(the model's context, this); max_len="ctx" for the context
 DEFAULT_TOL = 5e-5  # float32: rounding measured <= 2.8e-5 (toy-induction, 128 tokens), the smallest planted leak >= 9.96e-5
 SPREAD_FLOOR = 1e-2  # the scale is the outputs' spread, but at least this fraction of their RMS
 GRADIENT_TOL_FACTOR = 0.1  # the gradient is exactly zero for a correct model (rounding measured <= 2.1e-8): it
 # counts a leak above tol * 0.1 (its unit is one source position's Jacobian; the 1e-4 planted leak measures >= 3.4e-5)
 HALF_PRECISION_TOL = 5e-3  # float16 / bfloat16 weights: below this a same-length change may be rounding (bf16's
-# unit roundoff is 3.9e-3); comparisons across lengths, or a model whose rounding depends on the batch, are judged
-# against a noise floor measured on the model itself (`methods.half_precision_floors`) times NOISE_FACTOR
-NOISE_FACTOR = 3.0  # a half-precision change counts a leak above this multiple of the model's measured rounding
+# unit roundoff is 3.9e-3); every comparison is also judged against a noise floor measured on the model itself
+# (`floor.measure_floors`) times NOISE_FACTOR
+NOISE_FACTOR = 3.0  # a change counts a leak above this multiple of the model's measured rounding (`floor`)
 MAX_TOL = 1e-2  # float32: a tol above 1% of the output scale would call real leaks rounding
 MAX_TOL_HALF = 5e-2  # float16 / bfloat16: the default is 2e-2, so the bound sits above it
 LOCALISE_FRACTION = 0.1  # a site carries the leak when it moves by more than this fraction of the leak's own size

@@ -166,7 +166,8 @@ def _leakage_finding(report) -> dict[str, str]:
     elif not math.isnan(report.max_influence):
         site = f" at {report.first_leaking_site}" if report.first_leaking_site else ""
         origin = report.origin
-        line = "" if origin is None else f"; first at {Path(origin.frame.file).name}:{origin.frame.line} ({origin.op})"
+        where = None if origin is None else origin.location
+        line = "" if where is None else f"; first at {Path(where.file).name}:{where.line} ({origin.op})"
         evidence = f"max influence {report.max_influence:.2g}{site}{line}"
     else:
         evidence = ""

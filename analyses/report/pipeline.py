@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 MAX_CARDS = 64  # more heads than this make an unreadable page: narrow with layers= / heads=, or raise max_cards
 DEFAULT_N = 64  # prompts for the observational metrics
-LEAKAGE_LEN = 32  # longest sequence the leakage audit runs (at most the model's context)
+LEAKAGE_LEN = 256  # longest sequence the leakage audit runs, at most the model's context (leakage.DEFAULT_MAX_LEN)
 TOP_PAIRS = 3  # most similar head pairs tested by joint ablation
 COLOUR_SCALES = ("common", "per_head")  # pattern heat maps: one 0..1 scale for all, or each head's own maximum
 
@@ -322,13 +322,15 @@ def _name_behaviour(model: nn.Module, behaviour, prompts: PromptSet, methods: li
     summary["behaviour"] = behaviour.describe(prompts)
 
 
-def report_max_len(model: nn.Module, leakage_len: int) -> int:
+def report_max_len(model: nn.Module, leakage_len: int | str) -> int:
     """The longest sequence the report's leakage audit runs: `leakage_len`, at most the model's context
-    (`interp.modelinfo.context_length`: cfg.n_ctx, n_positions, a nanoGPT block_size ...)."""
+    (`interp.modelinfo.context_length`: cfg.n_ctx, n_positions, a nanoGPT block_size ...); "ctx": the context."""
     from interp.modelinfo import context_length
 
+    if leakage_len == "ctx" and context_length(model) is not None:
+        return int(context_length(model))  # type: ignore[arg-type]
     check_whole(leakage_len, "leakage_len", "report", minimum=2)  # LEAKAGE_LEN by default
-    return min(leakage_len, context_length(model) or leakage_len)
+    return min(int(leakage_len), context_length(model) or int(leakage_len))
 
 
 def _leakage(model: nn.Module, *, seed: int, max_len: int, bidirectional: bool | None = None):

@@ -60,17 +60,31 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_INPUT
     debug = bool(os.environ.get("INTERP_DEBUG"))
+    try:  # every output writable and none an input, before any work; a refused output gets no failure document
+        check_targets(args, _input_files(args))
+    except Exception as error:
+        return _report_error(args.command, error, debug)
     try:
-        check_targets(args, _input_files(args))  # every output writable and none an input, before any work
         with _fenced_stdout(args):
             code = args.handler(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe must raise where it is handled
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         print_error(f"interp {args.command}: interrupted")
+        _failure_documents(args, error, 130)
         return 130
     except Exception as error:
-        return _report_error(args.command, error, debug)
+        code = _report_error(args.command, error, debug)
+        if code != 0:  # a closed stdout (exit 0) is no failure
+            _failure_documents(args, error, code)
+        return code
+
+
+def _failure_documents(args, error: BaseException, code: int) -> None:
+    """Every output the command was asked for, as a failure document (`interp.cli.failure`)."""
+    from interp.cli.failure import write_failure_documents
+
+    write_failure_documents(args, args.command, error, code)
 
 
 def _refuse_unknown(parser, args, unknown: list[str]) -> None:
@@ -101,17 +115,24 @@ def _report_error(command: str, error: BaseException, debug: bool) -> int:
         return OK
     error = as_reported(error)  # raised inside the user's own model or factory: their input, not our bug
     code = exit_code_for(error)
+    child_traceback = getattr(error, "child_traceback", "")  # raised in the child that ran the model
     if code == INTERNAL:
         import traceback
 
-        traceback.print_exception(error)
+        if child_traceback:
+            print(child_traceback, file=sys.stderr, end="")
+        else:
+            traceback.print_exception(error)
         print_error(f"interp {command}: internal error ({type(error).__name__}); please report it with the traceback "
                     "above.")
         return code
     if debug:
         import traceback
 
-        traceback.print_exception(error)
+        if child_traceback:
+            print(child_traceback, file=sys.stderr, end="")
+        else:
+            traceback.print_exception(error)
     print_error(f"interp {command}: error: {_message(error)}")
     return code
 

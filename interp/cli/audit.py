@@ -1,19 +1,52 @@
-"""`interp audit-leakage`: the audit, its verdict table, and the SARIF and JUnit files for CI."""
+"""`interp audit-leakage`: the audit, its verdict table, and the SARIF and JUnit files for CI.
+
+The model is loaded and audited in a child process (`interp.cli.isolate`): whatever the model's code
+does (`sys.exit(0)`, `os._exit(0)`, a crash), this command never ends with exit 0 without a verdict,
+and every requested output is written, from the child's result or as a failure document
+(`interp.cli.main`)."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 from interp.cli.common import _check_max_len_flag, _load_black_box
+from interp.cli.isolate import Outcome, capturing_console, console_settings, run
 from interp.cli.output import _emit_json, _out_console, _write_text
 from interp.cli.tables import _frame_table
+from interp.errors import InterpError
 
 
 def cmd_audit_leakage(args) -> int:
+    args.console_settings = console_settings(_out_console(args))  # the child renders as this console would
+    outcome = run(args, _audit, f"the model spec {args.spec!r}")
+    return deliver(args, "audit-leakage", args.spec, outcome)
+
+
+def deliver(args, command: str, spec: str | None, outcome: Outcome) -> int:
+    """In this process: the documents first (a reader closing stdout early leaves them written), then the text. A
+    document that cannot be written is the command's error, its target named (`failure`: the others still get one)."""
+    writes = [(getattr(args, flag), lambda text=text, what=what, flag=flag: _write_text(getattr(args, flag), text, what))
+              for flag, (text, what) in outcome.documents.items()]
+    if getattr(args, "json", None) is not None:
+        writes.append((args.json, lambda: _emit_json(args, command, spec, outcome.json_result)))
+    for target, write in writes:
+        try:
+            write()
+        except InterpError as error:
+            error.failed_target = str(target)  # type: ignore[attr-defined]
+            raise
+    console = _out_console(args)
+    if outcome.console and not console.quiet:
+        console.file.write(outcome.console)
+        console.file.flush()
+    return outcome.exit_code
+
+
+def _audit(args) -> Outcome:
+    """Load and audit the model, render the verdict and the documents (in the child)."""
     from interp.analyses import leakage
 
-    model = _load_black_box(args.spec, args.quiet, getattr(args, "backend", "auto"),
-                            allow_download=getattr(args, "allow_download", False))
+    model = _load(args)
     _check_max_len_flag(model, args.max_len)
     kwargs: dict[str, Any] = {"seed": args.seed, "progress": not args.quiet}
     if args.max_len is not None:
@@ -27,10 +60,37 @@ def cmd_audit_leakage(args) -> int:
     if args.no_padding:
         kwargs["methods"] = tuple(m for m in leakage.METHODS if m != "padding")
     result = leakage.audit(model, **kwargs)
+    console = capturing_console(args.console_settings)
+    _print_result(console, result, args.spec)
+    documents: dict[str, tuple[str, str]] = {}
+    if args.sarif is not None:
+        documents["sarif"] = (json.dumps(leakage.to_sarif(result), indent=2) + "\n", "SARIF")
+    if args.junit is not None:
+        documents["junit"] = (leakage.to_junit(result, f"interp audit-leakage {args.spec}"), "JUnit XML")
+    json_result = json.loads(result.to_json()) if args.json is not None else None
+    return Outcome(result.exit_code, console.file.getvalue(), documents, json_result)
+
+
+def _load(args) -> Any:
+    """The model, a factory's construction recorded (`origin.recording_construction`: the line that built a mask
+    buffer is named in the origin)."""
+    from interp.analyses.leakage.origin import recording_construction
+    from interp.loading import is_factory_spec
+
+    backend, allow_download = getattr(args, "backend", "auto"), getattr(args, "allow_download", False)
+    if not is_factory_spec(args.spec):
+        return _load_black_box(args.spec, args.quiet, backend, allow_download=allow_download)
+    with recording_construction() as attach:
+        return attach(_load_black_box(args.spec, args.quiet, backend))
+
+
+def _print_result(console, result, spec: str) -> None:
+    """The verdict table, the origins, the largest influences and the notes."""
     from rich.markup import escape
 
-    console = _out_console(args)
-    console.print(_verdict_table(result, args.spec))
+    from interp.analyses import leakage
+
+    console.print(_verdict_table(result, spec))
     for kind, origin in result.origins.items():  # where to look first: the line of code
         console.print(f"[bold]origin ({kind})[/bold]: {escape(str(origin))}")
     if result.leaks and len(result.table):
@@ -39,27 +99,14 @@ def cmd_audit_leakage(args) -> int:
                                    columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
                                    width=console.width))
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     for reason in result.incomplete.values():
-        console.print(f"[red]not checked[/red]: {reason}")
-    _write_ci_files(args, result)
-    if args.json is not None:
-        _emit_json(args, "audit-leakage", args.spec, json.loads(result.to_json()))
-    return result.exit_code
-
-
-def _write_ci_files(args, result) -> None:
-    """--sarif and --junit: the audit in the formats code-scanning and test-report UIs read."""
-    from interp.analyses.leakage import ci as leakage_ci
-
-    if args.sarif is not None:
-        _write_text(args.sarif, json.dumps(leakage_ci.to_sarif(result), indent=2) + "\n", "SARIF")
-    if args.junit is not None:
-        _write_text(args.junit, leakage_ci.to_junit(result, f"interp audit-leakage {args.spec}"), "JUnit XML")
+        console.print(f"[red]not checked[/red]: {escape(reason)}")
 
 
 def _verdict_table(result, spec: str):
     """The audit's verdict as a rich table: one row per method, coloured by the report's own tones."""
+    from rich.markup import escape
     from rich.table import Table
 
     from interp.analyses.leakage import STATUS_TONE
@@ -67,15 +114,20 @@ def _verdict_table(result, spec: str):
     colours = {"ok": "green", "leak": "red", "neutral": "cyan", "warn": "yellow", "skipped": "dim"}
     colour = colours[result.tone]
     caption = f"lengths {list(result.lengths)}, {result.n_prompts} prompts, {result.seconds:.1f} s"
+    if result.float64_checked:
+        caption += f"; float64 decided {', '.join(result.float64_checked)}"
     if result.first_leaking_site:
         caption = f"first leaking site: {result.first_leaking_site}; " + caption
-    table = Table(title=f"Leakage audit of {spec}: [bold {colour}]{result.headline}[/bold {colour}]", caption=caption,
-                  header_style="bold")
-    for column in ("method", "status", "max influence", "where"):
+    table = Table(title=f"Leakage audit of {escape(spec)}: [bold {colour}]{result.headline}[/bold {colour}]",
+                  caption=caption, header_style="bold")
+    for column in ("method", "status", "max influence", "margin", "where"):
         table.add_column(column)
+    margins = result.margin
     for row in result.summary_rows():
         status = row["status"]
         value = "-" if row["max_influence"] is None else f"{row['max_influence']:.3g}"
+        margin = margins.get(row["method"])
         c = colours[STATUS_TONE.get(status, "neutral")]
-        table.add_row(row["method"], f"[{c}]{status}[/{c}]", value, row["where"])
+        table.add_row(row["method"], f"[{c}]{status}[/{c}]", value, "-" if margin is None else f"{margin:.2g}",
+                      escape(row["where"]))
     return table

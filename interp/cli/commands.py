@@ -6,8 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp.cli.common import (DEFAULT_SPEC, EXIT_FINDING, EXIT_OK, _check_max_len_flag, _input_files, _load, _prompt_spec,
-                               _prompts, _select)
+from interp.cli.audit import deliver
+from interp.cli.common import (
+    DEFAULT_SPEC,
+    EXIT_FINDING,
+    EXIT_OK,
+    _check_max_len_flag,
+    _input_files,
+    _load,
+    _prompt_spec,
+    _prompts,
+    _select,
+)
+from interp.cli.isolate import Outcome, capturing_console, console_settings
+from interp.cli.isolate import run as run_isolated
 from interp.cli.output import _emit_json, _frame_records, _out_console, check_targets
 from interp.cli.tables import _frame_table
 from interp.errors import BadInput  # no torch: --help stays fast
@@ -39,7 +51,8 @@ def cmd_report(args) -> int:
         model, out, spec=spec, prompt_spec=prompt_spec, layers=layers, heads=heads, claims_file=claims,
         seed=args.seed, force=args.force, progress=not args.quiet, behaviour=getattr(args, "behaviour", None),
         max_cards=max_cards, colour_scale=getattr(args, "colour_scale", None) or "common",
-        leakage_len=max_len or report.LEAKAGE_LEN, bidirectional=True if getattr(args, "bidirectional", False) else None,
+        leakage_len=report.LEAKAGE_LEN if max_len is None else max_len,
+        bidirectional=True if getattr(args, "bidirectional", False) else None,
     )
     console = _out_console(args)
     console.print(f"report written to [bold]{result.out_dir}[/bold] (open {result.out_dir / 'report.html'})")
@@ -62,8 +75,14 @@ def cmd_demo(args) -> int:
 
 
 def cmd_claims(args) -> int:
-    from interp.analyses.claims.registry import (EDGE_CLAIM_KINDS, MODEL_CLAIM_KINDS, head_claim_kinds, pair_claim_kinds,
-                                                 read_claims, run_claims)
+    from interp.analyses.claims.registry import (
+        EDGE_CLAIM_KINDS,
+        MODEL_CLAIM_KINDS,
+        head_claim_kinds,
+        pair_claim_kinds,
+        read_claims,
+        run_claims,
+    )
 
     if args.list_kinds:
         kinds = {"one head (L1H2 = ...):": sorted(head_claim_kinds()), "a pair (\"L0H1 ~ L0H3\" = ...):":
@@ -86,21 +105,30 @@ def cmd_claims(args) -> int:
     if spec is None:
         raise BadInput(f"{claims_path} names no model: pass a SPEC (interp claims toy-induction {claims_path}) or add model = \"...\" to the file.")
     check_targets(args, [*_input_files(args), *_claims_file_inputs(claims_file, spec)])  # the files the claims file names
-    model = _load(spec, args.quiet, getattr(args, "backend", "auto"),
+    args.spec = spec  # for the envelope, and the failure documents (`interp.cli.failure`)
+    args.console_settings = console_settings(_out_console(args))
+    # the model runs in a child process: a module that calls sys.exit(0) on import cannot end --strict with exit 0
+    outcome = run_isolated(args, lambda a: _claims_outcome(a, claims_file, claims_path, run_claims), f"the model spec {spec!r}")
+    return deliver(args, "claims", spec, outcome)
+
+
+def _claims_outcome(args, claims_file, claims_path: str, run_claims) -> Outcome:
+    """Load the model, test the claims, render the table (in the child, `interp.cli.isolate`)."""
+    model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
                   allow_download=getattr(args, "allow_download", False))
     overrides = {k: v for k, v in {"n": args.n, "seed": args.seed, "prefix_len": args.prefix_len}.items() if v is not None}
     frame = run_claims(model, claims_file, prompt_overrides=overrides, progress=not args.quiet, behaviour=args.behaviour)
-    console = _out_console(args)
+    console = capturing_console(args.console_settings)
     shown = frame.assign(reasons=[_short_reasons(r, p) for r, p in zip(frame["reasons"], frame["passed"])])
-    console.print(_frame_table(shown, title=f"Claims in {claims_path} on {spec}",
+    console.print(_frame_table(shown, title=f"Claims in {claims_path} on {args.spec}",
                                columns=["name", "expect", "verdict", "p_adjusted", "passed", "reasons"], width=console.width,
                                drop_first=("expect",)))
     n_failed = int((~frame["passed"]).sum())
     console.print(f"{len(frame) - n_failed} of {len(frame)} claims as expected" + (f"; {n_failed} not" if n_failed else ""))
-    _emit_json(args, "claims", spec, {"file": str(claims_path), "behaviour": _behaviour_names(frame),
-                                      "n_claims": len(frame), "n_as_expected": len(frame) - n_failed,
-                                      "claims": _frame_records(frame)})
-    return EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+    result = {"file": str(claims_path), "behaviour": _behaviour_names(frame), "n_claims": len(frame),
+              "n_as_expected": len(frame) - n_failed, "claims": _frame_records(frame)}
+    code = EXIT_FINDING if (args.strict and n_failed) else EXIT_OK
+    return Outcome(code, console.file.getvalue(), {}, result if args.json is not None else None)
 
 
 def _claims_file_inputs(claims_file, spec: str) -> list[str]:

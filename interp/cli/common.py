@@ -112,14 +112,15 @@ def _select(args):
     return parse_layers_flag(getattr(args, "layers", None)), parse_heads_flag(getattr(args, "heads", None))
 
 
-def _check_max_len_flag(model, max_len: int | None) -> None:
+def _check_max_len_flag(model, max_len: int | str | None) -> None:
     """--max-len against the model's context, worded as the flag (the API's own errors say max_len=N)."""
     from interp.errors import BadInput
     from interp.modelinfo import context_length
 
     n_ctx = context_length(model)
-    if n_ctx is None and max_len is None:
+    if n_ctx is None and (max_len is None or max_len == "ctx"):
         raise BadInput(f"cannot tell the context length of a {type(model).__name__}; pass --max-len N (the longest "
                        "sequence the model accepts).")
-    if n_ctx is not None and max_len is not None and max_len > n_ctx:
-        raise BadInput(f"--max-len {max_len} exceeds the model's context n_ctx={n_ctx}; pass --max-len {n_ctx} or less.")
+    if n_ctx is not None and isinstance(max_len, int) and max_len > n_ctx:
+        raise BadInput(f"--max-len {max_len} exceeds the model's context n_ctx={n_ctx}; pass --max-len {n_ctx} or less, "
+                       "or --max-len ctx.")

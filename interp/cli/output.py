@@ -149,10 +149,11 @@ def toolkit_version() -> str:
         return "unknown"
 
 
-def envelope(command: str, model: str | None, result: Any) -> dict[str, Any]:
-    """The one JSON shape every command writes: what ran, on which model, by which toolkit, and its result."""
+def envelope(command: str, model: str | None, result: Any, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one JSON shape every command writes: what ran, on which model, by which toolkit, and its result; or,
+    when it failed, `result: null` and `error: {type, message, exit_code}` (`interp.cli.failure`)."""
     return {"command": command, "model": model, "version": toolkit_version(), "schema": JSON_SCHEMA,
-            "result": integers(result)}
+            "result": integers(result), "error": error}
 
 
 def integers(value: Any, key: str | None = None) -> Any:

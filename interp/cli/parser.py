@@ -103,6 +103,22 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", metavar="LxHy,...", default=None, help="only these heads, e.g. L0H1,L1H2")
 
 
+DEFAULT_MAX_LEN = 256  # interp.analyses.leakage.DEFAULT_MAX_LEN (tested equal; not imported: no torch for --help)
+
+
+def _max_len(text: str) -> int | str:
+    """--max-len: a length of at least 2 tokens, or "ctx" (the model's whole context)."""
+    if text.strip().lower() == "ctx":
+        return "ctx"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor 'ctx' (the whole context)") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{value}: a leak needs at least two positions; pass 2 or more, or ctx")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -218,8 +234,9 @@ def _report_parser(command) -> None:
                    help="most head cards the report may have (default 64; MiniLM-L6 has 72 heads)")
     p.add_argument("--colour-scale", choices=["common", "per_head"], default="common",
                    help="pattern heat maps on one 0-1 scale (default), or each on its own (said on its colour bar)")
-    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N",
-                   help="longest sequence the leakage audit runs (default 32, at most the model's context)")
+    p.add_argument("--max-len", type=_max_len, default=None, metavar="N|ctx",
+                   help=f"longest sequence the leakage audit runs (default: the model's context, at most {DEFAULT_MAX_LEN}, "
+                        "as audit-leakage; ctx: the whole context)")
     p.add_argument("--bidirectional", action="store_true",
                    help="the model is meant to attend both ways (an encoder): the leakage audit checks padding and "
                         "batch only (as audit-leakage --bidirectional)")
@@ -233,9 +250,15 @@ def _audit_parser(command) -> None:
                 "causal unless it declares itself an encoder (HookedEncoder, a Hugging Face encoder config) or you "
                 "pass --bidirectional. Each leak is located at the line of code where it appears (also in --sarif, "
                 "--junit).\n\n"
-                "Exit 0: causal; 1: a leak, or a check the model calls for could not run; 2: bad input.")
+                "The model runs in a child process: a model that calls sys.exit or os._exit, or crashes, ends the "
+                "command with exit 2, and every requested --json / --sarif / --junit file is written on every exit code "
+                "(a failure document when the audit could not run).\n\n"
+                "Exit 0: causal; 1: a leak, or a check the model calls for could not run; 2: bad input, or a model "
+                "that fails; 3: an internal error.")
     p.add_argument("spec", help=SPEC_HELP.replace(" (default: toy-induction)", ""))
-    p.add_argument("--max-len", type=_positive_int, default=None, metavar="N", help="longest sequence audited (default: the model's context)")
+    p.add_argument("--max-len", type=_max_len, default=None, metavar="N|ctx",
+                   help=f"longest sequence audited (default: the model's context, at most {DEFAULT_MAX_LEN}; ctx: the whole "
+                        "context, which can take long: the estimate is printed first)")
     p.add_argument("--tol", type=_tol, default=None, metavar="X",
                    help="relative influence below which a change is numerical noise (default: 5e-5; 5e-3 for float16 "
                         "or bfloat16 weights)")

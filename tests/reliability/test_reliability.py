@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -272,6 +273,8 @@ def counting_factory(tmp_path, monkeypatch):
 
         def factory():
             CALLS.append(1)
+            with open(__file__ + ".calls", "a") as calls:  # the CLI calls it in its child process: counted on disk
+                calls.write("1")
             return Causal()
         '''))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -285,7 +288,7 @@ def counting_factory(tmp_path, monkeypatch):
 
 def test_a_factory_is_called_once_and_python_audits_what_the_cli_audits(counting_factory, capsys):
     code = cli.main(["audit-leakage", "userpkg_count:factory", "--max-len", "6", "-q", "--json", "-"])
-    assert len(counting_factory.CALLS) == 1
+    assert Path(counting_factory.__file__ + ".calls").read_text() == "1"  # once, in the child running the model
     cli_verdict = json.loads(capsys.readouterr().out)["result"]["verdict"]
     counting_factory.CALLS.clear()
     report = audit("userpkg_count:factory", max_len=6, vocab_size=13)

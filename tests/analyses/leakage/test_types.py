@@ -113,7 +113,8 @@ def test_to_dict_keeps_its_keys_and_adds_the_headline():
     keys = set(_report().to_dict())
     assert keys == {"model", "causal", "verdict", "headline", "max_influence", "first_leaking_site",
                     "first_leaking_sites", "leaks", "exit_code", "tol", "lengths", "n_prompts", "methods", "notes",
-                    "seconds", "summary", "table", "sites", "declared_by", "incomplete", "origin", "origins"}
+                    "seconds", "summary", "table", "sites", "declared_by", "incomplete", "origin", "origins",
+                    "noise_floor", "floor_how", "margin", "float64_checked", "coverage"}
     assert set(_report().brief()) == {"verdict", "headline", "causal", "leaks", "max_influence", "first_leaking_site",
                                       "text", "summary", "methods", "lengths", "tol"}
 
@@ -154,7 +155,8 @@ def test_plan_fixes_what_to_run_without_a_forward_pass():
     plan = plan_audit(model, adapter, max_len=10, methods=("gradient", "truncation"), gradient_len=24)
     assert isinstance(plan, AuditPlan) and plan.methods == ("truncation", "gradient")  # METHODS order
     assert plan.gradient_len == 10 and plan.mask_variants == (False, True) and plan.tol == leakage.DEFAULT_TOL
-    assert plan.passes == 1 + 2 * (9 + math.ceil(9 / adapter.rows_per_forward(10)))  # both mask variants
+    # the floors and localisation, then per mask variant every prefix and the gradient's chunks
+    assert plan.passes == 2 + 2 * (9 + math.ceil(9 / adapter.rows_per_forward(10)))
     assert plan.prompts(2, 6).shape == (2, 6) and torch.equal(plan.prompts(2, 6), plan.prompts(2, 6))
     with pytest.raises(ValueError, match="unknown method"):
         plan_audit(model, adapter, methods=("truncation", "bogus"))
@@ -214,7 +216,7 @@ def _imports(path: Path) -> set[str]:
 
 
 LEAKAGE = "interp.analyses.leakage"
-LAYERS = ("types", "adapter", "methods", "fast", "origin", "report", "plan", "stages", "ci")  # bottom first
+LAYERS = ("types", "adapter", "methods", "floor", "fast", "origin", "report", "plan", "stages", "ci")  # bottom first
 
 
 @pytest.mark.parametrize("depth, module", list(enumerate(LAYERS)))

@@ -356,7 +356,7 @@ def test_version_flag_prints_the_toolkit_and_schema_versions():
 def test_envelope_has_one_shape_and_integers_stay_integers():
     document = cli.envelope("heads", "toy-induction", {"heads": [{"layer": 0.0, "head": 3.0, "score": 1.0, "x": float("nan")}],
                                                       "nested": {"n_prompts": 24.0, "offset": -1.0}})
-    assert set(document) == {"command", "model", "version", "schema", "result"}
+    assert set(document) == {"command", "model", "version", "schema", "result", "error"} and document["error"] is None
     assert document["schema"] == cli.JSON_SCHEMA and document["command"] == "heads"
     row = document["result"]["heads"][0]
     assert type(row["layer"]) is int and type(row["head"]) is int and row["x"] is None
