@@ -7,7 +7,7 @@ and every requested output is written, from the child's result or as a failure d
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from interp.cli.common import _check_max_len_flag, _load_black_box
 from interp.cli.isolate import Outcome, capturing_console, console_settings, run
@@ -25,21 +25,25 @@ def cmd_audit_leakage(args) -> int:
 def deliver(args, command: str, spec: str | None, outcome: Outcome) -> int:
     """In this process: the documents first (a reader closing stdout early leaves them written), then the text. A
     document that cannot be written is the command's error, its target named (`failure`: the others still get one)."""
-    writes = [(getattr(args, flag), lambda text=text, what=what, flag=flag: _write_text(getattr(args, flag), text, what))
-              for flag, (text, what) in outcome.documents.items()]
+    for flag, (text, what) in outcome.documents.items():
+        target = getattr(args, flag)
+        _write_delivered(target, _write_text, target, text, what)
     if getattr(args, "json", None) is not None:
-        writes.append((args.json, lambda: _emit_json(args, command, spec, outcome.json_result)))
-    for target, write in writes:
-        try:
-            write()
-        except InterpError as error:
-            error.failed_target = str(target)  # type: ignore[attr-defined]
-            raise
+        _write_delivered(args.json, _emit_json, args, command, spec, outcome.json_result)
     console = _out_console(args)
     if outcome.console and not console.quiet:
         console.file.write(outcome.console)
         console.file.flush()
     return outcome.exit_code
+
+
+def _write_delivered(target: Any, write: Callable[..., None], *arguments: Any) -> None:
+    """`write(*arguments)`, an InterpError marked with its target (the failure documents leave that one as it was)."""
+    try:
+        write(*arguments)
+    except InterpError as error:
+        error.failed_target = str(target)  # type: ignore[attr-defined]
+        raise
 
 
 def _audit(args) -> Outcome:
