@@ -328,7 +328,7 @@ def test_minilm_native_to_tokens_uses_its_tokenizer(minilm_pair):
     tokens = model.to_tokens(["the cat sat on the mat", "a dog ran in the park"])
     assert tokens.shape == (2, 8) and (tokens[:, 0] == model.tokenizer.cls_token_id).all()
     assert torch.equal(model.to_tokens("the cat sat on the mat"), tokens[:1])
-    with pytest.raises(ValueError, match="use interp.data.text_prompts"):
+    with pytest.raises(ValueError, match="Use interp.data.text_prompts"):
         model.to_tokens(["short", "a much longer sentence than that"])
 
 
