@@ -23,17 +23,24 @@ def cmd_audit_leakage(args) -> int:
 
 
 def deliver(args, command: str, spec: str | None, outcome: Outcome) -> int:
-    """In this process: the documents first (a reader closing stdout early leaves them written), then the text. A
-    document that cannot be written is the command's error, its target named (`failure`: the others still get one)."""
+    """In this process: the text, then the documents (after the table, at fd 1's offset, when one is /dev/stdout). A
+    reader closing stdout early still leaves the documents written; a document that cannot be written is the
+    command's error, its target named (`failure`: the others still get one)."""
+    console = _out_console(args)
+    closed: BrokenPipeError | None = None
+    if outcome.console and not console.quiet:
+        try:
+            console.file.write(outcome.console)
+            console.file.flush()
+        except BrokenPipeError as error:  # `| head`: the documents are still written, then exit 0 as before
+            closed = error
     for flag, (text, what) in outcome.documents.items():
         target = getattr(args, flag)
         _write_delivered(target, _write_text, target, text, what)
     if getattr(args, "json", None) is not None:
         _write_delivered(args.json, _emit_json, args, command, spec, outcome.json_result)
-    console = _out_console(args)
-    if outcome.console and not console.quiet:
-        console.file.write(outcome.console)
-        console.file.flush()
+    if closed is not None:
+        raise closed
     return outcome.exit_code
 
 

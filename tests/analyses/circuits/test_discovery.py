@@ -203,7 +203,7 @@ def test_one_edge_label_is_one_edge(model, prompts):
     ('{"edges": [], "method": "acdc", "threshold": -5}', r"threshold=-5; expected a fraction"),
     ('{"edges": [], "method": "acdc", "threshold": 1e400}', r"threshold=inf; expected a fraction"),
     ('{"edges": [], "method": "acdc", "threshold": "abc"}', r"threshold='abc' is not a number"),
-    ('{"edges": [], "method": "bogus", "threshold": 0.01}', r"method='bogus'; expected one of \['acdc', 'eap'\]"),
+    ('{"edges": [], "method": "bogus", "threshold": 0.01}', r"method='bogus'; expected one of \['acdc', 'eap', 'nodes'\]"),
     ('{"schema": "interp.circuit/9", "edges": [], "method": "acdc", "threshold": 0.01}',
      r"schema 'interp.circuit/9'; this version of the toolkit reads 'interp.circuit/1'"),
     ('{"edges": [], "method": "acdc", "threshold": 0.01, "scores": {"L1H0 -> logits": "x"}}',
