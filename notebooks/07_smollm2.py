@@ -125,13 +125,20 @@ for _, row in scan.iterrows():
 # Path patching along one edge: only the induction head's *key* input reads the previous-token head's write
 # from another prompt (resampled), everything else runs clean. A composition claim compares that with the
 # same edge from a control sender (a head of the same layer), so that an edge effect is not just the
-# induction head being important.
+# induction head being important. Under grouped-query attention three query heads share one key and one value
+# head, so a key or value edge belongs to the group: the graph names it by the group's first head
+# (`interp.paths.kv_edge`), and two induction heads of one group share one key edge, tested once.
 
 # %% tags=["composition"]
 from interp.claims import test_claims
 
-edges = [f"{previous_heads[0]} -> {head} via k" for head in induction_heads[:3]]
-edges += [f"{previous_heads[0]} -> {induction_heads[0]} via q", f"{previous_heads[0]} -> {induction_heads[0]} via v"]
+from interp.paths import kv_edge, parse_edge
+
+group = model.cfg.n_heads // model.cfg.n_key_value_heads  # query heads per key/value head
+asked = [f"{previous_heads[0]} -> {head} via k" for head in induction_heads[:3]]
+asked += [f"{previous_heads[0]} -> {induction_heads[0]} via q", f"{previous_heads[0]} -> {induction_heads[0]} via v"]
+edges = list(dict.fromkeys(kv_edge(parse_edge(edge), group).label for edge in asked))  # shared inputs named once
+print(edges)
 composition = test_claims(model, [claims.composition_claim(edge) for edge in edges], held_out, seed=0)
 composition[["label", "verdict", "p_adjusted", "observational", "observational_ci_low", "observational_ci_high",
              "necessity"]]
