@@ -10,8 +10,9 @@ sliding-window model, as mistral-src keeps one.
 Correct: `hf_dynamic`, `hf_legacy`, `nano_step`, `ring_window` (prefills longer than the window too).
 Bugs, each on its `# BUG: name` line: `top_left_causal` (SDPA's `is_causal` is top-left aligned, so with
 fewer queries than keys a decoding query sees the wrong keys), `decode_noop_mask` (no mask once a cache
-exists: a decoded chunk reads its own later tokens), `ring_prefill_overwrite` (a long prefill writes the
-ring before reading it, the mask truncated by length: early queries read later tokens), `ring_mask_by_slot`
+exists: a decoded chunk reads its own later tokens), `ring_prefill_overwrite` (a call of several tokens, a
+prefill longer than the window above all, writes the ring before reading it, the mask truncated by length:
+early queries read later tokens), `ring_mask_by_slot`
 (the decode mask built from the slot order, not the slots' absolute positions).
 """
 from __future__ import annotations

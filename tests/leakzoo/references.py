@@ -15,10 +15,13 @@ in float64 where the model casts:
   causal (kind `future`).
 
 A change counts when it exceeds `threshold`, relative to the largest |logit| of the row: sqrt(eps) of the
-dtype (1.5e-8 in float64), or 100 times the measured floor (the same row run alone and inside the perturbed
-batch) when that is larger. In float64 correct models sit near 1e-16 and every bug of the zoo above 1e-4,
-so no verdict hangs on the threshold (the tests assert both margins). Models that do not run in float64
-(compiled FlexAttention on CPU) run in float32, said in `notes`.
+dtype (1.5e-8 in float64), or 100 times the measured floor when that is larger. The floor is what the same
+computation moves by rounding alone: the same row run alone and inside the perturbed batch; and where shapes
+or kernels differ between the runs compared (KV cache, implementations), the float32 deviation of each run
+from its float64 twin, since some models keep parts in float32 when cast. Perturbations at one shape move
+protected outputs by exactly 0 in a correct model; correct zoo models sit below 1e-15 in float64 and every
+bug of the zoo above 1e-2, so no verdict hangs on the threshold (the tests assert both margins). Models
+that do not run in float64 (compiled FlexAttention on CPU) run in float32, said in `notes`.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import torch
 Kind = str  # "document" | "over-masked" | "future" | "kv_cache" | "window" | "backend"
 DOCUMENT_CONVENTIONS = (("position_ids",), ("cu_seq_lens", "cu_seqlens"), ("document_ids", "seq_ids", "segment_ids"))
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+ALL_ONES = object()  # in a run's arguments: an all-ones attention_mask shaped as the rows called
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class Reference:
     dtype: str
     runs: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    run_influence: tuple[tuple[str, float], ...] = ()  # each run's largest change at a protected output
+
+    def influence_in(self, run: str) -> float:
+        return dict(self.run_influence).get(run, 0.0)
 
     @property
     def leaks(self) -> bool:
@@ -253,14 +261,14 @@ def document_runs(model: torch.nn.Module, layout: Layout, convention: str) -> di
     if off:
         runs["use_cache=False"] = {**base, **off}
     if "attention_mask" in names:
-        runs["attention_mask=ones"] = {**base, **off, "attention_mask": "ones"}
+        runs["attention_mask=ones"] = {**base, **off, "attention_mask": ALL_ONES}
     if off:
         runs["use_cache=True"] = {**base, "use_cache": True}
     return runs
 
 
 def _call_rows(model: torch.nn.Module, rows: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    call = {k: (torch.ones_like(rows) if v == "ones" else v) for k, v in kwargs.items()}
+    call = {k: (torch.ones_like(rows) if v is ALL_ONES else v) for k, v in kwargs.items()}
     with torch.no_grad():
         return logits_of(model(rows, **call)).double()
 
@@ -271,7 +279,7 @@ def documents(model: torch.nn.Module, layout: Layout | None = None, *, doc_sep: 
     layout = layout or Layout()
     if doc_sep is not None:
         layout = Layout(layout.lengths, doc_sep, layout.inner_eos, layout.eos)
-    if layout.doc_sep is not None and layout.doc_sep in (layout.eos,) and layout.inner_eos:
+    if layout.doc_sep is not None and layout.doc_sep == layout.eos and layout.inner_eos:
         raise ValueError("an EOS inside a document cannot also be the document separator: drop inner_eos or doc_sep")
     convention = "doc_sep" if layout.doc_sep is not None else (convention or document_convention(model))
     generator = torch.Generator().manual_seed(seed)
@@ -282,8 +290,9 @@ def documents(model: torch.nn.Module, layout: Layout | None = None, *, doc_sep: 
     rows = torch.stack([tokens] + [_replace(tokens, [j], vocab_size(model), layout.specials(), generator) for j in keys])
     document, is_sep = layout.documents(), layout.separators()
     visible = reach(len(tokens), declared_windows(model)) & same_chunk(len(tokens), declared_chunk(model))
-    findings, worst, floor = [], 0.0, 0.0
+    findings, floor, per_run = [], 0.0, {}
     for run, kwargs in runs.items():
+        per_run[run] = 0.0
         logits = _call_rows(model, rows, kwargs)
         scale = _scale(logits[0])
         floor = max(floor, float(_change(_call_rows(model, rows[:1], kwargs)[0], logits[0], scale).max()))
@@ -292,13 +301,14 @@ def documents(model: torch.nn.Module, layout: Layout | None = None, *, doc_sep: 
             for i in range(len(tokens)):
                 size = float(change[u, i])
                 if document[i] != document[j] or j > i:
-                    worst = max(worst, size)
+                    per_run[run] = max(per_run[run], size)
                     findings.append(Finding("document" if document[i] != document[j] else "future", run, i, j, size))
                 elif j < i and visible[i, j] and not is_sep[i]:  # a separator's output may belong to either side
                     findings.append(Finding("over-masked", run, i, j, size))
     threshold = _threshold(dtype, floor)
     kept = tuple(f for f in findings if (f.influence <= threshold) == (f.kind == "over-masked"))
-    return Reference("document", kept, worst, threshold, floor, dtype, tuple(runs), notes + (f"convention: {convention}",))
+    return Reference("document", kept, max(per_run.values()), threshold, floor, dtype, tuple(runs),
+                     notes + (f"convention: {convention}",), tuple(per_run.items()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,31 +370,39 @@ def _decode(cached: _Cached, model, rows: torch.Tensor, calls: list[tuple[int, i
 
 def kv_cache(model: torch.nn.Module, *, length: int = 12, prefixes: Sequence[int] = (1, 5, 9),
              chunks: Sequence[int] = (1, 3), seed: int = 0) -> Reference:
-    """The KV-cache contract: prefill + decode equal the full forward; nothing later in a call moves it."""
+    """The KV-cache contract: prefill + decode equal the full forward; nothing later in a call moves it.
+
+    Decoding runs other kernels at other shapes than the full forward, and some models keep parts in float32 even
+    when cast (transformers' eager softmax): the floor is the larger of both runs' float32 deviation from float64."""
     cached = _Cached(model)
     generator = torch.Generator().manual_seed(seed)
     tokens = _random_tokens(length, vocab_size(model), [], generator)[None]
-    model, dtype, notes = _cast(model, lambda m: _decode(cached, m, tokens, _calls(length, prefixes[0], chunks[0])))
+    single = copy.deepcopy(model).to(torch.float32)
+    plans = {f"prefix {p}, chunk {c}": _calls(length, p, c) for p in prefixes for c in chunks}
+    model, dtype, notes = _cast(model, lambda m: _decode(cached, m, tokens, next(iter(plans.values()))))
     full = cached.full(model, tokens)[0]
     scale = _scale(full)
     other = _replace(tokens[0], range(length), vocab_size(model), [], generator)
     floor = float(_change(cached.full(model, torch.stack([tokens[0], other]))[0], full, scale).max())
+    decoded = {run: _decode(cached, model, tokens, calls) for run, calls in plans.items()}
+    if dtype == "float64":
+        floor = max(floor, float(_change(cached.full(single, tokens)[0], full, scale).max()))
+        for run, calls in plans.items():
+            for logits, logits32 in zip(decoded[run], _decode(cached, single, tokens, calls)):
+                floor = max(floor, float(_change(logits32[0], logits[0], scale).max()))
     threshold = _threshold(dtype, floor)
-    findings, worst, runs = [], 0.0, []
-    for prefix in prefixes:
-        for chunk in chunks:
-            run = f"prefix {prefix}, chunk {chunk}"
-            runs.append(run)
-            calls = _calls(length, prefix, chunk)
-            for (start, end), logits in zip(calls, _decode(cached, model, tokens, calls)):
-                change = _change(logits[0], full[start:end], scale)
-                worst = max(worst, float(change.max()))
-                findings += [Finding("kv_cache", run, start + t, None, float(c)) for t, c in enumerate(change) if c > threshold]
-            for k in range(len(calls)):
-                found, size = _future_in_call(cached, model, tokens, calls[:k + 1], vocab_size(model), generator, scale)
-                worst = max(worst, size)
-                findings += [Finding("future", run, q, key, s) for q, key, s in found if s > threshold]
-    return Reference("kv_cache", tuple(findings), worst, threshold, floor, dtype, tuple(runs), notes + (cached.style,))
+    findings, per_run = [], dict.fromkeys(plans, 0.0)
+    for run, calls in plans.items():
+        for (start, end), logits in zip(calls, decoded[run]):
+            change = _change(logits[0], full[start:end], scale)
+            per_run[run] = max(per_run[run], float(change.max()))
+            findings += [Finding("kv_cache", run, start + t, None, float(c)) for t, c in enumerate(change) if c > threshold]
+        for k in range(len(calls)):
+            found, size = _future_in_call(cached, model, tokens, calls[:k + 1], vocab_size(model), generator, scale)
+            per_run[run] = max(per_run[run], size)
+            findings += [Finding("future", run, q, key, s) for q, key, s in found if s > threshold]
+    return Reference("kv_cache", tuple(findings), max(per_run.values()), threshold, floor, dtype, tuple(plans),
+                     notes + (cached.style,), tuple(per_run.items()))
 
 
 def _future_in_call(cached: _Cached, model, tokens: torch.Tensor, calls, vocab: int, generator, scale: float):
@@ -442,11 +460,11 @@ def windows(model: torch.nn.Module, layer_windows: Sequence[int | None] | None =
     layer_windows = list(declared_windows(model) if layer_windows is None else layer_windows)
     generator = torch.Generator().manual_seed(seed)
     model, dtype, notes = _cast(model, lambda m: _call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
-    findings, worst, floor, runs = [], 0.0, 0.0, []
+    findings, floor, per_run = [], 0.0, {}
     span = sum(w - 1 for w in layer_windows if w is not None) if all(layer_windows) else None
     for length in lengths:
         run = f"length {length}"
-        runs.append(run)
+        per_run[run] = 0.0
         tokens = _random_tokens(length, vocab_size(model), [], generator)
         rows = torch.stack([tokens] + [_replace(tokens, [j], vocab_size(model), [], generator) for j in range(length)])
         logits = _call_rows(model, rows, {})
@@ -456,14 +474,14 @@ def windows(model: torch.nn.Module, layer_windows: Sequence[int | None] | None =
         for j in range(length):
             for i in range(length):
                 if not reached[i, j]:
-                    worst = max(worst, float(change[j, i]))
+                    per_run[run] = max(per_run[run], float(change[j, i]))
                     findings.append(Finding("future" if j > i else "window", run, i, j, float(change[j, i])))
         if span is not None and length <= span + 1:
             notes += (f"{run}: no token is out of reach (the layers reach {span} back): only causality is checked",)
     threshold = _threshold(dtype, floor)
     kept = tuple(f for f in findings if f.influence > threshold)
-    return Reference("window", kept, worst, threshold, floor, dtype, tuple(runs),
-                     notes + (f"windows per layer: {layer_windows}",))
+    return Reference("window", kept, max(per_run.values()), threshold, floor, dtype, tuple(per_run),
+                     notes + (f"windows per layer: {layer_windows}",), tuple(per_run.items()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,7 +501,10 @@ def set_implementation(model: torch.nn.Module, implementation: str) -> None:
 
 def backends(model: torch.nn.Module, implementations: Sequence[str] = IMPLEMENTATIONS, *, length: int = 12,
              seed: int = 0) -> Reference:
-    """The back-end contract: every implementation equals eager, and each is causal."""
+    """The back-end contract: every implementation equals eager, and each is causal.
+
+    The floor is the largest float32 deviation of an implementation from its float64 run, since implementations
+    may keep parts in float32 when cast (transformers' eager softmax does)."""
     generator = torch.Generator().manual_seed(seed)
     tokens = _random_tokens(length, vocab_size(model), [], generator)
     rows = torch.stack([tokens] + [_replace(tokens, range(u, length), vocab_size(model), [], generator)
@@ -494,31 +515,36 @@ def backends(model: torch.nn.Module, implementations: Sequence[str] = IMPLEMENTA
             set_implementation(m, implementation)
             _call_rows(m, rows[:1], {})
 
+    single = copy.deepcopy(model).to(torch.float32)
     model, dtype, notes = _cast(model, probe)
     first_rows: dict[str, torch.Tensor] = {}
-    findings, worst, floor = [], 0.0, 0.0
+    findings, floor, per_run = [], 0.0, {}
     for implementation in implementations:
         set_implementation(model, implementation)
         logits = _call_rows(model, rows, {})
         first_rows[implementation] = logits[0]
         scale = _scale(logits[0])
         floor = max(floor, float(_change(_call_rows(model, rows[:1], {})[0], logits[0], scale).max()))
+        if dtype == "float64":  # the implementation's own float32 deviation: what its kernels keep in float32 shows
+            set_implementation(single, implementation)
+            floor = max(floor, float(_change(_call_rows(single, rows[:1], {})[0], logits[0], scale).max()))
         change = _influence(logits, scale)  # (cut - 1, pos): tokens from `cut` on changed
-        for u in range(1, length):
-            worst = max(worst, float(change[u - 1, :u].max()))
-            findings += [Finding("future", implementation, t, u, float(change[u - 1, t])) for t in range(u)]
+        per_run[implementation] = max(float(change[u - 1, :u].max()) for u in range(1, length))
+        findings += [Finding("future", implementation, t, u, float(change[u - 1, t])) for u in range(1, length)
+                     for t in range(u)]
         if any(declared_windows(model)):  # each implementation is held to the windows too
             within = windows(model, lengths=(length,), seed=seed)
             findings += [Finding(f.kind, implementation, f.query, f.key, f.influence) for f in within.findings]
-            worst = max(worst, within.max_influence)
+            per_run[implementation] = max(per_run[implementation], within.max_influence)
     reference = first_rows[implementations[0]]
     scale = _scale(reference)
     for implementation in implementations[1:]:
         change = _change(first_rows[implementation], reference, scale)
-        worst = max(worst, float(change.max()))
+        per_run[f"{implementation} vs {implementations[0]}"] = float(change.max())
         findings += [Finding("backend", f"{implementation} vs {implementations[0]}", t, None, float(c))
                      for t, c in enumerate(change)]
     set_implementation(model, implementations[0])
     threshold = _threshold(dtype, floor)
     kept = tuple(f for f in findings if f.influence > threshold)
-    return Reference("backend", kept, worst, threshold, floor, dtype, tuple(implementations), notes)
+    return Reference("backend", kept, max(per_run.values()), threshold, floor, dtype, tuple(per_run), notes,
+                     tuple(per_run.items()))
