@@ -23,6 +23,9 @@ BUILTINS: dict[str, str] = {
     "stdlib-bytes": "stdlib-bytes",  # byte-level LM of the Python stdlib source (models/checkpoints/stdlib-bytes.md)
     "stdlib-bpe": "stdlib-bpe",  # BPE LM of the Python stdlib source with induction heads (models/checkpoints/stdlib-bpe.md)
 }
+# compiled Tracr programs (interp.models.convert.tracr; cards models/checkpoints/tracr-NAME.md)
+TRACR_PROGRAMS = ("frac-prevs", "prev-token", "pair-frac")
+BUILTINS.update({f"tracr-{name}": f"tracr-{name}" for name in TRACR_PROGRAMS})
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # installed top-level until 0.1; now only as interp.models and interp.analyses
 FORMER_PACKAGES = ("models", "analyses")
