@@ -8,7 +8,7 @@ import math
 import pytest
 
 import interp
-from interp.analyses.circuits import discover, edge_effects
+from interp.analyses.circuits import composition_scores, discover, edge_effects
 from interp.data import repeated_tokens
 from interp.models import handbuilt
 from interp.paths import graph
@@ -92,7 +92,8 @@ def test_k_composition_distractor_composes_like_the_receiver_but_carries_nothing
 def test_positional_sender_what_the_evidence_gives_today():
     """Recorded, not endorsed (issue 42 item 4 changes it): the composition L0H0 -> L1H0 via k is real (zeroing
     L0H0 costs > 1.5 nats, and L1H0's previous-token pattern exists only through it), yet its path patch under
-    resampling is exactly 0 [0, 0] and ACDC drops the edge while its held-out faithfulness is 1.0."""
+    resampling is exactly 0 [0, 0] and ACDC drops the edge while its held-out faithfulness is 1.0; the weights'
+    K-composition score is 2x its random baseline."""
     model = handbuilt.positional_sender()
     prompts = prompts_for("positional_sender", 32)
     run = interp.Run(model, prompts)
@@ -104,4 +105,7 @@ def test_positional_sender_what_the_evidence_gives_today():
     assert set(circuit.edges) == {"embed -> L1H0 via v", "L1H0 -> logits"}  # the position-only edges dropped
     assert circuit.test is not None and circuit.test.faithfulness.mean == pytest.approx(1.0, abs=1e-6)
     assert model.metadata["position_only_edges"] == ["embed -> L0H0 via v", "L0H0 -> L1H0 via k"]
+    scores = composition_scores(model).set_index(["sender", "receiver", "via"])
+    k_composition = scores.loc[("L0H0", "L1H0", "k")]  # the weights see it: 2x the random baseline, above its p95
+    assert k_composition.ratio == pytest.approx(2.0, rel=1e-3) and k_composition.score > k_composition.baseline_p95
     assert math.isclose(float(run.clean().max()), 0.0, abs_tol=1e-6)
