@@ -233,6 +233,9 @@ def run_all(out: Path, dry_run: bool) -> list[dict[str, Any]]:
         test = torch.arange(N_PROMPTS // 2, N_PROMPTS)
         run_t = interp.Run(model, prompts[test], behaviour=behaviour_for(name, model), seed=0)
         truth = list(model.metadata.get("edges", [])) or None
+        if "error" in peer[name]:
+            print(f"auto-circuit on {name} failed: {peer[name]['error']}")
+            continue
         for method, result in peer[name]["methods"].items():
             measured = measure(run_t, corrupt[test], result["scores"], truth, 0)
             rows.append({"model": name, "toolkit": "auto-circuit", "method": method, **result, **measured,

@@ -46,7 +46,8 @@ def load_model(folder: Path):
     model = HookedTransformer(HookedTransformerConfig(**config["tl_config"]))
     state = load_file(str(folder / "weights.safetensors"))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    real_missing = [k for k in missing if not k.endswith(("IGNORE", ".mask"))]
+    # buffers TransformerLens builds at init (masks, rotary tables) are not weights
+    real_missing = [k for k in missing if not k.endswith(("IGNORE", ".mask", "rotary_sin", "rotary_cos"))]
     if real_missing or unexpected:
         raise RuntimeError(f"{folder.name}: weights missing {real_missing[:4]}, unexpected {unexpected[:4]}")
     model.set_use_attn_result(True)
@@ -104,9 +105,12 @@ def main(argv: list[str]) -> int:
     workdir = Path(argv[0])
     results = {}
     for folder in sorted(p for p in workdir.iterdir() if (p / "config.json").exists()):
-        results[folder.name] = run_one(folder)
-        print(f"peer: {folder.name} done", flush=True)
-    (workdir / "peer.json").write_text(json.dumps(results, indent=1))
+        try:
+            results[folder.name] = run_one(folder)
+        except Exception as error:  # one model's failure is reported in the table; the others still run
+            results[folder.name] = {"error": f"{type(error).__name__}: {error}"}
+        print(f"peer: {folder.name} {results[folder.name].get('error', 'done')}", flush=True)
+        (workdir / "peer.json").write_text(json.dumps(results, indent=1))  # as it goes
     return 0
 
 
