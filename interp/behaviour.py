@@ -17,6 +17,8 @@ compensation and pruning (`interp.analyses.redundancy`) all ask how much an inte
                      over real positions, as cosine distance to the clean run's embedding
                      (0 = unchanged, 1 = orthogonal); reads the final hidden state, never the
                      (possibly random) LM head
+  output_squared_error  models whose logits are numbers (compiled Tracr programs): the squared change of
+                     the output columns from the clean run's, averaged over the positions after BOS
   a user callable    `behaviour(output, prompts) -> (prompt,)`, `output` the final logits
                      (`reads="logits"`, the default) or final hidden state (`reads="hidden"`)
   an activation      `reads="activation"` with `hook=` a hook name: `output` is that hook's
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Union, cast, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -375,6 +377,34 @@ def logit_difference(answer: str = "answer", incorrect: str = "incorrect") -> Be
                      description=f"minus the logit difference, logit(meta['{incorrect}']) - logit(meta['{answer}']), at "
                                  "each prompt's last real position (Wang et al. 2022's metric, negated: loss-like)",
                      params=(("answer", answer), ("incorrect", incorrect)), last_position=True)
+# numeric outputs (compiled programs: interp.models.convert.tracr)
+
+
+def output_squared_error(columns: Sequence[int]) -> Behaviour:
+    """The squared change of the output columns `columns` of the logits from the clean run's, summed over the
+    columns and averaged over every real position after the first (BOS), per prompt (0 on the clean run).
+    For models whose logits are numbers, not next-token scores: a compiled Tracr program's output dimension
+    (its `metadata["output_columns"]`), where the clean output is the program's exact answer."""
+    picked = [int(c) for c in columns]
+    if not picked or len(set(picked)) != len(picked) or min(picked) < 0:
+        raise BadInput(f"output_squared_error: columns={list(columns)!r}; expected distinct logit columns >= 0, e.g. "
+                       "model.metadata['output_columns'].")
+
+    def summarise(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+        if max(picked) >= logits.shape[-1]:
+            raise BadInput(f"output_squared_error: column {max(picked)} is beyond the model's {logits.shape[-1]} logits.")
+        return logits[..., picked].double()  # (prompt, pos, column)
+
+    def error(logits: torch.Tensor, prompts: PromptSet, clean: torch.Tensor) -> torch.Tensor:
+        squared = (summarise(logits, prompts) - clean.to(logits.device)).pow(2).sum(-1)  # (prompt, pos)
+        real = prompts.real_mask().to(logits.device).clone()  # (prompt, pos)
+        real[:, 0] = False  # BOS: the program has no output there
+        return (squared * real).sum(-1) / real.sum(-1).clamp(min=1)
+
+    return Behaviour("output_squared_error", "logits", error, compares_to_clean=True, summarise=summarise,
+                     description=f"squared change of the output (logit columns {picked}) from the clean run's, "
+                                 "averaged over the positions after the first", unit="squared output",
+                     params=(("columns", tuple(picked)),))
 
 
 # ---------------------------------------------------------------------------------------------

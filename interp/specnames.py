@@ -52,6 +52,9 @@ PACKAGED: dict[str, PackagedModel] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", title="SmolLM2-135M-Instruct",
         licence="Apache-2.0", card="smollm2-135m.md", original="the original bf16 weights"),
 }
+# compiled Tracr programs (interp.models.convert.tracr; cards models/checkpoints/tracr-NAME.md)
+TRACR_PROGRAMS = ("frac-prevs", "prev-token", "pair-frac")
+BUILTINS.update({f"tracr-{name}": f"tracr-{name}" for name in TRACR_PROGRAMS})
 FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # a Hugging Face hub id, `org/name` or `org/name@revision` (a branch, tag or commit); an existing local path wins
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w.-]+(?:/[\w.-]+)*))?$")

@@ -81,7 +81,7 @@ class _Builder:
     """Zeroed HookedGPT plus helpers that set one head's QK or OV circuit by role."""
 
     def __init__(self, n_layers: int, n_heads: int, d_vocab: int, n_ctx: int, name: str,
-                 score_gap: float = SCORE_GAP, readout_gain: float = READOUT_GAIN):
+                 score_gap: float = SCORE_GAP, readout_gain: float = READOUT_GAIN, extra: tuple[str, ...] = ()):
         if d_vocab < 3:
             raise ValueError(f"d_vocab={d_vocab} is too small; need at least 3 (two tokens plus BOS).")
         if n_ctx < 2:
@@ -90,9 +90,12 @@ class _Builder:
             raise ValueError(f"score_gap={score_gap} and readout_gain={readout_gain} must be positive.")
         self.d_vocab, self.n_ctx = d_vocab, n_ctx
         self.bos = d_vocab - 1
+        # `extra`: further named subspaces after the five (d_vocab dims each; "posinfo" n_ctx dims), for models
+        # that carry more than one intermediate (interp.models.handbuilt)
         sizes = {"tok": d_vocab, "pos": n_ctx, "prev": d_vocab, "out": d_vocab, "scratch": d_vocab}
+        sizes.update({name_: n_ctx if name_ == "posinfo" else d_vocab for name_ in extra})
         self.slices, start = {}, 0
-        for name_ in SUBSPACES:
+        for name_ in SUBSPACES + tuple(extra):
             self.slices[name_] = slice(start, start + sizes[name_])
             start += sizes[name_]
         self.d_head = max(n_ctx, d_vocab)

@@ -16,7 +16,9 @@
 - `evaluation`: `test_circuit` -> `CircuitTest`: faithfulness, completeness and minimality with CIs;
 - `summary`: `circuit_summary` -> `CircuitSummary`: a discovered circuit, each kept edge's own path patch on
   the held-out prompts, the tests (what `interp circuit` prints and `interp report` shows);
-- `drawing`: `draw_circuit(edge table)`, the circuit as a graph (nodes by layer, edges labelled).
+- `drawing`: `draw_circuit(edge table)`, the circuit as a graph (nodes by layer, edges labelled);
+- `curve`: `faithfulness_curve(run, scores)` -> `FaithfulnessCurve`: MIB's faithfulness over circuit sizes, CPR and
+  CMD with CIs and a random baseline; `edge_auroc(scores, truth)` against known edges.
 Claims about one edge ("L0H0 -> L1H0 via k composes") live in `interp.analyses.claims.composition`.
 """
 from interp.analyses.circuits.composition import baseline, composition_scores
@@ -41,3 +43,10 @@ from interp.analyses.circuits.drawing import draw_circuit
 from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
 
 __all__ += ["CircuitSummary", "circuit_summary", "draw_circuit"]  # circuits-claims
+
+# -- circuits-curve: the benchmark's faithfulness curve (MIB's CPR / CMD) and edge AUROC
+from interp.analyses.circuits.curve import (  # noqa: E402
+    MIB_FRACTIONS, FaithfulnessCurve, cmd, cpr, edge_auroc, faithfulness_curve,
+)
+
+__all__ += ["FaithfulnessCurve", "MIB_FRACTIONS", "cmd", "cpr", "edge_auroc", "faithfulness_curve"]  # circuits-curve

@@ -134,7 +134,7 @@ def test_module_spec():
     "spec,match",
     [
         ("toy-inducton", r"Did you mean \['toy-induction'\]"),
-        ("nothing/here", "names nothing loadable.*Accepted specs: a built-in name \\(smollm2-135m, stdlib-bpe, stdlib-bytes, toy-induction\\)"),
+        ("nothing/here", "names nothing loadable.*Accepted specs: a built-in name \\(smollm2-135m, stdlib-bpe, stdlib-bytes, toy-induction, tracr-frac-prevs, tracr-pair-frac, tracr-prev-token\\)"),
         ("a:b:c", "names nothing loadable"),
     ],
 )
