@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import signal
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
