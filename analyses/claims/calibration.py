@@ -145,7 +145,7 @@ def head_importance(model: nn.Module, prompts: PromptSet, seed: int = 0,
 
 def _cfg(model: nn.Module) -> Any:
     """The model's config (`HookedGPT.cfg`): layers, heads, vocabulary."""
-    return getattr(model, "cfg")
+    return model.cfg
 
 
 def _shape(model: nn.Module) -> tuple[int, int]:
@@ -154,7 +154,7 @@ def _shape(model: nn.Module) -> tuple[int, int]:
 
 def _metadata(model: nn.Module) -> dict[str, Any]:
     """A constructed model's `metadata` (its groups of heads; `interp.models.constructed`)."""
-    return dict(getattr(model, "metadata"))
+    return dict(getattr(model, "metadata"))  # noqa: B009 -- Any: torch types a module's attributes as Tensor | Module
 
 
 def role_truth(kind: str, layer: int, head: int, masses: dict[str, np.ndarray], importance: np.ndarray,
@@ -282,7 +282,8 @@ def _constructed_claims(model: nn.Module, prompts: PromptSet, *, no_effect: Sequ
     """One claim per hand-set head whose role is a claim kind: true for the model's essential heads,
     true_no_effect for the rest (dispensable, one of a redundant pair, written to nothing) and `no_effect`."""
     essential = set(_metadata(model).get("essential_heads", ())) - set(no_effect)
-    roles: dict[str, str] = dict(getattr(model, "truth"))  # "L0H0" -> its hand-set role
+    # "L0H0" -> its hand-set role; getattr gives Any: torch types a module's attributes as Tensor | Module
+    roles: dict[str, str] = dict(getattr(model, "truth"))  # noqa: B009
     kinds = tuple(dict.fromkeys(_CONSTRUCTED_KINDS[r] for r in roles.values() if r in _CONSTRUCTED_KINDS))
     masses = role_masses(model, prompts, kinds, seed)
     importance, _ = head_importance(model, prompts, seed)
