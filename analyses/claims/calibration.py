@@ -427,7 +427,7 @@ def calibration_summary(table: pd.DataFrame) -> pd.DataFrame:
         false, true = part[part.truth == "false"], part[part.truth == "true"]
         no_effect, overlap = part[part.truth == "true_no_effect"], part[part.truth == "overlap"]
 
-        def add(measure: str, hits: pd.Series, n: int, target: str, met: bool | None) -> None:
+        def add(measure: str, hits: pd.Series, n: int, target: str, met: bool | None, suite: Any = suite) -> None:
             count = int(hits.sum())
             rows.append({"suite": suite, "measure": measure, "count": count, "n": n,
                          "rate": count / n if n else math.nan, "target": target, "met": met})
@@ -435,7 +435,7 @@ def calibration_summary(table: pd.DataFrame) -> pd.DataFrame:
         supported = false.verdict == "supported"
         add("false claims supported", supported, len(false), "0 of N (at most 5%)", _at_most(supported, ALPHA))
         for kind in CAUSAL_FLAGS:  # over the false claims whose causal evidence includes this kind
-            ran = false.evidence.str.split(",").apply(lambda kinds: kind in kinds)
+            ran = false.evidence.str.split(",").apply(lambda kinds, kind=kind: kind in kinds)
             passed = false[f"{kind}_passed"][ran].eq(True)
             add(f"false claims passing {kind}", passed, int(ran.sum()), "0 of N (at most 5%)", _at_most(passed, ALPHA))
         true_ok = true.verdict == "supported"
