@@ -34,8 +34,9 @@ PYTEST_PARALLEL = -n auto --dist loadgroup
 # browser, the real pretrained models
 FAST_MARKERS = not slow and not heavy and not notebook and not browser and not real and not smollm2
 
-test: $(STAMP)  ## the type check, the docs built strictly, then the default suite (slow tests excluded), notebooks included
+test: $(STAMP)  ## the type check, the lint, the docs built strictly, then the default suite (slow tests excluded), notebooks included
 	$(PY) -m mypy
+	$(PY) -m ruff check .
 	$(MKDOCS) build --strict --quiet --site-dir $(DOCS_SITE)
 	INTERP_DOCS_SITE=$(DOCS_SITE) $(PY) -m pytest -m "not slow and not smollm2" $(PYTEST_PARALLEL) -q
 

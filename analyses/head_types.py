@@ -531,13 +531,14 @@ def try_head_type(head_type: HeadType) -> None:
         pattern = batch.allowed.float()[:, None]  # (batch, 1, query, key): uniform over the allowed keys
         pattern = pattern / pattern.sum(-1, keepdim=True).clamp(min=1.0)
         parts: list[tuple[str, Callable[[], torch.Tensor], tuple[int, ...]]] = [
-            ("target", lambda: head_type.mask(batch), tuple(batch.allowed.shape)),
-            ("queries", lambda: head_type.scored_queries(batch), tuple(batch.real.shape)),
-            ("metric", lambda: head_type.metric_values(pattern, batch), (batch.tokens.shape[0], 1)),
-            ("ideal pattern", lambda: head_type.ideal_pattern(batch), tuple(batch.allowed.shape)),
+            ("target", functools.partial(head_type.mask, batch), tuple(batch.allowed.shape)),
+            ("queries", functools.partial(head_type.scored_queries, batch), tuple(batch.real.shape)),
+            ("metric", functools.partial(head_type.metric_values, pattern, batch), (batch.tokens.shape[0], 1)),
+            ("ideal pattern", functools.partial(head_type.ideal_pattern, batch), tuple(batch.allowed.shape)),
         ]
         if head_type.argmax:
-            parts.append(("argmax rate", lambda: head_type.argmax_rate(pattern, batch), (batch.tokens.shape[0], 1)))
+            parts.append(("argmax rate", functools.partial(head_type.argmax_rate, pattern, batch),
+                          (batch.tokens.shape[0], 1)))
         for part, run, shape in parts:
             _try_part(head_type, part, run, shape, what)
 

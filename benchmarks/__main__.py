@@ -48,7 +48,7 @@ def run(names: list[str]) -> int:
         start = time.perf_counter()
         try:
             module = importlib.import_module(f"benchmarks.{name}")
-            main = getattr(module, "main")
+            main = module.main
             # mains that parse their own arguments get none from this command line
             main(options) if inspect.signature(main).parameters else main()
         except Exception:  # one broken benchmark must not hide the others' figures

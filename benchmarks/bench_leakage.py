@@ -126,7 +126,7 @@ def main() -> dict:
         f"naive influence {naive_found:.3g}",
         f"clean model: audit verdict {default.verdict} (max influence {default.max_influence:.2e}); "
         f"naive max influence {results['naive']:.2e}",
-        f"forward of one sequence: " + ", ".join(f"L={n}: {s * 1e3:.1f} ms" for n, s in zip(grid, per_forward)),
+        "forward of one sequence: " + ", ".join(f"L={n}: {s * 1e3:.1f} ms" for n, s in zip(grid, per_forward)),
         *[f"check: {name}: {'ok' if ok else 'FAILED'}" for name, ok in checks.items()],
         "target: the audit >= 5x faster than the naive audit at equal detection power (ratio <= 0.20 below)",
     ]

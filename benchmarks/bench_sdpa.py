@@ -25,7 +25,6 @@ BENCH_REPEATS (5), BENCH_BUDGET_S (90) as in bench_forward.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch

@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import signal
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -145,133 +144,145 @@ def _model(ctx: Context, config: dict, dtype: torch.dtype):
     return HookedGPT(GPTConfig(**config)).eval().to(ctx.device, dtype)
 
 
+def _per_dtype(ctx: Context, measure: Callable[[Context, torch.dtype], dict]) -> dict:
+    """`measure(ctx, dtype)` for each dtype of the run, by name (one call per dtype: the closures it times
+    bind that dtype's model and inputs)."""
+    return {dtype_name: measure(ctx, DTYPES[dtype_name]) for dtype_name in ctx.sizes.dtypes}
+
+
 def section_forward(ctx: Context) -> dict:
+    return _per_dtype(ctx, _forward)
+
+
+def _forward(ctx: Context, dtype: torch.dtype) -> dict:
     from benchmarks.bench_forward import PlainGPT
     from interp.hooks import attention_sites
 
-    sizes, out = ctx.sizes, {}
-    for dtype_name in sizes.dtypes:
-        dtype = DTYPES[dtype_name]
-        model = _model(ctx, sizes.model, dtype)
-        plain = PlainGPT(model)
-        tokens = torch.randint(0, sizes.model["d_vocab"], (sizes.batch, sizes.seq),
-                               generator=torch.Generator().manual_seed(0)).to(ctx.device)
-        ours = {name for site in attention_sites(model) for name in site.hooks.values()}
-        candidates: dict[str, Callable[[], object]] = {
-            "plain GPT (SDPA)": lambda: plain(tokens),
-            "HookedGPT, no hooks": lambda: model(tokens),
-            "HookedGPT, attention cache": lambda: model.run_with_cache(tokens, names_filter=lambda n: n in ours),
-        }
-        notes = []
-        try:
-            from transformer_lens.model_bridge import TransformerBridge
+    sizes = ctx.sizes
+    model = _model(ctx, sizes.model, dtype)
+    plain = PlainGPT(model)
+    tokens = torch.randint(0, sizes.model["d_vocab"], (sizes.batch, sizes.seq),
+                           generator=torch.Generator().manual_seed(0)).to(ctx.device)
+    ours = {name for site in attention_sites(model) for name in site.hooks.values()}
+    candidates: dict[str, Callable[[], object]] = {
+        "plain GPT (SDPA)": lambda: plain(tokens),
+        "HookedGPT, no hooks": lambda: model(tokens),
+        "HookedGPT, attention cache": lambda: model.run_with_cache(tokens, names_filter=lambda n: n in ours),
+    }
+    notes = []
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
 
-            bridge = TransformerBridge.boot_native(model.cfg.to_bridge_config()).eval().to(ctx.device, dtype)
-            theirs = {name for site in attention_sites(bridge) for name in site.hooks.values()}
-            candidates["bridge, no hooks"] = lambda: bridge(tokens)
-            candidates["bridge, attention cache"] = lambda: bridge.run_with_cache(tokens, names_filter=lambda n: n in theirs)
-        except Exception as error:  # no transformer-lens bridge on this machine: the other figures still count
-            notes.append(f"bridge skipped: {type(error).__name__}: {error}")
-        with torch.no_grad():
-            rows = _timed(ctx, candidates, sizes.batch * sizes.seq)
-            logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in ours)
-        out[dtype_name] = {
-            "rows": rows, "notes": notes, "cache_hooks": len(cache), "shape": [sizes.batch, sizes.seq],
-            "ratios": _ratios(rows, [
-                ("HookedGPT no hooks / plain GPT", "HookedGPT, no hooks", "plain GPT (SDPA)", 1.05),
-                ("HookedGPT attention cache / no hooks", "HookedGPT, attention cache", "HookedGPT, no hooks", 1.15),
-                ("HookedGPT / bridge, attention cache", "HookedGPT, attention cache", "bridge, attention cache", 0.9),
-                ("HookedGPT / bridge, no hooks", "HookedGPT, no hooks", "bridge, no hooks", None),
-            ]),
-        }
-        del logits, cache
-    return out
+        bridge = TransformerBridge.boot_native(model.cfg.to_bridge_config()).eval().to(ctx.device, dtype)
+        theirs = {name for site in attention_sites(bridge) for name in site.hooks.values()}
+        candidates["bridge, no hooks"] = lambda: bridge(tokens)
+        candidates["bridge, attention cache"] = lambda: bridge.run_with_cache(tokens, names_filter=lambda n: n in theirs)
+    except Exception as error:  # no transformer-lens bridge on this machine: the other figures still count
+        notes.append(f"bridge skipped: {type(error).__name__}: {error}")
+    with torch.no_grad():
+        rows = _timed(ctx, candidates, sizes.batch * sizes.seq)
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in ours)
+    return {
+        "rows": rows, "notes": notes, "cache_hooks": len(cache), "shape": [sizes.batch, sizes.seq],
+        "ratios": _ratios(rows, [
+            ("HookedGPT no hooks / plain GPT", "HookedGPT, no hooks", "plain GPT (SDPA)", 1.05),
+            ("HookedGPT attention cache / no hooks", "HookedGPT, attention cache", "HookedGPT, no hooks", 1.15),
+            ("HookedGPT / bridge, attention cache", "HookedGPT, attention cache", "bridge, attention cache", 0.9),
+            ("HookedGPT / bridge, no hooks", "HookedGPT, no hooks", "bridge, no hooks", None),
+        ]),
+    }
 
 
 def section_positional(ctx: Context) -> dict:
+    return _per_dtype(ctx, _positional)
+
+
+def _positional(ctx: Context, dtype: torch.dtype) -> dict:
     from transformer_lens.head_detector import detect_head
 
     from interp.analyses.positional import focus_per_prompt
     from interp.data import random_tokens
 
-    sizes, out = ctx.sizes, {}
-    for dtype_name in sizes.dtypes:
-        model = _model(ctx, sizes.model, DTYPES[dtype_name])
-        prompts = random_tokens(sizes.prompts, sizes.seq, sizes.model["d_vocab"], seed=0)
-        detect = prompts.tokens[: sizes.detect_prompts].to(ctx.device)
-        rows = _timed(ctx, {"ours (every metric, every head)": lambda: focus_per_prompt(model, prompts, batch_size=16)},
-                      sizes.prompts * sizes.seq)
-        rows.update(_timed(ctx, {"detect_head (one detector)": lambda: [detect_head(model, row[None], "previous_token_head")
-                                                                          for row in detect]},
-                           sizes.detect_prompts * sizes.seq))
-        speedup = rows["ours (every metric, every head)"]["tokens_per_s"] / rows["detect_head (one detector)"]["tokens_per_s"]
-        out[dtype_name] = {"rows": rows, "tokens_per_s_ours_over_detect_head": speedup}
-    return out
+    sizes = ctx.sizes
+    model = _model(ctx, sizes.model, dtype)
+    prompts = random_tokens(sizes.prompts, sizes.seq, sizes.model["d_vocab"], seed=0)
+    detect = prompts.tokens[: sizes.detect_prompts].to(ctx.device)
+    rows = _timed(ctx, {"ours (every metric, every head)": lambda: focus_per_prompt(model, prompts, batch_size=16)},
+                  sizes.prompts * sizes.seq)
+    rows.update(_timed(ctx, {"detect_head (one detector)": lambda: [detect_head(model, row[None], "previous_token_head")
+                                                                      for row in detect]},
+                       sizes.detect_prompts * sizes.seq))
+    speedup = rows["ours (every metric, every head)"]["tokens_per_s"] / rows["detect_head (one detector)"]["tokens_per_s"]
+    return {"rows": rows, "tokens_per_s_ours_over_detect_head": speedup}
 
 
 def section_importance(ctx: Context) -> dict:
+    return _per_dtype(ctx, _importance)
+
+
+def _importance(ctx: Context, dtype: torch.dtype) -> dict:
     from interp.ablation import AblationEngine
     from interp.data import random_tokens
     from interp.interventions import HeadAblation, all_heads, batched_head_ablations, reference_activations
 
-    sizes, out = ctx.sizes, {}
-    for dtype_name in sizes.dtypes:
-        model = _model(ctx, sizes.model, DTYPES[dtype_name])
-        prompts = random_tokens(sizes.prompts, sizes.seq, sizes.model["d_vocab"], seed=0)
-        heads = all_heads(model)
-        reference = reference_activations(model, prompts, site="z")
-        tokens = prompts.tokens.to(ctx.device)
-        found: dict[str, torch.Tensor] = {}
+    sizes = ctx.sizes
+    model = _model(ctx, sizes.model, dtype)
+    prompts = random_tokens(sizes.prompts, sizes.seq, sizes.model["d_vocab"], seed=0)
+    heads = all_heads(model)
+    reference = reference_activations(model, prompts, site="z")
+    tokens = prompts.tokens.to(ctx.device)
+    found: dict[str, torch.Tensor] = {}
 
-        def per_head() -> None:
-            clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
-            losses = [model.run_with_hooks(tokens, return_type="loss", loss_per_token=True,
-                                           fwd_hooks=HeadAblation((head,), "mean").hooks(model, reference)).mean(-1)
-                      for head in heads]
-            found["per head"] = (torch.stack(losses).double() - clean.double()).cpu()
+    def per_head() -> None:
+        clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
+        losses = [model.run_with_hooks(tokens, return_type="loss", loss_per_token=True,
+                                       fwd_hooks=HeadAblation((head,), "mean").hooks(model, reference)).mean(-1)
+                  for head in heads]
+        found["per head"] = (torch.stack(losses).double() - clean.double()).cpu()
 
-        def resumed() -> None:
-            engine = AblationEngine(model, prompts, "mean", reference=reference, batch_size=len(prompts))
-            clean, ablated = engine.losses([[h] for h in heads])
-            found["resumed"] = (ablated - clean).cpu()
+    def resumed() -> None:
+        engine = AblationEngine(model, prompts, "mean", reference=reference, batch_size=len(prompts))
+        clean, ablated = engine.losses([[h] for h in heads])
+        found["resumed"] = (ablated - clean).cpu()
 
-        def batched() -> None:
-            clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
-            ablated = batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
-                                             return_type="loss", loss_per_token=True).mean(-1)
-            found["batched"] = (ablated.double() - clean.double()).cpu()
+    def batched() -> None:
+        clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
+        ablated = batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
+                                         return_type="loss", loss_per_token=True).mean(-1)
+        found["batched"] = (ablated.double() - clean.double()).cpu()
 
-        with torch.no_grad():
-            rows = _timed(ctx, {"one forward per head": per_head, "resumed": resumed, "batched heads": batched},
-                          len(heads) * sizes.prompts * sizes.seq)
-        out[dtype_name] = {
-            "rows": rows, "heads": len(heads),
-            "max_abs_difference": {name: float((found[name].float() - found["per head"].float()).abs().max())
-                                   for name in ("resumed", "batched")},
-            "ratios": _ratios(rows, [("resumed / one forward per head", "resumed", "one forward per head", None),
-                                     ("batched / one forward per head", "batched heads", "one forward per head", None)]),
-        }
-    return out
+    with torch.no_grad():
+        rows = _timed(ctx, {"one forward per head": per_head, "resumed": resumed, "batched heads": batched},
+                      len(heads) * sizes.prompts * sizes.seq)
+    return {
+        "rows": rows, "heads": len(heads),
+        "max_abs_difference": {name: float((found[name].float() - found["per head"].float()).abs().max())
+                               for name in ("resumed", "batched")},
+        "ratios": _ratios(rows, [("resumed / one forward per head", "resumed", "one forward per head", None),
+                                 ("batched / one forward per head", "batched heads", "one forward per head", None)]),
+    }
 
 
 def section_leakage(ctx: Context) -> dict:
+    return _per_dtype(ctx, _leakage)
+
+
+def _leakage(ctx: Context, dtype: torch.dtype) -> dict:
     from interp.analyses import leakage
     from interp.analyses.leakage import fast as leakage_fast
     from interp.analyses.leakage.methods import _prompts
 
-    sizes, out = ctx.sizes, {}
-    for dtype_name in sizes.dtypes:
-        model = _model(ctx, sizes.leak_model, DTYPES[dtype_name])
-        adapter = leakage.ModelAdapter(model)
-        tokens = _prompts(2, sizes.leak_len, sizes.leak_model["d_vocab"], 0).to(ctx.device)
-        with torch.no_grad():
-            rows = _timed(ctx, {
-                "forward": lambda: adapter(tokens),
-                "incremental reference": lambda: leakage_fast.incremental_rows(model, adapter, tokens, leakage.DEFAULT_TOL),
-            }, 2 * sizes.leak_len)
-        out[dtype_name] = {"rows": rows, "tokens": sizes.leak_len,
-                           "ratios": _ratios(rows, [("incremental / forward", "incremental reference", "forward", None)])}
-    return out
+    sizes = ctx.sizes
+    model = _model(ctx, sizes.leak_model, dtype)
+    adapter = leakage.ModelAdapter(model)
+    tokens = _prompts(2, sizes.leak_len, sizes.leak_model["d_vocab"], 0).to(ctx.device)
+    with torch.no_grad():
+        rows = _timed(ctx, {
+            "forward": lambda: adapter(tokens),
+            "incremental reference": lambda: leakage_fast.incremental_rows(model, adapter, tokens, leakage.DEFAULT_TOL),
+        }, 2 * sizes.leak_len)
+    return {"rows": rows, "tokens": sizes.leak_len,
+            "ratios": _ratios(rows, [("incremental / forward", "incremental reference", "forward", None)])}
 
 
 def _scaling_worker(config: dict, n_prompts: int, seq: int, device_type: str):

@@ -665,7 +665,8 @@ def test_claims(
                                          behaviour=behaviour, device=device, dtype=dtype))
 
 
-setattr(test_claims, "__test__", False)  # not a pytest test, despite its name
+# not a pytest test, despite its name (setattr: a function's type has no __test__)
+setattr(test_claims, "__test__", False)  # noqa: B010
 
 
 # --------------------------------------------------------------------------- stability (generic)

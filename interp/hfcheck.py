@@ -83,11 +83,12 @@ def recorded_loads() -> Iterator[list[Loaded]]:
         records.append(Loaded.of(model, info))
         return (model, info) if wanted else model
 
-    setattr(PreTrainedModel, "from_pretrained", classmethod(from_pretrained))
+    # setattr: a method patched on the class for the block (mypy refuses an assignment to a method)
+    setattr(PreTrainedModel, "from_pretrained", classmethod(from_pretrained))  # noqa: B010
     try:
         yield records
     finally:
-        setattr(PreTrainedModel, "from_pretrained", original)
+        setattr(PreTrainedModel, "from_pretrained", original)  # noqa: B010
 
 
 def check_loaded(loaded: Loaded, folder: Path, dtypes: dict[str, tuple[str, Path]], declared: list[str]) -> None:

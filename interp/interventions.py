@@ -996,7 +996,8 @@ def batched_head_ablations(
         for copy, (layer, index) in enumerate(chunk):
             by_layer.setdefault(layer, []).append((copy, index))
 
-        def make_hook(layer: int, members: list[tuple[int, int]]) -> Callable[..., torch.Tensor]:
+        def make_hook(replacer: AblationValues, layer: int,
+                      members: list[tuple[int, int]]) -> Callable[..., torch.Tensor]:
             def hook(act: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (copy * batch, pos, head, d)
                 act = act.clone()
                 for copy, index in members:
@@ -1005,7 +1006,7 @@ def batched_head_ablations(
                 return act
             return hook
 
-        hooks = [(sites[layer].hook(site), make_hook(layer, members)) for layer, members in by_layer.items()]
+        hooks = [(sites[layer].hook(site), make_hook(replacer, layer, members)) for layer, members in by_layer.items()]
         expanded = einops.repeat(prompts.tokens, "batch pos -> (copy batch) pos", copy=len(chunk))
         kwargs = dict(forward_kwargs)
         if prompts.attention_mask is not None:

@@ -402,7 +402,8 @@ def hook_attention(model: nn.Module) -> nn.Module:
     for module in model.modules():
         # the nested-tensor path would feed the attention modules nested tensors, which have no per-head view
         if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
-            setattr(module, "_interp_use_nested_tensor", module.use_nested_tensor)  # put back by unhook_attention
+            # put back by unhook_attention; setattr: a bool, where torch types a module's attributes as Tensor | Module
+            setattr(module, "_interp_use_nested_tensor", module.use_nested_tensor)  # noqa: B010
             module.use_nested_tensor = False
     if not isinstance(model, AttentionHookedModel):
         if isinstance(model, HookedRootModule):  # already a hook root (its own class): re-index only
@@ -432,7 +433,7 @@ def unhook_attention(model: nn.Module) -> nn.Module:
         _replace(model, name, module.original.train(module.training))
     for child in model.modules():
         if isinstance(child, nn.TransformerEncoder) and hasattr(child, "_interp_use_nested_tensor"):
-            child.use_nested_tensor = getattr(child, "_interp_use_nested_tensor")
+            child.use_nested_tensor = getattr(child, "_interp_use_nested_tensor")  # noqa: B009 -- Any, as above
             del child._interp_use_nested_tensor
     if isinstance(model, AttentionHookedModel):
         from interp import tl_surface

@@ -170,7 +170,7 @@ def refuse_kv_alias(edge: Edge, group: int) -> None:
 
 def _blocks(model: nn.Module) -> Any:
     """The model's blocks (a HookedGPT's `blocks`: check_graph_model has checked them)."""
-    return getattr(model, "blocks")
+    return model.blocks
 
 
 def _n_layers(model: nn.Module) -> int:

@@ -103,7 +103,6 @@ def ratio_bootstrap(
         raise ValueError(f"ratio_bootstrap: numerator {tuple(num.shape)} and denominator {tuple(den.shape)} "
                          "must have the same shape (one pair per prompt).")
     _check_interval(method, confidence, n_resamples)
-    n = num.shape[0]
     ratio = num.mean(0) / den.mean(0)
     generator = derive_generator(seed, label)
     if method == "studentized":

@@ -341,7 +341,7 @@ def _checking(model: nn.Module) -> Iterator[None]:
     was_training = model.training
     model.eval()
     allowed_before = getattr(model, "allow_non_finite_weights", None)
-    setattr(model, "allow_non_finite_weights", True)
+    setattr(model, "allow_non_finite_weights", True)  # noqa: B010 -- a flag torch's typing lacks
     try:
         yield
     finally:
@@ -349,7 +349,7 @@ def _checking(model: nn.Module) -> Iterator[None]:
         if allowed_before is None:
             del model.allow_non_finite_weights
         else:
-            setattr(model, "allow_non_finite_weights", allowed_before)
+            model.allow_non_finite_weights = allowed_before
 
 
 def verify_hooks(model: nn.Module, tokens: Any = None, **forward_kwargs: Any) -> pd.DataFrame:

@@ -15,7 +15,6 @@ after the earlier occurrence of its token, Olsson et al. 2022).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

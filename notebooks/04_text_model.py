@@ -374,7 +374,7 @@ Markdown("\n".join([
     f"- **Heads.** The strongest induction score on natural repeats is {r['best_induction_natural']:.3f} "
     f"({r['candidates']['induction']}); `scan` supports {len(supported)} claims: {', '.join(supported) or 'none'}. "
     f"Its induction claims: {induction_claims}.",
-    f"- **On the repeated spans**: " + "; ".join(
+    "- **On the repeated spans**: " + "; ".join(
         f"{name}: {c['verdict']}" + (f" (failed: {', '.join(c['failed'])})" if c["failed"] else "")
         for name, c in r["span_claims"].items()) + ".",
     f"- **False claims** about the same heads: {len(refuted_false)} of {len(r['false_claims'])} not supported "
@@ -392,7 +392,7 @@ Markdown("\n".join([
        + ("." if len(r["backup"]["alone"]) < len(r["backup"]["heads"].split("+")) else  # not every head was ablated alone
           ", more than the sum of each alone: one backs up the other." if r["backup"]["removed"][0] > sum(r["backup"]["alone"].values())
           else ", no more than the sum of each alone.")),
-    f"- **Circuit.** " + ". ".join(paths)
+    "- **Circuit.** " + ". ".join(paths)
     + f". As first written, the circuit reproduces {n:.2f} [{n_low:.2f}, {n_high:.2f}] of the copy gap on held-out spans "
     f"(faithfulness); with the layer-0 carriers' own inputs added, {f:.2f} [{f_low:.2f}, {f_high:.2f}]. "
     + ("The difference is the lesson: a head kept as a carrier carries the other prompt unless its inputs are kept. "

@@ -251,7 +251,7 @@ refuted = [c for c, v in r["verdicts"].items() if v == "refuted"]
 undecided = [c for c, v in r["verdicts"].items() if v == "inconclusive"]
 Markdown("\n".join([
     "## What holds (generated from `results`)", "",
-    f"- **H1.** Patching L0H2's write into a layer-1 head's key alone raises the loss by "
+    "- **H1.** Patching L0H2's write into a layer-1 head's key alone raises the loss by "
     + ", ".join(f"{head} {v['effect']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for head, v in k.items())
     + f" nats (clean {r['clean_loss']:.3f}): H1 holds"
     + (" for every layer-1 head" if min(v["ci_low"] for v in k.values()) > 0.01 else " only in part")

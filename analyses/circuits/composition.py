@@ -116,7 +116,7 @@ def _baseline(d_model: int, d_head: int, via: str, n_draws: int, seed: int, cent
     for start in range(0, n_draws, BASELINE_CHUNK):
         n = min(BASELINE_CHUNK, n_draws - start)
 
-        def draw(*shape: int) -> torch.Tensor:  # (n, *shape)
+        def draw(*shape: int, n: int = n) -> torch.Tensor:  # (n, *shape); n bound here, where draw is made
             return torch.randn(n, *shape, generator=generator, dtype=torch.float64)
 
         W_V, W_O = draw(d_model, d_head), draw(d_head, d_model)

@@ -18,41 +18,63 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# `name as name`: each import below is an explicit re-export (`__all__` is computed, so linters cannot read it)
 from interp.analyses.claims.registry import (
-    EDGE_CLAIM_KINDS,
-    MODEL_CLAIM_KINDS,
-    bridge_without_pattern_edits,
-    claim_evidence_for,
-    claim_kinds,
-    claim_object,
-    edge_claim_kinds,
-    head_claim_kinds,
-    pair_claim_kinds,
-    read_claims,
-    run_claims,
+    EDGE_CLAIM_KINDS as EDGE_CLAIM_KINDS,
+    MODEL_CLAIM_KINDS as MODEL_CLAIM_KINDS,
+    bridge_without_pattern_edits as bridge_without_pattern_edits,
+    claim_evidence_for as claim_evidence_for,
+    claim_kinds as claim_kinds,
+    claim_object as claim_object,
+    edge_claim_kinds as edge_claim_kinds,
+    head_claim_kinds as head_claim_kinds,
+    pair_claim_kinds as pair_claim_kinds,
+    read_claims as read_claims,
+    run_claims as run_claims,
 )
 
 if TYPE_CHECKING:
-    from interp.analyses.claims.causal import Faithfulness, Necessity, Sufficiency
-    from interp.analyses.claims.composition import composition_claim, control_sender
-    from interp.analyses.claims.pair import backup_claim, dispensable_claim, redundancy_claims, redundant_claim
-    from interp.analyses.claims.evidence import Observational, RandomInitControl, ShuffledControl, head_metric, random_init_model
-    from interp.analyses.claims.presets import (
-        CLAIM_KINDS,
-        PRESETS,
-        PositionalParams,
-        duplicate_token_head,
-        first_token_head,
-        head_type_claim,
-        induction_head,
-        local_window_head,
-        make_claim,
-        next_token_head,
-        positional_head,
-        previous_token_head,
-        self_token_head,
+    from interp.analyses.claims.causal import (
+        Faithfulness as Faithfulness,
+        Necessity as Necessity,
+        Sufficiency as Sufficiency,
     )
-    from interp.analyses.claims.scanning import propose, scan
+    from interp.analyses.claims.composition import (
+        composition_claim as composition_claim,
+        control_sender as control_sender,
+    )
+    from interp.analyses.claims.pair import (
+        backup_claim as backup_claim,
+        dispensable_claim as dispensable_claim,
+        redundancy_claims as redundancy_claims,
+        redundant_claim as redundant_claim,
+    )
+    from interp.analyses.claims.evidence import (
+        Observational as Observational,
+        RandomInitControl as RandomInitControl,
+        ShuffledControl as ShuffledControl,
+        head_metric as head_metric,
+        random_init_model as random_init_model,
+    )
+    from interp.analyses.claims.presets import (
+        CLAIM_KINDS as CLAIM_KINDS,
+        PRESETS as PRESETS,
+        PositionalParams as PositionalParams,
+        duplicate_token_head as duplicate_token_head,
+        first_token_head as first_token_head,
+        head_type_claim as head_type_claim,
+        induction_head as induction_head,
+        local_window_head as local_window_head,
+        make_claim as make_claim,
+        next_token_head as next_token_head,
+        positional_head as positional_head,
+        previous_token_head as previous_token_head,
+        self_token_head as self_token_head,
+    )
+    from interp.analyses.claims.scanning import (
+        propose as propose,
+        scan as scan,
+    )
 
 _LAZY = {  # name -> the module of this package that defines it
     **dict.fromkeys(["Faithfulness", "Necessity", "Sufficiency"], "causal"),

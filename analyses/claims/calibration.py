@@ -145,7 +145,7 @@ def head_importance(model: nn.Module, prompts: PromptSet, seed: int = 0,
 
 def _cfg(model: nn.Module) -> Any:
     """The model's config (`HookedGPT.cfg`): layers, heads, vocabulary."""
-    return getattr(model, "cfg")
+    return model.cfg
 
 
 def _shape(model: nn.Module) -> tuple[int, int]:
@@ -154,7 +154,7 @@ def _shape(model: nn.Module) -> tuple[int, int]:
 
 def _metadata(model: nn.Module) -> dict[str, Any]:
     """A constructed model's `metadata` (its groups of heads; `interp.models.constructed`)."""
-    return dict(getattr(model, "metadata"))
+    return dict(getattr(model, "metadata"))  # noqa: B009 -- Any: torch types a module's attributes as Tensor | Module
 
 
 def role_truth(kind: str, layer: int, head: int, masses: dict[str, np.ndarray], importance: np.ndarray,
@@ -282,7 +282,8 @@ def _constructed_claims(model: nn.Module, prompts: PromptSet, *, no_effect: Sequ
     """One claim per hand-set head whose role is a claim kind: true for the model's essential heads,
     true_no_effect for the rest (dispensable, one of a redundant pair, written to nothing) and `no_effect`."""
     essential = set(_metadata(model).get("essential_heads", ())) - set(no_effect)
-    roles: dict[str, str] = dict(getattr(model, "truth"))  # "L0H0" -> its hand-set role
+    # "L0H0" -> its hand-set role; getattr gives Any: torch types a module's attributes as Tensor | Module
+    roles: dict[str, str] = dict(getattr(model, "truth"))  # noqa: B009
     kinds = tuple(dict.fromkeys(_CONSTRUCTED_KINDS[r] for r in roles.values() if r in _CONSTRUCTED_KINDS))
     masses = role_masses(model, prompts, kinds, seed)
     importance, _ = head_importance(model, prompts, seed)
@@ -426,7 +427,7 @@ def calibration_summary(table: pd.DataFrame) -> pd.DataFrame:
         false, true = part[part.truth == "false"], part[part.truth == "true"]
         no_effect, overlap = part[part.truth == "true_no_effect"], part[part.truth == "overlap"]
 
-        def add(measure: str, hits: pd.Series, n: int, target: str, met: bool | None) -> None:
+        def add(measure: str, hits: pd.Series, n: int, target: str, met: bool | None, suite: Any = suite) -> None:
             count = int(hits.sum())
             rows.append({"suite": suite, "measure": measure, "count": count, "n": n,
                          "rate": count / n if n else math.nan, "target": target, "met": met})
@@ -434,7 +435,7 @@ def calibration_summary(table: pd.DataFrame) -> pd.DataFrame:
         supported = false.verdict == "supported"
         add("false claims supported", supported, len(false), "0 of N (at most 5%)", _at_most(supported, ALPHA))
         for kind in CAUSAL_FLAGS:  # over the false claims whose causal evidence includes this kind
-            ran = false.evidence.str.split(",").apply(lambda kinds: kind in kinds)
+            ran = false.evidence.str.split(",").apply(lambda kinds, kind=kind: kind in kinds)
             passed = false[f"{kind}_passed"][ran].eq(True)
             add(f"false claims passing {kind}", passed, int(ran.sum()), "0 of N (at most 5%)", _at_most(passed, ALPHA))
         true_ok = true.verdict == "supported"

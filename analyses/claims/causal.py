@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Literal, get_args
 
 import torch
-from torch import nn
 
 from interp.analyses.claims.common import PositionalParams, claim_head_type, subject
 from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type, offset_type

@@ -132,7 +132,8 @@ def test_embedding_change_is_zero_for_an_identity_intervention(circuit, repeated
     for model, prompts in ((circuit, repeated), (tiny_encoder, random_tokens(6, 9, tiny_encoder.cfg.d_vocab, seed=1))):
         behaviour = B.embedding_change()
         identity = [(f"blocks.{l}.attn.hook_z", lambda z, hook: z.clone()) for l in range(model.cfg.n_layers)]
-        values = B.measure(model, prompts, behaviour, intervene=lambda batch: hooked(model, identity), batch_size=4)
+        values = B.measure(model, prompts, behaviour, batch_size=4,
+                           intervene=lambda batch, model=model, identity=identity: hooked(model, identity))
         assert values.shape == (len(prompts),) and float(values.abs().max()) == 0.0
         assert live_hooks(model) == []
 

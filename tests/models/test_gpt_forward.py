@@ -99,7 +99,7 @@ def test_the_engines_fast_path_model_is_its_hooked_gpt():
     assert engine.resumable_model is gpt
     engine.model = torch.nn.Linear(2, 2)  # a model the fast path cannot resume
     with pytest.raises(BadType, match="resuming needs a HookedGPT.*got Linear"):
-        engine.resumable_model
+        _ = engine.resumable_model  # the property raises
 
 
 def test_head_writes_sum_to_the_attention_output_minus_its_bias(model):

@@ -518,7 +518,7 @@ CASES = [  # (item, sub-case, test that covers it, error class, exit code)
 
 def test_the_table_names_real_tests_and_exit_codes():
     names = {name for name in globals() if name.startswith("test_")}
-    for item, case, test, error, code in CASES:
+    for _item, case, test, error, code in CASES:
         assert test in names, case
         cls = {"OutputDirError": outdir.OutputDirError, "BadInput": BadInput, "OSError": OSError}[error]
         assert exit_code_for(cls("x")) == code, case

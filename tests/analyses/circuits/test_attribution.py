@@ -79,7 +79,7 @@ def test_integrated_scores_follow_each_groups_path(per):
         layer = heads[0].layer
         change = sum(batch.corrupted_writes[h] - batch.clean_writes[h] for h in heads)  # (batch, pos, d_model)
 
-        def behaviour(alpha):
+        def behaviour(alpha, layer=layer, change=change):
             with hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
                 return run.behaviour(model(batch.tokens), batch.batch).double()  # (batch,)
 

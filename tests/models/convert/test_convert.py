@@ -3,15 +3,13 @@ within 1e-4 (with and without padding), its hooks pass `verify_hooks`, the leaka
 it what it is, and bad input gets a clear error."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
 from interp import verify_hooks  # noqa: E402
-from interp.models.convert import ConversionError, UnsupportedArchitecture, convert_folder, convert_model  # noqa: E402
+from interp.models.convert import convert_model  # noqa: E402
 from factories import randomise  # noqa: E402
 
 TOL = 1e-4
