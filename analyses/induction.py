@@ -40,10 +40,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.analyses.head_types import HeadType, head_types, reduce_head_types, repeat_query_mask
-from interp.analyses.head_types import ngram_targets  # noqa: F401  (re-exported: its home was here)
-from interp.analyses.positional import nan_aware_frame
 from interp import launch
+from interp.analyses.head_types import (
+    HeadType,
+    head_types,
+    ngram_targets,  # noqa: F401  (re-exported: its home was here)
+    reduce_head_types,
+    repeat_query_mask,
+)
+from interp.analyses.positional import nan_aware_frame
 from interp.capture import BatchContext, PerPromptAccumulator, stream
 from interp.data import PromptSet
 from interp.errors import BadInput

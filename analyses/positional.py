@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp import launch
 from interp.analyses.head_types import (
     TIE_TOLERANCE,  # noqa: F401  (re-exported: its home was here)
     HeadType,
@@ -46,7 +47,6 @@ from interp.analyses.head_types import (
     head_types,
 )
 from interp.capture import BatchContext, MomentAccumulator, PerPromptAccumulator, masked_mean, stream
-from interp import launch
 from interp.data import PromptSet
 from interp.heads import head_label
 from interp.launch import Device, DType

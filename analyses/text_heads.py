@@ -32,9 +32,9 @@ from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
 from interp.models import stdlib_bpe
 from interp.models.gpt import HookedGPT
-from interp.models.tokenizers import BPETokenizer
-from interp.models.textcorpus import named_corpus
 from interp.models.io import load_checkpoint, read_checkpoint_config, save_checkpoint
+from interp.models.textcorpus import named_corpus
+from interp.models.tokenizers import BPETokenizer
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.common import (
-    Ratio, current_rss_mb, interleaved, peak_rss_mb, peak_rss_since_reset_mb, pin_threads, print_table, reset_peak_rss,
+    Ratio,
+    current_rss_mb,
+    interleaved,
+    peak_rss_mb,
+    peak_rss_since_reset_mb,
+    pin_threads,
+    print_table,
+    reset_peak_rss,
 )
 
 BATCH, SEQ = 32, 128
@@ -113,8 +120,8 @@ def build():
 def memory_probe(mode: str) -> dict:
     """Run in a fresh process by `peak_rss_mb`: one forward of the given mode."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    from interp.models import GPTConfig, HookedGPT
     from interp.hooks import attention_sites
+    from interp.models import GPTConfig, HookedGPT
 
     model = HookedGPT(GPTConfig(**SHAPE)).eval()
     tokens = torch.randint(0, SHAPE["d_vocab"], (BATCH, SEQ), generator=torch.Generator().manual_seed(0))

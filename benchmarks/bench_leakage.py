@@ -33,8 +33,8 @@ import time
 import numpy as np
 import torch
 
-from interp.analyses.leakage import audit
 from benchmarks.common import Ratio, Timing, interleaved, pin_threads, print_table
+from interp.analyses.leakage import audit
 from interp.models import GPTConfig, HookedGPT
 
 SHAPE = dict(n_layers=4, d_model=256, n_heads=8, d_vocab=5000, n_ctx=128, d_mlp=1024, seed=0)

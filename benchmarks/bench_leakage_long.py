@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--audit", action="store_true", help="also run the whole audit (minutes)")
     args = parser.parse_args(argv)
+    from benchmarks.common import interleaved, pin_threads
     from interp.analyses import leakage
     from interp.analyses.leakage import fast as leakage_fast
     from interp.analyses.leakage.methods import _prompts
     from interp.analyses.leakage.plan import _default_lengths
-    from benchmarks.common import interleaved, pin_threads
     from interp.models import GPTConfig, HookedGPT
 
     threads = pin_threads(2)

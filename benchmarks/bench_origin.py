@@ -17,9 +17,9 @@ import time
 
 import torch
 
+from benchmarks.common import Ratio, interleaved, peak_rss_mb, pin_threads, print_table, reset_peak_rss
 from interp.analyses.leakage import audit
 from interp.analyses.leakage.origin import MAX_BYTES, OpPair, find_origin
-from benchmarks.common import Ratio, interleaved, peak_rss_mb, pin_threads, print_table, reset_peak_rss
 from interp.models import GPTConfig, HookedGPT
 
 SHAPE = dict(n_layers=4, d_model=256, n_heads=8, d_vocab=5000, n_ctx=128, d_mlp=1024, seed=0)

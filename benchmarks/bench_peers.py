@@ -173,7 +173,6 @@ def measure(run: Any, source: Any, scores: dict[str, float], truth: list[str] | 
             ) -> dict[str, Any]:
     """AUROC against the truth and MIB's CMD (with CI) of a ranking, on the held-out half."""
     from interp.analyses.circuits import edge_auroc, faithfulness_curve
-
     from interp.paths import graph
 
     every = [e.label for e in graph(run.model)]

@@ -28,8 +28,8 @@ SEQ_LEN = 128
 def _focus_worker(n_prompts: int):
     import torch
 
-    from interp.analyses.positional import focus_per_prompt
     from interp import distributed
+    from interp.analyses.positional import focus_per_prompt
     from interp.data import random_tokens
     from interp.models import GPTConfig, HookedGPT
 

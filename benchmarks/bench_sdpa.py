@@ -99,8 +99,8 @@ def check_same_caches(first, first_names: list[str], second, second_names: list[
 
 def build():
     """(plain, intercepted, hooked GPT, tokens): three models with one set of weights."""
-    from interp.sdpa import hook_sdpa
     from interp.models.nanogpt import from_nanogpt
+    from interp.sdpa import hook_sdpa
 
     torch.manual_seed(0)
     plain = NanoLayoutGPT(**ARGS).eval()

@@ -29,6 +29,7 @@ from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, check_value
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput, BadType
+from interp.heads import Head, HeadLike, head_label
 from interp.hooks import attention_sites, hooked
 from interp.interventions import (
     ABLATION_KINDS,
@@ -39,9 +40,9 @@ from interp.interventions import (
     needs_samples,
     reference_activations,
 )
-from interp.heads import Head, HeadLike, head_label
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
+
 
 def resolve_behaviour(behaviour: BehaviourLike, model: nn.Module) -> Behaviour:
     """The behaviour an ablation measures; a next-token loss chosen by default or by name scores every

@@ -57,9 +57,17 @@ from interp import launch
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.heads import Head, head_label
+from interp.stats import (
+    IntervalMethod,
+    TooFewPrompts,
+    benjamini_hochberg,
+    bootstrap,
+    ratio_bootstrap,
+    sign_flip_test,
+    spearman,
+    studentized_pvalue,
+)
 from interp.validate import check_claims, check_model, check_prompts, check_seed
-from interp.stats import (IntervalMethod, TooFewPrompts, benjamini_hochberg, bootstrap, ratio_bootstrap, sign_flip_test,
-                          spearman, studentized_pvalue)
 
 EvidenceKind = Literal[
     "observational",

@@ -50,9 +50,9 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.sites import ROLES, AttentionSite
 from interp.models.components import CachingRoot, hook_is_live
 from interp.models.tokenizers import TokenMethods
+from interp.sites import ROLES, AttentionSite
 
 _EXPLICIT_ROLES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 # attributes of nn.MultiheadAttention that code outside it reads (torch's own layers included)

@@ -59,9 +59,9 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.errors import BadInput, ModelError
-from interp.sites import ROLES, AttentionSite
 from interp.mha import AttentionHookedModel
 from interp.models.components import hook_is_live, pooled
+from interp.sites import ROLES, AttentionSite
 
 KERNEL = F.scaled_dot_product_attention  # the builtin the mode recognises (torch._C._nn)
 # hand-written attention, softmax(q @ k^T * scale + mask) @ v, is recognised through these

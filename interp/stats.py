@@ -28,11 +28,13 @@ import math
 from typing import Literal, get_args
 
 import numpy as np
-from numpy.typing import ArrayLike
 import pandas as pd
 import torch
+from numpy.typing import ArrayLike
 from transformer_lens.utilities.statistics import (
     bootstrap_ci as _tl_bootstrap_ci,
+)
+from transformer_lens.utilities.statistics import (
     derive_generator,
     sign_flip_permutation_pvalue,
 )

@@ -75,7 +75,8 @@ def check_prompts(prompts: Any, where: str = "", *, n_ctx: int | None = None, d_
     import torch
     from torch import nn
 
-    from interp.data import PromptSet, check_prompts as check_contents
+    from interp.data import PromptSet
+    from interp.data import check_prompts as check_contents
 
     if isinstance(prompts, PromptSet):
         return check_contents(prompts, n_ctx=n_ctx, d_vocab=d_vocab)

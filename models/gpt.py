@@ -23,8 +23,16 @@ from torch import nn
 from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
-from interp.models.components import (CachingRoot, Embed, ModuleStack, PosEmbed, TransformerBlock, Unembed, init_weights,
-                               make_norm)
+from interp.models.components import (
+    CachingRoot,
+    Embed,
+    ModuleStack,
+    PosEmbed,
+    TransformerBlock,
+    Unembed,
+    init_weights,
+    make_norm,
+)
 from interp.models.config import GPTConfig
 from interp.models.tokenizers import TokenMethods
 

@@ -23,9 +23,9 @@ carries none (text prompts then need token ids).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import hashlib
 from pathlib import Path
 from typing import Any
 

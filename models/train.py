@@ -38,8 +38,8 @@ import torch
 
 from interp.models.arguments import real, whole
 from interp.models.config import GPTConfig
-from interp.models.gpt import HookedGPT
 from interp.models.files import write_atomic
+from interp.models.gpt import HookedGPT
 from interp.models.io import save_checkpoint
 from interp.models.tasks import InductionTask, TextTask, evaluate_induction, fixed_prefix_task
 

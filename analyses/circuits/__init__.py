@@ -21,12 +21,11 @@
   CMD with CIs and a random baseline; `edge_auroc(scores, truth)` against known edges.
 Claims about one edge ("L0H0 -> L1H0 via k composes") live in `interp.analyses.claims.composition`.
 """
-from interp.analyses.circuits.composition import baseline, composition_scores
-from interp.analyses.circuits.dla import FROZEN_SCALE, LogitAttribution, direct_logit_attribution, logit_attributions
-
 # -- circuits-discover: path patching, attribution patching, discovery, circuit tests (one block, for merging)
 from interp.analyses.circuits.attribution import Attribution, attribution_patching
+from interp.analyses.circuits.composition import baseline, composition_scores
 from interp.analyses.circuits.discovery import ACDC_THRESHOLD, EAP_THRESHOLD, Circuit, discover
+from interp.analyses.circuits.dla import FROZEN_SCALE, LogitAttribution, direct_logit_attribution, logit_attributions
 from interp.analyses.circuits.evaluation import CircuitTest, Interval, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PatchSweep, PathPatch, edge_effects, edge_frame, path_patch, path_patches
 
@@ -46,7 +45,12 @@ __all__ += ["CircuitSummary", "circuit_summary", "draw_circuit"]  # circuits-cla
 
 # -- circuits-curve: the benchmark's faithfulness curve (MIB's CPR / CMD) and edge AUROC
 from interp.analyses.circuits.curve import (  # noqa: E402
-    MIB_FRACTIONS, FaithfulnessCurve, cmd, cpr, edge_auroc, faithfulness_curve,
+           MIB_FRACTIONS,
+           FaithfulnessCurve,
+           cmd,
+           cpr,
+           edge_auroc,
+           faithfulness_curve,
 )
 
 __all__ += ["FaithfulnessCurve", "MIB_FRACTIONS", "cmd", "cpr", "edge_auroc", "faithfulness_curve"]  # circuits-curve

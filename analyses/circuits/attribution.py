@@ -42,17 +42,24 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp.analyses.circuits.patching import node_writes
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
 from interp.paths import (
-    Edge, Node, check_graph_model, corrupted_prompts, graph, input_hook, nodes, parse_edge, refuse_kv_alias,
+    Edge,
+    Node,
+    check_graph_model,
+    corrupted_prompts,
+    graph,
+    input_hook,
+    nodes,
+    parse_edge,
+    refuse_kv_alias,
 )
 from interp.run import Run, as_run
 from interp.stats import bootstrap
-
-from interp.analyses.circuits.patching import node_writes
 
 
 @dataclass(frozen=True)

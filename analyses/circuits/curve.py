@@ -42,14 +42,13 @@ import pandas as pd
 import torch
 from transformer_lens.utilities.statistics import derive_generator
 
+from interp.analyses.circuits.evaluation import Interval
+from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, graph, parse_edge
 from interp.run import Run
 from interp.stats import ratio_bootstrap
-
-from interp.analyses.circuits.evaluation import Interval
-from interp.analyses.circuits.patching import PatchSweep
 
 MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 N_RANDOM = 5  # random rankings in the baseline

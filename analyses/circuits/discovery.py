@@ -44,15 +44,14 @@ from typing import Any, Iterable, Literal, Mapping, get_args
 import pandas as pd
 from torch import nn
 
+from interp.analyses.circuits.attribution import attribution_patching
+from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit, test_node_circuit
+from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.paths import Edge, Node, as_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
 from interp.validate import as_real, check_fraction
-
-from interp.analyses.circuits.attribution import attribution_patching
-from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit, test_node_circuit
-from interp.analyses.circuits.patching import PatchSweep
 
 DiscoveryMethod = Literal["acdc", "eap", "nodes"]
 DISCOVERY_METHODS: tuple[str, ...] = get_args(DiscoveryMethod)

@@ -37,14 +37,13 @@ import pandas as pd
 import torch
 from torch import nn
 
+from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, Node, as_edges, check_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
 from interp.stats import bootstrap, ratio_bootstrap
 from interp.validate import check_fraction
-
-from interp.analyses.circuits.patching import PatchSweep
 
 N_SUBSETS = 10  # random node subsets K for completeness, besides every single node
 

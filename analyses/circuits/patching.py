@@ -32,8 +32,19 @@ from interp.errors import BadInput
 from interp.hooks import hooked
 from interp.models.gpt import HookedGPT
 from interp.paths import (
-    Edge, EdgePatch, Node, as_edges, check_edges, check_graph_model, corrupted_prompts, input_hook, node_write, nodes,
-    parse_edge, parse_node, write_hook,
+    Edge,
+    EdgePatch,
+    Node,
+    as_edges,
+    check_edges,
+    check_graph_model,
+    corrupted_prompts,
+    input_hook,
+    node_write,
+    nodes,
+    parse_edge,
+    parse_node,
+    write_hook,
 )
 from interp.run import Effect, Run, as_run
 from interp.stats import bootstrap

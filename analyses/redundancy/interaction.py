@@ -17,6 +17,7 @@ from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_fra
 from interp.analyses.redundancy.similarity import SuggestBy, suggest_pairs
 from interp.behaviour import BehaviourLike
 from interp.data import PromptSet
+from interp.heads import Head, HeadLike
 from interp.interventions import (
     AblationKind,
     AblationValues,
@@ -25,10 +26,9 @@ from interp.interventions import (
     all_heads,
     check_heads,
 )
-from interp.heads import Head, HeadLike
 from interp.launch import Device, DType
-from interp.stats import benjamini_hochberg, sign_flip_test
 from interp.run import Run
+from interp.stats import benjamini_hochberg, sign_flip_test
 
 
 def joint_ablation(

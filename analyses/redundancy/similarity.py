@@ -17,12 +17,11 @@ from interp.analyses.redundancy.importance import second_order
 from interp.behaviour import BehaviourLike
 from interp.capture import stream
 from interp.data import PromptSet
-from interp.hooks import attention_sites
 from interp.heads import Head, head_label, parse_head
+from interp.hooks import attention_sites
 from interp.interventions import AblationKind, all_heads
 from interp.launch import Device, DType
 from interp.validate import check_inputs
-
 
 SuggestBy = Literal["pattern", "output", "second_order"]
 WRITE_FLOOR = 1e-6  # a head "writes nothing" at a position where its norm is below this fraction of its largest

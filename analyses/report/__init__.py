@@ -7,15 +7,35 @@
 table. The page and summary: `.html`; figures: `.plots`; formats and glossary: `.format`; viewer: `interp.viewer`.
 """
 from interp.analyses.report.build import (
-    MARKER, RENDER_STAGES, OutputDirError, build_report, check_out_dir, is_report_dir, render,
+    MARKER,
+    RENDER_STAGES,
+    OutputDirError,
+    build_report,
+    check_out_dir,
+    is_report_dir,
+    render,
 )
-from interp.analyses.report.context import default_prompt_spec, model_name, model_prompt_spec, model_summary, prompt_warnings
+from interp.analyses.report.context import (
+    default_prompt_spec,
+    model_name,
+    model_prompt_spec,
+    model_summary,
+    prompt_warnings,
+)
 from interp.analyses.report.findings import highlights
 from interp.analyses.report.methods import NO_LOSS_EVIDENCE, behaviour_method
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
 from interp.analyses.report.pipeline import (
-    DEFAULT_N, LEAKAGE_LEN, MAX_CARDS, ReportData, ReportResult, ReportTooLarge, check_cards_before_loading,
-    compute, heads_before_loading, report_behaviour,
+    DEFAULT_N,
+    LEAKAGE_LEN,
+    MAX_CARDS,
+    ReportData,
+    ReportResult,
+    ReportTooLarge,
+    check_cards_before_loading,
+    compute,
+    heads_before_loading,
+    report_behaviour,
 )
 from interp.analyses.report.plots import plot_ci_bars, plot_offsets, plot_pattern
 

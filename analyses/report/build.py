@@ -34,15 +34,15 @@ from typing import Iterable, Sequence
 import pandas as pd
 from torch import nn
 
-from interp import outdir
-from interp.data import PromptSet
-from interp.launch import Device, DType
-from interp.models.files import write_atomic
 import interp.analyses.report.format as fmt
 import interp.analyses.report.html as report_html
 import interp.analyses.report.plots as report_plots
+from interp import outdir
 from interp.analyses.report.findings import highlights
 from interp.analyses.report.pipeline import LEAKAGE_LEN, MAX_CARDS, ReportData, ReportResult, compute, report_stages
+from interp.data import PromptSet
+from interp.launch import Device, DType
+from interp.models.files import write_atomic
 
 MARKER = ".interp-report"  # a file in every report directory: `interp demo` may replace such a directory
 FLOAT_FORMAT = "%.6g"  # CSV float format: stable across runs, enough digits for every CI

@@ -250,8 +250,9 @@ def _joint_table(frame: pd.DataFrame | None) -> str:
     """Joint ablation in six named columns; the p-value's one-sided alternative named in its header."""
     if frame is None or not len(frame):
         return '<p class="muted">No joint ablation (fewer than two heads, or no meaningful loss).</p>'
-    from interp.stats import sign_flip_test
     import inspect
+
+    from interp.stats import sign_flip_test
 
     b = inspect.signature(sign_flip_test).parameters["n_permutations"].default
     rows = []

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from interp.analyses.claims.registry import NOT_MEASURED
 import interp.analyses.report.format as fmt
+from interp.analyses.claims.registry import NOT_MEASURED
 from interp.data import PromptSet
 
 # evidence for models without a meaningful loss (encoders, random task heads): ablation evidence

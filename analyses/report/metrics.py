@@ -93,9 +93,7 @@ def head_metrics(
     One row per (layer, head): `label`, `layer`, `head`, each metric with `_ci_low` / `_ci_high`,
     `n_prompts` (the columns of `interp.analyses.positional.focus` and `interp.analyses.induction.scores`).
     """
-    from interp.analyses import positional
-
-    from interp.analyses import induction
+    from interp.analyses import induction, positional
 
     chosen = select_heads(model, layers, heads)
     needed = sorted({l for l, _ in chosen})

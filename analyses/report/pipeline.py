@@ -19,19 +19,19 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
+import interp.analyses.report.format as fmt
 from interp import launch
+from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
+from interp.analyses.report.circuit import report_circuit
+from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
+from interp.analyses.report.methods import behaviour_method, paragraphs
+from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
 from interp.claims import DEFAULT_EVIDENCE
 from interp.data import PromptSet
 from interp.heads import head_label
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
-import interp.analyses.report.format as fmt
-from interp.analyses.report.circuit import report_circuit
-from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
-from interp.analyses.report.methods import behaviour_method, paragraphs
-from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
 from interp.viewer import viewer_data
 
 if TYPE_CHECKING:

@@ -42,8 +42,15 @@ import os
 import sys
 
 from interp.cli.common import EXIT_INPUT, _input_files, _message
-from interp.cli.output import (JSON_SCHEMA, _fenced_stdout, check_targets, envelope, integers, print_error,
-                               toolkit_version)
+from interp.cli.output import (
+    JSON_SCHEMA,
+    _fenced_stdout,
+    check_targets,
+    envelope,
+    integers,
+    print_error,
+    toolkit_version,
+)
 from interp.cli.parser import build_parser
 
 __all__ = ["JSON_SCHEMA", "build_parser", "envelope", "integers", "main", "toolkit_version"]
@@ -108,7 +115,9 @@ def _report_error(command: str, error: BaseException, debug: bool) -> int:
     traceback with INTERP_DEBUG=1), filled to the terminal (`output.print_error`). A closed stdout:
     exit 0, silently. A bug: exit 3, traceback.
     """
-    from interp.errors import EXIT_INTERNAL as INTERNAL, EXIT_OK as OK, as_reported, exit_code_for
+    from interp.errors import EXIT_INTERNAL as INTERNAL
+    from interp.errors import EXIT_OK as OK
+    from interp.errors import as_reported, exit_code_for
 
     if isinstance(error, BrokenPipeError) or _stdout_closed(error):
         _silence_stdout()

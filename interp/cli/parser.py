@@ -13,8 +13,8 @@ from interp.cli.circuit import cmd_circuit
 from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
 from interp.cli.common import AUDIT_PROMPTS_DEFAULT, DEFAULT_SPEC, PROMPTS_DEFAULT
 from interp.cli.output import JSON_SCHEMA, print_error, toolkit_version
-from interp.schemas import REPORT_SCHEMA
 from interp.launch import add_flags as add_scale_flags
+from interp.schemas import REPORT_SCHEMA
 from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
 
 

@@ -177,13 +177,13 @@ from typing import Any
 
 import torch
 
+from interp.models.components import Attention, model_rotary_frequencies
 from interp.models.config import GPTConfig
 from interp.models.convert import bert, gpt2, llama, neox
 from interp.models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField, check_values
 from interp.models.convert.files import WEIGHT_FILES, WeightFileError, read_folder_weights
 from interp.models.encoder import HookedEncoder
 from interp.models.gpt import HookedGPT
-from interp.models.components import Attention, model_rotary_frequencies
 
 # Hugging Face class -> (model_type, converter module)
 ARCHITECTURES: dict[str, tuple[str, Any]] = {

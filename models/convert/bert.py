@@ -11,7 +11,16 @@ from typing import Any
 import torch
 
 from interp.models.config import EncoderConfig
-from interp.models.convert.common import ConversionError, UnsupportedField, Weights, activation, check_fields, per_head_bias, per_head_in, per_head_out
+from interp.models.convert.common import (
+    ConversionError,
+    UnsupportedField,
+    Weights,
+    activation,
+    check_fields,
+    per_head_bias,
+    per_head_in,
+    per_head_out,
+)
 
 FIELDS = {
     "vocab_size": "d_vocab",

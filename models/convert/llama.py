@@ -10,8 +10,19 @@ from typing import Any
 import torch
 
 from interp.models.config import GPTConfig
-from interp.models.convert.common import (DECODER, UnsupportedField, Weights, activation, check_fields, kv_names, optional_bias,
-                                   per_head_bias, per_head_in, per_head_out, rope)
+from interp.models.convert.common import (
+    DECODER,
+    UnsupportedField,
+    Weights,
+    activation,
+    check_fields,
+    kv_names,
+    optional_bias,
+    per_head_bias,
+    per_head_in,
+    per_head_out,
+    rope,
+)
 from interp.models.convert.gpt2 import unembedding
 
 FIELDS = {

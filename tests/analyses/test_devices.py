@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from interp.analyses import claims as hc
-from interp.analyses.claims import scanning
-from interp.analyses import induction, leakage, positional, report
 from interp import claims as interp_claims
+from interp.analyses import claims as hc
+from interp.analyses import induction, leakage, positional, report
+from interp.analyses.claims import scanning
 from interp.data import repeated_tokens
 from interp.errors import BadInput
 from interp.models.zoo import build

@@ -10,12 +10,12 @@ from interp.analyses import head_types as ht
 from interp.analyses import positional, report
 from interp.analyses.head_types import HeadType, TargetBatch, register, unregister
 from interp.capture import BatchContext
-from interp.claims import Context, test_claims as run_test_claims
+from interp.claims import Context
+from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, Repeats, random_tokens, repeated_tokens, shuffled
 from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.models.constructed import fixed_offset_copier
-
 
 # --------------------------------------------------------------------------- a new head type, outside the package
 

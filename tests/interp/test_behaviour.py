@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from interp import behaviour as B
+from interp.ablation import AblationEngine
 from interp.analyses import claims as hc
 from interp.analyses import redundancy as R
 from interp.analyses.claims import pair as P
-from interp.ablation import AblationEngine
-from interp import behaviour as B
 from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.errors import BadInput

@@ -11,20 +11,22 @@ import torch
 from interp.claims import (
     DEFAULT_EVIDENCE,
     EVIDENCE_KINDS,
+    INTERVAL_METHOD,
+    MIN_PROMPTS_FOR_VERDICT,
     Claim,
     Context,
     Evidence,
     Inconclusive,
     Threshold,
-    INTERVAL_METHOD,
-    MIN_PROMPTS_FOR_VERDICT,
     decide,
     difference_evidence,
     evaluate_claims,
     ratio_evidence,
-    test_claims as run_test_claims,
     threshold_evidence,
     verdict_frame,
+)
+from interp.claims import (
+    test_claims as run_test_claims,
 )
 from interp.data import random_tokens
 from interp.stats import benjamini_hochberg

@@ -21,7 +21,6 @@ from interp.data import (
     token_roles,
 )
 
-
 # --- existing prompt sets --------------------------------------------------------------------
 
 def test_random_tokens_seeded_and_shaped():

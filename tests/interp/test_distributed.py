@@ -28,8 +28,8 @@ def _model():
 def every_analysis() -> dict[str, pd.DataFrame]:
     """Every sharded analysis on a tiny model, small batches so each rank runs several
     (18 prompts in batches of 4: 5 batches, split 2 / 3 between two ranks)."""
-    from interp.analyses import claims as hc
     from interp.analyses import circuits, induction, positional, redundancy, report
+    from interp.analyses import claims as hc
     from interp.claims import test_claims
     from interp.models.constructed import induction_circuit
 

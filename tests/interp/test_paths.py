@@ -8,8 +8,20 @@ import interp
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.errors import BadInput
 from interp.models import EncoderConfig, GPTConfig, HookedEncoder, HookedGPT, constructed
-from interp.paths import (Edge, EdgePatch, Node, check_edges, donors, graph, nodes, parse_edge, parse_node,
-                          patch_edges, reads, sender_writes)
+from interp.paths import (
+    Edge,
+    EdgePatch,
+    Node,
+    check_edges,
+    donors,
+    graph,
+    nodes,
+    parse_edge,
+    parse_node,
+    patch_edges,
+    reads,
+    sender_writes,
+)
 
 
 @pytest.fixture(scope="module")

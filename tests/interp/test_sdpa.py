@@ -4,6 +4,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from own_models import DirectSDPA, NanoStyleGPT
 from torch import nn
 
 import interp
@@ -12,7 +13,6 @@ from interp.errors import BadInput, ModelError
 from interp.hooks import attention_sites, live_hooks
 from interp.sdpa import NoSDPACalls, hook_sdpa, sdpa_sites, unhook_sdpa
 from interp.verify import verify_hooks
-from own_models import DirectSDPA, NanoStyleGPT
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 

@@ -5,16 +5,17 @@ from pathlib import Path
 
 import pytest
 
+import interp.analyses.claims.pair  # noqa: F401
+
 # imported here, before any in-process pytester run: pytester restores sys.modules after each run,
 # and transformer_lens (through datasets/pyarrow) cannot be imported a second time in one process
 import interp.analyses.claims.scanning  # noqa: F401
 import interp.analyses.leakage  # noqa: F401
-import interp.analyses.claims.pair  # noqa: F401
 import interp.analyses.redundancy  # noqa: F401
 import interp.loading  # noqa: F401
 from interp import cli
-from interp.specs import ClaimsFileError, parse_claims_text
 from interp.analyses.claims.registry import claim_kinds, read_claims, run_claims
+from interp.specs import ClaimsFileError, parse_claims_text
 
 pytest_plugins = ["pytester"]
 

@@ -6,8 +6,8 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from interp.mha import hook_attention
-from interp.verify import verify_hooks
 from interp.models import GPTConfig, HookedGPT
+from interp.verify import verify_hooks
 
 CHECKS = ["hooks_present", "scores_qk", "scores_masked_inf", "pattern_softmax", "rows_sum_to_one", "z_pattern_v",
           "result_sum", "edit_attn_scores", "edit_k", "edit_pattern", "edit_q", "edit_result", "edit_v", "edit_z"]

@@ -15,8 +15,8 @@ import tempfile
 import pytest
 
 from interp.analyses import report
-from interp.specs import PromptSpec
 from interp.models.constructed import induction_circuit
+from interp.specs import PromptSpec
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

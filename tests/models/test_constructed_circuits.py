@@ -6,13 +6,12 @@ import math
 
 import pytest
 import torch
+from factories import CONSTRUCTED_VOCAB, induction_prompts, period3_prompts
 
 import interp
 from interp.analyses.circuits import direct_logit_attribution
 from interp.models import constructed
 from interp.paths import EdgePatch, graph
-
-from factories import CONSTRUCTED_VOCAB, induction_prompts, period3_prompts
 
 
 @pytest.fixture(scope="module")

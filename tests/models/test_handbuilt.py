@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from factories import CONSTRUCTED_VOCAB
 
 import interp
 from interp.analyses.circuits import composition_scores, discover, edge_effects
 from interp.data import repeated_tokens
 from interp.models import handbuilt
 from interp.paths import graph
-
-from factories import CONSTRUCTED_VOCAB
 
 PROMPTS = {  # (prefix_len, n_repeats), as each factory's metadata["prompts"] says
     "k_composition_distractors": (10, 2), "v_only_circuit": (4, 6), "redundant_induction": (10, 2),

@@ -28,7 +28,7 @@ from interp.models.textcorpus import (
     planted_repeats,
     text_windows,
 )
-from interp.models.train import check_time_budget, main, text_lm_config, train, TrainConfig
+from interp.models.train import TrainConfig, check_time_budget, main, text_lm_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bytes"

@@ -14,13 +14,14 @@ import interp
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from factories import randomise  # noqa: E402 - the same random weights as the conversion tests
+
 from interp.data import PromptSet  # noqa: E402
 from interp.models.config import EncoderConfig  # noqa: E402
-from interp.paths import patch_edges  # noqa: E402
 from interp.models.convert import convert_model  # noqa: E402
 from interp.models.encoder import HookedEncoder  # noqa: E402
 from interp.models.tokenizers import SymbolTokenizer  # noqa: E402
-from factories import randomise  # noqa: E402 - the same random weights as the conversion tests
+from interp.paths import patch_edges  # noqa: E402
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 VOCAB, N_POS = 50, 7

@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import interp
+from interp import cli, data, validate
 from interp.analyses import claims, head_types, induction, positional, redundancy
 from interp.analyses.claims import pair as pair_claims
-from interp import cli, data, validate
 from interp.claims import test_claims as run_claims_table
 from interp.errors import BadInput, BadType, exit_code_for
-from interp.specs import ClaimsFileError, parse_claims_text
 from interp.models import GPTConfig, HookedGPT
+from interp.specs import ClaimsFileError, parse_claims_text
 
 VOCAB, N_CTX = 40, 32
 TESTS = Path(__file__).resolve().parents[1]

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from interp import cli, data, outdir
 from interp.errors import BadInput, CheckpointError, ModelError, exit_code_for
-from interp.specs import ClaimsFile, ClaimsFileError, PromptSpec, SpecError, _json_prompts, parse_claims_text
 from interp.models import GPTConfig, HookedGPT
+from interp.specs import ClaimsFile, ClaimsFileError, PromptSpec, SpecError, _json_prompts, parse_claims_text
 
 VOCAB, N_CTX = 40, 32
 
@@ -116,8 +116,8 @@ def _repeated(n=8, prefix_len=4):
 def _api_cases():
     from interp.analyses import induction, positional, redundancy
     from interp.analyses.leakage import audit
-    from interp.interventions import substitute_pattern
     from interp.heads import parse_head
+    from interp.interventions import substitute_pattern
     from interp.specs import build_prompts, parse_layers_flag
 
     def load(spec):

@@ -4,17 +4,17 @@ import dataclasses
 
 import pytest
 import torch
+from own_models import EncoderLM, NanoArgs, NanoStyleGPT
 
 import interp
-from interp.analyses.induction import copying_scores
 from interp import cli
+from interp.analyses.induction import copying_scores
 from interp.errors import CheckpointError
 from interp.hooks import attention_sites
 from interp.modelinfo import context_length, ov_weights, token_embedding, unembedding, vocab_size
-from interp.verify import verify_hooks
 from interp.models import HookedGPT
 from interp.models.nanogpt import from_nanogpt
-from own_models import EncoderLM, NanoArgs, NanoStyleGPT
+from interp.verify import verify_hooks
 
 
 def tokens(d_vocab, n_pos=12, batch=3, seed=1):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp import cli, data
 from interp.analyses import leakage
 from interp.analyses.leakage import audit
-from interp import cli, data
 from interp.errors import BadInput
 from interp.models import GPTConfig, HookedGPT
 from interp.models.zoo import build

@@ -1,10 +1,9 @@
 """Models the circuits tests share: the constructed circuits (edges known), toy-induction, converted families."""
 import pytest
+from factories import converted_hf
 
 import interp
 from interp.models import constructed
-
-from factories import converted_hf
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from factories import CONSTRUCTED_VOCAB, random_gpt
 from torch import nn
 
 from interp.analyses.circuits import baseline, composition_scores
@@ -13,8 +14,6 @@ from interp.analyses.circuits import composition as composition_module
 from interp.errors import BadInput
 from interp.models import constructed
 from interp.models.gpt import HookedGPT
-
-from factories import CONSTRUCTED_VOCAB, random_gpt
 
 N_DRAWS = 50  # baseline draws in the tests (the default 200 only narrows the baseline)
 

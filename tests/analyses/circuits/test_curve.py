@@ -6,14 +6,13 @@ import json
 import math
 
 import pytest
+from factories import INDUCTION_EDGES
 
 import interp
 from interp.analyses.circuits import MIB_FRACTIONS, cmd, cpr, edge_auroc, faithfulness_curve
 from interp.data import repeated_tokens
 from interp.errors import BadInput
 from interp.paths import graph
-
-from factories import INDUCTION_EDGES
 
 
 @pytest.fixture(scope="module")

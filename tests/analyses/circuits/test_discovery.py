@@ -4,6 +4,7 @@ softmax: no gradient through the pattern); faithfulness, completeness and minima
 import json
 
 import pytest
+from factories import INDUCTION_EDGES
 
 import interp
 from interp.analyses.circuits import ACDC_THRESHOLD, Circuit, discover, test_circuit
@@ -12,8 +13,6 @@ from interp.data import repeated_tokens
 from interp.errors import BadInput
 from interp.models.constructed import induction_circuit
 from interp.paths import parse_edge
-
-from factories import INDUCTION_EDGES
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import CONSTRUCTED_VOCAB, induction_prompts
 
 import interp
 from interp.analyses.circuits import FROZEN_SCALE, direct_logit_attribution, logit_attributions
 from interp.errors import BadInput
 from interp.models.config import EncoderConfig
 from interp.models.encoder import HookedEncoder
-
-from factories import CONSTRUCTED_VOCAB, induction_prompts
-
 
 
 def _logits_by_hand(model, prompts, targets, weights):

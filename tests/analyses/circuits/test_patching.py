@@ -2,6 +2,7 @@
 and `edge_effects` (resumed from the receiver's layer, edge sets stacked) equal to `run.effect(EdgePatch)`."""
 import pytest
 import torch
+from factories import INDUCTION_EDGES
 
 import interp
 from interp.analyses.circuits import edge_effects, path_patch, path_patches
@@ -10,8 +11,6 @@ from interp.errors import BadInput
 from interp.models import GPTConfig, HookedGPT
 from interp.models.constructed import induction_circuit
 from interp.paths import EdgePatch, graph, parse_edge
-
-from factories import INDUCTION_EDGES
 
 
 @pytest.fixture(scope="module")

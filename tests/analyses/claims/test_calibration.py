@@ -20,7 +20,6 @@ from interp.data import random_tokens, repeated_tokens
 from interp.models import constructed
 
 
-
 @pytest.fixture(scope="module")
 def fast_table():
     return cal.calibration_table("fast", seed=0)

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from interp.analyses import claims as hc
-from interp.claims import Context, evaluate_claims, test_claims as run_test_claims
+from interp.claims import Context, evaluate_claims
+from interp.claims import test_claims as run_test_claims
 from interp.data import repeated_tokens
 from interp.models import HookedGPT
 from interp.models.train import toy_induction_config

@@ -6,8 +6,15 @@ import pytest
 import torch
 
 import interp
-from interp.analyses.claims.composition import CONTROL_RULE, composition_claim, composition_edge, composition_row, control_sender
-from interp.claims import Context, Inconclusive, equivalence_evidence, test_claims as run_test_claims
+from interp.analyses.claims.composition import (
+    CONTROL_RULE,
+    composition_claim,
+    composition_edge,
+    composition_row,
+    control_sender,
+)
+from interp.claims import Context, Inconclusive, equivalence_evidence
+from interp.claims import test_claims as run_test_claims
 from interp.data import repeated_tokens
 from interp.errors import BadInput
 from interp.models.constructed import induction_circuit

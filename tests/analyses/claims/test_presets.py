@@ -11,7 +11,8 @@ from interp.analyses import claims as hc
 from interp.analyses.claims.causal import behaviour_mask, content_pattern
 from interp.analyses.claims.evidence import modal_offset
 from interp.analyses.positional import focus_per_prompt
-from interp.claims import Context, Inconclusive, evaluate_claims, test_claims as run_test_claims
+from interp.claims import Context, Inconclusive, evaluate_claims
+from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.models.constructed import fixed_offset_copier, induction_circuit, pattern_heads
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch import nn
 
+from interp import cli
 from interp.analyses import leakage
 from interp.analyses.leakage import ci as leakage_ci
 from interp.analyses.leakage import declaration
 from interp.analyses.leakage.adapter import _accepts_attention_mask
-from interp import cli
-from interp.sdpa import hook_sdpa
 from interp.models import zoo
+from interp.sdpa import hook_sdpa
 
 GPT_SOURCE = '''
 import os
@@ -322,10 +322,9 @@ def test_assert_causal_names_the_line_and_the_way_out(userpkg):
 
 @pytest.mark.heavy
 def test_the_report_follows_the_same_declaration(userpkg):
+    import interp
     from interp.analyses import report
     from interp.analyses.report.findings import _leakage_finding
-
-    import interp
 
     model = interp.load("ci_gpt:unmasked")  # hooked by SDPA interception, as `interp report` does
     data = report.compute(model, leakage_len=8, max_cards=64, behaviour="next-token")

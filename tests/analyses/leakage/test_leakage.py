@@ -15,21 +15,21 @@ from interp.analyses.leakage import (
     audit,
     batch_mixing,
     declared_bidirectional,
-    gradient,
     embedding_module,
+    gradient,
     infer_n_ctx,
     infer_vocab_size,
+    localise,
     padding_check,
     perturbation,
     site_modules,
-    localise,
     truncation,
 )
 from interp.analyses.leakage.methods import _scale
 from interp.errors import ModelError
-from interp.testing import assert_causal
 from interp.models import GPTConfig, HookedGPT
 from interp.models.zoo import SINGLE_PAIR, ZOO, build
+from interp.testing import assert_causal
 
 SEEDS = (0, 1, 2)
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from interp.analyses import leakage
-from interp.verify import TOLERANCES, verify_hooks
 from interp.models import GPTConfig, HookedGPT
 from interp.models.zoo import build
+from interp.verify import TOLERANCES, verify_hooks
 
 
 def _gpt(dtype: torch.dtype) -> HookedGPT:

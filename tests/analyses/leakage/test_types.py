@@ -26,8 +26,8 @@ from interp.analyses.leakage import (
     plan_audit,
     run_methods,
 )
-from interp.testing import assert_causal
 from interp.models.zoo import build
+from interp.testing import assert_causal
 
 ROOT = Path(__file__).resolve().parents[3]
 

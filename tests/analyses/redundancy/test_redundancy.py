@@ -4,16 +4,16 @@ import math
 import pytest
 import torch
 
+from interp.ablation import AblationEngine
 from interp.analyses import redundancy as R
 from interp.analyses.claims import pair as P
-from interp.ablation import AblationEngine
+from interp.claims import min_effect, test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate, all_heads
-from interp.stats import TooFewPrompts
-from interp.claims import min_effect, test_claims
 from interp.models import GPTConfig, HookedGPT
 from interp.models.constructed import _Builder, pattern_heads, redundant_pair
+from interp.stats import TooFewPrompts
 
 D_VOCAB, N_CTX = 16, 32
 

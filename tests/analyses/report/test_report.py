@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interp.analyses import report
 from interp import outdir
-from interp.specs import PromptSpec
+from interp.analyses import report
 from interp.models.constructed import induction_circuit
+from interp.specs import PromptSpec
 
 SPEC = PromptSpec(kind="repeated", n=64, prefix_len=10, seed=0)  # scan tests on half: 32, the minimum for a verdict
 
@@ -419,6 +419,7 @@ def test_offset_profile_draws_its_interval_and_heat_maps_share_a_scale():
 
 def test_similarity_map_is_clustered_and_readable_at_72_heads():
     import numpy as np
+
     from interp.analyses.report.plots import cluster_order, plot_matrix
 
     sim = np.array([[1, .1, .9, .1], [.1, 1, .1, .8], [.9, .1, 1, .1], [.1, .8, .1, 1.]])
@@ -479,6 +480,7 @@ def test_card_limit_is_checked_from_the_config_before_loading(tmp_path, capsys, 
 
 def test_viewer_data_is_compact_and_drops_padding(model):
     import numpy as np
+
     from interp import viewer
     from interp.data import pad
 
@@ -504,8 +506,8 @@ def test_html_viewer_and_warnings_in_the_page(built):
 def test_bidirectional_is_not_shown_as_an_alarm_and_behaviour_is_rendered():
     from types import SimpleNamespace
 
-    from interp.analyses.report import html as report_html
     from interp.analyses.leakage import LeakageReport, empty_table
+    from interp.analyses.report import html as report_html
 
     leakage = LeakageReport(model_name="encoder", verdict="bidirectional", max_influence=0.0, first_leaking_site=None,
                             leaks=(), table=empty_table())

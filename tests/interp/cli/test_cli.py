@@ -423,9 +423,9 @@ def test_report_progress_covers_rendering_and_writing(tmp_path):
     """The report's stages run in one bar that ends after the files are in place (it said "done" before
     plotting and HTML, a third of the time, had started)."""
     from interp.analyses import report
+    from interp.models.constructed import induction_circuit
     from interp.progress import Stages
     from interp.specs import PromptSpec
-    from interp.models.constructed import induction_circuit
 
     stages = Stages([], enabled=False)
     result = report.build_report(induction_circuit(), tmp_path / "r", prompt_spec=PromptSpec(n=12), progress=stages)

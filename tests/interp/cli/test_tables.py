@@ -12,7 +12,8 @@ import types
 import pytest
 
 from interp import cli
-from interp.cli import commands, parser as cli_parser
+from interp.cli import commands
+from interp.cli import parser as cli_parser
 
 WIDTHS = [80, 120]
 CONSTRUCTED = "interp.models.constructed:induction_circuit"

@@ -8,9 +8,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from factories import randomise  # noqa: E402
+
 from interp import verify_hooks  # noqa: E402
 from interp.models.convert import convert_model  # noqa: E402
-from factories import randomise  # noqa: E402
 
 TOL = 1e-4
 VOCAB, N_CTX, N_POS = 50, 32, 10

@@ -139,8 +139,9 @@ def test_a_fresh_compile_converts_exactly():
     converted model's output columns with the compiled model's own forward on random inputs of every length."""
     pytest.importorskip("jax")
     pytest.importorskip("tracr")
-    from interp.models.convert import tracr_compile
     from tracr.compiler import compiling
+
+    from interp.models.convert import tracr_compile
 
     for name in TRACR_PROGRAMS:
         program, vocab = tracr_compile.PROGRAMS[name]()
