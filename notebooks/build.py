@@ -88,9 +88,10 @@ def write(script: Path, folder: Path = HERE) -> Path:
     return path
 
 
-def execute(path: Path, timeout: int = 600) -> float:
+def execute(path: Path, timeout: int = 3600) -> float:
     """Run a notebook top to bottom in place, deterministically (one thread, seeded cells, no timing
-    metadata), so its committed outputs are what a fresh run gives; returns the seconds it took."""
+    metadata), so its committed outputs are what a fresh run gives; returns the seconds it took. `timeout`: per
+    cell, a hang guard (notebook 07's circuit discovery on SmolLM2 takes about ten minutes on one thread)."""
     import nbclient
 
     built = nbformat.read(path, as_version=4)
