@@ -29,12 +29,13 @@ the `strategy`:
 The memo key is the intervention's `spec()` (with, for a knockout or a substitution computed per batch,
 a digest of the targets or patterns its source gives on these prompts: sources with an equal spec() are
 told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
-tensor's storage and torch's in-place version counter), so editing `W_Q[h]` in place recomputes the next
-effect. Two things stay outside the key:
+tensor's storage, torch's in-place version counter and a sampled checksum of its values), so editing
+`W_Q[h]` in place recomputes the next effect, and so does a write through `.data` (which torch's counter does
+not see): the checksum sums `SAMPLED` evenly spaced values of each tensor, a few milliseconds per call on
+SmolLM2-135M where hashing every weight would pass over half a gigabyte on every call, memo hits included. A
+`.data` write to a few values between the sampled ones can escape it: call `forget()` after such an edit.
+Forward hooks stay outside the key:
 
-- writes through `.data` (or copies into `p.data`) bypass torch's counter, by design: call
-  `forget()` after them. Hashing every weight would see them, but costs a pass over the whole model
-  (half a gigabyte for SmolLM2-135M) on every call, memo hits included;
 - forward hooks: while any is attached to the model (`interp.hooks.attached_forward_hooks`: yours, not
   the toolkit's own, which come and go inside a call) a Run computes every number afresh, memoises
   nothing and warns once.
@@ -156,10 +157,33 @@ def prompt_fingerprint(prompts: PromptSet) -> str:
     return digest.hexdigest()
 
 
-def parameter_version(model: nn.Module) -> tuple[tuple[int, int], ...]:
-    """(storage, in-place version) of every parameter and buffer: changes when any is edited in place or replaced."""
-    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, nn.Module) else []
-    return tuple((t.data_ptr(), t._version) for t in tensors)
+SAMPLED = 4096  # values per tensor in the memo key's checksum (see the module)
+
+
+def parameter_version(model: nn.Module) -> tuple[tuple[int, int, float], ...]:
+    """(storage, in-place version, sampled checksum) of every parameter and buffer: changes when any is edited in
+    place (`.data` writes included, see the module) or replaced."""
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if not t.is_meta] if isinstance(model, nn.Module) else []
+    return tuple((t.data_ptr(), t._version, checksum) for t, checksum in zip(tensors, _sampled_sums(tensors)))
+
+
+@torch.no_grad()
+def _sampled_sums(tensors: list[torch.Tensor]) -> list[float]:
+    """Each tensor's sum over `SAMPLED` evenly spaced values (all of a smaller one), in float64; one transfer per
+    device. NaN is mapped to a number so that a key stays equal to itself."""
+    sums: list[torch.Tensor] = []
+    for tensor in tensors:
+        flat = tensor.detach().reshape(-1)
+        sums.append(flat[:: max(1, flat.numel() // SAMPLED)].sum(dtype=torch.float64))
+    by_device: dict[torch.device, list[int]] = {}
+    for index, total in enumerate(sums):
+        by_device.setdefault(total.device, []).append(index)
+    values = [0.0] * len(sums)
+    for indices in by_device.values():
+        stacked = torch.nan_to_num(torch.stack([sums[i] for i in indices]), nan=1.0e300).tolist()
+        for i, value in zip(indices, stacked):
+            values[i] = value
+    return values
 
 
 class Run:
@@ -214,8 +238,9 @@ class Run:
         return not hooks
 
     def forget(self) -> None:
-        """Drop every memoised value. Call it after editing weights through `.data` (or `p.data.copy_(...)`):
-        torch's version counter does not count such writes, so the memo key cannot see them (see the module)."""
+        """Drop every memoised value. Call it after editing a few weights through `.data` (or `p.data.copy_(...)`):
+        torch's version counter does not count such writes, and the key's sampled checksum may miss a write to a
+        few values (see the module)."""
         self._memo.clear()
 
     def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
@@ -285,9 +310,9 @@ class Run:
         causal number of the toolkit is read through here.
 
         Memoised under the intervention's spec (and fingerprint), the prompts and the parameters' version: an
-        in-place edit (`W_Q[h] *= 0` under no_grad) recomputes, an edit through `.data` does not (call
-        `forget()` after one: torch does not count it, and hashing the weights on every call would cost a pass
-        over the whole model); while a forward hook is attached, nothing is memoised (a warning says so once)."""
+        in-place edit (`W_Q[h] *= 0` under no_grad) recomputes, and so does an edit through `.data` that the
+        sampled checksum sees (a head's weights scaled or zeroed; call `forget()` after editing a few values);
+        while a forward hook is attached, nothing is memoised (a warning says so once)."""
         self._spec(intervention)  # checks it is one
         if not self.memoising():
             return self._computed([intervention])[0]
@@ -303,18 +328,20 @@ class Run:
         interventions = list(interventions)
         for intervention in interventions:
             self._spec(intervention)  # checks each is one, before any work
-        if self.memoising():
-            missing: dict[tuple[Any, ...], Intervention] = {}
-            for intervention in interventions:
-                key = self._effect_key(intervention)
-                if key not in self._memo:
-                    missing.setdefault(key, intervention)
-            for key, effect in zip(missing, self._computed(list(missing.values()))):
-                self._memo[key] = effect
-        return [self.effect(i) for i in interventions]
+        if not self.memoising():
+            return [self._computed([intervention])[0] for intervention in interventions]
+        state = self._state()  # once for the whole list: the checksum passes over every parameter
+        keys = [self._effect_key(intervention, state) for intervention in interventions]
+        missing: dict[tuple[Any, ...], Intervention] = {}
+        for key, intervention in zip(keys, interventions):
+            if key not in self._memo:
+                missing.setdefault(key, intervention)
+        for key, effect in zip(missing, self._computed(list(missing.values()))):
+            self._memo[key] = effect
+        return [self._memo[key] for key in keys]
 
-    def _effect_key(self, intervention: Intervention) -> tuple[Any, ...]:
-        return self._key(("effect", self._spec(intervention), _fingerprint(intervention, self)))
+    def _effect_key(self, intervention: Intervention, state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        return self._key(("effect", self._spec(intervention), _fingerprint(intervention, self)), state)
 
     def _computed(self, interventions: list[Intervention]) -> list[Effect]:
         """The effects of `interventions`, computed together per path (nothing read from or put in the memo)."""
@@ -412,8 +439,12 @@ class Run:
                                   self.behaviour.describe(self.prompts), self.behaviour.unit, len(values), ablation))
         return effects
 
-    def _key(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (key, prompt_fingerprint(self.prompts), parameter_version(self.model))
+    def _key(self, key: tuple[Any, ...], state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        return (key, *(self._state() if state is None else state))
+
+    def _state(self) -> tuple[Any, ...]:
+        """What the memo key holds besides the computation: the prompts' content and the parameters' version."""
+        return prompt_fingerprint(self.prompts), parameter_version(self.model)
 
     @staticmethod
     def _spec(intervention: Intervention) -> str:

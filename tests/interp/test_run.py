@@ -104,19 +104,30 @@ def test_a_hook_point_hook_counts_but_the_toolkits_own_come_and_go(toy, prompts)
     assert attached_forward_hooks(toy) == [] and run.memoising()
 
 
-def test_edits_through_data_are_unseen_until_forget(prompts) -> None:
-    """r117, a design choice: torch does not count writes through `.data`, so the memo keeps its number until
-    `forget()`; Run.effect's docstring says so."""
+def test_edits_through_data_are_seen_by_the_memo(prompts) -> None:
+    """r117: torch does not count writes through `.data`; the key's sampled checksum does, so the memo follows a
+    `.data` edit of one head's weights (a fresh Run's number), and a repeated call is still a memo hit."""
     model = induction_circuit()
-    run = Run(model, PromptSet(prompts.tokens.clamp(max=model.cfg.d_vocab - 1)))
+    tokens = PromptSet(prompts.tokens.clamp(max=model.cfg.d_vocab - 1))
+    run = Run(model, tokens)
     ablation = HeadAblation("L1H0", "mean")
     before = run.effect(ablation)
-    model.blocks[1].attn.W_Q.data.mul_(0.0)
-    assert run.effect(ablation) is before  # stale, by design
-    run.forget()
-    assert abs(run.effect(ablation).mean - before.mean) > 1e-3
+    model.blocks[1].attn.W_Q.data[0].mul_(0.0)  # one head's query weights, through .data
+    after = run.effect(ablation)
+    assert after is not before and abs(after.mean - before.mean) > 1e-3
+    assert after.mean == pytest.approx(Run(model, tokens).effect(ablation).mean, abs=1e-6)
+    assert run.effect(ablation) is after  # nothing changed since: a hit
     doc = " ".join((Run.effect.__doc__ or "").split())
     assert ".data" in doc and "forget()" in doc
+
+
+def test_the_sampled_checksum_sees_a_strided_write_and_keeps_equal_keys_equal() -> None:
+    model = induction_circuit()
+    key = parameter_version(model)
+    assert parameter_version(model) == key  # deterministic: a memo hit stays a hit
+    largest = max(model.parameters(), key=lambda p: p.numel())
+    largest.data.view(-1)[0] += 1.0  # the first value is always sampled
+    assert parameter_version(model) != key
 
 
 def test_a_model_without_attention_is_a_clear_error(prompts) -> None:
@@ -274,15 +285,21 @@ def test_the_toolkits_own_deprecations_fail_the_suite() -> None:
 
 @pytest.fixture
 def effect_calls(monkeypatch):
-    """Every Run.effect call's intervention spec, through a wrapper on the method."""
+    """The spec of every intervention measured through Run.effect or Run.effects (wrappers on both methods)."""
     calls: list[dict] = []
-    original = Run.effect
+    one, many = Run.effect, Run.effects
 
     def counting(self, intervention):
         calls.append(intervention.spec())
-        return original(self, intervention)
+        return one(self, intervention)
+
+    def counting_all(self, interventions):
+        interventions = list(interventions)
+        calls.extend(i.spec() for i in interventions)
+        return many(self, interventions)
 
     monkeypatch.setattr(Run, "effect", counting)
+    monkeypatch.setattr(Run, "effects", counting_all)
     return calls
 
 
