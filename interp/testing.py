@@ -130,10 +130,9 @@ def assert_bidirectional_padding_inert(model: Any, **audit_kwargs: Any) -> Leaka
 
 import fnmatch as _fnmatch
 
-from interp.analyses.claims.registry import (  # the face's own names (interp.read_claims, interp.run_claims)
-    read_claims,
-    run_claims,
-)
+# the face's own names (interp.read_claims, interp.run_claims): `name as name`, an explicit re-export
+from interp.analyses.claims.registry import read_claims as read_claims
+from interp.analyses.claims.registry import run_claims as run_claims
 from interp.errors import EXIT_INPUT, exit_code_for
 from interp.specs import ClaimEntry, ClaimsFileError
 

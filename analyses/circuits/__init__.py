@@ -21,36 +21,50 @@
   CMD with CIs and a random baseline; `edge_auroc(scores, truth)` against known edges.
 Claims about one edge ("L0H0 -> L1H0 via k composes") live in `interp.analyses.claims.composition`.
 """
-# -- circuits-discover: path patching, attribution patching, discovery, circuit tests (one block, for merging)
 from interp.analyses.circuits.attribution import Attribution, attribution_patching
-from interp.analyses.circuits.composition import baseline, composition_scores
-from interp.analyses.circuits.discovery import ACDC_THRESHOLD, EAP_THRESHOLD, Circuit, discover
-from interp.analyses.circuits.dla import FROZEN_SCALE, LogitAttribution, direct_logit_attribution, logit_attributions
-from interp.analyses.circuits.evaluation import CircuitTest, Interval, test_circuit, test_node_circuit
-from interp.analyses.circuits.patching import PatchSweep, PathPatch, edge_effects, edge_frame, path_patch, path_patches
-
-__all__ = ["FROZEN_SCALE", "LogitAttribution", "baseline", "composition_scores", "direct_logit_attribution",
-           "logit_attributions"]
-__all__ += [  # circuits-discover
-    "ACDC_THRESHOLD", "Attribution", "Circuit", "CircuitTest", "EAP_THRESHOLD", "Interval", "PatchSweep", "PathPatch",
-    "attribution_patching", "discover", "edge_effects", "edge_frame", "path_patch", "path_patches", "test_circuit",
-    "test_node_circuit",
-]
-
-# -- circuits-claims: the summary the faces show, and its drawing
+from interp.analyses.circuits.composition import composition_scores
+from interp.analyses.circuits.curve import FaithfulnessCurve, edge_auroc, faithfulness_curve
+from interp.analyses.circuits.discovery import Circuit, discover
+from interp.analyses.circuits.dla import LogitAttribution, direct_logit_attribution, logit_attributions
 from interp.analyses.circuits.drawing import draw_circuit
+from interp.analyses.circuits.evaluation import CircuitTest, test_circuit, test_node_circuit
+from interp.analyses.circuits.patching import PathPatch, edge_effects, path_patch, path_patches
 from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
 
-__all__ += ["CircuitSummary", "circuit_summary", "draw_circuit"]  # circuits-claims
+# what a user calls: one entry point per question above, and the result types they return
+__all__ = [
+    "direct_logit_attribution",
+    "logit_attributions",
+    "LogitAttribution",
+    "composition_scores",
+    "path_patch",
+    "path_patches",
+    "PathPatch",
+    "edge_effects",
+    "attribution_patching",
+    "Attribution",
+    "discover",
+    "Circuit",
+    "test_circuit",
+    "test_node_circuit",
+    "CircuitTest",
+    "circuit_summary",
+    "CircuitSummary",
+    "draw_circuit",
+    "faithfulness_curve",
+    "FaithfulnessCurve",
+    "edge_auroc",
+]
 
-# -- circuits-curve: the benchmark's faithfulness curve (MIB's CPR / CMD) and edge AUROC
-from interp.analyses.circuits.curve import (  # noqa: E402
-           MIB_FRACTIONS,
-           FaithfulnessCurve,
-           cmd,
-           cpr,
-           edge_auroc,
-           faithfulness_curve,
-)
-
-__all__ += ["FaithfulnessCurve", "MIB_FRACTIONS", "cmd", "cpr", "edge_auroc", "faithfulness_curve"]  # circuits-curve
+# importable from here too, but no part of the surface (`name as name`: an explicit re-export): defaults,
+# building blocks and the engine behind path patching
+from interp.analyses.circuits.composition import baseline as baseline
+from interp.analyses.circuits.curve import MIB_FRACTIONS as MIB_FRACTIONS
+from interp.analyses.circuits.curve import cmd as cmd
+from interp.analyses.circuits.curve import cpr as cpr
+from interp.analyses.circuits.discovery import ACDC_THRESHOLD as ACDC_THRESHOLD
+from interp.analyses.circuits.discovery import EAP_THRESHOLD as EAP_THRESHOLD
+from interp.analyses.circuits.dla import FROZEN_SCALE as FROZEN_SCALE
+from interp.analyses.circuits.evaluation import Interval as Interval
+from interp.analyses.circuits.patching import PatchSweep as PatchSweep
+from interp.analyses.circuits.patching import edge_frame as edge_frame

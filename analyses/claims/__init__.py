@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# `name as name`: each import below is an explicit re-export (`__all__` is computed, so linters cannot read it)
+# `name as name`: each import below is an explicit re-export (most are not in `__all__`)
 from interp.analyses.claims.registry import (
     EDGE_CLAIM_KINDS as EDGE_CLAIM_KINDS,
 )
@@ -153,11 +153,14 @@ _LAZY = {  # name -> the module of this package that defines it
     **dict.fromkeys(["backup_claim", "dispensable_claim", "redundancy_claims", "redundant_claim"], "pair"),
 }
 
-__all__ = sorted([
-    *_LAZY,
-    "EDGE_CLAIM_KINDS", "MODEL_CLAIM_KINDS", "bridge_without_pattern_edits", "claim_evidence_for", "claim_kinds",
-    "claim_object", "edge_claim_kinds", "head_claim_kinds", "pair_claim_kinds", "read_claims", "run_claims",
-])
+# what a user calls: the claims (one per head type, pairs, edges), scanning, claims files; every other name above
+# (the evidence kinds, the registry's kind lists, the presets' tables) stays importable from here
+__all__ = [
+    "induction_head", "previous_token_head", "duplicate_token_head", "first_token_head", "local_window_head",
+    "next_token_head", "self_token_head", "positional_head", "make_claim", "head_type_claim",
+    "composition_claim", "redundant_claim", "backup_claim", "dispensable_claim", "redundancy_claims",
+    "propose", "scan", "read_claims", "run_claims", "claim_kinds",
+]
 
 
 def __getattr__(name: str) -> Any:

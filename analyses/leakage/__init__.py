@@ -56,153 +56,92 @@ renderings) <- `plan` (`plan_audit`, an `AuditPlan`) <- `stages` (`audit`, run i
 This package re-exports the public names users and the faces read; private helpers are imported
 from the module that defines them.
 """
-from interp.analyses.leakage.adapter import (
-    ModelAdapter,
-    declaration,
-    declared_bidirectional,
-    infer_n_ctx,
-    infer_vocab_size,
-    observed_masking,
-    user_forward,
-)
+from interp.analyses.leakage.adapter import declaration, declared_bidirectional
 from interp.analyses.leakage.ci import to_junit, to_sarif
-from interp.analyses.leakage.fast import CostEstimate, coverage_cuts, declared_boundaries
-from interp.analyses.leakage.floor import FLOAT64_DECIDES, Floors, comparison_floor, float64_copy, measure_floors
-from interp.analyses.leakage.methods import (
-    batch_mixing,
-    embedding_module,
-    gradient,
-    gradient_at_cuts,
-    localisation_threshold,
-    localise,
-    padding_check,
-    pattern_check,
-    perturbation,
-    site_modules,
-    truncation,
-)
 from interp.analyses.leakage.origin import Origin
-from interp.analyses.leakage.plan import AuditPlan, check_weights_finite, plan_audit
-from interp.analyses.leakage.report import STATUS_TONE, VERDICT_WORDS, LeakageReport, Tone, describe_row
-from interp.analyses.leakage.stages import (
-    BIDIRECTIONAL_HINT,
-    Decision,
-    Localisation,
-    MethodRuns,
-    audit,
-    decide,
-    leak_kinds,
-    locate_leaks,
-    locate_origins,
-    run_methods,
-)
-from interp.analyses.leakage.types import (
-    DEFAULT_MAX_LEN,
-    DEFAULT_TOL,
-    FUTURE_METHODS,
-    GRADIENT_TOL_FACTOR,
-    HALF_PRECISION_TOL,
-    LEAK_KINDS,
-    LOCALISE_FRACTION,
-    MAX_ROWS_PER_METHOD,
-    MAX_TOL,
-    MAX_TOL_HALF,
-    METHOD_KIND,
-    METHODS,
-    NOISE_FACTOR,
-    PATTERN_TOL,
-    SITE_COLUMNS,
-    SPREAD_FLOOR,
-    TABLE_COLUMNS,
-    TRUSTED,
-    VERDICTS,
-    Finding,
-    LeakKind,
-    Method,
-    Pair,
-    Verdict,
-    above_threshold,
-    check_tol,
-    empty_table,
-    findings_table,
-    method_tol,
-)
+from interp.analyses.leakage.report import VERDICT_WORDS, LeakageReport
+from interp.analyses.leakage.stages import audit
+from interp.analyses.leakage.types import METHODS, VERDICTS, Finding, LeakKind, Method
 
+# what a user calls and reads: the audit, its report and rows, their CI renderings, the methods and verdicts
 __all__ = [
-    "above_threshold",
     "audit",
-    "AuditPlan",
-    "batch_mixing",
-    "BIDIRECTIONAL_HINT",
-    "check_tol",
-    "check_weights_finite",
-    "comparison_floor",
-    "CostEstimate",
-    "coverage_cuts",
-    "decide",
-    "Decision",
-    "declaration",
-    "declared_bidirectional",
-    "declared_boundaries",
-    "DEFAULT_MAX_LEN",
-    "DEFAULT_TOL",
-    "describe_row",
-    "embedding_module",
-    "empty_table",
-    "Finding",
-    "findings_table",
-    "FLOAT64_DECIDES",
-    "float64_copy",
-    "Floors",
-    "FUTURE_METHODS",
-    "gradient",
-    "gradient_at_cuts",
-    "GRADIENT_TOL_FACTOR",
-    "HALF_PRECISION_TOL",
-    "infer_n_ctx",
-    "infer_vocab_size",
-    "LEAK_KINDS",
-    "leak_kinds",
     "LeakageReport",
-    "LeakKind",
-    "Localisation",
-    "localisation_threshold",
-    "localise",
-    "LOCALISE_FRACTION",
-    "locate_leaks",
-    "locate_origins",
-    "MAX_ROWS_PER_METHOD",
-    "MAX_TOL",
-    "MAX_TOL_HALF",
-    "measure_floors",
-    "Method",
-    "METHOD_KIND",
-    "method_tol",
-    "MethodRuns",
-    "METHODS",
-    "ModelAdapter",
-    "NOISE_FACTOR",
-    "observed_masking",
+    "Finding",
     "Origin",
-    "padding_check",
-    "Pair",
-    "pattern_check",
-    "PATTERN_TOL",
-    "perturbation",
-    "plan_audit",
-    "run_methods",
-    "SITE_COLUMNS",
-    "site_modules",
-    "SPREAD_FLOOR",
-    "STATUS_TONE",
-    "TABLE_COLUMNS",
     "to_junit",
     "to_sarif",
-    "Tone",
-    "truncation",
-    "TRUSTED",
-    "user_forward",
-    "Verdict",
+    "declaration",
+    "declared_bidirectional",
+    "LeakKind",
+    "Method",
+    "METHODS",
     "VERDICT_WORDS",
     "VERDICTS",
 ]
+
+# importable from here too, but no part of the surface (`name as name`: an explicit re-export): the stages, the
+# thresholds, the methods one by one, and the helpers the faces use
+from interp.analyses.leakage.adapter import ModelAdapter as ModelAdapter
+from interp.analyses.leakage.adapter import infer_n_ctx as infer_n_ctx
+from interp.analyses.leakage.adapter import infer_vocab_size as infer_vocab_size
+from interp.analyses.leakage.adapter import observed_masking as observed_masking
+from interp.analyses.leakage.adapter import user_forward as user_forward
+from interp.analyses.leakage.fast import CostEstimate as CostEstimate
+from interp.analyses.leakage.fast import coverage_cuts as coverage_cuts
+from interp.analyses.leakage.fast import declared_boundaries as declared_boundaries
+from interp.analyses.leakage.floor import FLOAT64_DECIDES as FLOAT64_DECIDES
+from interp.analyses.leakage.floor import Floors as Floors
+from interp.analyses.leakage.floor import comparison_floor as comparison_floor
+from interp.analyses.leakage.floor import float64_copy as float64_copy
+from interp.analyses.leakage.floor import measure_floors as measure_floors
+from interp.analyses.leakage.methods import batch_mixing as batch_mixing
+from interp.analyses.leakage.methods import embedding_module as embedding_module
+from interp.analyses.leakage.methods import gradient as gradient
+from interp.analyses.leakage.methods import gradient_at_cuts as gradient_at_cuts
+from interp.analyses.leakage.methods import localisation_threshold as localisation_threshold
+from interp.analyses.leakage.methods import localise as localise
+from interp.analyses.leakage.methods import padding_check as padding_check
+from interp.analyses.leakage.methods import pattern_check as pattern_check
+from interp.analyses.leakage.methods import perturbation as perturbation
+from interp.analyses.leakage.methods import site_modules as site_modules
+from interp.analyses.leakage.methods import truncation as truncation
+from interp.analyses.leakage.plan import AuditPlan as AuditPlan
+from interp.analyses.leakage.plan import check_weights_finite as check_weights_finite
+from interp.analyses.leakage.plan import plan_audit as plan_audit
+from interp.analyses.leakage.report import STATUS_TONE as STATUS_TONE
+from interp.analyses.leakage.report import Tone as Tone
+from interp.analyses.leakage.report import describe_row as describe_row
+from interp.analyses.leakage.stages import BIDIRECTIONAL_HINT as BIDIRECTIONAL_HINT
+from interp.analyses.leakage.stages import Decision as Decision
+from interp.analyses.leakage.stages import Localisation as Localisation
+from interp.analyses.leakage.stages import MethodRuns as MethodRuns
+from interp.analyses.leakage.stages import decide as decide
+from interp.analyses.leakage.stages import leak_kinds as leak_kinds
+from interp.analyses.leakage.stages import locate_leaks as locate_leaks
+from interp.analyses.leakage.stages import locate_origins as locate_origins
+from interp.analyses.leakage.stages import run_methods as run_methods
+from interp.analyses.leakage.types import DEFAULT_MAX_LEN as DEFAULT_MAX_LEN
+from interp.analyses.leakage.types import DEFAULT_TOL as DEFAULT_TOL
+from interp.analyses.leakage.types import FUTURE_METHODS as FUTURE_METHODS
+from interp.analyses.leakage.types import GRADIENT_TOL_FACTOR as GRADIENT_TOL_FACTOR
+from interp.analyses.leakage.types import HALF_PRECISION_TOL as HALF_PRECISION_TOL
+from interp.analyses.leakage.types import LEAK_KINDS as LEAK_KINDS
+from interp.analyses.leakage.types import LOCALISE_FRACTION as LOCALISE_FRACTION
+from interp.analyses.leakage.types import MAX_ROWS_PER_METHOD as MAX_ROWS_PER_METHOD
+from interp.analyses.leakage.types import MAX_TOL as MAX_TOL
+from interp.analyses.leakage.types import MAX_TOL_HALF as MAX_TOL_HALF
+from interp.analyses.leakage.types import METHOD_KIND as METHOD_KIND
+from interp.analyses.leakage.types import NOISE_FACTOR as NOISE_FACTOR
+from interp.analyses.leakage.types import PATTERN_TOL as PATTERN_TOL
+from interp.analyses.leakage.types import SITE_COLUMNS as SITE_COLUMNS
+from interp.analyses.leakage.types import SPREAD_FLOOR as SPREAD_FLOOR
+from interp.analyses.leakage.types import TABLE_COLUMNS as TABLE_COLUMNS
+from interp.analyses.leakage.types import TRUSTED as TRUSTED
+from interp.analyses.leakage.types import Pair as Pair
+from interp.analyses.leakage.types import Verdict as Verdict
+from interp.analyses.leakage.types import above_threshold as above_threshold
+from interp.analyses.leakage.types import check_tol as check_tol
+from interp.analyses.leakage.types import empty_table as empty_table
+from interp.analyses.leakage.types import findings_table as findings_table
+from interp.analyses.leakage.types import method_tol as method_tol

@@ -49,9 +49,24 @@ over features). The docs page "Why a head attends where it does" says more.
 """
 from interp.analyses.qk.attribution import QKAttribution, attribute
 from interp.analyses.qk.check import QKCheck, SourceRemoval, check, score_behaviour
-from interp.analyses.qk.common import FROZEN_NORM, UNIT, VIEWS, View
-from interp.analyses.qk.items import MAX_ROWS
+from interp.analyses.qk.common import VIEWS, View
 from interp.analyses.qk.sources import Source, sources
 
-__all__ = ["FROZEN_NORM", "MAX_ROWS", "QKAttribution", "QKCheck", "Source", "SourceRemoval", "UNIT", "VIEWS", "View",
-           "attribute", "check", "score_behaviour", "sources"]
+# what a user calls: the attribution, its check, the sources and the views
+__all__ = [
+    "attribute",
+    "QKAttribution",
+    "check",
+    "QKCheck",
+    "SourceRemoval",
+    "score_behaviour",
+    "sources",
+    "Source",
+    "View",
+    "VIEWS",
+]
+
+# importable from here too, but no part of the surface (`name as name`: an explicit re-export): constants
+from interp.analyses.qk.common import FROZEN_NORM as FROZEN_NORM
+from interp.analyses.qk.common import UNIT as UNIT
+from interp.analyses.qk.items import MAX_ROWS as MAX_ROWS

@@ -57,34 +57,31 @@ earliest layer's attention (`model.run_from`), with the loss read fused from the
 than one `run_with_hooks` forward per head, equal to 1e-5. Other models (post-norm, parallel blocks),
 or `fast=False`, run one hooked forward per ablation.
 """
-from interp.analyses.redundancy.common import DEFAULT_MARGIN, induction_loss, lm_loss
-from interp.analyses.redundancy.importance import OrderBy, gradient_importance, importance, pruning_curve, second_order
+from interp.analyses.redundancy.common import induction_loss, lm_loss
+from interp.analyses.redundancy.importance import gradient_importance, importance, pruning_curve, second_order
 from interp.analyses.redundancy.interaction import CompensationResult, compensation, joint_ablation
-from interp.analyses.redundancy.similarity import (
-    WRITE_FLOOR,
-    SuggestBy,
-    output_similarity,
-    pattern_similarity,
-    suggest_pairs,
-    to_matrix,
-)
+from interp.analyses.redundancy.similarity import output_similarity, pattern_similarity, suggest_pairs, to_matrix
 
+# what a user calls: the entry points above, their result and the two next-token behaviours
 __all__ = [
-    "DEFAULT_MARGIN",
-    "WRITE_FLOOR",
-    "CompensationResult",
-    "OrderBy",
-    "SuggestBy",
-    "compensation",
-    "gradient_importance",
-    "importance",
-    "induction_loss",
-    "joint_ablation",
-    "lm_loss",
-    "output_similarity",
     "pattern_similarity",
-    "pruning_curve",
-    "second_order",
+    "output_similarity",
     "suggest_pairs",
     "to_matrix",
+    "importance",
+    "gradient_importance",
+    "second_order",
+    "pruning_curve",
+    "joint_ablation",
+    "compensation",
+    "CompensationResult",
+    "lm_loss",
+    "induction_loss",
 ]
+
+# importable from here too, but no part of the surface (`name as name`: an explicit re-export): defaults and the
+# argument types
+from interp.analyses.redundancy.common import DEFAULT_MARGIN as DEFAULT_MARGIN
+from interp.analyses.redundancy.importance import OrderBy as OrderBy
+from interp.analyses.redundancy.similarity import WRITE_FLOOR as WRITE_FLOOR
+from interp.analyses.redundancy.similarity import SuggestBy as SuggestBy

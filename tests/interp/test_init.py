@@ -98,3 +98,111 @@ def test_no_generic_top_level_package_is_installed() -> None:
     assert Path(interp.models.__file__).parent.parent == package  # a checkout links models/ there; a wheel holds it
     assert Path(interp.analyses.__file__).parent.parent == package
     assert (package / "py.typed").is_file()
+
+
+# --------------------------------------------------------------------------- the visible, typed surface
+
+INIT = ROOT / "interp" / "__init__.py"
+HELPERS = {"importlib", "ModuleType", "TYPE_CHECKING", "Any", "annotations", "quiet_tqdm_import_warning", "_EXPORTS"}
+
+
+def _type_checking_imports(path: Path) -> dict[str, str]:
+    """name -> module of each `from module import name as name` inside the file's `if TYPE_CHECKING:` block."""
+    import ast
+
+    block = next(node for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    found: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{ast.unparse(node)}: `name as name` makes it a re-export"
+            found[alias.name] = node.module
+    return found
+
+
+def test_dir_shows_the_public_names_and_hides_the_helpers() -> None:
+    import interp
+
+    shown = dir(interp)
+    assert interp.__all__ == sorted(interp._EXPORTS) and len(interp.__all__) > 40
+    assert set(interp.__all__) <= set(shown)
+    assert {"Run", "load", "HeadAblation", "test_claims"} <= set(shown)
+    assert not HELPERS & set(shown), HELPERS & set(shown)
+    assert all(hasattr(interp, name) for name in shown)
+
+
+def test_dir_and_import_load_no_torch() -> None:
+    code = "import sys, interp; names = dir(interp); print('Run' in names, 'torch' in sys.modules)"
+    result = _run(["-c", code], ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]
+
+
+def test_type_checkers_see_each_public_name_from_the_module_it_is_loaded_from() -> None:
+    import interp
+
+    assert _type_checking_imports(INIT) == interp._EXPORTS
+
+
+def test_each_public_name_is_its_modules_object() -> None:
+    import importlib
+
+    import interp
+
+    for name, module in interp._EXPORTS.items():
+        assert getattr(interp, name) is getattr(importlib.import_module(module), name), name
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        interp.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["interp.cli", "interp.models", "interp.models.convert"])
+def test_every_name_in_a_packages_all_resolves(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(package)
+    assert [name for name in module.__all__ if not hasattr(module, name)] == []
+
+
+# public names mypy sees as Any in this check, with why
+ANY_IN_THIS_CHECK = {
+    "batched_head_ablations": "decorated with @torch.no_grad(), and torch is skipped here (the project's mypy run follows it)",
+}
+MYPY_CONFIG = """[mypy]
+python_version = 3.11
+mypy_path = {root}
+ignore_missing_imports = True
+implicit_reexport = False
+follow_imports = skip
+
+[mypy-interp,interp.*]
+follow_imports = silent
+"""
+
+
+@pytest.mark.heavy
+def test_mypy_sees_each_public_name_as_what_it_is(tmp_path: Path) -> None:
+    """mypy on a user's file: `interp.Run` is the class (assigning it to an int is an error), no public name is Any,
+    and a name left out of a subpackage's `__all__` is an explicit re-export. Third-party packages are skipped (Any):
+    the toolkit's own modules are what is checked, in seconds, where following torch costs minutes."""
+    from mypy import api
+
+    import interp
+
+    lines = ["import interp", "from interp.analyses.leakage import DEFAULT_TOL, audit", "from interp.run import Run",
+             "", "cls: type[Run] = interp.Run", "wrong: int = interp.Run", "tol: float = DEFAULT_TOL"]
+    lines += [f"reveal_type(interp.{name})" for name in interp.__all__]
+    user = tmp_path / "user.py"
+    user.write_text("\n".join(lines) + "\n")
+    (tmp_path / "mypy.ini").write_text(MYPY_CONFIG.format(root=ROOT))
+    out, err, status = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--cache-dir", str(tmp_path / "cache"),
+                                "--no-error-summary", str(user)])
+    assert err == "", err
+    rows = out.splitlines()
+    errors = [row for row in rows if ": error:" in row]
+    assert len(errors) == 1 and 'user.py:6: error: Incompatible types in assignment (expression has type "type[Run]"' \
+        in errors[0], out
+    revealed = [row.split('Revealed type is "', 1)[1] for row in rows if "Revealed type is" in row]
+    assert len(revealed) == len(interp.__all__), out
+    assert [name for name, kind in zip(interp.__all__, revealed) if kind.startswith("Any")] == list(ANY_IN_THIS_CHECK)
+    assert revealed[interp.__all__.index("Run")].endswith("-> interp.run.Run\"")
