@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from interp.models.config import GPTConfig
+from interp.models.files import write_atomic
 from interp.models.gpt import HookedGPT
 
 TOLERANCE = 1e-5  # max |logit - compiled output| the conversion must meet on the reference inputs
@@ -220,7 +221,7 @@ def convert_folder(folder: Path, out: Path, names: list[str] | None = None) -> l
         model.metadata["edges"] = true_edges(model)
         model.metadata["max_abs_difference"] = worst
         written.append(save_checkpoint(model, out / f"tracr-{document['name']}", model.metadata))
-        (out / f"tracr-{document['name']}.md").write_text(card(model))
+        write_atomic(out / f"tracr-{document['name']}.md", card(model))
         print(f"tracr-{document['name']}: max |difference| {worst:.1e}, {len(model.metadata['edges'])} true edges: "
               f"{model.metadata['edges']}")
     return written
