@@ -52,7 +52,7 @@ Layout (dependencies point down): `types` (methods, verdicts, the `Finding` row,
 methods, localisation) <- `floor` (the noise floors) <- `fast` (the incremental reference, coverage, the
 cost estimate), `origin` (the op and line, and the line that built what it consumed) <- `report` (`LeakageReport`: the verdict's wording, defined there once, and its
 renderings) <- `plan` (`plan_audit`, an `AuditPlan`) <- `stages` (`audit`, run in stages:
-`run_methods`, `locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide`) <- `ci`.
+`run_methods`, `locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide_leaks`) <- `ci`.
 This package re-exports the public names users and the faces read; private helpers are imported
 from the module that defines them.
 """
@@ -90,7 +90,7 @@ from interp.analyses.leakage.stages import (
     Localisation,
     MethodRuns,
     audit,
-    decide,
+    decide_leaks,
     leak_kinds,
     locate_leaks,
     locate_origins,
@@ -118,9 +118,9 @@ from interp.analyses.leakage.types import (
     VERDICTS,
     Finding,
     LeakKind,
+    LeakVerdict,
     Method,
     Pair,
-    Verdict,
     above_threshold,
     check_tol,
     empty_table,
@@ -139,7 +139,7 @@ __all__ = [
     "comparison_floor",
     "CostEstimate",
     "coverage_cuts",
-    "decide",
+    "decide_leaks",
     "Decision",
     "declaration",
     "declared_bidirectional",
@@ -165,6 +165,7 @@ __all__ = [
     "leak_kinds",
     "LeakageReport",
     "LeakKind",
+    "LeakVerdict",
     "Localisation",
     "localisation_threshold",
     "localise",
@@ -202,7 +203,6 @@ __all__ = [
     "truncation",
     "TRUSTED",
     "user_forward",
-    "Verdict",
     "VERDICT_WORDS",
     "VERDICTS",
 ]
