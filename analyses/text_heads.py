@@ -99,7 +99,7 @@ def _num(value: float) -> str:
     return f"{value:.3f}"
 
 
-def render(evidence: HeadEvidence, prompts: HeldOutPrompts) -> str:
+def render_heads_section(evidence: HeadEvidence, prompts: HeldOutPrompts) -> str:
     """The card's Heads section, from the evidence tables."""
     natural_n, repeated_n = len(prompts.natural), len(prompts.repeated)
     lines = ["## Heads", "",
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     evidence = head_evidence(model, prompts, seed=args.seed)
     metadata = read_checkpoint_config(args.checkpoint)["metadata"]
     metadata["heads"] = {
-        "markdown": render(evidence, prompts), "induction_heads": list(evidence.induction_heads), "n_prompts": args.n,
+        "markdown": render_heads_section(evidence, prompts), "induction_heads": list(evidence.induction_heads), "n_prompts": args.n,
         "scores": json.loads(evidence.scores.to_json(orient="records")),
         "verdicts": json.loads(evidence.verdicts.to_json(orient="records", default_handler=str)),
         "span_verdicts": ([] if evidence.span_verdicts is None else

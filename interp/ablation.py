@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from interp import distributed
-from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, check_values, final_output
+from interp.behaviour import BehaviourLike, as_behaviour, check_values, final_output
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput, BadType
@@ -42,13 +42,6 @@ from interp.interventions import (
 )
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
-
-
-def resolve_behaviour(behaviour: BehaviourLike, model: nn.Module) -> Behaviour:
-    """The behaviour an ablation measures; a next-token loss chosen by default or by name scores every
-    real position here (as `interp.analyses.redundancy.lm_loss`): pass `induction_loss` (or positions="auto")
-    for the repeats only."""
-    return as_behaviour(behaviour, model, positions="all")
 
 
 def resumable(model: nn.Module) -> bool:
@@ -108,7 +101,9 @@ class AblationEngine:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         self.model, self.prompts, self.method = model, prompts, method
-        self.behaviour = resolve_behaviour(behaviour, model)
+        # a next-token loss chosen by default or by name scores every real position here (as
+        # `interp.analyses.redundancy.lm_loss`): pass `induction_loss` (or positions="auto") for the repeats only
+        self.behaviour = as_behaviour(behaviour, model, positions="all")
         self.batch_size, self.seed = batch_size, seed
         self.device = _device(model)
         self.fast = fast and resumable(model)

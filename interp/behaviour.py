@@ -50,8 +50,7 @@ from torch import nn
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.hooks import attention_sites, check_hook_names, hooked
-from interp.models.gpt import HookedGPT, next_token_targets
-from interp.models.gpt import masked_next_token_loss as models_masked_next_token_loss
+from interp.models.gpt import HookedGPT, masked_next_token_loss, next_token_targets
 
 if TYPE_CHECKING:
     from interp.interventions import AblationKind
@@ -181,12 +180,6 @@ def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> tor
     return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def masked_next_token_loss(logits: torch.Tensor, prompts: PromptSet, mask: torch.Tensor) -> torch.Tensor:
-    """(batch,) mean cross-entropy over the (batch, pos - 1) `mask` of the prompts' next-token predictions:
-    `interp.models.gpt.masked_next_token_loss` on the prompts' tokens."""
-    return models_masked_next_token_loss(logits, prompts.tokens, mask)
-
-
 def check_next_token_targets(prompts: PromptSet) -> None:
     """A BadInput naming the prompts with fewer than 2 real tokens: their next-token loss has no target
     (it would be NaN, or a silent 0 under padding)."""
@@ -205,7 +198,7 @@ def next_token_loss(positions: Positions = "auto") -> Behaviour:
 
     def loss(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
         check_next_token_targets(prompts)
-        return masked_next_token_loss(logits, prompts, next_token_mask(prompts, positions))
+        return masked_next_token_loss(logits, prompts.tokens, next_token_mask(prompts, positions))
 
     def weights(prompts: PromptSet) -> torch.Tensor:
         check_next_token_targets(prompts)

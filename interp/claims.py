@@ -67,7 +67,7 @@ from interp.stats import (
     spearman,
     studentized_pvalue,
 )
-from interp.validate import check_claims, check_model, check_prompts, check_seed
+from interp.validate import check_claims, check_model, check_prompt_arg, check_seed
 
 EvidenceKind = Literal[
     "observational",
@@ -479,7 +479,7 @@ def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evide
 # --------------------------------------------------------------------------- running claims
 
 
-def check_heads(model: torch.nn.Module, claims: Iterable[Claim]) -> None:
+def check_claim_heads(model: torch.nn.Module, claims: Iterable[Claim]) -> None:
     """Raise a ValueError naming any claimed head the model does not have, or a claimed edge (`params["edge"]` of a
     composition claim) its graph does not have (e.g. a shared key / value input named by the wrong head of its
     group); on a model without a graph the edge claims abstain later, saying why."""
@@ -586,20 +586,20 @@ def evaluate_claims(
     """
     check_model(model, "test_claims")
     claims = check_claims(claims, Claim, "test_claims")  # a single Claim is one claim
-    check_prompts(prompts, "test_claims")
+    check_prompt_arg(prompts, "test_claims")
     seed = check_seed(seed, "test_claims")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha} must be in (0, 1).")
     kinds = _check_evidence_kinds(evidence)
-    check_heads(model, claims)
+    check_claim_heads(model, claims)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
     ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
                   behaviour=behaviour)
-    from interp.progress import track
+    from interp.progress import tracked
 
-    claims_iter = track(claims, len(claims), "testing claims", enabled=progress, unit="claims")
+    claims_iter = tracked(claims, len(claims), "testing claims", enabled=progress, unit="claims")
     gathered = [gather(claim, ctx, kinds) for claim in claims_iter]
     p_values = np.array([_claim_p(ev) for ev in gathered])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)

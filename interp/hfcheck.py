@@ -52,12 +52,12 @@ class Loaded:
 
 def check_folder(folder: Path) -> dict[str, tuple[str, Path]]:
     """Refuse bad config values and unreadable or out-of-folder weight files; tensor name -> (dtype, file)."""
-    from interp.models.convert import ConversionError, UnsupportedArchitecture, check_values, read_config
+    from interp.models.convert import ConversionError, UnsupportedArchitecture, check_config_values, read_config
     from interp.models.convert.files import file_dtypes
 
     try:
         try:
-            check_values(read_config(folder))
+            check_config_values(read_config(folder))
         except UnsupportedArchitecture:
             pass  # a config our converters do not read: transformers says what it makes of it
         return file_dtypes(folder)

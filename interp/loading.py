@@ -224,7 +224,7 @@ def _checkpoint(path: Path, device: str | torch.device) -> nn.Module:
     """load_checkpoint, its failures as `interp.errors.CheckpointError` (a ModelError naming the file)."""
     try:
         return load_checkpoint(path, device=device)
-    except io.CheckpointError as error:
+    except io.CheckpointFileError as error:
         raise CheckpointError(str(error)) from error
 
 

@@ -12,7 +12,7 @@ Every path written or deleted is resolved and checked to lie inside the folder, 
 symlink on the way (`confined`): a manifest entry such as `../x` (a received folder can carry
 one) is refused, never followed. A report written before manifests (`LEGACY_MARKER`, no
 manifest) cannot be told from the user's edits, so all its files are the user's. An
-unwritable folder is refused by `check`, before any computation.
+unwritable folder is refused by `check_out_dir`, before any computation.
 
 Vocabulary: *ours* = listed in the previous manifest with unchanged content; *foreign* =
 everything else under the folder.
@@ -38,9 +38,12 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from interp.errors import BadInput
+
+if TYPE_CHECKING:
+    from interp.models.files import Content  # text, bytes, or a function writing the file at the path it gets
 
 # `interp.models.files.write_atomic` is imported where it is used: importing `interp.models` imports torch, and
 # the CLI checks its outputs (`check_outputs`) before torch is loaded, so that a bad flag is refused at once
@@ -151,7 +154,7 @@ def foreign_files(folder: Path) -> list[str]:
     return [name for name in _files(folder) if name not in owned]
 
 
-def check(out_dir: str | os.PathLike, force: bool) -> Path:
+def check_out_dir(out_dir: str | os.PathLike, force: bool) -> Path:
     """Refuse an output folder we must not write, before any computation starts; returns the target.
 
     Without `force` the folder must be absent or empty; with `force` it may hold only files a
@@ -207,7 +210,7 @@ def write(out_dir: str | os.PathLike, render: Callable[[Path], object], *, force
     Returns what `render(folder)` returned. A failure while rendering leaves `out_dir` as it was;
     the previous run's files that this run did not write again are removed; nothing else is.
     """
-    out = check(out_dir, force)
+    out = check_out_dir(out_dir, force)
     with staging(out) as tmp:
         result = render(tmp)
         commit(tmp, out)
@@ -299,7 +302,6 @@ def written(out_dir: str | os.PathLike) -> Iterable[str]:
 
 # --------------------------------------------------------------------------- single output files
 
-Content = Union[str, bytes, Callable[[Path], object]]  # text, bytes, or a function writing the file at the path it gets
 Identity = tuple  # ("inode", st_dev, st_ino) of an existing file; ("path", resolved path) of one not written yet
 _STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd|proc/(\d+)/fd)/(\d+)")

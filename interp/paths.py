@@ -3,7 +3,7 @@
 Nodes are what writes to (or reads the whole of) the residual stream:
 
     embed      the embeddings (the residual stream entering block 0)
-    L{l}H{h}   attention head h of layer l (its `hook_result`: z @ W_O[h])
+    L{l}H{h}   attention head h of layer l (its `hook_result`: z @ W_O[h]); read by `interp.heads.parse_label`
     MLP{l}     layer l's MLP (`hook_mlp_out`)
     logits     the final residual stream, read by the final norm and the unembedding
 
@@ -35,14 +35,15 @@ from torch import nn
 
 from interp.data import PromptSet
 from interp.errors import BadInput
+from interp.heads import KVHead, head_label, parse_label
 from interp.hooks import hooked
 
 Via = Literal["q", "k", "v", "in", "direct"]
 VIAS: tuple[str, ...] = get_args(Via)
 HEAD_VIAS = ("q", "k", "v")
 
-_NODE = re.compile(r"^\s*(?:(embed)|L(\d+)H(\d+)|MLP(\d+)|(logits))\s*$", re.IGNORECASE)
-_EDGE = re.compile(r"^\s*(\S+)\s*->\s*(\S+)(?:\s+via\s+(\w+))?\s*$", re.IGNORECASE)
+_NODE = re.compile(r"^\s*(?:(embed)|MLP([0-9]+)|(logits))\s*$", re.IGNORECASE)  # heads: interp.heads.parse_label
+_EDGE = re.compile(r"^\s*(.+?)\s*->\s*(.+?)(?:\s+via\s+(\w+))?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, order=True)
@@ -56,7 +57,7 @@ class Node:
     @property
     def label(self) -> str:
         if self.kind == "head":
-            return f"L{self.layer}H{self.head}"
+            return head_label((self.layer, self.head))
         if self.kind == "mlp":
             return f"MLP{self.layer}"
         return self.kind
@@ -69,20 +70,27 @@ LOGITS_LAYER = 2**31 - 1  # the logits sort after every layer of any model
 
 
 def parse_node(node: "Node | str") -> Node:
-    """A Node from 'embed', 'L1H2', 'MLP0' or 'logits' (case ignored)."""
+    """A Node from 'embed', a head label 'L1H2' (`interp.heads.parse_label`: 'L1 H2' too), 'MLP0' or 'logits'
+    (case ignored). A key/value head label 'L1KV0' is refused: the graph names no key/value heads yet (the
+    key / value input of a group is named by its first query head, `kv_edge`)."""
     if isinstance(node, Node):
         return node
-    match = _NODE.match(node) if isinstance(node, str) else None
-    if match is None:
+    if not isinstance(node, str):
         raise BadInput(f"{node!r} is not a node; expected 'embed', a head 'L{{layer}}H{{head}}', 'MLP{{layer}}' or 'logits'.")
-    embed, layer, head, mlp, logits = match.groups()
-    if embed:
-        return Node(-1, "embed")
-    if logits:
-        return Node(LOGITS_LAYER, "logits")
-    if mlp is not None:
-        return Node(int(mlp), "mlp")
-    return Node(int(layer), "head", int(head))
+    match = _NODE.match(node)
+    if match is not None:
+        embed, mlp, _ = match.groups()
+        return Node(-1, "embed") if embed else Node(int(mlp), "mlp") if mlp is not None else Node(LOGITS_LAYER, "logits")
+    try:
+        head = parse_label(node)
+    except BadInput:
+        raise BadInput(f"{node!r} is not a node; expected 'embed', a head 'L{{layer}}H{{head}}', 'MLP{{layer}}' or "
+                       "'logits'.") from None
+    if isinstance(head, KVHead):
+        raise BadInput(f"{node!r} is key/value head {head.label}, which is not a node of the graph: its nodes are "
+                       "embed, query heads L{layer}H{head}, MLP{layer} and logits, and on grouped-query attention a key "
+                       f"or value input is named by its group's first query head (e.g. 'L0H0 -> L{head.layer}H0 via k').")
+    return Node(head.layer, "head", head.head)
 
 
 @dataclass(frozen=True, order=True)

@@ -94,7 +94,7 @@ class Bar:
         self.close()
 
 
-def track(items: Iterable[T], total: int, description: str, *, enabled: bool = True, unit: str = "") -> Iterable[T]:
+def tracked(items: Iterable[T], total: int, description: str, *, enabled: bool = True, unit: str = "") -> Iterable[T]:
     """Iterate over `items` with a bar (a rich replacement for `tqdm(items)`)."""
     with Bar(total, description, enabled=enabled, unit=unit) as bar:
         for item in items:

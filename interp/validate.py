@@ -6,7 +6,7 @@ point the user called ("focus", "test_claims"), so the message says where the va
 
 - `check_model(model, where)`: an `nn.Module` (not a prompt set passed first, not a spec string),
   with its weights off the meta device.
-- `check_prompts(prompts, where)`: an `interp.data.PromptSet` (a tensor, a list, None or a model
+- `check_prompt_arg(prompts, where)`: an `interp.data.PromptSet` (a tensor, a list, None or a model
   get the constructor to use), non-empty.
 - `check_inputs(where, model, prompts, layers=, seed=)`: the four above at once, for an analysis entry point.
 - `check_layers(layers, where)`: None or whole-number layer indices (sorted, unique).
@@ -69,7 +69,7 @@ def check_not_meta(model: Any, where: str = "") -> None:
                        "model.to_empty(device='cpu') then model.load_state_dict(weights).")
 
 
-def check_prompts(prompts: Any, where: str = "", *, n_ctx: int | None = None, d_vocab: int | None = None):
+def check_prompt_arg(prompts: Any, where: str = "", *, n_ctx: int | None = None, d_vocab: int | None = None):
     """`prompts` if it is a non-empty PromptSet (within `n_ctx` / `d_vocab` when given); else a BadType naming
     the constructor that builds one from what was passed."""
     import torch
@@ -100,7 +100,7 @@ def check_inputs(where: str, model: Any, prompts: Any, *, layers: Any = None, se
     """What an analysis entry point `where(model, prompts, layers=, seed=)` checks first: the model, the prompts,
     the layers and the seed (in that order: a swapped call is named as such); returns (layers, seed)."""
     check_model(model, where)
-    check_prompts(prompts, where)
+    check_prompt_arg(prompts, where)
     return check_layers(layers, where), check_seed(seed, where)
 
 

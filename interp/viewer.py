@@ -46,7 +46,7 @@ MAX_PROMPTS = 4  # prompts embedded in the page
 MAX_TOKENS = 48  # tokens kept per prompt (the first ones)
 LEVELS = 255  # uint8 quantisation: weight = byte / 255
 
-Head = tuple[int, int]  # (layer, head)
+HeadPair = tuple[int, int]  # (layer, head)
 
 
 @dataclass
@@ -57,7 +57,7 @@ class ViewerData:
     heads: list[str]  # head labels L{l}H{h}, in the order of the patterns' head axis
     patterns: list[np.ndarray] = field(repr=False)  # per prompt (head, query, key) uint8
     causal: bool = True
-    positions: list[Head] = field(default_factory=list)  # (layer, head) per label: the overview's rows and columns
+    positions: list[HeadPair] = field(default_factory=list)  # (layer, head) per label: the overview's rows and columns
     open_head: int = 0  # index into `heads` of the head shown in the grid first
 
     def payload(self) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def token_strings(model: nn.Module, ids: Sequence[int]) -> list[str]:
     return [str(int(i)) for i in ids]
 
 
-def capture_patterns(model: nn.Module, prompts: PromptSet, heads: Sequence[Head]) -> torch.Tensor:
+def capture_patterns(model: nn.Module, prompts: PromptSet, heads: Sequence[HeadPair]) -> torch.Tensor:
     """Attention patterns of `heads` on every prompt: (prompt, head, query, key), float32."""
     from interp.interventions import run_stopping_after
 
@@ -109,8 +109,8 @@ def capture_patterns(model: nn.Module, prompts: PromptSet, heads: Sequence[Head]
     return torch.stack([captured[l][:, h] for l, h in heads], dim=1).nan_to_num(0.0)
 
 
-def viewer_data(model: nn.Module, prompts: PromptSet, heads: Sequence[Head], *,
-                n_prompts: int = MAX_PROMPTS, max_tokens: int = MAX_TOKENS, open_head: Head | None = None) -> ViewerData:
+def viewer_data(model: nn.Module, prompts: PromptSet, heads: Sequence[HeadPair], *,
+                n_prompts: int = MAX_PROMPTS, max_tokens: int = MAX_TOKENS, open_head: HeadPair | None = None) -> ViewerData:
     """The first `n_prompts` prompts' patterns for `heads`, padding dropped, quantised to uint8."""
     if not heads:
         raise BadInput("the viewer needs at least one head; pass heads=[(layer, head), ...].")

@@ -72,11 +72,6 @@ LOCAL_WINDOW = 3  # width of the local_window role
 SCRATCH_FILLERS: tuple[tuple[int, HeadRole], ...] = ((1, "first_token"), (2, "self_token"), (3, "uniform"))
 
 
-def head_label(layer: int, head: int) -> str:
-    # interp.heads.head_label's format, written out: models/ imports nothing above it
-    return f"L{layer}H{head}"
-
-
 class _Builder:
     """Zeroed HookedGPT plus helpers that set one head's QK or OV circuit by role."""
 
@@ -167,7 +162,7 @@ class _Builder:
                 attn.W_K[head, self.dim("pos", 0), sink] = 1.0
                 attn.b_Q[head, sink] = self.gain
             # "uniform": all scores 0
-        self.truth[head_label(layer, head)] = role
+        self.truth[f"L{layer}H{head}"] = role  # interp.heads.head_label's format: models/ imports nothing above it
 
     def set_copy(self, layer: int, head: int, dest: str, gain: float = 1.0) -> None:
         """OV circuit: the attended token (one-hot in `tok`, BOS excluded) is written to `dest`."""
@@ -180,8 +175,8 @@ class _Builder:
 
     def finish(self, **metadata) -> HookedGPT:
         model = self.model.eval()
-        missing = [head_label(l, h) for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)
-                   if head_label(l, h) not in self.truth]
+        labels = [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
+        missing = [label for label in labels if label not in self.truth]
         if missing:
             raise RuntimeError(f"constructed model {self.cfg.model_name} leaves heads {missing} without a role.")
         model.truth = dict(self.truth)

@@ -46,8 +46,9 @@ TENSORS_KEY = "interp.tensors_sha256"  # safetensors metadata: SHA-256 of the te
 BOS_KEYS = ("bos", "bos_token", "bos_token_id")  # where a checkpoint's metadata records its BOS id
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or whose JSON config does not describe its weights."""
+class CheckpointFileError(ValueError):
+    """A checkpoint that cannot be read, or whose JSON config does not describe its weights. `interp.load` raises
+    it as `interp.errors.CheckpointError` (a ModelError, exit 2); models/ imports nothing above it."""
 
 
 def canonical_config(config: dict[str, Any]) -> str:
@@ -100,15 +101,15 @@ def read_checkpoint_config(path: str | os.PathLike) -> dict[str, Any]:
         document = json.loads(config_path.read_text())
     except (json.JSONDecodeError, RecursionError) as error:
         why = "nested too deeply to read" if isinstance(error, RecursionError) else str(error)
-        raise CheckpointError(f"{config_path} is not valid JSON: {why}") from None
+        raise CheckpointFileError(f"{config_path} is not valid JSON: {why}") from None
     except UnicodeDecodeError as error:
-        raise CheckpointError(f"{config_path} is not UTF-8 text ({error.reason}); is it the weights file?") from None
+        raise CheckpointFileError(f"{config_path} is not UTF-8 text ({error.reason}); is it the weights file?") from None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         found = "no 'config' entry" if not isinstance(document, dict) or "config" not in document else \
             f"'config': {document['config']!r}, not an object"
-        raise CheckpointError(f"{config_path} has {found}; expected {{\"config\": {{...}}, \"metadata\": {{...}}}}.")
+        raise CheckpointFileError(f"{config_path} has {found}; expected {{\"config\": {{...}}, \"metadata\": {{...}}}}.")
     if not isinstance(document.get("metadata", {}), dict):
-        raise CheckpointError(f"{config_path}: 'metadata' is {document['metadata']!r}; expected an object (or none).")
+        raise CheckpointFileError(f"{config_path}: 'metadata' is {document['metadata']!r}; expected an object (or none).")
     return document
 
 
@@ -121,12 +122,12 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     config_dict = dict(document["config"])
     arch = config_dict.get("architecture", "GPTConfig")
     if arch not in ARCHITECTURES:
-        raise CheckpointError(f"{config_path}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}.")
+        raise CheckpointFileError(f"{config_path}: unknown architecture {arch!r}; expected one of {sorted(ARCHITECTURES)}.")
     config_class, model_class = ARCHITECTURES[arch]
     try:
         config = config_class.from_dict(config_dict)
     except (TypeError, ValueError) as error:
-        raise CheckpointError(f"{config_path}: invalid config: {error}") from None
+        raise CheckpointFileError(f"{config_path}: invalid config: {error}") from None
     metadata = document.get("metadata", {})
     check_bos(metadata, config.d_vocab, config_path)
     model = model_class(config)
@@ -139,7 +140,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     try:
         model.check_weights()
     except ValueError as error:  # NaN or inf in the file
-        raise CheckpointError(f"{weights_path}: {error}") from None
+        raise CheckpointFileError(f"{weights_path}: {error}") from None
     model.metadata = metadata
     model.tokenizer, tokenizer_notes = checkpoint_tokenizer(metadata, config.d_vocab, config_path)
     carried = metadata.get("load_notes")  # a model loaded from a GGUF file keeps what its load said
@@ -156,7 +157,7 @@ def check_bos(metadata: dict[str, Any], d_vocab: int, config_path: Path) -> None
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < d_vocab:
-                raise CheckpointError(f"{config_path}: {where}.{key} = {value!r} is not a token of the model's "
+                raise CheckpointFileError(f"{config_path}: {where}.{key} = {value!r} is not a token of the model's "
                                       f"vocabulary (ids 0..{d_vocab - 1}, d_vocab {d_vocab}); fix or remove it.")
 
 
@@ -175,7 +176,7 @@ def checkpoint_tokenizer(metadata: dict[str, Any], d_vocab: int, config_path: Pa
                 return shipped_tokenizer(metadata, d_vocab), []
             except ValueError as error:
                 if "vocabulary" in str(error):
-                    raise CheckpointError(f"{config_path}: {error}") from None
+                    raise CheckpointFileError(f"{config_path}: {error}") from None
                 problem = f"does not rebuild ({error})"
             except Exception as error:  # the tokenizers library's own parse errors
                 problem = f"does not rebuild ({type(error).__name__}: {error})"
@@ -197,7 +198,7 @@ def _check_state(state: dict[str, torch.Tensor], expected: dict[str, torch.Tenso
     wrong_shape = [f"{k}: file {tuple(state[k].shape)} vs config {tuple(v.shape)}"
                    for k, v in expected.items() if k in state and state[k].shape != v.shape]
     if missing or unexpected or wrong_shape:
-        raise CheckpointError(
+        raise CheckpointFileError(
             f"checkpoint {weights_path.name} does not match its config {config_path.name}: "
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shapes {wrong_shape[:5]}. "
             "Re-save the model with interp.models.io.save_checkpoint, or fix the config."
@@ -205,16 +206,16 @@ def _check_state(state: dict[str, torch.Tensor], expected: dict[str, torch.Tenso
     integer = [f"{k} ({state[k].dtype})" for k, v in expected.items()
                if v.dtype.is_floating_point and not state[k].dtype.is_floating_point]
     if integer:
-        raise CheckpointError(f"{weights_path}: tensors {integer[:5]} are not floating point; weights cast from integers "
+        raise CheckpointFileError(f"{weights_path}: tensors {integer[:5]} are not floating point; weights cast from integers "
                               "would be another model. Re-save the model with interp.save.")
 
 
 def read_weights(weights_path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; a corrupt or truncated file is a CheckpointError naming it."""
+    """The tensors of a safetensors file; a corrupt or truncated file is a CheckpointFileError naming it."""
     try:
         return load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError) as error:
-        raise CheckpointError(
+        raise CheckpointFileError(
             f"{weights_path} is not a readable safetensors file ({error}); it may be truncated or corrupt: "
             "copy it again, or re-save the model with interp.save."
         ) from None
@@ -226,7 +227,7 @@ def read_header(weights_path: Path) -> dict[str, str]:
         with safe_open(str(weights_path), framework="pt") as handle:
             return dict(handle.metadata() or {})
     except (SafetensorError, OSError) as error:
-        raise CheckpointError(
+        raise CheckpointFileError(
             f"{weights_path} is not a readable safetensors file ({error}); it may be truncated or corrupt: "
             "copy it again, or re-save the model with interp.save."
         ) from None
@@ -237,7 +238,7 @@ def check_digest(header: dict[str, str], state: dict[str, torch.Tensor], weights
     without one, are not checked."""
     recorded = header.get(TENSORS_KEY)
     if recorded is not None and recorded != tensors_digest(state):
-        raise CheckpointError(f"{weights_path}: the tensors' SHA-256 differs from the one recorded when it was saved: "
+        raise CheckpointFileError(f"{weights_path}: the tensors' SHA-256 differs from the one recorded when it was saved: "
                               "the weights were altered or corrupted since (a bad copy or disk). Copy the checkpoint "
                               "again, or re-save the model with interp.save.")
 
@@ -249,7 +250,7 @@ def saved_config(weights_path: Path, header: dict[str, str] | None = None) -> di
         return None
     text = header[CONFIG_KEY]
     if header.get(FINGERPRINT_KEY) != hashlib.sha256(text.encode()).hexdigest():
-        raise CheckpointError(f"{weights_path}: the config recorded in its header does not match its fingerprint; "
+        raise CheckpointFileError(f"{weights_path}: the config recorded in its header does not match its fingerprint; "
                               "the file was altered after saving. Re-save the model with interp.save.")
     return json.loads(text)
 
@@ -273,7 +274,7 @@ def check_fingerprint(weights_path: Path, config_path: Path, config: dict[str, A
     changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
     if changed:
         shown = "; ".join(f"{k}: saved {saved.get(k)!r}, now {config.get(k)!r}" for k in changed[:6])
-        raise CheckpointError(
+        raise CheckpointFileError(
             f"{config_path} does not describe the weights in {weights_path.name}: {shown}. The weights were saved "
             "with the other config; an edited config loads a different model. Restore the JSON, or re-save the "
             "model with interp.save."

@@ -272,7 +272,7 @@ def track(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
         best = int(scores.argmax())
         row[key] = round(float(scores.max()), 4)
         row[f"{key}_head"] = "L%dH%d" % divmod(best, scores.shape[1])
-    row.update(copy_losses(model, probes))
+    row.update(copy_loss_summary(model, probes))
     return row
 
 
@@ -290,7 +290,7 @@ def copy_per_prompt(model: HookedGPT, probes: Probes, batch_size: int = 16) -> t
     return per_token[:, a : b - 1].mean(-1), per_token[:, b : b + probes.span - 1].mean(-1)
 
 
-def copy_losses(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
+def copy_loss_summary(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
     """Mean loss on the first and the second copy of the repeated held-out spans, and their ratio."""
     first, second = (float(copy.mean()) for copy in copy_per_prompt(model, probes, batch_size))
     return {"copy_first": first, "copy_second": second, "copy_ratio": second / first}
@@ -299,7 +299,7 @@ def copy_losses(model: HookedGPT, probes: Probes, batch_size: int = 16) -> dict:
 # ---------------------------------------------------------------- training
 
 
-def estimate(recipe: Recipe, data: TokenCorpus, minutes: float, *, timed_steps: int = 20) -> dict:
+def estimate_budget(recipe: Recipe, data: TokenCorpus, minutes: float, *, timed_steps: int = 20) -> dict:
     """Time a few steps on a throw-away model (the real run's weights and batches are untouched) and
     say what `minutes` of training buys: seconds per step, steps and tokens."""
     model = recipe.build(data.tokenizer.vocab_size).train()
@@ -319,7 +319,7 @@ def estimate(recipe: Recipe, data: TokenCorpus, minutes: float, *, timed_steps: 
             "tokens": steps * recipe.batch_size * recipe.n_ctx}
 
 
-def learning_rate(step: int, recipe: Recipe) -> float:
+def recipe_learning_rate(step: int, recipe: Recipe) -> float:
     """Linear warm-up, then constant, or a cosine down to lr / 10 at `decay_steps` (and held there)."""
     if step < recipe.warmup_steps or not recipe.decay_steps:
         return recipe.lr * min(1.0, (step + 1) / recipe.warmup_steps)
@@ -327,7 +327,7 @@ def learning_rate(step: int, recipe: Recipe) -> float:
     return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_every: int = 1000,
+def train_recipe(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_every: int = 1000,
           max_minutes: float = 90.0, steps: int | None = None, log=print) -> HookedGPT:
     """Train for `minutes` of training time (evaluation excluded) or exactly `steps` steps if given (what
     reproduces a run: its steps are recorded), a snapshot and a log row every `eval_every` steps and at
@@ -364,7 +364,7 @@ def train(recipe: Recipe, data: TokenCorpus, *, minutes: float, out: Path, eval_
                 return model.eval()
         began = time.perf_counter()
         for group in optimiser.param_groups:
-            group["lr"] = learning_rate(step, recipe)
+            group["lr"] = recipe_learning_rate(step, recipe)
         tokens = random_windows(data.train, recipe.batch_size, recipe.n_ctx, generator)
         if recipe.copy_fraction:
             tokens = plant_copies(tokens, recipe.copy_fraction, generator, recipe.copy_max)
@@ -404,7 +404,7 @@ def earlier_run_files(out: Path, force: bool) -> list[Path]:
 # ---------------------------------------------------------------- the shipped checkpoint and its card
 
 
-def ngram_bits(train: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> dict:
+def token_ngram_bits(train: torch.Tensor, windows: torch.Tensor, vocab_size: int) -> dict:
     """Add-one unigram and bigram bits per token, fitted on the training tokens, on the predicted
     positions of `windows` (every token after the first of each window)."""
     unigram = torch.bincount(train, minlength=vocab_size).double()
@@ -437,7 +437,7 @@ def held_out_figures(model: HookedGPT, data: TokenCorpus, *, n_windows: int = 10
     windows = eval_windows(data.held_out, n_ctx, n_windows)
     per_token = per_token_losses(model, windows, batch_size).double()  # (window, pos - 1)
     bits = float(per_token.mean()) / math.log(2)
-    baselines = ngram_bits(data.train, windows, data.tokenizer.vocab_size)
+    baselines = token_ngram_bits(data.train, windows, data.tokenizer.vocab_size)
     per_byte = data.held_out_tokens_per_byte
     separator = data.tokenizer.token_id(SEPARATOR_TOKEN)
     probes = Probes.build(data.held_out, n_ctx, separator, n=n_repeats, seed=11)
@@ -551,7 +551,7 @@ def reproduction_row(recipe: Recipe, data: TokenCorpus, *, threads: int, steps: 
     torch.set_num_threads(threads)
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            train(recipe, data, minutes=10, steps=steps, eval_every=steps, out=Path(scratch), log=lambda line: None)
+            train_recipe(recipe, data, minutes=10, steps=steps, eval_every=steps, out=Path(scratch), log=lambda line: None)
             return read_log(Path(scratch))[-1]
     finally:
         torch.set_num_threads(previous)
@@ -925,7 +925,7 @@ def main(argv: list[str] | None = None) -> int:
     data = token_corpus(recipe.vocab_size, corpus_name=recipe.corpus)
     tokenize_seconds = round(time.time() - began, 1)
     print(json.dumps(data.summary()), flush=True)
-    planned = estimate(recipe, data, args.minutes)
+    planned = estimate_budget(recipe, data, args.minutes)
     if args.steps is not None:
         planned["steps_asked"] = args.steps
         planned["minutes_for_steps"] = args.steps * planned["seconds_per_step"] / 60
@@ -941,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     "threads": args.threads, "torch": torch.__version__,
                                                     "machine": platform.machine(), "tokenize_seconds": tokenize_seconds,
                                                     "estimate": planned}, indent=1))
-    train(recipe, data, minutes=args.minutes, out=args.out, eval_every=args.eval_every, max_minutes=args.max_minutes,
+    train_recipe(recipe, data, minutes=args.minutes, out=args.out, eval_every=args.eval_every, max_minutes=args.max_minutes,
           steps=args.steps, log=lambda line: print(line, flush=True))
     return 0
 

@@ -196,7 +196,7 @@ def evaluation_grid(task: InductionTask) -> list[dict]:
     return rows
 
 
-def measure(model: HookedGPT, grid: list[dict], n: int = 64, seed: int = 1234) -> list[dict]:
+def measure_grid(model: HookedGPT, grid: list[dict], n: int = 64, seed: int = 1234) -> list[dict]:
     results = []
     for setting in grid:
         row = evaluate_induction(model, setting["prefix_len"], offset=setting["offset"], bos=setting["bos"],
@@ -352,7 +352,7 @@ Mean induction scores: {roles['mean_induction_score']}.
 """
 
 
-def write_card(path: Path, metadata: dict) -> None:
+def write_toy_card(path: Path, metadata: dict) -> None:
     """The checkpoint's card (markdown), written only from the metadata the run recorded."""
     text = "\n".join([_toy_made(metadata), _toy_induction(metadata), _toy_roles(metadata)])
     if metadata.get("control"):
@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     t0, cpu0 = time.perf_counter(), time.process_time()
     model, losses = train(model_cfg, train_cfg, task, progress=not args.no_progress)
     train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
-    results = measure(model, evaluation_grid(task))
+    results = measure_grid(model, evaluation_grid(task))
     roles = head_roles(results)
     ablation = ablation_check(model, roles["previous_token_heads"] + roles["induction_heads"])
 
@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = [{"kind": "trained", "prefix_len": n, "offset": 0, "bos": bos}]
         grid += [{"kind": "other length", "prefix_len": m, "offset": 0, "bos": bos} for m in (n // 2, n + 7, 2 * n)]
         grid += [{"kind": "unseen offset", "prefix_len": n, "offset": 5, "bos": bos}]
-        control_results = measure(control_model, grid)
+        control_results = measure_grid(control_model, grid)
         control = {"steps": args.control_steps, "seed": args.seed, "prefix_len": n,
                    "final_train_loss": round(sum(control_losses[-50:]) / len(control_losses[-50:]), 4),
                    "evaluation": control_results, "head_roles": head_roles(control_results)}
@@ -662,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata["total_cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     out = Path(args.out)
     save_checkpoint(model, out, metadata=metadata)
-    write_card(out.with_name(out.name + ".md"), metadata)
+    write_toy_card(out.with_name(out.name + ".md"), metadata)
     print(f"wrote {out}.safetensors/.json/.md in {metadata['total_seconds']:.0f} s; "
           f"previous-token heads {roles['previous_token_heads']}, induction heads {roles['induction_heads']}")
     return 0

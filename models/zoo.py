@@ -71,7 +71,7 @@ def _parameter(generator: torch.Generator, *shape: int, fan_in: int) -> nn.Param
     return nn.Parameter(torch.randn(*shape, generator=generator) / math.sqrt(fan_in))
 
 
-class Attention(nn.Module):
+class ZooAttention(nn.Module):
     """Multi-head attention with raw per-head weights; `kind` picks the (possibly broken) mask.
 
     No submodule runs after the mixing, so the first module output that carries a leak is this
@@ -283,7 +283,7 @@ def _build(seed: int, mixers: list[Callable], *, causal: bool = True, n_layers: 
 
 
 def _attention(kind: AttentionKind) -> Callable:
-    return lambda cfg, generator: Attention(cfg, kind, generator)
+    return lambda cfg, generator: ZooAttention(cfg, kind, generator)
 
 
 def hooked_gpt(seed: int, leaky_layer: int | None = None) -> HookedGPT:

@@ -112,8 +112,8 @@ def _input_names(model: HookedGPT, edges: list[Edge]) -> list[str]:
     return sorted({input_hook(model, edge)[0] for edge in edges})
 
 
-Method = Literal["eap", "eap-ig"]
-METHODS: tuple[str, ...] = get_args(Method)
+AttributionMethod = Literal["eap", "eap-ig"]
+METHODS: tuple[str, ...] = get_args(AttributionMethod)
 Per = Literal["layer", "node"]
 PERS: tuple[str, ...] = get_args(Per)
 IG_STEPS = 3  # gradient points per sender group for "eap-ig" (Simpson's rule on 0, 1/2, 1; the clean one shared)
@@ -229,7 +229,7 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
 
 def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
                          source: PromptSet | None = None, behaviour: Any = None, batch_size: int | None = None,
-                         seed: int | None = None, method: Method = "eap", steps: int = IG_STEPS,
+                         seed: int | None = None, method: AttributionMethod = "eap", steps: int = IG_STEPS,
                          per: Per = "layer") -> Attribution:
     """Every edge's and every sending node's attribution-patching score per prompt (see the module): the
     gradient estimate of patching from the corrupted run (`source=None`: resampled prompts, as EdgePatch)."""

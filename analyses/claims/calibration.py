@@ -352,7 +352,7 @@ SUITES: dict[str, Callable[[int], list[Case]]] = {
 # --------------------------------------------------------------------------- the causal verdict
 
 
-def causal_evidence(verdict: Verdict) -> tuple[Any, ...]:
+def judged_evidence(verdict: Verdict) -> tuple[Any, ...]:
     """The evidence the study judges: a role claim's causal kinds; a pair claim's evidence, all of it causal."""
     if verdict.claim.name == "backs_up":
         return verdict.evidence
@@ -361,7 +361,7 @@ def causal_evidence(verdict: Verdict) -> tuple[Any, ...]:
 
 def causal_verdicts(verdicts: Sequence[Verdict], alpha: float = ALPHA) -> list[tuple[str, tuple[str, ...]]]:
     """(verdict, reasons) of each claim from its causal evidence alone, BH-corrected over the claims given."""
-    evidence = [causal_evidence(v) for v in verdicts]
+    evidence = [judged_evidence(v) for v in verdicts]
     p_values = np.array([max((e.p_value for e in ev if math.isfinite(e.p_value)), default=math.nan) for ev in evidence])
     _, p_adjusted = benjamini_hochberg(p_values, alpha)
     out: list[tuple[str, tuple[str, ...]]] = []
@@ -394,7 +394,7 @@ def case_table(case: Case, suite: str, seed: int = 0) -> pd.DataFrame:
             "suite": suite, "model": case.model_name, "claim": labelled.claim.name,
             "heads": "+".join(head_label(h) for h in labelled.claim.heads), "truth": labelled.truth,
             "mass": labelled.mass, "importance": labelled.importance, "verdict": verdict,
-            "evidence": ",".join(e.kind for e in causal_evidence(v)),
+            "evidence": ",".join(e.kind for e in judged_evidence(v)),
             **{f"{k}_passed": _flag(v, k) for k in CAUSAL_FLAGS},
             "no_effect_reason": verdict != "supported" and bool(NO_EFFECT.search(" ".join(reasons))),
             "reasons": _short(reasons),

@@ -58,7 +58,7 @@ import torch
 from interp.analyses.claims.common import PositionalParams, claim_head_type, subject
 from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type, offset_type
 from interp.analyses.induction import repeat_queries
-from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour, masked_next_token_loss
+from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour
 from interp.capture import MomentAccumulator, stream
 from interp.claims import (
     Claim,
@@ -79,6 +79,7 @@ from interp.interventions import (
     PatternSource,
     PatternSubstitution,
 )
+from interp.models.gpt import masked_next_token_loss
 from interp.run import Run
 
 Part = Literal["behaviour", "first_copy"]
@@ -133,7 +134,7 @@ def behaviour_text(ctx: Context, behaviour: Behaviour) -> str:
 
 def _first_copy(logits: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
     """Next-token loss inside the first copy of repeated prompts (`behaviour_mask(part="first_copy")`)."""
-    return masked_next_token_loss(logits, prompts, behaviour_mask(prompts, "first_copy")[0])
+    return masked_next_token_loss(logits, prompts.tokens, behaviour_mask(prompts, "first_copy")[0])
 
 
 FIRST_COPY_LOSS = Behaviour("next_token_loss", "logits", _first_copy, description="next-token loss on the first copy",
@@ -349,7 +350,7 @@ def _with_role_share(ev: Evidence, claim: Claim, ctx: Context, targeted: torch.T
 
 
 @dataclass(frozen=True)
-class IdealPattern:
+class IdealPatternSource:
     """A head type's idealised pattern (uniform over its target keys), built per batch: a `PatternSource`
     for `interp.PatternSubstitution`."""
 
@@ -383,7 +384,7 @@ class HeadMeanPattern:
         return run.cached(("mean-pattern", self.layer), compute)[self.head]
 
 
-def ideal_for(claim: Claim, causal: bool = True) -> IdealPattern:
+def ideal_for(claim: Claim, causal: bool = True) -> IdealPatternSource:
     """The idealised pattern the claim describes: its head type's `ideal_pattern` (uniform over the target keys)."""
     head_type = claim_head_type(claim)
     if head_type is None or head_type.sufficiency is None or claim.params.get("ideal") is None:
@@ -391,7 +392,7 @@ def ideal_for(claim: Claim, causal: bool = True) -> IdealPattern:
     window = claim.params.get("window")
     if isinstance(head_type.target, WindowTarget) and window is not None and window != head_type.target.window:
         head_type = dataclasses.replace(head_type, target=WindowTarget(int(window)))
-    return IdealPattern(head_type, causal)
+    return IdealPatternSource(head_type, causal)
 
 
 def content_pattern(batch: PromptSet, kind: str) -> torch.Tensor:

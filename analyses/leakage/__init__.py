@@ -52,7 +52,7 @@ Layout (dependencies point down): `types` (methods, verdicts, the `Finding` row,
 methods, localisation) <- `floor` (the noise floors) <- `fast` (the incremental reference, coverage, the
 cost estimate), `origin` (the op and line, and the line that built what it consumed) <- `report` (`LeakageReport`: the verdict's wording, defined there once, and its
 renderings) <- `plan` (`plan_audit`, an `AuditPlan`) <- `stages` (`audit`, run in stages:
-`run_methods`, `locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide`) <- `ci`.
+`run_methods`, `locate_leaks` (hook sites) and `locate_origins` (lines of code), `decide_leaks`) <- `ci`.
 This package re-exports the public names users and the faces read; private helpers are imported
 from the module that defines them.
 """
@@ -116,7 +116,7 @@ from interp.analyses.leakage.stages import BIDIRECTIONAL_HINT as BIDIRECTIONAL_H
 from interp.analyses.leakage.stages import Decision as Decision
 from interp.analyses.leakage.stages import Localisation as Localisation
 from interp.analyses.leakage.stages import MethodRuns as MethodRuns
-from interp.analyses.leakage.stages import decide as decide
+from interp.analyses.leakage.stages import decide_leaks as decide_leaks
 from interp.analyses.leakage.stages import leak_kinds as leak_kinds
 from interp.analyses.leakage.stages import locate_leaks as locate_leaks
 from interp.analyses.leakage.stages import locate_origins as locate_origins
@@ -138,8 +138,8 @@ from interp.analyses.leakage.types import SITE_COLUMNS as SITE_COLUMNS
 from interp.analyses.leakage.types import SPREAD_FLOOR as SPREAD_FLOOR
 from interp.analyses.leakage.types import TABLE_COLUMNS as TABLE_COLUMNS
 from interp.analyses.leakage.types import TRUSTED as TRUSTED
+from interp.analyses.leakage.types import LeakVerdict as LeakVerdict
 from interp.analyses.leakage.types import Pair as Pair
-from interp.analyses.leakage.types import Verdict as Verdict
 from interp.analyses.leakage.types import above_threshold as above_threshold
 from interp.analyses.leakage.types import check_tol as check_tol
 from interp.analyses.leakage.types import empty_table as empty_table

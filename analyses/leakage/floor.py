@@ -148,7 +148,7 @@ class _Runs:
         self.adapter, self.reference = adapter, reference
         self.done: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
-    def __call__(self, run: "Run", *, alone: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, run: "AuditRun", *, alone: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         key = run.key if alone is None else f"{run.key}/alone{alone}"
         if key not in self.done:
             rows = slice(None) if alone is None else slice(alone, alone + 1)
@@ -165,7 +165,7 @@ class _Runs:
 
 
 @dataclass(frozen=True)
-class Run:
+class AuditRun:
     """One input of a comparison: its name (runs of the same name are run once), tokens (rows, pos), an attention
     mask or None, and the positions the comparison reads (None: all)."""
 
@@ -175,8 +175,8 @@ class Run:
     positions: torch.Tensor | None = None
 
 
-def measure_floors(adapter: ModelAdapter, reference: ModelAdapter | None, comparisons: dict[str, list[tuple[Run, Run]]],
-                   *, tol: float, tol64: float | None = None) -> Floors:
+def measure_floors(adapter: ModelAdapter, reference: ModelAdapter | None,
+                   comparisons: dict[str, list[tuple[AuditRun, AuditRun]]], *, tol: float, tol64: float | None = None) -> Floors:
     """Each method's floor from the pairs of runs it compares (`comparisons[method]`). With a float64
     `reference`, `comparison_floor` of the two runs; without one, the batch-composition floor of the pair's
     longer run: its rows run together against one at a time (the report says this guarantee is weaker).
@@ -193,7 +193,7 @@ def measure_floors(adapter: ModelAdapter, reference: ModelAdapter | None, compar
     return floors
 
 
-def _measure_method(floors: Floors, runs: "_Runs", method: str, pairs: list[tuple[Run, Run]]) -> None:
+def _measure_method(floors: Floors, runs: "_Runs", method: str, pairs: list[tuple[AuditRun, AuditRun]]) -> None:
     for a, b in pairs:
         out_a, ref_a = runs(a)
         out_b, ref_b = runs(b)
@@ -206,11 +206,11 @@ def _measure_method(floors: Floors, runs: "_Runs", method: str, pairs: list[tupl
         floors.add(method, label, floor)
 
 
-def _at(out: torch.Tensor, run: Run) -> torch.Tensor:
+def _at(out: torch.Tensor, run: AuditRun) -> torch.Tensor:
     return out if run.positions is None else out[:, run.positions]
 
 
-def _batch_composition(runs: _Runs, run: Run, scale: float) -> float:
+def _batch_composition(runs: _Runs, run: AuditRun, scale: float) -> float:
     """How much the run's outputs move when its rows run one at a time: rounding that depends on the batch."""
     together, _ = runs(run)
     alone = torch.cat([runs(run, alone=i)[0] for i in range(run.tokens.shape[0])])

@@ -20,7 +20,7 @@ from interp.analyses.leakage.types import (
     METHOD_KIND,
     PATTERN_TOL,
     SITE_COLUMNS,
-    Verdict,
+    LeakVerdict,
     above_threshold,
 )
 
@@ -49,7 +49,7 @@ class LeakageReport:
     """
 
     model_name: str
-    verdict: Verdict
+    verdict: LeakVerdict
     max_influence: float  # largest trusted influence (relative to the output scale; for a bidirectional model only
     # the batch and padding methods count, future dependence being by design); nan if none measured
     first_leaking_site: str | None

@@ -1,7 +1,7 @@
 """Stages 2 to 4 of the leakage audit, and `audit`, which runs them after `plan.plan_audit`.
 
 `run_methods` (every method of the plan, -> `MethodRuns`), `locate_leaks` (the hook site where
-each kind of leak enters) and `locate_origins` (its line of code), `decide` (the verdict); the
+each kind of leak enters) and `locate_origins` (its line of code), `decide_leaks` (the verdict); the
 methods themselves are described in `interp.analyses.leakage`'s docstring.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import interp.analyses.leakage.fast as leakage_fast
 from interp import launch
 from interp.analyses.leakage.adapter import ModelAdapter, observed_masking
 from interp.analyses.leakage.fast import SHORT_LEN, SIDE_LEN, perturbation_cuts, perturbation_draws
-from interp.analyses.leakage.floor import FLOAT64_DECIDES, Floors, Run, decides, float64_copy, measure_floors
+from interp.analyses.leakage.floor import FLOAT64_DECIDES, AuditRun, Floors, decides, float64_copy, measure_floors
 from interp.analyses.leakage.methods import (
     FORWARD_MODE_BYTES,
     _batch_pairs,
@@ -56,8 +56,8 @@ from interp.analyses.leakage.types import (
     SITE_COLUMNS,
     TRUSTED,
     Finding,
+    LeakVerdict,
     Pair,
-    Verdict,
     above_threshold,
     findings_table,
     method_tol,
@@ -104,27 +104,28 @@ def floor_lengths(max_len: int) -> list[int]:
     return sorted(n for n in lengths if 1 <= n < max_len)
 
 
-def comparisons(plan: AuditPlan, takes_mask: bool) -> dict[str, list[tuple[Run, Run]]]:
+def comparisons(plan: AuditPlan, takes_mask: bool) -> dict[str, list[tuple[AuditRun, AuditRun]]]:
     """The pairs of runs each method compares, on the audit's own prompts (`floor.measure_floors`); padding only
     for a model that takes an attention_mask (`takes_mask`)."""
     n, full = plan.n_prompts, plan.prompts(max(plan.n_prompts, 2), plan.max_len)
-    pairs: dict[str, list[tuple[Run, Run]]] = {}
+    pairs: dict[str, list[tuple[AuditRun, AuditRun]]] = {}
     future = not plan.bidirectional
     if "truncation" in plan.methods and future:
-        whole = Run("full", full[:n])
-        pairs["truncation"] = [(Run(f"prefix{L}", full[:n, :L]), whole) for L in floor_lengths(plan.max_len)]
+        whole = AuditRun("full", full[:n])
+        pairs["truncation"] = [(AuditRun(f"prefix{L}", full[:n, :L]), whole) for L in floor_lengths(plan.max_len)]
     if "perturbation" in plan.methods:
         lengths = plan.lengths if future else plan.lengths[:1]
-        pairs["perturbation"] = [(Run(f"base{L}", plan.prompts(n, L)), Run(f"base{L}", plan.prompts(n, L))) for L in lengths]
+        pairs["perturbation"] = [(AuditRun(f"base{L}", plan.prompts(n, L)), AuditRun(f"base{L}", plan.prompts(n, L)))
+                                 for L in lengths]
     if "batch" in plan.methods:
         together = plan.prompts(max(n, 2), plan.side_len)
-        pairs["batch"] = [(Run("alone", together[:1]), Run("together", together))]
+        pairs["batch"] = [(AuditRun("alone", together[:1]), AuditRun("together", together))]
     if "padding" in plan.methods and takes_mask:
         inputs = padding_inputs(plan.prompts(n, _odd_length(plan.side_len)), plan.vocab, pad_id=plan.pad_id, seed=plan.seed)
-        pairs["padding"] = [(Run("unpadded", inputs.unpadded), Run("right", inputs.sides["right"][0], inputs.sides["right"][2],
-                                                                   inputs.sides["right"][2][0].bool()))]
+        right, _, right_mask = inputs.sides["right"]
+        pairs["padding"] = [(AuditRun("unpadded", inputs.unpadded), AuditRun("right", right, right_mask, right_mask[0].bool()))]
         for name, (tokens, _, mask) in inputs.sides.items():
-            run = Run(name, tokens, mask, mask[0].bool())
+            run = AuditRun(name, tokens, mask, mask[0].bool())
             pairs["padding"].append((run, run))
     return pairs
 
@@ -484,19 +485,19 @@ def _padding_op_pairs(model: Any, runs: MethodRuns, table: pd.DataFrame, plan: A
 class Decision:
     """The verdict, the headline influence, and where each kind of leak enters."""
 
-    verdict: Verdict
+    verdict: LeakVerdict
     max_influence: float
     first_leaking_site: str | None
     first_leaking_sites: dict[str, str | None]
 
 
-def decide(table: pd.DataFrame, plan: AuditPlan, *, leaks: Sequence[str], located: Localisation,
+def decide_leaks(table: pd.DataFrame, plan: AuditPlan, *, leaks: Sequence[str], located: Localisation,
            localised: bool) -> Decision:
     """Verdict from the trusted rows: bidirectional (declared), leak (any kind found), else exact zero
     or rounding. Without localisation (`localised` False) every leak is placed at the output."""
     everything = _trusted(table, plan)  # an encoder's headline is what was audited, not its by-design future
     max_influence = float(everything["influence"].max()) if not everything.empty else math.nan
-    verdict: Verdict
+    verdict: LeakVerdict
     if plan.bidirectional:
         verdict = "bidirectional"
     elif leaks:
@@ -511,7 +512,7 @@ def decide(table: pd.DataFrame, plan: AuditPlan, *, leaks: Sequence[str], locate
 
 
 # ---------------------------------------------------------------------------------------------
-# The entry point: plan, run, localise, decide
+# The entry point: plan, run, localise, decide_leaks
 # ---------------------------------------------------------------------------------------------
 
 def audit(
@@ -581,7 +582,7 @@ def audit(
         located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
         origins = locate_origins(adapter, runs, table, leaks=leaks, plan=plan) if plan.localise else {}
         tick(1, "localisation")
-    decision = decide(table, plan, leaks=leaks, located=located, localised=bool(sites))
+    decision = decide_leaks(table, plan, leaks=leaks, located=located, localised=bool(sites))
     return LeakageReport(
         model_name=adapter.name, verdict=decision.verdict, max_influence=decision.max_influence,
         first_leaking_site=decision.first_leaking_site, leaks=leaks, table=table, sites=located.sites,

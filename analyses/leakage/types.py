@@ -14,12 +14,12 @@ import pandas as pd
 import torch
 
 from interp.errors import BadInput
+from interp.models.zoo import LeakKind  # defined where the zoo plants them (models/ imports nothing above it)
 
 Method = Literal["truncation", "perturbation", "gradient", "pattern", "batch", "padding"]
 METHODS: tuple[str, ...] = get_args(Method)
-Verdict = Literal["exact_zero", "numerical_noise", "leak", "bidirectional"]  # wording: report.VERDICT_WORDS
-VERDICTS: tuple[str, ...] = get_args(Verdict)
-LeakKind = Literal["future", "batch", "padding"]
+LeakVerdict = Literal["exact_zero", "numerical_noise", "leak", "bidirectional"]  # wording: report.VERDICT_WORDS
+VERDICTS: tuple[str, ...] = get_args(LeakVerdict)
 LEAK_KINDS: tuple[str, ...] = get_args(LeakKind)
 METHOD_KIND: dict[str, str] = {
     "truncation": "future", "perturbation": "future", "gradient": "future", "pattern": "future",

@@ -25,7 +25,7 @@ from interp.analyses.qk.items import (
     count_items,
     queries_of,
 )
-from interp.analyses.qk.sources import capture, check_model, project_sources, sources
+from interp.analyses.qk.sources import capture, check_qk_head, project_sources, sources
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.heads import Head, HeadLike
@@ -246,7 +246,7 @@ def attribute(model_or_run: nn.Module | Run, prompts: PromptSet | HeadLike | Non
     The prompts are streamed `batch_size` at a time (default the Run's, else 8): one forward each, stopped
     after the head's layer."""
     model, prompts, head, batch_size, seed = _inputs(model_or_run, prompts, head, batch_size)
-    parsed = check_model(model, head)
+    parsed = check_qk_head(model, head)
     attn = model.blocks[parsed.layer].attn
     request = check_request(query, key, against, prompts.n_pos)
     allowed = allowed_keys(attn, prompts)

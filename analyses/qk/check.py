@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from interp.analyses.qk.common import UNIT, View
-from interp.analyses.qk.sources import Side, Source, check_model, side_weights, sources
+from interp.analyses.qk.sources import Side, Source, check_qk_head, side_weights, sources
 from interp.behaviour import Behaviour, UndefinedOnPrompts
 from interp.data import PromptSet
 from interp.errors import BadInput
@@ -98,7 +98,7 @@ class SourceRemoval:
 
     def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
         model = run.model
-        head = check_model(model, (self.layer, self.head))
+        head = check_qk_head(model, (self.layer, self.head))
         chosen: dict[Side, list[Source]] = {"q": _named(model, head, "q", self.query_sources),
                                             "k": _named(model, head, "k", self.key_sources)}
         writes = _Writes(model)

@@ -63,7 +63,7 @@ class Source:
         return self.kind in ("embed", "head", "mlp", "b_O")
 
 
-def check_model(model: nn.Module, head: Any) -> Head:
+def check_qk_head(model: nn.Module, head: Any) -> Head:
     """The head, checked: a pre-norm HookedGPT with our attention and none of the score variants this
     decomposition does not cover, and a head that exists."""
     check_graph_model(model, "QK attribution")

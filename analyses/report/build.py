@@ -43,6 +43,7 @@ from interp.analyses.report.pipeline import LEAKAGE_LEN, MAX_CARDS, ReportData, 
 from interp.data import PromptSet
 from interp.launch import Device, DType
 from interp.models.files import write_atomic
+from interp.outdir import check_out_dir  # re-exported: `report.check_out_dir`
 
 MARKER = ".interp-report"  # a file in every report directory: `interp demo` may replace such a directory
 FLOAT_FORMAT = "%.6g"  # CSV float format: stable across runs, enough digits for every CI
@@ -56,11 +57,6 @@ OutputDirError = outdir.OutputDirError  # not a folder, not writable, or holding
 def is_report_dir(path: str | os.PathLike) -> bool:
     """True when `path` does not exist, is empty, or holds only files a previous report wrote."""
     return outdir.is_replaceable(path)
-
-
-def check_out_dir(out_dir: str | os.PathLike, force: bool) -> Path:
-    """Refuse an output directory we must not write (before any computation starts): see `interp.outdir`."""
-    return outdir.check(out_dir, force)
 
 
 def _commit(tmp: Path, out: Path) -> None:

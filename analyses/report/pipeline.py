@@ -31,7 +31,7 @@ from interp.data import PromptSet
 from interp.heads import head_label
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
-from interp.validate import check_layers, check_model, check_prompts, check_seed, check_whole
+from interp.validate import check_layers, check_model, check_prompt_arg, check_seed, check_whole
 from interp.viewer import viewer_data
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def compute(
     check_model(model, "report")
     seed, layers = check_seed(seed, "report"), check_layers(layers, "report")
     if prompts is not None:
-        check_prompts(prompts, "report")
+        check_prompt_arg(prompts, "report")
     leakage_len = report_max_len(model, leakage_len)
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     chosen = select_heads(model, layers, heads)

@@ -151,7 +151,7 @@ def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
     return grid
 
 
-def save(fig, path: Path) -> str:
+def save_png(fig, path: Path) -> str:
     """Write a figure as PNG (no timestamp metadata, so reruns give the same bytes); returns its relative path."""
     write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
     return f"plots/{path.name}"
@@ -170,7 +170,7 @@ def head_figures(data, plots: Path) -> dict[str, str]:
             profile = offsets[(offsets["layer"] == layer) & (offsets["head"] == head)]
             plot_offsets(profile, label, ax=fig.add_subplot(1, 2, 2))
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.9, wspace=0.55)  # fixed: tight_layout costs ~0.7 s a card
-        images[label] = save(fig, plots / f"{label}.png")
+        images[label] = save_png(fig, plots / f"{label}.png")
     return images
 
 
@@ -179,10 +179,10 @@ def summary_figures(data, plots: Path) -> dict[str, str]:
     images = {}
     if data.similarity is not None:
         ordered = order_by_clustering(data.similarity)
-        images["similarity"] = save(plot_matrix(ordered, "pattern similarity (1 - JS divergence), clustered", vmin=0, vmax=1),
+        images["similarity"] = save_png(plot_matrix(ordered, "pattern similarity (1 - JS divergence), clustered", vmin=0, vmax=1),
                                     plots / "similarity.png")
     if data.importance is not None:
-        images["importance"] = save(plot_matrix(importance_grid(data.importance), "importance: loss increase under mean ablation",
+        images["importance"] = save_png(plot_matrix(importance_grid(data.importance), "importance: loss increase under mean ablation",
                                                 cmap="viridis"), plots / "importance.png")
     return images
 
@@ -196,4 +196,4 @@ def circuit_figures(section: Any, plots: Path) -> dict[str, str]:
     found = section.summary
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{found.circuit.method} circuit" + (f", faithfulness {faith:.2f} (held-out)" if math.isfinite(faith) else "")
-    return {"circuit": save(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}
+    return {"circuit": save_png(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}

@@ -180,7 +180,7 @@ import torch
 from interp.models.components import Attention, model_rotary_frequencies
 from interp.models.config import GPTConfig
 from interp.models.convert import bert, gpt2, llama, neox
-from interp.models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField, check_values
+from interp.models.convert.common import ConversionError, UnsupportedArchitecture, UnsupportedField, check_config_values
 from interp.models.convert.files import WEIGHT_FILES, WeightFileError, read_folder_weights
 from interp.models.encoder import HookedEncoder
 from interp.models.gpt import HookedGPT
@@ -204,7 +204,7 @@ _BASE_CLASS = {"gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM", "lla
                "roberta": "RobertaModel"}
 
 __all__ = ["ARCHITECTURES", "WEIGHT_FILES", "ConversionError", "UnsupportedArchitecture", "UnsupportedField", "WeightFileError",
-           "architecture_of", "check_values", "convert", "convert_folder", "convert_model", "read_config", "read_folder_weights",
+           "architecture_of", "check_config_values", "convert", "convert_folder", "convert_model", "read_config", "read_folder_weights",
            "supported_architectures"]
 
 
@@ -230,7 +230,7 @@ def convert(hf_config: Any, tensors: dict[str, torch.Tensor], architecture: str 
     """A HookedGPT / HookedEncoder from a Hugging Face config object and its state dict (eval mode)."""
     name = architecture_of(hf_config, architecture)
     family = ARCHITECTURES[name][1]
-    check_values(hf_config)
+    check_config_values(hf_config)
     cfg = family.config(hf_config, name)
     state = family.state_dict(hf_config, cfg, tensors)
     return _build(cfg, state)
@@ -293,5 +293,5 @@ def convert_folder(folder: str | os.PathLike) -> HookedGPT:
     """Convert a local Hugging Face folder (config.json + weights); the tokenizer is not needed."""
     hf_config = read_config(folder)
     name = architecture_of(hf_config)  # refuse before reading gigabytes of weights
-    check_values(hf_config)
+    check_config_values(hf_config)
     return convert(hf_config, read_folder_weights(folder), name)

@@ -84,7 +84,7 @@ _MAY_BE_NONE = {"n_inner", "num_key_value_heads", "head_dim"}
 _EPSILON = re.compile(r"(^|_)(eps|epsilon)$")  # layer_norm_eps, rms_norm_eps, layer_norm_epsilon
 
 
-def check_values(hf_config: Any) -> None:
+def check_config_values(hf_config: Any) -> None:
     """Raise naming the first size that is not a positive integer or epsilon that is not a positive finite number.
 
     Checked on every route (a negative epsilon makes every output NaN; n_head=0 divides by zero):

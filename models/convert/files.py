@@ -46,7 +46,7 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
     kind = weight_kind(folder)
     if kind == INDEX:
         return sorted(set(read_index(folder).values()))
-    return [confined(folder, kind)]
+    return [resolve_inside(folder, kind)]
 
 
 def _allowed_roots(folder: Path) -> list[Path]:
@@ -57,7 +57,7 @@ def _allowed_roots(folder: Path) -> list[Path]:
     return roots
 
 
-def confined(folder: Path, name: str, index: Path | None = None) -> Path:
+def resolve_inside(folder: Path, name: str, index: Path | None = None) -> Path:
     """`folder / name` resolved (symlinks included), refused unless it lies inside the folder.
 
     `index`: the index file that named it, if any (the message names it)."""
@@ -76,7 +76,7 @@ def confined(folder: Path, name: str, index: Path | None = None) -> Path:
 def read_index(folder: Path) -> dict[str, Path]:
     """tensor name -> shard path of a sharded folder's index, checked: an object, confined, every shard present."""
     index = folder / INDEX
-    path = confined(folder, INDEX)
+    path = resolve_inside(folder, INDEX)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -92,7 +92,7 @@ def read_index(folder: Path) -> dict[str, Path]:
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
             raise WeightFileError(f"{index}: weight_map[{tensor!r}] is {shard!r}; expected the shard's file name; {_RESAVE}.")
-        shards[tensor] = confined(folder, shard, index)
+        shards[tensor] = resolve_inside(folder, shard, index)
     missing = sorted({weight_map[t] for t, p in shards.items() if not p.is_file()})
     if missing:
         raise WeightFileError(f"{INDEX} lists shards {missing} that are not in {folder}; {_RESAVE}.")
@@ -163,7 +163,7 @@ def read_folder_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
     kind = weight_kind(folder)
     if kind == INDEX:
         return _read_shards(folder)
-    path = confined(folder, kind)
+    path = resolve_inside(folder, kind)
     return read_bin(path) if kind == BIN else read_safetensors(path)
 
 

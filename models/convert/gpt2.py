@@ -69,13 +69,13 @@ def state_dict(hf: Any, cfg: GPTConfig, tensors: dict[str, torch.Tensor]) -> dic
         out.update(_layer(w, cfg, layer))
     out["ln_final.w"] = w.take("ln_f.weight", (cfg.d_model,), why)
     out["ln_final.b"] = w.take("ln_f.bias", (cfg.d_model,), why)
-    out["unembed.W_U"] = unembedding(w, "lm_head.weight", W_E, hf.tie_word_embeddings, cfg, why)
+    out["unembed.W_U"] = lm_head_weight(w, "lm_head.weight", W_E, hf.tie_word_embeddings, cfg, why)
     out["unembed.b_U"] = torch.zeros(cfg.d_vocab)
     w.check_all_used()
     return out
 
 
-def unembedding(w: Weights, name: str, W_E: torch.Tensor, tied: bool, cfg: GPTConfig, why: str) -> torch.Tensor:
+def lm_head_weight(w: Weights, name: str, W_E: torch.Tensor, tied: bool, cfg: GPTConfig, why: str) -> torch.Tensor:
     """W_U (d_model, d_vocab): the LM head's weight, or the token embedding when tied and the head is not stored."""
     if w.has(name):
         return w.take(name, (cfg.d_vocab, cfg.d_model), why).T.contiguous()

@@ -23,7 +23,7 @@ from interp.models.convert.common import (
     per_head_out,
     rope,
 )
-from interp.models.convert.gpt2 import unembedding
+from interp.models.convert.gpt2 import lm_head_weight
 
 FIELDS = {
     "vocab_size": "d_vocab",
@@ -157,7 +157,7 @@ def state_dict(hf: Any, cfg: GPTConfig, tensors: dict[str, torch.Tensor]) -> dic
     for layer in range(cfg.n_layers):
         out.update(_layer(w, hf, cfg, layer))
     out["ln_final.w"] = _norm_gain(w, hf, "norm.weight", cfg.d_model, why)
-    out["unembed.W_U"] = unembedding(w, "lm_head.weight", W_E, hf.tie_word_embeddings, cfg, why)
+    out["unembed.W_U"] = lm_head_weight(w, "lm_head.weight", W_E, hf.tie_word_embeddings, cfg, why)
     out["unembed.b_U"] = torch.zeros(cfg.d_vocab)
     w.check_all_used()
     return out

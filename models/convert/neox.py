@@ -8,7 +8,7 @@ import torch
 
 from interp.models.config import GPTConfig
 from interp.models.convert.common import DECODER, ConversionError, Weights, activation, check_fields, rope
-from interp.models.convert.gpt2 import unembedding
+from interp.models.convert.gpt2 import lm_head_weight
 
 FIELDS = {
     "vocab_size": "d_vocab",
@@ -77,7 +77,7 @@ def state_dict(hf: Any, cfg: GPTConfig, tensors: dict[str, torch.Tensor]) -> dic
     out["ln_final.w"] = w.take("final_layer_norm.weight", (cfg.d_model,), why)
     out["ln_final.b"] = w.take("final_layer_norm.bias", (cfg.d_model,), why)
     head = "embed_out.weight" if w.has("embed_out.weight") else "lm_head.weight"  # older and newer transformers
-    out["unembed.W_U"] = unembedding(w, head, W_E, hf.tie_word_embeddings, cfg, why)
+    out["unembed.W_U"] = lm_head_weight(w, head, W_E, hf.tie_word_embeddings, cfg, why)
     out["unembed.b_U"] = torch.zeros(cfg.d_vocab)
     w.check_all_used()
     return out

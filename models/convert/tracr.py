@@ -9,7 +9,7 @@ Tracr layer (attention then MLP) is a block; heads are unfused from the fused pr
 program, the score of `document["output_values"][j]` for a categorical one, whose argmax Tracr decodes).
 Equal to the compiled model's own forward to 1e-5 (`tests/models/convert/test_tracr.py`).
 
-`document` is what `interp.models.convert.tracr_compile.describe` writes beside the parameters (input
+`document` is what `interp.models.convert.tracr_compile.describe_compiled` writes beside the parameters (input
 encoding, residual labels, output rows, shapes, reference outputs); `from_assembled(model, program)` takes a
 compiled `AssembledTransformerModel` straight away (needs Tracr). `true_edges(model)` reads the circuit off
 the weights (see there). The shipped programs: `python -m interp.models.convert.tracr DIR --out DIR`.
@@ -102,9 +102,9 @@ def metadata_of(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_assembled(assembled: Any, program: Any, name: str = "program") -> HookedGPT:
     """Convert a compiled `tracr.compiler.assemble.AssembledTransformerModel` of `program` (needs Tracr)."""
-    from interp.models.convert.tracr_compile import describe
+    from interp.models.convert.tracr_compile import describe_compiled
 
-    params, document = describe(assembled, program, name, references=[])
+    params, document = describe_compiled(assembled, program, name, references=[])
     return convert_tracr(params, document)
 
 
@@ -205,7 +205,7 @@ def true_edges(model: HookedGPT, eps: float = 1e-6) -> list[str]:
 # -- the shipped checkpoints
 
 
-def convert_folder(folder: Path, out: Path, names: list[str] | None = None) -> list[Path]:
+def convert_tracr_folder(folder: Path, out: Path, names: list[str] | None = None) -> list[Path]:
     """Convert every NAME.npz + NAME.json that `tracr_compile` wrote in `folder` into checkpoints `out/tracr-NAME`
     (weights checked against the compiled model's outputs, the true edges in `metadata["edges"]`)."""
     from interp.models.io import save_checkpoint
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="where to write tracr-NAME.safetensors + .json")
     parser.add_argument("names", nargs="*", help="programs to convert (default: all in the folder)")
     args = parser.parse_args(argv)
-    convert_folder(args.folder, args.out, args.names or None)
+    convert_tracr_folder(args.folder, args.out, args.names or None)
 
 
 if __name__ == "__main__":

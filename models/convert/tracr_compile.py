@@ -76,12 +76,12 @@ def compile_one(name: str) -> tuple[dict, dict]:
     program, vocab = PROGRAMS[name]()
     model = compiling.compile_rasp_to_model(program, vocab=vocab, max_seq_len=MAX_SEQ_LEN, causal=True,
                                             compiler_bos=BOS, mlp_exactness=MLP_EXACTNESS)
-    params, document = describe(model, program, name, REFERENCE_INPUTS[name])
+    params, document = describe_compiled(model, program, name, REFERENCE_INPUTS[name])
     document["program"] = inspect.getsource(PROGRAMS[name])
     return params, document
 
 
-def describe(model, program, name: str, references: list[list[str]]) -> tuple[dict, dict]:
+def describe_compiled(model, program, name: str, references: list[list[str]]) -> tuple[dict, dict]:
     """The parameters (by Haiku name) and description of a compiled `AssembledTransformerModel` of `program`,
     with its own outputs on each of `references` (token lists without BOS)."""
     from tracr.rasp import rasp

@@ -15,8 +15,8 @@ LEFT_OUT = {
     "leakage": """AuditPlan BIDIRECTIONAL_HINT CostEstimate DEFAULT_MAX_LEN DEFAULT_TOL Decision FLOAT64_DECIDES
         FUTURE_METHODS Floors GRADIENT_TOL_FACTOR HALF_PRECISION_TOL LEAK_KINDS LOCALISE_FRACTION Localisation
         MAX_ROWS_PER_METHOD MAX_TOL MAX_TOL_HALF METHOD_KIND MethodRuns ModelAdapter NOISE_FACTOR PATTERN_TOL Pair
-        SITE_COLUMNS SPREAD_FLOOR STATUS_TONE TABLE_COLUMNS TRUSTED Tone Verdict above_threshold batch_mixing check_tol
-        check_weights_finite comparison_floor coverage_cuts decide declared_boundaries describe_row embedding_module
+        SITE_COLUMNS SPREAD_FLOOR STATUS_TONE TABLE_COLUMNS TRUSTED Tone LeakVerdict above_threshold batch_mixing check_tol
+        check_weights_finite comparison_floor coverage_cuts decide_leaks declared_boundaries describe_row embedding_module
         empty_table findings_table float64_copy gradient gradient_at_cuts infer_n_ctx infer_vocab_size leak_kinds
         localisation_threshold localise locate_leaks locate_origins measure_floors method_tol observed_masking
         padding_check pattern_check perturbation plan_audit run_methods site_modules truncation user_forward""",

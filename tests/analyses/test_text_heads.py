@@ -3,7 +3,7 @@ are re-checked on the shipped model in tests/models/test_stdlib_bpe.py)."""
 import pandas as pd
 import torch
 
-from interp.analyses.text_heads import HeadEvidence, HeldOutPrompts, render
+from interp.analyses.text_heads import HeadEvidence, HeldOutPrompts, render_heads_section
 from interp.data import PromptSet
 
 HEADS = [(2, 2), (2, 3), (1, 2)]
@@ -37,7 +37,7 @@ def _prompts() -> HeldOutPrompts:
 
 
 def test_both_ablations_are_rendered_with_their_controls_and_a_backup_is_named_from_the_numbers():
-    text = render(_evidence(0.92), _prompts())
+    text = render_heads_section(_evidence(0.92), _prompts())
     assert "did not refute, L2H2 (inconclusive), together removes **0.490**" in text
     assert "refuted or not, L2H2 (inconclusive), L2H3 (refuted), together removes **0.920**" in text
     assert "more than the sum of each alone (L2H2 0.490 + L2H3 0.190 = 0.680)" in text and "backup" in text
@@ -48,8 +48,8 @@ def test_both_ablations_are_rendered_with_their_controls_and_a_backup_is_named_f
 
 
 def test_no_backup_is_claimed_when_the_pair_removes_no_more_than_its_parts_nor_a_second_ablation_without_one():
-    additive = render(_evidence(0.6), _prompts())
+    additive = render_heads_section(_evidence(0.6), _prompts())
     assert "no more than the sum of each alone (L2H2 0.490 + L2H3 0.190)" in additive and "backup" not in additive
-    single = render(_evidence(0.6, with_proposed=False), _prompts())
+    single = render_heads_section(_evidence(0.6, with_proposed=False), _prompts())
     assert "refuted or not" not in single and single.count("| heads ablated |") == 1
     assert "### Claims on the repeated spans" not in single

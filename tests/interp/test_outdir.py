@@ -73,7 +73,7 @@ def test_a_folder_without_manifest_is_all_foreign(tmp_path):
     assert outdir.foreign_files(out) == ["notes.txt"]
     assert not outdir.is_replaceable(out)
     with pytest.raises(outdir.OutputDirError, match="notes.txt"):
-        outdir.check(out, force=True)
+        outdir.check_out_dir(out, force=True)
 
 
 def test_symlinked_out_is_written_through_without_leftovers(tmp_path):
@@ -111,7 +111,7 @@ def test_a_legacy_report_folder_is_all_foreign(tmp_path):
     (out / "plots" / "L0H0.png").write_text("png")
     assert outdir.foreign_files(out) == [outdir.LEGACY_MARKER, "heads.csv", "plots/L0H0.png", "report.json"]
     with pytest.raises(outdir.OutputDirError, match="written before manifests"):
-        outdir.check(out, force=True)
+        outdir.check_out_dir(out, force=True)
 
 
 # --------------------------------------------------------------------------- single output files (issue 36, round 4)

@@ -57,6 +57,19 @@ def test_malformed_edges_are_refused(bad, match):
         parse_edge(bad)
 
 
+def test_nodes_read_head_labels_with_the_one_parser():
+    """Heads are read by interp.heads.parse_label, so a label the toolkit accepts elsewhere is a node here too."""
+    assert parse_node("l1 h2") == parse_node("L1H2") == Node(1, "head", 2)
+    assert parse_edge("L0 H0 -> L1 H1 via k") == parse_edge("L0H0 -> L1H1 via k")
+    assert parse_edge("L0H0->L1H1 via K").label == "L0H0 -> L1H1 via k"
+
+
+@pytest.mark.parametrize("bad", ["L1KV0", "L0H0 -> L1KV0 via k", "l1kv0 -> MLP1"])
+def test_key_value_head_labels_parse_but_are_not_nodes_yet(bad):
+    with pytest.raises(BadInput, match=r"key/value head L1KV0, which is not a node of the graph.*first query head"):
+        parse_edge(bad) if "->" in bad else parse_node(bad)
+
+
 def test_edges_the_model_lacks_are_refused(circuit):
     model, _ = circuit
     for bad, match in [("L1H0 -> L0H0 via k", "does not read L1H0"), ("L0H0 -> L1H0 via in", "reached via q / k / v"),

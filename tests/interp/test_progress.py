@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from interp.progress import Bar, Stages, track
+from interp.progress import Bar, Stages, tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_stages_time_each_stage_and_can_be_extended_while_open():
 
 def test_enabled_bar_draws_on_stderr_and_counts(capsys):
     with Bar(3, "work", enabled=True, unit="steps") as bar:
-        for _ in track(range(2), 2, "inner", enabled=False):
+        for _ in tracked(range(2), 2, "inner", enabled=False):
             bar.advance(note="x")
         bar.grow(1)
         bar.advance()

@@ -155,8 +155,8 @@ def mini_data(tmp_path_factory, small_tokenizer):
 
 def test_training_is_seeded_and_writes_a_snapshot_and_log_row_per_evaluation(mini_data, tmp_path):
     recipe = stdlib_bpe.Recipe(n_ctx=32, batch_size=2, d_model=16, n_heads=2, warmup_steps=2, copy_fraction=0.5)
-    stdlib_bpe.train(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "a", log=lambda line: None)
-    stdlib_bpe.train(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "b", log=lambda line: None)
+    stdlib_bpe.train_recipe(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "a", log=lambda line: None)
+    stdlib_bpe.train_recipe(recipe, mini_data, minutes=1, steps=4, eval_every=2, out=tmp_path / "b", log=lambda line: None)
     rows = stdlib_bpe.read_log(tmp_path / "a")
     assert [r["step"] for r in rows] == [0, 2, 4]
     untimed = [{k: v for k, v in row.items() if k != "train_seconds"} for row in rows]  # wall time varies with load
@@ -170,19 +170,19 @@ def test_training_is_seeded_and_writes_a_snapshot_and_log_row_per_evaluation(min
 
 def test_learning_rate_warms_up_then_stays_or_decays_to_a_tenth():
     constant = stdlib_bpe.Recipe(lr=1e-3, warmup_steps=10)
-    assert stdlib_bpe.learning_rate(0, constant) == pytest.approx(1e-4)
-    assert [stdlib_bpe.learning_rate(s, constant) for s in (9, 500, 10**6)] == [pytest.approx(1e-3)] * 3
+    assert stdlib_bpe.recipe_learning_rate(0, constant) == pytest.approx(1e-4)
+    assert [stdlib_bpe.recipe_learning_rate(s, constant) for s in (9, 500, 10**6)] == [pytest.approx(1e-3)] * 3
     cosine = stdlib_bpe.Recipe(lr=1e-3, warmup_steps=10, decay_steps=110)
-    assert stdlib_bpe.learning_rate(9, cosine) == pytest.approx(1e-3)  # the warm-up is the same
-    assert stdlib_bpe.learning_rate(60, cosine) == pytest.approx(0.55e-3)  # half-way down the cosine
-    assert stdlib_bpe.learning_rate(110, cosine) == stdlib_bpe.learning_rate(10**6, cosine) == pytest.approx(1e-4)
-    rates = [stdlib_bpe.learning_rate(s, cosine) for s in range(10, 111)]
+    assert stdlib_bpe.recipe_learning_rate(9, cosine) == pytest.approx(1e-3)  # the warm-up is the same
+    assert stdlib_bpe.recipe_learning_rate(60, cosine) == pytest.approx(0.55e-3)  # half-way down the cosine
+    assert stdlib_bpe.recipe_learning_rate(110, cosine) == stdlib_bpe.recipe_learning_rate(10**6, cosine) == pytest.approx(1e-4)
+    rates = [stdlib_bpe.recipe_learning_rate(s, cosine) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(rates, rates[1:]))
 
 
 def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     with pytest.raises(ValueError, match="exceeds --max-minutes 90"):
-        stdlib_bpe.train(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)
+        stdlib_bpe.train_recipe(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)
     result = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--steps",
                              "100000000", "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and "refused: 100000000 steps" in result.stderr

@@ -334,7 +334,7 @@ def test_validate_is_the_one_helper():
     """The helpers every entry point calls (named for the Run object of the architecture issue)."""
     assert validate.check_seed(7) == 7 and validate.check_layers(None) is None
     assert validate.check_layers([1, 0, 1]) == (0, 1)
-    assert validate.check_prompts(repeated()) is not None
+    assert validate.check_prompt_arg(repeated()) is not None
     assert validate.check_model(tiny()) is not None
     with pytest.raises(BadInput, match=r"myfunc: seed=-3"):
         validate.check_seed(-3, "myfunc")

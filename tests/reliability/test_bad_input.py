@@ -267,9 +267,9 @@ def _api_cases():
         ("audit factory raises", lambda f: audit("userpkg_bad:raising_factory", max_len=8), ModelError,
          "factory cannot find its weights"),
         # --- output folders
-        ("out dir is a file", lambda f: outdir.check(f / "claims.toml", force=True), outdir.OutputDirError,
+        ("out dir is a file", lambda f: outdir.check_out_dir(f / "claims.toml", force=True), outdir.OutputDirError,
          r"claims\.toml exists and is not a directory"),
-        ("out dir with user files, forced", lambda f: outdir.check(f, force=True), outdir.OutputDirError, r"claims\.toml"),
+        ("out dir with user files, forced", lambda f: outdir.check_out_dir(f, force=True), outdir.OutputDirError, r"claims\.toml"),
         # --- claims files
         ("claims unknown kind", lambda f: __import__("interp.testing").testing.read_claims(f / "badclaims.toml"),
          ClaimsFileError, r"badclaims\.toml:2:1: L1H0: unknown claim kind 'inductoin'.*Did you mean 'induction'"),

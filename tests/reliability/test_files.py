@@ -90,7 +90,7 @@ def test_a_crafted_manifest_entry_deletes_nothing_outside(kind, tmp_path):
     add_to_manifest(out, entries)
     before = snapshot(tmp_path)
     with pytest.raises(outdir.OutputDirError, match=message) as info:
-        outdir.check(out, force=True)  # refused up front, before any computation
+        outdir.check_out_dir(out, force=True)  # refused up front, before any computation
     assert exit_code_for(info.value) == 2
     with pytest.raises(outdir.OutputDirError, match=message):
         outdir.write(out, render_files({"b.csv": "2"}), force=True)
@@ -125,7 +125,7 @@ def test_the_manifest_message_names_the_fix(tmp_path):
     out, entries, _ = crafted("parent", tmp_path)
     add_to_manifest(out, entries)
     with pytest.raises(outdir.OutputDirError, match=r"delete .*\.interp-manifest\.json .*or choose another --out"):
-        outdir.check(out, force=True)
+        outdir.check_out_dir(out, force=True)
 
 
 # ------------------------------------------------------------------ 1b. every write and delete confined at commit time
@@ -254,7 +254,7 @@ FULL_DISK = textwrap.dedent(r"""
     CASES = {
         "--json FILE": ("out.json", json_file),
         "interp.save weights": ("m.safetensors", lambda p: interp.save(tiny, p.with_suffix(""))),
-        "checkpoint card (toy)": ("toy.md", lambda p: train.write_card(p, toy)),
+        "checkpoint card (toy)": ("toy.md", lambda p: train.write_toy_card(p, toy)),
         "checkpoint card (text)": ("text.md", lambda p: train.write_text_card(p, text)),
         "report folder": ("rep", report),
     }
@@ -425,7 +425,7 @@ UNWRITABLE = textwrap.dedent(r"""
     results = {}
     for name in ["empty", "report"]:
         try:
-            outdir.check(base / name, force=True)
+            outdir.check_out_dir(base / name, force=True)
             results[name] = "accepted"
         except Exception as error:
             results[name] = f"{type(error).__name__}: {error}"

@@ -116,7 +116,7 @@ def test_causal_verdict_leaves_out_the_observational_metric():
     (verdict,) = evaluate_claims(model, [make_claim("previous_token", 0, 1)], prompts,
                                  evidence=["observational", "necessity", "faithfulness"])
     assert verdict.verdict == "refuted"  # L0H1 is a sink head: its metric refutes the claim
-    assert [e.kind for e in cal.causal_evidence(verdict)] == ["necessity", "faithfulness"]
+    assert [e.kind for e in cal.judged_evidence(verdict)] == ["necessity", "faithfulness"]
     ((causal, reasons),) = cal.causal_verdicts([verdict])
     assert causal == "inconclusive" and all("observational" not in r for r in reasons)
 

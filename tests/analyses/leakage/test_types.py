@@ -19,7 +19,7 @@ from interp.analyses.leakage import (
     Localisation,
     ModelAdapter,
     audit,
-    decide,
+    decide_leaks,
     findings_table,
     leak_kinds,
     locate_leaks,
@@ -175,7 +175,7 @@ def test_the_stages_compose_to_audit():
     assert leaks[0] == "batch" and "future" not in leaks  # mixing does not pose as a future leak
     located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=leakage.site_modules(model))
     assert located.first["batch"] == "blocks.0.mixer" and set(located.sites["kind"]) == set(located.first)
-    decision = decide(table, plan, leaks=leaks, located=located, localised=True)
+    decision = decide_leaks(table, plan, leaks=leaks, located=located, localised=True)
     assert decision.verdict == "leak" and decision.first_leaking_site == "blocks.0.mixer"
     whole = audit(model, max_len=9, n_prompts=2)
     assert whole.verdict == decision.verdict and whole.first_leaking_sites == decision.first_leaking_sites
@@ -187,11 +187,11 @@ def test_decide_without_localisation_places_leaks_at_the_output():
     plan = plan_audit(model, ModelAdapter(model), max_len=6)
     table = findings_table([_finding(influence=0.0), _finding("batch", influence=1.0, source=None)])
     leaks = leak_kinds(table, plan)
-    decision = decide(table, plan, leaks=leaks, located=Localisation(pd.DataFrame(), {}), localised=False)
+    decision = decide_leaks(table, plan, leaks=leaks, located=Localisation(pd.DataFrame(), {}), localised=False)
     assert leaks == ("batch",) and decision.first_leaking_sites == {"batch": "output"}
     assert decision.first_leaking_site == "output" and decision.max_influence == 1.0
     quiet = findings_table([_finding(influence=0.0)])
-    assert decide(quiet, plan, leaks=(), located=Localisation(pd.DataFrame(), {}), localised=True).verdict == "exact_zero"
+    assert decide_leaks(quiet, plan, leaks=(), located=Localisation(pd.DataFrame(), {}), localised=True).verdict == "exact_zero"
 
 
 def test_one_per_forward_is_a_copy():
