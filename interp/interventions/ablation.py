@@ -333,50 +333,54 @@ def batched_head_ablations(
     all). `forward_kwargs` go to the model (e.g. `return_type="loss", loss_per_token=True`);
     the output must keep a batch axis. Equal to one forward per head to float tolerance.
     Measured on CPUs (`python -m benchmarks redundancy`) as about 2x slower than the sequential loop: use it on a GPU.
-    Over 60 lines only through its signature and docstring: the body is 43 lines.
     """
     prompts = as_prompts(tokens)
     heads = all_heads(model) if heads is None else check_heads(model, heads)
     _check_choice("kind", kind, ABLATION_KINDS)
     _check_choice("site", site, ABLATION_SITES)
     resolved = _resolve_reference(model, heads, kind, site, reference)
-    sites = _sites_by_layer(model)
-    batch = len(prompts)
     chunk_size = len(heads) if chunk_size is None else chunk_size
     if chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size} must be at least 1.")
     outputs = []
     for start in range(0, len(heads), chunk_size):
-        chunk = heads[start : start + chunk_size]
         replacer = AblationValues(kind, resolved, seed)
         replacer.set_batch(prompts)  # every copy of the batch has the batch's token roles
         # each head draws its own resampling stream, as the sequential ablation does
-        by_layer: dict[int, list[tuple[int, int]]] = {}
-        for copy, (layer, index) in enumerate(chunk):
-            by_layer.setdefault(layer, []).append((copy, index))
-
-        def make_hook(replacer: AblationValues, layer: int,
-                      members: list[tuple[int, int]]) -> Callable[..., torch.Tensor]:
-            def hook(act: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (copy * batch, pos, head, d)
-                act = act.clone()
-                for copy, index in members:
-                    rows = slice(copy * batch, (copy + 1) * batch)
-                    act[rows, :, index] = replacer(layer, index, act[rows, :, index])
-                return act
-            return hook
-
-        hooks = [(sites[layer].hook(site), make_hook(replacer, layer, members)) for layer, members in by_layer.items()]
-        expanded = einops.repeat(prompts.tokens, "batch pos -> (copy batch) pos", copy=len(chunk))
-        kwargs = dict(forward_kwargs)
-        if prompts.attention_mask is not None:
-            kwargs["attention_mask"] = einops.repeat(prompts.attention_mask, "batch pos -> (copy batch) pos", copy=len(chunk))
-        with hooked(model, hooks):
-            out = output_logits(model(expanded.to(getattr(model, "device", expanded.device)), **kwargs), model)
-        if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(chunk) * batch:
-            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ValueError(
-                f"the model output ({shape}) has no batch axis of size {len(chunk) * batch} to split per ablation; "
-                "ask for a per-prompt output (e.g. return_type='logits', or return_type='loss', loss_per_token=True)."
-            )
-        outputs.append(einops.rearrange(out, "(copy batch) ... -> copy batch ...", copy=len(chunk)))
+        outputs.append(_ablate_copies(model, prompts, heads[start : start + chunk_size], replacer, site, forward_kwargs))
     return torch.cat(outputs)
+
+
+def _ablate_copies(model: nn.Module, prompts: PromptSet, chunk: Sequence[tuple[int, int]], replacer: AblationValues,
+                   site: AblationSite, forward_kwargs: dict[str, Any]) -> torch.Tensor:
+    """One forward of `prompts` repeated once per head of `chunk`, copy i with head i ablated: (copy, batch, ...)."""
+    sites, batch = _sites_by_layer(model), len(prompts)
+    by_layer: dict[int, list[tuple[int, int]]] = {}  # layer -> (copy, head index)
+    for copy, (layer, index) in enumerate(chunk):
+        by_layer.setdefault(layer, []).append((copy, index))
+    hooks = [(sites[layer].hook(site), _copies_hook(replacer, layer, members, batch)) for layer, members in by_layer.items()]
+    expanded = einops.repeat(prompts.tokens, "batch pos -> (copy batch) pos", copy=len(chunk))
+    kwargs = dict(forward_kwargs)
+    if prompts.attention_mask is not None:
+        kwargs["attention_mask"] = einops.repeat(prompts.attention_mask, "batch pos -> (copy batch) pos", copy=len(chunk))
+    with hooked(model, hooks):
+        out = output_logits(model(expanded.to(getattr(model, "device", expanded.device)), **kwargs), model)
+    if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != len(chunk) * batch:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"the model output ({shape}) has no batch axis of size {len(chunk) * batch} to split per ablation; "
+            "ask for a per-prompt output (e.g. return_type='logits', or return_type='loss', loss_per_token=True)."
+        )
+    return einops.rearrange(out, "(copy batch) ... -> copy batch ...", copy=len(chunk))
+
+
+def _copies_hook(replacer: AblationValues, layer: int, members: list[tuple[int, int]],
+                 batch: int) -> Callable[..., torch.Tensor]:
+    """The hook ablating, in each `(copy, head index)` of `members`, that head in that copy's rows of the batch."""
+    def hook(act: torch.Tensor, hook: HookPoint | None = None) -> torch.Tensor:  # (copy * batch, pos, head, d)
+        act = act.clone()
+        for copy, index in members:
+            rows = slice(copy * batch, (copy + 1) * batch)
+            act[rows, :, index] = replacer(layer, index, act[rows, :, index])
+        return act
+    return hook

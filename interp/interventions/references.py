@@ -160,8 +160,31 @@ def reference_activations(
     layers = sorted(set(sites) if layers is None else set(layers))
     role_keys, groups = _role_layout(reference)  # groups: (prompt, pos)
     n_groups = reference.n_pos if role_keys is None else len(role_keys)
+    hooks = [(sites[layer].hook(site), layer) for layer in layers]
+    acc, counts, group_counts, samples = _sum_over_reference(model, reference, hooks, groups, n_groups,
+                                                             keep_samples=keep_samples, batch_size=batch_size)
+    denominator = einops.rearrange(counts.clamp(min=1.0), "pos -> pos 1 1")
+    means = {layer: (acc.sums[layer].cpu() / denominator).float() for layer in layers}
+    kept = {layer: torch.cat(samples[layer]) for layer in layers} if keep_samples else None
+    group_means = {layer: acc.group_sums[layer].cpu() / einops.rearrange(group_counts.clamp(min=1.0), "g -> g 1 1")
+                   for layer in layers}  # float64
+    fraction = {layer: _variance_fraction(group_means[layer], acc.group_squares[layer].cpu(), group_counts) for layer in layers}
+    if role_keys is None:
+        return ReferenceActivations(site, means, kept, len(reference), fraction)
+    positions = _role_positions(groups, len(role_keys)) if keep_samples else None
+    return ReferenceActivations(site, means, kept, len(reference), fraction, {k: v.float() for k, v in group_means.items()},
+                                role_keys, groups if keep_samples else None, positions)
+
+
+def _sum_over_reference(
+    model: nn.Module, reference: PromptSet, hooks: list[tuple[str, int]], groups: torch.Tensor, n_groups: int, *,
+    keep_samples: bool, batch_size: int,
+) -> tuple[_Accumulator, torch.Tensor, torch.Tensor, dict[int, list[torch.Tensor]]]:
+    """One forward over the reference prompts, stopped after the last hooked layer: the running sums of each
+    `(hook_name, layer)` of `hooks`, the real tokens per position (pos,) and per group (group,), and with
+    `keep_samples` every batch's values; summed over ranks when distributed. groups: (prompt, pos)."""
     acc = _Accumulator(n_groups)
-    samples: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    samples: dict[int, list[torch.Tensor]] = {layer: [] for _, layer in hooks}
     counts = torch.zeros(reference.n_pos, dtype=torch.float64)
     group_counts = torch.zeros(n_groups, dtype=torch.float64)
     current: list[tuple[torch.Tensor | None, torch.Tensor]] = [(None, groups)]  # this batch's (mask, groups)
@@ -175,8 +198,7 @@ def reference_activations(
             return None
         return hook
 
-    hooks = [(sites[layer].hook(site), make_hook(layer)) for layer in layers]
-    with hooked(model, hooks):
+    with hooked(model, [(name, make_hook(layer)) for name, layer in hooks]):
         for indices, batch in distributed.shard(reference, batch_size).batches(batch_size):
             batch_groups = groups[list(indices)]  # (batch, pos)
             current[0] = (batch.attention_mask, batch_groups)
@@ -184,20 +206,10 @@ def reference_activations(
             counts += weights.sum(0).double()
             real = batch_groups >= 0
             group_counts.index_add_(0, batch_groups[real], torch.ones(int(real.sum()), dtype=torch.float64))
-            run_stopping_after(model, batch, max(layers))
+            run_stopping_after(model, batch, max(layer for _, layer in hooks))
     if distributed.active():  # sums over ranks in rank order, samples in global prompt order
-        acc, counts, group_counts, samples = _merge_reference(acc, counts, group_counts, samples)
-    denominator = einops.rearrange(counts.clamp(min=1.0), "pos -> pos 1 1")
-    means = {layer: (acc.sums[layer].cpu() / denominator).float() for layer in layers}
-    kept = {layer: torch.cat(samples[layer]) for layer in layers} if keep_samples else None
-    group_means = {layer: acc.group_sums[layer].cpu() / einops.rearrange(group_counts.clamp(min=1.0), "g -> g 1 1")
-                   for layer in layers}  # float64
-    fraction = {layer: _variance_fraction(group_means[layer], acc.group_squares[layer].cpu(), group_counts) for layer in layers}
-    if role_keys is None:
-        return ReferenceActivations(site, means, kept, len(reference), fraction)
-    positions = _role_positions(groups, len(role_keys)) if keep_samples else None
-    return ReferenceActivations(site, means, kept, len(reference), fraction, {k: v.float() for k, v in group_means.items()},
-                                role_keys, groups if keep_samples else None, positions)
+        return _merge_reference(acc, counts, group_counts, samples)
+    return acc, counts, group_counts, samples
 
 
 def _variance_fraction(means: torch.Tensor, squares: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
