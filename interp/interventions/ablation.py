@@ -309,7 +309,6 @@ def ablate(
         yield model
 
 
-
 # ---------------------------------------------------------------------------------------------
 # many single-head ablations in one forward
 

@@ -35,7 +35,6 @@ IDEAL_PATTERNS: tuple[str, ...] = get_args(IdealPattern)
 ROW_SUM_TOLERANCE = 1e-4  # a substituted pattern's rows must sum to one within this
 
 
-
 def ideal_pattern(kind: IdealPattern, n_pos: int, *, causal: bool = True) -> torch.Tensor:
     """An idealised (query, key) pattern whose rows sum to one.
 
