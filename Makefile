@@ -21,7 +21,7 @@ demo: $(STAMP)  ## the main job on the embedded default model
 
 # the one mypy run below checks the public modules as --strict would ([[tool.mypy.overrides]] in
 # pyproject.toml); to check them alone with --strict itself:
-#   $(PY) -m mypy --strict --follow-imports=silent interp/__init__.py interp/run.py interp/interventions.py \
+#   $(PY) -m mypy --strict --follow-imports=silent interp/__init__.py interp/run.py interp/interventions/*.py \
 #     interp/claims.py interp/data.py interp/loading.py interp/errors.py interp/stats.py interp/hooks.py \
 #     interp/verify.py interp/testing.py interp/heads.py interp/viewer.py interp/schemas.py \
 #     interp/analyses/circuits/composition.py interp/analyses/circuits/dla.py \

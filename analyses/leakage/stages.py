@@ -551,16 +551,9 @@ def audit(
     batch still audited), False as a decoder; None (default) reads the model's own declaration
     (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
     expected to be causal, whatever its attention calls look like.
-    Over 60 lines only through its signature and docstring: the body is 35 lines.
     """
     start = time.perf_counter()
-    spec = isinstance(model, (str, os.PathLike))
-    if spec:  # as the CLI does: a factory without hooks is a black box, its construction recorded
-        from interp.loading import load_auditable
-
-        with recording_construction() as attach:
-            model = attach(load_auditable(model))
-    model = launch.move(model, device=device, dtype=dtype, copy=not spec)  # a loaded spec is ours to move
+    model = _audited_model(model, device=device, dtype=dtype)
     _check_methods(methods)
     adapter = ModelAdapter(model)
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
@@ -571,26 +564,65 @@ def audit(
     tick = _Progress(progress, plan.passes)
     sites = site_modules(model) if plan.localise else []
     with _evaluating(model, tick):
-        floors = measure_audit_floors(model, adapter, plan)
-        tick(1, "noise floor")
-        runs = run_methods(model, adapter, plan, floors=floors, tick=tick)
-        adapter.forget()  # the floor's runs served the methods; localisation watches its own forwards
-        if floors.reference is not None:
-            floors.reference.forget()
-        table = findings_table(runs.rows)
-        leaks = leak_kinds(table, plan)
-        located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
-        origins = locate_origins(adapter, runs, table, leaks=leaks, plan=plan) if plan.localise else {}
-        tick(1, "localisation")
-    decision = decide_leaks(table, plan, leaks=leaks, located=located, localised=bool(sites))
+        found = _find_leaks(model, adapter, plan, tick, sites)
+    decision = decide_leaks(found.table, plan, leaks=found.leaks, located=found.located, localised=bool(sites))
+    return _leakage_report(model, adapter, plan, found, decision, started=start)
+
+
+def _audited_model(model: Any, *, device: Device, dtype: DType) -> Any:
+    """The model to audit: a spec (name or path) loaded as the CLI does (a factory without hooks is a black box, its
+    construction recorded) and moved in place, since it is ours; a model given moved on a copy (`interp.launch.move`)."""
+    spec = isinstance(model, (str, os.PathLike))
+    if spec:
+        from interp.loading import load_auditable
+
+        with recording_construction() as attach:
+            model = attach(load_auditable(model))
+    return launch.move(model, device=device, dtype=dtype, copy=not spec)
+
+
+@dataclass(frozen=True)
+class _Findings:
+    """Stages 2 and 3 of one audit: the noise floors, what the methods measured and its table, the leak kinds
+    found, the hook site where each enters (`located`) and its line of code (`origins`)."""
+
+    floors: Floors
+    runs: MethodRuns
+    table: pd.DataFrame
+    leaks: tuple[str, ...]
+    located: Localisation
+    origins: dict[str, Origin]
+
+
+def _find_leaks(model: Any, adapter: ModelAdapter, plan: AuditPlan, tick: _Progress,
+                sites: list[tuple[str, nn.Module]]) -> _Findings:
+    """The noise floors, every method of the plan, then where each kind of leak found enters (`sites`: [] skips it)."""
+    floors = measure_audit_floors(model, adapter, plan)
+    tick(1, "noise floor")
+    runs = run_methods(model, adapter, plan, floors=floors, tick=tick)
+    adapter.forget()  # the floor's runs served the methods; localisation watches its own forwards
+    if floors.reference is not None:
+        floors.reference.forget()
+    table = findings_table(runs.rows)
+    leaks = leak_kinds(table, plan)
+    located = locate_leaks(adapter, runs, table, leaks=leaks, plan=plan, sites=sites)
+    origins = locate_origins(adapter, runs, table, leaks=leaks, plan=plan) if plan.localise else {}
+    tick(1, "localisation")
+    return _Findings(floors, runs, table, leaks, located, origins)
+
+
+def _leakage_report(model: Any, adapter: ModelAdapter, plan: AuditPlan, found: _Findings, decision: Decision, *,
+                    started: float) -> LeakageReport:
+    """The audit's report: the decision, the findings and how they were reached (notes, floors, coverage)."""
+    runs, located, floors = found.runs, found.located, found.floors
     return LeakageReport(
         model_name=adapter.name, verdict=decision.verdict, max_influence=decision.max_influence,
-        first_leaking_site=decision.first_leaking_site, leaks=leaks, table=table, sites=located.sites,
+        first_leaking_site=decision.first_leaking_site, leaks=found.leaks, table=found.table, sites=located.sites,
         first_leaking_sites=decision.first_leaking_sites, tol=plan.tol,
         lengths=tuple(sorted(set(plan.lengths) | {plan.max_len})), n_prompts=plan.n_prompts, methods=plan.methods,
-        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, leaks) + _floor_notes(runs, adapter),
-        seconds=time.perf_counter() - start, declared_by=plan.declared_by, incomplete=dict(runs.incomplete),
-        origins=origins, noise_floor=floors.to_dict(), floor_how=floors.how,
+        notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, found.leaks) + _floor_notes(runs, adapter),
+        seconds=time.perf_counter() - started, declared_by=plan.declared_by, incomplete=dict(runs.incomplete),
+        origins=found.origins, noise_floor=floors.to_dict(), floor_how=floors.how,
         float64_checked=tuple(m for m in METHODS if m in runs.float64), coverage=_coverage(plan, runs),
     )
 

@@ -142,10 +142,7 @@ def compute(
     `colour_scale`: "common" (every pattern heat map on 0..1) or "per_head" (each its own maximum).
     `device` / `dtype`: every analysis runs on one moved copy of the model (`interp.launch.move`).
     `bidirectional`: the leakage audit's declaration (`interp.analyses.leakage.audit`); None reads the model's own.
-    Over 60 lines only through its signature and docstring: the body is 36 lines.
     """
-    from interp.specs import build_prompts
-
     started = time.perf_counter()
     _check_colour_scale(colour_scale)
     check_model(model, "report")
@@ -156,9 +153,7 @@ def compute(
     model = launch.move(model, device=device, dtype=dtype, copy=True)
     chosen = select_heads(model, layers, heads)
     check_card_limit(len(chosen), max_cards, len(attention_sites(model)))
-    prompt_spec = prompt_spec or default_prompt_spec(model, seed)
-    if prompts is None:
-        prompts = build_prompts(model, prompt_spec, default_n=DEFAULT_N)
+    prompt_spec, prompts = _report_prompts(model, prompt_spec, prompts, seed)
     has_loss = _has_meaningful_loss(model)
     evidence = claim_evidence_for(model)
     measured = report_behaviour(model, prompts, behaviour)
@@ -170,9 +165,8 @@ def compute(
     methods = paragraphs(prompts, seed=seed, leakage=results["leakage"], has_loss=has_loss, claims=claims,
                          verdicts=verdicts, top_pairs=TOP_PAIRS)
     methods += restricted_cost(model, chosen, timings)
-    settings = {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
-                "heads": list(map(head_label, chosen)), "colour_scale": colour_scale,
-                "evidence": list(evidence or DEFAULT_EVIDENCE), "max_cards": max_cards}
+    settings = _settings(spec, seed, prompt_spec, prompts, chosen, colour_scale=colour_scale, evidence=evidence,
+                         max_cards=max_cards)
     summary = model_summary(model, spec)
     _name_behaviour(model, measured, prompts, methods, settings, summary)
     data = ReportData(summary, heads_frame, claims, results["patterns"], results["offsets"],
@@ -181,6 +175,24 @@ def compute(
                       warnings=prompt_warnings(model, prompts), title=model_name(model, spec), circuit=results["circuit"])
     data.provenance = provenance(seed, prompts, time.perf_counter() - started)
     return data
+
+
+def _report_prompts(model: nn.Module, prompt_spec, prompts: PromptSet | None, seed: int) -> tuple[Any, PromptSet]:
+    """The prompt spec (default: `default_prompt_spec`) and the prompts: those given, else the spec's, built for `model`."""
+    from interp.specs import build_prompts
+
+    prompt_spec = prompt_spec or default_prompt_spec(model, seed)
+    if prompts is None:
+        prompts = build_prompts(model, prompt_spec, default_n=DEFAULT_N)
+    return prompt_spec, prompts
+
+
+def _settings(spec: str | None, seed: int, prompt_spec, prompts: PromptSet, chosen: list[tuple[int, int]], *,
+              colour_scale: str, evidence, max_cards: int) -> dict[str, Any]:
+    """What the report was asked for, as report.json records it."""
+    return {"spec": spec, "seed": seed, "prompts": {**prompt_spec.to_dict(), "n": len(prompts), "n_pos": prompts.n_pos},
+            "heads": list(map(head_label, chosen)), "colour_scale": colour_scale,
+            "evidence": list(evidence or DEFAULT_EVIDENCE), "max_cards": max_cards}
 
 
 def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_loss, evidence, progress, behaviour,

@@ -1,0 +1,99 @@
+"""Interventions on attention heads: ablations, pattern substitution and attention knockout, as small named objects.
+
+Each is plain data with a `spec()` and runs as an intervention of `interp.Run` (`run.effect(...)`) or as a
+context manager whose hooks are removed in `finally` (`interp.hooks.hooked`). Modules, one concern each:
+
+- `common`: what they share: ablation kinds and sites, `parse_heads` / `check_heads` / `all_heads`,
+  `as_prompts`, `run_stopping_after`, `tensor_digest`.
+- `references`: `reference_activations`, the heads' mean (at matched token roles) and per-prompt values
+  over reference prompts, which mean and resample ablation take theirs from.
+- `ablation`: `HeadAblation`, `ablate`, `AblationValues`, `batched_head_ablations` (the GPU path).
+- `patterns`: `substitute_pattern`, `PatternSubstitution`, `ideal_pattern` and the pattern checks.
+- `knockout`: `AttentionKnockout`, knocking out the attention a role predicts (and its control).
+
+Every public name is importable from here (`from interp.interventions import HeadAblation`).
+"""
+from interp.interventions.ablation import AblationValues, HeadAblation, ablate, batched_head_ablations, needs_samples
+from interp.interventions.common import (
+    ABLATION_KINDS,
+    ABLATION_SITES,
+    AblationKind,
+    AblationSite,
+    all_heads,
+    as_prompts,
+    check_heads,
+    parse_heads,
+    run_stopping_after,
+    tensor_digest,
+)
+from interp.interventions.knockout import (
+    KNOCKOUT_MODES,
+    NEAR_ZERO_REMAINDER,
+    AttentionKnockout,
+    KnockoutMode,
+    TargetSource,
+    control_removal,
+    head_mean_pattern,
+    knock_out,
+    off_target_pattern,
+)
+from interp.interventions.patterns import (
+    IDEAL_PATTERNS,
+    ROW_SUM_TOLERANCE,
+    IdealPattern,
+    PatternSource,
+    PatternSpec,
+    PatternSubstitution,
+    check_pattern_rows,
+    ideal_pattern,
+    on_real_positions,
+    permute_among_allowed,
+    permuted_pattern,
+    substitute_pattern,
+    uniform_pattern,
+)
+from interp.interventions.references import AUTO_RESAMPLE_BELOW, ROLE_WIDTH, ReferenceActivations, reference_activations
+
+__all__ = [
+    "ABLATION_KINDS",
+    "ABLATION_SITES",
+    "AUTO_RESAMPLE_BELOW",
+    "IDEAL_PATTERNS",
+    "KNOCKOUT_MODES",
+    "NEAR_ZERO_REMAINDER",
+    "ROLE_WIDTH",
+    "ROW_SUM_TOLERANCE",
+    "AblationKind",
+    "AblationSite",
+    "AblationValues",
+    "AttentionKnockout",
+    "HeadAblation",
+    "IdealPattern",
+    "KnockoutMode",
+    "PatternSource",
+    "PatternSpec",
+    "PatternSubstitution",
+    "ReferenceActivations",
+    "TargetSource",
+    "ablate",
+    "all_heads",
+    "as_prompts",
+    "batched_head_ablations",
+    "check_heads",
+    "check_pattern_rows",
+    "control_removal",
+    "head_mean_pattern",
+    "ideal_pattern",
+    "knock_out",
+    "needs_samples",
+    "off_target_pattern",
+    "on_real_positions",
+    "parse_heads",
+    "permute_among_allowed",
+    "permuted_pattern",
+    "reference_activations",
+    "run_stopping_after",
+    "substitute_pattern",
+    "tensor_digest",
+    "uniform_pattern",
+]
