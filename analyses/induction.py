@@ -40,7 +40,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
+import interp.launch as launch
 from interp.analyses.head_types import (
     HeadType,
     head_types,

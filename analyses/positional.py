@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
+import interp.launch as launch
 from interp.analyses.head_types import (
     TIE_TOLERANCE,  # noqa: F401  (re-exported: its home was here)
     HeadType,

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.behaviour import BehaviourLike, as_behaviour, check_values, final_output
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Literal, get_args
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.data import PromptSet, Repeats, check_prompts
 from interp.errors import BadInput, user_failure
 from interp.hooks import AttentionSite, Role, attention_sites, hooked

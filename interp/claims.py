@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp import launch
+import interp.launch as launch
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.heads import Head, head_label

@@ -146,7 +146,7 @@ class Scaled:
 
 
 def _run_rank(handler: Callable, args) -> int:
-    from interp import distributed
+    import interp.distributed as distributed
 
     tune_allocator()  # spawned ranks are fresh processes
 

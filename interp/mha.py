@@ -304,7 +304,7 @@ class AttentionHookedModel(TokenMethods, CachingRoot):
     def setup(self) -> None:
         """Index the hook points by module path (and, unlike TransformerLens, leave the names of
         the user's own modules alone)."""
-        from interp import tl_surface
+        import interp.tl_surface as tl_surface
 
         self.mod_dict, self.hook_dict = {}, {}
         for name, module in self.named_modules():
@@ -320,7 +320,7 @@ class AttentionHookedModel(TokenMethods, CachingRoot):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            from interp import tl_surface
+            import interp.tl_surface as tl_surface
 
             if name in tl_surface.WEIGHT_NAMES:
                 return tl_surface.weight(self, name)
@@ -328,7 +328,7 @@ class AttentionHookedModel(TokenMethods, CachingRoot):
 
     def tokens_to_residual_directions(self, tokens: Any) -> torch.Tensor:
         """TransformerLens's method (`cache.logit_attrs` calls it): on a nanoGPT / minGPT layout only."""
-        from interp import tl_surface
+        import interp.tl_surface as tl_surface
 
         return tl_surface.residual_directions(self, tokens)
 
@@ -412,7 +412,7 @@ def hook_attention(model: nn.Module) -> nn.Module:
         model.__class__ = _hooked_class(type(model))
         model = cast(AttentionHookedModel, model)  # its class now derives from AttentionHookedModel
         model.is_caching, model.context_level = False, 0
-        from interp import tl_surface
+        import interp.tl_surface as tl_surface
 
         tl_surface.attach(model, [(m, m.num_heads, m.head_dim) for m in model.modules()
                                   if isinstance(m, HookedMultiheadAttention)])
@@ -436,7 +436,7 @@ def unhook_attention(model: nn.Module) -> nn.Module:
             child.use_nested_tensor = getattr(child, "_interp_use_nested_tensor")  # noqa: B009 -- Any, as above
             del child._interp_use_nested_tensor
     if isinstance(model, AttentionHookedModel):
-        from interp import tl_surface
+        import interp.tl_surface as tl_surface
 
         tl_surface.detach(model)
         model.__class__ = model._interp_original_class

@@ -65,7 +65,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
+import interp.launch as launch
 from interp.behaviour import (
     Behaviour,
     BehaviourLike,

@@ -681,7 +681,7 @@ def hook_sdpa(model: nn.Module, example: Any = None) -> nn.Module:
 
 def _attach_surface(model: nn.Module, sites: dict[str, SDPASite]) -> None:
     """TransformerLens's surface (`interp.tl_surface`): cfg, and on a nanoGPT layout the stacked weights."""
-    from interp import tl_surface
+    import interp.tl_surface as tl_surface
 
     attention = [(model.get_submodule(s.path) if s.path else model, s.n_heads, s.d_head) for s in sites.values()]
     first = next(iter(sites.values()), None)
@@ -694,7 +694,7 @@ def unhook_sdpa(model: nn.Module) -> nn.Module:
     if not is_intercepted(model):
         raise BadInput(f"{type(model).__name__} was not hooked by hook_sdpa; there is nothing to undo.")
     model.reset_hooks(including_permanent=True)
-    from interp import tl_surface
+    import interp.tl_surface as tl_surface
 
     tl_surface.detach(model)
     for site in model.__dict__.pop("_interp_sdpa_sites").values():

@@ -147,7 +147,7 @@ def build_prompts(model, spec: PromptSpec, *, default_n: int = 64):
     Repeated prompts get `prefix_len = min(20, (n_ctx - 1) // 2)` by default; text prompts use
     the model's own tokenizer when it has one, else a character tokenizer.
     """
-    from interp import data
+    import interp.data as data
     from interp.modelinfo import context_length, vocab_size
 
     n = spec.n or default_n
@@ -264,7 +264,7 @@ def _short(value: Any, width: int = 40) -> str:
 
 
 def _text_prompts(model, texts: list[str], spec: PromptSpec, *, n: int | None, max_len: int):
-    from interp import data
+    import interp.data as data
 
     texts = texts[:n] if n else texts
     tokenizer = getattr(model, "tokenizer", None)

@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.behaviour import BehaviourLike
 from interp.data import PromptSet
 from interp.errors import BadInput

@@ -206,9 +206,9 @@ def toy_induction_case(*, one_false_per_role: bool, seed: int = 0) -> Case:
     """toy-induction on repeated random tokens: the role sweep and its consumers-as-backups claims (the
     induction heads reading the previous-token heads; in the full sweep, reading every layer-0 head:
     an induction head does none of a positional head's job)."""
-    import interp
+    from interp.loading import load
 
-    model = interp.load("toy-induction")
+    model = load("toy-induction")
     prompts = repeated_tokens(N_PROMPTS, 20, _cfg(model).d_vocab, seed=seed)
     claims = sweep_claims(model, prompts, one_false_per_role=one_false_per_role, seed=seed)
     previous = [c.claim.heads[0] for c in claims if c.claim.name == "previous_token" and c.truth == "true"]
@@ -228,7 +228,7 @@ def random_gpt2(seed: int = 0, scale: float = 0.4) -> nn.Module:
     loss), converted natively (`interp.load`)."""
     import transformers
 
-    import interp
+    from interp.loading import load
 
     config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=64, n_layer=2, n_head=4,
                                      bos_token_id=None, eos_token_id=None)
@@ -240,7 +240,7 @@ def random_gpt2(seed: int = 0, scale: float = 0.4) -> nn.Module:
             noise = torch.randn(param.shape, generator=generator) * scale
             gain = param.ndim == 1 and name.endswith("weight") and "embed" not in name
             param.copy_(noise + 1.0 if gain else noise)
-    return interp.load(hf.eval())
+    return load(hf.eval())
 
 
 def random_init_case(seed: int = 0) -> Case:
@@ -261,14 +261,14 @@ def minilm_case(seed: int = 0) -> list[Case]:
         return []
     from transformers import AutoTokenizer
 
-    import interp
     from interp.data import corpus_text, text_prompts
+    from interp.loading import load
 
     folder = get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     sentences = [s.strip() + "." for s in corpus_text().replace("\n", " ").split(".") if len(s.split()) >= 6][:N_PROMPTS]
     prompts = text_prompts(sentences, tokenizer, max_len=48)
-    model = interp.load(str(folder))
+    model = load(str(folder))
     claims = sweep_claims(model, prompts, heads=[(0, h) for h in range(_shape(model)[1])], seed=seed)
     return [Case("MiniLM-L6 layer 0", model, prompts, tuple(claims))]
 

@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
+import interp.launch as launch
 from interp.analyses.claims.evidence import argmax_offsets_per_prompt, head_metric, modal_offset, offset_index
 from interp.analyses.claims.presets import PRESETS, positional_head
 from interp.analyses.head_types import HeadType, head_types

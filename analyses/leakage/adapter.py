@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.errors import BadType, InterpError, ModelError
 from interp.modelinfo import context_length, model_config, vocab_size
 from interp.models.config import EncoderConfig

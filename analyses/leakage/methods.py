@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.analyses.leakage.adapter import ModelAdapter, _first_tensor
 from interp.analyses.leakage.types import (
     LOCALISE_FRACTION,

@@ -35,6 +35,7 @@ not with the model's activations.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import linecache
 import math
 import os
@@ -50,13 +51,12 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-import interp
 from interp.analyses.leakage.methods import _change, _scale, restrict
 from interp.modelinfo import context_length
 
 MAX_BYTES = 256 * 2**20  # reference outputs kept per window
 _TORCH_DIRS = tuple(str(Path(str(module.__file__)).resolve().parent) for module in (torch, einops))  # ops pass through these
-_INTERP = Path(str(interp.__file__)).resolve().parent  # interp/ holds (a checkout: links to) models/ and analyses/
+_INTERP = Path(str(importlib.util.find_spec("interp").origin)).resolve().parent  # type: ignore[union-attr]  # interp/ holds (a checkout: links to) models/ and analyses/
 _MODEL_DIRS = tuple({str(_INTERP / "models") + os.sep, str((_INTERP / "models").resolve()) + os.sep})  # our models: user code
 _TOOLKIT_DIRS = tuple({str(_INTERP) + os.sep, str((_INTERP / "analyses").resolve()) + os.sep})
 _INSTALLED = {"site-packages", "dist-packages"}  # installed code, whichever environment's path put it there

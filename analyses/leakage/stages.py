@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import interp.analyses.leakage.fast as leakage_fast
-from interp import launch
+import interp.launch as launch
 from interp.analyses.leakage.adapter import ModelAdapter, observed_masking
 from interp.analyses.leakage.fast import SHORT_LEN, SIDE_LEN, perturbation_cuts, perturbation_draws
 from interp.analyses.leakage.floor import FLOAT64_DECIDES, AuditRun, Floors, decides, float64_copy, measure_floors

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
-from interp import ablation as _ablation
-from interp import distributed
+import interp.ablation as _ablation
+import interp.distributed as distributed
 from interp.analyses.redundancy.common import (
     DEFAULT_MARGIN,
     _all_pairs,

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from interp import ablation as _ablation
-from interp import distributed
+import interp.ablation as _ablation
+import interp.distributed as distributed
 from interp.ablation import resumable
 from interp.analyses.redundancy.common import _check_n, _heads_frame, _pairs_frame, _parse_pairs, named, redundancy_run
 from interp.analyses.redundancy.similarity import SuggestBy, suggest_pairs

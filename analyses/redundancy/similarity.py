@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import launch
+import interp.launch as launch
 from interp.analyses.redundancy.common import _all_pairs, _check_n, _pairs_frame
 from interp.analyses.redundancy.importance import second_order
 from interp.behaviour import BehaviourLike

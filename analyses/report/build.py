@@ -37,7 +37,7 @@ from torch import nn
 import interp.analyses.report.format as fmt
 import interp.analyses.report.html as report_html
 import interp.analyses.report.plots as report_plots
-from interp import outdir
+import interp.outdir as outdir
 from interp.analyses.report.findings import highlights
 from interp.analyses.report.pipeline import LEAKAGE_LEN, MAX_CARDS, ReportData, ReportResult, compute, report_stages
 from interp.data import PromptSet

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.data import PromptSet
 from interp.heads import head_label
 from interp.hooks import attention_sites, hooked

@@ -20,7 +20,7 @@ import pandas as pd
 from torch import nn
 
 import interp.analyses.report.format as fmt
-from interp import launch
+import interp.launch as launch
 from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
 from interp.analyses.report.circuit import report_circuit
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance

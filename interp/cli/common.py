@@ -33,13 +33,13 @@ def _load(spec: str | None, quiet: bool = False, backend: str = "auto", *, black
     spec = _checked_spec(spec)
     console = _stderr_console(quiet)
     with console.status(f"loading {spec} ...", spinner="dots") as status:
-        import interp
+        from interp.loading import load as load_model
         from interp.loading import load_auditable
 
         def progress(done: int, total: int) -> None:
             status.update(f"loading {spec}: dequantizing tensor {done}/{total} ...")
 
-        load = load_auditable if black_box else interp.load
+        load = load_auditable if black_box else load_model
         try:
             model = load(spec, backend=backend, allow_download=allow_download, progress=progress)
         except ModelError as error:  # the user's checkpoint or factory: stays a ModelError, says which spec

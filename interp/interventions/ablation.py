@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformer_lens.utilities.statistics import derive_generator
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.data import PromptSet
 from interp.heads import Head, HeadLike, head_label
 from interp.hooks import hooked

@@ -15,7 +15,7 @@ import einops
 import torch
 from torch import nn
 
-from interp import distributed
+import interp.distributed as distributed
 from interp.data import PromptSet, token_roles
 from interp.hooks import hooked
 from interp.interventions.common import (
