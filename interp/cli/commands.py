@@ -324,11 +324,11 @@ def _heads_columns(frame) -> tuple[list[str], list[str]]:
 
 
 def cmd_verify(args) -> int:
-    from interp.verify import verify_hooks
+    import interp.verify as verify
 
     model = _load(args.spec, args.quiet, getattr(args, "backend", "auto"),
                   allow_download=getattr(args, "allow_download", False))
-    frame = verify_hooks(model)
+    frame = verify.verify_hooks(model)
     passed = frame["passed"].astype(bool) if "passed" in frame.columns else None
     spec = args.spec or DEFAULT_SPEC
     console = _out_console(args)

@@ -99,10 +99,8 @@ def hook_checks():
 
 
 def _verify(monkeypatch, capsys, frame, width: int, *flags: str) -> tuple[int, str]:
-    import interp
-
     monkeypatch.setenv("COLUMNS", str(width))
-    monkeypatch.setattr(interp, "verify_hooks", lambda model: frame.copy())
+    monkeypatch.setattr("interp.verify.verify_hooks", lambda model: frame.copy())
     code = cli.main(["verify", "-q", *flags])
     return code, capsys.readouterr().out
 
