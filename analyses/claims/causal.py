@@ -27,8 +27,9 @@ asks about the claimed *role*, not only whether the head matters:
   applies (an ideal equal to the real pattern reproduces everything by construction).
 
 The behaviour (`resolve_behaviour`) is the one passed to `test_claims` / `scan`, else the model's
-own: for a causal LM the next-token loss on the repeated copies for prompts with a repeat period
-(`prompts.repeats`), otherwise on every position; for an encoder the change of the mean-pooled
+own: for a causal LM the next-token loss at the repeated positions (`prompts.repeats.query_mask`: the
+repeated copies of prompts with a period, right after a repeated n-gram for natural repeats), otherwise on
+every position; for an encoder the change of the mean-pooled
 sentence embedding (cosine distance from the clean run). Every causal evidence names it
 (`extra["behaviour"]`, the verdict table's `behaviour` column).
 
