@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from interp.capture import BatchContext, masked_mean
-from interp.data import PromptSet, Repeats
+from interp.data import PromptSet, Repeats, ngram_targets
 from interp.errors import BadInput, BadType
 from interp.validate import check_unit_interval, check_whole
 
@@ -73,37 +73,6 @@ def _at_first(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     """x (batch, head, query, key), first (batch,) -> (batch, head, query): the weight on each prompt's first key."""
     index = first[:, None, None, None].expand(x.shape[0], x.shape[1], x.shape[2], 1)
     return x.gather(-1, index).squeeze(-1)
-
-
-def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) -> torch.Tensor:
-    """(batch, query, key) bool: keys j <= q - match_len whose `match_len` tokens ending at j equal those
-    ending at q (all real; the n-grams do not overlap); match_len=1: the earlier occurrences of the query's token."""
-    if not isinstance(match_len, int) or match_len < 1:
-        raise ValueError(f"match_len={match_len!r} must be a positive integer (the n-gram length of a repeat).")
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
-    matched = same.clone()
-    for back in range(1, match_len):  # token q - back equals token j - back
-        shifted = torch.zeros_like(same)
-        shifted[:, back:, back:] = same[:, :-back, :-back]
-        matched &= shifted
-    return matched.tril(diagonal=-match_len)
-
-
-def repeat_query_mask(tokens: torch.Tensor, real: torch.Tensor, repeats: Repeats | None) -> torch.Tensor:
-    """(batch, pos) bool: the repeated positions. With a period: the second and later copies
-    (p >= offset + period; with `match_len`, those that end a repeated n-gram); with only `match_len`:
-    the positions ending an n-gram seen before; with no structure: every real position whose token occurred before."""
-    if repeats is not None and repeats.match_len is not None:
-        queries = ngram_targets(tokens, real, repeats.match_len).any(-1) & real
-        if repeats.start is not None:
-            queries[:, : repeats.start] = False
-        return queries
-    if repeats is not None and repeats.start is not None:
-        queries = torch.zeros_like(real)
-        queries[:, repeats.start:] = True
-        return queries & real
-    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
-    return same.tril(diagonal=-1).any(-1) & real
 
 
 @dataclass(frozen=True)
@@ -148,8 +117,8 @@ class TargetBatch:
 
     @functools.cached_property
     def repeat_queries(self) -> torch.Tensor:
-        """(batch, query) bool: the repeated positions (`repeat_query_mask`)."""
-        return repeat_query_mask(self.tokens, self.real, self.repeats)
+        """(batch, query) bool: the repeated positions (`interp.data.Repeats.query_mask`; no structure: 1-gram repeats)."""
+        return (self.repeats or Repeats()).query_mask(self.tokens, self.real)
 
 
 class Target(Protocol):

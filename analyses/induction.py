@@ -16,7 +16,9 @@ query q are the positions j <= q - k whose k tokens ending at j equal the k toke
 (`ngram_targets`; the two n-grams do not overlap, so a run such as eight spaces does not make
 the previous position an "earlier occurrence" and its successor, the query itself, an
 induction target), and the repeat queries are the positions that have one (within the repeated
-copies when a period is also given). k = 1 is the definition above. Both are head types
+copies when a period is also given). k = 1 is the definition above. The repeat queries are
+`interp.data.Repeats.query_mask`, the toolkit's one definition of repeated positions, which the
+next-token behaviours score too. Both are head types
 (`interp.analyses.head_types`); a registered type that needs repeats gets its column here too.
 
 Agreement with `transformer_lens.head_detector.detect_head(model, tokens, "induction_head" or
@@ -41,16 +43,10 @@ import torch
 from torch import nn
 
 import interp.launch as launch
-from interp.analyses.head_types import (
-    HeadType,
-    head_types,
-    ngram_targets,  # noqa: F401  (re-exported: its home was here)
-    reduce_head_types,
-    repeat_query_mask,
-)
+from interp.analyses.head_types import HeadType, head_types, reduce_head_types
 from interp.analyses.positional import nan_aware_frame
 from interp.capture import BatchContext, PerPromptAccumulator, stream
-from interp.data import PromptSet
+from interp.data import PromptSet, Repeats, ngram_targets  # noqa: F401  (ngram_targets re-exported: its home was here)
 from interp.errors import BadInput
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
@@ -70,9 +66,9 @@ def repeat_types() -> tuple[HeadType, ...]:
 
 
 def repeat_queries(prompts: PromptSet) -> torch.Tensor:
-    """(prompt, pos) bool: the queries the scores average over (see the module docstring)."""
-    real = torch.ones_like(prompts.tokens, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
-    return repeat_query_mask(prompts.tokens, real, prompts.repeats)
+    """(prompt, pos) bool: the queries the scores average over, `prompts.repeats.query_mask` (without a
+    repeat structure: every real position whose token occurred before)."""
+    return (prompts.repeats or Repeats()).query_mask(prompts.tokens, prompts.real_mask())
 
 
 def check_repeats(prompts: PromptSet) -> torch.Tensor:

@@ -28,6 +28,7 @@ from torch import nn
 
 from interp.analyses import copying, induction, positional
 from interp.analyses.claims import scan
+from interp.behaviour import next_token_description
 from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
 from interp.models import stdlib_bpe
@@ -118,6 +119,8 @@ def render_heads_section(evidence: HeadEvidence, prompts: HeldOutPrompts) -> str
                      f"{_num(span['induction_ci_high'])}] | {_num(row['duplicate_token'])} | {_num(row['prev_token'])} "
                      f"[{_num(row['prev_token_ci_low'])}, {_num(row['prev_token_ci_high'])}] |")
     lines += ["", "### Claims (`claims.scan` on the natural windows: proposed on half, tested on the other half)", "",
+              f"The causal evidence (necessity, sufficiency, faithfulness) scores the {next_token_description(prompts.natural)}: the "
+              "predictions an earlier occurrence makes possible (`Repeats.query_mask`).", "",
               *_claims_table(evidence.verdicts)]
     if evidence.span_verdicts is not None:
         lines += ["", "### Claims on the repeated spans (`claims.scan` again: proposed on half, tested on the other half)", "",

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from interp.data import PromptSet
+from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
 from interp.hooks import attention_sites, check_hook_names, hooked
 from interp.models.gpt import HookedGPT, masked_next_token_loss, next_token_targets
@@ -146,10 +146,12 @@ BehaviourLike = Union[Behaviour, str, Callable[..., torch.Tensor], None]
 def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.Tensor:
     """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1) that are scored.
 
-    "all": every prediction whose query and target are real tokens; "repeats": only those of the
-    second and later copies of `interp.data.repeated_tokens` prompts (q >= offset + prefix_len),
-    which an earlier copy makes predictable; "auto": "repeats" when the prompts have a repeat
-    period (`prompts.repeats`, meta prefix_len), else "all".
+    "all": every prediction whose query and target are real tokens; "repeats": only those whose query
+    is a repeated position (`prompts.repeats.query_mask`: the second and later copies of
+    `interp.data.repeated_tokens` prompts, or right after a repeated n-gram for natural repeats,
+    `Repeats(match_len=k)`), where an earlier occurrence makes the next token predictable; "auto":
+    "repeats" when the prompts have a repeat structure (`prompts.repeats`), else "all".
+    UndefinedOnPrompts when "repeats" leaves a prompt with nothing to score.
     """
     if positions not in get_args(Positions):
         raise BadInput(f"positions={positions!r}; expected one of {list(get_args(Positions))}.")
@@ -157,21 +159,40 @@ def next_token_mask(prompts: PromptSet, positions: Positions = "auto") -> torch.
     if n_pos < 2:
         raise UndefinedOnPrompts(f"the next-token loss needs prompts of at least 2 tokens; these have {n_pos}.")
     mask = next_token_targets(prompts.attention_mask, (n, n_pos))
-    start = None if prompts.repeats is None else prompts.repeats.start
-    if positions == "all" or (positions == "auto" and start is None):
+    repeats = prompts.repeats
+    if positions == "all" or (positions == "auto" and repeats is None):
         return mask
-    if start is None:
-        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (a repeat period, "
-                       f"meta prefix_len); got kind {prompts.kind!r}. Use positions='all' for the loss at every position.")
-    if start > n_pos - 2:
-        raise UndefinedOnPrompts(f"the prompts ({n_pos} tokens) have no repeated token to predict after position {start + 1}.")
-    return mask & (torch.arange(n_pos - 1) >= start)
+    if repeats is None:
+        raise UndefinedOnPrompts(f"induction_loss needs prompts from interp.data.repeated_tokens (a repeat period) or "
+                                 f"with natural repeats (`PromptSet(..., repeats=Repeats(match_len=k))`); got kind "
+                                 f"{prompts.kind!r} without `prompts.repeats`. Use positions='all' for the loss at every "
+                                 "position.")
+    if repeats.start is not None and repeats.start > n_pos - 2:
+        raise UndefinedOnPrompts(f"the prompts ({n_pos} tokens) have no repeated token to predict after position "
+                                 f"{repeats.start + 1}.")
+    mask = mask & repeats.query_mask(prompts.tokens, prompts.real_mask())[:, :-1]
+    empty = (~mask.any(-1)).nonzero().flatten().tolist()
+    if empty:
+        raise UndefinedOnPrompts(f"prompts {prompts.row_numbers(empty[:5])} have no repeated position to score "
+                                 f"({_repeat_words(repeats)}); drop them, or use positions='all' for every position.")
+    return mask
+
+
+def _repeat_words(repeats: Repeats) -> str:
+    """Where `repeats` says the scored predictions are: 'on the repeated copies', 'after a repeated 2-gram', ..."""
+    after = f"after a repeated {repeats.match_len or 1}-gram"
+    if repeats.period is None:
+        return after
+    return "on the repeated copies" + ("" if repeats.match_len is None else f", {after}")
 
 
 def next_token_description(prompts: PromptSet, positions: Positions = "auto") -> str:
-    """'next-token loss on every position' or '... on the repeated copies' for these prompts."""
-    repeats = positions == "repeats" or (positions == "auto" and prompts.repeats is not None and prompts.repeats.period is not None)
-    return "next-token loss on the repeated copies" if repeats else "next-token loss on every position"
+    """'next-token loss on every position', '... on the repeated copies' or '... after a repeated k-gram'
+    for these prompts (the predictions `next_token_mask` scores)."""
+    repeats = prompts.repeats
+    if positions == "all" or (positions == "auto" and repeats is None):
+        return "next-token loss on every position"
+    return f"next-token loss {'on the repeated copies' if repeats is None else _repeat_words(repeats)}"
 
 
 def next_token_weights(prompts: PromptSet, positions: Positions = "auto") -> torch.Tensor:
@@ -191,6 +212,10 @@ def check_next_token_targets(prompts: PromptSet) -> None:
         )
 
 
+_WHERE = {"auto": "at the repeated positions when the prompts have a repeat structure, else at every real position",
+          "all": "at every real position", "repeats": "at the repeated positions (`Repeats.query_mask`)"}
+
+
 def next_token_loss(positions: Positions = "auto") -> Behaviour:
     """Next-token cross-entropy (nats) per prompt, averaged over the predictions `next_token_mask` scores."""
     if positions not in get_args(Positions):
@@ -204,8 +229,7 @@ def next_token_loss(positions: Positions = "auto") -> Behaviour:
         check_next_token_targets(prompts)
         return next_token_weights(prompts, positions)
 
-    where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
-             "all": "at every real position", "repeats": "on the repeated copies"}[positions]
+    where = _WHERE[positions]
     return Behaviour("next_token_loss", "logits", loss, description=f"next-token cross-entropy (nats) {where}",
                      unit="nats", target_weights=weights,
                      params=(("positions", positions),))
@@ -226,8 +250,7 @@ def next_token_margin(positions: Positions = "auto") -> Behaviour:
         weights = next_token_weights(prompts, positions).to(logits.device)  # rows sum to one over the scored
         return -((correct - scored.mean(-1)) * weights).sum(-1)
 
-    where = {"auto": "on the repeated copies when the prompts repeat, else at every real position",
-             "all": "at every real position", "repeats": "on the repeated copies"}[positions]
+    where = _WHERE[positions]
     return Behaviour("next_token_margin", "logits", margin, unit="logits", params=(("positions", positions),),
                      description=f"minus the correct next token's logit over the mean logit {where}")
 

@@ -9,6 +9,7 @@ is the repeat structure that induction scores, claims and behaviours read.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Literal, Sequence, get_args
 
@@ -31,6 +32,15 @@ class Repeats:
     n_repeats: int | None = None  # copies of the block (None: not built by repetition)
     match_len: int | None = None  # n-gram length that makes a repeat (None: 1, single tokens)
 
+    def __post_init__(self) -> None:
+        for name, least in (("period", 1), ("offset", 0), ("n_repeats", 1), ("match_len", 1)):
+            value = getattr(self, name)
+            if value is None and name != "offset":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise BadInput(f"Repeats.{name}={value!r}; expected an integer >= {least}"
+                               f"{'' if name == 'offset' else ' or None'}.")
+
     @property
     def start(self) -> int | None:
         """First position of the second copy (offset + period); None without a period."""
@@ -47,6 +57,46 @@ class Repeats:
     def without_period(self) -> "Repeats | None":
         """What survives shuffling the tokens: the n-gram length, not the period (None if nothing is left)."""
         return None if self.match_len is None else Repeats(match_len=self.match_len)
+
+    def query_mask(self, tokens: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+        """(prompt, pos) bool: the repeated positions, the queries whose next token an earlier occurrence
+        makes predictable. The toolkit's one definition: induction scores average over these queries and
+        the next-token behaviours score their predictions.
+
+        With a period and no `match_len`: every real position of the second and later copies
+        (p >= offset + period; positions count from the row's start, padding included). Otherwise the
+        real positions that end an n-gram of `match_len` tokens (1 if None) seen before, the two not
+        overlapping (`ngram_targets`), within the repeated copies when there is also a period.
+        `real` (prompt, pos) bool marks real tokens (None: all real).
+        """
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2:
+            shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise BadInput(f"Repeats.query_mask needs (prompt, pos) token ids, got {shape}.")
+        real = torch.ones_like(tokens, dtype=torch.bool) if real is None else real.bool()
+        if real.shape != tokens.shape:
+            raise BadInput(f"Repeats.query_mask: real has shape {tuple(real.shape)}, tokens {tuple(tokens.shape)}; "
+                           "expected one flag per token (True at real tokens).")
+        if self.period is not None and self.match_len is None:  # the copies repeat by construction
+            queries = torch.ones_like(real)
+        else:
+            queries = ngram_targets(tokens, real, self.match_len or 1).any(-1)  # (prompt, query)
+        if self.start is not None:
+            queries[:, : self.start] = False
+        return queries & real
+
+
+def ngram_targets(tokens: torch.Tensor, real: torch.Tensor, match_len: int = 1) -> torch.Tensor:
+    """(batch, query, key) bool: keys j <= q - match_len whose `match_len` tokens ending at j equal those
+    ending at q (all real; the n-grams do not overlap); match_len=1: the earlier occurrences of the query's token."""
+    if not isinstance(match_len, int) or isinstance(match_len, bool) or match_len < 1:
+        raise ValueError(f"match_len={match_len!r} must be a positive integer (the n-gram length of a repeat).")
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # (batch, query, key)
+    matched = same.clone()
+    for back in range(1, match_len):  # token q - back equals token j - back
+        shifted = torch.zeros_like(same)
+        shifted[:, back:, back:] = same[:, :-back, :-back]
+        matched &= shifted
+    return matched.tril(diagonal=-match_len)
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,9 @@ display(interp.show(model, natural.tokens[:1, :96], layer=ind[0], head=ind[1]))
 # tests it on the other half with the role's own evidence: the metric's CI against its threshold,
 # the shuffled-token and random-init controls, necessity (knocking out the attention the role
 # predicts hurts the next-token loss more than knocking out as much other attention), sufficiency
-# (the role's ideal pattern recovers the loss) and faithfulness. Then two false claims about the
+# (the role's ideal pattern recovers the loss) and faithfulness. On the natural windows that loss is
+# scored right after a repeated token (`Repeats(match_len=1).query_mask`: the predictions an earlier
+# occurrence makes possible), not at every position. Then two false claims about the
 # same heads (induction for the previous-token head, previous-token for the induction head) must
 # not pass.
 

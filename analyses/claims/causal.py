@@ -27,8 +27,9 @@ asks about the claimed *role*, not only whether the head matters:
   applies (an ideal equal to the real pattern reproduces everything by construction).
 
 The behaviour (`resolve_behaviour`) is the one passed to `test_claims` / `scan`, else the model's
-own: for a causal LM the next-token loss on the repeated copies for prompts with a repeat period
-(`prompts.repeats`), otherwise on every position; for an encoder the change of the mean-pooled
+own: for a causal LM the next-token loss at the repeated positions (`prompts.repeats.query_mask`: the
+repeated copies of prompts with a period, right after a repeated n-gram for natural repeats), otherwise on
+every position; for an encoder the change of the mean-pooled
 sentence embedding (cosine distance from the clean run). Every causal evidence names it
 (`extra["behaviour"]`, the verdict table's `behaviour` column).
 
@@ -57,8 +58,14 @@ import torch
 
 from interp.analyses.claims.common import PositionalParams, claim_head_type, subject
 from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type, offset_type
-from interp.analyses.induction import repeat_queries
-from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts, as_behaviour
+from interp.behaviour import (
+    Behaviour,
+    BehaviourLike,
+    UndefinedOnPrompts,
+    as_behaviour,
+    next_token_description,
+    next_token_mask,
+)
 from interp.capture import MomentAccumulator, stream
 from interp.claims import (
     Claim,
@@ -88,32 +95,30 @@ Part = Literal["behaviour", "first_copy"]
 def behaviour_mask(prompts: PromptSet, part: Part = "behaviour") -> tuple[torch.Tensor, str]:
     """(prompt, pos - 1) bool over next-token predictions (query q predicts token q + 1), and its name.
 
-    part="behaviour": for prompts with a repeat period (`prompts.repeats`), the predictions of the second
-    and later copies that an earlier copy makes predictable (q >= offset + prefix_len); for natural
-    repeats (a `match_len` without a period) the predictions right after a repeated n-gram
-    (`interp.analyses.induction.repeat_queries`); otherwise every prediction of a real token. part="first_copy": the same predictions inside the first copy
-    (q = offset .. offset + prefix_len - 2), where nothing repeats yet: the baseline against which
-    the repeated copies' loss advantage is measured.
+    part="behaviour": the default next-token loss's predictions, `interp.behaviour.next_token_mask(prompts,
+    "auto")`: those whose query is a repeated position (`prompts.repeats.query_mask`: the second and later
+    copies of prompts with a repeat period, right after a repeated n-gram for natural repeats), or every
+    prediction of a real token without a repeat structure. part="first_copy": the predictions inside the
+    first copy of prompts with a period (q = offset .. offset + prefix_len - 2), where nothing repeats yet:
+    the baseline against which the repeated copies' loss advantage is measured.
+    Inconclusive where the prompts cannot define the part.
     """
     if part not in get_args(Part):
         raise ValueError(f"part={part!r}; expected one of {list(get_args(Part))}.")
-    n = prompts.n_pos
-    real = torch.ones(len(prompts), n, dtype=torch.bool) if prompts.attention_mask is None else prompts.attention_mask.bool()
-    mask = real[:, 1:] & real[:, :-1]  # (prompt, pos - 1)
     repeats = prompts.repeats
-    query = torch.arange(n - 1)
+    if part == "behaviour":
+        try:
+            return next_token_mask(prompts, "auto"), next_token_description(prompts, "auto")
+        except UndefinedOnPrompts as error:
+            raise Inconclusive(str(error)) from None
     if repeats is None or repeats.period is None or repeats.start is None:  # start is None exactly without a period
-        if part == "first_copy":
-            raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
-        if repeats is not None and repeats.match_len is not None:  # natural repeats: right after a repeated n-gram
-            return mask & repeat_queries(prompts)[:, :-1], f"next-token loss after a repeated {repeats.match_len}-gram"
-        return mask, "next-token loss on every position"
-    offset, prefix_len, start = repeats.offset, repeats.period, repeats.start
+        raise Inconclusive("the prompts have no repeated copy (no meta prefix_len), so no first-copy baseline.")
+    n, offset, prefix_len, start = prompts.n_pos, repeats.offset, repeats.period, repeats.start
     if start > n - 2:
         raise Inconclusive(f"prompts of {n} positions have no repeated copy to predict (prefix_len={prefix_len}).")
-    if part == "first_copy":
-        return mask & (query >= offset) & (query <= start - 2), "next-token loss on the first copy"
-    return mask & (query >= start), "next-token loss on the repeated copies"
+    query = torch.arange(n - 1)
+    mask = next_token_mask(prompts, "all")
+    return mask & (query >= offset) & (query <= start - 2), "next-token loss on the first copy"
 
 
 def resolve_behaviour(ctx: Context, behaviour: BehaviourLike = None) -> Behaviour:

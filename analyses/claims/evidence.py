@@ -110,7 +110,7 @@ def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str,
 
 def reduce_repeat_positions(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
     """pattern (batch, head, query, key) -> (batch, head): mean weight of the repeat queries
-    (q >= offset + prefix_len, from the prompts' `repeats`) on the key prefix_len - 1 back
+    (`Repeats.query_mask`: q >= offset + prefix_len, from the prompts' `repeats`) on the key prefix_len - 1 back
     ("induction_position": where the induction target sits in an unshuffled repeat) and prefix_len
     back ("duplicate_position"). Fixed relative offsets: they do not follow the tokens."""
     repeats = ctx.repeats
@@ -118,8 +118,7 @@ def reduce_repeat_positions(pattern: torch.Tensor, ctx: BatchContext) -> dict[st
         raise Inconclusive("induction_position / duplicate_position need prompts with a known repeat structure (a "
                            "period, from interp.data.repeated_tokens); these prompts have none.")
     prefix_len = repeats.period
-    queries = ctx.real.clone()  # (batch, query)
-    queries[:, : repeats.start] = False
+    queries = repeats.query_mask(ctx.tokens, ctx.real)  # (batch, query)
     out = {}
     for name, back in (("induction_position", prefix_len - 1), ("duplicate_position", prefix_len)):
         weight = pattern.float().diagonal(offset=-back, dim1=-2, dim2=-1)  # (batch, head, query - back)

@@ -31,8 +31,8 @@ Modules: `similarity` (pattern_similarity, output_similarity, to_matrix, suggest
 Losses are per prompt values of a *behaviour* (`interp.behaviour`): `behaviour=` takes a name
 ("next-token", "masked-lm", "embedding"), a `Behaviour`, or a callable `(output, prompts) ->
 (prompt,)` on the final logits; the default is `interp.Run`'s, the one claims and the report measure
-(`default_behaviour` with `positions="auto"`: for a causal LM the next-token loss on the repeated copies
-when the prompts repeat, else at every real position; the sentence-embedding change for an encoder or a
+(`default_behaviour` with `positions="auto"`: for a causal LM the next-token loss at the repeated positions
+(`Repeats.query_mask`) when the prompts have a repeat structure, else at every real position; the sentence-embedding change for an encoder or a
 model whose head is random). `lm_loss` (every position) and `induction_loss` (repeated copies only) are
 next-token behaviours. A NaN value raises. "Loss" below means the behaviour's value.
 

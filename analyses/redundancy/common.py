@@ -31,7 +31,7 @@ def redundancy_run(model: "nn.Module | Run", prompts: PromptSet | None, where: s
                    fast: bool = True, **options: Any) -> Run:
     """The `interp.Run` a redundancy analysis measures: the one given, or one built from (model, prompts, options)
     with `interp.Run`'s defaults, so its behaviour is the one claims and the report measure (`positions="auto"`:
-    the repeated copies when the prompts repeat, else every real position). `fast=False`: one hooked forward
+    the repeated positions when the prompts have a repeat structure, `Repeats.query_mask`, else every real position). `fast=False`: one hooked forward
     per ablation (strategy "hooked"). `method`: the ablation kind, checked here."""
     if method not in ABLATION_KINDS:
         raise ValueError(f"{where}: method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")

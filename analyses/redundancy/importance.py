@@ -131,8 +131,8 @@ def importance(
     between `grad_estimate` and `delta_loss` (and `spearman_abs`: `grad_abs` vs |delta_loss|).
     Limits: a first-order estimate misses interactions (it is exact only for linear effects),
     which is what joint_ablation measures. `behaviour`: what the loss is (`interp.behaviour`; default the
-    model's own, as `interp.Run`: for a causal LM the next-token loss on the repeated copies when the prompts
-    repeat, else on every real position); the `behaviour` column says which, in words, and `ablation` the
+    model's own, as `interp.Run`: for a causal LM the next-token loss at the repeated positions when the prompts
+    have a repeat structure, else on every real position); the `behaviour` column says which, in words, and `ablation` the
     ablation kind (`frame.attrs` too). `model`: an
     `interp.Run` (its prompts and settings), or a model with its prompts and the Run's options
     (batch_size 16, seed 0 when left None); every ablation is a `Run.effect`.

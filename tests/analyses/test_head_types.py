@@ -155,9 +155,9 @@ def test_content_targets_and_repeat_queries():
     assert ht.duplicate_target(batch)[0].nonzero().tolist() == [[3, 0], [4, 1], [5, 2]]
     assert ht.induction_target(batch)[0].nonzero().tolist() == [[3, 1], [4, 2], [5, 3]]
     tokens = torch.tensor([[1, 2, 1, 2]])
-    assert ht.repeat_query_mask(tokens, torch.ones_like(tokens, dtype=torch.bool), None)[0].tolist() == [False, False, True, True]
-    assert ht.repeat_query_mask(tokens, torch.ones_like(tokens, dtype=torch.bool), Repeats(match_len=2))[0].tolist() == \
-        [False, False, False, True]
+    assert Repeats().query_mask(tokens)[0].tolist() == [False, False, True, True]
+    assert Repeats(match_len=2).query_mask(tokens)[0].tolist() == [False, False, False, True]
+    assert TargetBatch.from_prompts(PromptSet(tokens)).repeat_queries[0].tolist() == [False, False, True, True]
     assert ht.ngram_targets(tokens, torch.ones_like(tokens, dtype=torch.bool), 2)[0].nonzero().tolist() == [[3, 1]]
     induction = ht.get_head_type("induction")
     assert induction.scored_queries(batch)[0].tolist() == [False] * 3 + [True] * 3

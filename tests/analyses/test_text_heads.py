@@ -4,7 +4,7 @@ import pandas as pd
 import torch
 
 from interp.analyses.text_heads import HeadEvidence, HeldOutPrompts, render_heads_section
-from interp.data import PromptSet
+from interp.data import PromptSet, Repeats
 
 HEADS = [(2, 2), (2, 3), (1, 2)]
 
@@ -33,7 +33,7 @@ def _evidence(together: float, with_proposed: bool = True) -> HeadEvidence:
 
 def _prompts() -> HeldOutPrompts:
     tokens = torch.randint(0, 10, (8, 16), generator=torch.Generator().manual_seed(0))
-    return HeldOutPrompts(PromptSet(tokens), PromptSet(tokens))
+    return HeldOutPrompts(PromptSet(tokens, repeats=Repeats(match_len=1)), PromptSet(tokens))
 
 
 def test_both_ablations_are_rendered_with_their_controls_and_a_backup_is_named_from_the_numbers():
@@ -43,6 +43,7 @@ def test_both_ablations_are_rendered_with_their_controls_and_a_backup_is_named_f
     assert "more than the sum of each alone (L2H2 0.490 + L2H3 0.190 = 0.680)" in text and "backup" in text
     assert "| L2H2+L2H3 | 0.920 [0.910, 0.930] | no |" in text and "| L1H2+L0H0 | 0.850 [0.840, 0.860] | yes |" in text
     assert "the largest control, L1H2, removes 0.830".lower() in text.lower()
+    assert "scores the next-token loss after a repeated 1-gram: the predictions" in text  # the natural windows' behaviour
     natural, spans = text.split("### Claims on the repeated spans")
     assert "| L2H2 is an induction head | inconclusive |" in natural and "| L2H2 is an induction head | supported |" in spans
 

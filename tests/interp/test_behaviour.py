@@ -9,13 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import interp
 from interp import behaviour as B
 from interp.ablation import AblationEngine
 from interp.analyses import claims as hc
 from interp.analyses import redundancy as R
 from interp.analyses.claims import pair as P
+from interp.analyses.claims.causal import behaviour_mask
 from interp.claims import test_claims as run_test_claims
-from interp.data import PromptSet, random_tokens, repeated_tokens
+from interp.data import PromptSet, Repeats, random_tokens, repeated_tokens
 from interp.errors import BadInput
 from interp.hooks import hooked, live_hooks
 from interp.interventions import ablate
@@ -91,6 +93,49 @@ def test_next_token_positions(circuit, repeated):
         logits = circuit(repeated.tokens)
     on_repeats = float(B.next_token_loss("repeats")(logits, repeated).mean())
     assert on_repeats < 1.0 < float(B.next_token_loss("all")(logits, repeated).mean())
+
+
+def test_next_token_positions_on_natural_repeats_are_the_repeated_positions(circuit):
+    """`Repeats(match_len=k)` without a period: the predictions right after a repeated k-gram are scored
+    (`Repeats.query_mask`), as the claims' label says; before issue 43 "auto" scored every position."""
+    tokens = torch.tensor([[7, 3, 8, 3, 7, 2, 5], [1, 2, 3, 1, 2, 3, 4]])
+    one, two = PromptSet(tokens, repeats=Repeats(match_len=1)), PromptSet(tokens, repeats=Repeats(match_len=2))
+    # (prompt, pos - 1): query q predicts token q + 1
+    assert B.next_token_mask(one, "auto").tolist() == [[False, False, False, True, True, False],
+                                                       [False, False, False, True, True, True]]
+    assert torch.equal(B.next_token_mask(one, "repeats"), B.next_token_mask(one, "auto"))
+    assert bool(B.next_token_mask(one, "all").all())
+    assert B.next_token_mask(two[1], "auto").tolist() == [[False, False, False, False, True, True]]
+    assert B.next_token_loss().describe(one) == "next-token loss after a repeated 1-gram"
+    assert B.next_token_loss("all").describe(one) == "next-token loss on every position"
+    with pytest.raises(B.UndefinedOnPrompts, match=r"prompts \[0\] have no repeated position to score \(after a "
+                       r"repeated 2-gram\); drop them, or use positions='all'"):
+        B.next_token_mask(two, "auto")
+    # the loss and the margin average over exactly those predictions, and so does Run's clean value
+    logits = torch.randn(2, 7, D_VOCAB, generator=torch.Generator().manual_seed(0))
+    per = F.cross_entropy(logits[:, :-1].reshape(-1, D_VOCAB), tokens[:, 1:].reshape(-1), reduction="none").view(2, 6)
+    by_hand = torch.stack([per[0, 3:5].mean(), per[1, 3:6].mean()])
+    torch.testing.assert_close(B.next_token_loss()(logits, one), by_hand)
+    with torch.no_grad():
+        model_logits = circuit(tokens)
+    per = F.cross_entropy(model_logits[:, :-1].reshape(-1, D_VOCAB), tokens[:, 1:].reshape(-1), reduction="none").view(2, 6)
+    clean = interp.Run(circuit, one).clean()
+    torch.testing.assert_close(clean, torch.stack([per[0, 3:5].mean(), per[1, 3:6].mean()]).double(), atol=1e-5, rtol=1e-5)
+    # the claims' behaviour and its label are the same predictions
+    mask, name = behaviour_mask(one)
+    assert torch.equal(mask, B.next_token_mask(one, "auto")) and name == "next-token loss after a repeated 1-gram"
+
+
+def test_next_token_positions_with_a_period_and_padding():
+    """A right-padded repeated prompt: the later copy's real predictions only; a period plus match_len: the copy's
+    positions that end a repeated n-gram."""
+    tokens = torch.tensor([[9, 4, 5, 6, 4, 5, 6], [9, 1, 2, 3, 1, 2, 0]])
+    padded = PromptSet(tokens, torch.tensor([[1] * 7, [1] * 6 + [0]]), repeats=Repeats(period=3, offset=1, n_repeats=2))
+    assert B.next_token_mask(padded).tolist() == [[False] * 4 + [True, True], [False] * 4 + [True, False]]
+    assert B.next_token_loss().describe(padded) == "next-token loss on the repeated copies"
+    both = PromptSet(tokens[:1], repeats=Repeats(period=3, offset=1, match_len=2))
+    assert B.next_token_mask(both).tolist() == [[False] * 5 + [True]]
+    assert B.next_token_loss().describe(both) == "next-token loss on the repeated copies, after a repeated 2-gram"
 
 
 def test_next_token_margin_known_answer_padding_and_positions():

@@ -9,6 +9,7 @@ from interp.data import (
     ROLE_START,
     CharTokenizer,
     PromptSet,
+    Repeats,
     char_prompts,
     check_prompts,
     corpus_text,
@@ -20,6 +21,7 @@ from interp.data import (
     text_prompts,
     token_roles,
 )
+from interp.errors import BadInput
 
 # --- existing prompt sets --------------------------------------------------------------------
 
@@ -322,3 +324,59 @@ def test_ioi_builder_checks_single_tokens(ioi_tokenizer):
         ioi_prompts(4, 0, small)
     with pytest.raises(BadInput, match="needs the model's tokenizer"):
         ioi_prompts(4, 0, None)
+
+
+# --- the repeated positions (Repeats.query_mask) -----------------------------------------------
+
+F_, T_ = False, True
+
+
+def _rows(mask: torch.Tensor) -> list[list[bool]]:
+    return mask.tolist()
+
+
+def test_query_mask_with_a_period_is_every_real_position_of_the_later_copies():
+    # BOS 9, then a b c a b c; the second row is right-padded (its last token is padding)
+    tokens = torch.tensor([[9, 4, 5, 6, 4, 5, 6], [9, 1, 2, 3, 1, 2, 0]])
+    real = torch.tensor([[1] * 7, [1] * 6 + [0]]).bool()
+    repeats = Repeats(period=3, offset=1, n_repeats=2)
+    assert _rows(repeats.query_mask(tokens, real)) == [[F_, F_, F_, F_, T_, T_, T_], [F_, F_, F_, F_, T_, T_, F_]]
+    # by construction, not by content: a collision inside the first copy does not count, nor does real=None drop any
+    assert _rows(repeats.query_mask(torch.tensor([[9, 4, 4, 4, 4, 4, 4]]))) == [[F_, F_, F_, F_, T_, T_, T_]]
+    # with an n-gram length too: the later copies' positions that end a repeated 2-gram (position 3's 2-gram c a is new)
+    both = Repeats(period=3, offset=0, match_len=2)
+    assert _rows(both.query_mask(torch.tensor([[1, 2, 3, 1, 2, 3]]))) == [[F_, F_, F_, F_, T_, T_]]
+
+
+def test_query_mask_of_natural_repeats_is_right_after_a_repeated_n_gram():
+    tokens = torch.tensor([[7, 3, 8, 3, 7, 2], [1, 2, 3, 1, 2, 3]])
+    assert _rows(Repeats(match_len=1).query_mask(tokens)) == [[F_, F_, F_, T_, T_, F_], [F_, F_, F_, T_, T_, T_]]
+    assert _rows(Repeats().query_mask(tokens)) == _rows(Repeats(match_len=1).query_mask(tokens))  # None means 1
+    assert _rows(Repeats(match_len=2).query_mask(tokens)) == [[F_] * 6, [F_, F_, F_, F_, T_, T_]]
+    # the two n-grams must not overlap: a run of one token repeats as a 1-gram, not as a 2-gram until it is long enough
+    run = torch.tensor([[5, 5, 5, 5]])
+    assert _rows(Repeats(match_len=1).query_mask(run)) == [[F_, T_, T_, T_]]
+    assert _rows(Repeats(match_len=2).query_mask(run)) == [[F_, F_, F_, T_]]
+
+
+def test_query_mask_ignores_padding_on_either_side():
+    # padding carries token 3, which also occurs as a real token: it must not count as an earlier occurrence
+    left = torch.tensor([[3, 3, 7, 3, 7, 3]])
+    left_real = torch.tensor([[0, 0, 1, 1, 1, 1]]).bool()
+    assert _rows(Repeats(match_len=1).query_mask(left, left_real)) == [[F_, F_, F_, F_, T_, T_]]
+    assert _rows(Repeats(match_len=2).query_mask(left, left_real)) == [[F_, F_, F_, F_, F_, T_]]
+    right = torch.tensor([[7, 3, 7, 3, 7, 7]])
+    right_real = torch.tensor([[1, 1, 1, 1, 0, 0]]).bool()
+    assert _rows(Repeats(match_len=1).query_mask(right, right_real)) == [[F_, F_, T_, T_, F_, F_]]
+    assert _rows(Repeats(match_len=2).query_mask(right, right_real)) == [[F_, F_, F_, T_, F_, F_]]
+
+
+def test_query_mask_refuses_bad_shapes_and_n_gram_lengths():
+    with pytest.raises(BadInput, match=r"needs \(prompt, pos\) token ids, got \(4,\)"):
+        Repeats(match_len=1).query_mask(torch.tensor([1, 2, 1, 2]))
+    with pytest.raises(BadInput, match=r"real has shape \(1, 3\), tokens \(1, 4\)"):
+        Repeats(match_len=1).query_mask(torch.tensor([[1, 2, 1, 2]]), torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(BadInput, match=r"Repeats.match_len=0; expected an integer >= 1 or None"):
+        Repeats(match_len=0)
+    with pytest.raises(BadInput, match=r"Repeats.offset=-1; expected an integer >= 0\."):
+        Repeats(period=3, offset=-1)
