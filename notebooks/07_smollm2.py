@@ -186,6 +186,7 @@ print(f"logit difference {clean_ci[0]:.2f} [{clean_ci[1]:.2f}, {clean_ci[2]:.2f}
 
 # %% tags=["direct"]
 from interp.analyses.circuits import edge_effects
+from interp.heads import parse_head
 from interp.paths import graph
 
 direct_edges = [e for e in graph(model) if e.receiver.kind == "logits" and e.sender.kind != "embed"]
@@ -194,6 +195,7 @@ direct = pd.DataFrame({"node": [e.sender.label for e in direct_edges], "effect":
                        "ci_low": [-d.ci_high for d in direct], "ci_high": [-d.ci_low for d in direct]})
 direct = direct.sort_values("effect").reset_index(drop=True)  # logit difference change: most negative first
 name_movers = [n for n in direct.node[direct.ci_high < -0.25] if n.startswith("L")][:4]
+strongest = parse_head(name_movers[0])  # the viewer below shows it
 negative = [n for n in direct.node[direct.ci_low > 0.25][::-1] if n.startswith("L")][:3]
 print("name-mover-like heads (corrupting their direct write lowers the logit difference):", name_movers)
 print("heads writing against the answer:", negative)
@@ -312,8 +314,7 @@ fig.tight_layout()
 # query, key and weight). Here the strongest name mover on an IOI prompt. It works offline, with no network.
 
 # %% tags=["viewer"]
-layer, head = (int(x) for x in name_movers[0][1:].split("H"))
-display(interp.show(model, ioi.tokens[:1], layer=layer, head=head))
+display(interp.show(model, ioi.tokens[:1], layer=strongest.layer, head=strongest.head))
 
 # %% tags=["results", "remove-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
 results = {
