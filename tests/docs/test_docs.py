@@ -123,6 +123,14 @@ def _schema_number(field: str) -> int:
     return int(re.search(r"\*\*(\d+)\*\*", rows[0]).group(1))
 
 
+def test_FD10_the_own_model_page_promises_only_what_holds():
+    """The own-model tutorial once said TransformerLens names "are being added as aliases" (they work) and that
+    "everything that works on the shipped models works here" (not claim verdicts, not path patching)."""
+    text = " ".join((DOCS / "tutorials" / "own-model.md").read_text().split())
+    assert "are being added as aliases" not in text
+    assert "Everything that works on the shipped models works here" not in text
+
+
 def test_schema_page_versions_equal_the_code():
     from interp.schemas import JSON_SCHEMA, REPORT_SCHEMA
 

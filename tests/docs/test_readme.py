@@ -13,6 +13,12 @@ def test_readme_starts_with_the_two_commands():
     assert commands == ["make demo", "make test"]
 
 
+def test_FD11_the_readme_says_where_make_demo_puts_the_command():
+    """`interp` is not on PATH after `make demo`: the README says to run `.venv/bin/interp` or activate `.venv`."""
+    text = " ".join(README.read_text().split())
+    assert "run it as `.venv/bin/interp`, or activate" in text
+
+
 @pytest.mark.heavy
 def test_readme_python_tour_runs_and_claims_hold():
     source = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
