@@ -85,6 +85,7 @@ def _named_files(step: dict) -> list[str]:
     return [str(given[key]) for key in ("sarif_file", "path") if key in given]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_github_actions_example_runs(case, tmp_path):
     source, expected = CASES[case]

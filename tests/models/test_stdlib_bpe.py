@@ -180,6 +180,7 @@ def test_learning_rate_warms_up_then_stays_or_decays_to_a_tenth():
     assert all(a >= b for a, b in zip(rates, rates[1:]))
 
 
+@pytest.mark.heavy
 def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     with pytest.raises(ValueError, match="exceeds --max-minutes 90"):
         stdlib_bpe.train_recipe(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)

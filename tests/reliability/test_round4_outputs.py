@@ -73,6 +73,7 @@ def test_L15_L17_a_pipe_descriptor_gets_the_document(capsys):
     assert document["command"] == "audit-leakage"
 
 
+@pytest.mark.heavy
 def test_L16_L18_dev_stdout_keeps_what_the_command_printed(tmp_path):
     """`--json /dev/stdout > out.txt` replaced out.txt: the verdict table was lost. fd 1 is the point: a child process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -207,6 +207,7 @@ def test_the_working_folder_is_searched_first_and_left_off_sys_path_after(folder
     assert sys.path == before
 
 
+@pytest.mark.heavy
 def test_the_console_script_finds_a_module_in_the_working_folder_and_head_keeps_exit_0(folder):
     """Through the real `interp` script (its own folder, not the working one, is first on its sys.path), with
     stdout a pipe that its reader closes after the first byte."""
