@@ -219,6 +219,18 @@ def _minimality(sweep: PatchSweep, kept: list[Edge], outside: list[Edge], circui
     return smallest, pd.DataFrame(rows, columns=columns)
 
 
+def _test_settings(threshold: Any, own: float | None, n_subsets: Any, where: str) -> float:
+    """The minimality threshold (given, else the circuit's own) as a fraction in [0, 1), `n_subsets` checked."""
+    if threshold is None and own is None:
+        raise BadInput(f"{where}: threshold=None; give the minimality threshold as a fraction in [0, 1) of the "
+                       "clean-vs-patched gap (a Circuit carries its own).")
+    fraction = check_fraction(own if threshold is None else threshold, "threshold", where,
+                              what="the minimality threshold as a fraction of the clean-vs-patched gap")
+    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 0:
+        raise BadInput(f"{where}: n_subsets={n_subsets!r} must be a whole number >= 0.")
+    return fraction
+
+
 def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet | None = None, *,
                  source: PromptSet | None = None, threshold: float | None = None, n_subsets: int = N_SUBSETS,
                  behaviour: Any = None, batch_size: int | None = None, seed: int | None = None) -> CircuitTest:
@@ -227,13 +239,7 @@ def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet
     |B(all patched) - B(clean)| (default: the circuit's own; a bare edge list needs one)."""
     run = as_run(model_or_run, prompts, where="test_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
     kept, own = circuit_edges(run.model, circuit)
-    if threshold is None and own is None:
-        raise BadInput("test_circuit: threshold=None; give the minimality threshold as a fraction in [0, 1) of the "
-                       "clean-vs-patched gap (a Circuit carries its own).")
-    fraction = check_fraction(own if threshold is None else threshold, "threshold", "test_circuit",
-                              what="the minimality threshold as a fraction of the clean-vs-patched gap")
-    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 0:
-        raise BadInput(f"test_circuit: n_subsets={n_subsets!r} must be a whole number >= 0.")
+    fraction = _test_settings(threshold, own, n_subsets, "test_circuit")
     sweep = PatchSweep(run, source)
     every = graph(run.model)
     kept_set = set(kept)
@@ -267,13 +273,7 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
     per set instead of tens of thousands of edge patches on a large model."""
     run = as_run(model_or_run, prompts, where="test_node_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
     kept_edges, own = circuit_edges(run.model, circuit)
-    if threshold is None and own is None:
-        raise BadInput("test_node_circuit: threshold=None; give the minimality threshold as a fraction in [0, 1) of the "
-                       "clean-vs-patched gap (a Circuit carries its own).")
-    fraction = check_fraction(own if threshold is None else threshold, "threshold", "test_node_circuit",
-                              what="the minimality threshold as a fraction of the clean-vs-patched gap")
-    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 0:
-        raise BadInput(f"test_node_circuit: n_subsets={n_subsets!r} must be a whole number >= 0.")
+    fraction = _test_settings(threshold, own, n_subsets, "test_node_circuit")
     sweep = PatchSweep(run, source)
     writers = [n for n in nodes(run.model) if n.kind != "logits"]
     kept = {n for e in kept_edges for n in (e.sender, e.receiver)} | {parse_node("embed")}
