@@ -58,8 +58,11 @@ def browser():
 def open_page(browser, path):
     """Load a page from disk with JavaScript on and the network off; returns the console's error entries."""
     browser.get_log("browser")  # drop entries of an earlier page
+    from selenium.webdriver.support.ui import WebDriverWait
+
     browser.get(path.absolute().as_uri())
-    assert browser.execute_script("return document.readyState") == "complete"
+    # `get` can return while a large page is still parsing on a loaded machine: wait for the load event
+    WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.readyState") == "complete")
     return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
