@@ -280,16 +280,19 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
     inside = [n for n in writers if n in kept and n.kind != "embed"]
     outside = [n for n in writers if n not in kept]
     clean = sweep.clean()
-    all_patched, circuit_only = sweep.node_values([writers, outside])
+    subsets = _subsets(inside, n_subsets, run.seed)
+    all_patched = sweep.node_values([writers])[0]
+    # every set on top of the nodes outside the circuit: their run once, each set resumed at its own first node
+    on_circuit = sweep.node_values([[], *(list(s) for s in subsets), *([node] for node in inside)], base=outside)
+    circuit_only = on_circuit[0]
+    in_model_values = sweep.node_values([list(subset) for subset in subsets])
     gap = clean - all_patched
     noise = gap_noise(gap, run.behaviour.unit, run.seed)
     tau = fraction * abs(float(gap.mean()))
     faithfulness = _interval(ratio_bootstrap(circuit_only - all_patched, gap, seed=run.seed, label="faithfulness"))
-    subsets = _subsets(inside, n_subsets, run.seed)
-    values = sweep.node_values([s for subset in subsets for s in (outside + list(subset), list(subset))])
     rows, best = [], Interval(0.0, 0.0, 0.0)
     for i, subset in enumerate(subsets):
-        in_circuit, in_model = values[2 * i], values[2 * i + 1]
+        in_circuit, in_model = on_circuit[1 + i], in_model_values[i]
         diff = _abs_interval(_interval(ratio_bootstrap(in_circuit - in_model, gap, seed=run.seed, label=f"completeness-{i}")))
         rows.append({"removed": ", ".join(n.label for n in subset), "n_removed": len(subset),
                      "faithfulness_circuit": float(ratio_bootstrap(in_circuit - all_patched, gap, seed=run.seed, label=f"completeness-c-{i}")[0]),
@@ -298,7 +301,8 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
         best = diff if diff.mean >= best.mean else best
     completeness = pd.DataFrame(rows, columns=["removed", "n_removed", "faithfulness_circuit", "faithfulness_model",
                                                "difference", "ci_low", "ci_high"])
-    minimality, minimality_frame = _node_minimality(sweep, inside, outside, circuit_only, tau, run.seed, run.behaviour.unit)
+    minimality, minimality_frame = _node_minimality(inside, on_circuit[1 + len(subsets):], circuit_only, tau, run.seed,
+                                                    run.behaviour.unit)
     notes = ((f"completeness and minimality {EMPTY_NOTE}",) if not kept_edges else ()) + (
         (f"{noise}: faithfulness and completeness, fractions of that gap, are noise",) if noise else ())
     return CircuitTest(faithfulness, best, minimality, completeness, minimality_frame, tau, float(clean.mean()),
@@ -309,10 +313,10 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
 test_node_circuit.__test__ = False  # type: ignore[attr-defined]  # a test of a circuit, not a pytest test
 
 
-def _node_minimality(sweep: PatchSweep, inside: list[Node], outside: list[Node], circuit_only: torch.Tensor, tau: float,
-                     seed: int, unit: str) -> tuple[Interval, pd.DataFrame]:
-    """Each kept node's removal from the circuit (its write patched for every reader), against the threshold."""
-    values = sweep.node_values([outside + [node] for node in inside])  # (node, prompt)
+def _node_minimality(inside: list[Node], values: torch.Tensor, circuit_only: torch.Tensor, tau: float, seed: int,
+                     unit: str) -> tuple[Interval, pd.DataFrame]:
+    """Each kept node's removal from the circuit (`values`: (node, prompt), its write patched for every reader on top
+    of the nodes outside), against the threshold."""
     rows, smallest = [], Interval(float("inf"), float("inf"), float("inf"))
     for node, row in zip(inside, values):
         cost = _abs_interval(_interval(bootstrap(row - circuit_only, seed=seed, label=f"minimality-{node.label}")))

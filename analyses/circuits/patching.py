@@ -301,37 +301,75 @@ class PatchSweep:
 
     # -- whole nodes: every reader of a node reads its corrupted write
 
-    def node_values(self, node_sets: Sequence[Sequence[Node]]) -> torch.Tensor:
+    def node_values(self, node_sets: Sequence[Sequence[Node]], *, base: Sequence[Node] = ()) -> torch.Tensor:
         """(set, prompt) float64: the behaviour with each set of nodes patched, every reader of each node (later
         heads, MLPs, the logits) reading its corrupted write: the same as patching all of the node's outgoing
         edges, done once at the node's own output (`hook_attn_out` for a head, `hook_mlp_out` for an MLP,
-        `hook_resid_pre` of block 0 for the embeddings) instead of at each reader."""
-        sets = [tuple(sorted(set(parse_node(n) for n in node_set))) for node_set in node_sets]
-        for node_set in sets:
-            for node in node_set:
-                if node.kind == "logits" or node not in self.every:
-                    raise BadInput(f"node_values: {node.label} is not a node that writes in this model (heads, MLPs, "
-                                   "embed).")
+        `hook_resid_pre` of block 0 for the embeddings) instead of at each reader.
+
+        `base`: nodes patched in every set as well. Their run is made once per batch and each set resumes from
+        it at the set's own earliest node, so sets that share a large base (every node outside a circuit) cost
+        the layers after their own nodes only."""
+        sets = [self._node_set(node_set) for node_set in node_sets]
+        shared = self._node_set(base)
         out = torch.empty(len(sets), len(self.run.prompts), dtype=torch.float64)
-        order = sorted(range(len(sets)), key=lambda i: min((n.layer for n in sets[i]), default=self.n_layers))
+        extras = [tuple(n for n in node_set if n not in shared) for node_set in sets]
+        order = sorted(range(len(sets)), key=lambda i: min((n.layer for n in extras[i]), default=self.n_layers))
         start = 0
         for b in self.batches:
             rows = slice(start, start + len(b.batch))
-            for chunk_start in range(0, len(order), self.per_forward):
-                chunk = order[chunk_start:chunk_start + self.per_forward]
-                out[chunk, rows] = self._node_patched(b, [sets[i] for i in chunk]).view(len(chunk), -1).double().cpu()
+            resid_pre, final = self._base_run(b, shared)
+            for i in order:
+                if not extras[i]:  # the base alone
+                    out[i, rows] = self._value(final, b, "patched nodes").double().cpu()
+            resumed = [i for i in order if extras[i]]
+            for chunk_start in range(0, len(resumed), self.per_forward):
+                chunk = resumed[chunk_start:chunk_start + self.per_forward]
+                patched = self._node_patched(b, [shared + extras[i] for i in chunk], [extras[i] for i in chunk],
+                                             resid_pre)
+                out[chunk, rows] = patched.view(len(chunk), -1).double().cpu()
             start += len(b.batch)
         return out
 
+    def _node_set(self, node_set: Sequence[Node | str]) -> tuple[Node, ...]:
+        """Sorted, deduplicated writer nodes (BadInput naming one that writes nothing here)."""
+        parsed = tuple(sorted(set(parse_node(n) for n in node_set)))
+        for node in parsed:
+            if node.kind == "logits" or node not in self.every:
+                raise BadInput(f"node_values: {node.label} is not a node that writes in this model (heads, MLPs, "
+                               "embed).")
+        return parsed
+
+    def _base_run(self, b: _Batch, base: tuple[Node, ...]) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+        """The residual stream before every block (layer -> (batch, pos, d_model)) and after the last, with `base`
+        patched: the clean run's when the base is empty."""
+        if not base:
+            return b.resid_pre, b.resid_final
+        resid_pre: dict[int, torch.Tensor] = {}
+
+        def keep(act: torch.Tensor, hook: Any) -> None:  # (batch, pos, d_model)
+            resid_pre[int(hook.name.split(".")[1])] = act.detach().clone()
+
+        first = max(0, min(node.layer for node in base))
+        final = self._node_patched(b, [base], [base], b.resid_pre, keep=[
+            (f"blocks.{layer}.hook_resid_pre", keep) for layer in range(first, self.n_layers)], value=False)
+        return {**b.resid_pre, **resid_pre}, final
+
     @torch.no_grad()
-    def _node_patched(self, b: _Batch, sets: list[tuple[Node, ...]]) -> torch.Tensor:
-        """(len(sets) * batch,) the behaviour with each set of nodes patched at their outputs, resumed together."""
+    def _node_patched(self, b: _Batch, sets: list[tuple[Node, ...]], own: list[tuple[Node, ...]],
+                      resid_pre: dict[int, torch.Tensor], keep: Sequence[tuple[str, Callable[..., Any]]] = (),
+                      value: bool = True) -> torch.Tensor:
+        """(len(sets) * batch,) the behaviour with each set of nodes patched at their outputs, resumed together from
+        the earliest of the sets' `own` nodes with `resid_pre` (a run in which the nodes before that layer are
+        already patched); with `value=False`, the final residual stream instead."""
         k, n = len(sets), len(b.batch)
-        start = max(0, min((node.layer for nodes_ in sets for node in nodes_), default=self.n_layers))
+        start = max(0, min((node.layer for nodes_ in own for node in nodes_), default=self.n_layers))
         z_now: dict[int, torch.Tensor] = {}
         by_hook: dict[str, list[tuple[int, Node]]] = {}
-        for i, node_set in enumerate(sets):
+        for i, (node_set, own_set) in enumerate(zip(sets, own)):
             for node in node_set:
+                if node.layer < start and node not in own_set:  # patched already in `resid_pre`
+                    continue
                 name = {"head": f"blocks.{node.layer}.hook_attn_out", "mlp": f"blocks.{node.layer}.hook_mlp_out",
                         "embed": "blocks.0.hook_resid_pre"}[node.kind]
                 by_hook.setdefault(name, []).append((i, node))
@@ -352,14 +390,14 @@ class PatchSweep:
                 return act
             return patch
 
-        head_layers = {node.layer for node_set in sets for node in node_set if node.kind == "head"}
+        head_layers = {node.layer for targets in by_hook.values() for _, node in targets if node.kind == "head"}
         hooks: list[tuple[str, Callable[..., Any]]] = [(f"blocks.{layer}.attn.hook_z", keep_z) for layer in head_layers]
-        hooks += [(name, make_patch(targets)) for name, targets in by_hook.items()]
+        hooks += [(name, make_patch(targets)) for name, targets in by_hook.items()] + list(keep)
         mask = None if b.mask is None else b.mask.repeat(k, 1)
         with hooked(self.model, hooks):
-            resid = self.model.run_from(start, b.resid_pre[start].repeat(k, 1, 1), attention_mask=mask,
+            resid = self.model.run_from(start, resid_pre[start].repeat(k, 1, 1), attention_mask=mask,
                                         positions=b.positions.repeat(k, 1))
-        return self._value(resid, b, "patched nodes", copies=k)
+        return self._value(resid, b, "patched nodes", copies=k) if value else resid
 
     def effects(self, edge_sets: Sequence[Sequence[Edge]]) -> list[Effect]:
         """`Effect`s (patched - clean per prompt, bootstrap CI), as `run.effect(EdgePatch(set))` gives them."""

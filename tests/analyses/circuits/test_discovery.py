@@ -264,6 +264,25 @@ def test_patching_a_node_equals_patching_all_its_outgoing_edges(model, prompts):
         torch.testing.assert_close(sweep.node_values([nodes_])[0], sweep.values([outgoing])[0], atol=1e-5, rtol=1e-5)
 
 
+def test_node_sets_on_a_shared_base_equal_the_whole_sets(model, prompts):
+    """node_values(sets, base=B) resumes each set from B's run at the set's own first node: the same numbers as
+    patching B + set from the start, whatever layer the base and the sets begin at (the embeddings too)."""
+    import torch
+
+    from interp.analyses.circuits.patching import PatchSweep
+    from interp.paths import parse_node
+
+    sweep = PatchSweep(interp.Run(model, prompts))
+    sets = [[], ["L0H0"], ["L1H0"], ["L1H3"], ["embed", "L1H2"], ["L0H1", "L1H0"], ["L1H1"]]
+    for base in (["L1H1"], ["embed", "L1H3"], ["L0H2", "L1H2"]):
+        shared = [parse_node(n) for n in base]
+        resumed = sweep.node_values([[parse_node(n) for n in s] for s in sets], base=shared)  # (set, prompt)
+        whole = sweep.node_values([shared + [parse_node(n) for n in s] for s in sets])
+        torch.testing.assert_close(resumed, whole, atol=1e-5, rtol=1e-5)
+        if "embed" not in base:  # (with the embeddings corrupted every write is the corrupted run's: all sets agree)
+            assert not all(torch.allclose(resumed[0], row) for row in resumed[1:])  # the sets differ: it can fail
+
+
 def test_nodes_discovery_keeps_the_circuits_heads(model, prompts):
     circuit = discover(model, prompts, method="nodes")
     assert circuit.nodes == ("embed", "L0H0", "L1H0", "logits") and circuit.method == "nodes"
