@@ -35,14 +35,14 @@ if TYPE_CHECKING:
 
 PatternSpec = Union[torch.Tensor, Callable[[int], torch.Tensor], str, None]
 
-UNIFORM = "uniform"  # the one pattern name that is no head type: uniform over the keys the model allows
+_UNIFORM = "uniform"  # the one pattern name that is no head type: uniform over the keys the model allows
 ROW_SUM_TOLERANCE = 1e-4  # a substituted pattern's rows must sum to one within this
 
 
 def pattern_names() -> list[str]:
     """The names a substituted pattern may be given by: "uniform", then each registered head type's ideal
     pattern (`interp.head_types.ideal_pattern_names`: the type's name, and its ideal name, e.g. "self")."""
-    return [UNIFORM, *ideal_pattern_names()]
+    return [_UNIFORM, *ideal_pattern_names()]
 
 
 def _check_pattern_name(name: str) -> None:
@@ -214,7 +214,7 @@ class _PatternSubstitution:
         pattern, own = self.pattern, original[:, self.head]  # own: (batch, query, key)
         if pattern is None:
             return own
-        if isinstance(pattern, str) and pattern == UNIFORM:
+        if isinstance(pattern, str) and pattern == _UNIFORM:
             return allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
         if isinstance(pattern, str):
             batch = _target_batch(allowed, self.prompts)
@@ -276,7 +276,7 @@ def substitute_pattern(
     check_heads(model, [(layer, head)])
     site = _sites_by_layer(model)[layer]
     _check_pattern_spec(pattern, head_label((layer, head)))
-    if isinstance(pattern, str) and pattern != UNIFORM:
+    if isinstance(pattern, str) and pattern != _UNIFORM:
         _check_ideal_fits(ideal_head_type(pattern), pattern, bool(site.causal), prompts)
     substitution = _PatternSubstitution(site=site, head=head, pattern=pattern, permute_keys=permute_keys,
                                         generator=torch.Generator().manual_seed(seed), prompts=prompts)
@@ -357,7 +357,7 @@ class PatternSubstitution:
         so sources with equal spec() but different patterns are told apart); with a registered head type's name, the
         type itself (a type registered again under its name with replace=True is another pattern); None where spec()
         says it all."""
-        if isinstance(self.pattern, str) and self.pattern != UNIFORM:
+        if isinstance(self.pattern, str) and self.pattern != _UNIFORM:
             head_type = ideal_head_type(self.pattern)
             return None if head_type.name in BUILTIN_HEAD_TYPES else repr(head_type)
         if not _is_source(self.pattern):
