@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: each name from its module 
     from interp.interventions import PatternSubstitution as PatternSubstitution
     from interp.interventions import ablate as ablate
     from interp.interventions import batched_head_ablations as batched_head_ablations
-    from interp.interventions import ideal_pattern as ideal_pattern
     from interp.interventions import substitute_pattern as substitute_pattern
     from interp.loading import load as load
     from interp.loading import save as save
@@ -104,7 +103,6 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
     "patch_edges": "interp.paths",
     "ablate": "interp.interventions",
     "substitute_pattern": "interp.interventions",
-    "ideal_pattern": "interp.interventions",
     "batched_head_ablations": "interp.interventions",
     "Claim": "interp.claims",
     "Evidence": "interp.claims",

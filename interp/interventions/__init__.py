@@ -8,7 +8,8 @@ context manager whose hooks are removed in `finally` (`interp.hooks.hooked`). Mo
 - `references`: `reference_activations`, the heads' mean (at matched token roles) and per-prompt values
   over reference prompts, which mean and resample ablation take theirs from.
 - `ablation`: `HeadAblation`, `ablate`, `AblationValues`, `batched_head_ablations` (the GPU path).
-- `patterns`: `substitute_pattern`, `PatternSubstitution`, `ideal_pattern` and the pattern checks.
+- `patterns`: `substitute_pattern`, `PatternSubstitution`, `pattern_names` ("uniform" and the head types' ideal
+  patterns, `interp.head_types`) and the pattern checks.
 - `knockout`: `AttentionKnockout`, knocking out the attention a role predicts (and its control).
 
 Every public name is importable from here (`from interp.interventions import HeadAblation`).
@@ -38,15 +39,13 @@ from interp.interventions.knockout import (
     off_target_pattern,
 )
 from interp.interventions.patterns import (
-    IDEAL_PATTERNS,
     ROW_SUM_TOLERANCE,
-    IdealPattern,
     PatternSource,
     PatternSpec,
     PatternSubstitution,
     check_pattern_rows,
-    ideal_pattern,
     on_real_positions,
+    pattern_names,
     permute_among_allowed,
     permuted_pattern,
     substitute_pattern,
@@ -58,7 +57,6 @@ __all__ = [
     "ABLATION_KINDS",
     "ABLATION_SITES",
     "AUTO_RESAMPLE_BELOW",
-    "IDEAL_PATTERNS",
     "KNOCKOUT_MODES",
     "NEAR_ZERO_REMAINDER",
     "ROLE_WIDTH",
@@ -68,7 +66,6 @@ __all__ = [
     "AblationValues",
     "AttentionKnockout",
     "HeadAblation",
-    "IdealPattern",
     "KnockoutMode",
     "PatternSource",
     "PatternSpec",
@@ -83,12 +80,12 @@ __all__ = [
     "check_pattern_rows",
     "control_removal",
     "head_mean_pattern",
-    "ideal_pattern",
     "knock_out",
     "needs_samples",
     "off_target_pattern",
     "on_real_positions",
     "parse_heads",
+    "pattern_names",
     "permute_among_allowed",
     "permuted_pattern",
     "reference_activations",

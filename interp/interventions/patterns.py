@@ -1,61 +1,92 @@
 """Pattern substitution: a head attends where we say, its post-softmax pattern replaced for a forward.
 
-- `substitute_pattern(model, layer, head, pattern)`: replace one head's pattern (an ideal one
-  from `ideal_pattern`, any tensor or callable, or the head's own weights permuted among the
+- `substitute_pattern(model, layer, head, pattern)`: replace one head's pattern (a head type's ideal
+  pattern by name, "uniform", any tensor or callable, or the head's own weights permuted among the
   allowed keys: the faithfulness control "does it matter *where* the head looks?"); a context
   manager whose hooks are removed in `finally`. `permuted_pattern` and `uniform_pattern` name two uses.
 - `PatternSubstitution(head, pattern, permute)`: the same substitution as an intervention of `interp.Run`,
   its pattern a name, a tensor, or a `PatternSource` computed per batch.
-- `ideal_pattern`, `on_real_positions`, `permute_among_allowed`, `check_pattern_rows`: the patterns and checks.
+- `pattern_names`, `on_real_positions`, `permute_among_allowed`, `check_pattern_rows`: the names and checks.
+
+The ideal patterns are the head types' (`interp.head_types`: `HeadType.ideal_pattern`, uniform over the
+type's target keys), named by the type ("previous_token", "first_token", "induction", a registered type's
+name) or its ideal name ("self"); "uniform" is no head type: uniform over the keys the model allows.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol, Union, cast, get_args
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Union, cast
 
 import einops
 import torch
 from torch import nn
 
 from interp.data import PromptSet
-from interp.errors import BadType
+from interp.errors import BadInput, BadType
+from interp.head_types import BUILTIN_HEAD_TYPES, HeadType, TargetBatch, ideal_head_type, ideal_pattern_names
 from interp.heads import head_label, parse_head
 from interp.hooks import AttentionSite, hooked
-from interp.interventions.common import _check_choice, _is_source, _sites_by_layer, check_heads, tensor_digest
+from interp.interventions.common import _is_source, _sites_by_layer, check_heads, tensor_digest
 
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
 
-IdealPattern = Literal["previous_token", "first_token", "self", "uniform"]
 PatternSpec = Union[torch.Tensor, Callable[[int], torch.Tensor], str, None]
 
-IDEAL_PATTERNS: tuple[str, ...] = get_args(IdealPattern)
+_UNIFORM = "uniform"  # the one pattern name that is no head type: uniform over the keys the model allows
 ROW_SUM_TOLERANCE = 1e-4  # a substituted pattern's rows must sum to one within this
 
 
-def ideal_pattern(kind: IdealPattern, n_pos: int, *, causal: bool = True) -> torch.Tensor:
-    """An idealised (query, key) pattern whose rows sum to one.
+def pattern_names() -> list[str]:
+    """The names a substituted pattern may be given by: "uniform", then each registered head type's ideal
+    pattern (`interp.head_types.ideal_pattern_names`: the type's name, and its ideal name, e.g. "self")."""
+    return [_UNIFORM, *ideal_pattern_names()]
 
-    previous_token: all weight on query - 1 (query 0, which has no previous token: on itself);
-    first_token: all on key 0; self: all on the query; uniform: equal on every allowed key.
-    """
-    _check_choice("kind", kind, IDEAL_PATTERNS)
-    if n_pos < 1:
-        raise ValueError(f"n_pos={n_pos} must be at least 1.")
-    query = torch.arange(n_pos)
-    pattern = torch.zeros(n_pos, n_pos)  # (query, key)
-    if kind == "previous_token":
-        pattern[query, (query - 1).clamp(min=0)] = 1.0
-    elif kind == "first_token":
-        pattern[:, 0] = 1.0
-    elif kind == "self":
-        pattern[query, query] = 1.0
+
+def _check_pattern_name(name: str) -> None:
+    if name not in pattern_names():
+        raise ValueError(f"pattern={name!r} is not supported; expected one of {pattern_names()} ('uniform': over the "
+                         "keys the model allows; the others: a head type's ideal pattern, interp.head_types), a tensor, "
+                         "a callable n_pos -> (query, key), or None.")
+
+
+def _reads_tokens(head_type: HeadType, causal: bool) -> bool:
+    """Whether the type's ideal pattern depends on the tokens (as induction's does): it differs between a prompt
+    of one repeated token and one of distinct tokens."""
+    same, distinct = (TargetBatch.from_prompts(PromptSet(tokens), causal=causal)
+                      for tokens in (torch.zeros(1, 6, dtype=torch.long), torch.arange(6)[None]))
+    return not torch.equal(head_type.ideal_pattern(same), head_type.ideal_pattern(distinct))
+
+
+def _check_ideal_fits(head_type: HeadType, name: str, causal: bool, prompts: PromptSet | None) -> None:
+    """A head type's ideal pattern can be laid on this model's forward: it needs no bidirectional model
+    where the model is causal, and no tokens where none were given."""
+    if head_type.needs == "bidirectional" and causal:
+        raise BadInput(f"pattern={name!r}: {head_type.name} needs a bidirectional model (no query of a causal model "
+                       "sees a later key), and this model's attention is causal.")
+    if prompts is None and _reads_tokens(head_type, causal):
+        raise BadInput(f"pattern={name!r}: {head_type.name}'s ideal pattern depends on the tokens, which the "
+                       "substitution's hooks do not see; pass prompts= (the PromptSet of the forward), or use "
+                       "interp.PatternSubstitution in an interp.Run, which passes them.")
+
+
+def _target_batch(allowed: torch.Tensor, prompts: PromptSet | None) -> TargetBatch:
+    """The batch a head type's ideal pattern is built on inside the hook. allowed: (batch, query, key), the keys
+    the model lets each query attend; real tokens are the keys some query may attend (padding excluded). Tokens
+    and repeats come from `prompts` (checked to be the forward's shape); without them, position only."""
+    real = allowed.any(dim=-2)  # (batch, key)
+    if prompts is None:
+        tokens = torch.zeros(real.shape, dtype=torch.long, device=allowed.device)  # unread: see _reads_tokens
+    elif tuple(prompts.tokens.shape) != tuple(real.shape):
+        raise BadInput(f"prompts= has {tuple(prompts.tokens.shape)} (batch, pos) tokens, but the forward's attention "
+                       f"pattern is {tuple(allowed.shape)} (batch, query, key); pass the PromptSet the model reads "
+                       "(with its BOS, if the behaviour adds one).")
     else:
-        allowed = torch.ones(n_pos, n_pos).tril() if causal else torch.ones(n_pos, n_pos)
-        pattern = allowed / allowed.sum(-1, keepdim=True)
-    return pattern
+        tokens = prompts.tokens.to(allowed.device)
+    return TargetBatch(tokens, real, allowed & real[:, :, None], real.long().argmax(-1),
+                       None if prompts is None else prompts.repeats)
 
 
 def on_real_positions(make: Callable[[int], torch.Tensor], allowed: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -133,10 +164,10 @@ def check_pattern_rows(pattern: torch.Tensor, what: str = "pattern") -> None:
 def _check_pattern_spec(pattern: PatternSpec, label: str) -> None:
     """A pattern argument of a kind substitute_pattern takes; a tensor's rows must sum to one."""
     if isinstance(pattern, str):
-        _check_choice("pattern", pattern, IDEAL_PATTERNS)
+        _check_pattern_name(pattern)
     elif not (pattern is None or isinstance(pattern, torch.Tensor) or callable(pattern)):
         raise BadType(
-            f"pattern must be a tensor, a callable n_pos -> (query, key), one of {list(IDEAL_PATTERNS)} or None, "
+            f"pattern must be a tensor, a callable n_pos -> (query, key), one of {pattern_names()} or None, "
             f"got {type(pattern).__name__}."
         )
     if isinstance(pattern, torch.Tensor):
@@ -155,6 +186,7 @@ class _PatternSubstitution:
     pattern: PatternSpec
     permute_keys: bool
     generator: torch.Generator
+    prompts: PromptSet | None = None  # the forward's prompts: tokens and repeats for a head type's ideal pattern
     allowed: torch.Tensor | None = None  # (batch, query, key), from the scores of the current forward
 
     @property
@@ -182,11 +214,12 @@ class _PatternSubstitution:
         pattern, own = self.pattern, original[:, self.head]  # own: (batch, query, key)
         if pattern is None:
             return own
-        if isinstance(pattern, str) and pattern == "uniform":
+        if isinstance(pattern, str) and pattern == _UNIFORM:
             return allowed.to(original.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
         if isinstance(pattern, str):
-            name = cast(IdealPattern, pattern)  # substitute_pattern checked it against IDEAL_PATTERNS
-            return on_real_positions(lambda m: ideal_pattern(name, m, causal=bool(self.site.causal)), allowed, own)
+            batch = _target_batch(allowed, self.prompts)
+            ideal = ideal_head_type(pattern).ideal_pattern(batch).to(own)  # (batch, query, key)
+            return torch.where(batch.real[:, :, None], ideal, own)  # padded queries keep their own rows
         if isinstance(pattern, torch.Tensor):
             return pattern
 
@@ -212,7 +245,8 @@ class _PatternSubstitution:
         if self.site.causal and bool((new.masked_fill(allowed, 0) > 1e-6).any()) and self.pattern is not None:
             raise ValueError(
                 f"substituted pattern for {self.label} puts weight on future (or padded) keys, "
-                "which this causal model cannot attend to; use a lower-triangular pattern (e.g. ideal_pattern(..., causal=True))."
+                "which this causal model cannot attend to; use a lower-triangular pattern (e.g. a head type's ideal pattern "
+                "on a causal batch: get_head_type(name).ideal_pattern(TargetBatch.from_prompts(prompts)))."
             )
         return new
 
@@ -226,20 +260,26 @@ def substitute_pattern(
     *,
     permute_keys: bool = False,
     seed: int = 0,
+    prompts: PromptSet | None = None,
 ) -> Iterator[nn.Module]:
     """Replace one head's post-softmax pattern at `hook_pattern` for the duration of the block.
 
     `pattern`: a (query, key) tensor (every prompt), a (batch, query, key) tensor, a callable
-    `n_pos -> (query, key)`, a name for `ideal_pattern` ("uniform" is uniform over the keys the
+    `n_pos -> (query, key)`, a name (`pattern_names()`: a head type's ideal pattern, laid on each
+    prompt's real positions, padded queries keeping their own rows; "uniform": uniform over the keys the
     model actually allows, padding excluded), or None for the head's own pattern (useful with
     `permute_keys`). `permute_keys=True` shuffles each row's weights among the allowed keys:
     same weights, random places. Rows must sum to one; a causal model refuses weight on future keys.
+    `prompts`: the PromptSet of the forward, needed by a head type whose ideal pattern reads the tokens
+    (induction, duplicate_token); the hooks see only the pattern.
     """
     check_heads(model, [(layer, head)])
     site = _sites_by_layer(model)[layer]
     _check_pattern_spec(pattern, head_label((layer, head)))
+    if isinstance(pattern, str) and pattern != _UNIFORM:
+        _check_ideal_fits(ideal_head_type(pattern), pattern, bool(site.causal), prompts)
     substitution = _PatternSubstitution(site=site, head=head, pattern=pattern, permute_keys=permute_keys,
-                                        generator=torch.Generator().manual_seed(seed))
+                                        generator=torch.Generator().manual_seed(seed), prompts=prompts)
     hooks: list[tuple[str, Callable[..., Any]]] = [(site.hook("pattern"), substitution.replace)]
     if "attn_scores" in site.hooks:
         hooks.insert(0, (site.hook("attn_scores"), substitution.read_mask))
@@ -276,10 +316,11 @@ def _pattern_digest(pattern: PatternSpec, batch: PromptSet) -> str:
 class PatternSubstitution:
     """Replace one head's post-softmax pattern (`substitute_pattern`), as an intervention of `interp.Run`.
 
-    `pattern`: "uniform" (over the keys the model allows) or another `ideal_pattern` name, a (query, key) or
-    (batch, query, key) tensor (rows summing to one; named in `spec()` by its shape and a digest of its
-    values), None (the head's own; with `permute=True` its weights shuffled among the allowed keys of each
-    row), or a `PatternSource` computed per batch.
+    `pattern`: "uniform" (over the keys the model allows) or a head type's ideal pattern by name
+    (`pattern_names()`: "previous_token", "first_token", "self", "induction", a registered type's; built on
+    each batch's tokens), a (query, key) or (batch, query, key) tensor (rows summing to one; named in `spec()`
+    by its shape and a digest of its values), None (the head's own; with `permute=True` its weights shuffled
+    among the allowed keys of each row), or a `PatternSource` computed per batch.
     """
 
     head: tuple[int, int]  # parsed into a Head
@@ -288,15 +329,16 @@ class PatternSubstitution:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head", parse_head(self.head))
-        if isinstance(self.pattern, str) and self.pattern not in IDEAL_PATTERNS:
-            raise ValueError(f"pattern={self.pattern!r}: a name here must be one of {list(IDEAL_PATTERNS)} ('uniform': over "
-                             "the keys the model allows); pass None (the head's own, with permute=True), a tensor or a "
-                             "PatternSource for another pattern.")
+        if isinstance(self.pattern, str) and self.pattern not in pattern_names():
+            raise ValueError(f"pattern={self.pattern!r}: a name here must be one of {pattern_names()} ('uniform': over "
+                             "the keys the model allows; the others: a head type's ideal pattern, interp.head_types); "
+                             "pass None (the head's own, with permute=True), a tensor or a PatternSource for another "
+                             "pattern.")
         if isinstance(self.pattern, torch.Tensor):
             _check_pattern_spec(self.pattern, self.label)
         elif not (self.pattern is None or isinstance(self.pattern, str) or _is_source(self.pattern)):
             raise BadType(f"PatternSubstitution pattern for {self.label} is of type {type(self.pattern).__name__}; expected one "
-                          f"of {list(IDEAL_PATTERNS)}, None, a (query, key) or (batch, query, key) tensor, or a "
+                          f"of {pattern_names()}, None, a (query, key) or (batch, query, key) tensor, or a "
                           "PatternSource (an object with spec() and __call__(run, batch) -> pattern). A plain callable "
                           "n_pos -> (query, key) works with substitute_pattern; give it a spec() to use it here.")
         if not isinstance(self.permute, bool):
@@ -312,7 +354,12 @@ class PatternSubstitution:
 
     def fingerprint(self, run: Any) -> str | None:
         """With a PatternSource: a digest of the patterns it gives on the run's batches (part of `Run`'s memo key,
-        so sources with equal spec() but different patterns are told apart); None where spec() says it all."""
+        so sources with equal spec() but different patterns are told apart); with a registered head type's name, the
+        type itself (a type registered again under its name with replace=True is another pattern); None where spec()
+        says it all."""
+        if isinstance(self.pattern, str) and self.pattern != _UNIFORM:
+            head_type = ideal_head_type(self.pattern)
+            return None if head_type.name in BUILTIN_HEAD_TYPES else repr(head_type)
         if not _is_source(self.pattern):
             return None
         source = cast(PatternSource, self.pattern)
@@ -337,7 +384,8 @@ class PatternSubstitution:
         given = self.pattern
         pattern = cast(PatternSource, given)(run, batch) if _is_source(given) else cast(PatternSpec, given)
         layer, head = self.head
-        return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed)
+        return substitute_pattern(run.model, layer, head, pattern, permute_keys=self.permute, seed=run.seed,
+                                  prompts=batch)
 
 
 def permuted_pattern(model: nn.Module, layer: int, head: int, *, seed: int = 0) -> contextlib.AbstractContextManager[nn.Module]:

@@ -174,7 +174,7 @@ def test_pattern_substitution_is_an_intervention(toy, prompts) -> None:
     assert abs(own.mean) < 1e-5
     assert PatternSubstitution((1, 2), None, permute=True).spec() == {"substitute": [1, 2], "pattern": None,
                                                                        "permute": True}
-    with pytest.raises(ValueError, match=r"must be one of \['previous_token', 'first_token', 'self', 'uniform'\]"):
+    with pytest.raises(ValueError, match=r"must be one of \['uniform', 'previous_token', .*'self', .*'induction'"):
         PatternSubstitution("L1H2", "previous")
 
 
@@ -182,10 +182,11 @@ def test_pattern_substitution_takes_a_tensor_as_substitute_pattern_does(toy, pro
     """r016 r017: a (query, key) tensor is substituted as `substitute_pattern` substitutes it, named in the spec by
     its shape and a digest; a value of another type is a BadType naming PatternSource."""
     from interp.errors import BadType
-    from interp.interventions import ideal_pattern, substitute_pattern
+    from interp.head_types import TargetBatch, get_head_type
+    from interp.interventions import substitute_pattern
 
     run = Run(toy, prompts, strategy="hooked")
-    ideal = ideal_pattern("previous_token", prompts.n_pos)
+    ideal = get_head_type("previous_token").ideal_pattern(TargetBatch.from_prompts(prompts))[0]  # (query, key)
     effect = run.effect(PatternSubstitution("L1H2", ideal))
     with torch.no_grad(), substitute_pattern(toy, 1, 2, ideal):
         by_hand = run.behaviour(toy(prompts.tokens), prompts).double()
@@ -194,7 +195,7 @@ def test_pattern_substitution_takes_a_tensor_as_substitute_pattern_does(toy, pro
     spec = PatternSubstitution("L1H2", ideal).spec()["pattern"]
     assert spec["tensor"] == [prompts.n_pos, prompts.n_pos] and len(spec["blake2b"]) == 32
     assert PatternSubstitution("L1H2", ideal.clone()) == PatternSubstitution("L1H2", ideal)
-    other = ideal_pattern("first_token", prompts.n_pos)
+    other = get_head_type("first_token").ideal_pattern(TargetBatch.from_prompts(prompts))[0]
     assert PatternSubstitution("L1H2", other).spec() != PatternSubstitution("L1H2", ideal).spec()
     for bad in (5, lambda n: ideal):
         with pytest.raises(BadType, match="PatternSource"):
@@ -218,7 +219,7 @@ class _Named:
 
 def test_sources_with_equal_specs_are_told_apart(toy, prompts) -> None:
     """r110: the memo key holds a digest of what a source gives on the run's prompts, not its spec() alone."""
-    from interp.interventions import AttentionKnockout, ideal_pattern
+    from interp.interventions import AttentionKnockout
 
     run = Run(toy, prompts)
     n = prompts.n_pos
@@ -228,8 +229,8 @@ def test_sources_with_equal_specs_are_told_apart(toy, prompts) -> None:
     untouched = run.effect(AttentionKnockout("L1H2", nothing))
     assert untouched is not knocked and untouched.mean == pytest.approx(0.0, abs=1e-6) and abs(knocked.mean) > 1e-3
     assert run.effect(AttentionKnockout("L1H2", _Named(nothing.make))) is untouched  # same targets: the memo
-    uniform = _Named(lambda b: ideal_pattern("uniform", n))
-    own_previous = _Named(lambda b: ideal_pattern("previous_token", n))
+    uniform = _Named(lambda b: torch.ones(n, n).tril() / torch.arange(1, n + 1)[:, None])
+    own_previous = _Named(lambda b: torch.diag_embed(torch.ones(n - 1), offset=-1) + torch.eye(n) * (torch.arange(n) == 0))
     assert run.effect(PatternSubstitution("L1H2", uniform)).mean != run.effect(PatternSubstitution("L1H2", own_previous)).mean
 
 

@@ -231,7 +231,12 @@ def test_a_repeat_period_of_one_is_refused_not_scored_as_induction():
 # ------------------------------------------------------------------ 8. padded prompts in claims / scan / report
 
 def test_ideal_patterns_are_laid_on_each_prompts_real_positions():
-    from interp.interventions import ideal_pattern, on_real_positions
+    from interp.data import PromptSet
+    from interp.head_types import TargetBatch, get_head_type
+    from interp.interventions import on_real_positions
+
+    def ideal_pattern(name, m):  # (m, m): the head type's ideal pattern on m unpadded positions
+        return get_head_type(name).ideal_pattern(TargetBatch.from_prompts(PromptSet(torch.arange(m)[None])))[0]
 
     allowed = torch.ones(2, 5, 5, dtype=torch.bool).tril()
     allowed[0, :, :2] = False  # left padding: keys 0, 1 are padding

@@ -28,7 +28,7 @@ def test_every_public_name_of_the_modules_is_re_exported():
         for public in _public_names(module):
             assert public not in defined, f"{public} defined in both {defined[public]} and {name}"
             defined[public] = name
-    assert len(defined) == 41
+    assert len(defined) == 39
     assert sorted(interventions.__all__) == sorted(defined)
     for public, name in defined.items():
         assert getattr(interventions, public) is getattr(importlib.import_module(f"interp.interventions.{name}"), public)
@@ -44,7 +44,7 @@ def test_the_surface_is_the_single_module_it_was():
         ReferenceActivations,
         ablate,
         batched_head_ablations,
-        ideal_pattern,
+        pattern_names,
         reference_activations,
         substitute_pattern,
     )

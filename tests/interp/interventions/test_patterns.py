@@ -1,18 +1,42 @@
-"""Known-answer tests of interp.interventions.patterns: substituted, ideal and permuted patterns."""
+"""Known-answer tests of interp.interventions.patterns: substituted, ideal (the head types') and permuted patterns."""
+import dataclasses
 
 import pytest
 import torch
 
-from interp.data import repeated_tokens
-from interp.hooks import live_hooks
+from interp.data import PromptSet, pad, random_tokens, repeated_tokens
+from interp.errors import BadInput
+from interp.head_types import HeadType, TargetBatch, ideal_head_type, offset_target, register, unregister
+from interp.hooks import attention_sites, hooked, live_hooks
 from interp.interventions import (
-    ideal_pattern,
+    PatternSubstitution,
+    pattern_names,
     permute_among_allowed,
     permuted_pattern,
     substitute_pattern,
     uniform_pattern,
 )
 from interp.models.constructed import single_head
+from interp.run import Run
+
+
+def _ideal(name: str, prompts: PromptSet, *, causal: bool = True) -> torch.Tensor:
+    """(batch, query, key): the head type's ideal pattern on `prompts`."""
+    return ideal_head_type(name).ideal_pattern(TargetBatch.from_prompts(prompts, causal=causal))
+
+
+def _substituted(model, layer: int, head: int, pattern, tokens, mask=None, **options) -> torch.Tensor:
+    """(batch, query, key): the pattern the head uses under `substitute_pattern`."""
+    caught = {}
+
+    def catch(x: torch.Tensor, hook) -> None:  # (batch, head, query, key)
+        caught["pattern"] = x[:, head].clone()
+
+    site = attention_sites(model)[layer]
+    with substitute_pattern(model, layer, head, pattern, **options), torch.no_grad():
+        with hooked(model, [(site.hook("pattern"), catch)]):
+            model(tokens) if mask is None else model(tokens, attention_mask=mask)
+    return caught["pattern"]
 
 
 def test_own_pattern_changes_nothing(tiny_gpt, prompts):
@@ -26,8 +50,8 @@ def test_ideal_previous_token_pattern_into_exact_head_changes_nothing():
     model = single_head("previous_token", d_vocab=16, n_ctx=32)
     tokens = repeated_tokens(4, 2, 15, bos=15, n_repeats=8, seed=0).tokens
     clean = model(tokens)
-    for pattern in ("previous_token", ideal_pattern("previous_token", tokens.shape[1]),
-                    lambda n: ideal_pattern("previous_token", n)):
+    for pattern in ("previous_token", _ideal("previous_token", PromptSet(tokens)),
+                    lambda n: _ideal("previous_token", PromptSet(torch.arange(n)[None]))[0]):
         with substitute_pattern(model, 0, 0, pattern):
             torch.testing.assert_close(model(tokens), clean, atol=1e-4, rtol=1e-5)
     with substitute_pattern(model, 0, 0, "first_token"):
@@ -38,7 +62,8 @@ def test_substituted_pattern_is_what_the_head_uses(tiny_gpt, prompts):
     with uniform_pattern(tiny_gpt, 0, 1):
         _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     pattern = cache["blocks.0.attn.hook_pattern"]
-    torch.testing.assert_close(pattern[0, 1], ideal_pattern("uniform", prompts.n_pos))
+    n = prompts.n_pos
+    torch.testing.assert_close(pattern[0, 1], torch.ones(n, n).tril() / torch.arange(1, n + 1)[:, None])
     _, clean = tiny_gpt.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     torch.testing.assert_close(pattern[:, 0], clean["blocks.0.attn.hook_pattern"][:, 0])
 
@@ -63,16 +88,71 @@ def test_permute_among_allowed_respects_the_mask():
     torch.testing.assert_close(out.sort(-1).values, pattern.sort(-1).values)
 
 
-@pytest.mark.parametrize("kind", ["previous_token", "first_token", "self", "uniform"])
-@pytest.mark.parametrize("causal", [True, False])
-def test_ideal_patterns_are_distributions(kind, causal):
-    pattern = ideal_pattern(kind, 7, causal=causal)
-    torch.testing.assert_close(pattern.sum(-1), torch.ones(7))
-    if causal:
-        assert (pattern.triu(1) == 0).all()
-    expected_row3 = {"previous_token": 2, "first_token": 0, "self": 3}
-    if kind in expected_row3:
-        assert pattern[3, expected_row3[kind]] == 1.0
+def test_the_names_are_uniform_and_the_head_types_ideal_patterns():
+    names = pattern_names()
+    assert names[0] == "uniform" and {"previous_token", "first_token", "self", "self_token", "induction"} <= set(names)
+    assert ideal_head_type("self") is ideal_head_type("self_token")
+
+
+@pytest.mark.parametrize("name,expected_row3", [("previous_token", 2), ("first_token", 0), ("self", 3)])
+@pytest.mark.parametrize("model", ["tiny_gpt", "tiny_encoder"])
+def test_named_patterns_are_the_head_types_laid_on_real_positions(name, expected_row3, model, request):
+    """Unpadded: the head type's ideal pattern (rows summing to one; causal). Left-padded: the same pattern counted
+    from each prompt's first real token (the first real query has no previous token: on itself), padded queries
+    keeping the head's own rows, as before the head types were the one ideal-pattern system."""
+    m = request.getfixturevalue(model)
+    causal = model == "tiny_gpt"
+    tokens = random_tokens(2, 7, 40, seed=0).tokens
+    pattern = _substituted(m, 1, 2, name, tokens)
+    torch.testing.assert_close(pattern, _ideal(name, PromptSet(tokens), causal=causal))
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 7))
+    assert (pattern[:, 3, expected_row3] == 1.0).all() and (pattern.triu(1) == 0).all()
+    padded = pad([[1, 2, 3, 4, 5], [6, 7, 8]], padding_side="left")  # (2, 5): the second starts at position 2
+    own = _substituted(m, 1, 2, None, padded.tokens, padded.attention_mask)
+    laid = _substituted(m, 1, 2, name, padded.tokens, padded.attention_mask)
+    unpadded = _ideal(name, PromptSet(torch.tensor([[6, 7, 8]])), causal=causal)[0]  # (3, 3)
+    torch.testing.assert_close(laid[1, 2:, 2:], unpadded)
+    torch.testing.assert_close(laid[1, :2], own[1, :2])  # padded queries: their own rows
+    torch.testing.assert_close(laid[0], _ideal(name, PromptSet(padded.tokens[:1]), causal=causal)[0])
+
+
+def test_a_content_type_needs_the_prompts_and_a_bidirectional_type_a_bidirectional_model(tiny_gpt, tiny_encoder):
+    prompts = repeated_tokens(2, 4, 40, seed=0)
+    with pytest.raises(BadInput, match="depends on the tokens.*prompts="):
+        with substitute_pattern(tiny_gpt, 0, 0, "induction"):
+            pass
+    pattern = _substituted(tiny_gpt, 0, 0, "induction", prompts.tokens, prompts=prompts)
+    torch.testing.assert_close(pattern, _ideal("induction", prompts))
+    assert pattern[0, 5].argmax() == 2  # the token after the earlier occurrence of the query's token
+    with pytest.raises(BadInput, match="the PromptSet the model reads"):
+        _substituted(tiny_gpt, 0, 0, "induction", prompts.tokens[:, 1:], prompts=prompts)
+    with pytest.raises(BadInput, match="needs a bidirectional model"):
+        with substitute_pattern(tiny_gpt, 0, 0, "next_token"):
+            pass
+    pattern = _substituted(tiny_encoder, 0, 0, "next_token", prompts.tokens)
+    assert pattern[0, 3].argmax() == 4 and pattern[0, 7].argmax() == 7  # the last query: on itself
+    assert live_hooks(tiny_gpt) == [] and live_hooks(tiny_encoder) == []
+
+
+def test_a_registered_head_type_is_a_pattern_name_in_a_run(tiny_gpt):
+    two_back = HeadType("two_back_pattern", "{label} attends two back (> {threshold:g})", offset_target(-2))
+    prompts = repeated_tokens(4, 4, 40, seed=0)
+    with pytest.raises(ValueError, match="two_back_pattern"):
+        PatternSubstitution("L0H1", "two_back_pattern")
+    register(two_back)
+    try:
+        assert "two_back_pattern" in pattern_names()
+        pattern = _substituted(tiny_gpt, 0, 1, "two_back_pattern", prompts.tokens)
+        assert pattern[0, 5].argmax() == 3 and pattern[0, 1].argmax() == 0  # no key two back: the first token
+        run = Run(tiny_gpt, prompts)
+        substitution = PatternSubstitution("L0H1", "two_back_pattern")
+        first = run.effect(substitution)
+        assert first.mean != 0 and substitution.fingerprint(run) is not None
+        register(dataclasses.replace(two_back, target=offset_target(-3)), replace=True)  # another pattern, same name
+        assert run.effect(substitution).mean != first.mean
+    finally:
+        unregister("two_back_pattern")
+    assert PatternSubstitution("L0H1", "previous_token").fingerprint(Run(tiny_gpt, prompts)) is None
 
 
 def test_encoder_uniform_pattern_skips_padding(tiny_encoder):
@@ -87,15 +167,16 @@ def test_encoder_uniform_pattern_skips_padding(tiny_encoder):
 
 
 def test_errors(tiny_gpt, prompts):
-    bad = ideal_pattern("uniform", prompts.n_pos) * 1.5
+    n = prompts.n_pos
+    bad = torch.ones(n, n).tril() / torch.arange(1, n + 1)[:, None] * 1.5
     with pytest.raises(ValueError, match="sums to 1.5"):
         with substitute_pattern(tiny_gpt, 0, 0, bad):
             pass
     with pytest.raises(ValueError, match="future"):
-        with substitute_pattern(tiny_gpt, 0, 0, ideal_pattern("uniform", prompts.n_pos, causal=False)):
+        with substitute_pattern(tiny_gpt, 0, 0, torch.full((n, n), 1 / n)):
             tiny_gpt(prompts.tokens)
     with pytest.raises(ValueError, match="for this sequence length"):
-        with substitute_pattern(tiny_gpt, 0, 0, ideal_pattern("self", 5)):
+        with substitute_pattern(tiny_gpt, 0, 0, torch.eye(5)):
             tiny_gpt(prompts.tokens)
     with pytest.raises(ValueError, match=r"pattern='diagonal'"):
         with substitute_pattern(tiny_gpt, 0, 0, "diagonal"):
