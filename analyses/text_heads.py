@@ -31,7 +31,7 @@ from interp.analyses.claims import scan
 from interp.behaviour import next_token_description
 from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
-from interp.models import stdlib_bpe
+from interp.experiments import stdlib_bpe
 from interp.models.gpt import HookedGPT
 from interp.models.io import load_checkpoint, read_checkpoint_config, save_checkpoint
 from interp.models.textcorpus import named_corpus

@@ -7,11 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp.models.config import GPTConfig
-from interp.models.constructed import induction_circuit
-from interp.models.io import checkpoint_paths, load_checkpoint
-from interp.models.tasks import InductionTask, evaluate_induction, fixed_prefix_task, repeated_prompts
-from interp.models.train import (
+from interp.experiments.tasks import InductionTask, evaluate_induction, fixed_prefix_task, repeated_prompts
+from interp.experiments.train import (
     INDUCTION_THRESHOLD,
     PREV_TOKEN_THRESHOLD,
     TrainConfig,
@@ -19,8 +16,11 @@ from interp.models.train import (
     toy_induction_config,
     train,
 )
+from interp.models.config import GPTConfig
+from interp.models.constructed import induction_circuit
+from interp.models.io import checkpoint_paths, load_checkpoint
 
-CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "checkpoints" / "toy-induction"
+CHECKPOINT = Path(__file__).resolve().parents[3] / "models" / "checkpoints" / "toy-induction"
 
 TINY_TASK = InductionTask(d_vocab=16, n_pos=32, prefix_lens=(4, 5, 6, 8), held_out_prefix_lens=(7,), max_offset=4)
 

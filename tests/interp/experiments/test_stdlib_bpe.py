@@ -11,14 +11,14 @@ import torch
 import interp
 from interp.analyses import induction, positional
 from interp.data import PromptSet, Repeats
-from interp.models import stdlib_bpe
+from interp.experiments import stdlib_bpe
 from interp.models.config import GPTConfig
 from interp.models.gpt import HookedGPT
 from interp.models.io import load_checkpoint, read_checkpoint_config
 from interp.models.textcorpus import compare_corpus, load_corpus, named_corpus
 from interp.models.tokenizers import BPETokenizer, shipped_tokenizer, train_bpe
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bpe"
 TEXTS = ["def add(first, second):\n    return first + second\n", "class Point:\n    def __init__(self, x):\n        self.x = x\n"] * 20
 
@@ -278,7 +278,7 @@ def test_force_replaces_the_earlier_run_whole(tmp_path, monkeypatch, mini_data, 
 
 def test_train_py_arguments_are_refused_before_any_work(tmp_path, capsys):
     """interp.models.train had the same defects: 0 steps silently became 3000, --threads 0 a traceback."""
-    from interp.models import train
+    from interp.experiments import train
 
     for extra, match in [(["--steps", "0"], r"--steps: 0 must be at least 1"), (["--threads", "0"], r"--threads: 0"),
                          (["--lr", "nan"], r"--lr: nan must be a finite number"), (["--batch-size", "-2"], "--batch-size"),
