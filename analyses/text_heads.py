@@ -50,7 +50,7 @@ class HeldOutPrompts:
         if not isinstance(tokenizer, BPETokenizer):
             raise BadInput(f"held-out stdlib prompts need a model with stdlib-bpe's tokenizer (a BPETokenizer); this "
                            f"model's is {type(tokenizer).__name__}. Load it with interp.load('stdlib-bpe') or a checkpoint "
-                           "written by python -m interp.models.stdlib_bpe finish.")
+                           "written by interp train stdlib-bpe finish.")
         recipe = getattr(model, "metadata", {}).get("recipe", {})
         corpus = named_corpus(recipe.get("corpus", "stdlib"))
         held_out = stdlib_bpe.encode_stream(tokenizer, corpus.held_out)  # the training files are not needed here

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from interp.cli.audit import deliver
@@ -362,6 +361,7 @@ def cmd_train(args) -> int:
         from interp.experiments import train
 
         entry = train.main
+    code: str | int | None
     try:
         code = entry(argv)
     except SystemExit as exit_:

@@ -1,5 +1,5 @@
 """`stdlib-bpe`, the natural-text model with induction heads: its tokenizer, recipe, tracking metrics,
-shipped checkpoint and card (models/stdlib_bpe.py, models/tokenizers.py)."""
+shipped checkpoint and card (interp/experiments/stdlib_bpe.py, models/tokenizers.py)."""
 import re
 import subprocess
 import sys
@@ -10,6 +10,7 @@ import torch
 
 import interp
 from interp.analyses import induction, positional
+from interp.analyses.head_types import TargetBatch
 from interp.data import PromptSet, Repeats
 from interp.experiments import stdlib_bpe
 from interp.models.config import GPTConfig
@@ -17,6 +18,7 @@ from interp.models.gpt import HookedGPT
 from interp.models.io import load_checkpoint, read_checkpoint_config
 from interp.models.textcorpus import compare_corpus, load_corpus, named_corpus
 from interp.models.tokenizers import BPETokenizer, shipped_tokenizer, train_bpe
+from interp.stats import bootstrap
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bpe"
@@ -128,18 +130,43 @@ def test_repetition_groups_the_training_files_by_folder(small_tokenizer, tmp_pat
     assert "| tests (" in "\n".join(stdlib_bpe._repetition_table(rows))
 
 
-def test_tracking_metrics_equal_the_toolkits():
-    """`track` re-implements previous-token and induction attention inside models/; they must be the toolkit's."""
+def test_tracking_metrics_are_the_toolkits():
+    """`track` reads the toolkit's head types: per window, the same numbers as `induction.scores_per_prompt` on
+    natural repeats and `positional.focus`'s previous-token column."""
     model = HookedGPT(GPTConfig(n_layers=2, n_heads=2, d_model=32, n_ctx=40, d_vocab=12, attn_only=True, init_range=0.3,
                                 seed=3)).eval()
     tokens = torch.randint(0, 12, (6, 40), generator=torch.Generator().manual_seed(0))
     _, cache = model.run_with_cache(tokens)
-    ours = torch.stack([stdlib_bpe.induction_attention(cache["pattern", layer], tokens) for layer in range(2)])
-    theirs = induction.scores_per_prompt(model, PromptSet(tokens, repeats=Repeats(match_len=1)))["induction"].mean(0)
-    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
-    previous = torch.stack([stdlib_bpe.previous_token_attention(cache["pattern", layer]) for layer in range(2)])
+    batch = TargetBatch.from_prompts(PromptSet(tokens))
+    ours = [stdlib_bpe.tracked_scores(cache["pattern", layer], batch) for layer in range(2)]
+    theirs = induction.scores_per_prompt(model, PromptSet(tokens, repeats=Repeats(match_len=1)))["induction"]
+    torch.testing.assert_close(torch.stack([o["induction"] for o in ours], 1), theirs, atol=1e-6, rtol=0)
+    previous = torch.stack([o["previous_token"].mean(0) for o in ours])
     focus = positional.focus(model, PromptSet(tokens)).set_index(["layer", "head"])["prev_token"]
     torch.testing.assert_close(previous.flatten().double(), torch.tensor(focus.values), atol=1e-5, rtol=0)
+
+
+def test_far_induction_counts_only_occurrences_16_or_more_back():
+    """Known answers on one-hot patterns: period-8 text copied from 8 back is induction but not far induction;
+    period-16 text copied from 16 back is both."""
+    def copying(period: int) -> tuple[torch.Tensor, TargetBatch]:
+        tokens = torch.arange(period).repeat(48 // period)[None]  # (1, 48): distinct tokens within a period
+        pattern = torch.zeros(1, 1, 48, 48)  # (batch, head, query, key)
+        for query in range(48):
+            pattern[0, 0, query, query - period + 1 if query >= period else 0] = 1.0
+        return pattern, TargetBatch.from_prompts(PromptSet(tokens))
+
+    near = stdlib_bpe.tracked_scores(*copying(8))
+    assert float(near["induction"]) == 1.0 and float(near["induction_far"]) == 0.0
+    far = stdlib_bpe.tracked_scores(*copying(16))
+    assert float(far["induction"]) == 1.0 and float(far["induction_far"]) == 1.0
+
+
+def test_card_intervals_are_interp_stats_percentile_bootstrap():
+    values = torch.linspace(0, 1, 40, dtype=torch.float64)
+    _, low, high = bootstrap(values, **stdlib_bpe.BOOTSTRAP)
+    assert stdlib_bpe._interval(low, high) == (float(low), float(high)) and low < values.mean() < high
+    assert stdlib_bpe.BOOTSTRAP["method"] == "percentile" and stdlib_bpe.BOOTSTRAP["n_resamples"] == 2000
 
 
 # ---------------------------------------------------------------- training
@@ -184,10 +211,10 @@ def test_learning_rate_warms_up_then_stays_or_decays_to_a_tenth():
 def test_training_over_the_budget_is_refused(mini_data, tmp_path):
     with pytest.raises(ValueError, match="exceeds --max-minutes 90"):
         stdlib_bpe.train_recipe(stdlib_bpe.Recipe(), mini_data, minutes=91, out=tmp_path)
-    result = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--steps",
+    result = subprocess.run([sys.executable, "-m", "interp.cli", "train", "stdlib-bpe", "train", "--minutes", "1", "--steps",
                              "100000000", "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and "refused: 100000000 steps" in result.stderr
-    unknown = subprocess.run([sys.executable, "-m", "interp.models.stdlib_bpe", "train", "--minutes", "1", "--corpus",
+    unknown = subprocess.run([sys.executable, "-m", "interp.cli", "train", "stdlib-bpe", "train", "--minutes", "1", "--corpus",
                               "stdlib-all", "--out", str(tmp_path / "other")], capture_output=True, text=True, cwd=ROOT)
     assert unknown.returncode == 2 and "invalid choice: 'stdlib-all'" in unknown.stderr and "stdlib-with-tests" in unknown.stderr
     assert not (tmp_path / "other").exists()
@@ -277,7 +304,7 @@ def test_force_replaces_the_earlier_run_whole(tmp_path, monkeypatch, mini_data, 
 
 
 def test_train_py_arguments_are_refused_before_any_work(tmp_path, capsys):
-    """interp.models.train had the same defects: 0 steps silently became 3000, --threads 0 a traceback."""
+    """interp.experiments.train had the same defects: 0 steps silently became 3000, --threads 0 a traceback."""
     from interp.experiments import train
 
     for extra, match in [(["--steps", "0"], r"--steps: 0 must be at least 1"), (["--threads", "0"], r"--threads: 0"),

@@ -1,4 +1,4 @@
-"""Training loop, tasks, and the shipped toy-induction checkpoint (models/train.py, models/tasks.py)."""
+"""Training loop, tasks, and the shipped toy-induction checkpoint (interp/experiments/train.py and tasks.py)."""
 import dataclasses
 import json
 import math
@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp.analyses import induction, positional
+from interp.data import PromptSet, Repeats
 from interp.experiments.tasks import InductionTask, evaluate_induction, fixed_prefix_task, repeated_prompts
 from interp.experiments.train import (
     INDUCTION_THRESHOLD,
@@ -110,25 +112,39 @@ def test_evaluate_induction_on_the_constructed_circuit():
     model = induction_circuit(d_vocab=64, n_ctx=128)
     result = evaluate_induction(model, 20, bos=63, d_vocab=63, n=32)
     assert result["prev_token"]["L0H0"] >= 0.999
-    # chance repeats inside a random prefix split the attention equally between every key that
-    # follows an earlier occurrence of the query's token: the exact expected score is mean(1 / matches)
-    # and the logits are readout_gain (30) times the share of the attention on each copied token
+    # chance repeats inside a random prefix split the attention equally between every key that follows an
+    # earlier occurrence of the query's token: all of them are induction targets (the toolkit's metric), so the
+    # score is near 1; the logits are readout_gain (30) times the share of the attention on each copied token
     tokens, start = repeated_prompts(32, 20, 63, bos=63, seed=1234)
-    shares, losses = [], []
+    losses = []
     for row in tokens:
-        for query in range(start + 20, start + 40):
+        for query in range(start + 20, start + 39):  # predicting x_1 .. x_{L-1} of the second copy
             keys = [key for key in range(1, query + 1) if row[key - 1] == row[query]]
-            shares.append(1.0 / len(keys))
-            if query < start + 39:  # predicting x_1 .. x_{L-1} of the second copy
-                logits = torch.zeros(64)
-                logits[63] = -40.0  # BOS
-                for key in keys:
-                    logits[row[key]] += 30.0 / len(keys)
-                losses.append(float(torch.logsumexp(logits, 0) - logits[row[query + 1]]))
-    assert result["induction"]["L1H0"] == pytest.approx(sum(shares) / len(shares), abs=1e-3)
+            logits = torch.zeros(64)
+            logits[63] = -40.0  # BOS
+            for key in keys:
+                logits[row[key]] += 30.0 / len(keys)
+            losses.append(float(torch.logsumexp(logits, 0) - logits[row[query + 1]]))
+    assert result["induction"]["L1H0"] == pytest.approx(1.0, abs=1e-3)
     assert result["loss_second"] == pytest.approx(sum(losses) / len(losses), abs=1e-3)
     assert max(v for k, v in result["induction"].items() if k != "L1H0") < 0.1
     assert result["loss_first"] > math.log(62)  # unpredictable, and chance repeats are copied confidently
+
+
+def test_evaluate_induction_reads_the_toolkits_metrics():
+    """The scores are `induction.scores_per_prompt` and `positional.focus` on the same prompts (their repeat
+    structure: the second copy), averaged over prompts."""
+    model = induction_circuit(d_vocab=64, n_ctx=128)
+    result = evaluate_induction(model, 12, offset=5, bos=63, n=16, seed=3)
+    tokens, start = repeated_prompts(16, 12, 64, offset=5, bos=63, seed=3)
+    prompts = PromptSet(tokens, repeats=Repeats(period=12, offset=start, n_repeats=2))
+    induction_scores = induction.scores_per_prompt(model, prompts)["induction"].mean(0)  # (layer, head)
+    previous = positional.focus_per_prompt(model, prompts)["prev_token"].mean(0)
+    for layer in range(2):
+        for head in range(model.cfg.n_heads):
+            label = f"L{layer}H{head}"
+            assert result["induction"][label] == pytest.approx(float(induction_scores[layer, head]), abs=1e-4)
+            assert result["prev_token"][label] == pytest.approx(float(previous[layer, head]), abs=1e-4)
 
 
 def test_evaluate_induction_rejects_prompts_longer_than_context():
@@ -173,7 +189,7 @@ def test_main_writes_checkpoint_json_and_card(tmp_path):
     weights, config = checkpoint_paths(out)
     assert weights.exists() and config.exists() and (tmp_path / "mini.md").exists()
     meta = json.loads(config.read_text())["metadata"]
-    assert meta["command"].startswith("python -m interp.models.train --steps 3")
+    assert meta["command"].startswith("interp train --steps 3")
     assert meta["training"]["steps"] == 3 and meta["training"]["seed"] == 0
     assert {"loss_first", "loss_second", "prev_token", "induction"} <= set(meta["evaluation"][0])
     assert meta["control"]["steps"] == 2
@@ -190,7 +206,7 @@ def test_main_writes_checkpoint_json_and_card(tmp_path):
 def shipped():
     if not checkpoint_paths(CHECKPOINT)[0].exists():
         pytest.fail(f"{CHECKPOINT}.safetensors is missing; rebuild it with "
-                    "`python -m interp.models.train --task induction --seed 0 --out models/checkpoints/toy-induction`.")
+                    "`interp train --task induction --seed 0 --out models/checkpoints/toy-induction`.")
     return load_checkpoint(CHECKPOINT)
 
 
