@@ -39,7 +39,7 @@ def _copy_spans(prompts: PromptSet) -> tuple[int, int]:
     repeats = prompts.repeats
     if repeats is None or repeats.period is None or repeats.n_repeats != 2:
         raise BadInput("copy_gap needs prompts of the form text + span + the same span, described by "
-                       "Repeats(period=span, offset=len(text), n_repeats=2) (e.g. interp.models.stdlib_bpe.repeated_spans); "
+                       "Repeats(period=span, offset=len(text), n_repeats=2) (e.g. interp.experiments.stdlib_bpe.repeated_spans); "
                        f"got repeats={repeats!r}.")
     if repeats.offset + 2 * repeats.period > prompts.tokens.shape[1]:
         raise BadInput(f"the prompts have {prompts.tokens.shape[1]} positions, fewer than offset + 2 * span = "

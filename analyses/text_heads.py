@@ -31,7 +31,7 @@ from interp.analyses.claims import scan
 from interp.behaviour import next_token_description
 from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
-from interp.models import stdlib_bpe
+from interp.experiments import stdlib_bpe
 from interp.models.gpt import HookedGPT
 from interp.models.io import load_checkpoint, read_checkpoint_config, save_checkpoint
 from interp.models.textcorpus import named_corpus
@@ -50,7 +50,7 @@ class HeldOutPrompts:
         if not isinstance(tokenizer, BPETokenizer):
             raise BadInput(f"held-out stdlib prompts need a model with stdlib-bpe's tokenizer (a BPETokenizer); this "
                            f"model's is {type(tokenizer).__name__}. Load it with interp.load('stdlib-bpe') or a checkpoint "
-                           "written by python -m interp.models.stdlib_bpe finish.")
+                           "written by interp train stdlib-bpe finish.")
         recipe = getattr(model, "metadata", {}).get("recipe", {})
         corpus = named_corpus(recipe.get("corpus", "stdlib"))
         held_out = stdlib_bpe.encode_stream(tokenizer, corpus.held_out)  # the training files are not needed here

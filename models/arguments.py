@@ -1,4 +1,4 @@
-"""Argument types for the training commands (`python -m interp.models.train`, `... .stdlib_bpe`).
+"""Argument types for the training commands (`interp train`, `interp train stdlib-bpe`: `interp.experiments`).
 
 Each factory returns an argparse `type=` function that turns the text into a number in its range or raises
 `argparse.ArgumentTypeError` naming the range: argparse then prints "argument --steps: ..." and exits 2,

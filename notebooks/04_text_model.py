@@ -17,7 +17,7 @@
 #
 # `stdlib-bpe` is a 3-layer attention-only model (4 heads per layer, d_model 128, context 256
 # tokens) that the project trains on the Python standard library's own source, its tests included,
-# over a byte-level BPE of 2,048 pieces trained on the same files (`python -m interp.models.stdlib_bpe train`; its
+# over a byte-level BPE of 2,048 pieces trained on the same files (`interp train stdlib-bpe train`; its
 # card, `models/checkpoints/stdlib-bpe.md`, says how, with the pilots that led to the recipe). Olsson
 # et al. (2022) found that induction heads form in such models during a short phase of training and
 # carry most in-context copying. Here we look for that on held-out text, and treat every reading of a
@@ -84,7 +84,7 @@ print("a natural window begins:", repr(model.tokenizer.decode(natural.tokens[0][
 # ## When the induction heads formed
 #
 # Every 500 training steps the run measured the model on 64 held-out windows and 64 repeated spans
-# (`interp.models.stdlib_bpe.track`, recorded in the card): the held-out loss, the in-context
+# (`interp.experiments.stdlib_bpe.track`, recorded in the card): the held-out loss, the in-context
 # learning score (loss late in the window minus early: more negative = more use of context), the best
 # head's induction score on natural repeats, the best previous-token score, and the copy ratio
 # (second-copy over first-copy loss). Olsson et al.'s signature is a phase change: the induction

@@ -7,7 +7,7 @@
     interp heads [SPEC]             per-head positional and induction metrics with CIs
     interp circuit [SPEC]           discover the circuit behind the behaviour, test it and draw it
     interp verify [SPEC]            prove that the model's hooks carry what their names say
-    interp train [ARGS...]          train a model (wraps `python -m interp.models.train`)
+    interp train [ARGS...]          train a shipped model's recipe (`interp.experiments`; `stdlib-bpe ...` too)
     interp demo                     `interp report` on the embedded default, then the highlights
 
 SPEC is anything `interp.load` accepts: a built-in name (`toy-induction`, the default;
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if getattr(args, "command", None) == "train":
-        args.train_args = [*unknown, *args.train_args]  # interp.models.train parses its own flags
+        args.train_args = [*unknown, *args.train_args]  # interp.experiments' commands parse their own flags
     elif unknown:
         _refuse_unknown(parser, args, unknown)
     if getattr(args, "handler", None) is None:

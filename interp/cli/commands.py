@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from interp.cli.audit import deliver
@@ -350,20 +349,19 @@ def _verify_summary(spec: str, n_checks: int, n_failed: int, verbose: bool) -> s
 
 
 def cmd_train(args) -> int:
-    import importlib
-
-    try:
-        train = importlib.import_module("interp.models.train")
-    except ModuleNotFoundError as error:
-        raise BadInput(f"interp.models.train is not available ({error}).") from None
+    """`interp train ARGS` runs `interp.experiments.train` (toy-induction, stdlib-bytes); `interp train stdlib-bpe
+    ARGS` runs `interp.experiments.stdlib_bpe` (its `train` and `finish`). Their own parsers read the arguments:
+    their help, their usage errors (exit 2), their exit codes."""
     argv = [a for a in args.train_args if a != "--"]
-    entry = getattr(train, "main", None)
-    if entry is None:
-        import runpy
+    if argv[:1] == ["stdlib-bpe"]:
+        from interp.experiments import stdlib_bpe
 
-        sys.argv = ["interp.models.train", *argv]
-        runpy.run_module("interp.models.train", run_name="__main__")
-        return EXIT_OK
+        entry, argv = stdlib_bpe.main, argv[1:]
+    else:
+        from interp.experiments import train
+
+        entry = train.main
+    code: str | int | None
     try:
         code = entry(argv)
     except SystemExit as exit_:

@@ -350,9 +350,15 @@ def _verify_parser(command) -> None:
 
 
 def _train_parser(command) -> None:
-    p = command("train", cmd_train, "Train a model (wraps python -m interp.models.train; arguments pass through)",
-                "interp train -- --help")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for interp.models.train")
+    p = command("train", cmd_train, "Train a shipped model's recipe (arguments pass through)",
+                "interp train --task induction --seed 0 --out models/checkpoints/toy-induction",
+                "toy-induction and stdlib-bytes: `interp train [--task induction | stdlib-bytes] ...` "
+                "(interp.experiments.train); stdlib-bpe: `interp train stdlib-bpe train ...`, then "
+                "`interp train stdlib-bpe finish RUN --out NAME` (interp.experiments.stdlib_bpe). Each parses its own "
+                "arguments: `-- --help` shows them.\n\nExit 0: trained and written; 2: bad arguments, "
+                "nothing written.")
+    p.add_argument("train_args", nargs=argparse.REMAINDER,
+                   help="arguments for interp.experiments.train, or `stdlib-bpe` and those of interp.experiments.stdlib_bpe")
 
 
 def _demo_parser(command) -> None:

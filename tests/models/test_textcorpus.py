@@ -1,7 +1,6 @@
-"""The natural-text model `stdlib-bytes`: its corpus, recipe, shipped checkpoint and card, its loading by
-name, and natural repeats as a prompt property (models/textcorpus.py, models/train.py). Notebook 04, once about
-this model, is now about `stdlib-bpe` (tests/models/test_stdlib_bpe.py)."""
-import json
+"""The natural-text model `stdlib-bytes`: its corpus, shipped checkpoint and card, its loading by name, and natural
+repeats as a prompt property (models/textcorpus.py; its training recipe: tests/interp/experiments/test_train_text.py).
+Notebook 04, once about this model, is now about `stdlib-bpe` (tests/interp/experiments/test_stdlib_bpe.py)."""
 import math
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import pytest
 import torch
 
 from interp.models.io import checkpoint_paths, load_checkpoint
-from interp.models.tasks import TextTask, evaluate_text
 from interp.models.textcorpus import (
     SEPARATOR,
     as_tensor,
@@ -20,6 +18,7 @@ from interp.models.textcorpus import (
     decode,
     encode,
     eval_windows,
+    evaluate_text,
     held_out_report,
     is_held_out,
     load_corpus,
@@ -28,7 +27,6 @@ from interp.models.textcorpus import (
     planted_repeats,
     text_windows,
 )
-from interp.models.train import TrainConfig, check_time_budget, main, text_lm_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT = ROOT / "models" / "checkpoints" / "stdlib-bytes"
@@ -138,46 +136,6 @@ def test_windows_prompts_and_planted_repeats():
         text_windows(encode("ab\x00cd"), 1, 4)
 
 
-# ---------------------------------------------------------------- recipe
-
-
-def test_a_few_training_steps_run_and_lower_the_loss(corpus):
-    task = TextTask(as_tensor(corpus.train[:200_000]), n_pos=64)
-    cfg = text_lm_config(n_layers=1, d_model=32, n_ctx=64)
-    model, losses = train(cfg, TrainConfig(task="stdlib-bytes", steps=30, batch_size=8, lr=3e-3, warmup_steps=5),
-                          task, progress=False)
-    assert len(losses) == 30 and sum(losses[-5:]) / 5 < losses[0] - 0.5
-    again, losses_again = train(cfg, TrainConfig(task="stdlib-bytes", steps=3, batch_size=8, warmup_steps=1), task,
-                                progress=False)
-    first, _ = train(cfg, TrainConfig(task="stdlib-bytes", steps=3, batch_size=8, warmup_steps=1), task, progress=False)
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))  # seeded
-
-
-def test_budget_check_refuses_before_training_with_the_estimate():
-    assert check_time_budget(0.5, 600, 20, 2) == pytest.approx(5.0)
-    with pytest.raises(ValueError, match=r"about 50.0 min .* over the budget of 20 min.*about 2400 fit"):
-        check_time_budget(0.5, 6000, 20, 2)
-
-
-def test_command_line_trains_and_writes_checkpoint_and_card(mini_root, tmp_path):
-    out = tmp_path / "mini-text"
-    assert main(["--task", "stdlib-bytes", "--steps", "2", "--batch-size", "2", "--corpus-root", str(mini_root),
-                 "--out", str(out), "--no-progress"]) == 0
-    meta = json.loads(checkpoint_paths(out)[1].read_text())["metadata"]
-    card = out.with_name("mini-text.md").read_text()
-    assert meta["corpus"]["n_files"] == 41 and meta["corpus"]["checksum"] in card
-    assert f"{meta['held_out']['bigram_bits']:.3f}" in card and meta["command"] in card
-    assert "does NOT meet" in card  # two steps make no language model, and the card says so
-    assert load_checkpoint(out).cfg.n_layers == 4
-
-
-def test_command_line_refuses_a_run_over_budget(mini_root, tmp_path):
-    with pytest.raises(ValueError, match="over the budget"):
-        main(["--task", "stdlib-bytes", "--steps", "100000", "--batch-size", "2", "--corpus-root", str(mini_root),
-              "--max-minutes", "0.01", "--out", str(tmp_path / "never"), "--no-progress"])
-    assert not list(tmp_path.iterdir())  # nothing written
-
-
 # ---------------------------------------------------------------- natural repeats as a prompt property
 
 
@@ -270,22 +228,3 @@ def test_interp_report_runs_on_it(tmp_path):
                              str(tmp_path / "report")], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     assert any((tmp_path / "report").iterdir())
-
-
-@pytest.mark.slow
-def test_retraining_reproduces_the_first_point_of_the_shipped_curve(shipped, corpus):
-    """The first 100 steps are all warm-up, so their learning rates do not depend on the total step count:
-    100 steps of the card's recipe (same seed, one thread) must give the curve's first held-out figure."""
-    meta = shipped.metadata
-    if compare_corpus(meta["corpus"], corpus) is not None or meta["torch"] != torch.__version__ or meta["threads"] != 1:
-        pytest.skip("another corpus, torch build or thread count: the figures may differ in rounding")
-    training = meta["training"]
-    first = meta["curve"][0]
-    assert first["step"] == training["warmup_steps"] == 100
-    torch.set_num_threads(1)
-    task = TextTask(as_tensor(corpus.train), n_pos=shipped.cfg.n_ctx)
-    cfg = TrainConfig(task="stdlib-bytes", seed=training["seed"], steps=first["step"], batch_size=training["batch_size"],
-                      lr=training["lr"], warmup_steps=training["warmup_steps"])
-    model, _ = train(text_lm_config(seed=training["seed"]), cfg, task, progress=False)
-    windows = eval_windows(as_tensor(corpus.held_out), shipped.cfg.n_ctx, 32)
-    assert evaluate_text(model, windows)["bits"] == pytest.approx(first["held_out_bits"], abs=1e-3)

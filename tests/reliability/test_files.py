@@ -238,7 +238,7 @@ FULL_DISK = textwrap.dedent(r"""
     from interp import cli, outdir
     import interp
     from interp.models import GPTConfig, HookedGPT
-    from interp.models import train
+    from interp.experiments import train
 
     tiny = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=40, n_ctx=16, seed=0))
     toy = json.loads(Path("models/checkpoints/toy-induction.json").read_text())["metadata"]

@@ -20,8 +20,8 @@ from interp.analyses import claims as hc
 from interp.claims import Context, evaluate_claims
 from interp.claims import test_claims as run_test_claims
 from interp.data import repeated_tokens
+from interp.experiments.train import toy_induction_config
 from interp.models import HookedGPT
-from interp.models.train import toy_induction_config
 
 pytestmark = pytest.mark.heavy  # one module fixture tests every claim kind on five random models
 

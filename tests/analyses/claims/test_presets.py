@@ -289,7 +289,7 @@ def toy():
     from interp.models.io import checkpoint_paths, load_checkpoint
 
     if not checkpoint_paths(TOY)[0].exists():
-        pytest.skip(f"{TOY}.safetensors is not built yet (python -m interp.models.train --task induction --seed 0 --out {TOY})")
+        pytest.skip(f"{TOY}.safetensors is not built yet (interp train --task induction --seed 0 --out {TOY})")
     model = load_checkpoint(TOY)
     roles = model.metadata.get("head_roles", {})
     prev = [parse_label(h) for h in roles.get("previous_token_heads", [])]

@@ -312,8 +312,12 @@ def test_scan_of_some_heads(capsys):
 
 def test_train_passes_its_arguments_through(capsys):
     assert cli.main(["train", "--", "--help"]) == 0
-    assert "python -m interp.models.train" in capsys.readouterr().out
-    assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # interp.models.train's own usage error
+    assert "usage: interp train [-h] [--task {induction,stdlib-bytes}]" in capsys.readouterr().out
+    assert cli.main(["train", "--task", "nonsense", "--out", "x"]) == 2  # interp.experiments.train's own usage error
+    assert cli.main(["train", "stdlib-bpe", "--", "--help"]) == 0
+    assert "usage: interp train stdlib-bpe [-h] {train,finish}" in capsys.readouterr().out
+    assert cli.main(["train", "stdlib-bpe", "finish"]) == 2  # interp.experiments.stdlib_bpe's: RUN and --out missing
+    assert "the following arguments are required: run, --out" in capsys.readouterr().err
 
 
 @pytest.mark.heavy

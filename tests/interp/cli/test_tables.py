@@ -44,7 +44,7 @@ def test_every_help_fits_the_terminal(width, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", str(width))  # argparse sizes its formatter from $COLUMNS when it formats
     texts = {"interp": cli.build_parser().format_help()}
     texts.update({name: sub.format_help() for name, sub in _subparsers().items()})
-    assert cli.main(["train", "--", "--help"]) == 0  # interp.models.train's own help
+    assert cli.main(["train", "--", "--help"]) == 0  # interp.experiments.train's own help
     texts["train --"] = capsys.readouterr().out
     assert len(texts) == 11
     too_long = {name: _longest(text) for name, text in texts.items() if _longest(text) > width}

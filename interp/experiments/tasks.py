@@ -9,9 +9,10 @@ offset instead, and fails on any other length (see `fixed_prefix_task`).
 
 `evaluate_induction` measures a model on prompts `[BOS?] [offset tokens] [prefix] [prefix]`:
 the next-token loss on the first and on the second copy (the same L-1 predictions each:
-x_1..x_{L-1}), and per head the previous-token score (mean attention from query q to q-1, over
-q >= 1) and the induction score (mean attention from each query in the second copy to the token
-after the earlier occurrence of its token, Olsson et al. 2022).
+x_1..x_{L-1}), and per head the toolkit's own metrics (`interp.analyses.head_types`): the previous-token
+score (mean attention from query q to q-1, over q >= 1) and the induction score (mean attention from each
+query in the second copy to the tokens after the earlier occurrences of its token, Olsson et al. 2022: the
+copy in the first block and any chance repeat before it, as `interp.analyses.induction.scores` counts them).
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
+from interp.analyses.head_types import TargetBatch, get_head_type
+from interp.data import PromptSet, Repeats
+from interp.heads import head_label
 from interp.models.textcorpus import evaluate_text  # noqa: F401  (lives with the corpus; importable here too)
 
 TASKS = ("induction",)
@@ -128,19 +132,26 @@ def evaluate_induction(model, prefix_len: int, *, offset: int = 0, bos: int | No
     per = model.loss(logits, tokens, per_token=True)  # (n, pos - 1): per[:, p] predicts token p + 1
     first = per[:, start : start + prefix_len - 1]  # predicting x_1 .. x_{L-1} of the first copy
     second = per[:, start + prefix_len : start + 2 * prefix_len - 1]  # ... of the second copy
-    query = torch.arange(1, tokens.shape[1])
-    repeat_query = torch.arange(start + prefix_len, start + 2 * prefix_len)  # tokens of the second copy
-    prev, induction = {}, {}
-    for layer, name in enumerate(names):
-        pattern = cache[name]  # (n, head, query, key)
-        prev_score = pattern[:, :, query, query - 1].mean(dim=(0, 2))  # (head,)
-        ind_score = pattern[:, :, repeat_query, repeat_query - prefix_len + 1].mean(dim=(0, 2))  # (head,)
-        for head in range(model.cfg.n_heads):  # labels as interp.heads.head_label (models/ imports nothing above it)
-            prev[f"L{layer}H{head}"] = round(float(prev_score[head]), 4)
-            induction[f"L{layer}H{head}"] = round(float(ind_score[head]), 4)
+    prompts = PromptSet(tokens, repeats=Repeats(period=prefix_len, offset=start, n_repeats=2))
+    scores = head_scores([cache[name] for name in names], prompts, ("previous_token", "induction"))
+    prev, induction = ({label: round(value, 4) for label, value in scores[kind].items()}
+                       for kind in ("previous_token", "induction"))
     return {"prefix_len": prefix_len, "offset": offset, "bos": bos,
             "loss_first": round(float(first.mean()), 4), "loss_second": round(float(second.mean()), 4),
             "prev_token": prev, "induction": induction}
+
+
+def head_scores(patterns: list[torch.Tensor], prompts: PromptSet, kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """{kind: {"L0H0": score}}: each head type's metric (`interp.analyses.head_types`), averaged over the prompts
+    that have a query it scores. patterns: one (prompt, head, query, key) tensor per layer."""
+    batch = TargetBatch.from_prompts(prompts)
+    out: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        head_type = get_head_type(kind)
+        per_layer = [head_type.metric_values(pattern, batch).nanmean(0) for pattern in patterns]  # (head,) each
+        out[kind] = {head_label((layer, head)): float(score) for layer, scores in enumerate(per_layer)
+                     for head, score in enumerate(scores.tolist())}
+    return out
 
 
 # ---------------------------------------------------------------- natural text (bytes of the Python stdlib)
