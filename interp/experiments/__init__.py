@@ -6,7 +6,7 @@
 - `stdlib_bpe`: `stdlib-bpe`, its BPE, training with snapshots and induction tracked along the way, and its
   card (`interp train stdlib-bpe train ...`, then `interp train stdlib-bpe finish ...`).
 
-They sit above the analyses (they measure with the toolkit's own metrics and statistics: the head types of
-`interp.analyses.head_types`, `interp.stats`), unlike `interp.models`, which knows no toolkit. Import the
-modules themselves (`from interp.experiments import train`); nothing is re-exported here.
+They measure with the toolkit's own metrics and statistics (the core's head types, `interp.head_types`, and
+`interp.stats`), unlike `interp.models`, which knows no toolkit; they need no analysis (`analyses.text_heads`
+builds on them). Import the modules themselves (`from interp.experiments import train`); nothing is re-exported.
 """

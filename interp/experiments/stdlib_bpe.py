@@ -33,7 +33,7 @@ test files against 0.70 in the modules, and such repeats are half again as frequ
 against 0.158: the card's table, `repetition`). With them the head formed after 3.1e6 tokens and the copy
 ratio reached 0.42 (the card).
 
-`track` measures with the toolkit's own head types (`interp.analyses.head_types`: previous-token, induction on
+`track` measures with the toolkit's own head types (`interp.head_types`: previous-token, induction on
 natural repeats, and a variant of induction counting only earlier occurrences 16 or more tokens back), and the
 card's intervals are `interp.stats`' percentile bootstrap. `interp train stdlib-bpe ...` runs `main` (the console
 script's subcommand; `python -m interp.experiments.stdlib_bpe` too).
@@ -54,8 +54,8 @@ from typing import Any, Callable, Sequence, get_args
 
 import torch
 
-from interp.analyses.head_types import HeadType, TargetBatch, get_head_type
 from interp.data import PromptSet
+from interp.head_types import HeadType, TargetBatch, get_head_type
 from interp.models.arguments import real, whole
 from interp.models.config import GPTConfig, PosEmbedType
 from interp.models.files import remove_files, write_atomic

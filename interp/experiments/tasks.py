@@ -9,7 +9,7 @@ offset instead, and fails on any other length (see `fixed_prefix_task`).
 
 `evaluate_induction` measures a model on prompts `[BOS?] [offset tokens] [prefix] [prefix]`:
 the next-token loss on the first and on the second copy (the same L-1 predictions each:
-x_1..x_{L-1}), and per head the toolkit's own metrics (`interp.analyses.head_types`): the previous-token
+x_1..x_{L-1}), and per head the toolkit's own metrics (`interp.head_types`): the previous-token
 score (mean attention from query q to q-1, over q >= 1) and the induction score (mean attention from each
 query in the second copy to the tokens after the earlier occurrences of its token, Olsson et al. 2022: the
 copy in the first block and any chance repeat before it, as `interp.analyses.induction.scores` counts them).
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from interp.analyses.head_types import TargetBatch, get_head_type
 from interp.data import PromptSet, Repeats
+from interp.head_types import TargetBatch, get_head_type
 from interp.heads import head_label
 from interp.models.textcorpus import evaluate_text  # noqa: F401  (lives with the corpus; importable here too)
 
@@ -142,7 +142,7 @@ def evaluate_induction(model, prefix_len: int, *, offset: int = 0, bos: int | No
 
 
 def head_scores(patterns: list[torch.Tensor], prompts: PromptSet, kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """{kind: {"L0H0": score}}: each head type's metric (`interp.analyses.head_types`), averaged over the prompts
+    """{kind: {"L0H0": score}}: each head type's metric (`interp.head_types`), averaged over the prompts
     that have a query it scores. patterns: one (prompt, head, query, key) tensor per layer."""
     batch = TargetBatch.from_prompts(prompts)
     out: dict[str, dict[str, float]] = {}
