@@ -297,10 +297,11 @@ def _toy_roles(metadata: dict) -> str:
     return f"""## Head roles
 
 Previous-token score: mean attention from query q to q-1. Induction score: mean attention
-from a token of the second copy to the token after its earlier occurrence. Both averaged over
-the prompt settings above. Threshold {roles['thresholds']['prev_token']} for both. Offsets of 60 and 100
-random tokens put chance repeats of prefix tokens before the prefix, which real induction
-also follows (hence the higher losses there).
+from a token of the second copy to the tokens after every earlier occurrence of it, chance
+repeats included (the toolkit's `induction` head type). Both averaged over the prompt settings
+above. Threshold {roles['thresholds']['prev_token']} for both. Offsets of 60 and 100 random tokens put
+chance repeats of prefix tokens before the prefix, which real induction also follows (hence
+the higher losses there).
 
 - previous-token heads: {', '.join(roles['previous_token_heads']) or 'none'}
 - induction heads: {', '.join(roles['induction_heads']) or 'none'}
