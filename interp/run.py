@@ -54,6 +54,7 @@ from typing import (
     ContextManager,
     Iterable,
     Literal,
+    NamedTuple,
     Protocol,
     Sequence,
     TypeVar,
@@ -242,6 +243,15 @@ class Run:
         torch's version counter does not count such writes, and the key's sampled checksum may miss a write to a
         few values (see the module)."""
         self._memo.clear()
+
+    def memo_keys(self) -> list[MemoKey]:
+        """What is memoised, as readable keys (this Run's and its `with_behaviour` runs'): the kind ("effect",
+        "clean", "reference", "engine", ...), the behaviour, what was computed (an effect: its intervention's
+        spec, as JSON, and the digest of its content where it has one) and the prompts' fingerprint."""
+        keys = [_readable(full, self.behaviour) for full in self._memo]
+        for derived in self._derived.values():
+            keys += [_readable(full, derived.behaviour) for full in derived._memo]
+        return keys
 
     def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
         """The same model, prompts and settings measuring another behaviour (a memo of its own, kept here)."""
@@ -454,6 +464,22 @@ class Run:
         return json.dumps(intervention.spec(), sort_keys=True)
 
 
+class MemoKey(NamedTuple):
+    """One memoised value of a Run, in words (`Run.memo_keys`)."""
+
+    kind: str  # "effect", "clean", "reference", "engine", "resid-pre", ...
+    behaviour: str  # the behaviour's name and parameters
+    what: str  # the rest of the key: an effect's intervention spec (JSON) and content digest
+    prompts: str  # the prompt set's fingerprint (`prompt_fingerprint`), shortened
+
+
+def _readable(full: tuple[Any, ...], behaviour: Behaviour) -> MemoKey:
+    key, prompts = full[0], full[1]
+    params = ", ".join(f"{name}={value}" for name, value in behaviour.params)
+    parts = [part if isinstance(part, str) else repr(part) for part in key[1:] if part is not None]
+    return MemoKey(str(key[0]), behaviour.name + (f"({params})" if params else ""), " ".join(parts), str(prompts)[:12])
+
+
 RUN_OPTIONS = ("behaviour", "positions", "batch_size", "seed", "strategy", "reference", "device", "dtype")
 
 
@@ -520,5 +546,5 @@ def _clean_resid(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | No
     return resid
 
 
-__all__ = ["Effect", "Intervention", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",
+__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",
            "prompt_fingerprint"]
