@@ -44,8 +44,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: each name from its module 
     from interp.interventions import AttentionKnockout as AttentionKnockout
     from interp.interventions import HeadAblation as HeadAblation
     from interp.interventions import PatternSubstitution as PatternSubstitution
-    from interp.interventions import ablate as ablate
-    from interp.interventions import batched_head_ablations as batched_head_ablations
     from interp.interventions import ideal_pattern as ideal_pattern
     from interp.interventions import substitute_pattern as substitute_pattern
     from interp.loading import load as load
@@ -102,10 +100,8 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
     "Edge": "interp.paths",
     "EdgePatch": "interp.paths",
     "patch_edges": "interp.paths",
-    "ablate": "interp.interventions",
     "substitute_pattern": "interp.interventions",
     "ideal_pattern": "interp.interventions",
-    "batched_head_ablations": "interp.interventions",
     "Claim": "interp.claims",
     "Evidence": "interp.claims",
     "Verdict": "interp.claims",
@@ -128,9 +124,19 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
 __all__ = sorted(_EXPORTS)
 
 
+# names removed in 0.x, and what replaces each (CHANGELOG's migration table)
+_REMOVED = {
+    "ablate": "interp.Run(model, prompts).effect(interp.HeadAblation(heads, kind)), or for a hooked forward "
+              "`with interp.hooked(model, HeadAblation(heads, kind).hooks(model, reference)):`",
+    "batched_head_ablations": "interp.Run(model, prompts, strategy='batched').effects([HeadAblation(head), ...])",
+}
+
+
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _REMOVED:
+        raise AttributeError(f"interp.{name} was removed; use {_REMOVED[name]}.")
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
 

@@ -21,7 +21,7 @@ the `strategy`:
   the clean run is cached per batch and each ablation resumes from its earliest layer
   (`interp.ablation.AblationEngine`); many ablations are computed in one sweep (`effects`);
 - "batched": head ablations alone, as copies of the batch in one expanded forward
-  (`interp.interventions.batched_head_ablations`: the GPU path);
+  (`interp.ablation.batched_values`: the GPU path);
 - "hooked": one forward per intervention with its hooks (every intervention, every model; head
   ablations through the engine's full-forward path, resampling keyed by prompt index);
 - "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
@@ -72,7 +72,6 @@ from interp.behaviour import (
     BehaviourLike,
     Positions,
     as_behaviour,
-    batched_ablation_values,
     check_values,
     clean_summaries,
     measure,
@@ -388,7 +387,7 @@ class Run:
     def _compute_clean(self) -> torch.Tensor:
         path = self._path(None)
         if path.startswith("resume:"):
-            return self.engine(_kind(path)).losses([])[0]
+            return self.engine(_kind(path))._losses([])[0]
         if path.startswith("batched:"):
             return self._batched(_kind(path), [])[0]
         return measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),
@@ -397,7 +396,7 @@ class Run:
     def _compute(self, path: str, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean values (prompt,) and intervened values (intervention, prompt) for a group on one path."""
         if path.startswith(("resume:", "engine:")):
-            return self.engine(_kind(path), fast=path.startswith("resume:")).losses([_heads(i) for i in group])
+            return self.engine(_kind(path), fast=path.startswith("resume:"))._losses([_heads(i) for i in group])
         if path.startswith("batched:"):
             return self._batched(_kind(path), group)
         rows = [self._hooked(intervention) for intervention in group]
@@ -436,8 +435,10 @@ class Run:
         heads = [_heads(i) for i in group]
         if any(len(h) != 1 for h in heads):
             raise BadInput("Run: strategy='batched' ablates one head at a time; use 'resume' or 'hooked' for sets of heads.")
-        return batched_ablation_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
-                                       reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
+        from interp.ablation import batched_values
+
+        return batched_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
+                              reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
 
     def _effects_of(self, group: Sequence[Intervention], clean: torch.Tensor, intervened: torch.Tensor) -> list[Effect]:
         effects = []

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import ablating
 
 import interp
 from interp.data import PromptSet, pad, repeated_tokens
 from interp.errors import BadInput
-from interp.interventions import HeadAblation, PatternSubstitution, ablate
+from interp.interventions import HeadAblation, PatternSubstitution
 from interp.models.constructed import induction_circuit
 from interp.run import Effect, Run, parameter_version, prompt_fingerprint
 
@@ -36,12 +37,12 @@ def test_the_notebook_snippet(toy, prompts) -> None:
 
 
 def test_an_effect_equals_the_hooked_forward_by_hand(toy, prompts) -> None:
-    """The resumed path and a plain `with ablate(...)` forward give the same per-prompt losses."""
+    """The resumed path and a plain `with ablating(...)` forward give the same per-prompt losses."""
     run = Run(toy, prompts)
     effect = run.effect(HeadAblation((1, 2), "mean"))
     behaviour = run.behaviour
     reference = run.reference("mean")
-    with torch.no_grad(), ablate(toy, [(1, 2)], "mean", reference=reference):
+    with torch.no_grad(), ablating(toy, [(1, 2)], "mean", reference=reference):
         logits = toy(prompts.tokens)
     by_hand = behaviour(logits, prompts).double()
     torch.testing.assert_close(effect.intervened, by_hand, atol=2e-6, rtol=0)
@@ -357,7 +358,7 @@ def test_role_matched_ablations_agree_across_strategies(toy, kind) -> None:
                 torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
     if kind == "mean":  # the resumed values are the role-matched ablation done by hand
         run = Run(toy, prompts)
-        with torch.no_grad(), ablate(toy, [(1, 1)], "mean", reference=run.reference("mean"), prompts=prompts):
+        with torch.no_grad(), ablating(toy, [(1, 1)], "mean", reference=run.reference("mean"), prompts=prompts):
             by_hand = run.behaviour(toy(prompts.tokens, attention_mask=prompts.attention_mask), prompts).double()
         torch.testing.assert_close(resumed[1].intervened, by_hand, atol=2e-6, rtol=0)
 
