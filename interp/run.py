@@ -26,9 +26,10 @@ the `strategy`:
   ablations through the engine's full-forward path, resampling keyed by prompt index);
 - "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
 
-The memo key is the intervention's `spec()` (with, for a knockout or a substitution computed per batch,
-a digest of the targets or patterns its source gives on these prompts: sources with an equal spec() are
-told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
+The memo key is the intervention's `spec()`, a digest of what it holds (`content_digest`: its tensors' bytes,
+its prompt sets, its plain fields; so two interventions with an equal spec() but other tensors are told apart)
+and, for a knockout or a substitution computed per batch, a digest of the targets or patterns its source gives
+on these prompts (sources with an equal spec() are told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
 tensor's storage, torch's in-place version counter and a sampled checksum of its values), so editing
 `W_Q[h]` in place recomputes the next effect, and so does a write through `.data` (which torch's counter does
 not see): the checksum sums `SAMPLED` evenly spaced values of each tensor, a few milliseconds per call on
@@ -42,6 +43,7 @@ Forward hooks stay outside the key:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -88,6 +90,7 @@ from interp.interventions import (
     ReferenceActivations,
     needs_samples,
     reference_activations,
+    tensor_digest,
 )
 from interp.launch import Device, DType
 from interp.modelinfo import context_length, vocab_size
@@ -350,7 +353,8 @@ class Run:
         return [self._memo[key] for key in keys]
 
     def _effect_key(self, intervention: Intervention, state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
-        return self._key(("effect", self._spec(intervention), _fingerprint(intervention, self)), state)
+        content = f"content={content_digest(intervention)}"
+        return self._key(("effect", self._spec(intervention), content, _fingerprint(intervention, self)), state)
 
     def _computed(self, interventions: list[Intervention]) -> list[Effect]:
         """The effects of `interventions`, computed together per path (nothing read from or put in the memo)."""
@@ -517,6 +521,45 @@ def _heads(intervention: Intervention) -> list[tuple[int, int]]:
     return list(intervention.heads)
 
 
+def content_digest(value: Any) -> str:
+    """A digest of what an intervention holds: its fields, recursively (dataclasses, tuples, lists, dicts), every
+    tensor by its bytes (`tensor_digest`) and every prompt set by `prompt_fingerprint`, plain values by repr, any
+    other object by its type's name (such an object says what it computes through `fingerprint(run)`). Part of the
+    memo key, so two interventions whose spec() is equal but whose tensors differ never share a number."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in _content_parts(value, depth=0):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _content_parts(value: Any, depth: int) -> Iterable[str]:
+    if depth > 8:  # deeper than any intervention's data: named by its type
+        yield type(value).__qualname__
+    elif isinstance(value, torch.Tensor):
+        yield "tensor:" + tensor_digest(value)
+    elif isinstance(value, PromptSet):
+        yield "prompts:" + prompt_fingerprint(value)
+    elif value is None or isinstance(value, (bool, int, float, str, bytes)):
+        yield repr(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        yield type(value).__qualname__
+        for field in dataclasses.fields(value):
+            yield field.name
+            yield from _content_parts(getattr(value, field.name), depth + 1)
+    elif isinstance(value, (tuple, list)):
+        yield f"{type(value).__name__}[{len(value)}]"
+        for item in value:
+            yield from _content_parts(item, depth + 1)
+    elif isinstance(value, dict):
+        yield f"dict[{len(value)}]"
+        for key, item in value.items():
+            yield repr(key)
+            yield from _content_parts(item, depth + 1)
+    else:
+        yield type(value).__qualname__
+
+
 def _fingerprint(intervention: Intervention, run: Run) -> str | None:
     """The intervention's `fingerprint(run)` where it has one (see `Intervention`), else None."""
     fingerprint = getattr(intervention, "fingerprint", None)
@@ -547,5 +590,5 @@ def _clean_resid(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | No
     return resid
 
 
-__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",
-           "prompt_fingerprint"]
+__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "content_digest",
+           "parameter_version", "prompt_fingerprint"]

@@ -1,6 +1,8 @@
 """interp.Run: one measurement object for every causal number (effects, memo, strategies, bad input)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from factories import ablating
@@ -406,3 +408,47 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
         del model.blocks[0].forward
     assert len(blocks_run) == 6  # block 0 never reruns under an intervention at layer 1
     assert run_module._first_layer(HeadAblation(((0, 1), (1, 2)), "mean")) == 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _ScaledHead:
+    """A user's intervention: L1H2's z times `scale` (a tensor); its spec() names it without the tensor's values."""
+
+    scale: torch.Tensor
+
+    def spec(self):
+        return {"intervention": "scaled L1H2"}
+
+    def intervene(self, run, batch):
+        def hook(z, hook=None):  # (batch, pos, head, d_head)
+            z = z.clone()
+            z[:, :, 2] = z[:, :, 2] * self.scale
+            return z
+        return interp.hooked(run.model, [(interp.attention_sites(run.model)[1].hook("z"), hook)])
+
+
+def test_interventions_with_equal_specs_but_other_tensors_are_told_apart(toy, prompts) -> None:
+    """The memo key holds a digest of an intervention's tensors (and prompt sets), not its spec() alone: two
+    interventions naming themselves alike but holding other values never share a number."""
+    run = Run(toy, prompts)
+    removed = run.effect(_ScaledHead(torch.tensor(0.0)))
+    kept = run.effect(_ScaledHead(torch.tensor(1.0)))
+    assert removed.mean > 0.5 and kept.mean == pytest.approx(0.0, abs=1e-6)
+    assert run.effect(_ScaledHead(torch.tensor(0.0))) is removed  # equal content: the memo
+    effects = [key for key in run.memo_keys() if key.kind == "effect"]
+    assert len(effects) == 2 and effects[0].what != effects[1].what
+
+
+def test_memo_keys_say_what_is_memoised(toy, prompts) -> None:
+    run = Run(toy, prompts)
+    assert run.memo_keys() == []
+    run.effect(HeadAblation("L1H2", "mean"))
+    run.with_behaviour(interp.next_token_loss("all")).effect(HeadAblation("L1H2", "mean"))
+    keys = run.memo_keys()
+    effects = [key for key in keys if key.kind == "effect"]
+    assert [key.behaviour for key in effects] == ["next_token_loss(positions=auto)", "next_token_loss(positions=all)"]
+    assert all('{"heads": [[1, 2]], "kind": "mean", "site": "z"}' in key.what for key in effects)
+    assert {"reference", "engine"} <= {key.kind for key in keys}
+    assert {key.prompts for key in keys} == {prompt_fingerprint(prompts)[:12]}
+    run.forget()
+    assert [key for key in run.memo_keys() if key.behaviour.endswith("auto)")] == []
