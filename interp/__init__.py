@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: each name from its module 
     from interp.paths import patch_edges as patch_edges
     from interp.run import Effect as Effect
     from interp.run import Run as Run
+    from interp.run import Strategy as Strategy
     from interp.sdpa import hook_sdpa as hook_sdpa
     from interp.sdpa import unhook_sdpa as unhook_sdpa
     from interp.specs import PromptSpec as PromptSpec
@@ -94,6 +95,7 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
     "MomentAccumulator": "interp.capture",
     "Run": "interp.run",
     "Effect": "interp.run",
+    "Strategy": "interp.run",
     "HeadAblation": "interp.interventions",
     "PatternSubstitution": "interp.interventions",
     "AttentionKnockout": "interp.interventions",
@@ -128,7 +130,7 @@ __all__ = sorted(_EXPORTS)
 _REMOVED = {
     "ablate": "interp.Run(model, prompts).effect(interp.HeadAblation(heads, kind)), or for a hooked forward "
               "`with interp.hooked(model, HeadAblation(heads, kind).hooks(model, reference)):`",
-    "batched_head_ablations": "interp.Run(model, prompts, strategy='batched').effects([HeadAblation(head), ...])",
+    "batched_head_ablations": "interp.Run(model, prompts, strategy=interp.Strategy.BATCHED).effects([HeadAblation(head), ...])",
 }
 
 

@@ -3,7 +3,7 @@
 `AblationEngine(model, prompts, method)` is built once per (model, prompts, method), by `interp.Run`
 (`run.engine(kind)`), which asks it for the clean value (prompt,) and the value with each set of heads
 ablated (set, prompt): `run.effects([HeadAblation(...), ...])` is the public road. `batched_values` is
-strategy "batched"'s engine (the batch expanded per head). Ablation values come from `interp.interventions`
+`Strategy.BATCHED`'s engine (the batch expanded per head). Ablation values come from `interp.interventions`
 (zero, or mean / resample over a reference, default the prompts themselves), so the numbers equal a forward
 under `HeadAblation(...).hooks(model, reference)`.
 The value is a *behaviour*'s (`interp.behaviour`; default: the model's own).
@@ -275,7 +275,7 @@ def batched_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, h
                    chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
     the batch expanded per head (one forward per chunk of heads: the GPU path). Internal to `interp.Run`'s
-    strategy "batched" (`Run(..., strategy="batched").effects([HeadAblation(head), ...])` is the public road).
+    strategy "batched" (`Run(..., strategy=Strategy.BATCHED).effects([HeadAblation(head), ...])` is the public road).
 
     For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
     resample values come from `reference` (default: the prompts the model reads), as `HeadAblation` does.
@@ -291,7 +291,7 @@ def batched_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, h
     stop = model if behaviour.reads == "hidden" and isinstance(model, HookedGPT) else None
     if behaviour.reads == "hidden" and stop is None:
         raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
-                       f"{type(model).__name__}; use interp.Run(..., strategy='hooked').")
+                       f"{type(model).__name__}; use interp.Run(..., strategy=interp.Strategy.HOOKED).")
     kwargs: dict[str, Any] = {"stop_at_layer": len(stop.blocks)} if stop is not None else {}
     clean_parts, ablated_parts = [], []
     for batch in prompts.batches(batch_size):

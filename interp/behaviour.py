@@ -608,5 +608,5 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
 def __getattr__(name: str) -> Any:
     if name == "batched_ablation_values":  # removed in 0.x (CHANGELOG's migration table)
         raise AttributeError("interp.behaviour.batched_ablation_values was removed; measure through "
-                             "interp.Run(model, prompts, strategy='batched').effects([HeadAblation(head), ...]).")
+                             "interp.Run(model, prompts, strategy=interp.Strategy.BATCHED).effects([HeadAblation(head), ...]).")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

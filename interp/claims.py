@@ -652,7 +652,7 @@ def _claims_run(model: Any, prompts: PromptSet | None, *, seed: int | None, batc
                 device: launch.Device, dtype: launch.DType) -> "Run":
     """The Run the claims read their causal numbers from: the one given (nothing else beside it), or one built
     from the model and prompts as `test_claims` has always measured (one hooked forward per intervention)."""
-    from interp.run import Run, as_run
+    from interp.run import Run, Strategy, as_run
 
     if isinstance(model, Run):
         return as_run(model, prompts, where="test_claims", seed=seed, batch_size=batch_size, behaviour=behaviour,
@@ -661,7 +661,7 @@ def _claims_run(model: Any, prompts: PromptSet | None, *, seed: int | None, batc
     check_prompt_arg(prompts, "test_claims")
     seed = check_seed(0 if seed is None else seed, "test_claims")
     return as_run(model, prompts, where="test_claims", seed=seed, batch_size=32 if batch_size is None else batch_size,
-                  behaviour=behaviour, device=device, dtype=dtype, strategy="hooked")
+                  behaviour=behaviour, device=device, dtype=dtype, strategy=Strategy.HOOKED)
 
 def test_claims(
     model: "torch.nn.Module | Run",

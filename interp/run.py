@@ -15,21 +15,23 @@ a `Run`, so analyses share its memo and its choice of how to compute.
 An intervention is a frozen dataclass with `spec()` (plain data naming it) and
 `intervene(run, batch)` (a context manager of hooks for one batch); `HeadAblation`,
 `PatternSubstitution` (`interp.interventions`) are the built-in ones. How an effect is computed is
-the `strategy`:
+the `strategy`, an `interp.Strategy` (a typed value; its name as a string is accepted for one release, with
+a DeprecationWarning):
 
-- "resume": head ablations at `z` on a model whose blocks allow it (`interp.ablation.resumable`):
+- `Strategy.RESUME`: head ablations at `z` on a model whose blocks allow it (`interp.ablation.resumable`):
   the clean run is cached per batch and each ablation resumes from its earliest layer
   (`interp.ablation.AblationEngine`); many ablations are computed in one sweep (`effects`);
-- "batched": head ablations alone, as copies of the batch in one expanded forward
+- `Strategy.BATCHED`: head ablations alone, as copies of the batch in one expanded forward
   (`interp.ablation.batched_values`: the GPU path);
-- "hooked": one forward per intervention with its hooks (every intervention, every model; head
+- `Strategy.HOOKED`: one forward per intervention with its hooks (every intervention, every model; head
   ablations through the engine's full-forward path, resampling keyed by prompt index);
-- "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
+- `Strategy.AUTO` (default): resuming for head ablations where the model allows it, else hooked.
 
 The memo key is the intervention's `spec()`, a digest of what it holds (`content_digest`: its tensors' bytes,
 its prompt sets, its plain fields; so two interventions with an equal spec() but other tensors are told apart)
 and, for a knockout or a substitution computed per batch, a digest of the targets or patterns its source gives
-on these prompts (sources with an equal spec() are told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
+on these prompts (sources with an equal spec() are told apart), the prompt set's token and mask bytes, and a
+version of the model's parameters (each
 tensor's storage, torch's in-place version counter and a sampled checksum of its values), so editing
 `W_Q[h]` in place recomputes the next effect, and so does a write through `.data` (which torch's counter does
 not see): the checksum sums `SAMPLED` evenly spaced values of each tensor, a few milliseconds per call on
@@ -44,6 +46,7 @@ Forward hooks stay outside the key:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import hashlib
 import json
@@ -101,9 +104,43 @@ from interp.validate import check_inputs
 if TYPE_CHECKING:
     from interp.ablation import AblationEngine
 
-Strategy = Literal["auto", "resume", "hooked", "batched"]
-STRATEGIES: tuple[str, ...] = ("auto", "resume", "hooked", "batched")
+class Strategy(enum.Enum):
+    """How a Run computes its effects (see the module): `Strategy.AUTO` (the default), `RESUME`, `HOOKED`, `BATCHED`.
+
+    The names as strings ("hooked") are accepted for one release (0.1), with a DeprecationWarning naming the
+    value; then refused."""
+
+    AUTO = "auto"
+    RESUME = "resume"
+    HOOKED = "hooked"
+    BATCHED = "batched"
+
+
+STRATEGIES: tuple[str, ...] = tuple(strategy.value for strategy in Strategy)
 T = TypeVar("T")
+
+
+def as_strategy(strategy: Strategy | str, where: str = "Run") -> Strategy:
+    """A `Strategy`; a strategy's name as a string is mapped to it with a DeprecationWarning (for one release)."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        chosen = Strategy(strategy)
+        warnings.warn(f"{where}: strategy={strategy!r} as a string is deprecated and will be refused after 0.1; pass "
+                      f"strategy=interp.Strategy.{chosen.name}.", DeprecationWarning, stacklevel=3)
+        return chosen
+    raise BadInput(f"{where}: strategy={strategy!r}; expected an interp.Strategy: "
+                   f"{', '.join(f'Strategy.{s.name}' for s in Strategy)}.")
+
+
+@dataclass(frozen=True)
+class _Path:
+    """How one intervention (or the clean run) is measured, chosen by `Run._path`: "resume" (head ablations resumed
+    by the engine), "engine" (the engine's hooked forward per head set), "batched" (the batch expanded per head) with
+    the ablation `kind`, or "hooked" (any intervention, its hooks on one forward per batch)."""
+
+    how: Literal["resume", "engine", "batched", "hooked"]
+    kind: AblationKind = "mean"
 
 
 @runtime_checkable
@@ -193,26 +230,27 @@ class Run:
     """A model, its prompts, a behaviour and the settings every causal measurement shares (see the module)."""
 
     def __init__(self, model: nn.Module, prompts: PromptSet, *, behaviour: BehaviourLike = None,
-                 positions: Positions = "auto", batch_size: int = 16, seed: int = 0, strategy: Strategy = "auto",
+                 positions: Positions = "auto", batch_size: int = 16, seed: int = 0,
+                 strategy: Strategy | str = Strategy.AUTO,
                  reference: PromptSet | ReferenceActivations | None = None, device: Device = None,
                  dtype: DType = None) -> None:
         _, self.seed = check_inputs("Run", model, prompts, seed=seed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BadInput(f"Run: batch_size={batch_size!r} must be a whole number of at least 1.")
-        if strategy not in STRATEGIES:
-            raise BadInput(f"Run: strategy={strategy!r}; expected one of {list(STRATEGIES)}.")
+        strategy = as_strategy(strategy)
         self.model = launch.move(model, device=device, dtype=dtype, copy=True)
         check_prompts(prompts, n_ctx=context_length(self.model), d_vocab=vocab_size(self.model))  # plain models too
         self.prompts = prompts
         self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
-        self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
+        self.batch_size, self._reference = batch_size, reference
+        self.strategy: Strategy = strategy
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._derived: dict[Behaviour, Run] = {}  # with_behaviour's runs, one per behaviour
         self._warned_hooks = False  # the warning that hooks stop the memo is given once per Run
 
     def __repr__(self) -> str:
         return (f"Run({type(self.model).__name__}, {len(self.prompts)} prompts, behaviour={self.behaviour.name!r}, "
-                f"batch_size={self.batch_size}, seed={self.seed}, strategy={self.strategy!r})")
+                f"batch_size={self.batch_size}, seed={self.seed}, strategy={self.strategy.value!r})")
 
     # -- the memo
 
@@ -358,7 +396,7 @@ class Run:
 
     def _computed(self, interventions: list[Intervention]) -> list[Effect]:
         """The effects of `interventions`, computed together per path (nothing read from or put in the memo)."""
-        by_path: dict[str, list[int]] = {}
+        by_path: dict[_Path, list[int]] = {}
         for index, intervention in enumerate(interventions):
             by_path.setdefault(self._path(intervention), []).append(index)
         effects: dict[int, Effect] = {}
@@ -369,40 +407,40 @@ class Run:
 
     # -- the strategy picker
 
-    def _path(self, intervention: Intervention | None) -> str:
-        """How this intervention (None: the clean run) is measured: "resume:KIND", "engine:KIND" (a hooked
-        forward per head set, resampling keyed by prompt), "batched:KIND" or "hooked" (any intervention)."""
+    def _path(self, intervention: Intervention | None) -> _Path:
+        """How this intervention (None: the clean run) is measured (`_Path`)."""
         from interp.ablation import resumable
 
         if intervention is not None and not (isinstance(intervention, HeadAblation) and intervention.site == "z"):
-            return "hooked"
+            return _Path("hooked")
         if self.behaviour.reads == "activation":  # the engines read final outputs; an activation needs its hook
-            return "hooked"
+            return _Path("hooked")
         kind = intervention.kind if isinstance(intervention, HeadAblation) else "mean"
-        if self.strategy == "batched":
-            return f"batched:{kind}"
-        if self.strategy == "resume" and not resumable(self.model):
-            raise BadInput(f"Run: strategy='resume' needs a model whose blocks allow resuming (interp.ablation.resumable); "
-                           f"{type(self.model).__name__} does not. Use strategy='auto' or 'hooked'.")
-        if self.strategy == "hooked" or not resumable(self.model):
-            return f"engine:{kind}"
-        return f"resume:{kind}"
+        if self.strategy is Strategy.BATCHED:
+            return _Path("batched", kind)
+        if self.strategy is Strategy.RESUME and not resumable(self.model):
+            raise BadInput(f"Run: strategy=Strategy.RESUME needs a model whose blocks allow resuming "
+                           f"(interp.ablation.resumable); {type(self.model).__name__} does not. Use Strategy.AUTO or "
+                           "Strategy.HOOKED.")
+        if self.strategy is Strategy.HOOKED or not resumable(self.model):
+            return _Path("engine", kind)
+        return _Path("resume", kind)
 
     def _compute_clean(self) -> torch.Tensor:
         path = self._path(None)
-        if path.startswith("resume:"):
-            return self.engine(_kind(path))._losses([])[0]
-        if path.startswith("batched:"):
-            return self._batched(_kind(path), [])[0]
+        if path.how == "resume":
+            return self.engine(path.kind)._losses([])[0]
+        if path.how == "batched":
+            return self._batched(path.kind, [])[0]
         return measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),
                        batch_size=self.batch_size, what="clean run")
 
-    def _compute(self, path: str, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _compute(self, path: _Path, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean values (prompt,) and intervened values (intervention, prompt) for a group on one path."""
-        if path.startswith(("resume:", "engine:")):
-            return self.engine(_kind(path), fast=path.startswith("resume:"))._losses([_heads(i) for i in group])
-        if path.startswith("batched:"):
-            return self._batched(_kind(path), group)
+        if path.how in ("resume", "engine"):
+            return self.engine(path.kind, fast=path.how == "resume")._losses([_heads(i) for i in group])
+        if path.how == "batched":
+            return self._batched(path.kind, group)
         rows = [self._hooked(intervention) for intervention in group]
         return self.clean(), torch.stack(rows) if rows else torch.zeros(0, len(self.prompts), dtype=torch.float64)
 
@@ -438,7 +476,8 @@ class Run:
     def _batched(self, kind: AblationKind, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         heads = [_heads(i) for i in group]
         if any(len(h) != 1 for h in heads):
-            raise BadInput("Run: strategy='batched' ablates one head at a time; use 'resume' or 'hooked' for sets of heads.")
+            raise BadInput("Run: Strategy.BATCHED ablates one head at a time; use Strategy.RESUME or Strategy.HOOKED for "
+                           "sets of heads.")
         from interp.ablation import batched_values
 
         return batched_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
@@ -508,12 +547,6 @@ def as_run(model: "nn.Module | Run", prompts: PromptSet | None, *, where: str, *
         raise BadInput(f"{where}: pass a Run, or a model and its prompts.")
     check_inputs(where, model, prompts, seed=given.get("seed", 0))  # errors name the analysis, not the Run
     return Run(model, prompts, **given)
-
-
-def _kind(path: str) -> AblationKind:
-    kind = path.partition(":")[2]
-    assert kind in ABLATION_KINDS  # _path writes only HeadAblation kinds after the colon
-    return cast(AblationKind, kind)
 
 
 def _heads(intervention: Intervention) -> list[tuple[int, int]]:
@@ -590,5 +623,6 @@ def _clean_resid(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | No
     return resid
 
 
-__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "content_digest",
+__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "as_strategy",
+           "content_digest",
            "parameter_version", "prompt_fingerprint"]

@@ -87,7 +87,7 @@ from interp.interventions import (
     PatternSubstitution,
 )
 from interp.models.gpt import masked_next_token_loss
-from interp.run import Run
+from interp.run import Run, Strategy
 
 Part = Literal["behaviour", "first_copy"]
 
@@ -152,7 +152,7 @@ def claims_run(ctx: Context, behaviour: Behaviour) -> Run:
     prompts, batch size and seed, one hooked forward per intervention (as `test_claims` has always measured)."""
     if ctx.run is None:
         ctx.run = Run(ctx.model, ctx.prompts, behaviour=behaviour, batch_size=ctx.batch_size, seed=ctx.seed,
-                      strategy="hooked")
+                      strategy=Strategy.HOOKED)
     run: Run = ctx.run
     return run.with_behaviour(behaviour)
 

@@ -8,7 +8,7 @@
   `with hooked(model, ablation.hooks(model, reference)):` runs it outside a Run (hooks removed in `finally`).
 - `AblationValues`: the values that replace one head's activation under a kind (what the hooks call).
 - `_batched_head_ablations`: many single-head ablations in one forward by expanding the batch, internal to
-  `interp.Run`'s strategy "batched" (`Run(..., strategy="batched").effects([...])` is the public road).
+  `interp.Run`'s `Strategy.BATCHED` (`Run(..., strategy=Strategy.BATCHED).effects([...])` is the public road).
   On a GPU that is the usual win; on these CPUs it measured about 2x *slower* than one
   forward per head (`python -m benchmarks redundancy` measures it), so analyses do not rely on it there.
 """
@@ -309,7 +309,7 @@ def _batched_head_ablations(
     all). `forward_kwargs` go to the model (e.g. `return_type="loss", loss_per_token=True`);
     the output must keep a batch axis. Equal to one forward per head to float tolerance.
     Measured on CPUs (`python -m benchmarks redundancy`) as about 2x slower than the sequential loop: use it on a GPU.
-    Internal: `interp.Run`'s strategy "batched" calls it (through `interp.ablation`).
+    Internal: `interp.Run`'s `Strategy.BATCHED` calls it (through `interp.ablation`).
     """
     prompts = as_prompts(tokens)
     heads = all_heads(model) if heads is None else check_heads(model, heads)

@@ -303,12 +303,12 @@ def test_claims_take_a_run_and_read_their_numbers_through_it(tiny_gpt):
     from interp.analyses.claims import induction_head
     from interp.data import repeated_tokens
     from interp.errors import BadInput
-    from interp.run import Run
+    from interp.run import Run, Strategy
 
     prompts = repeated_tokens(32, 6, 39, seed=0, bos=39)
 
     claims = [induction_head(1, 2)]
-    run = Run(tiny_gpt, prompts, strategy="hooked", batch_size=32)
+    run = Run(tiny_gpt, prompts, strategy=Strategy.HOOKED, batch_size=32)
     by_run = run_test_claims(run, claims, evidence=("observational", "necessity"))
     by_model = run_test_claims(tiny_gpt, claims, prompts, evidence=("observational", "necessity"))
     assert by_run[["verdict", "p_value", "necessity"]].equals(by_model[["verdict", "p_value", "necessity"]])

@@ -8,11 +8,12 @@ import torch
 from factories import ablating
 
 import interp
+import interp.run as run_module
 from interp.data import PromptSet, pad, repeated_tokens
 from interp.errors import BadInput
 from interp.interventions import HeadAblation, PatternSubstitution
 from interp.models.constructed import induction_circuit
-from interp.run import Effect, Run, parameter_version, prompt_fingerprint
+from interp.run import Effect, Run, Strategy, parameter_version, prompt_fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +49,18 @@ def test_an_effect_equals_the_hooked_forward_by_hand(toy, prompts) -> None:
         logits = toy(prompts.tokens)
     by_hand = behaviour(logits, prompts).double()
     torch.testing.assert_close(effect.intervened, by_hand, atol=2e-6, rtol=0)
-    hooked = Run(toy, prompts, strategy="hooked").effect(HeadAblation((1, 2), "mean"))
+    hooked = Run(toy, prompts, strategy=Strategy.HOOKED).effect(HeadAblation((1, 2), "mean"))
     torch.testing.assert_close(hooked.values, effect.values, atol=2e-6, rtol=0)
 
 
 def test_batched_strategy_agrees_with_resuming(toy, prompts) -> None:
     heads = [HeadAblation(h, "mean") for h in ("L0H0", "L1H1", "L1H2")]
-    resumed = Run(toy, prompts, strategy="resume").effects(heads)
-    batched = Run(toy, prompts, strategy="batched").effects(heads)
+    resumed = Run(toy, prompts, strategy=Strategy.RESUME).effects(heads)
+    batched = Run(toy, prompts, strategy=Strategy.BATCHED).effects(heads)
     for a, b in zip(resumed, batched):
         torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
     with pytest.raises(BadInput, match="one head at a time"):
-        Run(toy, prompts, strategy="batched").effect(HeadAblation(["L0H0", "L0H1"], "mean"))
+        Run(toy, prompts, strategy=Strategy.BATCHED).effect(HeadAblation(["L0H0", "L0H1"], "mean"))
 
 
 def test_the_memo_serves_a_repeated_effect_without_a_forward(toy, prompts, monkeypatch) -> None:
@@ -187,7 +188,7 @@ def test_pattern_substitution_takes_a_tensor_as_substitute_pattern_does(toy, pro
     from interp.errors import BadType
     from interp.interventions import ideal_pattern, substitute_pattern
 
-    run = Run(toy, prompts, strategy="hooked")
+    run = Run(toy, prompts, strategy=Strategy.HOOKED)
     ideal = ideal_pattern("previous_token", prompts.n_pos)
     effect = run.effect(PatternSubstitution("L1H2", ideal))
     with torch.no_grad(), substitute_pattern(toy, 1, 2, ideal):
@@ -242,11 +243,11 @@ def test_auto_strategy_hooks_models_that_cannot_resume(prompts) -> None:
     encoder = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, d_vocab=256, seed=0,
                                           post_norm=True))  # BERT's blocks: resuming after attention is not exact
     run = Run(encoder, prompts, behaviour="embedding")
-    assert run._path(HeadAblation("L0H0")) == "engine:mean"  # one hooked forward per head set
+    assert run._path(HeadAblation("L0H0")) == run_module._Path("engine", "mean")  # one hooked forward per head set
     effect = run.effect(HeadAblation("L0H0", "mean"))
     assert effect.values.shape == (len(prompts),) and bool((effect.clean == 0).all())  # same as itself: no change
-    with pytest.raises(BadInput, match="strategy='resume' needs"):
-        Run(encoder, prompts, behaviour="embedding", strategy="resume").effect(HeadAblation("L0H0"))
+    with pytest.raises(BadInput, match="strategy=Strategy.RESUME needs"):
+        Run(encoder, prompts, behaviour="embedding", strategy=Strategy.RESUME).effect(HeadAblation("L0H0"))
 
 
 def test_with_behaviour_keeps_the_settings(toy, prompts) -> None:
@@ -265,7 +266,7 @@ def test_device_and_dtype_move_a_copy(toy, prompts) -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"batch_size": 0}, "batch_size=0"),
-    ({"strategy": "fast"}, "strategy='fast'"),
+    ({"strategy": "fast"}, r"strategy='fast'; expected an interp.Strategy: Strategy.AUTO, Strategy.RESUME"),
     ({"seed": -1}, "seed"),
 ])
 def test_bad_settings_are_refused(toy, prompts, kwargs, match) -> None:
@@ -351,12 +352,12 @@ def _padded_with_bos(n: int = 12) -> PromptSet:
 def test_role_matched_ablations_agree_across_strategies(toy, kind) -> None:
     prompts = _padded_with_bos()
     heads = [HeadAblation(h, kind) for h in ("L0H0", "L1H1")]
-    resumed = Run(toy, prompts, strategy="resume").effects(heads)
+    resumed = Run(toy, prompts, strategy=Strategy.RESUME).effects(heads)
     assert Run(toy, prompts).reference(kind).by_role
-    for strategy in ("hooked", "batched"):
+    for strategy in (Strategy.HOOKED, Strategy.BATCHED):
         for a, b in zip(resumed, Run(toy, prompts, strategy=strategy).effects(heads)):
             assert a.ablation == b.ablation and a.ablation in ("mean", "resample")
-            if strategy == "hooked" or a.ablation == "mean":  # batched resampling draws its own stream
+            if strategy is Strategy.HOOKED or a.ablation == "mean":  # batched resampling draws its own stream
                 torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
     if kind == "mean":  # the resumed values are the role-matched ablation done by hand
         run = Run(toy, prompts)
@@ -387,7 +388,7 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
 
     model = induction_circuit(d_vocab=24, n_ctx=48)
     prompts = repeated_tokens(16, 8, 23, bos=23, seed=3)
-    run = Run(model, prompts, strategy="hooked", batch_size=6)
+    run = Run(model, prompts, strategy=Strategy.HOOKED, batch_size=6)
     interventions = [PatternSubstitution((1, 0), "uniform"), HeadAblation(((1, 0),), "zero", site="result"),
                      AttentionKnockout((1, 0), RoleTargets(get_head_type("induction")))]
     for intervention in interventions:
@@ -398,7 +399,7 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
     blocks_run = []  # counted by wrapping block 0's forward: an attached forward hook would stop the memo
     block_forward = model.blocks[0].forward
     model.blocks[0].forward = lambda *args, **kwargs: (blocks_run.append(0), block_forward(*args, **kwargs))[1]
-    fresh = Run(model, prompts, strategy="hooked", batch_size=6)
+    fresh = Run(model, prompts, strategy=Strategy.HOOKED, batch_size=6)
     try:
         fresh.values(PatternSubstitution((1, 1), "uniform"))
         assert len(blocks_run) == 6  # the clean run, and the stream entering block 1 (3 batches each)
@@ -452,3 +453,14 @@ def test_memo_keys_say_what_is_memoised(toy, prompts) -> None:
     assert {key.prompts for key in keys} == {prompt_fingerprint(prompts)[:12]}
     run.forget()
     assert [key for key in run.memo_keys() if key.behaviour.endswith("auto)")] == []
+
+
+def test_strategies_are_typed_and_their_names_are_mapped_for_one_release(toy, prompts) -> None:
+    """A strategy is an `interp.Strategy`; its name as a string still works in 0.1, with a DeprecationWarning
+    that names the value to pass."""
+    assert interp.Strategy is Strategy and Run(toy, prompts, strategy=Strategy.HOOKED).strategy is Strategy.HOOKED
+    with pytest.warns(DeprecationWarning, match=r"strategy='hooked' as a string is deprecated.*Strategy.HOOKED"):
+        run = Run(toy, prompts, strategy="hooked")  # type: ignore[arg-type]
+    assert run.strategy is Strategy.HOOKED and "strategy='hooked'" in repr(run)
+    with pytest.raises(BadInput, match="expected an interp.Strategy"):
+        Run(toy, prompts, strategy=3)  # type: ignore[arg-type]

@@ -66,5 +66,5 @@ def test_removed_names_say_what_replaces_them(where: str, name: str) -> None:
 def test_batched_ablation_values_was_removed() -> None:
     import interp.behaviour
 
-    with pytest.raises(AttributeError, match="strategy='batched'"):
+    with pytest.raises(AttributeError, match="Strategy.BATCHED"):
         interp.behaviour.batched_ablation_values  # noqa: B018
