@@ -126,20 +126,12 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
 __all__ = sorted(_EXPORTS)
 
 
-# names removed in 0.x, and what replaces each (CHANGELOG's migration table)
-_REMOVED = {
-    "ablate": "interp.Run(model, prompts).effect(interp.HeadAblation(heads, kind)), or for a hooked forward "
-              "`with interp.hooked(model, HeadAblation(heads, kind).hooks(model, reference)):`",
-    "batched_head_ablations": "interp.Run(model, prompts, strategy=interp.Strategy.BATCHED).effects([HeadAblation(head), ...])",
-}
-
-
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    if name in _REMOVED:
-        raise AttributeError(f"interp.{name} was removed; use {_REMOVED[name]}.")
-    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+    from interp.removed import removed
+
+    raise removed("interp", name)
 
 
 def __dir__() -> list[str]:

@@ -605,8 +605,8 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
     return torch.cat(out)
 
 
+
 def __getattr__(name: str) -> Any:
-    if name == "batched_ablation_values":  # removed in 0.x (CHANGELOG's migration table)
-        raise AttributeError("interp.behaviour.batched_ablation_values was removed; measure through "
-                             "interp.Run(model, prompts, strategy=interp.Strategy.BATCHED).effects([HeadAblation(head), ...]).")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from interp.removed import removed
+
+    raise removed(__name__, name)  # a name removed in 0.x says what replaces it

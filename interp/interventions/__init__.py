@@ -98,9 +98,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    from interp import _REMOVED
 
-    if name in _REMOVED:  # removed in 0.x (CHANGELOG's migration table)
-        raise AttributeError(f"interp.interventions.{name} was removed; use {_REMOVED[name]}.")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> object:
+    from interp.removed import removed
+
+    raise removed(__name__, name)  # a name removed in 0.x says what replaces it
