@@ -27,6 +27,11 @@ a DeprecationWarning):
   ablations through the engine's full-forward path, resampling keyed by prompt index);
 - `Strategy.AUTO` (default): resuming for head ablations where the model allows it, else hooked.
 
+Edge patches (`interp.paths.EdgePatch`) are swept under every strategy but `Strategy.HOOKED`, on a model whose
+residual stream is a sum of node writes (`interp.sweep.sweepable`): the clean and corrupted forwards run once per
+batch and each patched set resumes from its earliest receiver's layer (`interp.sweep.PatchSweep`, one per corrupted
+source, `run.sweep(source)`); otherwise one hooked forward each.
+
 The memo key is the intervention's `spec()`, a digest of what it holds (`content_digest`: its tensors' bytes,
 its prompt sets, its plain fields; so two interventions with an equal spec() but other tensors are told apart)
 and, for a knockout or a substitution computed per batch, a digest of the targets or patterns its source gives
@@ -81,7 +86,7 @@ from interp.behaviour import (
     clean_summaries,
     measure,
 )
-from interp.data import PromptSet, check_prompts
+from interp.data import PromptSet, check_prompts, prompt_fingerprint
 from interp.errors import BadInput
 from interp.hooks import attached_forward_hooks
 from interp.interventions import (
@@ -98,11 +103,13 @@ from interp.interventions import (
 from interp.launch import Device, DType
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
+from interp.paths import EdgePatch
 from interp.stats import bootstrap
 from interp.validate import check_inputs
 
 if TYPE_CHECKING:
     from interp.ablation import AblationEngine
+    from interp.sweep import PatchSweep
 
 class Strategy(enum.Enum):
     """How a Run computes its effects (see the module): `Strategy.AUTO` (the default), `RESUME`, `HOOKED`, `BATCHED`.
@@ -137,10 +144,12 @@ def as_strategy(strategy: Strategy | str, where: str = "Run") -> Strategy:
 class _Path:
     """How one intervention (or the clean run) is measured, chosen by `Run._path`: "resume" (head ablations resumed
     by the engine), "engine" (the engine's hooked forward per head set), "batched" (the batch expanded per head) with
-    the ablation `kind`, or "hooked" (any intervention, its hooks on one forward per batch)."""
+    the ablation `kind`, "sweep" (edge patches, by the sweep engine of their `source`), or "hooked" (any
+    intervention, its hooks on one forward per batch)."""
 
-    how: Literal["resume", "engine", "batched", "hooked"]
+    how: Literal["resume", "engine", "batched", "hooked", "sweep"]
     kind: AblationKind = "mean"
+    source: str | None = None  # "sweep": the corrupted prompts' fingerprint (None: resampled)
 
 
 @runtime_checkable
@@ -181,20 +190,6 @@ class Effect:
                               "effect": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high,
                               "clean": float(self.clean.mean()), "behaviour": self.behaviour, "unit": self.unit,
                               "n_prompts": self.n_prompts}])
-
-
-def prompt_fingerprint(prompts: PromptSet) -> str:
-    """A digest of the prompt set's tokens, attention mask and special-token mask (shape and bytes): equal
-    content, equal key."""
-    digest = hashlib.blake2b(digest_size=16)
-    for tensor in (prompts.tokens, prompts.attention_mask, prompts.special_mask):
-        if tensor is None:
-            digest.update(b"none")
-            continue
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{tuple(tensor.shape)}{tensor.dtype}".encode())
-        digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()
 
 
 SAMPLED = 4096  # values per tensor in the memo key's checksum (see the module)
@@ -345,6 +340,15 @@ class Run:
             self.model, self.prompts, kind, reference=self.reference(kind), behaviour=self.behaviour,
             batch_size=self.batch_size, seed=self.seed, fast=fast))
 
+    def sweep(self, source: PromptSet | None = None) -> PatchSweep:
+        """The edge-sweep engine (`interp.sweep.PatchSweep`) for the corrupted `source` (None: resampled prompts),
+        built once: `effects([EdgePatch(...), ...])` computes edge patches through it (see the module). It keeps every
+        node's clean and corrupted writes per batch while memoised; `forget()` drops it."""
+        from interp.sweep import PatchSweep
+
+        return self.cached(("sweep", None if source is None else prompt_fingerprint(source)),
+                           lambda: PatchSweep(self, source))
+
     # -- measurements
 
     def clean(self) -> torch.Tensor:
@@ -410,7 +414,11 @@ class Run:
     def _path(self, intervention: Intervention | None) -> _Path:
         """How this intervention (None: the clean run) is measured (`_Path`)."""
         from interp.ablation import resumable
+        from interp.sweep import sweepable
 
+        if isinstance(intervention, EdgePatch) and self.strategy is not Strategy.HOOKED \
+                and self.behaviour.reads != "activation" and sweepable(self.model):
+            return _Path("sweep", source=None if intervention.source is None else prompt_fingerprint(intervention.source))
         if intervention is not None and not (isinstance(intervention, HeadAblation) and intervention.site == "z"):
             return _Path("hooked")
         if self.behaviour.reads == "activation":  # the engines read final outputs; an activation needs its hook
@@ -441,6 +449,10 @@ class Run:
             return self.engine(path.kind, fast=path.how == "resume")._losses([_heads(i) for i in group])
         if path.how == "batched":
             return self._batched(path.kind, group)
+        if path.how == "sweep":
+            patches = cast(list[EdgePatch], group)
+            sweep = self.sweep(patches[0].source)  # one source per path
+            return sweep.clean(), sweep.values([patch.edges for patch in patches])
         rows = [self._hooked(intervention) for intervention in group]
         return self.clean(), torch.stack(rows) if rows else torch.zeros(0, len(self.prompts), dtype=torch.float64)
 

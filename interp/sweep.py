@@ -7,12 +7,12 @@ the patch hooks, several sets stacked along the batch axis. Nothing before that 
 exact: a patch changes nothing upstream of its receiver. Sets whose receivers are all the logits need no forward
 at all (the final residual stream plus the writes' change). `node_values` patches whole nodes at their outputs.
 
-Moved here from `interp.analyses.circuits.patching` (which re-exports it) so that `interp.Run` can route edge
-patches to it (`interp/` never imports `analyses/`).
+`interp.Run` routes edge patches here (`run.effects([EdgePatch(...), ...])` on a model that is `sweepable`, unless
+`Strategy.HOOKED`), one engine per corrupted source built once (`run.sweep(source)`); every `Effect` is the Run's,
+memoised there (`PatchSweep.effects` asks the Run). `interp.analyses.circuits.patching` re-exports it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -36,8 +36,6 @@ from interp.paths import (
     parse_node,
     write_hook,
 )
-from interp.run import Effect, Run
-from interp.stats import bootstrap
 
 # edge sets resumed together along the batch axis (memory: stack x batch x pos x d_model per layer). On a CPU one
 # at a time is fastest at the benchmark shape (benchmarks/bench_circuits.py: 2.6x vs 1.8x with 8 over one hooked
@@ -91,7 +89,7 @@ class PatchSweep:
     """Exact edge-patch values for many edge sets on one Run, with one clean and one corrupted forward per batch
     (see the module). `values(sets)` -> (set, prompt) behaviour values; `clean()` -> (prompt,)."""
 
-    run: Run
+    run: Any  # an interp.Run (interp.run imports this module, so the type is not named here)
     source: PromptSet | None = None  # None: resample within the Run's prompts (EdgePatch's default)
     stack: int | None = None  # None: DEFAULT_STACK for the model's device
     _batches: list[_Batch] | None = field(default=None, repr=False)
@@ -294,19 +292,33 @@ class PatchSweep:
                                         positions=b.positions.repeat(k, 1))
         return self._value(resid, b, "patched nodes", copies=k)
 
-    def effects(self, edge_sets: Sequence[Sequence[Edge]]) -> list[Effect]:
-        """`Effect`s (patched - clean per prompt, bootstrap CI), as `run.effect(EdgePatch(set))` gives them."""
-        sets = [tuple(sorted(set(edges))) for edges in edge_sets]
-        patched, clean = self.values(sets), self.clean()
-        out = []
-        for edges, row in zip(sets, patched):
-            spec = EdgePatch(edges, source=self.source).spec()
-            values = row - clean  # (prompt,)
-            mean, low, high = (float(v) for v in bootstrap(values, seed=self.run.seed,
-                                                               label=json.dumps(spec, sort_keys=True)))
-            out.append(Effect(spec, values, clean, row, mean, low, high,
-                              self.run.behaviour.describe(self.run.prompts), self.run.behaviour.unit, len(values)))
-        return out
+    def effects(self, edge_sets: Sequence[Sequence[Edge]]) -> list[Any]:
+        """The Run's `Effect`s of patching each set (`run.effects([EdgePatch(set, source), ...])`: memoised there,
+        computed by the Run's own sweep engine, `run.sweep(source)`)."""
+        return list(self.run.effects([EdgePatch(tuple(sorted(set(edges))), source=self.source) for edges in edge_sets]))
 
 
-__all__ = ["DEFAULT_STACK", "PatchSweep", "node_writes"]
+def patched_values(run: Any, edge_sets: Sequence[Sequence[Edge]], source: PromptSet | None = None) -> torch.Tensor:
+    """(set, prompt) float64: the behaviour with each set of edges patched from `source` (None: resampled), read from
+    the Run's effects (`EdgePatch`, memoised there; swept by `run.sweep(source)` where the model allows); an empty
+    set patches nothing: the sweep's clean run."""
+    sets = [tuple(sorted(set(edges))) for edges in edge_sets]
+    wanted = [edges for edges in dict.fromkeys(sets) if edges]
+    effects = dict(zip(wanted, run.effects([EdgePatch(edges, source=source) for edges in wanted])))
+    if not sets:
+        return torch.zeros(0, len(run.prompts), dtype=torch.float64)
+    return torch.stack([effects[edges].intervened if edges else run.sweep(source).clean() for edges in sets])
+
+
+def sweepable(model: Any) -> bool:
+    """Whether edge patches on `model` can be swept (resumed from the receiver's layer): a HookedGPT whose residual
+    stream is a sum of node writes with split inputs (`interp.paths.check_graph_model`)."""
+    if not isinstance(model, HookedGPT):
+        return False
+    try:
+        check_graph_model(model, "an edge sweep")
+    except BadInput:
+        return False
+    return True
+
+__all__ = ["DEFAULT_STACK", "PatchSweep", "node_writes", "patched_values", "sweepable"]

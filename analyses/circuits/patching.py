@@ -105,9 +105,10 @@ def as_edge_set(item: EdgeSetLike) -> tuple[Edge, ...]:
 
 def edge_effects(run: Run, edges: Iterable[EdgeSetLike], *, source: PromptSet | None = None,
                  stack: int | None = None) -> list[Effect]:
-    """Each edge's (or edge set's) exact path-patching effect, equal to `run.effect(EdgePatch(...))` to float
-    tolerance, computed by resuming from the receiver's layer (see the module); `stack` sets per resumed forward
-    (None: `DEFAULT_STACK` for the device)."""
+    """Each edge's (or edge set's) exact path-patching effect: `run.effects([EdgePatch(...), ...])`, memoised in the
+    Run and computed by its sweep engine (`run.sweep(source)`: resumed from the receiver's layer, see the module;
+    one hooked forward each under `Strategy.HOOKED`); `stack` sets per resumed forward (None: `DEFAULT_STACK` for
+    the device)."""
     if not isinstance(run, Run):
         raise BadInput(f"edge_effects takes an interp.Run, got {type(run).__name__}; build one with "
                        "interp.Run(model, prompts).")
@@ -117,7 +118,10 @@ def edge_effects(run: Run, edges: Iterable[EdgeSetLike], *, source: PromptSet | 
         raise BadInput(f"edge_effects: edges={edges!r} ({type(edges).__name__}); expected a list of edges (labels such as "
                        "'L0H0 -> L1H1 via k') or of edge sets.")
     sets = [as_edge_set(item) for item in edges]
-    return PatchSweep(run, source, stack).effects(sets)
+    sweep = run.sweep(source)  # BadInput for a model it cannot sweep
+    if stack is not None:
+        sweep.per_forward = PatchSweep(run, source, stack).per_forward  # checked as the engine checks it
+    return run.effects([EdgePatch(edge_set, source=source) for edge_set in sets])
 
 
 def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, edges: Iterable[EdgeLike],

@@ -464,3 +464,54 @@ def test_strategies_are_typed_and_their_names_are_mapped_for_one_release(toy, pr
     assert run.strategy is Strategy.HOOKED and "strategy='hooked'" in repr(run)
     with pytest.raises(BadInput, match="expected an interp.Strategy"):
         Run(toy, prompts, strategy=3)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def effects_returned(monkeypatch):
+    """Every Effect that Run.effect and Run.effects hand back, as they hand them back."""
+    returned: list[Effect] = []
+    one, many = Run.effect, Run.effects
+
+    def counting(self, intervention):
+        effect = one(self, intervention)
+        returned.append(effect)
+        return effect
+
+    def counting_all(self, interventions):
+        effects = many(self, interventions)
+        returned.extend(effects)
+        return effects
+
+    monkeypatch.setattr(Run, "effect", counting)
+    monkeypatch.setattr(Run, "effects", counting_all)
+    return returned
+
+
+def _memoised(run: Run) -> list:
+    """Every value in the Run's memo and in its with_behaviour runs' (runs made by .on() share the memo)."""
+    return [*run._memo.values(), *(value for derived in run._derived.values() for value in derived._memo.values())]
+
+
+def test_every_effect_an_analysis_used_is_in_the_users_run_memo(effects_returned) -> None:
+    """Claims, pruning, path patching and circuit discovery given a Run read every causal number through it: each
+    Effect they used is afterwards in that Run's memo (and listed by memo_keys)."""
+    from interp.analyses import circuits, redundancy
+    from interp.analyses.claims import induction_head
+
+    model = induction_circuit(d_vocab=24, n_ctx=48)
+    prompts = repeated_tokens(32, 8, 23, bos=23, seed=3)
+    for name, analysis in {
+        "claims": lambda run: interp.test_claims(run, [induction_head(1, 0)], evidence=("observational", "necessity",
+                                                                                 "faithfulness")),
+        "pruning": lambda run: redundancy.pruning_curve(run, n_random=1),
+        "path patching": lambda run: (circuits.path_patch(run, sender="L0H0", receiver="L1H0", via="k"),
+                                      circuits.path_patches(run, edges=["L0H0 -> L1H0 via k", "L1H0 -> logits"])),
+        "discovery": lambda run: circuits.discover(run, method="acdc"),
+    }.items():
+        run = Run(model, prompts, batch_size=8)
+        effects_returned.clear()
+        analysis(run)
+        memoised = _memoised(run)
+        assert effects_returned, name
+        assert all(any(effect is value for value in memoised) for effect in effects_returned), name
+        assert len([key for key in run.memo_keys() if key.kind == "effect"]) >= len({id(e) for e in effects_returned})
