@@ -57,7 +57,7 @@ def test_an_unknown_or_unreached_hook_is_bad_input(toy, prompts, monkeypatch):
 
 def test_a_run_measures_an_activation_behaviour_with_hooked_forwards(toy, prompts):
     run = interp.Run(toy, prompts).with_behaviour(B.Behaviour("score", "activation", last_score, hook=SCORES))
-    assert run._path(None) == "hooked" and run._path(interp.HeadAblation("L0H2", "zero")) == "hooked"
+    assert run._path(None).how == "hooked" and run._path(interp.HeadAblation("L0H2", "zero")).how == "hooked"
     _, cache = toy.run_with_cache(prompts.tokens, names_filter=[SCORES])
     torch.testing.assert_close(run.clean(), cache[SCORES][:, 0, -1, 0].double())
     effect = run.effect(interp.HeadAblation("L0H2", "zero"))
