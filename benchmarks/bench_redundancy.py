@@ -3,7 +3,7 @@
 1. Single-head mean-ablation importance of all 32 heads on 16 x 128 tokens: the resuming
    `AblationEngine` (clean run cached once, each ablation resumed from its head's layer) against
    one `run_with_hooks` forward per head. The numbers must agree to 1e-5; target >= 1.5x.
-   Batched ablations (`batched_head_ablations`, the batch expanded per head) are timed too.
+   Batched ablations (Run's strategy "batched": the batch expanded per head) are timed too.
 2. Pattern similarity (JS divergence of all 496 head pairs) over prompts of 128 tokens:
    seconds and peak memory, each size in a fresh single-threaded process (`benchmarks.common.
    peak_rss_mb`), at `--similarity-small` and `--similarity-prompts` prompts (memory should not
@@ -46,7 +46,8 @@ def bench_importance(repeats: int = 2) -> dict:
     """Time the three ways to get every single-head mean-ablation loss change; check they agree."""
     from interp.ablation import AblationEngine
     from interp.data import random_tokens
-    from interp.interventions import HeadAblation, all_heads, batched_head_ablations, reference_activations
+    from interp.interventions import HeadAblation, all_heads, reference_activations
+    from interp.interventions.ablation import _batched_head_ablations  # internal: Run's strategy "batched"
 
     model = _model()
     prompts = random_tokens(16, SEQ_LEN, BENCH_CONFIG["d_vocab"], seed=0)
@@ -66,14 +67,14 @@ def bench_importance(repeats: int = 2) -> dict:
 
     def resuming() -> None:
         engine = AblationEngine(model, prompts, "mean", reference=reference, batch_size=len(prompts))
-        clean, ablated = engine.losses([[h] for h in heads])
+        clean, ablated = engine._losses([[h] for h in heads])
         results["resuming"] = ablated - clean
 
     def batched() -> None:
         with torch.no_grad():
             clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
-            out = batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
-                                         return_type="loss", loss_per_token=True).mean(-1)
+            out = _batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
+                                          return_type="loss", loss_per_token=True).mean(-1)
         results["batched"] = out.double() - clean.double()
 
     timings = interleaved({"per-head forwards": per_head_forwards, "resuming": resuming}, repeats=repeats, warmup=0)

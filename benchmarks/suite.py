@@ -223,7 +223,8 @@ def section_importance(ctx: Context) -> dict:
 def _importance(ctx: Context, dtype: torch.dtype) -> dict:
     from interp.ablation import AblationEngine
     from interp.data import random_tokens
-    from interp.interventions import HeadAblation, all_heads, batched_head_ablations, reference_activations
+    from interp.interventions import HeadAblation, all_heads, reference_activations
+    from interp.interventions.ablation import _batched_head_ablations  # internal: Run's strategy "batched"
 
     sizes = ctx.sizes
     model = _model(ctx, sizes.model, dtype)
@@ -242,13 +243,13 @@ def _importance(ctx: Context, dtype: torch.dtype) -> dict:
 
     def resumed() -> None:
         engine = AblationEngine(model, prompts, "mean", reference=reference, batch_size=len(prompts))
-        clean, ablated = engine.losses([[h] for h in heads])
+        clean, ablated = engine._losses([[h] for h in heads])
         found["resumed"] = (ablated - clean).cpu()
 
     def batched() -> None:
         clean = model(tokens, return_type="loss", loss_per_token=True).mean(-1)
-        ablated = batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
-                                         return_type="loss", loss_per_token=True).mean(-1)
+        ablated = _batched_head_ablations(model, prompts, heads, "mean", reference=reference, chunk_size=8,
+                                          return_type="loss", loss_per_token=True).mean(-1)
         found["batched"] = (ablated.double() - clean.double()).cpu()
 
     with torch.no_grad():

@@ -44,8 +44,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: each name from its module 
     from interp.interventions import AttentionKnockout as AttentionKnockout
     from interp.interventions import HeadAblation as HeadAblation
     from interp.interventions import PatternSubstitution as PatternSubstitution
-    from interp.interventions import ablate as ablate
-    from interp.interventions import batched_head_ablations as batched_head_ablations
     from interp.interventions import substitute_pattern as substitute_pattern
     from interp.loading import load as load
     from interp.loading import save as save
@@ -56,6 +54,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: each name from its module 
     from interp.paths import patch_edges as patch_edges
     from interp.run import Effect as Effect
     from interp.run import Run as Run
+    from interp.run import Strategy as Strategy
     from interp.sdpa import hook_sdpa as hook_sdpa
     from interp.sdpa import unhook_sdpa as unhook_sdpa
     from interp.specs import PromptSpec as PromptSpec
@@ -95,15 +94,14 @@ _EXPORTS = {  # name -> the module that imports it on first use (the block above
     "MomentAccumulator": "interp.capture",
     "Run": "interp.run",
     "Effect": "interp.run",
+    "Strategy": "interp.run",
     "HeadAblation": "interp.interventions",
     "PatternSubstitution": "interp.interventions",
     "AttentionKnockout": "interp.interventions",
     "Edge": "interp.paths",
     "EdgePatch": "interp.paths",
     "patch_edges": "interp.paths",
-    "ablate": "interp.interventions",
     "substitute_pattern": "interp.interventions",
-    "batched_head_ablations": "interp.interventions",
     "Claim": "interp.claims",
     "Evidence": "interp.claims",
     "Verdict": "interp.claims",
@@ -129,7 +127,9 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+    from interp.removed import removed
+
+    raise removed("interp", name)
 
 
 def __dir__() -> list[str]:

@@ -1,9 +1,11 @@
 """Per-prompt behaviour values of a model under head ablations, with as little recomputation as possible.
 
-`AblationEngine(model, prompts, method)` is built once per (model, prompts, method);
-`losses(head_sets)` gives the clean value (prompt,) and the value with each set of heads ablated
-(set, prompt). Ablation values come from `interp.interventions` (zero, or mean / resample over a
-reference, default the prompts themselves), so the numbers equal `with ablate(...): model(...)`.
+`AblationEngine(model, prompts, method)` is built once per (model, prompts, method), by `interp.Run`
+(`run.engine(kind)`), which asks it for the clean value (prompt,) and the value with each set of heads
+ablated (set, prompt): `run.effects([HeadAblation(...), ...])` is the public road. `batched_values` is
+`Strategy.BATCHED`'s engine (the batch expanded per head). Ablation values come from `interp.interventions`
+(zero, or mean / resample over a reference, default the prompts themselves), so the numbers equal a forward
+under `HeadAblation(...).hooks(model, reference)`.
 The value is a *behaviour*'s (`interp.behaviour`; default: the model's own).
 
 Minimal recomputation, where the model says resuming is exact (`HookedGPT.resumable`: sequential
@@ -19,13 +21,13 @@ models, or `fast=False` run one hooked full forward per ablation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
 import interp.distributed as distributed
-from interp.behaviour import BehaviourLike, as_behaviour, check_values, final_output
+from interp.behaviour import Behaviour, BehaviourLike, as_behaviour, check_values, final_output
 from interp.capture import stop_after
 from interp.data import PromptSet, check_prompts
 from interp.errors import BadInput, BadType
@@ -72,12 +74,12 @@ class CleanBatch:
 class AblationEngine:
     """Per-prompt losses of a model under head ablations, with as little recomputation as possible.
 
-    Built once per (model, prompts, method); `losses(head_sets)` returns the clean loss
-    (prompt,) and the loss with each set ablated (set, prompt). Where `resumable(model)` the clean
+    Built once per (model, prompts, method) by `interp.Run.engine`; the Run reads the clean loss (prompt,) and
+    the loss with each set ablated (set, prompt) from it. Where `resumable(model)` the clean
     run is cached per batch and each ablation resumes from its earliest layer (`fast=True`);
     otherwise (or with `fast=False`) each ablation is one full forward with hooks.
     Ablation values come from `interp.interventions` (mean / resample over `reference`,
-    default the prompts themselves), so numbers equal `with ablate(...): model(...)`.
+    default the prompts themselves), so numbers equal a forward under `HeadAblation(...).hooks(...)`.
     The loss is the `behaviour`'s value (`interp.behaviour`; default: the model's own).
     """
 
@@ -243,8 +245,9 @@ class AblationEngine:
         summary = self.behaviour.clean_summary(output, batch)
         return None, self.value(output, batch, summary, "clean run"), summary
 
-    def losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt)."""
+    def _losses(self, head_sets: Sequence[Sequence[HeadLike]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clean loss (prompt,) and loss with each set of heads ablated (set, prompt). Internal: `interp.Run`
+        computes its head ablations here (`Run.effects` is the public road, with the memo and CIs)."""
         checked = [check_heads(self.model, heads) for heads in head_sets]
         sources = [self.values() for _ in checked]
         clean_parts, ablated_parts = [], []
@@ -264,3 +267,41 @@ class AblationEngine:
         clean_loss = torch.cat(clean_parts) if clean_parts else torch.zeros(0, dtype=torch.float64)
         ablated = torch.cat(ablated_parts, dim=1) if ablated_parts else torch.zeros(len(checked), 0, dtype=torch.float64)
         return distributed.gather_prompts(clean_loss), distributed.gather_prompts(ablated, dim=1)
+
+
+@torch.no_grad()
+def batched_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: AblationKind = "mean", *,
+                   reference=None, seed: int = 0, batch_size: int = 32,
+                   chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
+    the batch expanded per head (one forward per chunk of heads: the GPU path). Internal to `interp.Run`'s
+    strategy "batched" (`Run(..., strategy=Strategy.BATCHED).effects([HeadAblation(head), ...])` is the public road).
+
+    For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
+    resample values come from `reference` (default: the prompts the model reads), as `HeadAblation` does.
+    """
+    from interp.interventions import all_heads
+    from interp.interventions.ablation import _batched_head_ablations
+
+    heads = all_heads(model) if heads is None else check_heads(model, heads)
+    if reference is None and kind != "zero":
+        reference = reference_activations(model, behaviour.model_prompts(prompts), keep_samples=kind == "resample",
+                                          batch_size=batch_size)
+    # a behaviour on the final hidden state: the HookedGPT stops before its unembedding
+    stop = model if behaviour.reads == "hidden" and isinstance(model, HookedGPT) else None
+    if behaviour.reads == "hidden" and stop is None:
+        raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
+                       f"{type(model).__name__}; use interp.Run(..., strategy=interp.Strategy.HOOKED).")
+    kwargs: dict[str, Any] = {"stop_at_layer": len(stop.blocks)} if stop is not None else {}
+    clean_parts, ablated_parts = [], []
+    for batch in prompts.batches(batch_size):
+        run = behaviour.model_prompts(batch)
+        output = final_output(model, run, behaviour.reads)
+        summary = behaviour.clean_summary(output, batch)
+        clean_parts.append(check_values(behaviour(output, batch, summary), len(batch), "clean run", behaviour).double().cpu())
+        outputs = _batched_head_ablations(model, run, heads, kind, reference=reference, seed=seed, chunk_size=chunk_size,
+                                          **kwargs)  # (head, batch, ...)
+        rows = [behaviour(stop.ln_final(out) if stop is not None else out, batch, summary) for out in outputs]
+        ablated_parts.append(torch.stack([check_values(r, len(batch), "a batched ablation", behaviour) for r in rows])
+                             .double().cpu())
+    return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)

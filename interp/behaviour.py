@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union, cast, get_args
+from typing import Any, Callable, Literal, Sequence, Union, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -51,9 +51,6 @@ from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
 from interp.hooks import attention_sites, check_hook_names, hooked
 from interp.models.gpt import HookedGPT, masked_next_token_loss, next_token_targets
-
-if TYPE_CHECKING:
-    from interp.interventions import AblationKind
 
 Reads = Literal["logits", "hidden", "activation"]
 Positions = Literal["auto", "all", "repeats"]
@@ -608,42 +605,8 @@ def measure(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, *,
     return torch.cat(out)
 
 
-@torch.no_grad()
-def batched_ablation_values(model: nn.Module, prompts: PromptSet, behaviour: Behaviour, heads=None, kind: AblationKind = "mean", *,
-                            reference=None, seed: int = 0, batch_size: int = 32,
-                            chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean values (prompt,) and values with each head ablated alone (head, prompt), float64, through
-    `interp.interventions.batched_head_ablations` (one expanded forward per chunk of heads: the GPU path).
 
-    For a behaviour on the final hidden state a HookedGPT stops before the unembedding. Mean and
-    resample values come from `reference` (default: the prompts the model reads), as in `ablate`.
-    """
-    from interp.interventions import (
-        all_heads,
-        batched_head_ablations,
-        check_heads,
-        reference_activations,
-    )
+def __getattr__(name: str) -> Any:
+    from interp.removed import removed
 
-    heads = all_heads(model) if heads is None else check_heads(model, heads)
-    if reference is None and kind != "zero":
-        reference = reference_activations(model, behaviour.model_prompts(prompts), keep_samples=kind == "resample",
-                                          batch_size=batch_size)
-    # a behaviour on the final hidden state: the HookedGPT stops before its unembedding
-    stop = model if behaviour.reads == "hidden" and isinstance(model, HookedGPT) else None
-    if behaviour.reads == "hidden" and stop is None:
-        raise BadInput(f"batched ablations of a behaviour on the final hidden state need a HookedGPT-like model, got "
-                       f"{type(model).__name__}; use interp.ablation.AblationEngine(..., fast=False).")
-    kwargs: dict[str, Any] = {"stop_at_layer": len(stop.blocks)} if stop is not None else {}
-    clean_parts, ablated_parts = [], []
-    for batch in prompts.batches(batch_size):
-        run = behaviour.model_prompts(batch)
-        output = final_output(model, run, behaviour.reads)
-        summary = behaviour.clean_summary(output, batch)
-        clean_parts.append(check_values(behaviour(output, batch, summary), len(batch), "clean run", behaviour).double().cpu())
-        outputs = batched_head_ablations(model, run, heads, kind, reference=reference, seed=seed, chunk_size=chunk_size,
-                                         **kwargs)  # (head, batch, ...)
-        rows = [behaviour(stop.ln_final(out) if stop is not None else out, batch, summary) for out in outputs]
-        ablated_parts.append(torch.stack([check_values(r, len(batch), "a batched ablation", behaviour) for r in rows])
-                             .double().cpu())
-    return torch.cat(clean_parts), torch.cat(ablated_parts, dim=1)
+    raise removed(__name__, name)  # a name removed in 0.x says what replaces it

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, SupportsFloat, get_args
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, SupportsFloat, get_args
 
 import numpy as np
 import pandas as pd
@@ -68,6 +68,9 @@ from interp.stats import (
     studentized_pvalue,
 )
 from interp.validate import check_claims, check_model, check_prompt_arg, check_seed
+
+if TYPE_CHECKING:
+    from interp.run import Run
 
 EvidenceKind = Literal[
     "observational",
@@ -297,6 +300,8 @@ class Context:
     batch_size: int = 32
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo_key(key) -> computed value
     behaviour: Any = None  # what causal evidence measures (`interp.behaviour`); None: the model's default
+    # the `interp.Run` causal evidence asks (its memo holds every effect the claims used); None: built on first use
+    run: Any = field(default=None, repr=False)
 
     def cached(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """Compute once per key. The key's parts are read by content (`memo_key`): a prompt set by its
@@ -307,8 +312,8 @@ class Context:
         return self.memo[full]
 
     def derive(self, **changes: Any) -> "Context":
-        """A context with some fields changed and a fresh memo (e.g. another model or prompt set)."""
-        return replace(self, memo={}, **changes)
+        """A context with some fields changed, a fresh memo and no Run (e.g. another model or prompt set)."""
+        return replace(self, memo={}, run=None, **changes)
 
 
 # --------------------------------------------------------------------------- evidence helpers
@@ -563,14 +568,14 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
 
 
 def evaluate_claims(
-    model: torch.nn.Module,
+    model: "torch.nn.Module | Run",
     claims: Claim | Sequence[Claim],
-    prompts: PromptSet,
+    prompts: PromptSet | None = None,
     *,
     alpha: float = 0.05,
-    seed: int = 0,
+    seed: int | None = None,
     evidence: Sequence[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
     behaviour: Any = None,
@@ -579,24 +584,24 @@ def evaluate_claims(
 ) -> list[Verdict]:
     """Test many claims at once; one `Verdict` each, with p-values corrected over all of them.
 
-    `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not
-    define is skipped for that claim. `behaviour` (`interp.behaviour`: a name, a Behaviour or a
-    callable) is what causal evidence measures unless a claim names its own; default: the model's.
-    `device` / `dtype`: every claim is tested on one moved copy of the model (`interp.launch.move`).
+    `model`: an `interp.Run` (its model, prompts, behaviour, batch size and seed; every causal number is read
+    through it, so its memo holds them afterwards) or a model with its `prompts` (a Run is built: batch size 32,
+    seed 0, one hooked forward per intervention, `behaviour`, `device` / `dtype` moving one copy of the model).
+    `evidence` picks the kinds to gather (default: all but "stability"); a kind a claim does not define is skipped
+    for that claim. `behaviour` (`interp.behaviour`: a name, a Behaviour or a callable) is what causal evidence
+    measures unless a claim names its own; default: the model's (a Run's: its own).
     """
-    check_model(model, "test_claims")
+    run = _claims_run(model, prompts, seed=seed, batch_size=batch_size, behaviour=behaviour, device=device, dtype=dtype)
     claims = check_claims(claims, Claim, "test_claims")  # a single Claim is one claim
-    check_prompt_arg(prompts, "test_claims")
-    seed = check_seed(seed, "test_claims")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha} must be in (0, 1).")
     kinds = _check_evidence_kinds(evidence)
-    check_claim_heads(model, claims)
-    model = launch.move(model, device=device, dtype=dtype, copy=True)
+    check_claim_heads(run.model, claims)
+    prompts = run.prompts
     # the smallest sign-flip p-value is 1 / (n_permutations + 1): make it small enough to survive BH
     n_permutations = max(2000, math.ceil(4 * len(claims) / alpha))
-    ctx = Context(model, prompts, seed=seed, alpha=alpha, n_permutations=n_permutations, batch_size=batch_size,
-                  behaviour=behaviour)
+    ctx = Context(run.model, prompts, seed=run.seed, alpha=alpha, n_permutations=n_permutations,
+                  batch_size=run.batch_size, behaviour=run.behaviour, run=run)
     from interp.progress import tracked
 
     claims_iter = tracked(claims, len(claims), "testing claims", enabled=progress, unit="claims")
@@ -642,15 +647,31 @@ def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
     return frame
 
 
+
+def _claims_run(model: Any, prompts: PromptSet | None, *, seed: int | None, batch_size: int | None, behaviour: Any,
+                device: launch.Device, dtype: launch.DType) -> "Run":
+    """The Run the claims read their causal numbers from: the one given (nothing else beside it), or one built
+    from the model and prompts as `test_claims` has always measured (one hooked forward per intervention)."""
+    from interp.run import Run, Strategy, as_run
+
+    if isinstance(model, Run):
+        return as_run(model, prompts, where="test_claims", seed=seed, batch_size=batch_size, behaviour=behaviour,
+                      device=device, dtype=dtype)
+    check_model(model, "test_claims")
+    check_prompt_arg(prompts, "test_claims")
+    seed = check_seed(0 if seed is None else seed, "test_claims")
+    return as_run(model, prompts, where="test_claims", seed=seed, batch_size=32 if batch_size is None else batch_size,
+                  behaviour=behaviour, device=device, dtype=dtype, strategy=Strategy.HOOKED)
+
 def test_claims(
-    model: torch.nn.Module,
+    model: "torch.nn.Module | Run",
     claims: Claim | Sequence[Claim],
-    prompts: PromptSet,
+    prompts: PromptSet | None = None,
     *,
     alpha: float = 0.05,
-    seed: int = 0,
+    seed: int | None = None,
     evidence: Sequence[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     min_prompts: int = MIN_PROMPTS_FOR_VERDICT,
     progress: bool = False,
     behaviour: Any = None,
@@ -663,10 +684,11 @@ def test_claims(
 
         from interp.analyses.claims import previous_token_head, induction_head
         table = test_claims(model, [previous_token_head(0, 1), induction_head(1, 2)], prompts)
+        table = test_claims(run, claims)          # an interp.Run: its settings, and its memo keeps every effect
 
     `table.attrs["verdicts"]` holds the `Verdict` objects (`.table()` gives each evidence table).
     Test on prompts that did not suggest the claims (`interp.analyses.claims.scan` does the split).
-    `device` / `dtype`: as `evaluate_claims`.
+    `model`, `seed`, `batch_size`, `behaviour`, `device` / `dtype`: as `evaluate_claims`.
     """
     return verdict_frame(evaluate_claims(model, claims, prompts, alpha=alpha, seed=seed, evidence=evidence,
                                          batch_size=batch_size, min_prompts=min_prompts, progress=progress,

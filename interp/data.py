@@ -9,6 +9,7 @@ is the repeat structure that induction scores, claims and behaviours read.
 """
 from __future__ import annotations
 
+import hashlib
 import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Literal, Sequence, get_args
@@ -727,3 +728,17 @@ def _ioi_positions(tokenizer: Any, rows: list[list[int]], meta_rows: list[tuple[
         out["s2"].append(len(ids) - 1 - ids[::-1].index(_plain_ids(tokenizer, " " + subject)[0]))
         out["end"].append(len(ids) - 1)
     return out
+
+
+def prompt_fingerprint(prompts: PromptSet) -> str:
+    """A digest of the prompt set's tokens, attention mask and special-token mask (shape and bytes): equal
+    content, equal key."""
+    digest = hashlib.blake2b(digest_size=16)
+    for tensor in (prompts.tokens, prompts.attention_mask, prompts.special_mask):
+        if tensor is None:
+            digest.update(b"none")
+            continue
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{tuple(tensor.shape)}{tensor.dtype}".encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()

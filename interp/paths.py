@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, get_args
 import torch
 from torch import nn
 
-from interp.data import PromptSet
+from interp.data import PromptSet, prompt_fingerprint
 from interp.errors import BadInput
 from interp.heads import KVHead, head_label, parse_label
 from interp.hooks import hooked
@@ -398,8 +398,6 @@ class EdgePatch:
                            f"(resample), got {type(self.source).__name__}.")
 
     def spec(self) -> dict[str, Any]:
-        from interp.run import prompt_fingerprint
-
         source = "resample" if self.source is None else {"prompts": prompt_fingerprint(self.source)}
         return {"intervention": "edge_patch", "edges": [edge.label for edge in self.edges], "source": source}
 

@@ -15,20 +15,28 @@ a `Run`, so analyses share its memo and its choice of how to compute.
 An intervention is a frozen dataclass with `spec()` (plain data naming it) and
 `intervene(run, batch)` (a context manager of hooks for one batch); `HeadAblation`,
 `PatternSubstitution` (`interp.interventions`) are the built-in ones. How an effect is computed is
-the `strategy`:
+the `strategy`, an `interp.Strategy` (a typed value; its name as a string is accepted for one release, with
+a DeprecationWarning):
 
-- "resume": head ablations at `z` on a model whose blocks allow it (`interp.ablation.resumable`):
+- `Strategy.RESUME`: head ablations at `z` on a model whose blocks allow it (`interp.ablation.resumable`):
   the clean run is cached per batch and each ablation resumes from its earliest layer
   (`interp.ablation.AblationEngine`); many ablations are computed in one sweep (`effects`);
-- "batched": head ablations alone, as copies of the batch in one expanded forward
-  (`interp.interventions.batched_head_ablations`: the GPU path);
-- "hooked": one forward per intervention with its hooks (every intervention, every model; head
+- `Strategy.BATCHED`: head ablations alone, as copies of the batch in one expanded forward
+  (`interp.ablation.batched_values`: the GPU path);
+- `Strategy.HOOKED`: one forward per intervention with its hooks (every intervention, every model; head
   ablations through the engine's full-forward path, resampling keyed by prompt index);
-- "auto" (default): "resume" for head ablations where the model allows it, else "hooked".
+- `Strategy.AUTO` (default): resuming for head ablations where the model allows it, else hooked.
 
-The memo key is the intervention's `spec()` (with, for a knockout or a substitution computed per batch,
-a digest of the targets or patterns its source gives on these prompts: sources with an equal spec() are
-told apart), the prompt set's token and mask bytes, and a version of the model's parameters (each
+Edge patches (`interp.paths.EdgePatch`) are swept under every strategy but `Strategy.HOOKED`, on a model whose
+residual stream is a sum of node writes (`interp.sweep.sweepable`): the clean and corrupted forwards run once per
+batch and each patched set resumes from its earliest receiver's layer (`interp.sweep.PatchSweep`, one per corrupted
+source, `run.sweep(source)`); otherwise one hooked forward each.
+
+The memo key is the intervention's `spec()`, a digest of what it holds (`content_digest`: its tensors' bytes,
+its prompt sets, its plain fields; so two interventions with an equal spec() but other tensors are told apart)
+and, for a knockout or a substitution computed per batch, a digest of the targets or patterns its source gives
+on these prompts (sources with an equal spec() are told apart), the prompt set's token and mask bytes, and a
+version of the model's parameters (each
 tensor's storage, torch's in-place version counter and a sampled checksum of its values), so editing
 `W_Q[h]` in place recomputes the next effect, and so does a write through `.data` (which torch's counter does
 not see): the checksum sums `SAMPLED` evenly spaced values of each tensor, a few milliseconds per call on
@@ -42,6 +50,8 @@ Forward hooks stay outside the key:
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import hashlib
 import json
@@ -54,6 +64,7 @@ from typing import (
     ContextManager,
     Iterable,
     Literal,
+    NamedTuple,
     Protocol,
     Sequence,
     TypeVar,
@@ -71,12 +82,11 @@ from interp.behaviour import (
     BehaviourLike,
     Positions,
     as_behaviour,
-    batched_ablation_values,
     check_values,
     clean_summaries,
     measure,
 )
-from interp.data import PromptSet, check_prompts
+from interp.data import PromptSet, check_prompts, prompt_fingerprint
 from interp.errors import BadInput
 from interp.hooks import attached_forward_hooks
 from interp.interventions import (
@@ -88,19 +98,58 @@ from interp.interventions import (
     ReferenceActivations,
     needs_samples,
     reference_activations,
+    tensor_digest,
 )
 from interp.launch import Device, DType
 from interp.modelinfo import context_length, vocab_size
 from interp.models.gpt import HookedGPT
+from interp.paths import EdgePatch
 from interp.stats import bootstrap
 from interp.validate import check_inputs
 
 if TYPE_CHECKING:
     from interp.ablation import AblationEngine
+    from interp.sweep import PatchSweep
 
-Strategy = Literal["auto", "resume", "hooked", "batched"]
-STRATEGIES: tuple[str, ...] = ("auto", "resume", "hooked", "batched")
+class Strategy(enum.Enum):
+    """How a Run computes its effects (see the module): `Strategy.AUTO` (the default), `RESUME`, `HOOKED`, `BATCHED`.
+
+    The names as strings ("hooked") are accepted for one release (0.1), with a DeprecationWarning naming the
+    value; then refused."""
+
+    AUTO = "auto"
+    RESUME = "resume"
+    HOOKED = "hooked"
+    BATCHED = "batched"
+
+
+STRATEGIES: tuple[str, ...] = tuple(strategy.value for strategy in Strategy)
 T = TypeVar("T")
+
+
+def as_strategy(strategy: Strategy | str, where: str = "Run") -> Strategy:
+    """A `Strategy`; a strategy's name as a string is mapped to it with a DeprecationWarning (for one release)."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        chosen = Strategy(strategy)
+        warnings.warn(f"{where}: strategy={strategy!r} as a string is deprecated and will be refused after 0.1; pass "
+                      f"strategy=interp.Strategy.{chosen.name}.", DeprecationWarning, stacklevel=3)
+        return chosen
+    raise BadInput(f"{where}: strategy={strategy!r}; expected an interp.Strategy: "
+                   f"{', '.join(f'Strategy.{s.name}' for s in Strategy)}.")
+
+
+@dataclass(frozen=True)
+class _Path:
+    """How one intervention (or the clean run) is measured, chosen by `Run._path`: "resume" (head ablations resumed
+    by the engine), "engine" (the engine's hooked forward per head set), "batched" (the batch expanded per head) with
+    the ablation `kind`, "sweep" (edge patches, by the sweep engine of their `source`), or "hooked" (any
+    intervention, its hooks on one forward per batch)."""
+
+    how: Literal["resume", "engine", "batched", "hooked", "sweep"]
+    kind: AblationKind = "mean"
+    source: str | None = None  # "sweep": the corrupted prompts' fingerprint (None: resampled)
 
 
 @runtime_checkable
@@ -143,20 +192,6 @@ class Effect:
                               "n_prompts": self.n_prompts}])
 
 
-def prompt_fingerprint(prompts: PromptSet) -> str:
-    """A digest of the prompt set's tokens, attention mask and special-token mask (shape and bytes): equal
-    content, equal key."""
-    digest = hashlib.blake2b(digest_size=16)
-    for tensor in (prompts.tokens, prompts.attention_mask, prompts.special_mask):
-        if tensor is None:
-            digest.update(b"none")
-            continue
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{tuple(tensor.shape)}{tensor.dtype}".encode())
-        digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()
-
-
 SAMPLED = 4096  # values per tensor in the memo key's checksum (see the module)
 
 
@@ -190,26 +225,27 @@ class Run:
     """A model, its prompts, a behaviour and the settings every causal measurement shares (see the module)."""
 
     def __init__(self, model: nn.Module, prompts: PromptSet, *, behaviour: BehaviourLike = None,
-                 positions: Positions = "auto", batch_size: int = 16, seed: int = 0, strategy: Strategy = "auto",
+                 positions: Positions = "auto", batch_size: int = 16, seed: int = 0,
+                 strategy: Strategy | str = Strategy.AUTO,
                  reference: PromptSet | ReferenceActivations | None = None, device: Device = None,
                  dtype: DType = None) -> None:
         _, self.seed = check_inputs("Run", model, prompts, seed=seed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BadInput(f"Run: batch_size={batch_size!r} must be a whole number of at least 1.")
-        if strategy not in STRATEGIES:
-            raise BadInput(f"Run: strategy={strategy!r}; expected one of {list(STRATEGIES)}.")
+        strategy = as_strategy(strategy)
         self.model = launch.move(model, device=device, dtype=dtype, copy=True)
         check_prompts(prompts, n_ctx=context_length(self.model), d_vocab=vocab_size(self.model))  # plain models too
         self.prompts = prompts
         self.behaviour: Behaviour = as_behaviour(behaviour, self.model, positions=positions)
-        self.batch_size, self.strategy, self._reference = batch_size, strategy, reference
+        self.batch_size, self._reference = batch_size, reference
+        self.strategy: Strategy = strategy
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._derived: dict[Behaviour, Run] = {}  # with_behaviour's runs, one per behaviour
         self._warned_hooks = False  # the warning that hooks stop the memo is given once per Run
 
     def __repr__(self) -> str:
         return (f"Run({type(self.model).__name__}, {len(self.prompts)} prompts, behaviour={self.behaviour.name!r}, "
-                f"batch_size={self.batch_size}, seed={self.seed}, strategy={self.strategy!r})")
+                f"batch_size={self.batch_size}, seed={self.seed}, strategy={self.strategy.value!r})")
 
     # -- the memo
 
@@ -242,6 +278,15 @@ class Run:
         torch's version counter does not count such writes, and the key's sampled checksum may miss a write to a
         few values (see the module)."""
         self._memo.clear()
+
+    def memo_keys(self) -> list[MemoKey]:
+        """What is memoised, as readable keys (this Run's and its `with_behaviour` runs'): the kind ("effect",
+        "clean", "reference", "engine", ...), the behaviour, what was computed (an effect: its intervention's
+        spec, as JSON, and the digest of its content where it has one) and the prompts' fingerprint."""
+        keys = [_readable(full, self.behaviour) for full in self._memo]
+        for derived in self._derived.values():
+            keys += [_readable(full, derived.behaviour) for full in derived._memo]
+        return keys
 
     def with_behaviour(self, behaviour: BehaviourLike) -> "Run":
         """The same model, prompts and settings measuring another behaviour (a memo of its own, kept here)."""
@@ -295,6 +340,15 @@ class Run:
             self.model, self.prompts, kind, reference=self.reference(kind), behaviour=self.behaviour,
             batch_size=self.batch_size, seed=self.seed, fast=fast))
 
+    def sweep(self, source: PromptSet | None = None) -> PatchSweep:
+        """The edge-sweep engine (`interp.sweep.PatchSweep`) for the corrupted `source` (None: resampled prompts),
+        built once: `effects([EdgePatch(...), ...])` computes edge patches through it (see the module). It keeps every
+        node's clean and corrupted writes per batch while memoised; `forget()` drops it."""
+        from interp.sweep import PatchSweep
+
+        return self.cached(("sweep", None if source is None else prompt_fingerprint(source)),
+                           lambda: PatchSweep(self, source))
+
     # -- measurements
 
     def clean(self) -> torch.Tensor:
@@ -341,11 +395,12 @@ class Run:
         return [self._memo[key] for key in keys]
 
     def _effect_key(self, intervention: Intervention, state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
-        return self._key(("effect", self._spec(intervention), _fingerprint(intervention, self)), state)
+        content = f"content={content_digest(intervention)}"
+        return self._key(("effect", self._spec(intervention), content, _fingerprint(intervention, self)), state)
 
     def _computed(self, interventions: list[Intervention]) -> list[Effect]:
         """The effects of `interventions`, computed together per path (nothing read from or put in the memo)."""
-        by_path: dict[str, list[int]] = {}
+        by_path: dict[_Path, list[int]] = {}
         for index, intervention in enumerate(interventions):
             by_path.setdefault(self._path(intervention), []).append(index)
         effects: dict[int, Effect] = {}
@@ -356,40 +411,48 @@ class Run:
 
     # -- the strategy picker
 
-    def _path(self, intervention: Intervention | None) -> str:
-        """How this intervention (None: the clean run) is measured: "resume:KIND", "engine:KIND" (a hooked
-        forward per head set, resampling keyed by prompt), "batched:KIND" or "hooked" (any intervention)."""
+    def _path(self, intervention: Intervention | None) -> _Path:
+        """How this intervention (None: the clean run) is measured (`_Path`)."""
         from interp.ablation import resumable
+        from interp.sweep import sweepable
 
+        if isinstance(intervention, EdgePatch) and self.strategy is not Strategy.HOOKED \
+                and self.behaviour.reads != "activation" and sweepable(self.model):
+            return _Path("sweep", source=None if intervention.source is None else prompt_fingerprint(intervention.source))
         if intervention is not None and not (isinstance(intervention, HeadAblation) and intervention.site == "z"):
-            return "hooked"
+            return _Path("hooked")
         if self.behaviour.reads == "activation":  # the engines read final outputs; an activation needs its hook
-            return "hooked"
+            return _Path("hooked")
         kind = intervention.kind if isinstance(intervention, HeadAblation) else "mean"
-        if self.strategy == "batched":
-            return f"batched:{kind}"
-        if self.strategy == "resume" and not resumable(self.model):
-            raise BadInput(f"Run: strategy='resume' needs a model whose blocks allow resuming (interp.ablation.resumable); "
-                           f"{type(self.model).__name__} does not. Use strategy='auto' or 'hooked'.")
-        if self.strategy == "hooked" or not resumable(self.model):
-            return f"engine:{kind}"
-        return f"resume:{kind}"
+        if self.strategy is Strategy.BATCHED:
+            return _Path("batched", kind)
+        if self.strategy is Strategy.RESUME and not resumable(self.model):
+            raise BadInput(f"Run: strategy=Strategy.RESUME needs a model whose blocks allow resuming "
+                           f"(interp.ablation.resumable); {type(self.model).__name__} does not. Use Strategy.AUTO or "
+                           "Strategy.HOOKED.")
+        if self.strategy is Strategy.HOOKED or not resumable(self.model):
+            return _Path("engine", kind)
+        return _Path("resume", kind)
 
     def _compute_clean(self) -> torch.Tensor:
         path = self._path(None)
-        if path.startswith("resume:"):
-            return self.engine(_kind(path)).losses([])[0]
-        if path.startswith("batched:"):
-            return self._batched(_kind(path), [])[0]
+        if path.how == "resume":
+            return self.engine(path.kind)._losses([])[0]
+        if path.how == "batched":
+            return self._batched(path.kind, [])[0]
         return measure(self.model, self.prompts, self.behaviour, clean=self.clean_summary(),
                        batch_size=self.batch_size, what="clean run")
 
-    def _compute(self, path: str, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _compute(self, path: _Path, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean values (prompt,) and intervened values (intervention, prompt) for a group on one path."""
-        if path.startswith(("resume:", "engine:")):
-            return self.engine(_kind(path), fast=path.startswith("resume:")).losses([_heads(i) for i in group])
-        if path.startswith("batched:"):
-            return self._batched(_kind(path), group)
+        if path.how in ("resume", "engine"):
+            return self.engine(path.kind, fast=path.how == "resume")._losses([_heads(i) for i in group])
+        if path.how == "batched":
+            return self._batched(path.kind, group)
+        if path.how == "sweep":
+            patches = cast(list[EdgePatch], group)
+            sweep = self.sweep(patches[0].source)  # one source per path
+            return sweep.clean(), sweep.values([patch.edges for patch in patches])
         rows = [self._hooked(intervention) for intervention in group]
         return self.clean(), torch.stack(rows) if rows else torch.zeros(0, len(self.prompts), dtype=torch.float64)
 
@@ -425,9 +488,12 @@ class Run:
     def _batched(self, kind: AblationKind, group: list[Intervention]) -> tuple[torch.Tensor, torch.Tensor]:
         heads = [_heads(i) for i in group]
         if any(len(h) != 1 for h in heads):
-            raise BadInput("Run: strategy='batched' ablates one head at a time; use 'resume' or 'hooked' for sets of heads.")
-        return batched_ablation_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
-                                       reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
+            raise BadInput("Run: Strategy.BATCHED ablates one head at a time; use Strategy.RESUME or Strategy.HOOKED for "
+                           "sets of heads.")
+        from interp.ablation import batched_values
+
+        return batched_values(self.model, self.prompts, self.behaviour, [h[0] for h in heads] or None, kind,
+                              reference=self.reference(kind), seed=self.seed, batch_size=self.batch_size)
 
     def _effects_of(self, group: Sequence[Intervention], clean: torch.Tensor, intervened: torch.Tensor) -> list[Effect]:
         effects = []
@@ -452,6 +518,22 @@ class Run:
             raise BadInput(f"Run.effect needs an intervention (a frozen dataclass with spec() and intervene(run, batch), "
                            f"e.g. interp.HeadAblation('L1H2', 'mean')); got {type(intervention).__name__}.")
         return json.dumps(intervention.spec(), sort_keys=True)
+
+
+class MemoKey(NamedTuple):
+    """One memoised value of a Run, in words (`Run.memo_keys`)."""
+
+    kind: str  # "effect", "clean", "reference", "engine", "resid-pre", ...
+    behaviour: str  # the behaviour's name and parameters
+    what: str  # the rest of the key: an effect's intervention spec (JSON) and content digest
+    prompts: str  # the prompt set's fingerprint (`prompt_fingerprint`), shortened
+
+
+def _readable(full: tuple[Any, ...], behaviour: Behaviour) -> MemoKey:
+    key, prompts = full[0], full[1]
+    params = ", ".join(f"{name}={value}" for name, value in behaviour.params)
+    parts = [part if isinstance(part, str) else repr(part) for part in key[1:] if part is not None]
+    return MemoKey(str(key[0]), behaviour.name + (f"({params})" if params else ""), " ".join(parts), str(prompts)[:12])
 
 
 RUN_OPTIONS = ("behaviour", "positions", "batch_size", "seed", "strategy", "reference", "device", "dtype")
@@ -479,15 +561,48 @@ def as_run(model: "nn.Module | Run", prompts: PromptSet | None, *, where: str, *
     return Run(model, prompts, **given)
 
 
-def _kind(path: str) -> AblationKind:
-    kind = path.partition(":")[2]
-    assert kind in ABLATION_KINDS  # _path writes only HeadAblation kinds after the colon
-    return cast(AblationKind, kind)
-
-
 def _heads(intervention: Intervention) -> list[tuple[int, int]]:
     assert isinstance(intervention, HeadAblation)  # only head ablations take the resume and batched paths
     return list(intervention.heads)
+
+
+def content_digest(value: Any) -> str:
+    """A digest of what an intervention holds: its fields, recursively (dataclasses, tuples, lists, dicts), every
+    tensor by its bytes (`tensor_digest`) and every prompt set by `prompt_fingerprint`, plain values by repr, any
+    other object by its type's name (such an object says what it computes through `fingerprint(run)`). Part of the
+    memo key, so two interventions whose spec() is equal but whose tensors differ never share a number."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in _content_parts(value, depth=0):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _content_parts(value: Any, depth: int) -> Iterable[str]:
+    if depth > 8:  # deeper than any intervention's data: named by its type
+        yield type(value).__qualname__
+    elif isinstance(value, torch.Tensor):
+        yield "tensor:" + tensor_digest(value)
+    elif isinstance(value, PromptSet):
+        yield "prompts:" + prompt_fingerprint(value)
+    elif value is None or isinstance(value, (bool, int, float, str, bytes)):
+        yield repr(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        yield type(value).__qualname__
+        for field in dataclasses.fields(value):
+            yield field.name
+            yield from _content_parts(getattr(value, field.name), depth + 1)
+    elif isinstance(value, (tuple, list)):
+        yield f"{type(value).__name__}[{len(value)}]"
+        for item in value:
+            yield from _content_parts(item, depth + 1)
+    elif isinstance(value, dict):
+        yield f"dict[{len(value)}]"
+        for key, item in value.items():
+            yield repr(key)
+            yield from _content_parts(item, depth + 1)
+    else:
+        yield type(value).__qualname__
 
 
 def _fingerprint(intervention: Intervention, run: Run) -> str | None:
@@ -520,5 +635,6 @@ def _clean_resid(model: HookedGPT, tokens: torch.Tensor, mask: torch.Tensor | No
     return resid
 
 
-__all__ = ["Effect", "Intervention", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "parameter_version",
-           "prompt_fingerprint"]
+__all__ = ["Effect", "Intervention", "MemoKey", "Run", "RUN_OPTIONS", "STRATEGIES", "Strategy", "as_run", "as_strategy",
+           "content_digest",
+           "parameter_version", "prompt_fingerprint"]

@@ -1,4 +1,7 @@
 """The models and known answers that several test modules share (imported by name: tests/ is on sys.path)."""
+import contextlib
+from typing import Iterator
+
 import pytest
 import torch
 
@@ -67,3 +70,14 @@ def converted_hf(family: str) -> HookedGPT:
             vocab_size=50, max_position_embeddings=32, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
             num_key_value_heads=2, intermediate_size=40, attention_bias=True))
     return convert_model(randomise(hf, 0)).eval()
+
+
+@contextlib.contextmanager
+def ablating(model: torch.nn.Module, heads, kind: str = "mean", *, reference=None, site: str = "z", seed: int = 0,
+            prompts=None) -> Iterator[torch.nn.Module]:
+    """A forward by hand with heads ablated, the oracle Run's numbers are checked against: `HeadAblation`'s
+    hooks (what `interp.ablate` did before it was removed), removed on exit."""
+    from interp.interventions import HeadAblation
+
+    with interp.hooked(model, HeadAblation(heads, kind, site).hooks(model, reference, seed, prompts=prompts)):
+        yield model

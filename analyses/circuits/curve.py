@@ -43,12 +43,12 @@ import torch
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.analyses.circuits.evaluation import Interval
-from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, graph, parse_edge
 from interp.run import Run
 from interp.stats import ratio_bootstrap
+from interp.sweep import PatchSweep, patched_values
 
 MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 N_RANDOM = 5  # random rankings in the baseline
@@ -295,7 +295,7 @@ def _measure(sweep: PatchSweep, every: list[Edge], rankings: dict[str, list[Edge
     patched once (every edge outside it), the empty circuit taken as every edge patched."""
     plans = {name: _kept(ranked, fractions) for name, ranked in rankings.items()}
     distinct = sorted({kept for _, sets in plans.values() for kept in sets}, key=len)
-    values = sweep.values([[e for e in every if e not in kept] for kept in distinct])  # (circuit, prompt)
+    values = patched_values(sweep.run, [[e for e in every if e not in kept] for kept in distinct], sweep.source)
     row = {kept: i for i, kept in enumerate(distinct)}
     return {name: (selected, [len(k) for k in sets], values[[row[k] for k in sets]])
             for name, (selected, sets) in plans.items()}
@@ -328,8 +328,8 @@ def faithfulness_curve(run: Run, scores: str | Mapping[str, float] | Any, fracti
     if missing:
         raise BadInput(f"faithfulness_curve needs a score for every edge of the model; {len(missing)} of {len(every)} "
                        f"have none (e.g. {missing[:3]}).")
-    sweep = PatchSweep(test_run, test_source)
-    clean, empty = sweep.clean(), sweep.values([every])[0]
+    sweep = test_run.sweep(test_source)
+    clean, empty = sweep.clean(), patched_values(test_run, [every], test_source)[0]
     rankings = {"signed": _ranked(table, every, False), "absolute": _ranked(table, every, True)}
     for i in range(n_random):
         order = torch.randperm(len(every), generator=derive_generator(test_run.seed, f"curve-random-{i}"))

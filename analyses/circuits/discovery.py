@@ -9,8 +9,8 @@ Methods (both patch from the corrupted run, `interp.paths.EdgePatch`'s resampled
 
 - "acdc" (Conmy et al. 2023): receivers from the logits backwards (reverse forward order); for each
   incoming edge, patch it on top of the edges removed so far; if the behaviour (mean over prompts) moves by
-  less than the threshold it stays removed. Exact patched runs (`PatchSweep`: resumed from the receiver's
-  layer). A receiver none of whose outgoing edges is kept cannot be seen through any edge, so its incoming
+  less than the threshold it stays removed. Exact patched runs, each the Run's `EdgePatch` effect (memoised there;
+  swept by `run.sweep`, resumed from the receiver's layer). A receiver none of whose outgoing edges is kept cannot be seen through any edge, so its incoming
   edges are removed without a run (score 0: patching them changes nothing, exactly).
 - "eap": attribution patching (`interp.analyses.circuits.attribution`): keep the edges whose estimated
   effect is at least the threshold. One corrupted forward and one forward and backward per batch.
@@ -49,7 +49,7 @@ from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of
 from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
-from interp.paths import Edge, Node, as_edges, graph, nodes, parse_edge, parse_node
+from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
 from interp.validate import as_real, check_fraction
 
@@ -219,11 +219,11 @@ def _receivers_backwards(model: nn.Module) -> list[Node]:
     return order[::-1]
 
 
-def _checked_gap(sweep: PatchSweep, every: list[Edge]) -> float:
-    """B(all patched) - B(clean), the mean over the proposing prompts; BadInput when it is within its noise
-    (`check_gap`: no behaviour for a circuit to explain)."""
-    per_prompt = sweep.values([every])[0] - sweep.clean()  # (prompt,)
-    check_gap(per_prompt, "discover", sweep.run.behaviour.unit, sweep.run.seed)
+def _checked_gap(run: Run, every: list[Edge], source: PromptSet | None) -> float:
+    """B(all patched) - B(clean), the mean over the proposing prompts (the Run's effect of patching every edge);
+    BadInput when it is within its noise (`check_gap`: no behaviour for a circuit to explain)."""
+    per_prompt = run.effect(EdgePatch(tuple(every), source=source)).values  # (prompt,)
+    check_gap(per_prompt, "discover", run.behaviour.unit, run.seed)
     return float(per_prompt.mean())
 
 
@@ -231,11 +231,11 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
          max_edges: int = ACDC_MAX_EDGES) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC on `run`'s prompts (see the module): the kept edges, every edge's score, and the gap; refused above
     `max_edges` edges with an estimate of the time it would take."""
-    sweep = PatchSweep(run, source)
+    sweep = run.sweep(source)
     every = graph(run.model)
     if len(every) > max_edges:
         raise BadInput(_too_many_edges(sweep, every, max_edges))
-    gap = _checked_gap(sweep, every)
+    gap = _checked_gap(run, every, source)
     clean = float(sweep.clean().mean())
     tau = threshold * abs(gap)
     removed: list[Edge] = []
@@ -251,7 +251,7 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
                 kept.discard(edge)
             continue
         for edge in sorted(incoming, key=lambda e: e.sender, reverse=True):
-            trial = float(sweep.values([removed + [edge]])[0].mean())
+            trial = float(run.effect(EdgePatch((*removed, edge), source=source)).intervened.mean())
             scores[edge.label] = trial - current
             if abs(trial - current) < tau:
                 removed.append(edge)
@@ -263,9 +263,8 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
 def eap(run: Run, threshold: float = EAP_THRESHOLD, *, source: PromptSet | None = None
         ) -> tuple[set[Edge], dict[str, float], float]:
     """EAP discovery on `run`'s prompts (see the module): the kept edges, every edge's estimate, and the gap."""
-    sweep = PatchSweep(run, source)
     every = graph(run.model)
-    gap = _checked_gap(sweep, every)
+    gap = _checked_gap(run, every, source)
     result = attribution_patching(run, source=source)
     means = result.edge_values.mean(1)  # (edge,)
     scores = {edge.label: float(score) for edge, score in zip(result.edges, means)}
@@ -293,7 +292,7 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
                ) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC over nodes on `run`'s prompts (see the module): every edge between the kept nodes, each edge scored with
     its sender's removal effect, and the gap."""
-    sweep = PatchSweep(run, source)
+    sweep = run.sweep(source)
     every_node = nodes(run.model)
     candidates = [node for node in every_node if node.kind in ("head", "mlp")]
     writers = [node for node in every_node if node.kind != "logits"]

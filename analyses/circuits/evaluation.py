@@ -37,12 +37,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, Node, as_edges, check_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
 from interp.stats import bootstrap, ratio_bootstrap
+from interp.sweep import PatchSweep, patched_values
 from interp.validate import check_fraction
 
 N_SUBSETS = 10  # random node subsets K for completeness, besides every single node
@@ -186,7 +186,7 @@ def _completeness(sweep: PatchSweep, every: list[Edge], kept: list[Edge], outsid
     sets = []
     for subset in subsets:
         sets += [outside + _touching(kept, subset), _touching(every, subset)]
-    values = sweep.values(sets)  # (2 * subset, prompt): C \ K, M \ K
+    values = patched_values(sweep.run, sets, sweep.source)  # (2 * subset, prompt): C \ K, M \ K
     gap = clean - all_patched  # (prompt,)
     rows, best = [], Interval(0.0, 0.0, 0.0)
     for i, subset in enumerate(subsets):
@@ -204,7 +204,7 @@ def _completeness(sweep: PatchSweep, every: list[Edge], kept: list[Edge], outsid
 
 def _minimality(sweep: PatchSweep, kept: list[Edge], outside: list[Edge], circuit_only: torch.Tensor, tau: float,
                 seed: int, unit: str) -> tuple[Interval, pd.DataFrame]:
-    values = sweep.values([outside + [edge] for edge in kept])  # (edge, prompt)
+    values = patched_values(sweep.run, [outside + [edge] for edge in kept], sweep.source)  # (edge, prompt)
     rows, smallest = [], Interval(float("inf"), float("inf"), float("inf"))
     for edge, row in zip(kept, values):
         cost = _abs_interval(_interval(bootstrap(row - circuit_only, seed=seed, label=f"minimality-{edge.label}")))
@@ -240,12 +240,12 @@ def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet
     run = as_run(model_or_run, prompts, where="test_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
     kept, own = circuit_edges(run.model, circuit)
     fraction = _test_settings(threshold, own, n_subsets, "test_circuit")
-    sweep = PatchSweep(run, source)
+    sweep = run.sweep(source)
     every = graph(run.model)
     kept_set = set(kept)
     outside = [e for e in every if e not in kept_set]
     clean = sweep.clean()
-    all_patched, circuit_only = sweep.values([every, outside])
+    all_patched, circuit_only = patched_values(run, [every, outside], source)
     gap = clean - all_patched
     noise = gap_noise(gap, run.behaviour.unit, run.seed)
     tau = fraction * abs(float(gap.mean()))
@@ -274,7 +274,7 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
     run = as_run(model_or_run, prompts, where="test_node_circuit", behaviour=behaviour, batch_size=batch_size, seed=seed)
     kept_edges, own = circuit_edges(run.model, circuit)
     fraction = _test_settings(threshold, own, n_subsets, "test_node_circuit")
-    sweep = PatchSweep(run, source)
+    sweep = run.sweep(source)
     writers = [n for n in nodes(run.model) if n.kind != "logits"]
     kept = {n for e in kept_edges for n in (e.sender, e.receiver)} | {parse_node("embed")}
     inside = [n for n in writers if n in kept and n.kind != "embed"]

@@ -87,7 +87,7 @@ from interp.interventions import (
     PatternSubstitution,
 )
 from interp.models.gpt import masked_next_token_loss
-from interp.run import Run
+from interp.run import Run, Strategy
 
 Part = Literal["behaviour", "first_copy"]
 
@@ -147,11 +147,14 @@ FIRST_COPY_LOSS = Behaviour("next_token_loss", "logits", _first_copy, descriptio
 
 
 def claims_run(ctx: Context, behaviour: Behaviour) -> Run:
-    """The `interp.Run` the claims' causal evidence asks: the context's model, prompts, batch size and seed,
-    one hooked forward per intervention (as `test_claims` has always measured), for `behaviour`."""
-    base = ctx.cached(("run",), lambda: Run(ctx.model, ctx.prompts, behaviour=behaviour, batch_size=ctx.batch_size,
-                                             seed=ctx.seed, strategy="hooked"))
-    return base.with_behaviour(behaviour)
+    """The `interp.Run` the claims' causal evidence asks, for `behaviour`: the context's (`test_claims(run, ...)`'s,
+    or the one `test_claims(model, ...)` built), else, for a context made by hand, one built once on its model,
+    prompts, batch size and seed, one hooked forward per intervention (as `test_claims` has always measured)."""
+    if ctx.run is None:
+        ctx.run = Run(ctx.model, ctx.prompts, behaviour=behaviour, batch_size=ctx.batch_size, seed=ctx.seed,
+                      strategy=Strategy.HOOKED)
+    run: Run = ctx.run
+    return run.with_behaviour(behaviour)
 
 
 @contextlib.contextmanager

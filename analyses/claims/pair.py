@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from interp.ablation import resumable
-from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _parse_pairs, redundancy_run
+from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _check_n, _parse_pairs, redundancy_run
 from interp.analyses.redundancy.interaction import compensation
 from interp.behaviour import BehaviourLike
 from interp.claims import (
@@ -38,9 +38,14 @@ from interp.validate import check_head_pair, check_inputs
 
 
 def pair_run(ctx: Context, behaviour: BehaviourLike, batch_size: int) -> Run:
-    """The `interp.Run` pair claims measure with: the context's model and prompts, the claim's behaviour (else
-    the test's: `ctx.behaviour`; by default the model's own as `interp.Run` measures it, as `importance`)."""
+    """The `interp.Run` pair claims measure with, for the claim's behaviour (else the test's: `ctx.behaviour`; by
+    default the model's own as `interp.Run` measures it, as `importance`): the context's Run (`test_claims`'),
+    else, for a context made by hand, one on its model and prompts with `batch_size`."""
     chosen = behaviour if behaviour is not None else ctx.behaviour
+    if ctx.run is not None:  # test_claims' Run (the user's, or the one it built): its memo keeps every effect
+        _check_n(ctx.run.prompts)
+        run: Run = ctx.run.with_behaviour(chosen)
+        return run
     return ctx.cached(("pair-run", chosen, batch_size), lambda: redundancy_run(
         ctx.model, ctx.prompts, "pair claims", behaviour=chosen, batch_size=batch_size, seed=ctx.seed))
 

@@ -14,7 +14,7 @@ from interp.claims import MIN_PROMPTS_FOR_VERDICT
 from interp.data import PromptSet
 from interp.heads import Head, head_label
 from interp.interventions import ABLATION_KINDS, check_heads
-from interp.run import Run, as_run
+from interp.run import Run, Strategy, as_run
 from interp.stats import MIN_PROMPTS, TooFewPrompts, bootstrap
 
 DEFAULT_MARGIN = 0.05  # nats per token: a head is "cheap" to remove if it costs less than this
@@ -32,10 +32,10 @@ def redundancy_run(model: "nn.Module | Run", prompts: PromptSet | None, where: s
     """The `interp.Run` a redundancy analysis measures: the one given, or one built from (model, prompts, options)
     with `interp.Run`'s defaults, so its behaviour is the one claims and the report measure (`positions="auto"`:
     the repeated positions when the prompts have a repeat structure, `Repeats.query_mask`, else every real position). `fast=False`: one hooked forward
-    per ablation (strategy "hooked"). `method`: the ablation kind, checked here."""
+    per ablation (`Strategy.HOOKED`). `method`: the ablation kind, checked here."""
     if method not in ABLATION_KINDS:
         raise ValueError(f"{where}: method={method!r} is not an ablation kind; expected one of {list(ABLATION_KINDS)}.")
-    run = as_run(model, prompts, where=where, strategy=None if fast else "hooked", **options)
+    run = as_run(model, prompts, where=where, strategy=None if fast else Strategy.HOOKED, **options)
     _check_n(run.prompts)
     return run
 

@@ -7,14 +7,15 @@ context manager whose hooks are removed in `finally` (`interp.hooks.hooked`). Mo
   `as_prompts`, `run_stopping_after`, `tensor_digest`.
 - `references`: `reference_activations`, the heads' mean (at matched token roles) and per-prompt values
   over reference prompts, which mean and resample ablation take theirs from.
-- `ablation`: `HeadAblation`, `ablate`, `AblationValues`, `batched_head_ablations` (the GPU path).
+- `ablation`: `HeadAblation` (its `hooks()` for a hooked forward outside a Run), `AblationValues`, and the
+  batched ablations behind `interp.Run`'s strategy "batched" (the GPU path).
 - `patterns`: `substitute_pattern`, `PatternSubstitution`, `pattern_names` ("uniform" and the head types' ideal
   patterns, `interp.head_types`) and the pattern checks.
 - `knockout`: `AttentionKnockout`, knocking out the attention a role predicts (and its control).
 
 Every public name is importable from here (`from interp.interventions import HeadAblation`).
 """
-from interp.interventions.ablation import AblationValues, HeadAblation, ablate, batched_head_ablations, needs_samples
+from interp.interventions.ablation import AblationValues, HeadAblation, needs_samples
 from interp.interventions.common import (
     ABLATION_KINDS,
     ABLATION_SITES,
@@ -72,10 +73,8 @@ __all__ = [
     "PatternSubstitution",
     "ReferenceActivations",
     "TargetSource",
-    "ablate",
     "all_heads",
     "as_prompts",
-    "batched_head_ablations",
     "check_heads",
     "check_pattern_rows",
     "control_removal",
@@ -94,3 +93,10 @@ __all__ = [
     "tensor_digest",
     "uniform_pattern",
 ]
+
+
+
+def __getattr__(name: str) -> object:
+    from interp.removed import removed
+
+    raise removed(__name__, name)  # a name removed in 0.x says what replaces it

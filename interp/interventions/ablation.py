@@ -5,9 +5,10 @@
   same roles (resampling), or, with kind="auto", resampling for heads whose output is near-constant across
   prompts and the mean otherwise (`HeadAblation.resolved_kind(run)` names what was done). `spec()` is plain
   data for reports; `hooks(model, reference, prompts=)` gives `(hook_name, fn)` pairs for `run_with_hooks`.
-- `ablate(...)`: the same as a context manager; its hooks are removed in `finally` (`interp.hooks.hooked`).
+  `with hooked(model, ablation.hooks(model, reference)):` runs it outside a Run (hooks removed in `finally`).
 - `AblationValues`: the values that replace one head's activation under a kind (what the hooks call).
-- `batched_head_ablations`: many single-head ablations in one forward by expanding the batch.
+- `_batched_head_ablations`: many single-head ablations in one forward by expanding the batch, internal to
+  `interp.Run`'s `Strategy.BATCHED` (`Run(..., strategy=Strategy.BATCHED).effects([...])` is the public road).
   On a GPU that is the usual win; on these CPUs it measured about 2x *slower* than one
   forward per head (`python -m benchmarks redundancy` measures it), so analyses do not rely on it there.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 import einops
 import torch
@@ -285,36 +286,12 @@ class HeadAblation:
         return hooked(run.model, self.hooks(run.model, self._reference(run), run.seed, prompts=batch))
 
 
-@contextlib.contextmanager
-def ablate(
-    model: nn.Module,
-    heads: HeadLike | Iterable[HeadLike],
-    kind: AblationKind = "mean",
-    *,
-    reference: PromptSet | ReferenceActivations | None = None,
-    site: AblationSite = "z",
-    seed: int = 0,
-    prompts: PromptSet | None = None,
-) -> Iterator[nn.Module]:
-    """`with ablate(model, [(1, 3)], "mean", reference=prompts, prompts=prompts): model(tokens)`; hooks removed on exit.
-
-    `reference` is a PromptSet (its activations are computed on entry: one forward over it) or
-    the `ReferenceActivations` of `reference_activations(model, prompts)`, to share them
-    between many ablations. `prompts`: the prompts the forward inside reads; with a reference of
-    varying layout (padding, special tokens) each position then gets its token role's values
-    (without it, the per-position ones).
-    """
-    ablation = HeadAblation(parse_heads(heads), kind, site)
-    with hooked(model, ablation.hooks(model, reference, seed, prompts=prompts)):
-        yield model
-
-
 # ---------------------------------------------------------------------------------------------
 # many single-head ablations in one forward
 
 
 @torch.no_grad()
-def batched_head_ablations(
+def _batched_head_ablations(
     model: nn.Module,
     tokens: torch.Tensor | PromptSet,
     heads: Sequence[HeadLike] | None = None,
@@ -332,6 +309,7 @@ def batched_head_ablations(
     all). `forward_kwargs` go to the model (e.g. `return_type="loss", loss_per_token=True`);
     the output must keep a batch axis. Equal to one forward per head to float tolerance.
     Measured on CPUs (`python -m benchmarks redundancy`) as about 2x slower than the sequential loop: use it on a GPU.
+    Internal: `interp.Run`'s `Strategy.BATCHED` calls it (through `interp.ablation`).
     """
     prompts = as_prompts(tokens)
     heads = all_heads(model) if heads is None else check_heads(model, heads)

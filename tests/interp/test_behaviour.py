@@ -8,10 +8,11 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from factories import ablating
 
 import interp
 from interp import behaviour as B
-from interp.ablation import AblationEngine
+from interp.ablation import AblationEngine, batched_values
 from interp.analyses import claims as hc
 from interp.analyses import redundancy as R
 from interp.analyses.claims import pair as P
@@ -20,7 +21,6 @@ from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, Repeats, random_tokens, repeated_tokens
 from interp.errors import BadInput
 from interp.hooks import hooked, live_hooks
-from interp.interventions import ablate
 from interp.models import EncoderConfig, HookedEncoder
 from interp.models.constructed import induction_circuit, pattern_heads
 
@@ -187,14 +187,14 @@ def test_embedding_change_known_answer_when_the_induction_head_is_ablated(circui
     """Zero-ablating L1H0 removes exactly its write (its `hook_result`) from the final hidden state; it
     writes on repeats and nothing when no token repeats (it attends to BOS, whose value is zero)."""
     behaviour = B.embedding_change()
-    measured = B.measure(circuit, repeated, behaviour, intervene=lambda batch: ablate(circuit, [(1, 0)], "zero"))
+    measured = B.measure(circuit, repeated, behaviour, intervene=lambda batch: ablating(circuit, [(1, 0)], "zero"))
     _, cache = circuit.run_with_cache(repeated.tokens)
     final = cache["blocks.1.hook_resid_post"]  # no LayerNorm in the constructed models: this is the hidden state
     without = final - cache["blocks.1.attn.hook_result"][:, :, 0]
     expected = 1 - F.cosine_similarity(final.mean(1).double(), without.mean(1).double(), dim=-1)
     torch.testing.assert_close(measured, expected, atol=1e-6, rtol=1e-5)
     assert float(measured.min()) > 1e-3
-    on_distinct = B.measure(circuit, distinct, behaviour, intervene=lambda batch: ablate(circuit, [(1, 0)], "zero"))
+    on_distinct = B.measure(circuit, distinct, behaviour, intervene=lambda batch: ablating(circuit, [(1, 0)], "zero"))
     assert float(on_distinct.abs().max()) < 1e-9
 
 
@@ -226,8 +226,8 @@ def test_embedding_behaviour_in_joint_ablation_compensation_and_pruning(tiny_enc
     mask[2, 6:] = 0
     prompts = PromptSet(tokens, mask)
     sets = [[(0, 1)], [(0, 2), (1, 3)]]
-    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4).losses(sets)
-    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4, fast=False).losses(sets)
+    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4)._losses(sets)
+    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour="embedding", batch_size=4, fast=False)._losses(sets)
     for f, s in zip(fast, slow):
         torch.testing.assert_close(f, s, atol=1e-6, rtol=1e-5)
     assert float(fast[0].abs().max()) == 0.0  # the clean run is its own reference
@@ -251,7 +251,7 @@ def test_user_callable_is_a_behaviour(circuit, repeated):
     by_behaviour = R.importance(circuit, repeated, "zero", behaviour=logit_of_bos, gradient=False)
     with torch.no_grad():
         clean = logit_of_bos(circuit(repeated.tokens), repeated).double()
-        with ablate(circuit, [(1, 0)], "zero"):
+        with ablating(circuit, [(1, 0)], "zero"):
             ablated = logit_of_bos(circuit(repeated.tokens), repeated).double()
     assert by_behaviour.set_index("label").loc["L1H0", "delta_loss"] == pytest.approx(float((ablated - clean).mean()), rel=1e-5)
     assert by_behaviour.attrs["loss"] == "logit_of_bos"
@@ -263,7 +263,7 @@ def test_user_callable_is_a_behaviour(circuit, repeated):
     frame = R.importance(circuit, repeated, "zero", behaviour=on_hidden, gradient=False)
     with torch.no_grad():
         clean = _final_hidden(circuit, repeated.tokens).mean(1).pow(2).sum(-1).double()
-        with ablate(circuit, [(1, 0)], "zero"):
+        with ablating(circuit, [(1, 0)], "zero"):
             ablated = _final_hidden(circuit, repeated.tokens).mean(1).pow(2).sum(-1).double()
     assert frame.set_index("label").loc["L1H0", "delta_loss"] == pytest.approx(float((ablated - clean).mean()), rel=1e-5)
     with pytest.raises(BadInput, match="one loss per prompt"):
@@ -319,8 +319,8 @@ def test_masked_lm_loss_masks_each_prompt_the_same_way_in_any_batch(tiny_encoder
     per = F.cross_entropy(logits.flatten(0, 1), prompts.tokens.flatten(), reduction="none").view(prompts.tokens.shape)
     expected = (per * chosen).sum(-1) / chosen.sum(-1)
     torch.testing.assert_close(behaviour(logits, prompts), expected)
-    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4).losses([[(1, 2)]])
-    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4, fast=False).losses([[(1, 2)]])
+    fast = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4)._losses([[(1, 2)]])
+    slow = AblationEngine(tiny_encoder, prompts, "mean", behaviour=behaviour, batch_size=4, fast=False)._losses([[(1, 2)]])
     torch.testing.assert_close(fast[0], expected.double(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast[1], slow[1], atol=1e-5, rtol=1e-5)
 
@@ -430,7 +430,7 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
     assert float(B.measure(model, prompts, B.embedding_change()).abs().max()) == 0.0
     # z ablation through the bridge takes effect: it equals zeroing the head in Hugging Face's own attention
     layer, head = 5, 1
-    measured = B.measure(model, prompts, B.embedding_change(), intervene=lambda batch: ablate(model, [(layer, head)], "zero"))
+    measured = B.measure(model, prompts, B.embedding_change(), intervene=lambda batch: ablating(model, [(layer, head)], "zero"))
     d_head = model.cfg.d_head
 
     def zero_head(module, args, out):
@@ -454,8 +454,8 @@ def test_minilm_bridge_final_hidden_state_is_the_encoder_output():
 def test_batched_ablations_equal_the_resumed_engine(circuit, repeated, name):
     behaviour = B.as_behaviour(name, circuit)
     heads = [(0, 0), (0, 2), (1, 0), (1, 3)]
-    clean, ablated = B.batched_ablation_values(circuit, repeated, behaviour, heads, "mean", batch_size=5, chunk_size=3)
-    engine_clean, engine_ablated = AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5).losses(
+    clean, ablated = batched_values(circuit, repeated, behaviour, heads, "mean", batch_size=5, chunk_size=3)
+    engine_clean, engine_ablated = AblationEngine(circuit, repeated, "mean", behaviour=behaviour, batch_size=5)._losses(
         [[h] for h in heads])
     torch.testing.assert_close(clean, engine_clean, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(ablated, engine_ablated, atol=1e-5, rtol=1e-5)

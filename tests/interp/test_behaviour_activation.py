@@ -57,7 +57,7 @@ def test_an_unknown_or_unreached_hook_is_bad_input(toy, prompts, monkeypatch):
 
 def test_a_run_measures_an_activation_behaviour_with_hooked_forwards(toy, prompts):
     run = interp.Run(toy, prompts).with_behaviour(B.Behaviour("score", "activation", last_score, hook=SCORES))
-    assert run._path(None) == "hooked" and run._path(interp.HeadAblation("L0H2", "zero")) == "hooked"
+    assert run._path(None).how == "hooked" and run._path(interp.HeadAblation("L0H2", "zero")).how == "hooked"
     _, cache = toy.run_with_cache(prompts.tokens, names_filter=[SCORES])
     torch.testing.assert_close(run.clean(), cache[SCORES][:, 0, -1, 0].double())
     effect = run.effect(interp.HeadAblation("L0H2", "zero"))
@@ -77,9 +77,9 @@ def test_the_ablation_engine_reads_an_activation_by_a_hooked_forward_only(toy, p
 
     behaviour = B.Behaviour("score", "activation", last_score, hook=SCORES)
     slow = AblationEngine(toy, prompts, "zero", behaviour=behaviour, fast=False)
-    clean, ablated = slow.losses([[(0, 2)]])
+    clean, ablated = slow._losses([[(0, 2)]])
     _, cache = toy.run_with_cache(prompts.tokens, names_filter=[SCORES])
     torch.testing.assert_close(clean, cache[SCORES][:, 0, -1, 0].double())
     assert not torch.equal(ablated[0], clean)
     with pytest.raises(BadInput, match=r"resuming from cached residuals cannot give; measure it through interp.Run"):
-        AblationEngine(toy, prompts, "zero", behaviour=behaviour, fast=True).losses([[(0, 2)]])
+        AblationEngine(toy, prompts, "zero", behaviour=behaviour, fast=True)._losses([[(0, 2)]])

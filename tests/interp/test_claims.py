@@ -295,3 +295,27 @@ def test_evidence_helpers_use_the_studentized_interval_and_a_guarded_p_value(ctx
     # difference_evidence keeps min_effect / unit
     diff = difference_evidence("necessity", values, values - 0.005, ctx, what="d", min_effect=0.01, unit="nats")
     assert diff.passed is False and "below the practical minimum 0.01 nats" in diff.detail
+
+
+def test_claims_take_a_run_and_read_their_numbers_through_it(tiny_gpt):
+    """test_claims(run, claims): the Run's prompts, seed and batch size, and its memo keeps the claims' effects;
+    the (model, claims, prompts) form builds a Run of its own and gives the same table."""
+    from interp.analyses.claims import induction_head
+    from interp.data import repeated_tokens
+    from interp.errors import BadInput
+    from interp.run import Run, Strategy
+
+    prompts = repeated_tokens(32, 6, 39, seed=0, bos=39)
+
+    claims = [induction_head(1, 2)]
+    run = Run(tiny_gpt, prompts, strategy=Strategy.HOOKED, batch_size=32)
+    by_run = run_test_claims(run, claims, evidence=("observational", "necessity"))
+    by_model = run_test_claims(tiny_gpt, claims, prompts, evidence=("observational", "necessity"))
+    assert by_run[["verdict", "p_value", "necessity"]].equals(by_model[["verdict", "p_value", "necessity"]])
+    effects = [key.what for key in run.memo_keys() if key.kind == "effect"]
+    assert any('"heads": [[1, 2]]' in what for what in effects)  # the whole-head ablation
+    assert any('"knockout": [1, 2]' in what for what in effects)  # the targeted knockout and its control
+    with pytest.raises(BadInput, match=r"a Run carries its prompts and settings; \['prompts'\]"):
+        run_test_claims(run, claims, prompts)
+    with pytest.raises(BadInput, match=r"\['seed'\] cannot be given beside it"):
+        run_test_claims(run, claims, seed=3)

@@ -1,15 +1,19 @@
 """interp.Run: one measurement object for every causal number (effects, memo, strategies, bad input)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from factories import ablating
 
 import interp
+import interp.run as run_module
 from interp.data import PromptSet, pad, repeated_tokens
 from interp.errors import BadInput
-from interp.interventions import HeadAblation, PatternSubstitution, ablate
+from interp.interventions import HeadAblation, PatternSubstitution
 from interp.models.constructed import induction_circuit
-from interp.run import Effect, Run, parameter_version, prompt_fingerprint
+from interp.run import Effect, Run, Strategy, parameter_version, prompt_fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -36,27 +40,27 @@ def test_the_notebook_snippet(toy, prompts) -> None:
 
 
 def test_an_effect_equals_the_hooked_forward_by_hand(toy, prompts) -> None:
-    """The resumed path and a plain `with ablate(...)` forward give the same per-prompt losses."""
+    """The resumed path and a plain `with ablating(...)` forward give the same per-prompt losses."""
     run = Run(toy, prompts)
     effect = run.effect(HeadAblation((1, 2), "mean"))
     behaviour = run.behaviour
     reference = run.reference("mean")
-    with torch.no_grad(), ablate(toy, [(1, 2)], "mean", reference=reference):
+    with torch.no_grad(), ablating(toy, [(1, 2)], "mean", reference=reference):
         logits = toy(prompts.tokens)
     by_hand = behaviour(logits, prompts).double()
     torch.testing.assert_close(effect.intervened, by_hand, atol=2e-6, rtol=0)
-    hooked = Run(toy, prompts, strategy="hooked").effect(HeadAblation((1, 2), "mean"))
+    hooked = Run(toy, prompts, strategy=Strategy.HOOKED).effect(HeadAblation((1, 2), "mean"))
     torch.testing.assert_close(hooked.values, effect.values, atol=2e-6, rtol=0)
 
 
 def test_batched_strategy_agrees_with_resuming(toy, prompts) -> None:
     heads = [HeadAblation(h, "mean") for h in ("L0H0", "L1H1", "L1H2")]
-    resumed = Run(toy, prompts, strategy="resume").effects(heads)
-    batched = Run(toy, prompts, strategy="batched").effects(heads)
+    resumed = Run(toy, prompts, strategy=Strategy.RESUME).effects(heads)
+    batched = Run(toy, prompts, strategy=Strategy.BATCHED).effects(heads)
     for a, b in zip(resumed, batched):
         torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
     with pytest.raises(BadInput, match="one head at a time"):
-        Run(toy, prompts, strategy="batched").effect(HeadAblation(["L0H0", "L0H1"], "mean"))
+        Run(toy, prompts, strategy=Strategy.BATCHED).effect(HeadAblation(["L0H0", "L0H1"], "mean"))
 
 
 def test_the_memo_serves_a_repeated_effect_without_a_forward(toy, prompts, monkeypatch) -> None:
@@ -185,7 +189,7 @@ def test_pattern_substitution_takes_a_tensor_as_substitute_pattern_does(toy, pro
     from interp.head_types import TargetBatch, get_head_type
     from interp.interventions import substitute_pattern
 
-    run = Run(toy, prompts, strategy="hooked")
+    run = Run(toy, prompts, strategy=Strategy.HOOKED)
     ideal = get_head_type("previous_token").ideal_pattern(TargetBatch.from_prompts(prompts))[0]  # (query, key)
     effect = run.effect(PatternSubstitution("L1H2", ideal))
     with torch.no_grad(), substitute_pattern(toy, 1, 2, ideal):
@@ -240,11 +244,11 @@ def test_auto_strategy_hooks_models_that_cannot_resume(prompts) -> None:
     encoder = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, d_vocab=256, seed=0,
                                           post_norm=True))  # BERT's blocks: resuming after attention is not exact
     run = Run(encoder, prompts, behaviour="embedding")
-    assert run._path(HeadAblation("L0H0")) == "engine:mean"  # one hooked forward per head set
+    assert run._path(HeadAblation("L0H0")) == run_module._Path("engine", "mean")  # one hooked forward per head set
     effect = run.effect(HeadAblation("L0H0", "mean"))
     assert effect.values.shape == (len(prompts),) and bool((effect.clean == 0).all())  # same as itself: no change
-    with pytest.raises(BadInput, match="strategy='resume' needs"):
-        Run(encoder, prompts, behaviour="embedding", strategy="resume").effect(HeadAblation("L0H0"))
+    with pytest.raises(BadInput, match="strategy=Strategy.RESUME needs"):
+        Run(encoder, prompts, behaviour="embedding", strategy=Strategy.RESUME).effect(HeadAblation("L0H0"))
 
 
 def test_with_behaviour_keeps_the_settings(toy, prompts) -> None:
@@ -263,7 +267,7 @@ def test_device_and_dtype_move_a_copy(toy, prompts) -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"batch_size": 0}, "batch_size=0"),
-    ({"strategy": "fast"}, "strategy='fast'"),
+    ({"strategy": "fast"}, r"strategy='fast'; expected an interp.Strategy: Strategy.AUTO, Strategy.RESUME"),
     ({"seed": -1}, "seed"),
 ])
 def test_bad_settings_are_refused(toy, prompts, kwargs, match) -> None:
@@ -349,16 +353,16 @@ def _padded_with_bos(n: int = 12) -> PromptSet:
 def test_role_matched_ablations_agree_across_strategies(toy, kind) -> None:
     prompts = _padded_with_bos()
     heads = [HeadAblation(h, kind) for h in ("L0H0", "L1H1")]
-    resumed = Run(toy, prompts, strategy="resume").effects(heads)
+    resumed = Run(toy, prompts, strategy=Strategy.RESUME).effects(heads)
     assert Run(toy, prompts).reference(kind).by_role
-    for strategy in ("hooked", "batched"):
+    for strategy in (Strategy.HOOKED, Strategy.BATCHED):
         for a, b in zip(resumed, Run(toy, prompts, strategy=strategy).effects(heads)):
             assert a.ablation == b.ablation and a.ablation in ("mean", "resample")
-            if strategy == "hooked" or a.ablation == "mean":  # batched resampling draws its own stream
+            if strategy is Strategy.HOOKED or a.ablation == "mean":  # batched resampling draws its own stream
                 torch.testing.assert_close(a.values, b.values, atol=2e-6, rtol=0)
     if kind == "mean":  # the resumed values are the role-matched ablation done by hand
         run = Run(toy, prompts)
-        with torch.no_grad(), ablate(toy, [(1, 1)], "mean", reference=run.reference("mean"), prompts=prompts):
+        with torch.no_grad(), ablating(toy, [(1, 1)], "mean", reference=run.reference("mean"), prompts=prompts):
             by_hand = run.behaviour(toy(prompts.tokens, attention_mask=prompts.attention_mask), prompts).double()
         torch.testing.assert_close(resumed[1].intervened, by_hand, atol=2e-6, rtol=0)
 
@@ -385,7 +389,7 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
 
     model = induction_circuit(d_vocab=24, n_ctx=48)
     prompts = repeated_tokens(16, 8, 23, bos=23, seed=3)
-    run = Run(model, prompts, strategy="hooked", batch_size=6)
+    run = Run(model, prompts, strategy=Strategy.HOOKED, batch_size=6)
     interventions = [PatternSubstitution((1, 0), "uniform"), HeadAblation(((1, 0),), "zero", site="result"),
                      AttentionKnockout((1, 0), RoleTargets(get_head_type("induction")))]
     for intervention in interventions:
@@ -396,7 +400,7 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
     blocks_run = []  # counted by wrapping block 0's forward: an attached forward hook would stop the memo
     block_forward = model.blocks[0].forward
     model.blocks[0].forward = lambda *args, **kwargs: (blocks_run.append(0), block_forward(*args, **kwargs))[1]
-    fresh = Run(model, prompts, strategy="hooked", batch_size=6)
+    fresh = Run(model, prompts, strategy=Strategy.HOOKED, batch_size=6)
     try:
         fresh.values(PatternSubstitution((1, 1), "uniform"))
         assert len(blocks_run) == 6  # the clean run, and the stream entering block 1 (3 batches each)
@@ -406,3 +410,109 @@ def test_hooked_interventions_resume_from_their_first_layer_with_the_same_values
         del model.blocks[0].forward
     assert len(blocks_run) == 6  # block 0 never reruns under an intervention at layer 1
     assert run_module._first_layer(HeadAblation(((0, 1), (1, 2)), "mean")) == 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _ScaledHead:
+    """A user's intervention: L1H2's z times `scale` (a tensor); its spec() names it without the tensor's values."""
+
+    scale: torch.Tensor
+
+    def spec(self):
+        return {"intervention": "scaled L1H2"}
+
+    def intervene(self, run, batch):
+        def hook(z, hook=None):  # (batch, pos, head, d_head)
+            z = z.clone()
+            z[:, :, 2] = z[:, :, 2] * self.scale
+            return z
+        return interp.hooked(run.model, [(interp.attention_sites(run.model)[1].hook("z"), hook)])
+
+
+def test_interventions_with_equal_specs_but_other_tensors_are_told_apart(toy, prompts) -> None:
+    """The memo key holds a digest of an intervention's tensors (and prompt sets), not its spec() alone: two
+    interventions naming themselves alike but holding other values never share a number."""
+    run = Run(toy, prompts)
+    removed = run.effect(_ScaledHead(torch.tensor(0.0)))
+    kept = run.effect(_ScaledHead(torch.tensor(1.0)))
+    assert removed.mean > 0.5 and kept.mean == pytest.approx(0.0, abs=1e-6)
+    assert run.effect(_ScaledHead(torch.tensor(0.0))) is removed  # equal content: the memo
+    effects = [key for key in run.memo_keys() if key.kind == "effect"]
+    assert len(effects) == 2 and effects[0].what != effects[1].what
+
+
+def test_memo_keys_say_what_is_memoised(toy, prompts) -> None:
+    run = Run(toy, prompts)
+    assert run.memo_keys() == []
+    run.effect(HeadAblation("L1H2", "mean"))
+    run.with_behaviour(interp.next_token_loss("all")).effect(HeadAblation("L1H2", "mean"))
+    keys = run.memo_keys()
+    effects = [key for key in keys if key.kind == "effect"]
+    assert [key.behaviour for key in effects] == ["next_token_loss(positions=auto)", "next_token_loss(positions=all)"]
+    assert all('{"heads": [[1, 2]], "kind": "mean", "site": "z"}' in key.what for key in effects)
+    assert {"reference", "engine"} <= {key.kind for key in keys}
+    assert {key.prompts for key in keys} == {prompt_fingerprint(prompts)[:12]}
+    run.forget()
+    assert [key for key in run.memo_keys() if key.behaviour.endswith("auto)")] == []
+
+
+def test_strategies_are_typed_and_their_names_are_mapped_for_one_release(toy, prompts) -> None:
+    """A strategy is an `interp.Strategy`; its name as a string still works in 0.1, with a DeprecationWarning
+    that names the value to pass."""
+    assert interp.Strategy is Strategy and Run(toy, prompts, strategy=Strategy.HOOKED).strategy is Strategy.HOOKED
+    with pytest.warns(DeprecationWarning, match=r"strategy='hooked' as a string is deprecated.*Strategy.HOOKED"):
+        run = Run(toy, prompts, strategy="hooked")  # type: ignore[arg-type]
+    assert run.strategy is Strategy.HOOKED and "strategy='hooked'" in repr(run)
+    with pytest.raises(BadInput, match="expected an interp.Strategy"):
+        Run(toy, prompts, strategy=3)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def effects_returned(monkeypatch):
+    """Every Effect that Run.effect and Run.effects hand back, as they hand them back."""
+    returned: list[Effect] = []
+    one, many = Run.effect, Run.effects
+
+    def counting(self, intervention):
+        effect = one(self, intervention)
+        returned.append(effect)
+        return effect
+
+    def counting_all(self, interventions):
+        effects = many(self, interventions)
+        returned.extend(effects)
+        return effects
+
+    monkeypatch.setattr(Run, "effect", counting)
+    monkeypatch.setattr(Run, "effects", counting_all)
+    return returned
+
+
+def _memoised(run: Run) -> list:
+    """Every value in the Run's memo and in its with_behaviour runs' (runs made by .on() share the memo)."""
+    return [*run._memo.values(), *(value for derived in run._derived.values() for value in derived._memo.values())]
+
+
+def test_every_effect_an_analysis_used_is_in_the_users_run_memo(effects_returned) -> None:
+    """Claims, pruning, path patching and circuit discovery given a Run read every causal number through it: each
+    Effect they used is afterwards in that Run's memo (and listed by memo_keys)."""
+    from interp.analyses import circuits, redundancy
+    from interp.analyses.claims import induction_head
+
+    model = induction_circuit(d_vocab=24, n_ctx=48)
+    prompts = repeated_tokens(32, 8, 23, bos=23, seed=3)
+    for name, analysis in {
+        "claims": lambda run: interp.test_claims(run, [induction_head(1, 0)], evidence=("observational", "necessity",
+                                                                                 "faithfulness")),
+        "pruning": lambda run: redundancy.pruning_curve(run, n_random=1),
+        "path patching": lambda run: (circuits.path_patch(run, sender="L0H0", receiver="L1H0", via="k"),
+                                      circuits.path_patches(run, edges=["L0H0 -> L1H0 via k", "L1H0 -> logits"])),
+        "discovery": lambda run: circuits.discover(run, method="acdc"),
+    }.items():
+        run = Run(model, prompts, batch_size=8)
+        effects_returned.clear()
+        analysis(run)
+        memoised = _memoised(run)
+        assert effects_returned, name
+        assert all(any(effect is value for value in memoised) for effect in effects_returned), name
+        assert len([key for key in run.memo_keys() if key.kind == "effect"]) >= len({id(e) for e in effects_returned})

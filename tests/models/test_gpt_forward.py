@@ -88,7 +88,7 @@ def test_the_ablation_engine_falls_back_to_the_hooked_forward_where_resuming_is_
     fast = AblationEngine(model, prompts, "mean", batch_size=3)
     slow = AblationEngine(model, prompts, "mean", batch_size=3, fast=False)
     assert fast.fast is model.resumable
-    for got, want in zip(fast.losses(sets), slow.losses(sets)):
+    for got, want in zip(fast._losses(sets), slow._losses(sets)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -196,5 +196,5 @@ def test_resumed_ablations_of_an_mlm_encoder_read_the_logits_through_its_mlm_hea
     fast = AblationEngine(encoder, prompts, "mean", behaviour=loss_fn, batch_size=3)
     assert fast.fast
     slow = AblationEngine(encoder, prompts, "mean", behaviour=loss_fn, batch_size=3, fast=False)
-    for got, want in zip(fast.losses(sets), slow.losses(sets)):
+    for got, want in zip(fast._losses(sets), slow._losses(sets)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -23,7 +23,7 @@ from interp.interventions import (
     off_target_pattern,
 )
 from interp.models.constructed import induction_circuit
-from interp.run import Run
+from interp.run import Run, Strategy
 
 D_VOCAB, PREFIX = 32, 12
 ROW = torch.tensor([[[0.5, 0.3, 0.2, 0.0]]])  # (batch, query, key): one query, key 3 not allowed
@@ -90,7 +90,7 @@ def prompts():
 def test_attention_knockout_is_a_run_intervention_with_known_answers(circuit, prompts):
     """Knocking out nothing is the clean run; knocking out the previous-token head's own targets equals
     substituting the knocked-out pattern by hand; the control does not depend on the batch size."""
-    run = Run(circuit, prompts, strategy="hooked", batch_size=8)
+    run = Run(circuit, prompts, strategy=Strategy.HOOKED, batch_size=8)
     n = prompts.n_pos
     none = FixedTargets(torch.zeros(n, n))
     torch.testing.assert_close(run.values(AttentionKnockout((0, 0), none)), run.clean())
@@ -98,7 +98,7 @@ def test_attention_knockout_is_a_run_intervention_with_known_answers(circuit, pr
     knocked = run.values(AttentionKnockout((0, 0), prev))
     assert float((knocked - run.clean()).mean()) > 0.5  # the induction head loses its previous-token signal
     control = run.values(AttentionKnockout((0, 0), prev, control=True))
-    again = Run(circuit, prompts, strategy="hooked", batch_size=5).values(AttentionKnockout((0, 0), prev, control=True))
+    again = Run(circuit, prompts, strategy=Strategy.HOOKED, batch_size=5).values(AttentionKnockout((0, 0), prev, control=True))
     torch.testing.assert_close(control, again)
     assert AttentionKnockout((0, 0), prev).spec() != AttentionKnockout((0, 0), prev, control=True).spec()
     mean = head_mean_pattern(run, 0, 0)
@@ -124,7 +124,7 @@ class Returns:
 def test_knockout_targets_that_are_not_weights_are_refused(circuit, prompts, control):
     """r102 r109: NaN targets knock nothing out (effect exactly 0) unless refused; r106: a source returning None
     fails inside torch unless the source and the expected weights are named."""
-    run = Run(circuit, prompts, strategy="hooked", batch_size=8)
+    run = Run(circuit, prompts, strategy=Strategy.HOOKED, batch_size=8)
     n = prompts.n_pos
     cases = [
         (lambda b: torch.full((len(b), n, n), float("nan")), rf"{8 * n * n} of {8 * n * n} weights are NaN or infinite"),

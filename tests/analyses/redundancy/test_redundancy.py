@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from factories import ablating
 
 from interp.ablation import AblationEngine
 from interp.analyses import redundancy as R
@@ -10,7 +11,7 @@ from interp.analyses.claims import pair as P
 from interp.claims import min_effect, test_claims
 from interp.data import PromptSet, random_tokens, repeated_tokens
 from interp.hooks import hooked, live_hooks
-from interp.interventions import ablate, all_heads
+from interp.interventions import all_heads
 from interp.models import GPTConfig, HookedGPT
 from interp.models.constructed import _Builder, pattern_heads, redundant_pair
 from interp.stats import TooFewPrompts
@@ -76,15 +77,15 @@ def test_resuming_engine_equals_hooked_forwards(tiny_gpt, method):
     fast = AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2)
     slow = AblationEngine(tiny_gpt, prompts, method, batch_size=4, seed=2, fast=False)
     assert fast.fast and not slow.fast
-    clean_f, ablated_f = fast.losses(sets)
-    clean_s, ablated_s = slow.losses(sets)
+    clean_f, ablated_f = fast._losses(sets)
+    clean_s, ablated_s = slow._losses(sets)
     torch.testing.assert_close(clean_f, clean_s, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ablated_f, ablated_s, atol=1e-5, rtol=1e-5)
     # and both equal the plain context manager
     for heads, row in zip(sets, ablated_f):
         if method == "resample":
             continue  # resampling draws per batch; batch sizes differ from a single forward
-        with ablate(tiny_gpt, heads, method, reference=prompts):
+        with ablating(tiny_gpt, heads, method, reference=prompts):
             expected = tiny_gpt(prompts.tokens, return_type="loss", loss_per_token=True).mean(-1)
         torch.testing.assert_close(row, expected.double(), atol=1e-5, rtol=1e-5)
     assert live_hooks(tiny_gpt) == []
@@ -100,8 +101,8 @@ def test_resuming_engine_on_rotary_and_padded_encoder(tiny_encoder):
              (tiny_encoder, PromptSet(tokens, mask), lambda logits, p: logits[:, :, 0].mean(-1))]
     for model, prompts, loss_fn in cases:
         sets = [[(0, 1)], [(1, 0), (model.cfg.n_layers - 1, 1)]]
-        fast = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3).losses(sets)
-        slow = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3, fast=False).losses(sets)
+        fast = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3)._losses(sets)
+        slow = AblationEngine(model, prompts, "mean", behaviour=loss_fn, batch_size=3, fast=False)._losses(sets)
         for f, s in zip(fast, slow):
             torch.testing.assert_close(f, s, atol=1e-5, rtol=1e-5)
 

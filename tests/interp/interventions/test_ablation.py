@@ -3,16 +3,16 @@ import json
 
 import pytest
 import torch
+from factories import ablating
 
 from interp.data import repeated_tokens
 from interp.hooks import attention_sites, live_hooks
 from interp.interventions import (
     HeadAblation,
-    ablate,
     all_heads,
-    batched_head_ablations,
     parse_heads,
 )
+from interp.interventions.ablation import _batched_head_ablations
 from interp.models import HookedGPT
 from interp.models.constructed import redundant_pair
 
@@ -28,7 +28,7 @@ def test_spec_is_plain_data_and_heads_parse():
 
 @pytest.mark.parametrize("site", ["z", "result"])
 def test_zero_ablation_equals_zeroing_W_O(tiny_gpt, prompts, site):
-    with ablate(tiny_gpt, [(1, 2), (0, 0)], "zero", site=site):
+    with ablating(tiny_gpt, [(1, 2), (0, 0)], "zero", site=site):
         ablated = tiny_gpt(prompts.tokens)
     edited = HookedGPT(tiny_gpt.cfg).eval()
     edited.load_state_dict(tiny_gpt.state_dict())
@@ -43,14 +43,14 @@ def test_zero_ablation_equals_zeroing_W_O(tiny_gpt, prompts, site):
 def test_mean_ablation_with_the_prompt_itself_changes_nothing(tiny_gpt, prompts, site):
     one = prompts[0]
     clean = tiny_gpt(one.tokens)
-    with ablate(tiny_gpt, all_heads(tiny_gpt), "mean", reference=one, site=site):
+    with ablating(tiny_gpt, all_heads(tiny_gpt), "mean", reference=one, site=site):
         ablated = tiny_gpt(one.tokens)
     torch.testing.assert_close(ablated, clean, atol=1e-5, rtol=1e-5)
 
 
 def test_resample_takes_another_prompt(tiny_gpt, prompts):
     # with the prompts as their own reference, every prompt gets another prompt's z
-    with ablate(tiny_gpt, (0, 1), "resample", reference=prompts, seed=3):
+    with ablating(tiny_gpt, (0, 1), "resample", reference=prompts, seed=3):
         _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.0.attn.hook_z")
     _, clean = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.0.attn.hook_z")
     new, old = cache["blocks.0.attn.hook_z"][:, :, 1], clean["blocks.0.attn.hook_z"][:, :, 1]
@@ -63,26 +63,26 @@ def test_resample_takes_another_prompt(tiny_gpt, prompts):
 @pytest.mark.parametrize("site", ["z", "result"])
 def test_batched_equals_sequential(tiny_gpt, prompts, reference, kind, site):
     heads = [(0, 0), (0, 3), (1, 1), (1, 2)]
-    batched = batched_head_ablations(
+    batched = _batched_head_ablations(
         tiny_gpt, prompts, heads, kind, reference=reference, site=site, seed=5,
         chunk_size=3, return_type="loss", loss_per_token=True,
     )
     assert batched.shape == (len(heads), len(prompts), prompts.n_pos - 1)
     for i, head in enumerate(heads):
-        with ablate(tiny_gpt, head, kind, reference=reference, site=site, seed=5):
+        with ablating(tiny_gpt, head, kind, reference=reference, site=site, seed=5):
             sequential = tiny_gpt(prompts.tokens, return_type="loss", loss_per_token=True)
         torch.testing.assert_close(batched[i], sequential, atol=1e-5, rtol=1e-5)
 
 
 def test_batched_needs_a_batch_axis(tiny_gpt, prompts):
     with pytest.raises(ValueError, match="loss_per_token=True"):
-        batched_head_ablations(tiny_gpt, prompts, [(0, 0)], "zero", return_type="loss")
+        _batched_head_ablations(tiny_gpt, prompts, [(0, 0)], "zero", return_type="loss")
     assert live_hooks(tiny_gpt) == []
 
 
 def test_errors(tiny_gpt, prompts, reference):
     with pytest.raises(ValueError, match="does not exist"):
-        with ablate(tiny_gpt, (0, 4), "zero"):
+        with ablating(tiny_gpt, (0, 4), "zero"):
             pass
     with pytest.raises(ValueError, match=r"kind='median'.*\['zero', 'mean', 'resample', 'auto'\]"):
         HeadAblation(((0, 0),), "median")
@@ -91,14 +91,14 @@ def test_errors(tiny_gpt, prompts, reference):
     with pytest.raises(ValueError, match="needs reference prompts"):
         HeadAblation(((0, 0),), "mean").hooks(tiny_gpt)
     with pytest.raises(ValueError, match="only 4"):
-        with ablate(tiny_gpt, (0, 0), "mean", reference=reference.tokens[:, :4]):
+        with ablating(tiny_gpt, (0, 0), "mean", reference=reference.tokens[:, :4]):
             tiny_gpt(prompts.tokens)
     assert live_hooks(tiny_gpt) == []
 
 
 def test_hooks_are_removed_after_an_exception(tiny_gpt, prompts, reference):
     with pytest.raises(RuntimeError, match="boom"):
-        with ablate(tiny_gpt, [(0, 0), (1, 3)], "mean", reference=reference):
+        with ablating(tiny_gpt, [(0, 0), (1, 3)], "mean", reference=reference):
             assert len(live_hooks(tiny_gpt)) == 2
             raise RuntimeError("boom")
     assert live_hooks(tiny_gpt) == []
@@ -110,7 +110,7 @@ def test_hooks_work_with_run_with_hooks(tiny_gpt, prompts, reference):
     hooks = ablation.hooks(tiny_gpt, reference)
     assert [name for name, _ in hooks] == [sites[1].hook("z")]
     out = tiny_gpt.run_with_hooks(prompts.tokens, fwd_hooks=hooks)
-    with ablate(tiny_gpt, (1, 0), "mean", reference=reference):
+    with ablating(tiny_gpt, (1, 0), "mean", reference=reference):
         torch.testing.assert_close(out, tiny_gpt(prompts.tokens))
     assert live_hooks(tiny_gpt) == []
 
@@ -121,9 +121,9 @@ def test_redundant_pair_ablations():
     prompts = repeated_tokens(8, 2, 15, bos=15, n_repeats=6, seed=0)
     loss = lambda: model(prompts.tokens, return_type="loss", loss_per_token=True)[:, 2:].mean().item()
     clean = loss()
-    with ablate(model, (0, 0), "zero"):
+    with ablating(model, (0, 0), "zero"):
         one = loss()
-    with ablate(model, [(0, 0), (0, 1)], "zero"):
+    with ablating(model, [(0, 0), (0, 1)], "zero"):
         both = loss()
     assert clean < 1e-6 and one < 1e-4
     assert both == pytest.approx(torch.log(torch.tensor(15.0)).item(), abs=1e-4)

@@ -3,6 +3,8 @@ import ast
 import importlib
 import inspect
 
+import pytest
+
 import interp.interventions as interventions
 
 MODULES = ("common", "references", "ablation", "patterns", "knockout")
@@ -28,7 +30,7 @@ def test_every_public_name_of_the_modules_is_re_exported():
         for public in _public_names(module):
             assert public not in defined, f"{public} defined in both {defined[public]} and {name}"
             defined[public] = name
-    assert len(defined) == 39
+    assert len(defined) == 37
     assert sorted(interventions.__all__) == sorted(defined)
     for public, name in defined.items():
         assert getattr(interventions, public) is getattr(importlib.import_module(f"interp.interventions.{name}"), public)
@@ -42,13 +44,27 @@ def test_the_surface_is_the_single_module_it_was():
         HeadAblation,
         PatternSubstitution,
         ReferenceActivations,
-        ablate,
-        batched_head_ablations,
         pattern_names,
         reference_activations,
         substitute_pattern,
     )
 
-    assert interp.HeadAblation is HeadAblation and interp.ablate is ablate
+    assert interp.HeadAblation is HeadAblation
     assert HeadAblation.__module__ == "interp.interventions.ablation"
     assert AttentionKnockout.__module__ == "interp.interventions.knockout"
+
+
+@pytest.mark.parametrize("where", ["interp", "interp.interventions"])
+@pytest.mark.parametrize("name", ["ablate", "batched_head_ablations"])
+def test_removed_names_say_what_replaces_them(where: str, name: str) -> None:
+    with pytest.raises(AttributeError, match=rf"{where}\.{name} was removed; use interp\.Run\(model, prompts"):
+        getattr(importlib.import_module(where), name)
+    with pytest.raises(ImportError):
+        exec(f"from {where} import {name}")
+
+
+def test_batched_ablation_values_was_removed() -> None:
+    import interp.behaviour
+
+    with pytest.raises(AttributeError, match="Strategy.BATCHED"):
+        interp.behaviour.batched_ablation_values  # noqa: B018

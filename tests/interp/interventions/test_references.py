@@ -2,12 +2,12 @@
 
 import pytest
 import torch
+from factories import ablating
 
 from interp.data import PromptSet, random_tokens
 from interp.interventions import (
     AUTO_RESAMPLE_BELOW,
     HeadAblation,
-    ablate,
     reference_activations,
 )
 from interp.models.constructed import pattern_heads
@@ -17,7 +17,7 @@ def test_mean_ablation_uses_the_reference_mean(tiny_gpt, prompts, reference):
     means = reference_activations(tiny_gpt, reference, site="z").means[1]  # (pos, head, d)
     _, cache = tiny_gpt.run_with_cache(reference.tokens, names_filter="blocks.1.attn.hook_z")
     torch.testing.assert_close(means, cache["blocks.1.attn.hook_z"].mean(0), atol=1e-6, rtol=1e-5)
-    with ablate(tiny_gpt, (1, 1), "mean", reference=reference):
+    with ablating(tiny_gpt, (1, 1), "mean", reference=reference):
         _, cache = tiny_gpt.run_with_cache(prompts.tokens, names_filter="blocks.1.attn.hook_z")
     z = cache["blocks.1.attn.hook_z"]
     torch.testing.assert_close(z[:, :, 1], means[:, 1].expand(len(prompts), -1, -1))
@@ -64,12 +64,12 @@ def test_reference_means_match_token_roles(tiny_gpt):
     # content rank 4: prompts 0 and 2 only (prompt 1's position 4 is its [SEP])
     torch.testing.assert_close(ref.role_means[0][rows[0, 4]], (z[0, 4] + z[2, 4]) / 2, atol=1e-6, rtol=1e-5)
     # ablating with the prompts' roles: every [SEP] gets the [SEP] mean, padding keeps its value
-    with ablate(tiny_gpt, (0, 2), "mean", reference=ref, prompts=prompts):
+    with ablating(tiny_gpt, (0, 2), "mean", reference=ref, prompts=prompts):
         ablated = _z(tiny_gpt, prompts)
     torch.testing.assert_close(ablated[1, 4, 2], sep[2], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(ablated[1, 5:, 2], z[1, 5:, 2])
     # resampling by role: a prompt's [SEP] gets another prompt's [SEP] value
-    with ablate(tiny_gpt, (0, 2), "resample", reference=ref, prompts=prompts, seed=1):
+    with ablating(tiny_gpt, (0, 2), "resample", reference=ref, prompts=prompts, seed=1):
         resampled = _z(tiny_gpt, prompts)
     seps = [z[0, 6, 2], z[1, 4, 2], z[2, 5, 2]]
     got = [resampled[0, 6, 2], resampled[1, 4, 2], resampled[2, 5, 2]]
@@ -110,9 +110,9 @@ def test_auto_resamples_near_constant_heads():
     assert ablation.resolved_kinds(ref) == {(0, 0): "mean", (0, 1): "resample"}
     assert ablation.resolved_kind(ref) == "L0H0:mean+L0H1:resample"
     assert HeadAblation(((0, 0),), "mean").resolved_kind(ref) == "mean"
-    with ablate(model, [(0, 0)], "auto", reference=ref):
+    with ablating(model, [(0, 0)], "auto", reference=ref):
         auto = model(prompts.tokens)
-    with ablate(model, [(0, 0)], "mean", reference=ref):
+    with ablating(model, [(0, 0)], "mean", reference=ref):
         mean = model(prompts.tokens)
     assert torch.equal(auto, mean)
     with torch.no_grad():  # a head whose z is exactly zero: both ablations are no-ops, the rule says "mean"
