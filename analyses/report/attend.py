@@ -23,6 +23,7 @@ from torch import nn
 from interp.data import PromptSet, Repeats
 from interp.errors import BadInput
 from interp.heads import head_label
+from interp.viewer import MAX_PROMPTS, MAX_TOKENS
 
 MAX_HEADS = 8  # heads attributed: one forward per head and batch of prompts
 N_PROMPTS = 16  # prompts per head
@@ -131,4 +132,61 @@ def _induction_target(prompts: PromptSet, query: int) -> int | None:
     return query - repeats.period + 1
 
 
-__all__ = ["AttendSection", "HeadReason", "MAX_HEADS", "N_PROMPTS", "TOP", "discussed_heads", "report_attend"]
+# --------------------------------------------------------------------------- the viewer's cells
+
+VIEWER_TOP = 5  # source pairs per viewer cell
+MAX_VIEWER_BYTES = 64 * 1024  # the viewer's source pairs, as JSON, at most: heads past it are left out (and said)
+
+
+def viewer_pairs(model: nn.Module, prompts: PromptSet, heads: Sequence[tuple[int, int]], *,
+                 n_prompts: int = MAX_PROMPTS, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
+    """For the report's viewer (`interp.viewer.ViewerData.qk`): for each head, on each of the viewer's prompts, each
+    query's highest-attention key with its contrast, score difference and `VIEWER_TOP` largest (query source, key
+    source) terms. Positions are the viewer's (real tokens only, the first `max_tokens`). Heads whose cells would take
+    the JSON past `MAX_VIEWER_BYTES` are left out and named in `"omitted"`."""
+    from interp.analyses import qk
+
+    chosen = prompts[torch.arange(min(n_prompts, len(prompts)))]
+    real = [chosen.real_mask()[i].nonzero().flatten()[:max_tokens].tolist() for i in range(len(chosen))]
+    out: dict[str, Any] = {"heads": {}, "omitted": [], "top": VIEWER_TOP}
+    size = 0
+    for head in heads:
+        try:
+            entry = _viewer_head(qk, model, chosen, head, real)
+        except BadInput as error:
+            out["omitted"].append(f"{head_label(head)}: {error}")
+            continue
+        size += len(json.dumps(entry, separators=(",", ":")))
+        if size > MAX_VIEWER_BYTES:
+            out["omitted"].append(f"{head_label(head)}: past the viewer's budget of {MAX_VIEWER_BYTES // 1024} KB")
+            continue
+        out["heads"][head_label(head)] = entry
+    return out
+
+
+def _viewer_head(qk: Any, model: nn.Module, prompts: PromptSet, head: tuple[int, int], real: list[list[int]]
+                 ) -> dict[str, Any]:
+    """One head's cells: per prompt {"q,k": [against, difference, qi, ki, term, qi, ki, term, ...]} in viewer positions."""
+    cells: list[dict[str, list[float]]] = []
+    names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    for i, positions in enumerate(real):
+        att = qk.attribute(model, prompts[i], head, query=positions, key=None)
+        names = (att.query_sources, att.key_sources)
+        index = {position: j for j, position in enumerate(positions)}
+        pairs = att.pairs[(att.pairs["against"] >= 0) & att.pairs["key"].isin(index) & att.pairs["against"].isin(index)]
+        cell: dict[str, list[float]] = {}
+        shown = set(zip(pairs["query"], pairs["key"]))
+        if shown:
+            for (q, k), rows in att.top(VIEWER_TOP).groupby(["query", "key"], sort=False):
+                if (q, k) not in shown:
+                    continue
+                first = rows.iloc[0]
+                terms = [x for r in rows.itertuples() for x in (names[0].index(r.query_source),
+                         names[1].index(r.key_source), round(float(r.contribution), 3))]
+                cell[f"{index[q]},{index[k]}"] = [index[int(first.against)], round(float(first.total), 3), *terms]
+        cells.append(cell)
+    return {"query_sources": list(names[0]), "key_sources": list(names[1]), "cells": cells}
+
+
+__all__ = ["AttendSection", "HeadReason", "MAX_HEADS", "MAX_VIEWER_BYTES", "N_PROMPTS", "TOP", "VIEWER_TOP",
+           "discussed_heads", "report_attend", "viewer_pairs"]

@@ -22,14 +22,14 @@ from torch import nn
 import interp.analyses.report.format as fmt
 import interp.launch as launch
 from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
-from interp.analyses.report.attend import report_attend
+from interp.analyses.report.attend import report_attend, viewer_pairs
 from interp.analyses.report.circuit import report_circuit
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
 from interp.analyses.report.methods import behaviour_method, paragraphs
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
 from interp.claims import DEFAULT_EVIDENCE
 from interp.data import PromptSet
-from interp.heads import head_label
+from interp.heads import head_label, parse_head
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompt_arg, check_seed, check_whole
@@ -215,7 +215,7 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
                                    if has_loss else None),
         "viewer": lambda: viewer_data(model, prompts, chosen),
         "circuit": lambda: report_circuit(model, prompts, seed=seed, behaviour=behaviour, has_loss=has_loss),
-        "why heads attend": lambda: report_attend(model, prompts, results["claims"][0], results["claims"][2]),
+        "why heads attend": lambda: _attend(model, prompts, results),
     }
     keys = {"leakage audit": "leakage", "mean patterns": "patterns", "positional metrics": "metrics",
             "offset profiles": "offsets", "claims": "claims", "head similarity": "similarity", "importance": "importance",
@@ -225,6 +225,18 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
         for name, fn in stages.items():
             results[keys[name]] = run.run(name, fn)
     return results, dict(run.timings)
+
+
+def _attend(model: nn.Module, prompts: PromptSet, results: dict[str, Any]) -> Any:
+    """The section "Why these heads attend", and the source pairs behind the viewer's cells of the same heads."""
+    claims, _, claim_heads = results["claims"]
+    section = report_attend(model, prompts, claims, claim_heads)
+    viewer = results.get("viewer")
+    if viewer is not None and section.heads:
+        shown = set(viewer.heads)
+        heads = [parse_head(h.label) for h in section.heads if h.label in shown]
+        viewer.qk = viewer_pairs(model, prompts, [(h.layer, h.head) for h in heads]) if heads else {}
+    return section
 
 
 PER_HEAD_STAGES = ("claims", "importance", "head similarity")  # stages whose cost grows with the heads chosen

@@ -88,3 +88,18 @@ def test_html_markdown_and_json_carry_the_numbers(toy_section):
     head = document["heads"][1]
     assert head["head"] == "L1H0" and head["pairs"][0]["key_source"] == "L0H2" and head["pairs"][0]["n_prompts"] == 16
     assert attend_html(None) == "" and attend_markdown(None) == [] and AttendSection().to_json() == {"heads": [], "note": ""}
+
+
+def test_viewer_pairs_are_in_viewer_positions_and_kept_within_the_budget(monkeypatch):
+    import interp.analyses.report.attend as attend
+
+    model = interp.load("toy-induction")
+    prompts = interp.data.pad([[255, 1, 2, 3, 1, 2, 3], [9, 9, 255, 4, 5, 6, 4, 5, 6]], pad_id=0, padding_side="left")
+    pairs = attend.viewer_pairs(model, prompts, [(1, 0)])
+    cells = pairs["heads"]["L1H0"]["cells"]
+    # viewer positions (padding dropped): 2 (model position 7, a left-padded prompt) attends after the earlier 2
+    assert len(cells) == 2 and "5,3" in cells[0] and "8,6" in cells[1] and len(cells[1]) == 8  # no cell of query 0
+    assert all(len(cell) == 2 + 3 * attend.VIEWER_TOP for prompt in cells for cell in prompt.values())
+    monkeypatch.setattr(attend, "MAX_VIEWER_BYTES", 500)
+    small = attend.viewer_pairs(model, prompts, [(1, 0)])
+    assert small["heads"] == {} and small["omitted"] == ["L1H0: past the viewer's budget of 0 KB"]
