@@ -31,7 +31,7 @@ DType = Union[str, "torch.dtype", None]  # "float32", "bfloat16", "float16", or 
 _PLACEMENT: dict[str, str | None] = {"device": None, "dtype": None, "output": None}
 
 
-NO_LOGITS_KEY = ("demo", "heads")  # commands that never read the model's logits (the demo's model is embedded)
+NO_LOGITS_KEY = ("demo", "heads", "qk")  # commands that never read the model's logits (the demo's model is embedded)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -3,4 +3,4 @@
 CHANGELOG.md's newest heading, the docs' schemas page and `interp --version` all name these numbers (tested)."""
 
 JSON_SCHEMA = 2  # the CLI's `--json` envelope and each command's `result` (2: `error`, written on every exit code)
-REPORT_SCHEMA = 4  # report.json's `schema_version`, the CSVs' columns and `columns.md` (4: report.json "circuit")
+REPORT_SCHEMA = 5  # report.json's `schema_version`, the CSVs' columns and `columns.md` (5: report.json "attend")

@@ -15,7 +15,9 @@ an `AttentionView`, which Jupyter renders inline through `_repr_html_`.
 The viewer: an overview of every head's pattern as small multiples (rows are layers; click
 one to open it), the chosen head's grid labelled with the prompt's tokens (hover a cell: its
 query token, key token and weight), and the tokens shaded by the hovered query's weights.
-Keys `j` / `k` (or arrow down / up) switch heads, arrow left / right move the query.
+Keys `j` / `k` (or arrow down / up) switch heads, arrow left / right move the query. With `ViewerData.qk`
+(the report fills it for the heads it discusses), clicking a cell of the open head's grid lists the source
+pairs behind that query's preference for its highest-attention key (`interp.analyses.qk`).
 
 It lives in `interp` (not in `interp.analyses.report`) because it needs only the hooks and
 the data types below it: the report renders it, and `interp.show` stays inside the layering.
@@ -59,6 +61,8 @@ class ViewerData:
     causal: bool = True
     positions: list[HeadPair] = field(default_factory=list)  # (layer, head) per label: the overview's rows and columns
     open_head: int = 0  # index into `heads` of the head shown in the grid first
+    # source pairs behind some heads' cells (the report's `analyses.report.attend.viewer_pairs`); {} for none
+    qk: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def payload(self) -> dict[str, Any]:
         """JSON-ready: the bytes of every prompt's (head, query, key) block, base64, one string each."""
@@ -66,6 +70,7 @@ class ViewerData:
             "heads": self.heads, "tokens": self.tokens, "levels": LEVELS, "causal": self.causal,
             "positions": [list(p) for p in self.positions], "open": self.open_head,
             "patterns": [base64.b64encode(np.ascontiguousarray(p).tobytes()).decode("ascii") for p in self.patterns],
+            **({"qk": self.qk} if self.qk else {}),
         }
 
     @property
@@ -166,6 +171,7 @@ def viewer_html(data: ViewerData) -> str:
         '<div class="av-tokens"></div>'
         '<div class="av-detail"><div class="av-grid" role="img" aria-label="pattern of the chosen head"></div>'
         '<div class="av-tip" hidden></div></div>'
+        '<div class="av-qk" aria-live="polite" hidden></div>'
         f'<script type="application/json" class="av-data">{html_json(data.payload())}</script>'
         "</div>\n"
         f"<script>{_asset('viewer.js')}\ninterpAttentionViewer(document.getElementById({html_json(uid)}));</script>"

@@ -11,8 +11,8 @@ a self-contained directory that opens offline:
     columns.md    the data dictionary: every column of the CSVs defined, with the schema version
     summary.md    the highlights, for pasting into an issue or a paper draft
     report.json   the run's settings, highlights, provenance (versions, commit, seed, prompt hash,
-                  wall time), the circuit (edges, effects, tests; or why none), schema version and
-                  every file written, machine-readable
+                  wall time), the circuit (edges, effects, tests; or why none), why the discussed heads
+                  attend ("attend": `.attend`), schema version and every file written, machine-readable
     plots/*.png   every figure (matplotlib, no network, referenced by relative paths), the circuit's
                   drawing among them (plots/circuit.png: `.circuit`)
 
@@ -138,7 +138,8 @@ def render(data: ReportData, folder: Path) -> pd.DataFrame:
             "highlights": json.loads(table.to_json(orient="records")), "schema_version": fmt.SCHEMA_VERSION,
             "title": data.title, "provenance": data.provenance, "warnings": data.warnings,
             "sizes_bytes": _sizes(folder, data), "files": _written_files(folder, extra=["report.json"]),
-            "circuit": None if data.circuit is None else data.circuit.to_json()}
+            "circuit": None if data.circuit is None else data.circuit.to_json(),
+            "attend": None if data.attend is None else data.attend.to_json()}
     write_atomic(folder / "report.json", json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     write_atomic(folder / MARKER, "written by interp.analyses.report; `interp demo` may replace this directory\n")
     return table

@@ -81,7 +81,8 @@ def page(data, table: pd.DataFrame, images: dict[str, str]) -> str:
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>',
              f"<style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>", _subtitle(data), _warnings(data),
              _model_section(data), _findings_section(data, table), _leakage_section(data), _viewer_section(data),
-             _cards_section(data, images), _similarity_section(data, images), circuit_html(data.circuit, images), _claims_section(data),
+             _cards_section(data, images), _similarity_section(data, images), circuit_html(data.circuit, images),
+             attend_html(data.attend), _claims_section(data),
              _glossary_section(data), _methods_section(data), _footer(data), "</body></html>\n"]
     text = "\n".join(p for p in parts if p)
     return text.replace(PAGE_SIZE, f"{len(text.encode('utf-8')) / 1024:,.0f} KB")
@@ -382,6 +383,62 @@ def circuit_markdown(section: Any) -> list[str]:
     return lines + [""]
 
 
+# --------------------------------------------------------------------------- why these heads attend
+
+ATTEND_NOTE = ("Each discussed head (a supported claim about it alone) at the last token of {n} prompts: its score "
+               "difference s(q, k) - s(q, k') between the key it attends to and the highest-scoring other key, which "
+               "equals log p_k - log p_k', split exactly into (query source x key source) terms with the norm's scale "
+               "frozen (interp.analyses.qk; `interp qk` for one prompt). Means over prompts [95% bootstrap CI], in "
+               "score units.")
+
+
+def _attend_sentence(reason: Any) -> str:
+    """One head's summary: where it was attributed, how much it prefers the key, its strongest source per side."""
+    sides = {r.side: r for r in reason.sources.itertuples()}
+    strongest = "; ".join(f"strongest {side}-side source {r.source} {fmt.format_num(r.mean)} "
+                          f"{fmt.format_ci(r.ci_low, r.ci_high)}".rstrip() for side, r in sides.items())
+    return (f"{reason.label} ({reason.claim}): query {reason.query}, key = its {reason.key}; weight "
+            f"{fmt.format_num(reason.weight)}, score difference {fmt.format_num(reason.difference)} over "
+            f"{reason.n_prompts} prompts; {strongest}.")
+
+
+def _attend_rows(reason: Any) -> list[list[str]]:
+    return [[r.query_source, r.key_source, f"{fmt.format_num(r.mean)} {fmt.format_ci(r.ci_low, r.ci_high)}".strip()]
+            for r in reason.pairs.itertuples()]
+
+
+def attend_html(section: Any) -> str:
+    """The HTML section "Why these heads attend": per head its sentence and top source pairs; or why it is empty."""
+    if section is None:
+        return ""
+    parts = ['<h2 id="attend">Why these heads attend</h2>']
+    if section.heads:
+        parts.append(f'<p class="muted">{esc(ATTEND_NOTE.format(n=section.heads[0].n_prompts))}</p>')
+    for reason in section.heads:
+        parts.append(f"<h3>{esc(reason.label)}</h3><p>{esc(_attend_sentence(reason))}</p>")
+        parts.append(scroll(table_html(["query source", "key source", "mean term [CI]"], _attend_rows(reason),
+                                       numeric=(2,))))
+    if section.note:
+        parts.append(f'<p class="muted">{"Not attributed" if section.heads else "No head attributed"}: '
+                     f"{esc(_sentence(section.note))}</p>")
+    return "".join(parts)
+
+
+def attend_markdown(section: Any) -> list[str]:
+    """summary.md lines of the same section."""
+    if section is None:
+        return []
+    lines = ["## Why these heads attend", ""]
+    if section.heads:
+        lines += [ATTEND_NOTE.format(n=section.heads[0].n_prompts), ""]
+    for reason in section.heads:
+        lines += [f"- {_attend_sentence(reason)} Top pairs: "
+                  + "; ".join(f"{q} x {k} {v}" for q, k, v in _attend_rows(reason)) + "."]
+    if section.note:
+        lines += [f"{'Not attributed' if section.heads else 'No head attributed'}: {_sentence(section.note)}"]
+    return lines + [""]
+
+
 # --------------------------------------------------------------------------- Markdown
 
 
@@ -398,6 +455,7 @@ def markdown(data, table: pd.DataFrame) -> str:
     counts = data.claims["verdict"].value_counts() if len(data.claims) else pd.Series(dtype=int)
     lines += ["", f"Claims tested: {len(data.claims)} ({', '.join(f'{v} {k}' for k, v in counts.items())}).", ""]
     lines += circuit_markdown(data.circuit)
+    lines += attend_markdown(data.attend)
     lines += ["## Provenance", "", provenance_line(data.provenance) + f"; schema version {fmt.SCHEMA_VERSION}", ""]
     lines += ["## Methods", ""] + [f"- {m}" for m in data.methods] + [""]
     return "\n".join(lines)

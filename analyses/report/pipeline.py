@@ -1,7 +1,7 @@
 """The report's computation: every analysis on one model into a `ReportData` (typed results, no files).
 
 `compute` runs the stages (leakage audit, mean patterns, positional metrics, offset profiles,
-claims, head similarity, importance, joint ablation, viewer, circuit) under one progress bar; the
+claims, head similarity, importance, joint ablation, viewer, circuit, why heads attend) under one progress bar; the
 metrics come from `interp.analyses.report.metrics`, the header and provenance from `.context`,
 the Methods paragraphs from `.methods`. Each claims row keeps its `interp.claims.Verdict` (None
 for a claims file's) and its subject heads as (layer, head) integers (`ReportData.claim_rows`).
@@ -22,13 +22,14 @@ from torch import nn
 import interp.analyses.report.format as fmt
 import interp.launch as launch
 from interp.analyses.claims.registry import NOT_MEASURED, bridge_without_pattern_edits, claim_evidence_for, run_claims
+from interp.analyses.report.attend import report_attend, viewer_pairs
 from interp.analyses.report.circuit import report_circuit
 from interp.analyses.report.context import default_prompt_spec, model_name, model_summary, prompt_warnings, provenance
 from interp.analyses.report.methods import behaviour_method, paragraphs
 from interp.analyses.report.metrics import head_metrics, mean_patterns, offset_profiles, select_heads
 from interp.claims import DEFAULT_EVIDENCE
 from interp.data import PromptSet
-from interp.heads import head_label
+from interp.heads import head_label, parse_head
 from interp.hooks import attention_sites
 from interp.launch import Device, DType
 from interp.validate import check_layers, check_model, check_prompt_arg, check_seed, check_whole
@@ -73,6 +74,7 @@ class ReportData:
     provenance: dict[str, Any] = field(default_factory=dict)  # versions, commit, seed, prompt hash, wall time
     title: str = ""  # the model's name
     circuit: Any = None  # interp.analyses.report.circuit.CircuitSection, or None (not asked for)
+    attend: Any = None  # interp.analyses.report.attend.AttendSection, or None (not asked for)
 
     def claim_rows(self) -> list[tuple[pd.Series, Any, Heads]]:
         """Each claims row with its Verdict (None for a claims file's) and its subject heads."""
@@ -172,7 +174,8 @@ def compute(
     data = ReportData(summary, heads_frame, claims, results["patterns"], results["offsets"],
                       results["similarity"], results["importance"], results["redundancy"], results["leakage"], methods,
                       settings, timings, verdicts=verdicts, claim_heads=claim_heads, viewer=results["viewer"],
-                      warnings=prompt_warnings(model, prompts), title=model_name(model, spec), circuit=results["circuit"])
+                      warnings=prompt_warnings(model, prompts), title=model_name(model, spec), circuit=results["circuit"],
+                      attend=results["attend"])
     data.provenance = provenance(seed, prompts, time.perf_counter() - started)
     return data
 
@@ -212,15 +215,28 @@ def _run_stages(model, prompts, chosen, claims_file, *, seed, leakage_len, has_l
                                    if has_loss else None),
         "viewer": lambda: viewer_data(model, prompts, chosen),
         "circuit": lambda: report_circuit(model, prompts, seed=seed, behaviour=behaviour, has_loss=has_loss),
+        "why heads attend": lambda: _attend(model, prompts, results),
     }
     keys = {"leakage audit": "leakage", "mean patterns": "patterns", "positional metrics": "metrics",
             "offset profiles": "offsets", "claims": "claims", "head similarity": "similarity", "importance": "importance",
-            "joint ablation": "redundancy", "viewer": "viewer", "circuit": "circuit"}
+            "joint ablation": "redundancy", "viewer": "viewer", "circuit": "circuit", "why heads attend": "attend"}
     results: dict[str, Any] = {}
     with report_stages(list(stages), progress) as run:
         for name, fn in stages.items():
             results[keys[name]] = run.run(name, fn)
     return results, dict(run.timings)
+
+
+def _attend(model: nn.Module, prompts: PromptSet, results: dict[str, Any]) -> Any:
+    """The section "Why these heads attend", and the source pairs behind the viewer's cells of the same heads."""
+    claims, _, claim_heads = results["claims"]
+    section = report_attend(model, prompts, claims, claim_heads)
+    viewer = results.get("viewer")
+    if viewer is not None and section.heads:
+        shown = set(viewer.heads)
+        heads = [parse_head(h.label) for h in section.heads if h.label in shown]
+        viewer.qk = viewer_pairs(model, prompts, [(h.layer, h.head) for h in heads]) if heads else {}
+    return section
 
 
 PER_HEAD_STAGES = ("claims", "importance", "head similarity")  # stages whose cost grows with the heads chosen

@@ -100,6 +100,52 @@ window.interpAttentionViewer = window.interpAttentionViewer || function (root) {
   });
   grid.addEventListener("mouseleave", function () { tip.hidden = true; });
 
+  // ---- clicking a cell: the source pairs behind the query's preference for that key (data.qk, when embedded)
+  var qkBox = find("av-qk");
+  if (data.qk && Object.keys(data.qk.heads || {}).length) {
+    find("av-help").textContent += "; click a cell of " + Object.keys(data.qk.heads).join(", ") +
+      ": the source pairs behind it";
+  }
+  function showPairs(q, k) {
+    var toks = data.tokens[state.prompt], label = data.heads[state.head];
+    var heads = (data.qk && data.qk.heads) || {}, entry = heads[label];
+    qkBox.textContent = ""; qkBox.hidden = false;
+    if (!entry) {
+      var named = Object.keys(heads);
+      qkBox.appendChild(el("p", "av-qk-note", named.length ?
+        "Source pairs are embedded for " + named.join(", ") + " only; `interp qk --head " + label + "` attributes any head." :
+        "No source pairs are embedded in this view; `interp qk --head " + label + "` attributes a head's scores."));
+      return;
+    }
+    var cell = entry.cells[state.prompt][q + "," + k];
+    if (!cell) {
+      qkBox.appendChild(el("p", "av-qk-note", label + ", query " + q + " \u2192 key " + k + ": source pairs are " +
+        "embedded for each query's highest-attention key only (and no query sees a single key); " +
+        "`interp qk --head " + label + " --query Q --key K` attributes any cell."));
+      return;
+    }
+    var against = cell[0];
+    qkBox.appendChild(el("p", "av-qk-title", label + ", query " + q + " \u201c" + toks[q] + "\u201d prefers key " + k +
+      " \u201c" + toks[k] + "\u201d to key " + against + " \u201c" + toks[against] + "\u201d by " + cell[1].toFixed(3) +
+      " (s(q, k) \u2212 s(q, k\u2032) = log p_k \u2212 log p_k\u2032); its " + ((cell.length - 2) / 3) +
+      " largest source pairs:"));
+    var table = el("table", "av-qk-pairs"), head = el("tr");
+    ["query source", "key source", "term"].forEach(function (t) { head.appendChild(el("th", "", t)); });
+    table.appendChild(head);
+    for (var i = 2; i + 2 < cell.length; i += 3) {
+      var row = el("tr");
+      row.appendChild(el("td", "", entry.query_sources[cell[i]]));
+      row.appendChild(el("td", "", entry.key_sources[cell[i + 1]]));
+      row.appendChild(el("td", "av-num", cell[i + 2].toFixed(3)));
+      table.appendChild(row);
+    }
+    qkBox.appendChild(table);
+  }
+  grid.addEventListener("click", function (event) {
+    var c = event.target;
+    if (c.classList.contains("av-cell")) { showPairs(Number(c.dataset.q), Number(c.dataset.k)); }
+  });
+
   // ---- the tokens, shaded by the query's weights
   function drawTokens() {
     tokensBox.textContent = "";
@@ -137,10 +183,10 @@ window.interpAttentionViewer = window.interpAttentionViewer || function (root) {
   function setQuery(q) { state.query = Math.max(0, Math.min(n() - 1, q)); redraw(); }
   function setHead(h) {
     var count = data.heads.length;
-    state.head = ((h % count) + count) % count; headSel.value = state.head; redraw();
+    state.head = ((h % count) + count) % count; headSel.value = state.head; qkBox.hidden = true; redraw();
   }
   function setPrompt(p) {
-    state.prompt = p; state.query = Math.min(state.query, n() - 1);
+    state.prompt = p; qkBox.hidden = true; state.query = Math.min(state.query, n() - 1);
     drawOverview(); buildGrid(); drawTokens(); redraw();
   }
 

@@ -6,6 +6,7 @@
     interp scan [SPEC]              propose a claim for every head and test it on held-out prompts
     interp heads [SPEC]             per-head positional and induction metrics with CIs
     interp circuit [SPEC]           discover the circuit behind the behaviour, test it and draw it
+    interp qk [SPEC] --head L1H0    why a head attends where it does: its score split into source pairs
     interp verify [SPEC]            prove that the model's hooks carry what their names say
     interp train [ARGS...]          train a shipped model's recipe (`interp.experiments`; `stdlib-bpe ...` too)
     interp demo                     `interp report` on the embedded default, then the highlights
@@ -31,7 +32,7 @@ imports what it needs when it runs, so `interp --help` answers at once. No flag 
 `--junit`, `--png`) is checked: writable, not one of the command's input files, not another output
 (`interp.outdir.check_outputs`).
 
-The package: `parser` (flags), `commands` and `audit` (the handlers), `common` (loading the
+The package: `parser` (flags), `commands`, `audit`, `circuit` and `qk` (the handlers), `common` (loading the
 model, prompts, exit codes), `output` (consoles, stdout fencing, the JSON envelope), `tables`
 (DataFrames as terminal tables); here, `main` turns each outcome into an exit code. The public
 names (`__all__`) are the ones callers import from `interp.cli`.

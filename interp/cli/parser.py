@@ -13,6 +13,7 @@ from interp.cli.circuit import cmd_circuit
 from interp.cli.commands import cmd_claims, cmd_demo, cmd_heads, cmd_report, cmd_scan, cmd_train, cmd_verify
 from interp.cli.common import AUDIT_PROMPTS_DEFAULT, DEFAULT_SPEC, PROMPTS_DEFAULT
 from interp.cli.output import JSON_SCHEMA, print_error, toolkit_version
+from interp.cli.qk import cmd_qk
 from interp.launch import add_flags as add_scale_flags
 from interp.schemas import REPORT_SCHEMA
 from interp.validate import SEED_MAX  # the API's seed range too: interp.validate.check_seed
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     for add in (_report_parser, _audit_parser, _claims_parser, _scan_parser, _heads_parser, _circuit_parser,
-                _verify_parser, _train_parser, _demo_parser):
+                _qk_parser, _verify_parser, _train_parser, _demo_parser):
         add(command)
     return add_scale_flags(parser)  # --workers / --device / --dtype on every command (interp.launch)
 
@@ -334,6 +335,50 @@ def _circuit_parser(command) -> None:
                         "(default: the method's fixed 0.01)")
     p.add_argument("--png", metavar="FILE", default=None, help="also draw the circuit to FILE (.png)")
     _add_behaviour(p)
+    _add_common(p)
+
+
+def _position(text: str) -> int:
+    """--query / --against: a position (negative ones count back from the end)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a position (an integer; -1 is the last)") from None
+
+
+def _key(text: str) -> int | str:
+    """--key: a position, or "all" (every key the query sees)."""
+    return "all" if text.strip().lower() == "all" else _position(text)
+
+
+def _qk_parser(command) -> None:
+    p = command("qk", cmd_qk, "Why a head attends where it does: its score split into source pairs",
+                "interp qk toy-induction --head L1H0 --prompts repeated --index 0",
+                "The head's pre-softmax score at (query, key) is split exactly into (query source x key source) terms, "
+                "the norm's scale frozen at this forward's: sources are the embeddings, earlier heads (L0H2), MLPs, "
+                "biases. The default view splits s(q, k) - s(q, k') against a contrast key k' (the highest-scoring "
+                "other key; --against), which equals log p_k - log p_k': why the head prefers k.\n\n"
+                "One prompt (--text, or --prompts with --index): each pair's terms; many prompts (--prompts without "
+                "--index): their means over prompts with bootstrap CIs. --query defaults to the last token, --key to "
+                "the query's highest-attention key. See docs/tutorials/qk-attribution.md.\n\n"
+                "Exit 0: attributed; 2: bad input (a head that does not exist, a position out of range, a key after "
+                "the query or on padding, --against equal to --key, a post-norm model).")
+    p.add_argument("spec", nargs="?", default=None, help=SPEC_HELP)
+    p.add_argument("--head", required=True, metavar="LxHy", help="the head to explain, e.g. L1H0")
+    p.add_argument("--text", metavar="TEXT", default=None,
+                   help="the one prompt, tokenised by the model's tokenizer (toy-induction: symbol ids, '255 5 17 5')")
+    _add_prompts(p)
+    p.add_argument("--index", type=int, default=None, metavar="I",
+                   help="attribute only prompt I of --prompts' set (default: every prompt, averaged)")
+    p.add_argument("--query", type=_position, default=None, metavar="Q",
+                   help="the query position (default: the last token; negative counts from the end)")
+    p.add_argument("--key", type=_key, default=None, metavar="K|all",
+                   help="the key position, or all (every key the query sees); default: the query's highest-attention key")
+    p.add_argument("--against", type=_position, default=None, metavar="K2",
+                   help="the contrast key of the difference (default: the highest-scoring other key)")
+    p.add_argument("--top", type=_positive_int, default=5, metavar="N", help="terms shown per pair (default 5)")
+    p.add_argument("--view", choices=["difference", "score"], default="difference",
+                   help="split s(q, k) - s(q, k') (default: what the softmax sees) or the score s(q, k) itself")
     _add_common(p)
 
 

@@ -337,3 +337,51 @@ def test_hostile_token_strings_leave_the_whole_report(browser, tmp_path):
     assert root.get_attribute("data-ready") == "1"
     for section in ("viewer", "heads", "claims", "glossary", "methods", "provenance"):
         assert browser.find_element(By.ID, section).is_displayed(), section
+
+
+def test_clicking_a_cell_lists_the_source_pairs_behind_it(browser, tmp_path):
+    """Issue 41: the viewer's cells of the heads the report discusses carry their top 5 source pairs
+    (`analyses.report.attend.viewer_pairs`); clicking the induction target of toy-induction's L1H0 lists them, L0H2's
+    write on the key side first; a cell or a head without pairs says what it has and how to get the rest."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    import interp
+    from interp.analyses.report.attend import MAX_VIEWER_BYTES, viewer_pairs
+    from interp.viewer import page_html, viewer_data, viewer_html
+
+    model = interp.load("toy-induction")
+    prompts = interp.data.repeated_tokens(4, 20, 255, bos=255, seed=0)
+    data = viewer_data(model, prompts, [(0, 0), (0, 2), (1, 0)], open_head=(1, 0))
+    data.qk = viewer_pairs(model, prompts, [(0, 2), (1, 0)])
+    assert data.qk["omitted"] == [] and len(json.dumps(data.qk, separators=(",", ":"))) < MAX_VIEWER_BYTES
+    cell = data.qk["heads"]["L1H0"]["cells"][0]["40,21"]  # the last token, at the token after its earlier occurrence
+    entry = data.qk["heads"]["L1H0"]
+    expected = [[entry["query_sources"][cell[i]], entry["key_sources"][cell[i + 1]], f"{cell[i + 2]:.3f}"]
+                for i in range(2, len(cell), 3)]
+    assert len(expected) == 5 and expected[0][1] == "L0H2"
+    (tmp_path / "qk.html").write_text(page_html(viewer_html(data)))
+    assert open_page(browser, tmp_path / "qk.html") == []
+    (root,) = viewers(browser)
+    panel = root.find_element(By.CSS_SELECTOR, ".av-qk")
+    assert not panel.is_displayed() and "click a cell of L0H2, L1H0" in root.find_element(By.CSS_SELECTOR, ".av-help").text
+
+    def click(q, k):
+        target = root.find_element(By.CSS_SELECTOR, f'.av-cell[data-q="{q}"][data-k="{k}"]')
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", target)
+        target.click()
+        return panel.text
+
+    text = click(40, 21)
+    assert panel.is_displayed() and f"query 40 \u201c198\u201d prefers key 21 \u201c194\u201d to key {cell[0]}" in text
+    assert f"by {cell[1]:.3f}" in text and "5 largest source pairs" in text
+    rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in panel.find_elements(By.CSS_SELECTOR, ".av-qk-pairs tr")[1:]]
+    assert rows == expected
+    assert "highest-attention key only" in click(40, 3)  # a cell the head does not prefer
+    root.send_keys("k")  # the previous head, L0H2: its own pairs
+    assert not panel.is_displayed() and "prefers key" in click(10, 9)
+    root.send_keys("k")  # L0H0: not discussed
+    assert "embedded for L0H2, L1H0 only" in click(10, 9)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == [] and external_requests(browser) == []

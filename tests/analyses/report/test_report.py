@@ -382,6 +382,17 @@ def test_report_json_has_provenance_schema_and_every_file(built):
 
 
 @pytest.mark.heavy
+def test_why_these_heads_attend_is_in_the_page_the_summary_and_the_json(built):
+    attend = json.loads((built.out_dir / "report.json").read_text())["attend"]
+    induction = next(h for h in attend["heads"] if h["head"] == "L1H0")  # the constructed circuit's induction head
+    assert induction["claim"] == "induction" and induction["pairs"][0]["key_source"] == "L0H0"
+    assert [s["source"] for s in induction["sources"]] == ["tok_embed", "L0H0"]
+    html, summary = (built.out_dir / "report.html").read_text(), (built.out_dir / "summary.md").read_text()
+    assert '<h2 id="attend">Why these heads attend</h2>' in html and "<h3>L1H0</h3>" in html
+    assert "## Why these heads attend" in summary and "strongest key-side source L0H0" in summary
+
+
+@pytest.mark.heavy
 def test_methods_match_what_was_drawn_and_run(built):
     import re
 

@@ -13,7 +13,7 @@ from interp.cli import commands, tables
 from interp.specs import PROMPT_KINDS, PromptSpec, SpecError, build_prompts, parse_heads_flag, parse_layers_flag
 
 ROOT = Path(__file__).resolve().parents[3]
-SUBCOMMANDS = ["report", "audit-leakage", "claims", "scan", "heads", "circuit", "verify", "train", "demo"]
+SUBCOMMANDS = ["report", "audit-leakage", "claims", "scan", "heads", "circuit", "qk", "verify", "train", "demo"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
 
 
