@@ -1,0 +1,59 @@
+"""The contracts of modern training and inference stacks, audited on top of causality (`audit(..., packed=True,
+window=W, kv_cache=True, attn_impls=[...])`): the same black-box principle as the causal audit (change only what must
+not matter; the protected outputs must not move; judged against the floor measured on the model), one verdict per
+contract (`ContractResult`, `LeakageReport.contracts[kind]`), each leak located at its line of code.
+
+- `documents` (kind `document`, including a document cut by over-masking): packed documents must not read each other;
+- `windows` (kind `window`): a layer declared to see W keys sees no more;
+- `kvcache` (kind `kv_cache`): prefill then decode equals the full forward; nothing later in a call moves it;
+- `backends` (kind `backend`): each attention implementation equals the first, and each keeps the other contracts.
+
+Layout: `common` (the verdict, calls, measures) <- `locate` (origins) <- `windows` <- `documents`, `kvcache`,
+`backends`; `run_contracts` (here) runs the modes asked for, in that order.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from interp.analyses.leakage.contracts.common import CONTRACT_KINDS, ContractFinding, ContractKind, ContractResult
+from interp.analyses.leakage.contracts.documents import (
+    DOCUMENT_CONVENTIONS,
+    audit_documents,
+    check_doc_sep,
+    document_convention,
+)
+from interp.analyses.leakage.contracts.windows import audit_windows, check_window, declared_windows
+from interp.errors import BadInput
+
+__all__ = ["CONTRACT_KINDS", "ContractFinding", "ContractKind", "ContractResult", "DOCUMENT_CONVENTIONS",
+           "check_contract_arguments", "run_contracts"]
+
+
+def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any = None, window: Any = None, vocab: int,
+                             kv_cache: bool = False, attn_impls: Any = None) -> None:
+    """The contract arguments against the model, before any forward pass (a BadInput: exit 2): a separator outside
+    the vocabulary, a model taking no document convention, a window below 1 or none declared (window="config")."""
+    if doc_sep is not None:
+        check_doc_sep(doc_sep, vocab)
+    elif packed:
+        document_convention(model)
+    if window == "config":
+        if not any(declared_windows(model)):
+            raise BadInput(f"{type(model).__name__} declares no sliding window (config `sliding_window` / `layer_types`, "
+                           "`window_size`): give the window its layers must keep (--window W, audit(window=W))")
+    elif window is not None:
+        check_window(window)
+
+
+def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int | None = None,
+                  window: int | None = None, windowed: bool = False, kv_cache: bool = False,
+                  attn_impls: Sequence[str] | None = None, seed: int = 0, progress: bool = False,
+                  max_len: int | None = None) -> dict[str, ContractResult]:
+    """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window)."""
+    results: dict[str, ContractResult] = {}
+    if packed or doc_sep is not None:
+        results["document"] = audit_documents(model, vocab=vocab, doc_sep=doc_sep, seed=seed, progress=progress)
+    if window is not None or windowed:
+        results["window"] = audit_windows(model, vocab=vocab, window=window, seed=seed, progress=progress,
+                                          max_len=max_len)
+    return results
