@@ -74,7 +74,8 @@ class ContractResult:
         return min(hits, key=lambda f: (f.query, -1 if f.key is None else f.key), default=None)
 
     def worst(self) -> ContractFinding | None:
-        return max(self.findings, key=lambda f: f.influence if f.kind != "over-masked" else math.inf, default=None)
+        """The largest change found; a missing dependence (`over-masked`, influence 0) only when nothing moved."""
+        return max(self.findings, key=lambda f: -1.0 if f.kind == "over-masked" else f.influence, default=None)
 
     @property
     def where(self) -> str:
@@ -122,8 +123,11 @@ def threshold(dtype: str, floor: float) -> float:
 # ---------------------------------------------------------------------------------------------
 
 def parameters(model: Any) -> set[str]:
-    """The names the model's forward takes explicitly (not through **kwargs)."""
-    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    """The names the model's forward takes explicitly (not through **kwargs); a model the toolkit hooked (whose class
+    wraps the forward in `*args, **kwargs`) answers for its own class's forward."""
+    forward = model
+    if isinstance(model, torch.nn.Module):
+        forward = getattr(type(model), "_interp_original_class", type(model)).forward
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     try:
         return {p.name for p in inspect.signature(forward).parameters.values() if p.kind in kinds}

@@ -203,7 +203,8 @@ def _origin(model: Any, result: ContractResult, rows: torch.Tensor, keys: list[i
     assert worst is not None
     call = with_arguments(model, runs[worst.run])
     if worst.kind == "over-masked":
-        first = min((f for f in result.findings if f.run == worst.run), key=lambda f: (f.query, f.key or 0))
+        first = min((f for f in result.findings if f.run == worst.run and f.kind == "over-masked"),
+                    key=lambda f: (f.query, f.key or 0))
         assert first.key is not None
         return origin_of_hidden(call, rows[:1], first.query, first.key, kind="document",
                                 words=f"position {first.query} no longer reads position {first.key} of its own "
