@@ -22,6 +22,7 @@ from interp.analyses.leakage.contracts.documents import (
     check_doc_sep,
     document_convention,
 )
+from interp.analyses.leakage.contracts.kvcache import Cached, audit_kv_cache
 from interp.analyses.leakage.contracts.windows import audit_windows, check_window, declared_windows
 from interp.errors import BadInput
 
@@ -43,6 +44,8 @@ def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any =
                            "`window_size`): give the window its layers must keep (--window W, audit(window=W))")
     elif window is not None:
         check_window(window)
+    if kv_cache:
+        Cached(model)
 
 
 def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int | None = None,
@@ -56,4 +59,6 @@ def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int 
     if window is not None or windowed:
         results["window"] = audit_windows(model, vocab=vocab, window=window, seed=seed, progress=progress,
                                           max_len=max_len)
+    if kv_cache:
+        results["kv_cache"] = audit_kv_cache(model, vocab=vocab, seed=seed, progress=progress)
     return results

@@ -22,7 +22,7 @@ from interp.analyses.leakage.contracts import run_contracts  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[2]
 TOLERANCE = 2  # lines between the reported origin and a marked line
-AUDITED = ("document", "window")  # the contracts the audit's modes judge so far
+AUDITED = ("document", "window", "kv_cache")  # the contracts the audit's modes judge so far
 
 
 def _cases(kinds=AUDITED):
@@ -32,12 +32,16 @@ def _cases(kinds=AUDITED):
 def _flags(case: ContractCase) -> list[str]:
     if case.contract == "document":
         return ["--doc-sep", str(case.doc_sep)] if case.doc_sep is not None else ["--packed"]
+    if case.contract == "kv_cache":
+        return ["--kv-cache"]
     return ["--window", "config"]
 
 
 def _kwargs(case: ContractCase) -> dict:
     if case.contract == "document":
         return {"doc_sep": case.doc_sep} if case.doc_sep is not None else {"packed": True}
+    if case.contract == "kv_cache":
+        return {"kv_cache": True}
     return {"windowed": True}
 
 
