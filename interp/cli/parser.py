@@ -282,9 +282,9 @@ def _audit_parser(command) -> None:
     p.add_argument("--window", type=_window, default=None, metavar="W|config",
                    help="also check sliding windows: W keys per windowed layer, itself included (key j visible from "
                         "query i iff i-W < j <= i); config reads sliding_window / layer_types, e.g. --window 4096")
-    p.add_argument("--attn-impls", type=_attn_impls, default=None, metavar="IMPL,IMPL",
-                   help="also compare these attention implementations (attn_implementation strings), each audited for "
-                        "the other contracts, e.g. --attn-impls eager,sdpa,flex_attention")
+    p.add_argument("--attn-impls", type=_attn_impls, default=None, nargs="?", const="all", metavar="IMPL,IMPL",
+                   help="also compare attention implementations (attn_implementation strings; alone: every one the model "
+                        "runs), each checked causal and windowed, e.g. --attn-impls eager,sdpa,flex_attention")
     _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
 
 
@@ -320,8 +320,10 @@ def _window(text: str) -> int | str:
 ATTN_IMPLS = ("eager", "sdpa", "flex_attention")
 
 
-def _attn_impls(text: str) -> tuple[str, ...]:
-    """--attn-impls: a comma-separated list of attn_implementation strings."""
+def _attn_impls(text: str) -> tuple[str, ...] | str:
+    """--attn-impls: a comma-separated list of attn_implementation strings, or all."""
+    if text == "all":
+        return text
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in ATTN_IMPLS]
     if not names or unknown:

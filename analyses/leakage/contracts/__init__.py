@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from interp.analyses.leakage.contracts.backends import audit_backends, check_implementations
 from interp.analyses.leakage.contracts.common import CONTRACT_KINDS, ContractFinding, ContractKind, ContractResult
 from interp.analyses.leakage.contracts.documents import (
     DOCUMENT_CONVENTIONS,
@@ -46,11 +47,13 @@ def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any =
         check_window(window)
     if kv_cache:
         Cached(model)
+    if attn_impls is not None:
+        check_implementations(model, attn_impls)
 
 
 def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int | None = None,
                   window: int | None = None, windowed: bool = False, kv_cache: bool = False,
-                  attn_impls: Sequence[str] | None = None, seed: int = 0, progress: bool = False,
+                  attn_impls: Sequence[str] | str | None = None, seed: int = 0, progress: bool = False,
                   max_len: int | None = None) -> dict[str, ContractResult]:
     """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window)."""
     results: dict[str, ContractResult] = {}
@@ -61,4 +64,6 @@ def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int 
                                           max_len=max_len)
     if kv_cache:
         results["kv_cache"] = audit_kv_cache(model, vocab=vocab, seed=seed, progress=progress)
+    if attn_impls is not None:
+        results["backend"] = audit_backends(model, vocab=vocab, attn_impls=attn_impls, seed=seed, progress=progress)
     return results
