@@ -63,7 +63,7 @@ class Cached:
         if callable(getattr(model, "step", None)):
             self.style = "step"
         elif "past_key_values" in names or "cache" in names:
-            self.style = "past_key_values" if "past_key_values" in names else "cache"
+            self.style = "cache" if "cache" in names else "past_key_values"  # transformers 5 names it `cache`
         else:
             raise BadInput(f"--kv-cache: {type(model).__name__} has no KV cache to audit: its forward takes no "
                            "`past_key_values` (or `cache`) with `use_cache=True`, and it has no `step(tokens, cache) -> "
