@@ -13,7 +13,7 @@ Layout: `common` (the verdict, calls, measures) <- `locate` (origins) <- `window
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from interp.analyses.leakage.contracts.backends import audit_backends, check_implementations
 from interp.analyses.leakage.contracts.common import CONTRACT_KINDS, ContractFinding, ContractKind, ContractResult
@@ -25,7 +25,10 @@ from interp.analyses.leakage.contracts.documents import (
 )
 from interp.analyses.leakage.contracts.kvcache import Cached, audit_kv_cache
 from interp.analyses.leakage.contracts.windows import audit_windows, check_window, declared_windows
-from interp.errors import BadInput
+from interp.errors import BadInput, InterpError, ModelError
+
+FLAGS = {"document": "--packed / --doc-sep", "window": "--window", "kv_cache": "--kv-cache",
+         "backend": "--attn-impls"}
 
 __all__ = ["CONTRACT_KINDS", "ContractFinding", "ContractKind", "ContractResult", "DOCUMENT_CONVENTIONS",
            "check_contract_arguments", "run_contracts"]
@@ -56,14 +59,25 @@ def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int 
                   attn_impls: Sequence[str] | str | None = None, seed: int = 0, progress: bool = False,
                   max_len: int | None = None) -> dict[str, ContractResult]:
     """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window)."""
-    results: dict[str, ContractResult] = {}
+    modes: list[tuple[str, Callable[[], ContractResult]]] = []
     if packed or doc_sep is not None:
-        results["document"] = audit_documents(model, vocab=vocab, doc_sep=doc_sep, seed=seed, progress=progress)
+        modes.append(("document", lambda: audit_documents(model, vocab=vocab, doc_sep=doc_sep, seed=seed,
+                                                          progress=progress)))
     if window is not None or windowed:
-        results["window"] = audit_windows(model, vocab=vocab, window=window, seed=seed, progress=progress,
-                                          max_len=max_len)
+        modes.append(("window", lambda: audit_windows(model, vocab=vocab, window=window, seed=seed, progress=progress,
+                                                      max_len=max_len)))
     if kv_cache:
-        results["kv_cache"] = audit_kv_cache(model, vocab=vocab, seed=seed, progress=progress)
+        modes.append(("kv_cache", lambda: audit_kv_cache(model, vocab=vocab, seed=seed, progress=progress)))
     if attn_impls is not None:
-        results["backend"] = audit_backends(model, vocab=vocab, attn_impls=attn_impls, seed=seed, progress=progress)
+        modes.append(("backend", lambda: audit_backends(model, vocab=vocab, attn_impls=attn_impls, seed=seed,
+                                                        progress=progress)))
+    results: dict[str, ContractResult] = {}
+    for kind, mode in modes:
+        try:
+            results[kind] = mode()
+        except InterpError:
+            raise
+        except Exception as error:  # the user's model failed on the mode's calls: exit 2, saying which mode
+            raise ModelError(f"the {kind} contract could not run: the model raised {type(error).__name__}: {error} "
+                             f"(under {FLAGS[kind]}; see `interp audit-leakage --help`)") from error
     return results
