@@ -607,7 +607,7 @@ def _run_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: int | 
         model.eval()
     try:
         return run_contracts(model, vocab=plan.vocab, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache,
-                             window=None if window == "config" else window, windowed=window == "config",
+                             window=window if isinstance(window, int) else None, windowed=window == "config",
                              attn_impls=attn_impls, seed=plan.seed, progress=progress, max_len=plan.max_len)
     finally:
         if isinstance(model, nn.Module) and was_training:

@@ -134,8 +134,12 @@ def _measure(model: Any, names: list[str], rows: torch.Tensor, tokens: torch.Ten
              seed: int) -> ContractResult:
     single = float32_twin(model)
     ran, notes = usable(single, names, rows[:1])
-    model, dtype, cast_notes = float64_twin(model, lambda m: [(set_implementation(m, n), call_rows(m, rows[:1], {}))
-                                                              for n in ran])
+    def probe(copy: Any) -> None:
+        for name in ran:
+            set_implementation(copy, name)
+            call_rows(copy, rows[:1], {})
+
+    model, dtype, cast_notes = float64_twin(model, probe)
     notes += list(cast_notes)
     length = rows.shape[1]
     layer_windows = declared_windows(model)

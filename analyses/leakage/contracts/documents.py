@@ -100,6 +100,7 @@ class Layout:
         if self.doc_sep is not None:
             tokens[self.separators()] = self.doc_sep
         for position in self.inner_eos:
+            assert self.eos is not None  # planted only where the model declares its EOS (`layout_for`)
             tokens[position] = self.eos
         return tokens
 

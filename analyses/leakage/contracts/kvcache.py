@@ -204,11 +204,11 @@ def _future_origin(cached: Cached, model: Any, tokens: torch.Tensor, calls, wors
     variant = tokens.clone()
     variant[0, worst.key:end] = replace_tokens(tokens[0], range(worst.key, end), vocab, [], generator)[worst.key:end]
 
-    def last_call(chunk: torch.Tensor, **_: Any) -> torch.Tensor:
-        cache = None
+    def last_call(chunk: torch.Tensor, **ignored: Any) -> torch.Tensor:
+        state: Any = None
         for s, e in calls[:-1]:
-            _, cache = cached.call(model, tokens[:, s:e], s, cache)
-        return cached.call(model, chunk, start, cache)[0]
+            _, state = cached.call(model, tokens[:, s:e], s, state)
+        return cached.call(model, chunk, start, state)[0]
 
     keep = torch.arange(worst.key - start)
     return origin_of_change(last_call, tokens[:, start:end], variant[:, start:end], keep, kind="future",
