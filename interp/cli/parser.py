@@ -284,7 +284,7 @@ def _audit_parser(command) -> None:
                         "query i iff i-W < j <= i); config reads sliding_window / layer_types, e.g. --window 4096")
     p.add_argument("--attn-impls", type=_attn_impls, default=None, nargs="?", const="all", metavar="IMPL,IMPL",
                    help="also compare attention implementations (attn_implementation strings; alone: every one the model "
-                        "runs), each checked causal and windowed, e.g. --attn-impls eager,sdpa,flex_attention")
+                        "runs), the other contracts asked for run under each, e.g. --attn-impls eager,sdpa,flex_attention")
     _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
 
 

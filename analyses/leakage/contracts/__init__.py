@@ -13,9 +13,16 @@ Layout: `common` (the verdict, calls, measures) <- `locate` (origins) <- `window
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from interp.analyses.leakage.contracts.backends import audit_backends, check_implementations
+from interp.analyses.leakage.contracts.backends import (
+    _current,
+    audit_backends,
+    check_implementations,
+    flex_stance,
+    set_implementation,
+)
 from interp.analyses.leakage.contracts.common import CONTRACT_KINDS, ContractFinding, ContractKind, ContractResult
 from interp.analyses.leakage.contracts.documents import (
     DOCUMENT_CONVENTIONS,
@@ -71,13 +78,48 @@ def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int 
     if attn_impls is not None:
         modes.append(("backend", lambda: audit_backends(model, vocab=vocab, attn_impls=attn_impls, seed=seed,
                                                         progress=progress)))
-    results: dict[str, ContractResult] = {}
-    for kind, mode in modes:
-        try:
-            results[kind] = mode()
-        except InterpError:
-            raise
-        except Exception as error:  # the user's model failed on the mode's calls: exit 2, saying which mode
-            raise ModelError(f"the {kind} contract could not run: the model raised {type(error).__name__}: {error} "
-                             f"(under {FLAGS[kind]}; see `interp audit-leakage --help`)") from error
+    results = {kind: _running(kind, mode) for kind, mode in modes}
+    backend = results.get("backend")
+    if backend is not None:
+        implementations = [run for run in backend.runs if " vs " not in run]
+        for kind, mode in modes:
+            if kind != "backend" and len(implementations) > 1:
+                results[kind] = under_each(model, implementations, kind, mode)
     return results
+
+
+def _running(kind: str, mode: Callable[[], ContractResult]) -> ContractResult:
+    try:
+        return mode()
+    except InterpError:
+        raise
+    except Exception as error:  # the user's model failed on the mode's calls: exit 2, saying which mode
+        raise ModelError(f"the {kind} contract could not run: the model raised {type(error).__name__}: {error} "
+                         f"(under {FLAGS[kind]}; see `interp audit-leakage --help`)") from error
+
+
+def under_each(model: Any, implementations: list[str], kind: str, mode: Callable[[], ContractResult]) -> ContractResult:
+    """The contract `kind` audited under each attention implementation (FlexAttention unfused), as one verdict: its
+    runs and findings named "implementation: run", the largest floor, the first origin found; the model's own
+    implementation restored after."""
+    original = _current(model)
+    done: list[tuple[str, ContractResult]] = []
+    try:
+        with flex_stance(False):
+            for name in implementations:
+                set_implementation(model, name)
+                done.append((name, _running(kind, mode)))
+    finally:
+        if original in implementations:
+            set_implementation(model, original)
+    findings = tuple(replace(f, run=f"{name}: {f.run}") for name, result in done for f in result.findings)
+    runs = {f"{name}: {run}": value for name, result in done for run, value in result.runs.items()}
+    statuses = {result.status for _, result in done}
+    status = next((word for word in ("leak", "noise", "exact zero", "not applicable") if word in statuses), "noise")
+    origin = next((result.origin for _, result in done if result.origin is not None), None)
+    notes = tuple(dict.fromkeys(note for _, result in done for note in result.notes))
+    return ContractResult(kind, status, max(result.max_influence for _, result in done),
+                          max(result.floor for _, result in done), max(result.threshold for _, result in done),
+                          "float64" if all(result.dtype == "float64" for _, result in done) else "float32",
+                          findings, runs, notes + (f"audited under each implementation: {', '.join(implementations)}",),
+                          origin, sum(result.seconds for _, result in done))

@@ -145,10 +145,10 @@ def logits_of(output: Any) -> torch.Tensor:
 
 
 def cache_of(output: Any) -> Any:
-    """The cache an output carries: `(logits, cache)`, or an object's `past_key_values` / `cache`."""
+    """The cache an output carries: `(logits, cache)`, or an object's `cache` / `past_key_values`."""
     if isinstance(output, (tuple, list)):
         return output[1]
-    for name in ("past_key_values", "cache"):
+    for name in ("cache", "past_key_values"):  # transformers 5 names it `cache` (and warns on `past_key_values`)
         found = getattr(output, name, None)
         if found is not None:
             return found

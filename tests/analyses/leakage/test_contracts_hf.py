@@ -55,3 +55,14 @@ def test_backends_equal_the_reference(family):
     mine = run_contracts(measure.build(family, "eager"), vocab=measure.VOCAB, attn_impls=implementations)["backend"]
     reference = references.backends(measure.build(family, "eager"), implementations)
     assert set(mine.found) == set(reference.kinds) == set(), (mine.where, str(reference))
+
+
+def test_documents_leak_under_every_implementation_and_only_there():
+    """With --attn-impls, the documents contract runs under each implementation: transformers' packing path is
+    taken only without a cache and a mask, under eager, sdpa and flex_attention alike."""
+    results = run_contracts(measure.build("llama", "eager"), vocab=measure.VOCAB, packed=True, attn_impls="all")
+    documents = results["document"]
+    leaking = {f.run for f in documents.findings}
+    assert leaking == {f"{impl}: {run}" for impl in ("eager", "sdpa", "flex_attention")
+                       for run in ("default", "attention_mask=ones", "use_cache=True")}
+    assert results["backend"].status in ("exact zero", "noise")

@@ -120,3 +120,14 @@ def test_cli_judges_every_zoo_case(case, monkeypatch, tmp_path):
         assert result["origins"][case.contract] == contract["origin"]
     else:
         assert contract["origin"] is None
+
+
+def test_each_implementation_is_held_to_the_other_contracts(monkeypatch):
+    """sdpa_drops_window: with the window contract asked too, the window breaks under sdpa only."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    case = next(c for c in CASES if c.factory == "sdpa_drops_window")
+    results = run_contracts(case.model(), vocab=64, windowed=True, attn_impls=("eager", "sdpa"))
+    window = results["window"]
+    assert window.status == "leak" and {f.run.split(": ")[0] for f in window.findings} == {"sdpa"}
+    assert set(window.runs) == {f"{impl}: length {n}" for impl in ("eager", "sdpa") for n in (3, 12)}
+    assert_origin(window.origin.to_dict() if window.origin else None, case)
