@@ -3,7 +3,8 @@
 W counts the keys a query sees, itself included: key j is visible from query i iff i - W < j <= i (the convention of
 `transformers`' `sliding_window` and nanoGPT-style `window_size`). The layers' windowed masks composed give, for each
 output i, the tokens j that can move it (`reach`): a token out of reach must move it by nothing beyond the floor (kind
-`window`; a later token, `future`). With every layer windowed, a token more than L (W - 1) positions back is out of
+`window`; a later token, `future`), and the gradient of each output with respect to every input embedding must be
+exactly zero there (through a masked softmax; where it cannot run, a note says so). With every layer windowed, a token more than L (W - 1) positions back is out of
 reach; with a full-attention layer, every earlier token is within reach and only causality is checked at the output,
 said in a note. Each token is changed, one at a time, in prompts shorter and longer than the window.
 """
@@ -24,11 +25,13 @@ from interp.analyses.leakage.contracts.common import (
     float64_twin,
     influence,
     judged,
+    logits_of,
     random_tokens,
     replace_tokens,
     scale_of,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
+from interp.analyses.leakage.methods import _embedding_leaf, embedding_module
 from interp.errors import BadInput
 
 DEFAULT_WINDOW_LEN = 64  # the longest prompt without max_len: long enough for the zoo's W = 4 over 2 layers
@@ -69,6 +72,35 @@ def reach(length: int, layer_windows: Sequence[int | None]) -> torch.Tensor:
     return reached
 
 
+def gradient_findings(model: Any, tokens: torch.Tensor, reached: torch.Tensor, run: str,
+                      vocab: int) -> tuple[list[ContractFinding], str | None]:
+    """The Jacobian of each output (a random direction of its logits) with respect to every input embedding: exactly
+    zero, through a masked softmax, at every position out of reach. Each (query, key) entry relative to the query's
+    largest; a note instead when the gradient cannot run (no embedding found, a kernel without a backward)."""
+    embed = embedding_module(model, vocab)
+    if embed is None:
+        return [], "gradient not run: no input embedding found (the perturbations decided)"
+    length = tokens.shape[0]
+    generator = torch.Generator().manual_seed(length)
+    found: list[ContractFinding] = []
+    try:
+        with torch.enable_grad(), _embedding_leaf(embed) as leaves:
+            logits = logits_of(model(tokens[None]))  # (1, pos, vocab)
+            if not leaves or tuple(leaves[0].shape[:2]) != (1, length):
+                return [], "gradient not run: the embedding output is not (batch, pos, width) (the perturbations decided)"
+            direction = torch.randn(logits.shape[-1], generator=generator).to(logits.dtype)
+            for i in range(length):
+                (grad,) = torch.autograd.grad((logits[0, i] * direction).sum(), leaves[0], retain_graph=True)
+                size = grad[0].abs().amax(-1).double()  # (pos,)
+                top = float(size.max()) or 1.0
+                found += [ContractFinding("future" if j > i else "window", run, i, j, float(size[j]) / top)
+                          for j in range(length) if not reached[i, j]]
+    except (RuntimeError, NotImplementedError) as error:  # FlexAttention has no CPU backward: the other method decides
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
+        return [], f"gradient not run ({type(error).__name__}: {first}): the perturbations decided"
+    return found, None
+
+
 def check_window(window: Any) -> None:
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise BadInput(f"window={window!r} must be a whole number of keys, at least 1: W counts the keys a query sees, "
@@ -92,7 +124,7 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
     cap = max_len or DEFAULT_WINDOW_LEN
     lengths = sorted({max(2, min(size - 1, 3, cap)), min(max(3 * size, longest), cap)})
     announce("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
-             "plus one float64 copy", progress)
+             f"and {sum(lengths)} backward passes, plus one float64 copy", progress)
     generator = torch.Generator().manual_seed(seed)
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
     findings: list[ContractFinding] = []
@@ -111,6 +143,10 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
                 if not reached[i, j]:
                     per_run[run] = max(per_run[run], float(moved[j, i]))
                     findings.append(ContractFinding("future" if j > i else "window", run, i, j, float(moved[j, i])))
+        found, why = gradient_findings(model, tokens, reached, run, vocab)
+        findings += found
+        per_run[run] = max([per_run[run]] + [f.influence for f in found])
+        notes += (why,) if why and why not in notes else ()
         if span is not None and length <= span + 1:
             notes += (f"{run}: no earlier token is out of reach ({len(layer_windows)} layers of W - 1 = {size - 1} "
                       f"reach {span} back): only causality is checked",)

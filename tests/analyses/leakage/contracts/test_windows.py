@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from interp.analyses.leakage.contracts.windows import check_window, declared_windows, reach, same_chunk
 from interp.errors import BadInput
@@ -42,3 +43,18 @@ def test_same_chunk():
 def test_a_window_below_one_or_not_whole_is_refused(window):
     with pytest.raises(BadInput, match="at least 1"):
         check_window(window)
+
+
+def test_the_gradient_is_exactly_zero_out_of_reach_and_catches_a_wider_window():
+    from leakzoo import windows  # tests/ is on sys.path (tests/conftest.py)
+
+    from interp.analyses.leakage.contracts.windows import gradient_findings
+
+    tokens = torch.arange(12) % 64
+    reached = reach(12, [4, 4])
+    clean, why = gradient_findings(windows.hf_window().double(), tokens, reached, "length 12", 64)
+    assert why is None and clean and max(f.influence for f in clean) == 0.0
+    wide, _ = gradient_findings(windows.off_by_one().double(), tokens, reached, "length 12", 64)
+    assert {f.query - f.key for f in wide if f.influence > 1e-6} == {7, 8}
+    none, why = gradient_findings(nn.Linear(2, 2), tokens, reached, "length 12", 64)
+    assert none == [] and "no input embedding" in why
