@@ -30,6 +30,11 @@ RULES: dict[str, tuple[str, str]] = {  # leak kind -> (rule name, what the rule 
     "future": ("FutureLeak", "An output position depends on a later token (a causal model must read only the past)."),
     "batch": ("BatchMixing", "An example's outputs depend on the other examples of its batch."),
     "padding": ("PaddingLeak", "Real positions depend on the content of the padding."),
+    "document": ("DocumentLeak", "A packed document reads another document, or is cut by an over-eager mask (over-masked)."),
+    "kv_cache": ("KVCacheLeak", "Prefill then decode with the KV cache differs from the full forward, or a decode call "
+                 "reads its own later tokens."),
+    "window": ("WindowLeak", "A sliding-window layer lets a query see more than its W keys (or a later one)."),
+    "backend": ("BackendLeak", "Attention implementations disagree, or one of them breaks a contract the others keep."),
     "incomplete": ("CheckNotRun", "A check the model calls for (padding, for a model taking an attention_mask) could not run."),
 }
 
@@ -67,6 +72,9 @@ def _location(frame: Frame, root: Path, message: str | None = None) -> dict[str,
 
 def _result(report: LeakageReport, kind: str, origin: Origin | None, root: Path) -> dict[str, Any]:
     text = f"{RULES[kind][0]}: {report.headline}"
+    contract = report.contracts.get(kind)
+    if contract is not None:
+        text += f". {contract.where}"
     if origin is not None:
         text += f". First at {origin.op}: {origin.detail}" + (f" ({origin.mask})" if origin.mask else "")
         if origin.built_by is not None:
@@ -74,8 +82,11 @@ def _result(report: LeakageReport, kind: str, origin: Origin | None, root: Path)
         if origin.location is None:
             text += (". No line of model code: the op ran inside torch or a library the model calls, so the result "
                      "has no location")
+    biggest = report.max_influence if contract is None else contract.max_influence
     result: dict[str, Any] = {"ruleId": f"leak/{kind}", "level": "error", "message": {"text": text},
-                              "properties": {"max_influence": _number(report.max_influence)}}
+                              "properties": {"max_influence": _number(biggest)}}
+    if contract is not None:
+        result["properties"].update({"floor": _number(contract.floor), "found": list(contract.found)})
     if origin is not None:
         shown = origin.location
         if shown is not None:
@@ -113,14 +124,16 @@ def to_sarif(report: LeakageReport, root: Path | None = None) -> dict[str, Any]:
 
 
 def to_junit(report: LeakageReport, suite: str) -> str:
-    """The report as JUnit XML: one test case per check (method), failed where it found a leak,
+    """The report as JUnit XML: one test case per check (method, then contract: `document`, `window`...), failed
+    where it found a leak,
     skipped where it did not run; an extra failed case per check the model called for that could not run."""
     cases = ET.Element("testsuite", name=suite)
     failures = skipped = 0
     for row in report.summary_rows():
         case = ET.SubElement(cases, "testcase", classname="interp.audit_leakage", name=row["method"])
-        if row["status"] == "skipped":
-            ET.SubElement(case, "skipped", message="not run for this model")
+        if row["status"] in ("skipped", "not applicable"):
+            ET.SubElement(case, "skipped", message="not run for this model" if row["status"] == "skipped" else
+                          f"not applicable: {row['where']}")
             skipped += 1
         elif row["status"] == "leak":
             ET.SubElement(case, "failure", message=f"{row['method']}: max influence {row['max_influence']:.3g} at "
@@ -188,6 +201,13 @@ def junit_failure(suite: str, error_type: str, message: str) -> str:
 def _failure_text(report: LeakageReport, method: str) -> str:
     from interp.analyses.leakage.types import METHOD_KIND
 
+    if method in report.contracts:
+        contract = report.contracts[method]
+        lines = [f.words() for f in (contract.first(kind) for kind in contract.found) if f is not None]
+        lines += [f"floor {contract.floor:.3g} ({contract.dtype}), threshold {contract.threshold:.3g}"]
+        if contract.origin is not None:
+            lines.append(f"origin: {contract.origin}")
+        return "\n".join(lines)
     rows = report.table[(report.table["method"] == method)]
     rows = rows[above_threshold(rows, report.tol)].nlargest(3, "influence")
     lines = [describe_row(row) for _, row in rows.iterrows()]

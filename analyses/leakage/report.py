@@ -33,7 +33,7 @@ VERDICT_WORDS: dict[str, str] = {  # `LeakageReport.headline` fills in {tol} and
 Tone = Literal["ok", "leak", "neutral", "warn", "skipped"]
 STATUS_TONE: dict[str, Tone] = {  # the status words of `LeakageReport.summary_rows`, for colouring
     "exact zero": "ok", "noise": "ok", "triangular": "ok", "leak": "leak", "weight above diagonal": "warn",
-    "bidirectional": "neutral", "skipped": "skipped",
+    "bidirectional": "neutral", "skipped": "skipped", "not applicable": "skipped",
 }
 
 
@@ -70,6 +70,7 @@ class LeakageReport:
     floor_how: str = "float64"  # "float64" (deviations from a float64 copy) or "batch composition" (no copy: weaker)
     float64_checked: tuple[str, ...] = ()  # methods whose comparisons a float64 copy decided (float32 floor > 1e-4)
     coverage: dict[str, Any] = field(default_factory=dict)  # the cuts and lengths each method covered (`AuditPlan.coverage`)
+    contracts: dict[str, Any] = field(default_factory=dict)  # kind -> `contracts.ContractResult` of each mode asked for
 
     @property
     def origin(self) -> Origin | None:
@@ -127,8 +128,10 @@ class LeakageReport:
         return rows[above_threshold(rows, self.tol)]
 
     def summary_rows(self) -> list[dict[str, Any]]:
-        """One row per method: its largest influence, where, and a status word (STATUS_TONE's keys)."""
-        return [_summary_row(self, method) for method in self.methods]
+        """One row per method, then one per contract audited (`contracts`): its largest influence, where, and a
+        status word (STATUS_TONE's keys)."""
+        return [_summary_row(self, method) for method in self.methods] + [
+            _contract_row(kind, result) for kind, result in self.contracts.items()]
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.summary_rows(), columns=["method", "status", "max_influence", "where"])
@@ -158,6 +161,7 @@ class LeakageReport:
             "float64_checked": list(self.float64_checked), "coverage": self.coverage,
             "seconds": round(self.seconds, 3), "summary": _clean(self.summary_rows()),
             "table": _clean(table.to_dict("records")), "sites": _clean(sites.to_dict("records")),
+            "contracts": {kind: result.to_dict() for kind, result in self.contracts.items()},
         }
 
     @property
@@ -169,6 +173,9 @@ class LeakageReport:
             mine = self.table[self.table["method"] == method]
             ratio = (mine["influence"] / mine["threshold"]).max() if len(mine) else math.nan
             out[method] = None if not math.isfinite(ratio) else float(ratio)
+        for kind, result in self.contracts.items():
+            ratio = result.max_influence / result.threshold if result.threshold > 0 else math.nan
+            out[kind] = None if not math.isfinite(ratio) else float(ratio)
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -212,6 +219,14 @@ def _summary_row(report: LeakageReport, method: str) -> dict[str, Any]:
         else f" when {int(top['source_pos'])}..{int(top['length']) - 1} changed")
     where = f"{top['site']} L={int(top['length'])} q={int(top['query_pos'])}{source}"
     return {"method": method, "status": status, "max_influence": value, "where": where}
+
+
+def _contract_row(kind: str, result: Any) -> dict[str, Any]:
+    """One contract's line of the summary: "leak", "exact zero", "noise" or "not applicable"; its largest influence
+    and the first finding of each kind ("over-masked at query 13 from key 9 ..."), or its last note."""
+    status = result.status
+    value = result.max_influence if math.isfinite(result.max_influence) else None
+    return {"method": kind, "status": status, "max_influence": value, "where": result.where or "; ".join(result.notes[-1:])}
 
 
 def describe_row(row: Any) -> str:

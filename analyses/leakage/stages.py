@@ -534,6 +534,11 @@ def audit(
     device: Device = None,
     dtype: DType = None,
     bidirectional: bool | None = None,
+    packed: bool = False,
+    doc_sep: int | None = None,
+    kv_cache: bool = False,
+    window: int | str | None = None,
+    attn_impls: Sequence[str] | None = None,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
@@ -551,6 +556,14 @@ def audit(
     batch still audited), False as a decoder; None (default) reads the model's own declaration
     (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
     expected to be causal, whatever its attention calls look like.
+
+    The contracts of modern stacks (`interp.analyses.leakage.contracts`), each on top of causality, its verdict in
+    `report.contracts[kind]`: packed: documents packed in one row must not read each other (kind `document`, an
+    over-masked document included; the model's forward says where documents start: `position_ids` resetting, `cu_seq_lens`,
+    `document_ids`...), or doc_sep: the token ending each document, which the model finds itself; window: W, the keys
+    each windowed layer sees, itself included (key j visible from query i iff i - W < j <= i), or "config": the
+    model's declared `sliding_window` / `window_size` (kind `window`); kv_cache: prefill + decode equals the full
+    forward (kind `kv_cache`); attn_impls: the attention implementations compared (kind `backend`).
     """
     start = time.perf_counter()
     model = _audited_model(model, device=device, dtype=dtype)
@@ -559,6 +572,8 @@ def audit(
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
                       lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
+    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache,
+                     attn_impls=attn_impls)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
     tick = _Progress(progress, plan.passes)
@@ -566,7 +581,37 @@ def audit(
     with _evaluating(model, tick):
         found = _find_leaks(model, adapter, plan, tick, sites)
     decision = decide_leaks(found.table, plan, leaks=found.leaks, located=found.located, localised=bool(sites))
-    return _leakage_report(model, adapter, plan, found, decision, started=start)
+    contracts = _run_contracts(model, plan, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache, window=window,
+                               attn_impls=attn_impls, progress=progress)
+    return _leakage_report(model, adapter, plan, found, decision, started=start, contracts=contracts)
+
+
+def _check_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: Any, window: Any, kv_cache: bool,
+                     attn_impls: Any) -> None:
+    """The contract arguments against the model, before any forward pass: a BadInput (exit 2) when one cannot run."""
+    from interp.analyses.leakage.contracts import check_contract_arguments
+
+    check_contract_arguments(model, packed=packed, doc_sep=doc_sep, window=window, vocab=plan.vocab,
+                             kv_cache=kv_cache, attn_impls=attn_impls)
+
+
+def _run_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: int | None, kv_cache: bool,
+                   window: int | str | None, attn_impls: Sequence[str] | None, progress: bool) -> dict[str, Any]:
+    """The contract modes asked for (`contracts.run_contracts`), each after the causal audit, the model in eval mode."""
+    if not (packed or doc_sep is not None or kv_cache or window is not None or attn_impls):
+        return {}
+    from interp.analyses.leakage.contracts import run_contracts
+
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        return run_contracts(model, vocab=plan.vocab, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache,
+                             window=window if isinstance(window, int) else None, windowed=window == "config",
+                             attn_impls=attn_impls, seed=plan.seed, progress=progress, max_len=plan.max_len)
+    finally:
+        if isinstance(model, nn.Module) and was_training:
+            model.train()
 
 
 def _audited_model(model: Any, *, device: Device, dtype: DType) -> Any:
@@ -612,18 +657,23 @@ def _find_leaks(model: Any, adapter: ModelAdapter, plan: AuditPlan, tick: _Progr
 
 
 def _leakage_report(model: Any, adapter: ModelAdapter, plan: AuditPlan, found: _Findings, decision: Decision, *,
-                    started: float) -> LeakageReport:
-    """The audit's report: the decision, the findings and how they were reached (notes, floors, coverage)."""
+                    started: float, contracts: dict[str, Any]) -> LeakageReport:
+    """The audit's report: the decision, the findings and how they were reached (notes, floors, coverage), and the
+    contracts' verdicts: a broken contract is a leak of its kind, located at its own origin."""
     runs, located, floors = found.runs, found.located, found.floors
+    broken = tuple(kind for kind, result in contracts.items() if result.leaks)
+    origins = {**found.origins, **{kind: contracts[kind].origin for kind in broken if contracts[kind].origin is not None}}
+    verdict: LeakVerdict = "leak" if broken and decision.verdict != "bidirectional" else decision.verdict
     return LeakageReport(
-        model_name=adapter.name, verdict=decision.verdict, max_influence=decision.max_influence,
-        first_leaking_site=decision.first_leaking_site, leaks=found.leaks, table=found.table, sites=located.sites,
+        model_name=adapter.name, verdict=verdict, max_influence=decision.max_influence,
+        first_leaking_site=decision.first_leaking_site, leaks=found.leaks + broken, table=found.table, sites=located.sites,
         first_leaking_sites=decision.first_leaking_sites, tol=plan.tol,
         lengths=tuple(sorted(set(plan.lengths) | {plan.max_len})), n_prompts=plan.n_prompts, methods=plan.methods,
         notes=tuple(runs.notes) + located.notes + _declaration_notes(model, plan, found.leaks) + _floor_notes(runs, adapter),
         seconds=time.perf_counter() - started, declared_by=plan.declared_by, incomplete=dict(runs.incomplete),
-        origins=found.origins, noise_floor=floors.to_dict(), floor_how=floors.how,
+        origins=origins, noise_floor=floors.to_dict(), floor_how=floors.how,
         float64_checked=tuple(m for m in METHODS if m in runs.float64), coverage=_coverage(plan, runs),
+        contracts=dict(contracts),
     )
 
 

@@ -70,6 +70,7 @@ def _audit(args) -> Outcome:
         kwargs["bidirectional"] = True
     if args.no_padding:
         kwargs["methods"] = tuple(m for m in leakage.METHODS if m != "padding")
+    kwargs.update(_contract_kwargs(args, model))
     result = leakage.audit(model, **kwargs)
     console = capturing_console(args.console_settings)
     _print_result(console, result, args.spec)
@@ -80,6 +81,28 @@ def _audit(args) -> Outcome:
         documents["junit"] = (leakage.to_junit(result, f"interp audit-leakage {args.spec}"), "JUnit XML")
     json_result = json.loads(result.to_json()) if args.json is not None else None
     return Outcome(result.exit_code, console.file.getvalue(), documents, json_result)
+
+
+def _contract_kwargs(args, model: Any) -> dict[str, Any]:
+    """The contract modes the flags ask for, as `audit`'s arguments (`--doc-sep eos`: the model's eos_token_id)."""
+    from interp.analyses.leakage.contracts.documents import eos_of
+    from interp.errors import BadInput
+
+    kwargs: dict[str, Any] = {}
+    doc_sep = getattr(args, "doc_sep", None)
+    if doc_sep == "eos":
+        doc_sep = eos_of(model)
+        if doc_sep is None:
+            raise BadInput("--doc-sep eos: the model's config declares no eos_token_id; give the separator's id")
+    if doc_sep is not None:
+        kwargs["doc_sep"] = doc_sep
+    for flag in ("packed", "kv_cache"):
+        if getattr(args, flag, False):
+            kwargs[flag] = True
+    for flag in ("window", "attn_impls"):
+        if getattr(args, flag, None) is not None:
+            kwargs[flag] = getattr(args, flag)
+    return kwargs
 
 
 def _load(args) -> Any:
@@ -102,11 +125,15 @@ def _print_result(console, result, spec: str) -> None:
     from interp.analyses import leakage
 
     console.print(_verdict_table(result, spec))
+    for kind, contract in result.contracts.items():
+        for note in contract.notes:
+            console.print(f"note ({kind}): {escape(note)}")
     for kind, origin in result.origins.items():  # where to look first: the line of code
         console.print(f"[bold]origin ({kind})[/bold]: {escape(str(origin))}")
-    if result.leaks and len(result.table):
-        top = result.table.sort_values("influence", ascending=False)
-        console.print(_frame_table(top[leakage.above_threshold(top, result.tol)], title="Largest influences", max_rows=10,
+    top = result.table.sort_values("influence", ascending=False)
+    top = top[leakage.above_threshold(top, result.tol)]
+    if result.leaks and len(top):
+        console.print(_frame_table(top, title="Largest influences", max_rows=10,
                                    columns=["method", "site", "length", "query_pos", "source_pos", "influence"],
                                    width=console.width))
     for note in result.notes:

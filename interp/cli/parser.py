@@ -271,7 +271,66 @@ def _audit_parser(command) -> None:
     p.add_argument("--sarif", metavar="FILE|-", default=None,
                    help="also write SARIF 2.1.0 (one result per leak, at the line where it appears) to FILE or stdout")
     p.add_argument("--junit", metavar="FILE|-", default=None, help="also write JUnit XML (one test case per check)")
+    p.add_argument("--packed", action="store_true",
+                   help="also audit packed documents: no document may read another, none be cut (the forward must take "
+                        "position_ids resetting at each document, cu_seq_lens, or document_ids), e.g. --packed")
+    p.add_argument("--doc-sep", type=_doc_sep, default=None, metavar="TOKEN",
+                   help="packed documents end with this token id (or eos: the config's eos_token_id), which the model "
+                        "finds itself; implies --packed, e.g. --doc-sep 50256")
+    p.add_argument("--kv-cache", action="store_true",
+                   help="also check that prefill then decode (past_key_values, or a step(tokens, cache) method) equals "
+                        "the full forward, e.g. --kv-cache")
+    p.add_argument("--window", type=_window, default=None, metavar="W|config",
+                   help="also check sliding windows: W keys per windowed layer, itself included (key j visible from "
+                        "query i iff i-W < j <= i); config reads sliding_window / layer_types, e.g. --window 4096")
+    p.add_argument("--attn-impls", type=_attn_impls, default=None, nargs="?", const="all", metavar="IMPL,IMPL",
+                   help="also compare attention implementations (attn_implementation strings; alone: every one the model "
+                        "runs), the other contracts asked for run under each, e.g. --attn-impls eager,sdpa,flex_attention")
     _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
+
+
+def _doc_sep(text: str) -> int | str:
+    """--doc-sep: a token id (at least 0), or "eos" (the model's own eos_token_id)."""
+    if text == "eos":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token id: give the integer id of the token that ends each "
+                                         "document, or eos") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a token id (ids start at 0)")
+    return value
+
+
+def _window(text: str) -> int | str:
+    """--window: the keys a windowed query sees (at least 1), or "config" (the model's declared window)."""
+    if text == "config":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a window: give W, the keys a query sees (e.g. 4096), or "
+                                         "config") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--window {value}: a window counts the keys a query sees, itself included, "
+                                         "so it is at least 1")
+    return value
+
+
+ATTN_IMPLS = ("eager", "sdpa", "flex_attention")
+
+
+def _attn_impls(text: str) -> tuple[str, ...] | str:
+    """--attn-impls: a comma-separated list of attn_implementation strings, or all."""
+    if text == "all":
+        return text
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ATTN_IMPLS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: give implementations among {', '.join(ATTN_IMPLS)}, separated by "
+                                         "commas")
+    return names
 
 
 def _claims_parser(command) -> None:

@@ -1,5 +1,8 @@
 """Black-box reference verdicts for the four contracts of modern stacks, each computed from an explicit
 mask written here, independently of the toolkit's audit: the audit's modes are judged against them.
+The product's modes (`interp.analyses.leakage.contracts`) grew from this module's principle and keep its rules; this
+module stays as written, the independent check (tests/analyses/leakage/test_contracts_zoo.py and test_contracts_hf.py
+hold the two verdicts equal), so a bug shared by a copy cannot pass both.
 
 Every reference changes only what must not matter and measures the protected outputs (all logits),
 in float64 where the model casts:

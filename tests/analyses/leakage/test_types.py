@@ -114,7 +114,7 @@ def test_to_dict_keeps_its_keys_and_adds_the_headline():
     assert keys == {"model", "causal", "verdict", "headline", "max_influence", "first_leaking_site",
                     "first_leaking_sites", "leaks", "exit_code", "tol", "lengths", "n_prompts", "methods", "notes",
                     "seconds", "summary", "table", "sites", "declared_by", "incomplete", "origin", "origins",
-                    "noise_floor", "floor_how", "margin", "float64_checked", "coverage"}
+                    "noise_floor", "floor_how", "margin", "float64_checked", "coverage", "contracts"}
     assert set(_report().brief()) == {"verdict", "headline", "causal", "leaks", "max_influence", "first_leaking_site",
                                       "text", "summary", "methods", "lengths", "tol"}
 
