@@ -2,5 +2,5 @@
 `interp --version` needs no torch). A change of a shape bumps its number and gets a CHANGELOG.md entry;
 CHANGELOG.md's newest heading, the docs' schemas page and `interp --version` all name these numbers (tested)."""
 
-JSON_SCHEMA = 2  # the CLI's `--json` envelope and each command's `result` (2: `error`, written on every exit code)
-REPORT_SCHEMA = 5  # report.json's `schema_version`, the CSVs' columns and `columns.md` (5: report.json "attend")
+JSON_SCHEMA = 3  # the CLI's `--json` envelope and each command's `result` (3: `interp circuit`'s `curve`, `values`)
+REPORT_SCHEMA = 6  # report.json's `schema_version`, the CSVs' columns and `columns.md` (6: "circuit"'s curve, values)
