@@ -229,7 +229,7 @@ def test_circuit_test_values_are_per_prompt_and_give_the_faithfulness(found, tmp
     assert written == {name: v.tolist() for name, v in values.items()}
 
 
-def test_c049_a_gap_within_noise_exits_2_naming_it(capsys):
+def test_issue42_a_gap_within_noise_exits_2_naming_it(capsys):
     """Random tokens: the constructed induction circuit has nothing to do, so patching every edge moves the loss by
     noise only; a circuit found there would be a fraction of noise, so the command refuses (exit 2), saying why."""
     assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "16", "--prompts", "random", "--curve"]) == 2
