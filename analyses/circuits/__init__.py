@@ -16,7 +16,8 @@
 - `evaluation`: `test_circuit` -> `CircuitTest`: faithfulness, completeness and minimality with CIs;
 - `summary`: `circuit_summary` -> `CircuitSummary`: a discovered circuit, each kept edge's own path patch on
   the held-out prompts, the tests (what `interp circuit` prints and `interp report` shows);
-- `drawing`: `draw_circuit(edge table)`, the circuit as a graph (nodes by layer, edges labelled);
+- `drawing`: `draw_circuit(edge table)`, the circuit as a graph (nodes by layer, edges labelled); `draw_curve(curve)`,
+  a faithfulness curve;
 - `curve`: `faithfulness_curve(run, scores)` -> `FaithfulnessCurve`: MIB's faithfulness over circuit sizes, CPR and
   CMD with CIs and a random baseline; `edge_auroc(scores, truth)` against known edges.
 Claims about one edge ("L0H0 -> L1H0 via k composes") live in `interp.analyses.claims.composition`.
@@ -26,7 +27,7 @@ from interp.analyses.circuits.composition import composition_scores
 from interp.analyses.circuits.curve import FaithfulnessCurve, edge_auroc, faithfulness_curve
 from interp.analyses.circuits.discovery import Circuit, discover
 from interp.analyses.circuits.dla import LogitAttribution, direct_logit_attribution, logit_attributions
-from interp.analyses.circuits.drawing import draw_circuit
+from interp.analyses.circuits.drawing import draw_circuit, draw_curve
 from interp.analyses.circuits.evaluation import CircuitTest, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PathPatch, edge_effects, path_patch, path_patches
 from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
@@ -51,6 +52,7 @@ __all__ = [
     "circuit_summary",
     "CircuitSummary",
     "draw_circuit",
+    "draw_curve",
     "faithfulness_curve",
     "FaithfulnessCurve",
     "edge_auroc",

@@ -1,6 +1,7 @@
 """A circuit drawn as a graph: nodes by layer, edges labelled with their input (q, k, v, in, direct) and effect.
 
     draw_circuit(edges)          # a matplotlib Figure (no display, no network)
+    draw_curve(curve)            # MIB's faithfulness curve (`faithfulness_curve`) with its CIs and baseline
 
 `edges` is a per-edge effect table, one row per edge: `sender`, `receiver`, `via`, `effect` (in the
 behaviour's unit), optionally `ci_low`, `ci_high` (a CI over prompts) and `unit`, as
@@ -134,4 +135,38 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
     return fig
 
 
-__all__ = ["MAX_LABELS", "VIA_COLOURS", "check_edge_table", "circuit_layout", "draw_circuit", "edge_label"]
+def draw_curve(curve: Any, *, title: str = "faithfulness curve", ax: Any = None) -> Any:
+    """A `FaithfulnessCurve` as a matplotlib Figure: faithfulness per fraction of edges kept for the signed ranking
+    (its 95% CI shaded), the |score| ranking and the random rankings' mean, with CPR and CMD [CI] in the legend.
+    The x axis is logarithmic so the small fractions can be read; the areas are taken on the linear axis (MIB)."""
+    from matplotlib.figure import Figure
+
+    frame = curve.frame()
+    fig = ax.figure if ax is not None else Figure(figsize=(5.6, 3.4), dpi=100)
+    ax = ax or fig.add_subplot()
+    signed, absolute = frame[frame.ranking == "signed"], frame[frame.ranking == "absolute"]
+    ax.fill_between(signed.fraction, signed.ci_low, signed.ci_high, color="#4c72b0", alpha=0.25, linewidth=0)
+    ax.plot(signed.fraction, signed.faithfulness, "o-", color="#4c72b0", ms=3,
+            label=f"signed score: CPR {_area_text(curve.cpr)}")
+    ax.plot(absolute.fraction, absolute.faithfulness, "s--", color="#dd8452", ms=3,
+            label=f"|score|: CMD {_area_text(curve.cmd)}")
+    if curve.random is not None:
+        ax.plot(curve.fractions, curve.random.faithfulness, ":", color="#666666",
+                label=f"random ({curve.random.n_rankings}): CPR {curve.random.cpr.mean:.3f}, CMD {curve.random.cmd.mean:.3f}")
+    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"fraction of the {curve.n_total_edges} edges kept")
+    ax.set_ylabel("faithfulness")
+    ax.set_title(f"{title} ({curve.score_name} scores, {curve.n_prompts} held-out prompts)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
+    return fig
+
+
+def _area_text(area: Any) -> str:
+    """"0.951 [0.949, 0.953]" (the CI left out when it is unknown)."""
+    ci = f" [{area.ci_low:.3f}, {area.ci_high:.3f}]" if math.isfinite(area.ci_low) and math.isfinite(area.ci_high) else ""
+    return f"{area.mean:.3f}{ci}"
+
+
+__all__ = ["MAX_LABELS", "VIA_COLOURS", "check_edge_table", "circuit_layout", "draw_circuit", "draw_curve", "edge_label"]

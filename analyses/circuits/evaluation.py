@@ -23,14 +23,16 @@ which the clean-vs-patched gap is within its own noise (its 95% bootstrap CI ove
 every edge does not change the behaviour) is refused by discovery (`check_gap`: its threshold is a fraction of
 that gap); `test_circuit` measures a given circuit there but says in `notes` that its fractions are noise.
 
-Every number is a mean over prompts with a bootstrap CI over prompts (ratios: resampling prompts' numerator
+`CircuitTest.values` keeps the behaviour per prompt (clean, every edge patched, every edge outside the circuit
+patched), float64, so a reader can recompute faithfulness or look at single prompts. Every number is a mean over
+prompts with a bootstrap CI over prompts (ratios: resampling prompts' numerator
 and denominator together, `interp.stats.ratio_bootstrap`). The patched runs are computed by
 `interp.analyses.circuits.patching.PatchSweep` (the clean run cached per batch, each set resumed from its
 earliest receiver's layer).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
@@ -75,6 +77,9 @@ class CircuitTest:
     behaviour: str
     unit: str
     notes: tuple[str, ...] = ()  # what was not tested and why (an empty circuit's completeness and minimality)
+    # per prompt, float64 (prompt,): "clean", "all_patched", "circuit_only", the behaviour B every number above is
+    # computed from (faithfulness is the ratio of the means of circuit_only - all_patched and clean - all_patched)
+    values: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def minimal(self) -> bool:
@@ -101,6 +106,12 @@ class CircuitTest:
 TEST_COLUMNS = ["test", "value", "ci_low", "ci_high", "unit", "threshold", "n_edges", "n_prompts", "behaviour", "note"]
 EMPTY_NOTE = "not tested: the circuit is empty (no node to knock out, no edge to remove)"
 NOT_TESTED = float("nan")
+
+
+def _per_prompt(clean: torch.Tensor, all_patched: torch.Tensor, circuit_only: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`CircuitTest.values`: the behaviour per prompt, float64 copies detached from any graph."""
+    return {name: value.detach().to("cpu", torch.float64).clone() for name, value in
+            (("clean", clean), ("all_patched", all_patched), ("circuit_only", circuit_only))}
 
 
 def _interval(values: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> Interval:
@@ -256,7 +267,8 @@ def test_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: PromptSet
         (f"{noise}: faithfulness and completeness, fractions of that gap, are noise",) if noise else ())
     return CircuitTest(faithfulness, completeness, minimality, completeness_frame, minimality_frame, tau,
                        float(clean.mean()), float(all_patched.mean()), float(circuit_only.mean()), len(kept),
-                       len(clean), run.behaviour.describe(run.prompts), run.behaviour.unit, notes)
+                       len(clean), run.behaviour.describe(run.prompts), run.behaviour.unit, notes,
+                       _per_prompt(clean, all_patched, circuit_only))
 
 
 test_circuit.__test__ = False  # type: ignore[attr-defined]  # a test of a circuit, not a pytest test
@@ -307,7 +319,8 @@ def test_node_circuit(model_or_run: nn.Module | Run, circuit: Any, prompts: Prom
         (f"{noise}: faithfulness and completeness, fractions of that gap, are noise",) if noise else ())
     return CircuitTest(faithfulness, best, minimality, completeness, minimality_frame, tau, float(clean.mean()),
                        float(all_patched.mean()), float(circuit_only.mean()), len(kept_edges), len(clean),
-                       run.behaviour.describe(run.prompts), run.behaviour.unit, notes)
+                       run.behaviour.describe(run.prompts), run.behaviour.unit, notes,
+                       _per_prompt(clean, all_patched, circuit_only))
 
 
 test_node_circuit.__test__ = False  # type: ignore[attr-defined]  # a test of a circuit, not a pytest test

@@ -3,6 +3,7 @@
     found = circuit_summary(model, prompts)          # discover (ACDC by default) + edge effects + tests
     found.edges                                      # one row per kept edge: sender, receiver, via, score, effect, CI
     found.to_json()                                  # plain data: the circuit, its edges, its tests
+    circuit_summary(model, prompts, curve=True).curve  # and MIB's faithfulness curve of discovery's scores
     draw_circuit(found.edges)                        # interp.analyses.circuits.drawing
 
 `discover` proposes the circuit on one half of the prompts and tests it on the other (faithfulness,
@@ -12,18 +13,24 @@ the held-out half, the prompts the test uses, so no number shown was measured on
 the edges. `score` is discovery's own number for the edge (ACDC: the behaviour's change when it was
 removed on top of the edges removed before it, on the proposing half).
 
+With `curve=True` discovery's scores of every edge are also ranked into MIB's faithfulness curve
+(`interp.analyses.circuits.curve.faithfulness_curve`: the curve, CPR and CMD with CIs and the random baseline),
+measured on the same held-out half: the scores come from the proposing half, so the ranking is fixed before any
+point of the curve is measured.
+
 The face `interp circuit SPEC` prints and writes this; `interp report` draws it in its circuit section.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 from torch import nn
 
+from interp.analyses.circuits.curve import FaithfulnessCurve, faithfulness_curve
 from interp.analyses.circuits.discovery import Circuit, discover
 from interp.analyses.circuits.evaluation import TEST_COLUMNS, CircuitTest
 from interp.analyses.circuits.patching import path_patches
@@ -47,6 +54,7 @@ class CircuitSummary:
     test: CircuitTest | None  # on the held-out half; None when discovery used every prompt
     behaviour: str  # what the effects measure, in words
     unit: str
+    curve: FaithfulnessCurve | None = None  # MIB's curve of discovery's scores (`curve=True`), on the held-out half
 
     def tests_frame(self) -> pd.DataFrame:
         """The tests as rows (`CircuitTest.frame`); empty when none ran."""
@@ -55,9 +63,13 @@ class CircuitSummary:
         return self.test.frame()
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data: the circuit (`Circuit.to_json`), its edges' effects and its tests (NaN as None)."""
+        """Plain data: the circuit (`Circuit.to_json`), its edges' effects, its tests (NaN as None), the tests'
+        per-prompt behaviour (`values`: `CircuitTest.values` as lists; None without a test) and the curve
+        (`FaithfulnessCurve.to_json`; None unless asked for)."""
+        values = None if self.test is None else {name: v.tolist() for name, v in self.test.values.items()}
         return {"circuit": json.loads(self.circuit.to_json()), "behaviour": self.behaviour, "unit": self.unit,
-                "edges": _records(self.edges), "tests": _records(self.tests_frame())}
+                "edges": _records(self.edges), "tests": _records(self.tests_frame()), "values": values,
+                "curve": None if self.curve is None else json.loads(self.curve.to_json())}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -68,10 +80,11 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: str = "acdc",
                     threshold: float | None = None, behaviour: Any = None, seed: int = 0,
-                    batch_size: int = 16, max_edges: int | None = None) -> CircuitSummary:
+                    batch_size: int = 16, max_edges: int | None = None, curve: bool = False) -> CircuitSummary:
     """Discover a circuit (`discover`: proposed on one half of the prompts, tested on the other) and measure each
     kept edge's own path-patching effect on the held-out half (see the module; at most `MAX_EDGE_EFFECTS` of them,
-    those of largest |score|). `max_edges`: ACDC's budget (`discover`)."""
+    those of largest |score|). `max_edges`: ACDC's budget (`discover`). `curve`: also MIB's faithfulness curve of
+    discovery's scores on the held-out half (`faithfulness_curve`)."""
     if isinstance(model_or_run, Run):
         run = as_run(model_or_run, prompts, where="circuit_summary")
     else:
@@ -98,7 +111,14 @@ def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = N
                                         "n_prompts"])
     edges = effects.assign(score=[float(circuit.scores.get(label, math.nan)) for label in effects.edge])
     return CircuitSummary(circuit, edges[EDGE_COLUMNS].reset_index(drop=True), circuit.test,
-                          test_run.behaviour.describe(held_out), test_run.behaviour.unit)
+                          test_run.behaviour.describe(held_out), test_run.behaviour.unit,
+                          _curve(run, circuit) if curve else None)
+
+
+def _curve(run: Run, circuit: Circuit) -> FaithfulnessCurve:
+    """MIB's curve of the circuit's scores (every edge of the model), measured on the half discover tested on."""
+    measured = faithfulness_curve(run, circuit)  # given scores: the same seeded split, the held-out half measured
+    return replace(measured, score_name=circuit.method, n_proposing=circuit.n_prompts)
 
 
 __all__ = ["CircuitSummary", "EDGE_COLUMNS", "circuit_summary"]

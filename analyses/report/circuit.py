@@ -5,10 +5,13 @@ proposed on half of the report's prompts and tested on the other half) when the 
 (pre-norm blocks with split q/k/v inputs), has a meaningful loss, and its graph has at most
 `MAX_GRAPH_EDGES` edges (ACDC patches each of them once, so a larger model is left to `interp circuit`), and
 its prompts show a behaviour to explain (a clean-vs-patched gap beyond its noise, `evaluation.check_gap`);
-otherwise the section says why it is absent. Rendered as `plots/circuit.png` (`.plots.circuit_figures`:
-`draw_circuit`, nodes by layer, edges labelled with their input and effect), an HTML table of the kept
-edges and the tests and lines in summary.md (`.html.circuit_html`, `.html.circuit_markdown`), and
-`report.json`'s "circuit" entry (`CircuitSection.to_json`: `CircuitSummary.to_json`, or {"skipped": reason}).
+otherwise the section says why it is absent. With the circuit comes MIB's faithfulness curve of ACDC's scores
+(`circuit_summary(..., curve=True)`: CPR and CMD with CIs against random rankings, on the held-out half; about
+70 patched forwards, few beside ACDC's one per edge). Rendered as `plots/circuit.png` (`.plots.circuit_figures`:
+`draw_circuit`, nodes by layer, edges labelled with their input and effect) and `plots/circuit_curve.png`
+(`draw_curve`), an HTML table of the kept edges, the tests and the curve's points and lines in summary.md
+(`.html.circuit_html`, `.html.circuit_markdown`), and `report.json`'s "circuit" entry (`CircuitSection.to_json`:
+`CircuitSummary.to_json` with its `curve` and the tests' per-prompt `values`, or {"skipped": reason}).
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def report_circuit(model: nn.Module, prompts: PromptSet, *, seed: int, behaviour
     from interp.analyses.circuits.summary import circuit_summary
 
     try:
-        return CircuitSection(circuit_summary(model, prompts, seed=seed, behaviour=behaviour))
+        return CircuitSection(circuit_summary(model, prompts, seed=seed, behaviour=behaviour, curve=True))
     except NoBehaviour as error:  # the report's prompts show no behaviour to explain (e.g. random tokens)
         return CircuitSection(None, str(error))
 

@@ -361,6 +361,44 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     if tests:
         parts.append("<h3>Circuit tests (held-out prompts)</h3>"
                      + scroll(table_html(["test", "value [CI]", "unit"], tests, numeric=(1,))))
+    if found.curve is not None:
+        parts.append(_curve_html(found.curve, images))
+    return "".join(parts)
+
+
+def _curve_sentence(curve: Any) -> str:
+    """CPR and CMD with their CIs against the random rankings, in words."""
+    text = (f"CPR {fmt.format_num(curve.cpr.mean)} {fmt.format_ci(curve.cpr.ci_low, curve.cpr.ci_high)}, CMD "
+            f"{fmt.format_num(curve.cmd.mean)} {fmt.format_ci(curve.cmd.ci_low, curve.cmd.ci_high)}")
+    if curve.random is not None:
+        base = curve.random
+        text += (f"; {base.n_rankings} random rankings: CPR {fmt.format_num(base.cpr.mean)} (from "
+                 f"{fmt.format_num(base.cpr.ci_low)} to {fmt.format_num(base.cpr.ci_high)}), CMD "
+                 f"{fmt.format_num(base.cmd.mean)} (from {fmt.format_num(base.cmd.ci_low)} to "
+                 f"{fmt.format_num(base.cmd.ci_high)})")
+    return text
+
+
+def _curve_html(curve: Any, images: dict[str, str]) -> str:
+    """The faithfulness curve of discovery's scores: the figure, CPR and CMD, the points with their CIs."""
+    parts = ["<h3>Faithfulness over circuit sizes (MIB's CPR and CMD)</h3>",
+             f'<p class="muted">The {esc(curve.score_name)} scores of every edge (from the proposing half) ranked, the '
+             f"top fraction of the {curve.n_total_edges} edges kept (dangling edges pruned) and every other edge patched "
+             f"from another prompt, on the {curve.n_prompts} held-out prompts. CPR: area under the curve ranked by "
+             "signed score (higher is better); CMD: area of |1 - faithfulness| ranked by |score| (lower is better); "
+             "both on the linear fraction axis, as MIB defines them, with 95% bootstrap CIs over prompts. "
+             f"{esc(_curve_sentence(curve))}.</p>"]
+    if "circuit_curve" in images:
+        parts.append(scroll(f'<img src="{esc(images["circuit_curve"])}" alt="faithfulness per fraction of edges kept: '
+                            'signed and |score| rankings and the random baseline">'))
+    frame = curve.frame()
+    signed, absolute = frame[frame.ranking == "signed"], frame[frame.ranking == "absolute"]
+    rows = [[fmt.format_num(s.fraction), str(int(s.n_edges)),
+             f"{fmt.format_num(s.faithfulness)} {fmt.format_ci(s.ci_low, s.ci_high)}".strip(),
+             f"{fmt.format_num(a.faithfulness)} {fmt.format_ci(a.ci_low, a.ci_high)}".strip()]
+            for s, a in zip(signed.itertuples(), absolute.itertuples())]
+    parts.append(scroll(table_html(["fraction", "edges kept", "faithfulness, signed [CI]", "faithfulness, |score| [CI]"],
+                                   rows, numeric=(0, 1, 2, 3))))
     return "".join(parts)
 
 
@@ -380,6 +418,9 @@ def circuit_markdown(section: Any) -> list[str]:
              f"{found.unit}).", ""]
     lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.edges.itertuples()]
     lines += [f"- {test}: {value} ({unit})" for test, value, unit in _tests_rows(found)]
+    if found.curve is not None:
+        lines += ["", f"Faithfulness over circuit sizes ({found.curve.score_name} scores, MIB, held-out prompts): "
+                  f"{_curve_sentence(found.curve)}."]
     return lines + [""]
 
 

@@ -188,12 +188,17 @@ def summary_figures(data, plots: Path) -> dict[str, str]:
 
 
 def circuit_figures(section: Any, plots: Path) -> dict[str, str]:
-    """plots/circuit.png when there is a circuit; name -> relative path."""
+    """plots/circuit.png when there is a circuit, and plots/circuit_curve.png when it has a faithfulness curve;
+    name -> relative path."""
     if section is None or section.summary is None:
         return {}
-    from interp.analyses.circuits.drawing import draw_circuit
+    from interp.analyses.circuits.drawing import draw_circuit, draw_curve
 
     found = section.summary
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{found.circuit.method} circuit" + (f", faithfulness {faith:.2f} (held-out)" if math.isfinite(faith) else "")
-    return {"circuit": save_png(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}
+    images = {"circuit": save_png(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}
+    if found.curve is not None:
+        images["circuit_curve"] = save_png(draw_curve(found.curve, title="faithfulness over circuit sizes (MIB)"),
+                                           plots / "circuit_curve.png")
+    return images

@@ -27,7 +27,8 @@ def cmd_circuit(args) -> int:
                        "or more). The circuit is proposed on one half of the prompts and tested on the other, and "
                        "resampling gives each prompt another one's activations, so each half needs 2 prompts.")
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
-                            seed=args.seed, max_edges=getattr(args, "max_edges", None))
+                            seed=args.seed, max_edges=getattr(args, "max_edges", None),
+                            curve=getattr(args, "curve", False))
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
@@ -43,6 +44,8 @@ def cmd_circuit(args) -> int:
         console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "
                                    f"({found.behaviour})", width=console.width,
                                    columns=["test", "value", "ci_low", "ci_high", "unit"]))
+    if found.curve is not None:
+        _print_curve(console, found.curve)
     if png is not None:
         _draw(found, spec, png)
         console.print(f"drawing written to {png}")
@@ -53,6 +56,27 @@ def cmd_circuit(args) -> int:
                       "Pass a lower --threshold, or more prompts (--n).")
         return EXIT_FINDING
     return EXIT_OK
+
+
+def _print_curve(console, curve) -> None:
+    """MIB's faithfulness curve (signed ranking, with CIs; |score| ranking and the random baseline beside it), then
+    CPR and CMD with their CIs against the random rankings' mean and spread."""
+    import pandas as pd
+
+    frame = curve.frame()
+    by = {name: rows.reset_index(drop=True) for name, rows in frame.groupby("ranking", sort=False)}
+    table = by["signed"][["fraction", "n_edges", "faithfulness", "ci_low", "ci_high"]].assign(
+        n_edges=by["signed"]["n_edges"].astype(int), absolute=by["absolute"]["faithfulness"])
+    if "random" in by:
+        table = table.assign(random=by["random"]["faithfulness"])
+    title = (f"Faithfulness curve of the {curve.score_name} scores (MIB) on {curve.n_prompts} held-out prompts: "
+             f"n_edges of {curve.n_total_edges} kept (top fraction, dangling pruned), ranked by signed score [CI]; "
+             "absolute: ranked by |score|; random: mean of the random rankings")
+    console.print(_frame_table(table, title=title, width=console.width))
+    areas = curve.areas()[["metric", "value", "ci_low", "ci_high", "random", "random_low", "random_high"]]
+    console.print(_frame_table(pd.DataFrame(areas), width=console.width, title="CPR (signed scores; higher is better) "
+                               "and CMD (|scores|; lower is better); random: mean, min and max of "
+                               f"{curve.random.n_rankings if curve.random is not None else 0} random rankings"))
 
 
 def _png_target(path: str | None) -> Path | None:

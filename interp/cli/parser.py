@@ -393,6 +393,10 @@ def _circuit_parser(command) -> None:
                    help="keep an edge whose removal moves the behaviour by at least X of the clean-vs-patched gap "
                         "(default: the method's fixed 0.01)")
     p.add_argument("--png", metavar="FILE", default=None, help="also draw the circuit to FILE (.png)")
+    p.add_argument("--curve", action="store_true",
+                   help="also MIB's faithfulness curve of the discovery scores over circuit sizes on the held-out half: "
+                        "faithfulness per fraction of edges kept with CIs, CPR and CMD with CIs, and 5 random "
+                        "rankings as the baseline (JSON: result.curve)")
     _add_behaviour(p)
     _add_common(p)
 

@@ -64,3 +64,22 @@ def test_an_empty_circuit_says_so():
 def test_bad_tables(table, message):
     with pytest.raises(BadInput, match=message):
         draw_circuit(table)
+
+
+def test_draw_curve_plots_the_rankings_with_their_areas(induction):
+    """The signed ranking with its CI band, the |score| ranking and the random mean, each labelled with its area."""
+    import interp
+    from interp.analyses.circuits import draw_curve, faithfulness_curve
+    from interp.data import repeated_tokens
+    from interp.paths import graph
+
+    scores = {edge.label: -float(i) for i, edge in enumerate(graph(induction))}  # graph order: any fixed ranking
+    curve = faithfulness_curve(interp.Run(induction, repeated_tokens(8, 8, 63, bos=63)), scores, n_random=1)
+    fig = draw_curve(curve, title="t")
+    ax = fig.axes[0]
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels[0] == f"signed score: CPR {curve.cpr.mean:.3f} [{curve.cpr.ci_low:.3f}, {curve.cpr.ci_high:.3f}]"
+    assert labels[1].startswith("|score|: CMD ") and labels[2].startswith("random (1): CPR ")
+    assert [list(line.get_ydata()) for line in ax.get_lines()[:2]] == [
+        list(curve.frame().query("ranking == @r").faithfulness) for r in ("signed", "absolute")]
+    assert ax.get_xscale() == "log" and ax.get_title().startswith("t (given scores, 4 held-out prompts)")

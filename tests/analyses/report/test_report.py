@@ -74,7 +74,7 @@ def test_html_is_self_contained_and_every_image_exists(built):
     assert parser.mismatched == [] and parser.open == []  # every element closed, in order
     assert parser.scripts == [] and parser.links == []  # no CDN, no external CSS or JS
     assert "http://" not in html and "https://" not in html
-    assert len(parser.images) == 8 + 3  # one card per head, similarity, importance and the circuit
+    assert len(parser.images) == 8 + 4  # one card per head, similarity, importance, the circuit and its curve
     for src in parser.images:
         assert not src.startswith(("/", "http")), src
         assert (built.out_dir / src).is_file(), f"report.html references missing {src}"

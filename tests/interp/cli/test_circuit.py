@@ -166,3 +166,94 @@ def test_summary_measures_the_largest_scored_edges_only(monkeypatch):
     assert len(measured) == 2 and len(capped.edges) == len(capped.circuit.edges)
     scores = capped.edges.set_index("edge").score.abs()
     assert scores[measured.edge].min() >= scores.drop(measured.edge).max()
+
+
+# --------------------------------------------------------------------------- issue 42: the curve, per-prompt values
+
+
+def test_cli_circuit_curve_reaches_one_once_every_true_edge_is_in(tmp_path, capsys, monkeypatch):
+    """On the hand-set induction circuit (5 true edges of 81) ACDC's scores rank the true edges first, so the curve is
+    1 at every fraction whose kept edges hold all of them and 0 where none is kept; CPR beats every random ranking."""
+    from factories import INDUCTION_EDGES
+
+    from interp.paths import parse_edge
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "c.json"
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--curve", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Faithfulness curve of the acdc scores (MIB) on 16 held-out prompts" in printed
+    assert "CPR (signed scores; higher is better)" in printed and max(map(len, printed.splitlines())) <= 80
+    curve = json.loads(out.read_text())["result"]["curve"]
+    assert curve["schema"] == "interp.faithfulness_curve/1" and curve["score_name"] == "acdc"
+    assert curve["n_proposing"] == 16 and curve["n_prompts"] == 16 and curve["n_total_edges"] == 81
+    ranked = sorted(curve["scores"], key=lambda label: -curve["scores"][label])  # the signed ranking
+    truth = {parse_edge(e).label for e in INDUCTION_EDGES}
+    last_true = max(ranked.index(label) for label in truth) + 1  # the top this many hold every true edge
+    signed = curve["curves"]["signed"]
+    for n, point in zip(signed["n_selected"], signed["faithfulness"]):
+        if n >= last_true:
+            assert point["mean"] == pytest.approx(1.0, abs=1e-6) and point["ci_low"] == pytest.approx(1.0, abs=1e-6)
+        if n == 0:
+            assert point["mean"] == 0.0
+    assert any(n < last_true for n in signed["n_selected"]) and signed["n_selected"][-1] == 81
+    assert curve["cpr"]["ci_low"] > curve["random"]["cpr"]["ci_high"]  # above the best of the 5 random rankings
+    assert curve["cmd"]["ci_high"] < curve["random"]["cmd"]["ci_low"]
+    assert curve["cpr"]["ci_low"] <= curve["cpr"]["mean"] <= curve["cpr"]["ci_high"] <= 0.999
+
+
+def test_cli_circuit_without_curve_writes_null_and_passes_the_flag(found, tmp_path, monkeypatch):
+    import interp.analyses.circuits.summary as summary
+
+    asked = {}
+    monkeypatch.setattr(summary, "circuit_summary", lambda *a, **k: asked.update(k) or found)
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--json", str(tmp_path / "c.json")]) == 0
+    assert asked["curve"] is False and json.loads((tmp_path / "c.json").read_text())["result"]["curve"] is None
+
+
+def test_circuit_test_values_are_per_prompt_and_give_the_faithfulness(found, tmp_path, monkeypatch):
+    import torch
+
+    values = found.test.values
+    assert set(values) == {"clean", "all_patched", "circuit_only"}
+    assert all(v.dtype == torch.float64 and v.shape == (16,) for v in values.values())
+    gap = values["clean"] - values["all_patched"]
+    recomputed = float((values["circuit_only"] - values["all_patched"]).mean() / gap.mean())
+    assert recomputed == pytest.approx(found.test.faithfulness.mean, abs=1e-9)
+    assert float(values["clean"].mean()) == pytest.approx(found.test.clean, abs=1e-9)
+    import interp.analyses.circuits.summary as summary
+
+    monkeypatch.setattr(summary, "circuit_summary", lambda *a, **k: found)
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--json", str(tmp_path / "c.json")]) == 0
+    written = json.loads((tmp_path / "c.json").read_text())["result"]["values"]
+    assert written == {name: v.tolist() for name, v in values.items()}
+
+
+def test_issue42_a_gap_within_noise_exits_2_naming_it(capsys):
+    """Random tokens: the constructed induction circuit has nothing to do, so patching every edge moves the loss by
+    noise only; a circuit found there would be a fraction of noise, so the command refuses (exit 2), saying why."""
+    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "16", "--prompts", "random", "--curve"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the clean-vs-patched gap is" in err and "within its noise" in err and "nothing for a circuit to explain" in err
+
+
+def test_report_circuit_section_draws_the_curve(tmp_path):
+    from interp.analyses.report.circuit import CircuitSection, report_circuit
+    from interp.analyses.report.html import circuit_html, circuit_markdown
+    from interp.analyses.report.plots import circuit_figures
+
+    section = report_circuit(induction_circuit(), repeated_tokens(32, 10, 63, bos=63), seed=0)
+    assert isinstance(section, CircuitSection) and section.summary is not None
+    curve = section.summary.curve
+    assert curve is not None and curve.score_name == "acdc" and curve.cpr.mean > 0.9
+    images = circuit_figures(section, tmp_path)
+    assert images == {"circuit": "plots/circuit.png", "circuit_curve": "plots/circuit_curve.png"}
+    assert (tmp_path / "circuit_curve.png").read_bytes().startswith(b"\x89PNG")
+    page = circuit_html(section, images)
+    assert "<h3>Faithfulness over circuit sizes (MIB's CPR and CMD)</h3>" in page
+    assert f"CPR {curve.cpr.mean:.3f} [{curve.cpr.ci_low:.3f}, {curve.cpr.ci_high:.3f}]" in page
+    assert 'src="plots/circuit_curve.png"' in page and "random rankings: CPR" in page
+    assert any(line.startswith("Faithfulness over circuit sizes (acdc scores") for line in circuit_markdown(section))
+    document = section.to_json()
+    assert document["curve"]["cpr"]["mean"] == pytest.approx(curve.cpr.mean)
+    json.dumps(document, allow_nan=False)

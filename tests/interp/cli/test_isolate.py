@@ -104,7 +104,7 @@ def _assert_failure_documents(folder: Path, kind: str, exit_code: int = 2) -> di
     import jsonschema
 
     envelope, sarif, junit = _documents(folder)
-    assert envelope["schema"] == cli.JSON_SCHEMA == 3 and envelope["result"] is None
+    assert envelope["schema"] == cli.JSON_SCHEMA and envelope["result"] is None
     error = envelope["error"]
     assert error["type"] == kind and error["exit_code"] == exit_code and error["message"]
     jsonschema.validate(sarif, _sarif_schema())
@@ -174,7 +174,7 @@ def test_a_clean_run_writes_schema_2_with_no_error(folder):
     path, name = folder
     assert cli.main(["audit-leakage", f"{name}:good", "--max-len", "8", "-q", *OUTPUTS]) == 0
     envelope, sarif, junit = _documents(path)
-    assert envelope["schema"] == 3 and envelope["error"] is None and envelope["result"]["causal"]
+    assert envelope["schema"] == cli.JSON_SCHEMA and envelope["error"] is None and envelope["result"]["causal"]
     assert sarif["runs"][0]["invocations"] == [{"executionSuccessful": True, "exitCode": 0}]
     assert junit.find("testsuite").get("failures") == "0"
 
