@@ -50,15 +50,21 @@ def scored_queries(prompts: PromptSet) -> torch.Tensor:
     return prompts.repeats.query_mask(prompts.tokens, real) & real
 
 
-def _positions(ctx: Context, receiver: Node, mask: torch.Tensor) -> tuple[list[int], int]:
-    """The query positions to attribute (those any prompt scores), the last ones that fit `MAX_ROWS`, and how many
-    were left out."""
-    chosen = mask.any(0).nonzero().flatten().tolist()
+def _queries(ctx: Context, receiver: Node, mask: torch.Tensor) -> tuple[list[int] | None, int]:
+    """`attribute`'s query=: None (every real query; the scored ones are picked afterwards) when they fit `MAX_ROWS`,
+    else the last scored positions that are real in every prompt and fit; and how many scored positions were left
+    out."""
     check_qk_head(ctx.model, (receiver.layer, receiver.head))  # a model the attribution covers, else BadInput
     model = cast(HookedGPT, ctx.model)
-    n_q, n_k = (len(sources(model, receiver.layer, side)) for side in ("q", "k"))
-    fits = max(1, MAX_ROWS // (len(ctx.prompts) * n_q * n_k))
-    return chosen[-fits:], max(0, len(chosen) - fits)
+    per_query = len(sources(model, receiver.layer, "q")) * len(sources(model, receiver.layer, "k"))
+    real = ctx.prompts.real_mask()
+    if int(real.sum()) * per_query <= MAX_ROWS:
+        return None, 0
+    scored = mask.any(0)
+    usable = (scored & real.all(0)).nonzero().flatten().tolist()  # a query padded in some prompt would be refused
+    fits = max(1, MAX_ROWS // (len(ctx.prompts) * per_query))
+    chosen = usable[-fits:]
+    return chosen, int(scored.sum()) - len(chosen)
 
 
 def receiver_attribution(ctx: Context, receiver: Node) -> tuple[QKAttribution, torch.Tensor, int]:
@@ -69,7 +75,7 @@ def receiver_attribution(ctx: Context, receiver: Node) -> tuple[QKAttribution, t
         if not mask.any():
             raise Inconclusive("no prompt has a scored query (the repeated copies are empty)")
         try:
-            queries, left_out = _positions(ctx, receiver, mask)
+            queries, left_out = _queries(ctx, receiver, mask)
             att = attribute(ctx.model, ctx.prompts, (receiver.layer, receiver.head), query=queries,
                             batch_size=ctx.batch_size)
         except BadInput as error:
@@ -140,7 +146,7 @@ class EdgeAttribution:
         word = {True: "raises", False: "lowers", None: "neither clearly raises nor lowers"}[passed]
         detail = (f"{ev.detail}: {word} the preference; share {share:.3g} of the difference {float(totals.mean()):.4g}, "
                   f"rank {rank} of the {side}-side sources (strongest: {strongest})"
-                  + (f"; the first {left_out} scored positions left out to fit the row limit" if left_out else "")
+                  + (f"; {left_out} earlier scored positions left out to fit the row limit" if left_out else "")
                   + "; supporting only, never in the verdict")
         return Evidence("qk_attribution", effect=ev.effect, ci_low=ev.ci_low, ci_high=ev.ci_high, p_value=ev.p_value,
                         rule=RULE, passed=passed, decisive=False, n_prompts=ev.n_prompts, detail=detail,

@@ -115,8 +115,19 @@ def test_the_row_limit_keeps_the_last_scored_queries_and_says_so(circuit, monkey
     monkeypatch.setattr(qka, "MAX_ROWS", 32 * n_sources * 4)  # room for four queries a prompt
     (ev,) = _evidence(circuit, prompts, ["L0H0 -> L1H0 via k"])
     assert ev.extra["n_queries"] == 32 * 4 and ev.extra["queries_left_out"] == 6
-    assert "the first 6 scored positions left out" in ev.detail
+    assert "6 earlier scored positions left out" in ev.detail
     assert ev.extra["share"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_padded_prompts_read_each_prompts_own_scored_queries(circuit):
+    """Prompts of different lengths (right padding): each prompt's repeated queries are read, none of its padding."""
+    full = induction_prompts(32)
+    mask = torch.ones_like(full.tokens)
+    mask[::2, 17:] = 0  # every other prompt ends after 6 tokens of its second copy
+    padded = interp.data.PromptSet(full.tokens, attention_mask=mask, meta=full.meta, repeats=full.repeats)
+    assert (qka.scored_queries(padded).sum(1) == torch.tensor([6, 10] * 16)).all()
+    (ev,) = _evidence(circuit, padded, ["L0H0 -> L1H0 via k"])
+    assert ev.extra["n_queries"] == 16 * 6 + 16 * 10 and ev.extra["share"] == pytest.approx(2.0, rel=1e-6)
 
 
 def test_models_it_cannot_attribute_leave_it_undecided_saying_why():
