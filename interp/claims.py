@@ -19,7 +19,12 @@ Evidence kinds (`EvidenceKind`):
                        (for head roles: the attention on the target keys vs an equal mass elsewhere)
   sufficiency          substituting the idealised pattern keeps the behaviour (loss recovered)
   faithfulness         the claim's ideal pattern reproduces the effect of the attention it describes
+  qk_attribution       (composition claims; supporting only) how much of the receiver's preference for the key
+                       it attends to the sender's write carries, from the exact QK attribution
   stability            verdict and head ranking hold across prompt seeds, batches and dtypes
+
+Supporting kinds (`SUPPORTING_KINDS`: qk_attribution) are gathered and reported beside the verdict, never part
+of it: `decide` and the claim's p-value leave them out, so a claim's verdict is the same with or without them.
 
 Verdict rules (`decide`):
   supported     every evidence that ran passed, and the claim's Benjamini-Hochberg adjusted
@@ -79,9 +84,13 @@ EvidenceKind = Literal[
     "necessity",
     "sufficiency",
     "faithfulness",
+    "qk_attribution",
     "stability",
 ]
 EVIDENCE_KINDS: tuple[str, ...] = get_args(EvidenceKind)
+# evidence reported beside the verdict, never part of it (neither `decide` nor the claim's p-value reads it):
+# a description of the mechanism that supports a causal claim without testing it
+SUPPORTING_KINDS: tuple[str, ...] = ("qk_attribution",)
 # stability reruns the observational test under several conditions: costly, so asked for explicitly
 DEFAULT_EVIDENCE: tuple[str, ...] = tuple(k for k in EVIDENCE_KINDS if k != "stability")
 VerdictName = Literal["supported", "refuted", "inconclusive"]
@@ -552,7 +561,7 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
                                 "skewed attention metric covers less than it says; pass more prompts.",)
     # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal)
     # counts neither for nor against the claim
-    evidence = [e for e in evidence if e.extra.get("informative") != "no"]
+    evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS]
     failed = [e for e in evidence if e.passed is False]
     decisive = [e for e in failed if e.decisive]
     if decisive:
@@ -616,8 +625,8 @@ def evaluate_claims(
 
 
 def _claim_p(evidence: Sequence[Evidence]) -> float:
-    """Intersection-union p-value: the largest p among the evidence that has one."""
-    ps = [e.p_value for e in evidence if math.isfinite(e.p_value)]
+    """Intersection-union p-value: the largest p among the evidence that has one (supporting kinds left out)."""
+    ps = [e.p_value for e in evidence if math.isfinite(e.p_value) and e.kind not in SUPPORTING_KINDS]
     return max(ps) if ps else math.nan
 
 

@@ -63,7 +63,16 @@ from interp.analyses.claims.evidence import head_metric
 from interp.analyses.claims.pair import backup_claim
 from interp.analyses.claims.presets import CLAIM_KINDS, make_claim
 from interp.analyses.head_types import get_head_type
-from interp.claims import DEFAULT_EVIDENCE, Claim, Context, Verdict, decide, evaluate_claims, min_effect
+from interp.claims import (
+    DEFAULT_EVIDENCE,
+    SUPPORTING_KINDS,
+    Claim,
+    Context,
+    Verdict,
+    decide,
+    evaluate_claims,
+    min_effect,
+)
 from interp.data import PromptSet, repeated_tokens
 from interp.heads import head_label
 from interp.interventions import HeadAblation
@@ -80,8 +89,9 @@ ROLE_ABOVE = 0.5  # ... and the head's role when above this (the presets' observ
 KNOWN_ROLES = ("previous_token", "induction")  # the trained checkpoints' known heads (the fast suite's true claims)
 # roles whose targets contain another role's: a head of the narrower role also puts its mass there
 CONTAINS: dict[str, tuple[str, ...]] = {"local_window": ("previous_token", "self_token", "next_token")}
-# evidence kinds that describe the attention pattern, not its effect: never part of the causal verdict of a role claim
-NOT_CAUSAL = ("observational", "control_shuffled", "control_random_init", "stability")
+# evidence kinds that describe the attention pattern (or, qk_attribution, the score with the norm frozen), not its
+# effect: never part of the causal verdict of a role claim
+NOT_CAUSAL = ("observational", "control_shuffled", "control_random_init", "qk_attribution", "stability")
 CAUSAL_FLAGS = ("necessity", "sufficiency", "faithfulness")  # the passed flags the table shows
 # how an evidence detail says "the head has no effect" (today's wording and the issue's)
 NO_EFFECT = re.compile(r"no effect|does not raise the loss|leaves the loss unchanged|below the practical minimum", re.I)
@@ -353,9 +363,10 @@ SUITES: dict[str, Callable[[int], list[Case]]] = {
 
 
 def judged_evidence(verdict: Verdict) -> tuple[Any, ...]:
-    """The evidence the study judges: a role claim's causal kinds; a pair claim's evidence, all of it causal."""
+    """The evidence the study judges: a role claim's causal kinds; a pair claim's evidence, all of it causal (a
+    supporting kind, `interp.claims.SUPPORTING_KINDS`, never: it is no part of any verdict)."""
     if verdict.claim.name == "backs_up":
-        return verdict.evidence
+        return tuple(e for e in verdict.evidence if e.kind not in SUPPORTING_KINDS)
     return tuple(e for e in verdict.evidence if e.kind not in NOT_CAUSAL)
 
 

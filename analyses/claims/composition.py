@@ -27,7 +27,11 @@ loss on the repeated copies) through `interp.Run`:
   composition_clears_p95) and its detail. **Supporting only, never required**: the score reads the whole
   subspaces of the weights, not the directions the prompts use, and ignores LayerNorm's per-token scale,
   so a used edge can score below the baseline (toy-induction L0H3 -> L1H2 via q costs 0.53 nats and
-  scores 0.98x its baseline) and an unused one above it.
+  scores 0.98x its baseline) and an unused one above it;
+- qk_attribution (via q or k; "composes" claims): the sender's exact terms in the receiver's score difference
+  at the key it attends to, through the edge's input (`interp.analyses.claims.qk_attribution`), with a CI over
+  prompts. **Supporting only, never in the verdict** (`interp.claims.SUPPORTING_KINDS`): it reads the score
+  with the norm frozen, not the behaviour.
 
 The thresholds are the toolkit's fixed defaults (`interp.claims.MIN_EFFECT` for the behaviour's unit),
 the same on every model and stated before any run; `min_effect=` sets another explicitly. Every claim of
@@ -50,6 +54,7 @@ import torch
 from torch import nn
 
 from interp.analyses.claims.causal import behaviour_text, claims_run, resolve_behaviour
+from interp.analyses.claims.qk_attribution import QK_VIAS, EdgeAttribution
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, equivalence_evidence, min_effect
 from interp.errors import BadInput
@@ -227,7 +232,8 @@ def composition_claim(edge: Edge | str, *, composes: bool = True, min_effect: fl
         return Claim("composes", heads, f"{parsed.label} composes: {parsed.receiver} reads {parsed.sender}'s write "
                      f"through its {parsed.via} input", params=params, target=parsed.label,
                      evidence={"observational": EdgeEffect(parsed, composes=True, **common),
-                               "necessity": EdgeControl(parsed, **common)})
+                               "necessity": EdgeControl(parsed, **common),
+                               **({"qk_attribution": EdgeAttribution(parsed)} if parsed.via in QK_VIAS else {})})
     return Claim("does_not_compose", heads, f"{parsed.label} does not compose: {parsed.receiver}'s {parsed.via} input "
                  f"does not use {parsed.sender}'s write", params=params, target=parsed.label,
                  evidence={"observational": EdgeEffect(parsed, composes=False, **common)})

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from interp.claims import DEFAULT_EVIDENCE, MIN_EFFECT, Verdict
+from interp.claims import DEFAULT_EVIDENCE, MIN_EFFECT, SUPPORTING_KINDS, Verdict
 from interp.schemas import REPORT_SCHEMA
 
 # bump when a column, a JSON key or a file of the report changes meaning (record it in CHANGELOG.md)
@@ -163,6 +163,7 @@ _MEASURES = {
     "observational": "metric", "control_shuffled": "metric on shuffled tokens",
     "control_random_init": "trained minus random-init", "necessity": "targeted knockout minus equal-mass control",
     "sufficiency": "fraction of loss recovered", "faithfulness": "fraction of the knockout's effect the ideal reproduces",
+    "qk_attribution": "sender's terms in the receiver's score difference (supporting only)",
     "stability": "agreement rate",
 }
 
@@ -188,7 +189,7 @@ def claim_floor(verdict: Verdict | None) -> int:
     """B of the claim's p-value (the largest among its evidence's resample counts); 0 when unknown."""
     if verdict is None:
         return 0
-    return max((e.n_resamples for e in verdict.evidence), default=0)
+    return max((e.n_resamples for e in verdict.evidence if e.kind not in SUPPORTING_KINDS), default=0)
 
 
 def tested_offset(verdict: Verdict | None) -> str | None:
@@ -267,6 +268,10 @@ GLOSSARY: dict[str, str] = {
                     "/ (L_knocked_out - L_clean), the knockout being the costlier of the targeted knockout and the "
                     "whole-head mean ablation; threshold 0.5 (the toolkit's convention); 'inconclusive: no effect' "
                     "when neither costs the practical minimum",
+    "qk_attribution": "composition claims through a query or key, supporting only (never part of the verdict): the "
+                      "sender's exact terms in the receiver's score difference between the key it attends to and the "
+                      "next-best key (ln1's scale frozen; score units, mean over the repeated copies' queries, CI over "
+                      "prompts; interp.analyses.claims.qk_attribution)",
     "stability": "fraction of perturbed conditions (prompt halves, batch order, bfloat16) where the outcome agrees",
     "layer_a": "first head of the pair: layer", "head_a": "first head of the pair: head",
     "layer_b": "second head of the pair: layer", "head_b": "second head of the pair: head",

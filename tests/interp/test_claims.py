@@ -13,6 +13,7 @@ from interp.claims import (
     EVIDENCE_KINDS,
     INTERVAL_METHOD,
     MIN_PROMPTS_FOR_VERDICT,
+    SUPPORTING_KINDS,
     Claim,
     Context,
     Evidence,
@@ -131,6 +132,21 @@ def test_verdict_rules():
     assert verdict == "inconclusive" and "adjusted p-value" in reasons[0]
     verdict, reasons = decide([ev("observational", False)], 0.01, 0.05, 5)
     assert verdict == "inconclusive" and "too few prompts" in reasons[0]
+
+
+@pytest.mark.parametrize("passed", [True, False, None])
+def test_supporting_kinds_never_enter_the_verdict_or_the_p_value(passed):
+    """qk_attribution is reported beside the verdict: whatever it says, and whatever its p-value, the verdict, its
+    reasons and the claim's p-value are those of the other evidence."""
+    from interp.claims import _claim_p
+
+    assert SUPPORTING_KINDS == ("qk_attribution",) and set(SUPPORTING_KINDS) <= set(EVIDENCE_KINDS)
+    base = [Evidence("observational", effect=1.0, ci_low=0.9, ci_high=1.1, p_value=0.002, rule="CI > 0.5", passed=True,
+                     decisive=True, n_prompts=32, detail="obs")]
+    side = Evidence("qk_attribution", effect=-1.0, ci_low=-2.0, ci_high=-0.5, p_value=0.9, rule="supporting only",
+                    passed=passed, decisive=True, n_prompts=32, detail="qk")
+    assert decide(base + [side], 0.01, 0.05, 32) == decide(base, 0.01, 0.05, 32) == ("supported", ("observational passed: obs",))
+    assert _claim_p(base + [side]) == _claim_p(base) == 0.002
 
 
 def test_evaluate_claims_verdicts_and_bh(tiny_gpt, prompts):

@@ -399,6 +399,17 @@ def test_circuits_conclusion_states_what_the_numbers_show(circuit_notebook):
     assert d["n_edges"] < d["n_tried"] and "logits" in d["nodes"]
     assert f"{h['naive: L1H2 alone'][0]:.2f}" in text and ("H4 holds" in text) == (d["faithfulness"][1] > 0.9)
     assert all(f"{name} Spearman {rho:.2f}" in text for name, rho in r["spearman"].items())
+    # why L1H2 attends to the induction target: L0H2 on the key side of every layer-1 head; the check's frozen
+    # measurement is the prediction, the live one is reported with its CI
+    q = r["qk"]
+    assert q["key"] == q["query"] - 19 and q["weight"] > 0.5 and q["difference"] > 0
+    assert q["top_pairs"][0][1] == "L0H2" and q["top_pairs"][0][3] > 0
+    assert set(q["key_side_top"].values()) == {"L0H2"} and all(v[1] > 0 for v in q["key_side_l0h2"].values())
+    assert "the strongest source is L0H2 for every layer-1 head" in text
+    c = q["check"]
+    assert c["frozen_error_below_1e-4"] and abs(c["measured_frozen"] - c["predicted"]) < 1e-4
+    assert f"live {c['measured_live']:.3f} [{c['live_ci'][0]:.3f}, {c['live_ci'][1]:.3f}]" in text
+    assert set(q["evidence"]) == {f"L0H2 -> L1H{h} via k" for h in range(4)} and all(v[1] > 0 for v in q["evidence"].values())
 
 
 @pytest.mark.notebook
