@@ -46,7 +46,7 @@ def test_every_help_fits_the_terminal(width, monkeypatch, capsys):
     texts.update({name: sub.format_help() for name, sub in _subparsers().items()})
     assert cli.main(["train", "--", "--help"]) == 0  # interp.experiments.train's own help
     texts["train --"] = capsys.readouterr().out
-    assert len(texts) == 11
+    assert len(texts) == 12
     too_long = {name: _longest(text) for name, text in texts.items() if _longest(text) > width}
     assert not too_long, too_long
     assert "toy-\n" not in "".join(texts.values()).replace(" ", "")  # "toy-induction" is never broken at its hyphen
@@ -64,8 +64,8 @@ def test_help_shows_each_commands_default_number_of_prompts():
     assert AUDIT_PROMPTS_DEFAULT == inspect.signature(leakage.audit).parameters["n_prompts"].default
     helps = {name: next(a.help for a in sub._actions if "--n" in a.option_strings)
              for name, sub in _subparsers().items() if "--n" in sub._option_string_actions}
-    assert set(helps) == {"report", "audit-leakage", "claims", "scan", "heads", "circuit", "demo"}
-    for name in ("report", "scan", "heads", "circuit", "demo"):
+    assert set(helps) == {"report", "audit-leakage", "claims", "scan", "heads", "circuit", "demo", "qk"}
+    for name in ("report", "scan", "heads", "circuit", "demo", "qk"):
         assert helps[name] == f"number of prompts (default: {PROMPTS_DEFAULT})"
     assert helps["audit-leakage"] == f"number of prompts (default: {AUDIT_PROMPTS_DEFAULT} per length)"
     assert helps["claims"] == f"number of prompts (default: the file's prompts.n, else {PROMPTS_DEFAULT})"
