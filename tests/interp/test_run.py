@@ -516,3 +516,20 @@ def test_every_effect_an_analysis_used_is_in_the_users_run_memo(effects_returned
         assert effects_returned, name
         assert all(any(effect is value for value in memoised) for effect in effects_returned), name
         assert len([key for key in run.memo_keys() if key.kind == "effect"]) >= len({id(e) for e in effects_returned})
+
+
+def test_the_memo_keeps_one_sweep_engine_at_a_time(toy, prompts):
+    """Each engine holds every node's clean and corrupted writes: a second prompt set's engine replaces the first's
+    in the shared memo, while the effects computed through the first stay memoised."""
+    run = Run(toy, prompts)
+    first_half, second_half = prompts.split(0.5, seed=0)
+    first = run.on(first_half)
+    edge = interp.EdgePatch("L0H2 -> L1H2 via k")
+    effect = first.effect(edge)
+    engine = first.sweep()
+    assert first.sweep() is engine  # built once
+    run.on(second_half).sweep()
+    engines = [key for key in run._memo if key[0][:1] == ("sweep",)]
+    assert len(engines) == 1
+    assert first.effect(edge) is effect  # the effect itself is still memoised
+    assert first.sweep() is not engine  # rebuilt when asked again
