@@ -449,7 +449,7 @@ qv = [c for c in r["composition"] if not c["edge"].endswith("via k")]
 q, check = r["qk"], r["qk"]["check"]
 pair = q["top_pairs"][0]
 if set(q["key_side_top"].values()) == {q["previous_head"]}:
-    key_top = f"{q['previous_head']} for each of {', '.join(q['key_side_top'])}"
+    key_top = f"{q['previous_head']} for each of {', '.join(sorted(q['key_side_top']))}"
 else:
     key_top = ", ".join(f"{head}: {source}" for head, source in q["key_side_top"].items())
 faith = r["circuit"]["faithfulness"]

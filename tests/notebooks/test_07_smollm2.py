@@ -129,7 +129,7 @@ def test_qk_attribution_says_why_the_induction_head_attends_there(committed):
     conclusion = next(c for c in _code(committed) if "conclusion" in c.metadata.get("tags", []))
     text = " ".join("".join(o.data.get("text/markdown", "") for o in conclusion.outputs if "data" in o).split())
     assert f"Why {q['head']} attends to the induction target" in text
-    assert f"the strongest source is {q['previous_head']} for each of {', '.join(q['key_side_top'])}" in text
+    assert f"the strongest source is {q['previous_head']} for each of {', '.join(sorted(q['key_side_top']))}" in text
     assert f"{q['top_pairs'][0][2]:.2f} [{q['top_pairs'][0][3]:.2f}, {q['top_pairs'][0][4]:.2f}]" in text
     assert f"live {check['measured_live']:.3f} [{check['live_ci'][0]:.3f}, {check['live_ci'][1]:.3f}]" in text
     assert f"predicted {check['predicted']:.3f}, equal to float rounding" in text
