@@ -28,7 +28,7 @@ from interp.analyses.circuits.curve import FaithfulnessCurve, edge_auroc, faithf
 from interp.analyses.circuits.discovery import Circuit, discover
 from interp.analyses.circuits.dla import LogitAttribution, direct_logit_attribution, logit_attributions
 from interp.analyses.circuits.drawing import draw_circuit, draw_curve
-from interp.analyses.circuits.evaluation import CircuitTest, test_circuit, test_node_circuit
+from interp.analyses.circuits.evaluation import CircuitTest, test_circuit
 from interp.analyses.circuits.patching import PathPatch, edge_effects, path_patch, path_patches
 from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
 
@@ -47,7 +47,6 @@ __all__ = [
     "discover",
     "Circuit",
     "test_circuit",
-    "test_node_circuit",
     "CircuitTest",
     "circuit_summary",
     "CircuitSummary",
@@ -68,5 +67,8 @@ from interp.analyses.circuits.discovery import ACDC_THRESHOLD as ACDC_THRESHOLD
 from interp.analyses.circuits.discovery import EAP_THRESHOLD as EAP_THRESHOLD
 from interp.analyses.circuits.dla import FROZEN_SCALE as FROZEN_SCALE
 from interp.analyses.circuits.evaluation import Interval as Interval
+from interp.analyses.circuits.evaluation import (
+    test_node_circuit as test_node_circuit,  # discover(method='nodes') runs it
+)
 from interp.analyses.circuits.patching import PatchSweep as PatchSweep
 from interp.analyses.circuits.patching import edge_frame as edge_frame

@@ -93,12 +93,17 @@ def edge_amounts(att: QKAttribution, sender: str, via: str, mask: torch.Tensor
     names = att.key_sources if via == "k" else att.query_sources
     if sender not in names:
         raise Inconclusive(f"{sender} is no source of {att.label}'s {via} input (sources: {', '.join(names)})")
+    amounts, totals, n_pairs = side_amounts(att, via, mask)
+    return amounts[names.index(sender)], totals, n_pairs
+
+
+def side_amounts(att: QKAttribution, via: str, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """`edge_amounts` of every source of the `via` side at once, (source, prompt), from one evaluation of the terms."""
     terms, keep = att.terms("difference")  # (pair, query_source, key_source)
     pairs = att.pairs[keep]
     at = tuple(torch.as_tensor(pairs[c].to_numpy().copy()) for c in ("prompt", "query"))
     scored = mask[at]
-    index = names.index(sender)
-    amount = (terms[:, :, index] if via == "k" else terms[:, index, :]).sum(1)  # (pair,)
+    amount = terms.sum(1) if via == "k" else terms.sum(2)  # (pair, source)
     total = terms.sum((1, 2))  # (pair,)
     owners = at[0][scored].numpy()
     prompts = np.unique(owners)
@@ -106,7 +111,7 @@ def edge_amounts(att: QKAttribution, sender: str, via: str, mask: torch.Tensor
         raise Inconclusive(f"no scored query of these prompts sees a second key, so {att.label} has no preference "
                            "to explain")
     amount, total = amount[scored], total[scored]
-    per_amount = torch.stack([amount[torch.as_tensor(owners == p)].mean() for p in prompts])
+    per_amount = torch.stack([amount[torch.as_tensor(owners == p)].mean(0) for p in prompts], dim=1)  # (source, prompt)
     per_total = torch.stack([total[torch.as_tensor(owners == p)].mean() for p in prompts])
     return per_amount, per_total, int(scored.sum())
 
@@ -114,8 +119,8 @@ def edge_amounts(att: QKAttribution, sender: str, via: str, mask: torch.Tensor
 def _rank(att: QKAttribution, sender: str, via: str, mask: torch.Tensor) -> tuple[int, str]:
     """The sender's rank (1 = largest mean amount by size) among the sources of its side, and the strongest one."""
     names = att.key_sources if via == "k" else att.query_sources
-    means = {name: float(edge_amounts(att, name, via, mask)[0].mean()) for name in names}
-    order = sorted(names, key=lambda n: -abs(means[n]))
+    means = side_amounts(att, via, mask)[0].mean(1)  # (source,)
+    order = sorted(names, key=lambda n: -abs(float(means[names.index(n)])))
     return order.index(sender) + 1, order[0]
 
 

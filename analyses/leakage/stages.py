@@ -534,36 +534,28 @@ def audit(
     device: Device = None,
     dtype: DType = None,
     bidirectional: bool | None = None,
-    packed: bool = False,
-    doc_sep: int | None = None,
-    kv_cache: bool = False,
-    window: int | str | None = None,
+    packed: bool = False, doc_sep: int | None = None, kv_cache: bool = False, window: int | str | None = None,
     attn_impls: Sequence[str] | None = None,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
 
-    max_len: longest length audited (default the model's context, at most DEFAULT_MAX_LEN = 256; "ctx":
-    the whole context); lengths: the lengths perturbed (default max_len, an odd middle length and 5);
-    draws: resamplings per cut; max_cuts: cuts perturbed per length (None: all); gradient_len: length
-    of the exhaustive Jacobian test (the gradient also runs cut by cut at max_len); tol: the lower bound
-    of every threshold (default 5e-5, or 5e-3 for float16 / bfloat16 models), each judged against the
-    model's measured floor (`floor`). Cost: about two forwards per prompt for a native model's
-    truncation (the incremental reference), the coverage cuts for a black box; `progress=True` prints
-    the estimate first (`report.coverage` says what ran). device / dtype: audit a moved
-    copy of the model (`interp.launch.move`; an nn.Module only); the default tol follows the dtype.
-    bidirectional: True audits the model as an encoder (future dependence by design; padding and
-    batch still audited), False as a decoder; None (default) reads the model's own declaration
-    (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared model is
-    expected to be causal, whatever its attention calls look like.
+    max_len: longest length audited (default the model's context, at most DEFAULT_MAX_LEN = 256; "ctx": the whole
+    context); lengths: the lengths perturbed (default max_len, an odd middle length and 5); draws: resamplings per cut;
+    max_cuts: cuts perturbed per length (None: all); gradient_len: length of the exhaustive Jacobian test (the gradient
+    also runs cut by cut at max_len); tol: the lower bound of every threshold (default 5e-5, or 5e-3 for float16 /
+    bfloat16 models), each judged against the model's measured floor (`floor`). Cost: about two forwards per prompt
+    for a native model's truncation (the incremental reference), the coverage cuts for a black box; `progress=True`
+    prints the estimate first (`report.coverage` says what ran). device / dtype: audit a moved copy of the model
+    (`interp.launch.move`; an nn.Module only); the default tol follows the dtype. bidirectional: True audits the model
+    as an encoder (future dependence by design; padding and batch still audited), False as a decoder; None (default)
+    reads the model's own declaration (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared
+    model is expected to be causal, whatever its attention calls look like.
 
-    The contracts of modern stacks (`interp.analyses.leakage.contracts`), each on top of causality, its verdict in
-    `report.contracts[kind]`: packed: documents packed in one row must not read each other (kind `document`, an
-    over-masked document included; the model's forward says where documents start: `position_ids` resetting, `cu_seq_lens`,
-    `document_ids`...), or doc_sep: the token ending each document, which the model finds itself; window: W, the keys
-    each windowed layer sees, itself included (key j visible from query i iff i - W < j <= i), or "config": the
-    model's declared `sliding_window` / `window_size` (kind `window`); kv_cache: prefill + decode equals the full
-    forward (kind `kv_cache`); attn_impls: the attention implementations compared (kind `backend`).
+    The contracts of modern stacks (`interp.analyses.leakage.contracts`: kinds `document`, `kv_cache`, `window`,
+    `backend`), each on top of causality, its verdict in `report.contracts[kind]`: packed / doc_sep (packed documents;
+    the forward's `position_ids`, `cu_seq_lens`, `document_ids`... or the separator token), window (W keys per windowed
+    layer, itself included, or "config"), kv_cache (prefill + decode), attn_impls (the implementations compared).
     """
     start = time.perf_counter()
     model = _audited_model(model, device=device, dtype=dtype)
@@ -572,8 +564,7 @@ def audit(
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
                       lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
-    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache,
-                     attn_impls=attn_impls)
+    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache, attn_impls=attn_impls)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
     tick = _Progress(progress, plan.passes)

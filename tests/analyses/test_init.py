@@ -20,7 +20,7 @@ LEFT_OUT = {
         empty_table findings_table float64_copy gradient gradient_at_cuts infer_n_ctx infer_vocab_size leak_kinds
         localisation_threshold localise locate_leaks locate_origins measure_floors method_tol observed_masking
         padding_check pattern_check perturbation plan_audit run_methods site_modules truncation user_forward""",
-    "circuits": "ACDC_THRESHOLD EAP_THRESHOLD FROZEN_SCALE Interval MIB_FRACTIONS PatchSweep baseline cmd cpr edge_frame",
+    "circuits": "ACDC_THRESHOLD EAP_THRESHOLD FROZEN_SCALE Interval MIB_FRACTIONS PatchSweep baseline cmd cpr edge_frame test_node_circuit",
     "claims": """CLAIM_KINDS EDGE_CLAIM_KINDS Faithfulness MODEL_CLAIM_KINDS Necessity Observational PRESETS
         PositionalParams RandomInitControl ShuffledControl Sufficiency bridge_without_pattern_edits claim_evidence_for
         claim_object control_sender edge_claim_kinds head_claim_kinds head_metric pair_claim_kinds random_init_model""",

@@ -26,15 +26,15 @@ import torch
 from interp.analyses.leakage.contracts.common import (
     ContractFinding,
     ContractResult,
-    announce,
+    announce_cost,
     call_rows,
     change,
     float32_twin,
     float64_twin,
     influence,
     judged,
-    random_tokens,
     replace_tokens,
+    sample_tokens,
     scale_of,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
@@ -116,10 +116,10 @@ def audit_backends(model: Any, *, vocab: int, attn_impls: Sequence[str] | str = 
     names = list(IMPLEMENTATIONS if attn_impls == "all" else attn_impls)
     original = _current(model)
     generator = torch.Generator().manual_seed(seed)
-    tokens = random_tokens(length, vocab, [], generator)
+    tokens = sample_tokens(length, vocab, [], generator)
     rows = torch.stack([tokens] + [replace_tokens(tokens, range(u, length), vocab, [], generator)
                                    for u in range(1, length)])
-    announce("backend", f"{len(names)} implementations ({', '.join(names)}) x {len(rows)} rows of {length} tokens, in "
+    announce_cost("backend", f"{len(names)} implementations ({', '.join(names)}) x {len(rows)} rows of {length} tokens, in "
              "float64 and float32" + ("" if compiled else "; FlexAttention unfused"), progress)
     with flex_stance(compiled):
         try:

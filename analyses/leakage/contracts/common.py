@@ -171,15 +171,6 @@ def with_arguments(model: Any, kwargs: dict[str, Any]) -> Callable[..., Any]:
     return call
 
 
-def vocab_size(model: Any) -> int | None:
-    config = getattr(model, "config", None)
-    for name in ("vocab_size", "n_vocab", "d_vocab"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
 def float64_twin(model: Any, probe: Callable[[Any], object]) -> tuple[Any, str, tuple[str, ...]]:
     """A float64 copy of the model when it runs in float64 (`probe` succeeds on it), else the model itself (float32),
     said in the notes."""
@@ -199,7 +190,7 @@ def float32_twin(model: Any) -> Any:
     return copy.deepcopy(model).to(torch.float32) if isinstance(model, torch.nn.Module) else model
 
 
-def random_tokens(n: int, vocab: int, avoid: Sequence[int], generator: torch.Generator) -> torch.Tensor:
+def sample_tokens(n: int, vocab: int, avoid: Sequence[int], generator: torch.Generator) -> torch.Tensor:
     """n tokens drawn from the vocabulary without the `avoid` ids."""
     allowed = torch.tensor([t for t in range(vocab) if t not in set(avoid)])
     return allowed[torch.randint(len(allowed), (n,), generator=generator)]
@@ -211,7 +202,7 @@ def replace_tokens(tokens: torch.Tensor, positions: Sequence[int] | range, vocab
     changed = tokens.clone()
     for position in positions:
         old = int(tokens[position])
-        changed[position] = random_tokens(1, vocab, [*avoid, old], generator)[0]
+        changed[position] = sample_tokens(1, vocab, [*avoid, old], generator)[0]
     return changed
 
 
@@ -231,7 +222,7 @@ def scale_of(logits: torch.Tensor) -> float:
     return float(finite.abs().max()) if finite.numel() else 1.0
 
 
-def announce(kind: str, words: str, enabled: bool) -> None:
+def announce_cost(kind: str, words: str, enabled: bool) -> None:
     """A mode's cost, printed to stderr before it starts (`audit(progress=True)`)."""
     if enabled:
         print(f"{kind} contract: {words}", file=sys.stderr, flush=True)

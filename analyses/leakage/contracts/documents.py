@@ -22,15 +22,15 @@ from interp.analyses.leakage.contracts.common import (
     ALL_ONES,
     ContractFinding,
     ContractResult,
-    announce,
+    announce_cost,
     call_rows,
     change,
     float64_twin,
     influence,
     judged,
     parameters,
-    random_tokens,
     replace_tokens,
+    sample_tokens,
     scale_of,
     with_arguments,
 )
@@ -96,7 +96,7 @@ class Layout:
         return [t for t in (self.eos, self.doc_sep) if t is not None]
 
     def tokens(self, vocab: int, generator: torch.Generator) -> torch.Tensor:
-        tokens = random_tokens(len(self.documents()), vocab, self.specials(), generator)
+        tokens = sample_tokens(len(self.documents()), vocab, self.specials(), generator)
         if self.doc_sep is not None:
             tokens[self.separators()] = self.doc_sep
         for position in self.inner_eos:
@@ -161,7 +161,7 @@ def audit_documents(model: Any, *, vocab: int, doc_sep: int | None = None, seed:
     tokens = layout.tokens(vocab, generator)
     runs = document_runs(model, layout, convention)
     keys = [j for j in range(len(tokens)) if not layout.structural()[j]]
-    announce("document", f"{len(runs)} call patterns x {len(keys) + 1} rows of {len(tokens)} tokens "
+    announce_cost("document", f"{len(runs)} call patterns x {len(keys) + 1} rows of {len(tokens)} tokens "
              f"({convention}), plus one float64 copy", progress)
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, tokens[None], runs["default"]))
     rows = torch.stack([tokens] + [replace_tokens(tokens, [j], vocab, layout.specials(), generator) for j in keys])

@@ -28,7 +28,7 @@ import torch
 from interp.analyses.leakage.contracts.common import (
     ContractFinding,
     ContractResult,
-    announce,
+    announce_cost,
     cache_of,
     change,
     float32_twin,
@@ -37,8 +37,8 @@ from interp.analyses.leakage.contracts.common import (
     judged,
     logits_of,
     parameters,
-    random_tokens,
     replace_tokens,
+    sample_tokens,
     scale_of,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
@@ -102,7 +102,7 @@ def plan_calls(length: int, prefix: int, chunk: int) -> list[tuple[int, int]]:
     return [(0, prefix)] + [(s, min(s + chunk, length)) for s in range(prefix, length, chunk)]
 
 
-def decode(cached: Cached, model: Any, rows: torch.Tensor, calls: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+def decode_calls(cached: Cached, model: Any, rows: torch.Tensor, calls: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
     cache, out = None, []
     for start, end in calls:
         logits, cache = cached.call(model, rows[:, start:end], start, cache)
@@ -128,21 +128,21 @@ def audit_kv_cache(model: Any, *, vocab: int, seed: int = 0, progress: bool = Fa
     prefixes = [p for p in prefixes if p < length]
     plans = {f"prefix {p}, chunk {c}": plan_calls(length, p, c) for p in prefixes for c in chunks}
     n_calls = sum(len(calls) for calls in plans.values())
-    announce("kv_cache", f"{len(plans)} prefill / decode plans of {length} tokens, {n_calls} calls each in float64 and "
+    announce_cost("kv_cache", f"{len(plans)} prefill / decode plans of {length} tokens, {n_calls} calls each in float64 and "
              "float32, then the later tokens of every call changed", progress)
     generator = torch.Generator().manual_seed(seed)
-    tokens = random_tokens(length, vocab, [], generator)[None]
+    tokens = sample_tokens(length, vocab, [], generator)[None]
     single = float32_twin(model)
-    model, dtype, notes = float64_twin(model, lambda m: decode(cached, m, tokens, next(iter(plans.values()))))
+    model, dtype, notes = float64_twin(model, lambda m: decode_calls(cached, m, tokens, next(iter(plans.values()))))
     full = cached.full(model, tokens)[0]
     scale = scale_of(full)
     other = replace_tokens(tokens[0], range(length), vocab, [], generator)
     floor = float(change(cached.full(model, torch.stack([tokens[0], other]))[0], full, scale).max())
-    decoded = {run: decode(cached, model, tokens, calls) for run, calls in plans.items()}
+    decoded = {run: decode_calls(cached, model, tokens, calls) for run, calls in plans.items()}
     if dtype == "float64":
         floor = max(floor, float(change(cached.full(single, tokens)[0], full, scale).max()))
         for run, calls in plans.items():
-            for logits, logits32 in zip(decoded[run], decode(cached, single, tokens, calls)):
+            for logits, logits32 in zip(decoded[run], decode_calls(cached, single, tokens, calls)):
                 floor = max(floor, float(change(logits32[0], logits[0], scale).max()))
     findings: list[ContractFinding] = []
     per_run = dict.fromkeys(plans, 0.0)
@@ -173,7 +173,7 @@ def _future_in_call(cached: Cached, model: Any, tokens: torch.Tensor, calls, voc
     start, end = calls[-1]
     if end - start < 2:
         return [], 0.0
-    logits = decode(cached, model, _future_rows(tokens, start, end, vocab, generator), calls)[-1]
+    logits = decode_calls(cached, model, _future_rows(tokens, start, end, vocab, generator), calls)[-1]
     moved = influence(logits, scale)  # (u - 1, call position)
     found = [(start + t, start + u, float(moved[u - 1, t])) for u in range(1, end - start) for t in range(u)]
     return found, max(s for _, _, s in found)

@@ -19,15 +19,15 @@ import torch
 from interp.analyses.leakage.contracts.common import (
     ContractFinding,
     ContractResult,
-    announce,
+    announce_cost,
     call_rows,
     change,
     float64_twin,
     influence,
     judged,
     logits_of,
-    random_tokens,
     replace_tokens,
+    sample_tokens,
     scale_of,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
@@ -123,7 +123,7 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
     longest = (span + 2) if span is not None else size + 2
     cap = max_len or DEFAULT_WINDOW_LEN
     lengths = sorted({max(2, min(size - 1, 3, cap)), min(max(3 * size, longest), cap)})
-    announce("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
+    announce_cost("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
              f"and {sum(lengths)} backward passes, plus one float64 copy", progress)
     generator = torch.Generator().manual_seed(seed)
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
@@ -131,7 +131,7 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
     floor, per_run, pairs = 0.0, {}, {}
     for length in lengths:
         run = f"length {length}"
-        tokens = random_tokens(length, vocab, [], generator)
+        tokens = sample_tokens(length, vocab, [], generator)
         rows = torch.stack([tokens] + [replace_tokens(tokens, [j], vocab, [], generator) for j in range(length)])
         logits = call_rows(model, rows, {})
         scale = scale_of(logits[0])

@@ -342,7 +342,7 @@ def test_report_json_on_stdout_stays_parseable_with_progress_on(tmp_path):
     assert document["result"]["leakage"]["causal"] is True
     assert document["result"]["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "report.html").is_file()
     # one bar over computing (8 analyses, the viewer's data and the circuit), rendering and writing (2)
-    assert "12/12 stages" in result.stderr
+    assert "13/13 stages" in result.stderr
 
 
 # --------------------------------------------------------------------------- output shape (issue 12)
