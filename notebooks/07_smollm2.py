@@ -128,6 +128,11 @@ for _, row in scan.iterrows():
 # induction head being important. Under grouped-query attention three query heads share one key and one value
 # head, so a key or value edge belongs to the group: the graph names it by the group's first head
 # (`interp.paths.kv_edge`), and two induction heads of one group share one key edge, tested once.
+# A "composes" claim through a query or key also carries `qk_attribution`, **supporting only** (never part of
+# the verdict): the sender's exact terms in the receiver's score difference at the key it attends to, in score
+# units, over the repeated copy's queries (the next section explains them). On this model it is the costliest
+# evidence of the cell (one attribution per receiver, about 200 x 200 source pairs per query, and a rank of
+# every source per edge: about 6 minutes on one thread for the three query and key edges, a few hundred MB).
 
 # %% tags=["composition"]
 from interp.claims import test_claims
@@ -141,7 +146,7 @@ edges = list(dict.fromkeys(kv_edge(parse_edge(edge), group).label for edge in as
 print(edges)
 composition = test_claims(model, [claims.composition_claim(edge) for edge in edges], held_out, seed=0)
 composition[["label", "verdict", "p_adjusted", "observational", "observational_ci_low", "observational_ci_high",
-             "necessity"]]
+             "necessity", "qk_attribution", "qk_attribution_ci_low", "qk_attribution_ci_high"]]
 
 # %% tags=["figure-composition"]
 fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -150,6 +155,70 @@ plot_ci_bars([label.replace(" via ", "\nvia ") for label in composition.label], 
              title="path patching one edge: change of the loss on the repeated copy (95% CI)", ylabel="nats per token",
              highlight={label.replace(" via ", "\nvia ") for label in composition.label[composition.verdict == "supported"]})
 fig.tight_layout()
+
+# %% [markdown]
+# ### Why an induction head attends here: the exact QK attribution
+#
+# Path patching says *that* the previous-token head's write reaches the induction heads' keys; the QK
+# attribution says *how much of the head's preference* each writer carries, on these prompts. With ln1's
+# scale frozen at its clean-run value (SmolLM2's RMSNorm: scaled, not centred) a head's score is bilinear in
+# the residual streams at the query and the key, so the score difference between the induction target k and
+# the highest-scoring other key k' (which equals log p_k - log p_k') splits exactly into (query source x key
+# source) terms (`interp.analyses.qk.attribute`). Sources are the writers of the residual stream before the
+# head's layer: `embed` (the positions are rotary, so there is no position source: each side's term is
+# rotated at its position), every head and MLP of the earlier layers, and the biases; about 200 per side
+# for a layer-18 head, so about 40,000 terms per (query, key) pair. To keep that bounded, one query per
+# held-out prompt: the last token (in the second copy), at the key after its earlier occurrence (32 pairs,
+# 1.3 million terms; one forward per batch, stopped after the head's layer; a few seconds).
+
+# %% tags=["qk"]
+from interp.analyses import qk
+
+induction_run = interp.Run(model, held_out, batch_size=32, seed=0)  # the held-out repeated prompts
+qk_head = induction_heads[0]
+qk_query = held_out.n_pos - 1                           # the last token, in the second copy
+qk_key = qk_query - held_out.repeats.period + 1         # the token after its earlier occurrence: the induction target
+att = qk.attribute(induction_run, qk_head, query=qk_query, key=qk_key)
+print(f"{qk_head}, query {qk_query} -> key {qk_key}: mean weight {att.pairs.weight.mean():.3f}, score difference "
+      f"{att.pairs.difference.mean():.2f} against the next-best key ({att.n_prompts} held-out prompts, "
+      f"{len(att.query_sources)} query x {len(att.key_sources)} key sources)")
+top_pairs = att.aggregate().sort_values("mean", key=lambda m: m.abs(), ascending=False).head(5)
+top_pairs[["query_source", "key_source", "mean", "ci_low", "ci_high", "n_prompts"]]
+
+# %% [markdown]
+# Each source's total on the key side (its column of the matrix, summed over every query source), for the
+# three induction heads the composition cell asks about, each at its own query and target key: what removing
+# that source from only the head's key input would change, to first order (with the scale frozen: exactly).
+# The eight largest of about 200 per head, with 95% CIs over the 32 prompts.
+
+# %% tags=["qk-heads"]
+key_sides = {qk_head: att.by_source().query("side == 'key'").set_index("source")}
+for head in induction_heads[1:3]:
+    key_sides[head] = (qk.attribute(induction_run, head, query=qk_query, key=qk_key).by_source()
+                       .query("side == 'key'").set_index("source"))
+fig, axes = plt.subplots(1, len(key_sides), figsize=(4 * len(key_sides), 2.8), sharey=True)
+for ax, (head, side) in zip(axes, key_sides.items()):
+    shown = side.loc[side["mean"].abs().sort_values(ascending=False).index[:8]]
+    plot_ci_bars(list(shown.index), shown["mean"], shown.ci_low, shown.ci_high, ax=ax,
+                 title=f"{head}: largest key-side sources", ylabel="score difference", highlight={previous_heads[0]})
+    ax.tick_params(axis="x", labelrotation=90)
+fig.tight_layout()
+table = pd.DataFrame({head: side["mean"] for head, side in key_sides.items()})  # key source x head
+table.loc[table.abs().max(axis=1).sort_values(ascending=False).index[:8]]
+
+# %% [markdown]
+# The check: each of the top five pairs is removed from the head's input (its query source from the query
+# side only, its key source from the key side only, through `interp.Run`) and the head's score difference
+# read, once with ln1's scale pinned at its clean value (the prediction must hold to float rounding: a test
+# of the arithmetic) and once live (the norm recomputes its scale, as the model would: the real check). The
+# prediction is exact for the score, not for the loss downstream. Cost: 30 forwards of the 32 prompts
+# (three per pair, frozen and live), about a minute on one thread.
+
+# %% tags=["qk-check"]
+checked = att.check(induction_run, n=5)
+print(f"the top 5 pairs account for {checked.explained:.2f} of the score difference; largest frozen-scale error "
+      f"{checked.frozen_error:.1e}")
+checked.frame()[["query_source", "key_source", "predicted", "measured_frozen", "measured_live", "ci_low", "ci_high"]]
 
 # %% [markdown]
 # ## (b) Indirect-object identification
@@ -328,6 +397,25 @@ results = {
     "composition": [{"edge": r.label, "verdict": r.verdict, "effect": round(float(r.observational), 4),
                      "ci": [round(float(r.observational_ci_low), 4), round(float(r.observational_ci_high), 4)]}
                     for r in composition.itertuples()],
+    "qk": {"head": qk_head, "query": qk_query, "key": qk_key, "n_prompts": att.n_prompts,
+           "n_sources": [len(att.query_sources), len(att.key_sources)],
+           "weight": round(float(att.pairs.weight.mean()), 4), "difference": round(float(att.pairs.difference.mean()), 4),
+           "top_pairs": [[p.query_source, p.key_source, round(float(p.mean), 4), round(float(p.ci_low), 4),
+                          round(float(p.ci_high), 4)] for p in top_pairs.itertuples()],
+           "previous_head": previous_heads[0],
+           "key_side_top": {head: side["mean"].abs().idxmax() for head, side in key_sides.items()},
+           "key_side_previous": {head: [round(float(v), 4) for v in side.loc[previous_heads[0], ["mean", "ci_low", "ci_high"]]]
+                                 for head, side in key_sides.items()},
+           "key_side_runner_up": {head: [side["mean"].abs().nlargest(2).index[1],
+                                         round(float(side["mean"][side["mean"].abs().nlargest(2).index[1]]), 4)]
+                                  for head, side in key_sides.items()},
+           "check": {"predicted": round(checked.predicted, 4), "measured_frozen": round(checked.measured_frozen, 4),
+                     "measured_live": round(checked.measured_live, 4), "explained": round(checked.explained, 4),
+                     "live_ci": [round(float(v), 4) for v in checked.frame().iloc[-1][["ci_low", "ci_high"]]],
+                     "frozen_error_below_1e-4": checked.frozen_error < 1e-4},
+           "evidence": {r.label: [round(float(r.qk_attribution), 4), round(float(r.qk_attribution_ci_low), 4),
+                                  round(float(r.qk_attribution_ci_high), 4)]
+                        for r in composition.itertuples() if pd.notna(r.qk_attribution)}},
     "ioi": {"n_prompts": len(ioi), "logit_difference": [round(v, 4) for v in clean_ci],
             "accuracy": round(float((clean > 0).float().mean()), 4)},
     "name_movers": name_movers,
@@ -358,6 +446,12 @@ other = [f"{c['label']} ({c['claim']}: {c['verdict']})" for c in r["claims"] if 
 k_edges = [c for c in r["composition"] if c["edge"].endswith("via k")]
 k_supported = [c["edge"] for c in k_edges if c["verdict"] == "supported"]
 qv = [c for c in r["composition"] if not c["edge"].endswith("via k")]
+q, check = r["qk"], r["qk"]["check"]
+pair = q["top_pairs"][0]
+if set(q["key_side_top"].values()) == {q["previous_head"]}:
+    key_top = f"{q['previous_head']} for each of {', '.join(sorted(q['key_side_top']))}"
+else:
+    key_top = ", ".join(f"{head}: {source}" for head, source in q["key_side_top"].items())
 faith = r["circuit"]["faithfulness"]
 in_circuit = [h for h in r["name_movers"] if h in r["circuit"]["heads"]]
 looks_at_io = [h for h in r["name_movers"] if r["attention_to_io"][h] > r["attention_to_s1"][h]]
@@ -373,6 +467,17 @@ scores {', '.join(r['previous_heads'])}. Tested as claims on held-out prompts, s
 compose ({', '.join(k_supported) or 'none'}), each against a control sender; through the query and value inputs:
 {'; '.join(f"{c['edge']} {c['verdict']}" for c in qv)}. That is the induction circuit of Olsson et al. (2022) as far
 as these edges go: the previous-token head feeds the induction heads' keys{'' if k_supported else ' (not shown here)'}.
+
+**Why {q['head']} attends to the induction target** (query {q['query']}, key {q['key']}, mean weight {q['weight']:.2f} on
+{q['n_prompts']} held-out prompts, {q['n_sources'][0]} x {q['n_sources'][1]} sources): its score there beats the next-best
+key's by {q['difference']:.2f}, and the exact QK attribution splits that difference. The largest pair is {pair[0]} (query)
+x {pair[1]} (key), {pair[2]:.2f} [{pair[3]:.2f}, {pair[4]:.2f}]. On the key side the strongest source is {key_top}
+({'; '.join(f"{head}: {q['previous_head']} {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}], next {q['key_side_runner_up'][head][0]} {q['key_side_runner_up'][head][1]:.2f}" for head, v in q['key_side_previous'].items())}).
+The top 5 pairs sum to {check['explained']:.2f}x the difference; patched out of the head's input with ln1's scale
+frozen they measure {check['measured_frozen']:.3f} (predicted {check['predicted']:.3f}{', equal to float rounding' if check['frozen_error_below_1e-4'] else ''}),
+live {check['measured_live']:.3f} [{check['live_ci'][0]:.3f}, {check['live_ci'][1]:.3f}]: {'the frozen-scale reading holds within its CI once the norm reacts' if check['live_ci'][0] <= check['predicted'] <= check['live_ci'][1] else 'the norm, recomputing its scale, changes what removing them does, so read the terms as exact for the frozen scale only'}.
+As the composition claims' supporting evidence (qk_attribution, over the repeated copy's queries, never in the verdict)
+{q['previous_head']}'s terms are {', '.join(f"{edge} {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]" for edge, v in q['evidence'].items())} score units.
 
 **(b)** The model does IOI: logit difference {r['ioi']['logit_difference'][0]:.2f}
 [{r['ioi']['logit_difference'][1]:.2f}, {r['ioi']['logit_difference'][2]:.2f}], the indirect object ahead of the

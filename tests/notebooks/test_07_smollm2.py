@@ -52,6 +52,10 @@ def test_committed_notebook_is_the_script_executed(committed):
     for tag in [t for c in code for t in c.metadata.get("tags", []) if t.startswith("figure-")]:
         cell = next(c for c in code if tag in c.metadata.get("tags", []))
         assert any("image/png" in o.get("data", {}) for o in cell.outputs), f"{tag} draws nothing"
+    tags = {t for c in code for t in c.metadata.get("tags", [])}
+    assert {"composition", "qk", "qk-heads", "qk-check"} <= tags, "the QK attribution cells are missing"
+    qk_heads = next(c for c in code if "qk-heads" in c.metadata.get("tags", []))
+    assert any("image/png" in o.get("data", {}) for o in qk_heads.outputs), "qk-heads draws nothing"
     viewer = next(c for c in code if "viewer" in c.metadata.get("tags", []))
     assert any("text/html" in o.get("data", {}) for o in viewer.outputs) and "interp.show" in viewer.source
     assert "IProgress" not in json.dumps([c.get("outputs", []) for c in code])
@@ -99,6 +103,37 @@ def test_results_are_coherent(committed):
     mean, low, high = results["circuit"]["faithfulness"]
     assert low <= mean <= high and all(math.isfinite(v) for v in (mean, low, high))
     assert results["circuit"]["n_test_prompts"] + results["circuit"]["n_propose_prompts"] == results["ioi"]["n_prompts"]
+
+
+def test_qk_attribution_says_why_the_induction_head_attends_there(committed):
+    """The induction head is attributed at the induction target of its repeated query; the previous-token head that
+    path patching finds is the strongest key-side source of every attributed induction head; the check's frozen
+    measurement is the prediction, the live one is reported with its CI; the conclusion reads all of it."""
+    r = stored_results(committed)
+    q, check = r["qk"], r["qk"]["check"]
+    assert q["head"] == r["induction_heads"][0] and q["previous_head"] == r["previous_heads"][0]
+    assert q["key"] == q["query"] - 19 and q["weight"] > 0.5 and q["difference"] > 0  # 20-token prefix, repeated
+    assert q["n_prompts"] == 32 and min(q["n_sources"]) > 100
+    mean, low, high = q["top_pairs"][0][2:]
+    assert low <= mean <= high and abs(mean) == max(abs(p[2]) for p in q["top_pairs"])
+    assert set(q["key_side_top"]) == set(r["induction_heads"][:3])
+    assert set(q["key_side_top"].values()) == {q["previous_head"]}
+    assert all(0 < low <= mean <= high for mean, low, high in q["key_side_previous"].values())
+    assert all(name != q["previous_head"] for name, _ in q["key_side_runner_up"].values())
+    assert check["frozen_error_below_1e-4"] and abs(check["measured_frozen"] - check["predicted"]) < 1e-3
+    assert check["live_ci"][0] <= check["measured_live"] <= check["live_ci"][1]
+    k_edges = {c["edge"] for c in r["composition"] if not c["edge"].endswith("via v")}
+    assert set(q["evidence"]) == k_edges  # qk_attribution: query and key edges only
+    for edge, (mean, low, high) in q["evidence"].items():
+        assert low <= mean <= high and (low > 0 or not edge.endswith("via k")), edge  # raises the key's preference
+    conclusion = next(c for c in _code(committed) if "conclusion" in c.metadata.get("tags", []))
+    text = " ".join("".join(o.data.get("text/markdown", "") for o in conclusion.outputs if "data" in o).split())
+    assert f"Why {q['head']} attends to the induction target" in text
+    assert f"the strongest source is {q['previous_head']} for each of {', '.join(sorted(q['key_side_top']))}" in text
+    assert f"{q['top_pairs'][0][2]:.2f} [{q['top_pairs'][0][3]:.2f}, {q['top_pairs'][0][4]:.2f}]" in text
+    assert f"live {check['measured_live']:.3f} [{check['live_ci'][0]:.3f}, {check['live_ci'][1]:.3f}]" in text
+    assert f"predicted {check['predicted']:.3f}, equal to float rounding" in text
+    assert all(f"{edge} {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]" in text for edge, v in q["evidence"].items())
 
 
 def _assert_close(fresh, committed, where="results"):
