@@ -158,11 +158,12 @@ def spec_files(text: str | os.PathLike | None) -> list[Path]:
 
 
 def _module_files(module: str) -> list[Path]:
-    """The file of `module` (a/b.py or a/b/__init__.py) on sys.path, looked up without importing it."""
+    """The file of `module` (a/b.py or a/b/__init__.py) where loading would import it from, looked up without
+    importing it: the working folder first (as `interp.loading` puts it for a factory), then sys.path."""
     import sys
 
     relative = Path(*module.split("."))
-    for entry in sys.path:
+    for entry in [os.getcwd(), *sys.path]:
         folder = Path(entry or os.getcwd())
         for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
             if candidate.is_file():

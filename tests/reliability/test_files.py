@@ -525,3 +525,20 @@ def test_the_table_names_real_tests_and_exit_codes():
         cls = {"OutputDirError": outdir.OutputDirError, "BadInput": BadInput, "OSError": OSError}[error]
         assert exit_code_for(cls("x")) == code, case
     assert len(CASES) == 21
+
+
+def test_an_output_onto_the_factorys_own_module_is_refused_from_the_console_script(tmp_path):
+    """`interp audit-leakage mygpt:build --json mygpt.py` run where mygpt.py lies: the console script puts its bin/
+    first on sys.path, not the working folder the factory is imported from, and the module was overwritten with
+    the failure document. It is an input: exit 2, the file untouched."""
+    module = tmp_path / "mygpt.py"
+    source = "import torch\n\ndef build():\n    return torch.nn.Linear(2, 2)\n"
+    module.write_text(source)
+    script = Path(sys.executable).with_name("interp")
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable}")
+    done = subprocess.run([str(script), "audit-leakage", "mygpt:build", "--json", "mygpt.py"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "mygpt.py" in done.stderr
+    assert module.read_text() == source
