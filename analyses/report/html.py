@@ -353,10 +353,19 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     if "circuit" in images:
         parts.append(scroll(f'<img src="{esc(images["circuit"])}" alt="the circuit: nodes by layer, edges labelled with '
                             'their input and effect">'))
-    rows = [[r.edge, r.via, fmt.format_num(r.score), f"{fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}"]
-            for r in found.edges.itertuples()]
-    parts.append(scroll(table_html(["edge", "via", "discovery score", f"path patch effect ({found.unit}) [CI]"], rows,
-                                   numeric=(2, 3))) if rows else '<p class="muted">No edge was kept.</p>')
+    if found.nodes is not None:
+        parts.append(f'<p class="muted">A head-level circuit: {len(found.edges)} edges, every edge between the kept '
+                     "nodes; each node's number is its removal cost from the circuit (its write patched for every "
+                     "reader), not an edge's own path patch.</p>")
+        rows = [[r.node, fmt.format_num(r.score), f"{fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}"]
+                for r in found.nodes.itertuples()]
+        parts.append(scroll(table_html(["node", "discovery score", f"removal cost ({found.unit}) [CI]"], rows,
+                                       numeric=(1, 2))) if rows else '<p class="muted">No node was kept.</p>')
+    else:
+        rows = [[r.edge, r.via, fmt.format_num(r.score), f"{fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}"]
+                for r in found.edges.itertuples()]
+        parts.append(scroll(table_html(["edge", "via", "discovery score", f"path patch effect ({found.unit}) [CI]"], rows,
+                                       numeric=(2, 3))) if rows else '<p class="muted">No edge was kept.</p>')
     tests = _tests_rows(found)
     if tests:
         parts.append("<h3>Circuit tests (held-out prompts)</h3>"
@@ -416,7 +425,11 @@ def circuit_markdown(section: Any) -> list[str]:
     found = section.summary
     lines = ["## Circuit", "", f"{found.circuit.method}: {len(found.circuit.edges)} edges (effects on held-out prompts, "
              f"{found.unit}).", ""]
-    lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.edges.itertuples()]
+    if found.nodes is not None:
+        lines += [f"Nodes (removal cost from the circuit, {found.unit}):", ""]
+        lines += [f"- {r.node}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.nodes.itertuples()]
+    else:
+        lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.edges.itertuples()]
     lines += [f"- {test}: {value} ({unit})" for test, value, unit in _tests_rows(found)]
     if found.curve is not None:
         lines += ["", f"Faithfulness over circuit sizes ({found.curve.score_name} scores, MIB, held-out prompts): "

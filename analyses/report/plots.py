@@ -192,12 +192,14 @@ def circuit_figures(section: Any, plots: Path) -> dict[str, str]:
     name -> relative path."""
     if section is None or section.summary is None:
         return {}
-    from interp.analyses.circuits.drawing import draw_circuit, draw_curve
+    from interp.analyses.circuits.drawing import MAX_LABELS, draw_circuit, draw_curve
 
     found = section.summary
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{found.circuit.method} circuit" + (f", faithfulness {faith:.2f} (held-out)" if math.isfinite(faith) else "")
-    images = {"circuit": save_png(draw_circuit(found.edges, title=title, unit=found.unit), plots / "circuit.png")}
+    drawing = draw_circuit(found.edges_to_draw(), title=title, unit=found.unit,
+                           max_labels=0 if found.nodes is not None else MAX_LABELS)
+    images = {"circuit": save_png(drawing, plots / "circuit.png")}
     if found.curve is not None:
         images["circuit_curve"] = save_png(draw_curve(found.curve, title="faithfulness over circuit sizes (MIB)"),
                                            plots / "circuit_curve.png")

@@ -32,11 +32,18 @@ def cmd_circuit(args) -> int:
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
-             f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; effects on the held-out half")
-    console.print(_frame_table(found.edges, title=title, width=console.width,
-                               columns=["edge", "score", "effect", "ci_low", "ci_high"]))
+             f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; ")
     unmeasured = int(found.edges["effect"].isna().sum())
-    if unmeasured:
+    if found.nodes is not None:
+        console.print(_frame_table(found.nodes, width=console.width, columns=["node", "score", "effect", "ci_low", "ci_high"],
+                                   title=title + "each kept head's or MLP's removal cost from the circuit on the held-out "
+                                   "half (its write patched for every reader; score: its removal on the proposing half)"))
+        console.print(f"the {len(found.edges)} edges between these nodes are the circuit (--json lists them); a head-level "
+                      "circuit is measured by its nodes, not edge by edge")
+    else:
+        console.print(_frame_table(found.edges, title=title + "effects on the held-out half", width=console.width,
+                                   columns=["edge", "score", "effect", "ci_low", "ci_high"]))
+    if unmeasured and found.nodes is None:
         console.print(f"{unmeasured} of {len(found.edges)} edges have no effect measured (the {len(found.edges) - unmeasured} "
                       "of largest |score| were path patched); --json lists them all")
     tests = found.tests_frame()
@@ -103,9 +110,10 @@ def _is_device(path: Path) -> bool:
 
 def _draw(found, spec: str, png: Path) -> None:
     """The circuit's drawing as a PNG, written whole or not at all."""
-    from interp.analyses.circuits.drawing import draw_circuit
+    from interp.analyses.circuits.drawing import MAX_LABELS, draw_circuit
 
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
-    fig = draw_circuit(found.edges.dropna(subset=["effect"]), title=title, unit=found.unit)
+    fig = draw_circuit(found.edges_to_draw(), title=title, unit=found.unit,
+                       max_labels=0 if found.nodes is not None else MAX_LABELS)
     write_output(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}), what="PNG")

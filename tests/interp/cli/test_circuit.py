@@ -147,11 +147,20 @@ def test_c048_an_empty_circuit_exits_1_with_a_message_and_still_writes_its_json(
 
 def test_cli_circuit_nodes_method_and_the_acdc_budget(tmp_path, capsys):
     """--method nodes finds the circuit's heads; ACDC above --max-edges is refused with its estimate (exit 2)."""
-    out = tmp_path / "nodes.json"
-    assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--method", "nodes", "--json", str(out)]) == 0
+    out, png = tmp_path / "nodes.json", tmp_path / "nodes.png"
+    argv = ["circuit", CONSTRUCTED, "-q", "--n", "32", "--method", "nodes", "--json", str(out), "--png", str(png)]
+    assert cli.main(argv) == 0
     result = json.loads(out.read_text())["result"]
     assert result["circuit"]["method"] == "nodes" and result["circuit"]["nodes"] == ["embed", "L0H0", "L1H0", "logits"]
-    capsys.readouterr()
+    # read by its nodes: each kept head's removal cost from the circuit (the test's minimality rows), no edge patched
+    by_node = {row["node"]: row for row in result["nodes"]}
+    assert set(by_node) == {"L0H0", "L1H0"} and all(row["effect"] > 0.1 and row["ci_low"] > 0 for row in by_node.values())
+    minimality = {row["test"]: row for row in result["tests"]}["minimality"]
+    assert min(row["effect"] for row in by_node.values()) == pytest.approx(minimality["value"])
+    assert all(edge["effect"] is None for edge in result["edges"]) and len(result["edges"]) == len(result["circuit"]["edges"])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "removal cost from the circuit" in printed and "L1H0" in printed and "edges between these nodes" in printed
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli.main(["circuit", CONSTRUCTED, "-q", "--n", "32", "--max-edges", "10"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "ACDC patches each of the model's 81 edges once" in err and "--method nodes" in err
