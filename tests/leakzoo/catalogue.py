@@ -107,6 +107,7 @@ CASES = [
     _case("leakzoo.windows:additive_multiplied", "window", {"future", "window"}, sites=("nano-window-softmax",)),
     _case("leakzoo.windows:off_by_one", "window", {"window"}, sites=("window-sdpa",), runs=frozenset({"length 12"})),
     _case("leakzoo.windows:two_sided_window", "window", {"future"}, sites=("window-sdpa",)),
+    _case("leakzoo.windows:one_layer_wide", "window", {"window"}, sites=("window-sdpa",), runs=frozenset({"length 12"})),
     # attention implementations
     _case("leakzoo.backends:hf_switchable", "backend"),
     _case("leakzoo.backends:hf_switchable_window", "backend"),

@@ -4,12 +4,12 @@ not matter; the protected outputs must not move; judged against the floor measur
 contract (`ContractResult`, `LeakageReport.contracts[kind]`), each leak located at its line of code.
 
 - `documents` (kind `document`, including a document cut by over-masking): packed documents must not read each other;
-- `windows` (kind `window`): a layer declared to see W keys sees no more;
+- `windows` (kind `window`): a layer declared to see W keys sees no more (its weights, where observable, name the layer);
 - `kvcache` (kind `kv_cache`): prefill then decode equals the full forward; nothing later in a call moves it;
 - `backends` (kind `backend`): each attention implementation equals the first, and each keeps the other contracts.
 
-Layout: `common` (the verdict, calls, measures) <- `locate` (origins) <- `windows` <- `documents`, `kvcache`,
-`backends`; `run_contracts` (here) runs the modes asked for, in that order.
+Layout: `common` (the verdict, calls, measures) <- `locate` (origins), `layerwise` (the windows per layer, from the
+attention weights) <- `windows` <- `documents`, `kvcache`, `backends`; `run_contracts` (here) runs the modes asked for, in that order.
 """
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ def under_each(model: Any, implementations: list[str], kind: str, mode: Callable
     statuses = {result.status for _, result in done}
     status = next((word for word in ("leak", "noise", "exact zero", "not applicable") if word in statuses), "noise")
     origin = next((result.origin for _, result in done if result.origin is not None), None)
-    notes = tuple(dict.fromkeys(note for _, result in done for note in result.notes))
+    shared = set.intersection(*(set(result.notes) for _, result in done)) if done else set()
+    notes = tuple(dict.fromkeys(note if note in shared else f"{name}: {note}" for name, result in done
+                                for note in result.notes))
     return ContractResult(kind, status, max(result.max_influence for _, result in done),
                           max(result.floor for _, result in done), max(result.threshold for _, result in done),
                           "float64" if all(result.dtype == "float64" for _, result in done) else "float32",

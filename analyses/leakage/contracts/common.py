@@ -37,11 +37,14 @@ class ContractFinding:
     run: str  # the call pattern: "attention_mask=ones", "prefix 5, chunk 3", "length 12", "sdpa vs eager"
     query: int
     key: int | None  # the changed position (the first of them, in a decode call); None for comparisons
-    influence: float
+    influence: float  # relative change of the output; for a layer's finding, the attention weight itself
+    layer: int | None = None  # the window contract per layer: the attention layer (forward order) whose weights broke it
+    head: int | None = None
 
     def words(self) -> str:
         where = f"query {self.query}" + ("" if self.key is None else f" from key {self.key}")
-        return f"{self.kind} at {where} ({self.run}, {self.influence:.3g})"
+        layer = "" if self.layer is None else f", layer {self.layer} head {self.head}"
+        return f"{self.kind} at {where} ({self.run}{layer}, {self.influence:.3g})"
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,25 @@ def test_contract_verdict_and_origin(case, monkeypatch):
         assert_origin(result.origin.to_dict() if result.origin else None, case)
 
 
+@pytest.mark.parametrize("case", _cases(("window",)))
+def test_window_verdicts_hooked_equal_the_reference(case, monkeypatch):
+    """Hooked as the CLI hooks it, the model's weights are checked per layer too: the verdict is still the catalogue's
+    and the reference's, the leaking runs the same, every layer named is one whose weights break its window."""
+    from interp.sdpa import hook_sdpa
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    result = run_contracts(hook_sdpa(case.model()), vocab=64, windowed=True)["window"]
+    assert_verdict(set(result.found), result.runs, result.threshold, case)
+    assert set(result.found) == set(case.reference(case.model()).kinds)
+    assert any("attention weights checked (2 layers observed" in note for note in result.notes)
+    if case.correct:
+        assert result.status == "exact zero" and result.origin is None
+    else:
+        assert {f.layer for f in result.findings if f.layer is not None} == ({1} if case.factory == "one_layer_wide"
+                                                                            else {0, 1})
+        assert_origin(result.origin.to_dict() if result.origin else None, case)
+
+
 def audit_cli(spec: str, flags: list[str], folder: Path) -> tuple[int, dict | None]:
     from interp import cli
 
