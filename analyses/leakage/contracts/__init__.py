@@ -4,12 +4,13 @@ not matter; the protected outputs must not move; judged against the floor measur
 contract (`ContractResult`, `LeakageReport.contracts[kind]`), each leak located at its line of code.
 
 - `documents` (kind `document`, including a document cut by over-masking): packed documents must not read each other;
-- `windows` (kind `window`): a layer declared to see W keys sees no more (its weights, where observable, name the layer);
+- `windows` (kind `window`): a layer declared to see W keys sees no more (its weights, where seen, name the layer);
 - `kvcache` (kind `kv_cache`): prefill then decode equals the full forward; nothing later in a call moves it;
 - `backends` (kind `backend`): each attention implementation equals the first, and each keeps the other contracts.
 
 Layout: `common` (the verdict, calls, measures) <- `locate` (origins), `layerwise` (the windows per layer, from the
-attention weights) <- `windows` <- `documents`, `kvcache`, `backends`; `run_contracts` (here) runs the modes asked for, in that order.
+attention weights) <- `windows` <- `documents`, `kvcache`, `backends`; `run_contracts` (here) runs the modes asked
+for, in that order.
 """
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from interp.analyses.leakage.contracts.backends import (
     flex_stance,
     set_implementation,
 )
-from interp.analyses.leakage.contracts.common import CONTRACT_KINDS, ContractFinding, ContractKind, ContractResult
+from interp.analyses.leakage.contracts.common import (
+    CONTRACT_KINDS,
+    ContractFinding,
+    ContractKind,
+    ContractResult,
+    user_class,
+)
 from interp.analyses.leakage.contracts.documents import (
     DOCUMENT_CONVENTIONS,
     audit_documents,
@@ -51,8 +58,9 @@ def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any =
         document_convention(model)
     if window == "config":
         if not any(declared_windows(model)):
-            raise BadInput(f"{type(model).__name__} declares no sliding window (config `sliding_window` / `layer_types`, "
-                           "`window_size`): give the window its layers must keep (--window W, audit(window=W))")
+            raise BadInput(f"{user_class(model).__qualname__} declares no sliding window (config `sliding_window` / "
+                           "`layer_types`, `window_size`): give the window its layers must keep (--window W, "
+                           "audit(window=W))")
     elif window is not None:
         check_window(window)
     if kv_cache:

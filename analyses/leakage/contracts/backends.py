@@ -36,6 +36,7 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    user_class,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
 from interp.analyses.leakage.contracts.windows import declared_windows, reach
@@ -61,8 +62,8 @@ def set_implementation(model: Any, implementation: str) -> None:
     elif hasattr(getattr(model, "config", None), "attn_impl"):
         model.config.attn_impl = implementation
     else:
-        raise BadInput(f"--attn-impls: {type(model).__name__} has no attention implementation switch (transformers' "
-                       "set_attn_implementation, or a config's attn_impl); drop --attn-impls")
+        raise BadInput(f"--attn-impls: {user_class(model).__qualname__} has no attention implementation switch "
+                       "(transformers' set_attn_implementation, or a config's attn_impl); drop --attn-impls")
 
 
 def check_implementations(model: Any, attn_impls: Any) -> None:

@@ -38,7 +38,7 @@ class ContractFinding:
     query: int
     key: int | None  # the changed position (the first of them, in a decode call); None for comparisons
     influence: float  # relative change of the output; for a layer's finding, the attention weight itself
-    layer: int | None = None  # the window contract per layer: the attention layer (forward order) whose weights broke it
+    layer: int | None = None  # the window contract per layer: the attention layer (forward order) whose weights broke
     head: int | None = None
 
     def words(self) -> str:
@@ -125,12 +125,18 @@ def threshold(dtype: str, floor: float) -> float:
 # Calling a model
 # ---------------------------------------------------------------------------------------------
 
+def user_class(model: Any) -> type:
+    """The model's class as its user wrote it: a model the toolkit hooked (`interp.load`, the CLI) runs as a subclass
+    made for the hooks (`SDPAHookedGPT` for a `GPT`), which no message should name."""
+    return getattr(type(model), "_interp_original_class", type(model))
+
+
 def parameters(model: Any) -> set[str]:
     """The names the model's forward takes explicitly (not through **kwargs); a model the toolkit hooked (whose class
     wraps the forward in `*args, **kwargs`) answers for its own class's forward."""
     forward = model
     if isinstance(model, torch.nn.Module):
-        forward = getattr(type(model), "_interp_original_class", type(model)).forward
+        forward = user_class(model).forward
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     try:
         return {p.name for p in inspect.signature(forward).parameters.values() if p.kind in kinds}

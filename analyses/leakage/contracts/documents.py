@@ -32,6 +32,7 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    user_class,
     with_arguments,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change, origin_of_hidden
@@ -55,8 +56,9 @@ def document_convention(model: Any) -> str:
                                                                if group == ("position_ids",) else "")
                        for group in DOCUMENT_CONVENTIONS)
     raise BadInput(f"the documents contract needs to tell the model where documents start, and "
-                   f"{type(model).__name__}.forward takes none of the conventions: {wanted}; or give the token that "
-                   "separates documents, which the model finds itself (--doc-sep TOKEN, audit(doc_sep=TOKEN))")
+                   f"{user_class(model).__qualname__}.forward takes none of the conventions: {wanted}; or give the "
+                   "token that separates documents, which the model finds itself (--doc-sep TOKEN, "
+                   "audit(doc_sep=TOKEN))")
 
 
 def eos_of(model: Any) -> int | None:

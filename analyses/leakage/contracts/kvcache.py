@@ -40,6 +40,7 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    user_class,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
 from interp.analyses.leakage.methods import localisation_threshold
@@ -65,9 +66,9 @@ class Cached:
         elif "past_key_values" in names or "cache" in names:
             self.style = "cache" if "cache" in names else "past_key_values"  # transformers 5 names it `cache`
         else:
-            raise BadInput(f"--kv-cache: {type(model).__name__} has no KV cache to audit: its forward takes no "
-                           "`past_key_values` (or `cache`) with `use_cache=True`, and it has no `step(tokens, cache) -> "
-                           "(logits, cache)` method; drop --kv-cache, or audit the model class that decodes")
+            raise BadInput(f"--kv-cache: {user_class(model).__qualname__} has no KV cache to audit: its forward "
+                           "takes no `past_key_values` (or `cache`) with `use_cache=True`, and it has no "
+                           "`step(tokens, cache) -> (logits, cache)` method; drop --kv-cache, or audit the model class that decodes")
         self.names = names
 
     def full(self, model: Any, tokens: torch.Tensor) -> torch.Tensor:

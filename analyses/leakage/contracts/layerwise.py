@@ -57,8 +57,8 @@ def _hooked_weights(model: Any, tokens: torch.Tensor) -> tuple[Observed | None, 
     silent = [site.hook("pattern") for site in sites if site.hook("pattern") not in seen]
     if silent:
         return None, (f"attention weights not observed: {', '.join(silent[:3])}{' ...' if len(silent) > 3 else ''} did "
-                      f"not fire (the attention ran where no hook was installed: another implementation than the one hooked, or a "
-                      f"kernel such as flex_attention): {UNOBSERVED}")
+                      "not fire (the attention ran where no hook was installed: another implementation than the one "
+                      f"hooked, or a kernel such as flex_attention): {UNOBSERVED}")
     return [(site.module, seen[site.hook("pattern")]) for site in sites], None
 
 
@@ -69,8 +69,9 @@ def _output_attentions(model: Any, tokens: torch.Tensor) -> tuple[Observed | Non
         return None, ("attention weights not observable: the model is neither hooked (interp.load and the CLI hook it) "
                       f"nor a Hugging Face model (output_attentions): {UNOBSERVED}")
     if implementation != "eager":
-        return None, (f"attention weights not observable under {implementation}: transformers returns them under eager "
-                      f"attention only (audit with --attn-impls eager,{implementation} to check each layer): {UNOBSERVED}")
+        return None, (f"attention weights not observable under {implementation}: transformers returns them under "
+                      f"eager attention only (audit with --attn-impls eager,{implementation} to check each layer): "
+                      f"{UNOBSERVED}")
     extra = {"use_cache": False} if "use_cache" in parameters(model) else {}
     try:
         with torch.no_grad():

@@ -100,4 +100,5 @@ def origin_of_layer(model: Any, tokens: torch.Tensor, layer: int, n_layers: int,
     if chosen is None:
         return None
     site, op, shows, user = chosen
-    return Origin(kind, site, op, words, 0.0, f"the mask {'shows' if shows else 'hides'} key {key} to query {query}", user)
+    seen = f"the mask {'shows' if shows else 'hides'} key {key} to query {query}"
+    return Origin(kind, site, op, words, 0.0, seen, user)

@@ -33,6 +33,7 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    user_class,
 )
 from interp.analyses.leakage.contracts.layerwise import (
     Observed,
@@ -127,8 +128,9 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
         check_window(window)
     layer_windows = declared_windows(model, window)
     if not any(layer_windows):
-        raise BadInput(f"{type(model).__name__} declares no sliding window (config `sliding_window` / `layer_types`, "
-                       "`window_size`): give the window its layers must keep (--window W, audit(window=W))")
+        raise BadInput(f"{user_class(model).__qualname__} declares no sliding window (config `sliding_window` / "
+                       "`layer_types`, `window_size`): give the window its layers must keep (--window W, "
+                       "audit(window=W))")
     size = max(w for w in layer_windows if w is not None)
     span = sum(w - 1 for w in layer_windows if w is not None) if all(layer_windows) else None
     lengths = window_lengths(size, span, max_len)

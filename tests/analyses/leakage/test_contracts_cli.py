@@ -104,3 +104,16 @@ def test_correct_contracts_pass_with_a_row_each(on_path, tmp_path):
 def test_no_contract_asked_leaves_contracts_empty(on_path, tmp_path):
     code, envelope = run(["leakzoo.nanostyle:flash"], tmp_path)
     assert code == 0 and envelope is not None and envelope["result"]["contracts"] == {}
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--packed"], "GPT.forward takes none of the conventions"),
+    (["--kv-cache"], "--kv-cache: GPT has no KV cache to audit"),
+    (["--window", "config"], "GPT declares no sliding window"),
+    (["--attn-impls"], "--attn-impls: GPT has no attention implementation switch"),
+])
+def test_refusals_name_the_users_class_not_the_hooked_one(flags, words, on_path, tmp_path, capsys):
+    """The CLI hooks the model (its class becomes SDPAHookedGPT); the user wrote `GPT`, and the refusal says so."""
+    code, _ = run(["leakzoo.nanostyle:flash", *flags], tmp_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and words in err and "SDPAHooked" not in err
