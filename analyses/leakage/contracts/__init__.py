@@ -49,11 +49,13 @@ __all__ = ["CONTRACT_KINDS", "ContractFinding", "ContractKind", "ContractResult"
 
 
 def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any = None, window: Any = None, vocab: int,
-                             kv_cache: bool = False, attn_impls: Any = None) -> None:
+                             kv_cache: bool = False, attn_impls: Any = None,
+                             packed_prompts: Sequence[Sequence[int]] | None = None, max_len: int | None = None) -> None:
     """The contract arguments against the model, before any forward pass (a BadInput: exit 2): a separator outside
-    the vocabulary, a model taking no document convention, a window below 1 or none declared (window="config")."""
-    if doc_sep is not None:
-        check_doc_sep(doc_sep, vocab)
+    the vocabulary or absent from the packed prompts given, a model taking no document convention, a window below 1
+    or none declared (window="config")."""
+    if doc_sep is not None or packed_prompts is not None:
+        check_doc_sep(doc_sep, vocab, packed_prompts, max_len)
     elif packed:
         document_convention(model)
     if window == "config":
@@ -72,12 +74,15 @@ def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any =
 def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int | None = None,
                   window: int | None = None, windowed: bool = False, kv_cache: bool = False,
                   attn_impls: Sequence[str] | str | None = None, seed: int = 0, progress: bool = False,
-                  max_len: int | None = None) -> dict[str, ContractResult]:
-    """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window)."""
+                  max_len: int | None = None,
+                  packed_prompts: Sequence[Sequence[int]] | None = None) -> dict[str, ContractResult]:
+    """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window;
+    `packed_prompts`: the caller's packed rows for the documents contract, with `doc_sep`)."""
     modes: list[tuple[str, Callable[[], ContractResult]]] = []
-    if packed or doc_sep is not None:
+    if packed or doc_sep is not None or packed_prompts is not None:
         modes.append(("document", lambda: audit_documents(model, vocab=vocab, doc_sep=doc_sep, seed=seed,
-                                                          progress=progress)))
+                                                          progress=progress, prompts=packed_prompts,
+                                                          max_len=max_len if packed_prompts is not None else None)))
     if window is not None or windowed:
         modes.append(("window", lambda: audit_windows(model, vocab=vocab, window=window, seed=seed, progress=progress,
                                                       max_len=max_len)))

@@ -117,3 +117,35 @@ def test_refusals_name_the_users_class_not_the_hooked_one(flags, words, on_path,
     code, _ = run(["leakzoo.nanostyle:flash", *flags], tmp_path)
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and words in err and "SDPAHooked" not in err
+
+
+def test_packed_prompts_without_the_separator_exit_2_naming_it(on_path, tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    rows.write_text("[[3, 4, 5, 6], [7, 8, 9]]")
+    code, envelope = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "2", "--packed-prompts", str(rows)], tmp_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and envelope is not None and envelope["error"]["type"] == "BadInput"
+    assert "--doc-sep 2: token 2 is absent from the packed prompts (no row of the 2 holds it" in err
+    assert "give prompts in which documents are packed with token 2 between them, or the separator" in err
+    code, _ = run(["leakzoo.packed:nano_doc_sep", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 2 and "give it with --doc-sep TOKEN" in " ".join(capsys.readouterr().err.split())
+    rows.write_text("[[3, 4")
+    code, _ = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "2", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 2 and "not JSON" in capsys.readouterr().err
+
+
+def test_packed_prompts_holding_the_separator_are_audited(on_path, tmp_path):
+    rows = tmp_path / "rows.json"
+    rows.write_text("[[3, 4, 5], [9, 8, 7, 1, 6, 5, 1, 4, 3, 2]]")
+    code, envelope = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "1", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 0 and envelope is not None
+    document = envelope["result"]["contracts"]["document"]
+    assert document["status"] in ("exact zero", "noise")
+    assert any("documents of [3, 2, 3] tokens; packed prompt 1 of 2, the first holding the separator" in note
+               for note in document["notes"])
+    # a plain causal model does not find the documents itself: the second document's first token reads the first
+    code, envelope = run(["leakzoo.nanostyle:flash", "--doc-sep", "1", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 1 and envelope is not None
+    document = envelope["result"]["contracts"]["document"]
+    assert document["status"] == "leak" and document["first"]["document"]["query"] == 4
+    assert document["first"]["document"]["key"] < 3
