@@ -125,7 +125,7 @@ def threshold(dtype: str, floor: float) -> float:
 # Calling a model
 # ---------------------------------------------------------------------------------------------
 
-def user_class(model: Any) -> type:
+def user_class(model: Any) -> Any:
     """The model's class as its user wrote it: a model the toolkit hooked (`interp.load`, the CLI) runs as a subclass
     made for the hooks (`SDPAHookedGPT` for a `GPT`), which no message should name."""
     return getattr(type(model), "_interp_original_class", type(model))
