@@ -36,10 +36,13 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    scaled,
+    timed,
     user_class,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
 from interp.analyses.leakage.contracts.windows import declared_windows, reach
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.analyses.leakage.methods import localisation_threshold
 from interp.analyses.leakage.origin import _BOUNDARY, Origin, _influence, _op_name, _tensors, _Trace, call_site
 from interp.analyses.leakage.types import DEFAULT_TOL
@@ -121,7 +124,9 @@ def audit_backends(model: Any, *, vocab: int, attn_impls: Sequence[str] | str = 
     rows = torch.stack([tokens] + [replace_tokens(tokens, range(u, length), vocab, [], generator)
                                    for u in range(1, length)])
     announce_cost("backend", f"{len(names)} implementations ({', '.join(names)}) x {len(rows)} rows of {length} tokens, in "
-             "float64 and float32" + ("" if compiled else "; FlexAttention unfused"), progress)
+                  "float64 and float32" + ("" if compiled else "; FlexAttention unfused") + " (its first call in a "
+                  "process adds seconds)" * ("flex_attention" in names), progress,
+                  eta=lambda: scaled(timed(lambda: call_rows(model, rows, {})), len(names) * (FLOAT64_COST + 1)))
     with flex_stance(compiled):
         try:
             result = _measure(model, names, rows, tokens, vocab, seed)

@@ -33,11 +33,14 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    scaled,
+    timed,
     user_class,
     with_arguments,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change, origin_of_hidden
 from interp.analyses.leakage.contracts.windows import declared_chunk, declared_windows, reach, same_chunk
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.errors import BadInput
 from interp.specs import check_token_rows
 
@@ -207,8 +210,10 @@ def audit_documents(model: Any, *, vocab: int, doc_sep: int | None = None, seed:
     tokens = layout.tokens(vocab, generator)
     runs = document_runs(model, layout, convention)
     keys = [j for j in range(len(tokens)) if not layout.structural()[j]]
+    probe = tokens.expand(len(keys) + 1, -1)
     announce_cost("document", f"{len(runs)} call patterns x {len(keys) + 1} rows of {len(tokens)} tokens "
-             f"({convention}), plus one float64 copy", progress)
+                  f"({convention}), plus one float64 copy", progress,
+                  eta=lambda: scaled(timed(lambda: call_rows(model, probe, runs["default"])), len(runs) * FLOAT64_COST))
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, tokens[None], runs["default"]))
     rows = torch.stack([tokens] + [replace_tokens(tokens, [j], vocab, layout.specials(), generator) for j in keys])
     findings, floor, per_run = _measure(model, rows, keys, layout, runs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    timed,
     user_class,
 )
 from interp.analyses.leakage.contracts.layerwise import (
@@ -43,6 +45,7 @@ from interp.analyses.leakage.contracts.layerwise import (
     windows_of_layers,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change, origin_of_layer
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.analyses.leakage.methods import _embedding_leaf, embedding_module
 from interp.errors import BadInput
 
@@ -136,7 +139,7 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
     lengths = window_lengths(size, span, max_len)
     announce_cost("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
                   f"{sum(lengths)} backward passes and {len(lengths)} forwards observing each layer's weights, plus one "
-                  "float64 copy", progress)
+                  "float64 copy", progress, eta=lambda: _eta(model, lengths))
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
     measured = _measure(model, lengths, layer_windows, vocab, torch.Generator().manual_seed(seed))
     notes += measured.notes
@@ -156,6 +159,19 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
                     applicable=applicable, notes=notes + (f"windows per layer: {layer_windows}",))
     origin = _origin(model, result, measured, layer_windows) if result.leaks else None
     return ContractResult(**{**vars(result), "origin": origin, "seconds": time.perf_counter() - started})
+
+
+def _eta(model: Any, lengths: Sequence[int]) -> float | None:
+    """Per length: the batch of changed rows, a backward pass (about two forwards) per token and the weights' forward,
+    each timed on one forward of its shape, in float64."""
+    total = 0.0
+    for length in lengths:
+        batch = timed(partial(call_rows, model, torch.zeros(length + 1, length, dtype=torch.long), {}))
+        single = timed(partial(call_rows, model, torch.zeros(1, length, dtype=torch.long), {}))
+        if batch is None or single is None:
+            return None
+        total += (batch + (3 * length + 2) * single) * FLOAT64_COST
+    return total
 
 
 def window_lengths(size: int, span: int | None, max_len: int | None) -> list[int]:
