@@ -98,7 +98,7 @@ def _contract_kwargs(args, model: Any) -> dict[str, Any]:
         kwargs["doc_sep"] = doc_sep
     if getattr(args, "packed_prompts", None) is not None:
         kwargs["packed_prompts"] = _packed_prompts(args.packed_prompts)
-    for flag in ("packed", "kv_cache"):
+    for flag in ("packed", "kv_cache", "compiled"):
         if getattr(args, flag, False):
             kwargs[flag] = True
     for flag in ("window", "attn_impls"):

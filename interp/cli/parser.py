@@ -289,6 +289,9 @@ def _audit_parser(command) -> None:
     p.add_argument("--attn-impls", type=_attn_impls, default=None, nargs="?", const="all", metavar="IMPL,IMPL",
                    help="also compare attention implementations (attn_implementation strings; alone: every one the model "
                         "runs), the other contracts asked for run under each, e.g. --attn-impls eager,sdpa,flex_attention")
+    p.add_argument("--compiled", action="store_true",
+                   help="with --attn-impls: FlexAttention as the model calls it, compiled where it compiles it (slow on "
+                        "CPU, float32 only), instead of unfused, e.g. --attn-impls eager,flex_attention --compiled")
     _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
 
 

@@ -50,7 +50,8 @@ __all__ = ["CONTRACT_KINDS", "ContractFinding", "ContractKind", "ContractResult"
 
 def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any = None, window: Any = None, vocab: int,
                              kv_cache: bool = False, attn_impls: Any = None,
-                             packed_prompts: Sequence[Sequence[int]] | None = None, max_len: int | None = None) -> None:
+                             packed_prompts: Sequence[Sequence[int]] | None = None, max_len: int | None = None,
+                             compiled: bool = False) -> None:
     """The contract arguments against the model, before any forward pass (a BadInput: exit 2): a separator outside
     the vocabulary or absent from the packed prompts given, a model taking no document convention, a window below 1
     or none declared (window="config")."""
@@ -69,15 +70,20 @@ def check_contract_arguments(model: Any, *, packed: bool = False, doc_sep: Any =
         Cached(model)
     if attn_impls is not None:
         check_implementations(model, attn_impls)
+    elif compiled:
+        raise BadInput("compiled FlexAttention (--compiled, audit(compiled=True)) applies to the implementations "
+                       "compared: add --attn-impls (e.g. --attn-impls eager,flex_attention), or drop --compiled")
 
 
 def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int | None = None,
                   window: int | None = None, windowed: bool = False, kv_cache: bool = False,
                   attn_impls: Sequence[str] | str | None = None, seed: int = 0, progress: bool = False,
                   max_len: int | None = None,
-                  packed_prompts: Sequence[Sequence[int]] | None = None) -> dict[str, ContractResult]:
+                  packed_prompts: Sequence[Sequence[int]] | None = None,
+                  compiled: bool = False) -> dict[str, ContractResult]:
     """Each contract asked for, by kind (`windowed`: the window contract with the model's declared window;
-    `packed_prompts`: the caller's packed rows for the documents contract, with `doc_sep`)."""
+    `packed_prompts`: the caller's packed rows for the documents contract, with `doc_sep`; `compiled`: FlexAttention
+    as the model calls it, compiled where the model compiles it, instead of forced unfused)."""
     modes: list[tuple[str, Callable[[], ContractResult]]] = []
     if packed or doc_sep is not None or packed_prompts is not None:
         modes.append(("document", lambda: audit_documents(model, vocab=vocab, doc_sep=doc_sep, seed=seed,
@@ -90,14 +96,14 @@ def run_contracts(model: Any, *, vocab: int, packed: bool = False, doc_sep: int 
         modes.append(("kv_cache", lambda: audit_kv_cache(model, vocab=vocab, seed=seed, progress=progress)))
     if attn_impls is not None:
         modes.append(("backend", lambda: audit_backends(model, vocab=vocab, attn_impls=attn_impls, seed=seed,
-                                                        progress=progress)))
+                                                        progress=progress, compiled=compiled)))
     results = {kind: _running(kind, mode) for kind, mode in modes}
     backend = results.get("backend")
     if backend is not None:
         implementations = [run for run in backend.runs if " vs " not in run]
         for kind, mode in modes:
             if kind != "backend" and len(implementations) > 1:
-                results[kind] = under_each(model, implementations, kind, mode)
+                results[kind] = under_each(model, implementations, kind, mode, compiled=compiled)
     return results
 
 
@@ -111,14 +117,16 @@ def _running(kind: str, mode: Callable[[], ContractResult]) -> ContractResult:
                          f"(under {FLAGS[kind]}; see `interp audit-leakage --help`)") from error
 
 
-def under_each(model: Any, implementations: list[str], kind: str, mode: Callable[[], ContractResult]) -> ContractResult:
-    """The contract `kind` audited under each attention implementation (FlexAttention unfused), as one verdict: its
+def under_each(model: Any, implementations: list[str], kind: str, mode: Callable[[], ContractResult], *,
+               compiled: bool = False) -> ContractResult:
+    """The contract `kind` audited under each attention implementation (FlexAttention unfused unless `compiled`), as
+    one verdict: its
     runs and findings named "implementation: run", the largest floor, the first origin found; the model's own
     implementation restored after."""
     original = _current(model)
     done: list[tuple[str, ContractResult]] = []
     try:
-        with flex_stance(False):
+        with flex_stance(compiled):
             for name in implementations:
                 set_implementation(model, name)
                 done.append((name, _running(kind, mode)))

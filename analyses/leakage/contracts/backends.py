@@ -19,6 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -179,8 +180,30 @@ def _measure(model: Any, names: list[str], rows: torch.Tensor, tokens: torch.Ten
     result = judged("backend", findings, per_run, floor=floor, dtype=dtype, applicable=len(ran) >= 2,
                     notes=notes + [f"implementations compared with {ran[0]}: {', '.join(ran[1:])}" if ran else
                                    "no implementation ran"])
-    origin = _origin(model, result, rows, reached, vocab, seed, ran) if result.leaks else None
+    origin = None
+    if result.leaks:
+        origin, note = _located(model, result, rows, reached, vocab, seed, ran)
+        result = replace(result, notes=result.notes + ((note,) if note else ()))
     return ContractResult(**{**vars(result), "origin": origin})
+
+
+def _located(model: Any, result: ContractResult, rows: torch.Tensor, reached: torch.Tensor, vocab: int, seed: int,
+             ran: list[str]) -> tuple[Origin | None, str | None]:
+    """The origin; where the op trace cannot enter a compiled kernel (dynamo under the trace's TorchFunctionMode), the
+    search again with FlexAttention unfused, which runs the model's own mask code, said in a note."""
+    try:
+        return _origin(model, result, rows, reached, vocab, seed, ran), None
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        failed = f"the op trace failed under the compiled kernel ({type(error).__name__}: {first})"
+    try:
+        with flex_stance(False):
+            origin = _origin(model, result, rows, reached, vocab, seed, ran)
+    except Exception:
+        return None, f"origin not located: {failed}; the verdict stands"
+    if origin is None:
+        return None, f"origin not located: {failed}, and unfused the leak does not show; the verdict stands"
+    return origin, f"origin located with FlexAttention unfused: {failed}"
 
 
 def _window_findings(model: Any, tokens: torch.Tensor, reached: torch.Tensor, vocab: int, seed: int, name: str,

@@ -41,6 +41,7 @@ def run(args: list[str], folder: Path) -> tuple[int, dict | None]:
     (["leakzoo.nanostyle:flash", "--window", "config"], "declares no sliding window"),
     (["leakzoo.nanostyle:flash", "--attn-impls"], "no attention implementation switch"),
     (["leakzoo.nanostyle:flash", "--attn-impls", "eager,fast"], "give implementations among"),
+    (["leakzoo.nanostyle:flash", "--compiled"], "add --attn-impls (e.g. --attn-impls eager,flex_attention), or drop"),
 ])
 def test_bad_contract_input_exits_2_saying_what_is_needed(args, words, on_path, tmp_path, capsys):
     code, _ = run(args, tmp_path)
@@ -61,7 +62,9 @@ def test_help_explains_each_flag_with_an_example(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for flag, example in [("--packed", "e.g. --packed"), ("--doc-sep TOKEN", "e.g. --doc-sep 50256"),
                           ("--kv-cache", "e.g. --kv-cache"), ("--window W|config", "e.g. --window 4096"),
-                          ("--attn-impls", "e.g. --attn-impls eager,sdpa,flex_attention")]:
+                          ("--attn-impls", "e.g. --attn-impls eager,sdpa,flex_attention"),
+                          ("--packed-prompts FILE.json", "e.g. --packed-prompts rows.json"),
+                          ("--compiled", "e.g. --attn-impls eager,flex_attention --compiled")]:
         assert flag in text and example in text, flag
     assert "i-W < j <= i" in text
 
