@@ -10,7 +10,8 @@ Correct: `hf_window` (every layer windowed), `hf_mixed` (a windowed layer, then 
 Bugs, each on its `# BUG: name` line: `noncausal_when_short` (no mask at all when the prompt fits in the
 window), `additive_multiplied` (an additive 0 / -1e4 mask multiplied into the scores as if it were 0/1),
 `off_by_one` (W + 1 keys), `two_sided_window` (the encoders' two-sided band: |i - j| < W), `one_layer_wide`
-(W + 2 keys in the second layer only: the per-layer check must name that layer).
+(W + 2 keys in the second layer only: the per-layer check must name that layer), `hidden_by_full_layer` (W + 1
+keys in a windowed layer followed by a full-attention one: no output can show it, only the layer's weights).
 """
 from __future__ import annotations
 
@@ -74,6 +75,12 @@ class NonCausalWhenShort(WindowLM):
         if kind == "sliding_attention" and n <= self.config.sliding_window:
             return None  # BUG: noncausal_when_short (the window covers the prompt, so no mask is built at all)
         return super().layer_mask(n, kind, layer)
+
+
+class HiddenByFullLayer(WindowLM):
+    def sliding(self, n, window):
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return (j <= i) & (j > i - window - 1)  # BUG: hidden_by_full_layer (W + 1 keys, then a full layer)
 
 
 class OneLayerWide(WindowLM):
@@ -168,3 +175,7 @@ def two_sided_window():
 
 def one_layer_wide():
     return _hf(OneLayerWide)
+
+
+def hidden_by_full_layer():
+    return _hf(HiddenByFullLayer, layer_types=["sliding_attention", "full_attention"])
