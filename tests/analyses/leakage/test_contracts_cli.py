@@ -153,14 +153,3 @@ def test_packed_prompts_holding_the_separator_are_audited(on_path, tmp_path):
     assert document["status"] == "leak" and document["first"]["document"]["query"] == 4
     assert document["first"]["document"]["key"] < 3
 
-
-def test_each_mode_prints_its_cost_with_an_eta_before_it_starts(on_path, tmp_path, capsys):
-    target = tmp_path / "audit.json"
-    code = cli.main(["audit-leakage", "leakzoo.backends:hf_switchable_window", "--max-len", "16", "--no-padding",
-                     "--json", str(target), "--window", "config", "--attn-impls", "eager,sdpa"])
-    err = " ".join(capsys.readouterr().err.split())
-    assert code == 0
-    for kind in ("window", "backend"):
-        assert f"{kind} contract: " in err
-        line = err.split(f"{kind} contract: ")[1]
-        assert "ETA " in line.split(" contract: ")[0] and "(from a timed forward, before localisation)" in line

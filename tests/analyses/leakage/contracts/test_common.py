@@ -66,3 +66,14 @@ def test_kv_findings_say_which_position_of_which_call_moved():
     assert alone.words() == "kv_cache at position 1, decoded alone in call 1 after a prefill of 1 (prefix 1, chunk 1, 0.259)"
     assert chunk.words() == ("future at position 6, token 2 of 3 in decode call 1 (positions 5..7) after a prefill of 5, "
                              "moved by position 7 later in the same call (sdpa: prefix 5, chunk 3, 0.1)")
+
+
+def test_each_mode_prints_its_cost_with_an_eta_before_it_starts(capsys):
+    from leakzoo import backends  # tests/ is on sys.path (tests/conftest.py)
+
+    from interp.analyses.leakage.contracts import run_contracts
+
+    run_contracts(backends.hf_switchable_window(), vocab=64, windowed=True, attn_impls=("eager", "sdpa"), progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" contract: ")[0] for line in lines] == ["window", "backend", "window", "window"]  # then each impl
+    assert all(line.endswith("(from a timed forward, before localisation)") and "; ETA " in line for line in lines)
