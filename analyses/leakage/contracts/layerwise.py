@@ -47,7 +47,7 @@ def _hooked_weights(model: Any, tokens: torch.Tensor) -> tuple[Observed | None, 
     seen: dict[str, torch.Tensor] = {}
 
     def record(pattern: torch.Tensor, hook: Any) -> None:
-        seen[hook.name] = pattern.detach()[0].double().cpu()  # (head, query, key)
+        seen[hook.name] = pattern.detach()[0].cpu()  # (head, query, key), in the model's dtype: no copy kept
 
     try:
         with torch.no_grad(), hooked(model, [(site.hook("pattern"), record) for site in sites]):
@@ -80,7 +80,7 @@ def _output_attentions(model: Any, tokens: torch.Tensor) -> tuple[Observed | Non
         return None, f"attention weights not observed (output_attentions raised {type(error).__name__}): {UNOBSERVED}"
     if not found or any(weights is None for weights in found):
         return None, f"attention weights not observed: the model returned no `attentions` under eager: {UNOBSERVED}"
-    return [(f"layer {layer}", weights.detach()[0].double().cpu()) for layer, weights in enumerate(found)], ""
+    return [(f"layer {layer}", weights.detach()[0].cpu()) for layer, weights in enumerate(found)], ""
 
 
 def windows_of_layers(observed: Observed, layer_windows: Sequence[int | None]) -> list[int | None] | None:
@@ -112,7 +112,7 @@ def layer_findings(observed: Observed, layer_windows: Sequence[int | None],
     for layer, ((_, weights), size) in enumerate(zip(observed, windows)):
         if size is None:
             continue
-        weights = torch.nan_to_num(weights.abs(), nan=float("inf"))  # (head, query, key)
+        weights = torch.nan_to_num(weights.double().abs(), nan=float("inf"))  # (head, query, key)
         n_query, n_key = weights.shape[-2:]
         for kind, region in zip(("future", "window"), outside_window(n_query, n_key, size)):
             if not bool(region.any()):

@@ -70,7 +70,7 @@ def test_weights_at_the_hooks_of_a_hooked_model():
     observed, why = observe_weights(hook_sdpa(windows.hf_window()), tokens)
     assert why is None and [where for where, _ in observed] == ["layers.0.self_attn", "layers.1.self_attn"]
     for _, weights in observed:  # (head, query, key), rows of a softmax, zero outside the window of 4
-        assert weights.shape == (4, 10, 10) and torch.allclose(weights.sum(-1), torch.ones(4, 10, dtype=torch.float64))
+        assert weights.shape == (4, 10, 10) and torch.allclose(weights.sum(-1), torch.ones(4, 10))
         assert all(float(weights[:, region].max()) == 0.0 for region in outside_window(10, 10, 4))
 
 
