@@ -535,7 +535,8 @@ def audit(
     dtype: DType = None,
     bidirectional: bool | None = None,
     packed: bool = False, doc_sep: int | None = None, kv_cache: bool = False, window: int | str | None = None,
-    attn_impls: Sequence[str] | None = None,
+    attn_impls: Sequence[str] | None = None, packed_prompts: Sequence[Sequence[int]] | None = None,
+    compiled: bool = False,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
@@ -555,7 +556,10 @@ def audit(
     The contracts of modern stacks (`interp.analyses.leakage.contracts`: kinds `document`, `kv_cache`, `window`,
     `backend`), each on top of causality, its verdict in `report.contracts[kind]`: packed / doc_sep (packed documents;
     the forward's `position_ids`, `cu_seq_lens`, `document_ids`... or the separator token), window (W keys per windowed
-    layer, itself included, or "config"), kv_cache (prefill + decode), attn_impls (the implementations compared).
+    layer, itself included, or "config"), kv_cache (prefill + decode), attn_impls (the implementations compared);
+    packed_prompts: your own packed rows (token-id lists) for the documents contract, documents separated by doc_sep
+    (the first row holding it is audited, its first max_len tokens); compiled: FlexAttention as the model calls it
+    (compiled where the model compiles it; float32 on CPU) instead of forced unfused, under attn_impls.
     """
     start = time.perf_counter()
     model = _audited_model(model, device=device, dtype=dtype)
@@ -564,7 +568,8 @@ def audit(
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
                       lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
-    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache, attn_impls=attn_impls)
+    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache, attn_impls=attn_impls,
+                     packed_prompts=packed_prompts, compiled=compiled)
     if progress and not plan.bidirectional:
         plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
     tick = _Progress(progress, plan.passes)
@@ -573,23 +578,26 @@ def audit(
         found = _find_leaks(model, adapter, plan, tick, sites)
     decision = decide_leaks(found.table, plan, leaks=found.leaks, located=found.located, localised=bool(sites))
     contracts = _run_contracts(model, plan, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache, window=window,
-                               attn_impls=attn_impls, progress=progress)
+                               attn_impls=attn_impls, progress=progress, packed_prompts=packed_prompts,
+                               compiled=compiled)
     return _leakage_report(model, adapter, plan, found, decision, started=start, contracts=contracts)
 
 
 def _check_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: Any, window: Any, kv_cache: bool,
-                     attn_impls: Any) -> None:
+                     attn_impls: Any, packed_prompts: Any, compiled: bool) -> None:
     """The contract arguments against the model, before any forward pass: a BadInput (exit 2) when one cannot run."""
     from interp.analyses.leakage.contracts import check_contract_arguments
 
     check_contract_arguments(model, packed=packed, doc_sep=doc_sep, window=window, vocab=plan.vocab,
-                             kv_cache=kv_cache, attn_impls=attn_impls)
+                             kv_cache=kv_cache, attn_impls=attn_impls, packed_prompts=packed_prompts,
+                             max_len=plan.max_len, compiled=compiled)
 
 
 def _run_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: int | None, kv_cache: bool,
-                   window: int | str | None, attn_impls: Sequence[str] | None, progress: bool) -> dict[str, Any]:
+                   window: int | str | None, attn_impls: Sequence[str] | None, progress: bool,
+                   packed_prompts: Sequence[Sequence[int]] | None, compiled: bool) -> dict[str, Any]:
     """The contract modes asked for (`contracts.run_contracts`), each after the causal audit, the model in eval mode."""
-    if not (packed or doc_sep is not None or kv_cache or window is not None or attn_impls):
+    if not (packed or doc_sep is not None or kv_cache or window is not None or attn_impls or packed_prompts is not None):
         return {}
     from interp.analyses.leakage.contracts import run_contracts
 
@@ -599,7 +607,8 @@ def _run_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: int | 
     try:
         return run_contracts(model, vocab=plan.vocab, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache,
                              window=window if isinstance(window, int) else None, windowed=window == "config",
-                             attn_impls=attn_impls, seed=plan.seed, progress=progress, max_len=plan.max_len)
+                             attn_impls=attn_impls, seed=plan.seed, progress=progress, max_len=plan.max_len,
+                             packed_prompts=packed_prompts, compiled=compiled)
     finally:
         if isinstance(model, nn.Module) and was_training:
             model.train()

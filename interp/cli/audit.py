@@ -96,13 +96,30 @@ def _contract_kwargs(args, model: Any) -> dict[str, Any]:
             raise BadInput("--doc-sep eos: the model's config declares no eos_token_id; give the separator's id")
     if doc_sep is not None:
         kwargs["doc_sep"] = doc_sep
-    for flag in ("packed", "kv_cache"):
+    if getattr(args, "packed_prompts", None) is not None:
+        kwargs["packed_prompts"] = _packed_prompts(args.packed_prompts)
+    for flag in ("packed", "kv_cache", "compiled"):
         if getattr(args, flag, False):
             kwargs[flag] = True
     for flag in ("window", "attn_impls"):
         if getattr(args, flag, None) is not None:
             kwargs[flag] = getattr(args, flag)
     return kwargs
+
+
+def _packed_prompts(path: str) -> Any:
+    """--packed-prompts FILE.json: the rows as JSON gives them (`audit` checks they are token-id lists)."""
+    from interp.errors import BadInput
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except OSError as error:
+        raise BadInput(f"--packed-prompts {path}: cannot read it ({error.strerror}); give a JSON file of token-id "
+                       "lists, e.g. [[5, 9, 1, 7, 3]]") from None
+    except json.JSONDecodeError as error:
+        raise BadInput(f"--packed-prompts {path}: not JSON ({error.msg} at line {error.lineno}); give a JSON list of "
+                       "token-id lists, e.g. [[5, 9, 1, 7, 3]]") from None
 
 
 def _load(args) -> Any:

@@ -277,6 +277,9 @@ def _audit_parser(command) -> None:
     p.add_argument("--doc-sep", type=_doc_sep, default=None, metavar="TOKEN",
                    help="packed documents end with this token id (or eos: the config's eos_token_id), which the model "
                         "finds itself; implies --packed, e.g. --doc-sep 50256")
+    p.add_argument("--packed-prompts", metavar="FILE.json", default=None,
+                   help="with --doc-sep: your own packed rows (a JSON list of token-id lists, documents separated by "
+                        "the token); the first row holding it is audited, e.g. --packed-prompts rows.json")
     p.add_argument("--kv-cache", action="store_true",
                    help="also check that prefill then decode (past_key_values, or a step(tokens, cache) method) equals "
                         "the full forward, e.g. --kv-cache")
@@ -286,6 +289,9 @@ def _audit_parser(command) -> None:
     p.add_argument("--attn-impls", type=_attn_impls, default=None, nargs="?", const="all", metavar="IMPL,IMPL",
                    help="also compare attention implementations (attn_implementation strings; alone: every one the model "
                         "runs), the other contracts asked for run under each, e.g. --attn-impls eager,sdpa,flex_attention")
+    p.add_argument("--compiled", action="store_true",
+                   help="with --attn-impls: FlexAttention as the model calls it, compiled where it compiles it (slow on "
+                        "CPU, float32 only), instead of unfused, e.g. --attn-impls eager,flex_attention --compiled")
     _add_common(p, n=f"{AUDIT_PROMPTS_DEFAULT} per length")
 
 

@@ -31,6 +31,7 @@ class ContractCase:
     runs: frozenset[str] | None = None  # where the case is about a call pattern: the only runs that leak
     doc_sep: int | None = None  # documents: the separator, for a model that finds documents itself
     flex: bool = False  # the bug shows only under FlexAttention (seconds on CPU the first time in a process)
+    weights_only: bool = False  # windows: only the layers' masks / weights show the bug, never the outputs
 
     @property
     def id(self) -> str:
@@ -65,7 +66,7 @@ class ContractCase:
         if self.contract == "kv_cache":
             return references.kv_cache(model)
         if self.contract == "window":
-            return references.windows(model)
+            return references.window_masks(model) if self.weights_only else references.windows(model)
         return references.backends(model, implementations)
 
 
@@ -107,6 +108,9 @@ CASES = [
     _case("leakzoo.windows:additive_multiplied", "window", {"future", "window"}, sites=("nano-window-softmax",)),
     _case("leakzoo.windows:off_by_one", "window", {"window"}, sites=("window-sdpa",), runs=frozenset({"length 12"})),
     _case("leakzoo.windows:two_sided_window", "window", {"future"}, sites=("window-sdpa",)),
+    _case("leakzoo.windows:one_layer_wide", "window", {"window"}, sites=("window-sdpa",), runs=frozenset({"length 12"})),
+    _case("leakzoo.windows:hidden_by_full_layer", "window", {"window"}, sites=("window-sdpa",),
+          runs=frozenset({"length 12"}), weights_only=True),
     # attention implementations
     _case("leakzoo.backends:hf_switchable", "backend"),
     _case("leakzoo.backends:hf_switchable_window", "backend"),

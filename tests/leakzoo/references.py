@@ -487,6 +487,57 @@ def windows(model: torch.nn.Module, layer_windows: Sequence[int | None] | None =
                      notes + (f"windows per layer: {layer_windows}",), tuple(per_run.items()))
 
 
+class _MaskRecorder(torch.overrides.TorchFunctionMode):
+    """What each `scaled_dot_product_attention` call lets a query of the first row see, in call order."""
+
+    def __init__(self):
+        super().__init__()
+        self.visible: list[torch.Tensor] = []  # (query, key) bool per call
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            n_query, n_key = args[0].shape[-2], args[1].shape[-2]
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            if kwargs.get("is_causal", args[5] if len(args) > 5 else False):
+                seen = torch.ones(n_query, n_key, dtype=torch.bool).tril()  # torch aligns it top-left
+            elif mask is None:
+                seen = torch.ones(n_query, n_key, dtype=torch.bool)
+            else:
+                seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+                seen = seen.expand(*seen.shape[:-2], n_query, n_key).reshape(-1, n_query, n_key)[0]
+            self.visible.append(seen.detach().cpu())
+        return func(*args, **kwargs)
+
+
+def window_masks(model: torch.nn.Module, layer_windows: Sequence[int | None] | None = None, *,
+                 lengths: Sequence[int] = (3, 12), seed: int = 0) -> Reference:
+    """The window contract per layer, for models that call `scaled_dot_product_attention` once per layer: the mask
+    each call applies must hide every key outside its layer's window (kind `window`) and every later key (`future`).
+    Where a full-attention layer follows, the outputs cannot show a window too wide; the masks can."""
+    layer_windows = list(declared_windows(model) if layer_windows is None else layer_windows)
+    generator = torch.Generator().manual_seed(seed)
+    model, dtype, notes = _cast(model, lambda m: _call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
+    findings: list[Finding] = []
+    for length in lengths:
+        run = f"length {length}"
+        recorder = _MaskRecorder()
+        with recorder:
+            _call_rows(model, _random_tokens(length, vocab_size(model), [], generator)[None], {})
+        if len(recorder.visible) != len(layer_windows):
+            notes += (f"{run}: {len(recorder.visible)} attention calls for {len(layer_windows)} layers: not judged",)
+            continue
+        i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+        for seen, size in zip(recorder.visible, layer_windows):
+            if size is not None:
+                findings += [Finding("future" if b > a else "window", run, a, b, 1.0)
+                             for a, b in (seen & ((j > i) | (j <= i - size))).nonzero().tolist()]
+    runs = tuple(f"length {n}" for n in lengths)
+    return Reference("window", tuple(findings), 1.0 if findings else 0.0, 0.5, 0.0, dtype, runs,
+                     notes + (f"windows per layer: {layer_windows}",),
+                     tuple((run, 1.0 if any(f.run == run for f in findings) else 0.0) for run in runs))
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention implementations
 # ---------------------------------------------------------------------------------------------

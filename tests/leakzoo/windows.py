@@ -9,7 +9,9 @@ and in the nanoGPT manner (`GPTConfig.window_size`, an additive bias buffer on t
 Correct: `hf_window` (every layer windowed), `hf_mixed` (a windowed layer, then a full one), `nano_window`.
 Bugs, each on its `# BUG: name` line: `noncausal_when_short` (no mask at all when the prompt fits in the
 window), `additive_multiplied` (an additive 0 / -1e4 mask multiplied into the scores as if it were 0/1),
-`off_by_one` (W + 1 keys), `two_sided_window` (the encoders' two-sided band: |i - j| < W).
+`off_by_one` (W + 1 keys), `two_sided_window` (the encoders' two-sided band: |i - j| < W), `one_layer_wide`
+(W + 2 keys in the second layer only: the per-layer check must name that layer), `hidden_by_full_layer` (W + 1
+keys in a windowed layer followed by a full-attention one: no output can show it, only the layer's weights).
 """
 from __future__ import annotations
 
@@ -53,12 +55,12 @@ class WindowLM(Decoder):
         if position_ids is None:
             position_ids = torch.arange(n, device=input_ids.device)[None]
         keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        masks = [self.layer_mask(n, kind) for kind in self.config.layer_types]
+        masks = [self.layer_mask(n, kind, layer) for layer, kind in enumerate(self.config.layer_types)]
         masks = [mask if keep is None or mask is None else mask & keep for mask in masks]
         return LMOutput(self.run(input_ids, position_ids.expand(batch, -1), masks))
 
-    def layer_mask(self, n: int, kind: str) -> torch.Tensor | None:
-        """(1, 1, query, key) bool for a layer of `kind` ("sliding_attention" or "full_attention")."""
+    def layer_mask(self, n: int, kind: str, layer: int) -> torch.Tensor | None:
+        """(1, 1, query, key) bool for layer `layer`, of `kind` ("sliding_attention" or "full_attention")."""
         if kind == "sliding_attention":
             return self.sliding(n, self.config.sliding_window)[None, None]
         return causal(n, n)[None, None]
@@ -69,10 +71,23 @@ class WindowLM(Decoder):
 
 
 class NonCausalWhenShort(WindowLM):
-    def layer_mask(self, n, kind):
+    def layer_mask(self, n, kind, layer):
         if kind == "sliding_attention" and n <= self.config.sliding_window:
             return None  # BUG: noncausal_when_short (the window covers the prompt, so no mask is built at all)
-        return super().layer_mask(n, kind)
+        return super().layer_mask(n, kind, layer)
+
+
+class HiddenByFullLayer(WindowLM):
+    def sliding(self, n, window):
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return (j <= i) & (j > i - window - 1)  # BUG: hidden_by_full_layer (W + 1 keys, then a full layer)
+
+
+class OneLayerWide(WindowLM):
+    def layer_mask(self, n, kind, layer):
+        if layer == 1:
+            return self.sliding(n, self.config.sliding_window + 2)[None, None]  # BUG: one_layer_wide (layer 1 only)
+        return super().layer_mask(n, kind, layer)
 
 
 class OffByOne(WindowLM):
@@ -156,3 +171,11 @@ def off_by_one():
 
 def two_sided_window():
     return _hf(TwoSidedWindow)
+
+
+def one_layer_wide():
+    return _hf(OneLayerWide)
+
+
+def hidden_by_full_layer():
+    return _hf(HiddenByFullLayer, layer_types=["sliding_attention", "full_attention"])

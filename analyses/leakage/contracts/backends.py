@@ -19,6 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -36,9 +37,13 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    scaled,
+    timed,
+    user_class,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
 from interp.analyses.leakage.contracts.windows import declared_windows, reach
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.analyses.leakage.methods import localisation_threshold
 from interp.analyses.leakage.origin import _BOUNDARY, Origin, _influence, _op_name, _tensors, _Trace, call_site
 from interp.analyses.leakage.types import DEFAULT_TOL
@@ -61,8 +66,8 @@ def set_implementation(model: Any, implementation: str) -> None:
     elif hasattr(getattr(model, "config", None), "attn_impl"):
         model.config.attn_impl = implementation
     else:
-        raise BadInput(f"--attn-impls: {type(model).__name__} has no attention implementation switch (transformers' "
-                       "set_attn_implementation, or a config's attn_impl); drop --attn-impls")
+        raise BadInput(f"--attn-impls: {user_class(model).__qualname__} has no attention implementation switch "
+                       "(transformers' set_attn_implementation, or a config's attn_impl); drop --attn-impls")
 
 
 def check_implementations(model: Any, attn_impls: Any) -> None:
@@ -120,7 +125,9 @@ def audit_backends(model: Any, *, vocab: int, attn_impls: Sequence[str] | str = 
     rows = torch.stack([tokens] + [replace_tokens(tokens, range(u, length), vocab, [], generator)
                                    for u in range(1, length)])
     announce_cost("backend", f"{len(names)} implementations ({', '.join(names)}) x {len(rows)} rows of {length} tokens, in "
-             "float64 and float32" + ("" if compiled else "; FlexAttention unfused"), progress)
+                  "float64 and float32" + ("" if compiled else "; FlexAttention unfused") + " (its first call in a "
+                  "process adds seconds)" * ("flex_attention" in names), progress,
+                  eta=lambda: scaled(timed(lambda: call_rows(model, rows, {})), len(names) * (FLOAT64_COST + 1)))
     with flex_stance(compiled):
         try:
             result = _measure(model, names, rows, tokens, vocab, seed)
@@ -173,8 +180,30 @@ def _measure(model: Any, names: list[str], rows: torch.Tensor, tokens: torch.Ten
     result = judged("backend", findings, per_run, floor=floor, dtype=dtype, applicable=len(ran) >= 2,
                     notes=notes + [f"implementations compared with {ran[0]}: {', '.join(ran[1:])}" if ran else
                                    "no implementation ran"])
-    origin = _origin(model, result, rows, reached, vocab, seed, ran) if result.leaks else None
+    origin = None
+    if result.leaks:
+        origin, note = _located(model, result, rows, reached, vocab, seed, ran)
+        result = replace(result, notes=result.notes + ((note,) if note else ()))
     return ContractResult(**{**vars(result), "origin": origin})
+
+
+def _located(model: Any, result: ContractResult, rows: torch.Tensor, reached: torch.Tensor, vocab: int, seed: int,
+             ran: list[str]) -> tuple[Origin | None, str | None]:
+    """The origin; where the op trace cannot enter a compiled kernel (dynamo under the trace's TorchFunctionMode), the
+    search again with FlexAttention unfused, which runs the model's own mask code, said in a note."""
+    try:
+        return _origin(model, result, rows, reached, vocab, seed, ran), None
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        failed = f"the op trace failed under the compiled kernel ({type(error).__name__}: {first})"
+    try:
+        with flex_stance(False):
+            origin = _origin(model, result, rows, reached, vocab, seed, ran)
+    except Exception:
+        return None, f"origin not located: {failed}; the verdict stands"
+    if origin is None:
+        return None, f"origin not located: {failed}, and unfused the leak does not show; the verdict stands"
+    return origin, f"origin located with FlexAttention unfused: {failed}"
 
 
 def _window_findings(model: Any, tokens: torch.Tensor, reached: torch.Tensor, vocab: int, seed: int, name: str,

@@ -13,12 +13,14 @@ import copy
 import inspect
 import math
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
+from interp.analyses.leakage.fast import _duration
 from interp.analyses.leakage.origin import Origin
 
 ContractKind = Literal["document", "kv_cache", "window", "backend"]
@@ -37,11 +39,36 @@ class ContractFinding:
     run: str  # the call pattern: "attention_mask=ones", "prefix 5, chunk 3", "length 12", "sdpa vs eager"
     query: int
     key: int | None  # the changed position (the first of them, in a decode call); None for comparisons
-    influence: float
+    influence: float  # relative change of the output; for a layer's finding, the attention weight itself
+    layer: int | None = None  # the window contract per layer: the attention layer (forward order) whose weights broke
+    head: int | None = None
+    call: int | None = None  # the KV-cache contract: the call the query was computed in (0 the prefill, then decodes)
+    positions: tuple[int, int] | None = None  # that call's positions, start and end (exclusive)
 
     def words(self) -> str:
+        if self.call is not None and self.positions is not None:
+            return self._call_words(*self.positions)
         where = f"query {self.query}" + ("" if self.key is None else f" from key {self.key}")
-        return f"{self.kind} at {where} ({self.run}, {self.influence:.3g})"
+        layer = "" if self.layer is None else f", layer {self.layer} head {self.head}"
+        return f"{self.kind} at {where} ({self.run}{layer}, {self.influence:.3g})"
+
+    def _call_words(self, start: int, end: int) -> str:
+        """Which position of which call moved, e.g. "kv_cache at position 6, token 2 of 3 in decode call 1 (positions
+        5..7) after a prefill of 5 (prefix 5, chunk 3, 0.12)"; a decoding query alone: "decoded alone in call 1"."""
+        if self.call == 0:
+            which = f"token {self.query - start + 1} of {end - start} in the prefill (positions {start}..{end - 1})"
+        elif end - start == 1:
+            which = f"decoded alone in call {self.call} after a prefill of {self._prefill()}"
+        else:
+            which = (f"token {self.query - start + 1} of {end - start} in decode call {self.call} (positions "
+                     f"{start}..{end - 1}) after a prefill of {self._prefill()}")
+        cause = "" if self.key is None else f", moved by position {self.key} later in the same call"
+        return f"{self.kind} at position {self.query}, {which}{cause} ({self.run}, {self.influence:.3g})"
+
+    def _prefill(self) -> str:
+        words = self.run.split(": ")[-1].split(", ")  # "prefix 5, chunk 3", "sdpa: prefix 5, chunk 3"
+        return next((w.split()[1] for w in words if w.startswith("prefix ")), "?")
+
 
 
 @dataclass(frozen=True)
@@ -122,12 +149,18 @@ def threshold(dtype: str, floor: float) -> float:
 # Calling a model
 # ---------------------------------------------------------------------------------------------
 
+def user_class(model: Any) -> Any:
+    """The model's class as its user wrote it: a model the toolkit hooked (`interp.load`, the CLI) runs as a subclass
+    made for the hooks (`SDPAHookedGPT` for a `GPT`), which no message should name."""
+    return getattr(type(model), "_interp_original_class", type(model))
+
+
 def parameters(model: Any) -> set[str]:
     """The names the model's forward takes explicitly (not through **kwargs); a model the toolkit hooked (whose class
     wraps the forward in `*args, **kwargs`) answers for its own class's forward."""
     forward = model
     if isinstance(model, torch.nn.Module):
-        forward = getattr(type(model), "_interp_original_class", type(model)).forward
+        forward = user_class(model).forward
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     try:
         return {p.name for p in inspect.signature(forward).parameters.values() if p.kind in kinds}
@@ -222,7 +255,27 @@ def scale_of(logits: torch.Tensor) -> float:
     return float(finite.abs().max()) if finite.numel() else 1.0
 
 
-def announce_cost(kind: str, words: str, enabled: bool) -> None:
-    """A mode's cost, printed to stderr before it starts (`audit(progress=True)`)."""
-    if enabled:
-        print(f"{kind} contract: {words}", file=sys.stderr, flush=True)
+def announce_cost(kind: str, words: str, enabled: bool, eta: Callable[[], float | None] | None = None) -> None:
+    """A mode's cost, printed to stderr before it starts (`audit(progress=True)`), with its ETA where `eta` (timing a
+    forward of the mode's shape, only when printing) gives one."""
+    if not enabled:
+        return
+    seconds = eta() if eta is not None else None
+    about = "under 1 s" if seconds is not None and seconds < 1 else f"about {_duration(seconds or 0.0)}"
+    tail = "" if seconds is None else f"; ETA {about} (from a timed forward, before localisation)"
+    print(f"{kind} contract: {words}{tail}", file=sys.stderr, flush=True)
+
+
+def scaled(seconds: float | None, factor: float) -> float | None:
+    return None if seconds is None else seconds * factor
+
+
+def timed(call: Callable[[], object]) -> float | None:
+    """Seconds one call takes, for an ETA; None when it fails (the mode itself then says why)."""
+    started = time.perf_counter()
+    try:
+        with torch.no_grad():
+            call()
+    except Exception:
+        return None
+    return time.perf_counter() - started

@@ -13,6 +13,7 @@ or a cache is given, so the row runs with the convention alone, with `use_cache=
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +33,16 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    scaled,
+    timed,
+    user_class,
     with_arguments,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change, origin_of_hidden
 from interp.analyses.leakage.contracts.windows import declared_chunk, declared_windows, reach, same_chunk
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.errors import BadInput
+from interp.specs import check_token_rows
 
 DOCUMENT_CONVENTIONS = (("position_ids",), ("cu_seq_lens", "cu_seqlens"), ("document_ids", "seq_ids", "segment_ids"))
 LENGTHS = (5, 4, 7)  # the packed documents' lengths: three documents, 16 tokens, unequal so no period hides a leak
@@ -55,8 +61,9 @@ def document_convention(model: Any) -> str:
                                                                if group == ("position_ids",) else "")
                        for group in DOCUMENT_CONVENTIONS)
     raise BadInput(f"the documents contract needs to tell the model where documents start, and "
-                   f"{type(model).__name__}.forward takes none of the conventions: {wanted}; or give the token that "
-                   "separates documents, which the model finds itself (--doc-sep TOKEN, audit(doc_sep=TOKEN))")
+                   f"{user_class(model).__qualname__}.forward takes none of the conventions: {wanted}; or give the "
+                   "token that separates documents, which the model finds itself (--doc-sep TOKEN, "
+                   "audit(doc_sep=TOKEN))")
 
 
 def eos_of(model: Any) -> int | None:
@@ -78,6 +85,19 @@ class Layout:
     doc_sep: int | None = None
     inner_eos: tuple[int, ...] = ()
     eos: int | None = None
+    given: tuple[int, ...] | None = None  # the caller's packed row (`packed_prompts`), else tokens are drawn
+
+    @classmethod
+    def of_row(cls, row: Sequence[int], doc_sep: int) -> Layout:
+        """The documents of a caller's packed row: the runs of tokens between separators."""
+        lengths, current = [], 0
+        for token in row:
+            if token == doc_sep:
+                lengths.append(current)
+                current = 0
+            else:
+                current += 1
+        return cls(tuple(lengths) + (current,), doc_sep=doc_sep, given=tuple(row))
 
     def documents(self) -> torch.Tensor:
         """(T,): the document of each position (a separator belongs to the document it ends)."""
@@ -96,6 +116,8 @@ class Layout:
         return [t for t in (self.eos, self.doc_sep) if t is not None]
 
     def tokens(self, vocab: int, generator: torch.Generator) -> torch.Tensor:
+        if self.given is not None:
+            return torch.tensor(self.given, dtype=torch.long)
         tokens = sample_tokens(len(self.documents()), vocab, self.specials(), generator)
         if self.doc_sep is not None:
             tokens[self.separators()] = self.doc_sep
@@ -120,19 +142,45 @@ class Layout:
         return {convention: self.documents()[None]}
 
 
-def layout_for(model: Any, vocab: int, doc_sep: int | None) -> Layout:
-    """The layout audited: the separator given, else the model's EOS planted inside the third document."""
+def layout_for(model: Any, vocab: int, doc_sep: int | None, prompts: Sequence[Sequence[int]] | None = None,
+               max_len: int | None = None) -> Layout:
+    """The layout audited: the first of the caller's packed prompts holding the separator (its first max_len tokens),
+    else the separator given between drawn documents, else the model's EOS planted inside the third document."""
     if doc_sep is not None:
-        check_doc_sep(doc_sep, vocab)
+        check_doc_sep(doc_sep, vocab, prompts, max_len)
+        if prompts is not None:
+            return Layout.of_row(next(row for row in _cropped(prompts, max_len) if doc_sep in row), doc_sep)
         return Layout(doc_sep=doc_sep)
+    if prompts is not None:
+        check_doc_sep(doc_sep, vocab, prompts, max_len)
     eos = eos_of(model)
     return Layout(inner_eos=(INNER_EOS,), eos=eos) if eos is not None and 0 <= eos < vocab else Layout()
 
 
-def check_doc_sep(doc_sep: Any, vocab: int) -> None:
+def _cropped(prompts: Sequence[Sequence[int]], max_len: int | None) -> list[list[int]]:
+    return [list(row)[:max_len] for row in prompts]
+
+
+def check_doc_sep(doc_sep: Any, vocab: int, prompts: Sequence[Sequence[int]] | None = None,
+                  max_len: int | None = None) -> None:
+    """The separator is a token id of the vocabulary and, where the caller gives the packed prompts (token-id lists),
+    they are ids of the vocabulary and at least one holds the separator within its first max_len tokens."""
+    if prompts is not None and doc_sep is None:
+        raise BadInput("packed prompts (--packed-prompts, audit(packed_prompts=...)) tell where documents end only "
+                       "through their separator: give it with --doc-sep TOKEN (eos: the config's eos_token_id)")
     if isinstance(doc_sep, bool) or not isinstance(doc_sep, int) or not 0 <= doc_sep < vocab:
         raise BadInput(f"doc_sep={doc_sep!r} is not a token id of this model's vocabulary (0..{vocab - 1}): give the id "
                        "of the token that ends each document in your packed data (often the EOS id)")
+    if prompts is None:
+        return
+    check_token_rows([list(row) for row in prompts], "packed prompts", vocab)
+    if not any(doc_sep in row for row in _cropped(prompts, max_len)):
+        within = "" if max_len is None else f" within its first {max_len} tokens (--max-len)"
+        raise BadInput(f"--doc-sep {doc_sep}: token {doc_sep} is absent from the packed prompts (no row of the "
+                       f"{len(prompts)} holds it{within}), so each is one document and no boundary between documents "
+                       f"can be checked: give prompts in which documents are packed with token {doc_sep} between "
+                       "them, or the separator your data really uses (--doc-sep TOKEN; eos: the config's "
+                       "eos_token_id)")
 
 
 def document_runs(model: Any, layout: Layout, convention: str) -> dict[str, dict[str, Any]]:
@@ -151,26 +199,39 @@ def document_runs(model: Any, layout: Layout, convention: str) -> dict[str, dict
     return runs
 
 
-def audit_documents(model: Any, *, vocab: int, doc_sep: int | None = None, seed: int = 0,
-                    progress: bool = False) -> ContractResult:
-    """The documents contract (see the module docstring)."""
+def audit_documents(model: Any, *, vocab: int, doc_sep: int | None = None, seed: int = 0, progress: bool = False,
+                    prompts: Sequence[Sequence[int]] | None = None, max_len: int | None = None) -> ContractResult:
+    """The documents contract (see the module docstring); `prompts`: the caller's packed rows (with `doc_sep`), of
+    which the first holding the separator is audited (its first `max_len` tokens)."""
     started = time.perf_counter()
-    layout = layout_for(model, vocab, doc_sep)
+    layout = layout_for(model, vocab, doc_sep, prompts, max_len)
     convention = "doc_sep" if layout.doc_sep is not None else document_convention(model)
     generator = torch.Generator().manual_seed(seed)
     tokens = layout.tokens(vocab, generator)
     runs = document_runs(model, layout, convention)
     keys = [j for j in range(len(tokens)) if not layout.structural()[j]]
+    probe = tokens.expand(len(keys) + 1, -1)
     announce_cost("document", f"{len(runs)} call patterns x {len(keys) + 1} rows of {len(tokens)} tokens "
-             f"({convention}), plus one float64 copy", progress)
+                  f"({convention}), plus one float64 copy", progress,
+                  eta=lambda: scaled(timed(lambda: call_rows(model, probe, runs["default"])), len(runs) * FLOAT64_COST))
     model, dtype, notes = float64_twin(model, lambda m: call_rows(m, tokens[None], runs["default"]))
     rows = torch.stack([tokens] + [replace_tokens(tokens, [j], vocab, layout.specials(), generator) for j in keys])
     findings, floor, per_run = _measure(model, rows, keys, layout, runs)
     result = judged("document", findings, per_run, floor=floor, dtype=dtype,
                     notes=notes + (f"convention: {convention}; documents of {list(layout.lengths)} tokens"
-                                   + (f", an EOS at position {layout.inner_eos[0]}" if layout.inner_eos else ""),))
+                                   + (f", an EOS at position {layout.inner_eos[0]}" if layout.inner_eos else "")
+                                   + _given(layout, prompts, max_len),))
     origin = _origin(model, result, rows, keys, layout, runs) if result.leaks else None
     return ContractResult(**{**vars(result), "origin": origin, "seconds": time.perf_counter() - started})
+
+
+def _given(layout: Layout, prompts: Sequence[Sequence[int]] | None, max_len: int | None) -> str:
+    """Which of the caller's packed prompts was audited."""
+    if prompts is None or layout.given is None:
+        return ""
+    index = next(i for i, row in enumerate(_cropped(prompts, max_len)) if tuple(row) == layout.given)
+    cropped = " (its first max_len tokens)" if max_len is not None and len(prompts[index]) > max_len else ""
+    return f"; packed prompt {index} of {len(prompts)}{cropped}, the first holding the separator"
 
 
 def _measure(model: Any, rows: torch.Tensor, keys: list[int], layout: Layout, runs: dict[str, dict[str, Any]]):

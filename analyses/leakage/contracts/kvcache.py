@@ -40,8 +40,12 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    scaled,
+    timed,
+    user_class,
 )
 from interp.analyses.leakage.contracts.locate import origin_of_change
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.analyses.leakage.methods import localisation_threshold
 from interp.analyses.leakage.origin import _BOUNDARY, Origin, _influence, _op_name, _tensors, _Trace, call_site
 from interp.analyses.leakage.types import DEFAULT_TOL
@@ -65,9 +69,9 @@ class Cached:
         elif "past_key_values" in names or "cache" in names:
             self.style = "cache" if "cache" in names else "past_key_values"  # transformers 5 names it `cache`
         else:
-            raise BadInput(f"--kv-cache: {type(model).__name__} has no KV cache to audit: its forward takes no "
-                           "`past_key_values` (or `cache`) with `use_cache=True`, and it has no `step(tokens, cache) -> "
-                           "(logits, cache)` method; drop --kv-cache, or audit the model class that decodes")
+            raise BadInput(f"--kv-cache: {user_class(model).__qualname__} has no KV cache to audit: its forward "
+                           "takes no `past_key_values` (or `cache`) with `use_cache=True`, and it has no "
+                           "`step(tokens, cache) -> (logits, cache)` method; drop --kv-cache, or audit the model class that decodes")
         self.names = names
 
     def full(self, model: Any, tokens: torch.Tensor) -> torch.Tensor:
@@ -128,10 +132,13 @@ def audit_kv_cache(model: Any, *, vocab: int, seed: int = 0, progress: bool = Fa
     prefixes = [p for p in prefixes if p < length]
     plans = {f"prefix {p}, chunk {c}": plan_calls(length, p, c) for p in prefixes for c in chunks}
     n_calls = sum(len(calls) for calls in plans.values())
-    announce_cost("kv_cache", f"{len(plans)} prefill / decode plans of {length} tokens, {n_calls} calls each in float64 and "
-             "float32, then the later tokens of every call changed", progress)
     generator = torch.Generator().manual_seed(seed)
     tokens = sample_tokens(length, vocab, [], generator)[None]
+    replays = sum(k + 1 for calls in plans.values() for k in range(len(calls)))  # the later tokens of each call changed
+    announce_cost("kv_cache", f"{len(plans)} prefill / decode plans of {length} tokens, {n_calls} calls each in float64 and "
+                  f"float32, then the later tokens of every call changed ({replays} calls)", progress,
+                  eta=lambda: scaled(timed(lambda: cached.full(model, tokens)),
+                                     (n_calls + replays + 2) * FLOAT64_COST + n_calls + 1))
     single = float32_twin(model)
     model, dtype, notes = float64_twin(model, lambda m: decode_calls(cached, m, tokens, next(iter(plans.values()))))
     full = cached.full(model, tokens)[0]
@@ -147,14 +154,15 @@ def audit_kv_cache(model: Any, *, vocab: int, seed: int = 0, progress: bool = Fa
     findings: list[ContractFinding] = []
     per_run = dict.fromkeys(plans, 0.0)
     for run, calls in plans.items():
-        for (start, end), logits in zip(calls, decoded[run]):
+        for k, ((start, end), logits) in enumerate(zip(calls, decoded[run])):
             moved = change(logits[0], full[start:end], scale)
             per_run[run] = max(per_run[run], float(moved.max()))
-            findings += [ContractFinding("kv_cache", run, start + t, None, float(c)) for t, c in enumerate(moved)]
+            findings += [ContractFinding("kv_cache", run, start + t, None, float(c), call=k, positions=(start, end))
+                         for t, c in enumerate(moved)]
         for k in range(len(calls)):
             found, size = _future_in_call(cached, model, tokens, calls[:k + 1], vocab, generator, scale)
             per_run[run] = max(per_run[run], size)
-            findings += [ContractFinding("future", run, q, key, s) for q, key, s in found]
+            findings += [ContractFinding("future", run, q, key, s, call=k, positions=calls[k]) for q, key, s in found]
     result = judged("kv_cache", findings, per_run, floor=floor, dtype=dtype, notes=notes + _notes(model, cached))
     origin = _origin(cached, model, tokens, plans, result, vocab, seed) if result.leaks else None
     return ContractResult(**{**vars(result), "origin": origin, "seconds": time.perf_counter() - started})
@@ -257,8 +265,10 @@ def _divergence(cached: Cached, model: Any, tokens: torch.Tensor, calls, worst: 
             value = _sliced_change(ours, theirs, start, end, min(end, length))
             if value is not None and value > threshold:
                 site, user = frames
-                return Origin("kv_cache", site, name, f"the decode call's {name} at positions {start}..{end - 1} differs "
-                              f"from the full forward's by {value:.3g} of its scale", value, None, user)
+                call = "the prefill's" if len(calls) == 1 else f"decode call {len(calls) - 1}'s"
+                cached_words = "" if len(calls) == 1 else f", {start} cached before it"
+                return Origin("kv_cache", site, name, f"{call} {name} at positions {start}..{end - 1}{cached_words} "
+                              f"differs from the full forward's by {value:.3g} of its scale", value, None, user)
     return None
 
 

@@ -76,3 +76,29 @@ def visibility(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Tensor
         return None
     first = visible.detach().reshape(-1, *visible.shape[-3:]) if visible.ndim >= 3 else visible[None]
     return first[0].reshape(-1, n_pos, n_pos).any(dim=0).cpu()  # (query, key)
+
+
+def origin_of_layer(model: Any, tokens: torch.Tensor, layer: int, n_layers: int, query: int, key: int, *, kind: str,
+                    words: str) -> Origin | None:
+    """The attention op of `layer` (the layer-th op taking a square mask, when there is one per layer; else the first
+    whose mask shows `key` to `query`), for a layer whose weights broke its window while the outputs could not say
+    (tokens (1, pos))."""
+    n_pos = tokens.shape[1]
+    ops: list[tuple[Any, str, bool, Any]] = []
+
+    def visit(index: int, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        visible = visibility(func, args, kwargs, n_pos)
+        if visible is not None:
+            site, user = call_site(sys._getframe(1))
+            ops.append((site, _op_name(func), bool(visible[query, key]), user))
+
+    try:
+        _run(model, tokens, None, visit)
+    except Exception:
+        return None
+    chosen = ops[layer] if len(ops) == n_layers else next((op for op in ops if op[2]), None)
+    if chosen is None:
+        return None
+    site, op, shows, user = chosen
+    seen = f"the mask {'shows' if shows else 'hides'} key {key} to query {query}"
+    return Origin(kind, site, op, words, 0.0, seen, user)

@@ -4,14 +4,19 @@ W counts the keys a query sees, itself included: key j is visible from query i i
 `transformers`' `sliding_window` and nanoGPT-style `window_size`). The layers' windowed masks composed give, for each
 output i, the tokens j that can move it (`reach`): a token out of reach must move it by nothing beyond the floor (kind
 `window`; a later token, `future`), and the gradient of each output with respect to every input embedding must be
-exactly zero there (through a masked softmax; where it cannot run, a note says so). With every layer windowed, a token more than L (W - 1) positions back is out of
-reach; with a full-attention layer, every earlier token is within reach and only causality is checked at the output,
-said in a note. Each token is changed, one at a time, in prompts shorter and longer than the window.
+exactly zero there (through a masked softmax; where it cannot run, a note says so). With every layer windowed, a token
+more than L (W - 1) positions back is out of reach; with a full-attention layer, every earlier token is within reach
+and only causality is checked at the output, said in a note. Each token is changed, one at a time, in prompts shorter
+and longer than the window. Where the attention weights can be observed (`layerwise`: a hooked model, a Hugging Face
+model under eager), each windowed layer's weights outside its window must be zero too, which names the layer and head
+and still speaks behind a full-attention layer.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,8 +34,18 @@ from interp.analyses.leakage.contracts.common import (
     replace_tokens,
     sample_tokens,
     scale_of,
+    timed,
+    user_class,
 )
-from interp.analyses.leakage.contracts.locate import origin_of_change
+from interp.analyses.leakage.contracts.layerwise import (
+    Observed,
+    layer_findings,
+    layer_words,
+    observe_weights,
+    windows_of_layers,
+)
+from interp.analyses.leakage.contracts.locate import origin_of_change, origin_of_layer
+from interp.analyses.leakage.fast import FLOAT64_COST
 from interp.analyses.leakage.methods import _embedding_leaf, embedding_module
 from interp.errors import BadInput
 
@@ -116,53 +131,131 @@ def audit_windows(model: Any, *, vocab: int, window: int | None = None, seed: in
         check_window(window)
     layer_windows = declared_windows(model, window)
     if not any(layer_windows):
-        raise BadInput(f"{type(model).__name__} declares no sliding window (config `sliding_window` / `layer_types`, "
-                       "`window_size`): give the window its layers must keep (--window W, audit(window=W))")
+        raise BadInput(f"{user_class(model).__qualname__} declares no sliding window (config `sliding_window` / "
+                       "`layer_types`, `window_size`): give the window its layers must keep (--window W, "
+                       "audit(window=W))")
     size = max(w for w in layer_windows if w is not None)
     span = sum(w - 1 for w in layer_windows if w is not None) if all(layer_windows) else None
+    lengths = window_lengths(size, span, max_len)
+    announce_cost("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
+                  f"{sum(lengths)} backward passes and {len(lengths)} forwards observing each layer's weights, plus one "
+                  "float64 copy", progress, eta=lambda: _eta(model, lengths))
+    model, dtype, notes = float64_twin(model, lambda m: call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
+    measured = _measure(model, lengths, layer_windows, vocab, torch.Generator().manual_seed(seed))
+    notes += measured.notes
+    for length in lengths:
+        if span is not None and length <= span + 1:
+            notes += (f"length {length}: no earlier token is out of reach at the output ({len(layer_windows)} layers of "
+                      f"W - 1 = {size - 1} reach {span} back): only causality is checked there",)
+    if span is None:
+        notes += ("a full-attention layer reaches every earlier token, so only causality is checked at the output",)
+    by_layer = any(length > min(w for w in layer_windows if w) for length in measured.observed)
+    applicable = (span is not None and max(lengths) > span + 1) or by_layer
+    if not applicable:
+        notes += (("not applicable: a full-attention layer hides the windows from the outputs" if span is None else
+                   f"not applicable: no prompt is longer than L (W - 1) + 1 = {span + 1} tokens (max_len {max_len})")
+                  + ", and no layer's weights were observed on a prompt longer than its window",)
+    result = judged("window", measured.findings, measured.per_run, floor=measured.floor, dtype=dtype,
+                    applicable=applicable, notes=notes + (f"windows per layer: {layer_windows}",))
+    origin = _origin(model, result, measured, layer_windows) if result.leaks else None
+    return ContractResult(**{**vars(result), "origin": origin, "seconds": time.perf_counter() - started})
+
+
+def _eta(model: Any, lengths: Sequence[int]) -> float | None:
+    """Per length: the batch of changed rows, a backward pass (about two forwards) per token and the weights' forward,
+    each timed on one forward of its shape, in float64."""
+    total = 0.0
+    for length in lengths:
+        batch = timed(partial(call_rows, model, torch.zeros(length + 1, length, dtype=torch.long), {}))
+        single = timed(partial(call_rows, model, torch.zeros(1, length, dtype=torch.long), {}))
+        if batch is None or single is None:
+            return None
+        total += (batch + (3 * length + 2) * single) * FLOAT64_COST
+    return total
+
+
+def window_lengths(size: int, span: int | None, max_len: int | None) -> list[int]:
+    """A prompt shorter than the window and one past the reach of the layers (or 3 W), both within max_len."""
     longest = (span + 2) if span is not None else size + 2
     cap = max_len or DEFAULT_WINDOW_LEN
-    lengths = sorted({max(2, min(size - 1, 3, cap)), min(max(3 * size, longest), cap)})
-    announce_cost("window", f"prompts of {lengths} tokens, each token changed once: {sum(lengths) + len(lengths)} rows, "
-             f"and {sum(lengths)} backward passes, plus one float64 copy", progress)
-    generator = torch.Generator().manual_seed(seed)
-    model, dtype, notes = float64_twin(model, lambda m: call_rows(m, torch.zeros(1, 2, dtype=torch.long), {}))
-    findings: list[ContractFinding] = []
-    floor, per_run, pairs = 0.0, {}, {}
+    return sorted({max(2, min(size - 1, 3, cap)), min(max(3 * size, longest), cap)})
+
+
+@dataclass
+class _Measured:
+    """What the window contract measured: the candidate findings, each run's largest change, the floor, each run's
+    rows and reach (for the origin), the weights observed per run, and what could not be measured."""
+
+    findings: list[ContractFinding] = field(default_factory=list)
+    per_run: dict[str, float] = field(default_factory=dict)
+    floor: float = 0.0
+    pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    observed: dict[int, Observed] = field(default_factory=dict)  # length -> each layer's weights
+    notes: tuple[str, ...] = ()
+
+    def note(self, why: str | None) -> None:
+        if why and why not in self.notes:
+            self.notes += (why,)
+
+
+def _measure(model: Any, lengths: Sequence[int], layer_windows: Sequence[int | None], vocab: int,
+             generator: torch.Generator) -> _Measured:
+    """Each token of each prompt changed once (the outputs out of reach must not move), the gradient (exactly zero out
+    of reach) and, where observable, each windowed layer's weights (zero outside its window)."""
+    measured = _Measured()
     for length in lengths:
         run = f"length {length}"
         tokens = sample_tokens(length, vocab, [], generator)
         rows = torch.stack([tokens] + [replace_tokens(tokens, [j], vocab, [], generator) for j in range(length)])
         logits = call_rows(model, rows, {})
         scale = scale_of(logits[0])
-        floor = max(floor, float(change(call_rows(model, rows[:1], {})[0], logits[0], scale).max()))
+        measured.floor = max(measured.floor, float(change(call_rows(model, rows[:1], {})[0], logits[0], scale).max()))
         moved, reached = influence(logits, scale), reach(length, layer_windows)
-        per_run[run], pairs[run] = 0.0, (rows, reached)
-        for j in range(length):
-            for i in range(length):
-                if not reached[i, j]:
-                    per_run[run] = max(per_run[run], float(moved[j, i]))
-                    findings.append(ContractFinding("future" if j > i else "window", run, i, j, float(moved[j, i])))
-        found, why = gradient_findings(model, tokens, reached, run, vocab)
-        findings += found
-        per_run[run] = max([per_run[run]] + [f.influence for f in found])
-        notes += (why,) if why and why not in notes else ()
-        if span is not None and length <= span + 1:
-            notes += (f"{run}: no earlier token is out of reach ({len(layer_windows)} layers of W - 1 = {size - 1} "
-                      f"reach {span} back): only causality is checked",)
-    if span is None:
-        notes += ("a full-attention layer reaches every earlier token, so only causality is checked at the output",)
-    applicable = span is not None and max(lengths) > span + 1
-    if span is not None and not applicable:
-        notes += (f"not applicable: no prompt is longer than L (W - 1) + 1 = {span + 1} tokens (max_len {max_len})",)
-    result = judged("window", findings, per_run, floor=floor, dtype=dtype, applicable=applicable,
-                    notes=notes + (f"windows per layer: {layer_windows}",))
+        measured.pairs[run] = (rows, reached)
+        found = [ContractFinding("future" if j > i else "window", run, i, j, float(moved[j, i]))
+                 for j in range(length) for i in range(length) if not reached[i, j]]
+        gradient, why = gradient_findings(model, tokens, reached, run, vocab)
+        measured.note(why)
+        observed, why = observe_weights(model, tokens[None])
+        measured.note(why)
+        layered: list[ContractFinding] = []
+        if observed is not None:
+            layered, why = layer_findings(observed, layer_windows, run)
+            measured.note(why)
+            if why is None:
+                measured.observed[length] = observed
+        measured.findings += found + gradient + layered
+        measured.per_run[run] = max([0.0] + [f.influence for f in found + gradient + layered])
+    if measured.observed:
+        where = next(iter(measured.observed.values()))
+        measured.note(f"each windowed layer's attention weights checked ({len(where)} layers observed: "
+                      f"{', '.join(name for name, _ in where[:2])}{' ...' if len(where) > 2 else ''})")
+    return measured
+
+
+def _origin(model: Any, result: ContractResult, measured: _Measured, layer_windows: Sequence[int | None]):
+    """The line where a token out of reach comes to move an output (the origin search), with the first layer whose
+    weights broke its window in words; where only a layer's weights show it, that layer's attention op."""
+    at_output = [f for f in result.findings if f.layer is None]
+    by_layer = sorted((f for f in result.findings if f.layer is not None), key=lambda f: (f.layer, -f.influence))
     origin = None
-    if result.leaks:
-        worst = result.worst()
-        assert worst is not None and worst.key is not None
-        rows, reached = pairs[worst.run]
+    if at_output:
+        worst = max(at_output, key=lambda f: f.influence)
+        assert worst.key is not None
+        rows, reached = measured.pairs[worst.run]
         keep = (~reached[:, worst.key]).nonzero().flatten()
         origin = origin_of_change(model, rows[:1], rows[1 + worst.key][None], keep, kind=worst.kind,
                                   leak=worst.influence, words=f"now depends on position {worst.key}, out of its window")
-    return ContractResult(**{**vars(result), "origin": origin, "seconds": time.perf_counter() - started})
+    if not by_layer:
+        return origin
+    first = by_layer[0]
+    assert first.key is not None and first.layer is not None
+    length = int(first.run.split()[-1])
+    observed = measured.observed[length]
+    windows = windows_of_layers(observed, layer_windows) or []
+    words = layer_words(first, observed, windows[first.layer] if first.layer < len(windows) else None)
+    if origin is not None:
+        return replace(origin, detail=f"{origin.detail}; {words}")
+    rows, _ = measured.pairs[first.run]
+    return origin_of_layer(model, rows[:1], first.layer, len(observed), first.query, first.key, kind=first.kind,
+                           words=words)

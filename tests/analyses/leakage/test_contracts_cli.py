@@ -41,6 +41,7 @@ def run(args: list[str], folder: Path) -> tuple[int, dict | None]:
     (["leakzoo.nanostyle:flash", "--window", "config"], "declares no sliding window"),
     (["leakzoo.nanostyle:flash", "--attn-impls"], "no attention implementation switch"),
     (["leakzoo.nanostyle:flash", "--attn-impls", "eager,fast"], "give implementations among"),
+    (["leakzoo.nanostyle:flash", "--compiled"], "add --attn-impls (e.g. --attn-impls eager,flex_attention), or drop"),
 ])
 def test_bad_contract_input_exits_2_saying_what_is_needed(args, words, on_path, tmp_path, capsys):
     code, _ = run(args, tmp_path)
@@ -61,7 +62,9 @@ def test_help_explains_each_flag_with_an_example(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for flag, example in [("--packed", "e.g. --packed"), ("--doc-sep TOKEN", "e.g. --doc-sep 50256"),
                           ("--kv-cache", "e.g. --kv-cache"), ("--window W|config", "e.g. --window 4096"),
-                          ("--attn-impls", "e.g. --attn-impls eager,sdpa,flex_attention")]:
+                          ("--attn-impls", "e.g. --attn-impls eager,sdpa,flex_attention"),
+                          ("--packed-prompts FILE.json", "e.g. --packed-prompts rows.json"),
+                          ("--compiled", "e.g. --attn-impls eager,flex_attention --compiled")]:
         assert flag in text and example in text, flag
     assert "i-W < j <= i" in text
 
@@ -92,8 +95,10 @@ def test_correct_contracts_pass_with_a_row_each(on_path, tmp_path):
     code, envelope = run(["leakzoo.windows:hf_mixed", "--window", "config"], tmp_path)
     assert code == 0 and envelope is not None
     window = envelope["result"]["contracts"]["window"]
-    assert window["status"] == "not applicable" and window["origin"] is None
+    # the full layer hides the window from the outputs; the hooked model's weights show each layer keeps it
+    assert window["status"] == "exact zero" and window["origin"] is None
     assert any("full-attention layer" in note for note in window["notes"])
+    assert any("attention weights checked (2 layers observed" in note for note in window["notes"])
     code, envelope = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "1"], tmp_path)
     assert code == 0 and envelope is not None
     assert envelope["result"]["contracts"]["document"]["status"] in ("exact zero", "noise")
@@ -102,3 +107,49 @@ def test_correct_contracts_pass_with_a_row_each(on_path, tmp_path):
 def test_no_contract_asked_leaves_contracts_empty(on_path, tmp_path):
     code, envelope = run(["leakzoo.nanostyle:flash"], tmp_path)
     assert code == 0 and envelope is not None and envelope["result"]["contracts"] == {}
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--packed"], "GPT.forward takes none of the conventions"),
+    (["--kv-cache"], "--kv-cache: GPT has no KV cache to audit"),
+    (["--window", "config"], "GPT declares no sliding window"),
+    (["--attn-impls"], "--attn-impls: GPT has no attention implementation switch"),
+])
+def test_refusals_name_the_users_class_not_the_hooked_one(flags, words, on_path, tmp_path, capsys):
+    """The CLI hooks the model (its class becomes SDPAHookedGPT); the user wrote `GPT`, and the refusal says so."""
+    code, _ = run(["leakzoo.nanostyle:flash", *flags], tmp_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and words in err and "SDPAHooked" not in err
+
+
+def test_packed_prompts_without_the_separator_exit_2_naming_it(on_path, tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    rows.write_text("[[3, 4, 5, 6], [7, 8, 9]]")
+    code, envelope = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "2", "--packed-prompts", str(rows)], tmp_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and envelope is not None and envelope["error"]["type"] == "BadInput"
+    assert "--doc-sep 2: token 2 is absent from the packed prompts (no row of the 2 holds it" in err
+    assert "give prompts in which documents are packed with token 2 between them, or the separator" in err
+    code, _ = run(["leakzoo.packed:nano_doc_sep", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 2 and "give it with --doc-sep TOKEN" in " ".join(capsys.readouterr().err.split())
+    rows.write_text("[[3, 4")
+    code, _ = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "2", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 2 and "not JSON" in capsys.readouterr().err
+
+
+def test_packed_prompts_holding_the_separator_are_audited(on_path, tmp_path):
+    rows = tmp_path / "rows.json"
+    rows.write_text("[[3, 4, 5], [9, 8, 7, 1, 6, 5, 1, 4, 3, 2]]")
+    code, envelope = run(["leakzoo.packed:nano_doc_sep", "--doc-sep", "1", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 0 and envelope is not None
+    document = envelope["result"]["contracts"]["document"]
+    assert document["status"] in ("exact zero", "noise")
+    assert any("documents of [3, 2, 3] tokens; packed prompt 1 of 2, the first holding the separator" in note
+               for note in document["notes"])
+    # a plain causal model does not find the documents itself: the second document's first token reads the first
+    code, envelope = run(["leakzoo.nanostyle:flash", "--doc-sep", "1", "--packed-prompts", str(rows)], tmp_path)
+    assert code == 1 and envelope is not None
+    document = envelope["result"]["contracts"]["document"]
+    assert document["status"] == "leak" and document["first"]["document"]["query"] == 4
+    assert document["first"]["document"]["key"] < 3
+

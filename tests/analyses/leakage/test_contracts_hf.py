@@ -6,6 +6,7 @@ packed documents read each other in the default call, with an all-ones mask and 
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -66,3 +67,33 @@ def test_documents_leak_under_every_implementation_and_only_there():
     assert leaking == {f"{impl}: {run}" for impl in ("eager", "sdpa", "flex_attention")
                        for run in ("default", "attention_mask=ones", "use_cache=True")}
     assert results["backend"].status in ("exact zero", "noise")
+
+
+class _CausalMask4D(torch.nn.Module):
+    """Mistral called with an explicit causal 4D mask (0 / the dtype's minimum), which transformers takes as given: the
+    window is replaced by plain causal attention. `output_attentions` is passed through, so the weights are seen."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, input_ids, use_cache=None, output_attentions=False):
+        n, dtype = input_ids.shape[1], next(self.model.parameters()).dtype
+        mask = torch.zeros(n, n, dtype=dtype).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(dtype).min)
+        return self.model(input_ids=input_ids, use_cache=use_cache, output_attentions=output_attentions,
+                          attention_mask=mask.expand(input_ids.shape[0], 1, n, n))
+
+
+def test_window_per_layer_under_eager_equals_the_reference():
+    """Under eager the weights are observed (output_attentions) and each layer is checked: Mistral keeps its window
+    (clean, as the reference says); with an explicit 4D causal mask, which replaces the window, both layers break it
+    and the verdict is the reference's (window, at length 12 only)."""
+    clean = run_contracts(measure.build("mistral", "eager"), vocab=measure.VOCAB, windowed=True)["window"]
+    assert clean.status == "exact zero" and not references.windows(measure.build("mistral", "eager")).kinds
+    assert any("attention weights checked (2 layers observed: layer 0, layer 1)" in n for n in clean.notes)
+    mine = run_contracts(_CausalMask4D(measure.build("mistral", "eager")), vocab=measure.VOCAB, windowed=True)["window"]
+    reference = references.windows(_CausalMask4D(measure.build("mistral", "eager")))
+    assert set(mine.found) == set(reference.kinds) == {"window"}, (mine.where, str(reference))
+    assert _leaking_runs(mine.findings) == set(reference.runs_with("window")) == {"length 12"}
+    assert {f.layer for f in mine.findings if f.layer is not None} == {0, 1}
+    assert "in layer 0 (layer 0), head" in mine.origin.detail

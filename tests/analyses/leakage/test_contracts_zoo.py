@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from leakzoo import marked_line  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
+from leakzoo import marked_line, references  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 from leakzoo.catalogue import CASES, ContractCase  # noqa: E402
 
 from interp.analyses.leakage.contracts import run_contracts  # noqa: E402
@@ -80,6 +80,10 @@ def test_contract_verdict_and_origin(case, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     model = case.model()
     result = run_contracts(model, vocab=64, seed=0, **_kwargs(case))[case.contract]
+    if case.weights_only:  # not hooked, the weights unseen: the full layer hides the window from the outputs
+        assert result.status == "not applicable" and not result.found and result.origin is None
+        assert not references.windows(case.model()).kinds
+        return
     assert_verdict(set(result.found), result.runs, result.threshold, case)
     assert result.status == ("leak" if case.kinds else result.status)
     assert set(result.found) == set(case.reference(case.model(), _implementations(case)).kinds)
@@ -87,6 +91,25 @@ def test_contract_verdict_and_origin(case, monkeypatch):
         assert result.status in ("exact zero", "noise", "not applicable") and result.origin is None
         assert result.max_influence < 1e-12
     else:
+        assert_origin(result.origin.to_dict() if result.origin else None, case)
+
+
+@pytest.mark.parametrize("case", _cases(("window",)))
+def test_window_verdicts_hooked_equal_the_reference(case, monkeypatch):
+    """Hooked as the CLI hooks it, the model's weights are checked per layer too: the verdict is still the catalogue's
+    and the reference's, the leaking runs the same, every layer named is one whose weights break its window."""
+    from interp.sdpa import hook_sdpa
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    result = run_contracts(hook_sdpa(case.model()), vocab=64, windowed=True)["window"]
+    assert_verdict(set(result.found), result.runs, result.threshold, case)
+    assert set(result.found) == set(case.reference(case.model()).kinds)
+    assert any("attention weights checked (2 layers observed" in note for note in result.notes)
+    if case.correct:
+        assert result.status == "exact zero" and result.origin is None
+    else:
+        layers = {"one_layer_wide": {1}, "hidden_by_full_layer": {0}}.get(case.factory, {0, 1})
+        assert {f.layer for f in result.findings if f.layer is not None} == layers
         assert_origin(result.origin.to_dict() if result.origin else None, case)
 
 

@@ -109,6 +109,27 @@ def test_window_off_by_one_reaches_exactly_one_more_per_layer(verdicts):
     assert found == {7, 8}
 
 
+SDPA_WINDOWS = [c for c in CASES if c.module == "leakzoo.windows" and c.factory in (
+    "hf_window", "hf_mixed", "noncausal_when_short", "off_by_one", "two_sided_window", "one_layer_wide",
+    "hidden_by_full_layer")]  # the window zoo that calls scaled_dot_product_attention with its masks
+
+
+@pytest.mark.parametrize("case", _params(SDPA_WINDOWS))
+def test_the_mask_reference_agrees_with_the_catalogue(case):
+    """Each layer's mask, read at its attention call, against its window: the catalogue's kinds and leaking runs."""
+    verdict = references.window_masks(case.model())
+    assert verdict.kinds == case.kinds, str(verdict)
+    if case.runs is not None:
+        assert set().union(*(verdict.runs_with(kind) for kind in case.kinds)) == case.runs, str(verdict)
+
+
+def test_only_the_masks_show_a_window_hidden_by_a_full_layer():
+    case = next(c for c in CASES if c.factory == "hidden_by_full_layer")
+    assert not references.windows(case.model()).leaks  # every earlier token is in reach through the full layer
+    verdict = references.window_masks(case.model())
+    assert {f.query - f.key for f in verdict.findings} == {4}  # W + 1 = 5 keys: the one 4 back is outside W = 4
+
+
 def test_packing_path_leaks_only_with_a_mask(verdicts):
     """The packing path taken only without a mask: clean in the default run, leaking with an all-ones mask."""
     case = next(c for c in CASES if c.factory == "packing_needs_no_mask")

@@ -62,3 +62,32 @@ def test_doc_sep_must_be_in_the_vocabulary():
     check_doc_sep(63, 64)
     assert layout_for(Plain(), 64, 5).doc_sep == 5
     assert layout_for(Plain(), 64, None).inner_eos == ()  # no EOS declared: none planted
+
+
+def test_a_packed_row_is_split_at_its_separators():
+    layout = Layout.of_row([4, 5, 1, 6, 1, 1, 7], doc_sep=1)
+    assert layout.lengths == (2, 1, 0, 1)
+    assert layout.documents().tolist() == [0, 0, 0, 1, 1, 2, 3]
+    assert layout.separators().nonzero().flatten().tolist() == [2, 4, 5]
+    assert layout.tokens(64, torch.Generator()).tolist() == [4, 5, 1, 6, 1, 1, 7]  # the row itself, never redrawn
+
+
+def test_the_first_packed_prompt_holding_the_separator_is_audited():
+    prompts = [[3, 4, 5], [6, 7, 2, 8, 9], [2, 2]]
+    assert layout_for(Plain(), 64, 2, prompts).given == (6, 7, 2, 8, 9)
+    assert layout_for(Plain(), 64, 2, prompts, max_len=2).given == (2, 2)  # the second row's separator is cropped away
+
+
+@pytest.mark.parametrize("prompts, doc_sep, max_len, words", [
+    ([[3, 4, 5], [6, 7]], 2, None, "token 2 is absent from the packed prompts (no row of the 2 holds it)"),
+    ([[3, 4, 5, 2]], 2, 3, "no row of the 1 holds it within its first 3 tokens (--max-len)"),
+    ([[3, 4, 64]], 2, None, "row 0, position 2 holds token id 64"),
+    ([[3, 2]], None, None, "give it with --doc-sep TOKEN"),
+])
+def test_packed_prompts_without_the_separator_are_refused(prompts, doc_sep, max_len, words):
+    with pytest.raises(BadInput) as raised:
+        check_doc_sep(doc_sep, 64, prompts, max_len)
+    assert words in str(raised.value)
+    if "absent" in words:
+        assert "give prompts in which documents are packed with token 2 between them" in str(raised.value)
+        assert "or the separator your data really uses (--doc-sep TOKEN" in str(raised.value)
