@@ -38,19 +38,21 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, get_args
 
 import pandas as pd
 from torch import nn
 
-from interp.analyses.circuits.attribution import attribution_patching
+from interp.analyses.circuits.attribution import AGREEMENT_SAMPLE, attribution_patching, estimate_agreement
 from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
 from interp.run import Run, as_run
+from interp.sweep import patched_values
 from interp.validate import as_real, check_fraction
 
 DiscoveryMethod = Literal["acdc", "eap", "nodes"]
@@ -58,8 +60,12 @@ DISCOVERY_METHODS: tuple[str, ...] = get_args(DiscoveryMethod)
 # An edge whose removal moves the behaviour by less than 1% of the clean-to-fully-patched gap is below the
 # resolution at which faithfulness is reported (two decimals of a fraction of that gap), so ACDC drops it.
 ACDC_THRESHOLD = 0.01
-# The same resolution for EAP's estimate of one edge's effect (its estimate is in the behaviour's unit too).
+# EAP's circuit's minimality resolution (as ACDC's); its edges are chosen by EAP_TARGET, not by a cut on estimates.
 EAP_THRESHOLD = 0.01
+# EAP keeps the smallest top-n by |estimate| whose exact faithfulness on the proposing prompts reaches this.
+EAP_TARGET = 0.9
+# Below this Spearman correlation with exact patching (on AGREEMENT_SAMPLE edges), EAP's estimates are unreliable.
+EAP_MIN_SPEARMAN = 0.5
 # The same resolution for a whole node's removal.
 NODES_THRESHOLD = 0.01
 # ACDC's budget: one exact patched forward per edge; beyond this many edges it would take hours on a CPU
@@ -83,6 +89,8 @@ class Circuit:
     n_prompts: int = 0  # the proposing prompts
     model: str = ""
     test: CircuitTest | None = field(default=None, repr=False)  # on the held-out prompts (discover's split)
+    selection: Selection | None = field(default=None, repr=False)  # "eap": the top-n candidates and the one kept
+    notes: tuple[str, ...] = ()  # what a reader must be told with the circuit (e.g. unreliable estimates)
 
     def __post_init__(self) -> None:
         """Checks every field (BadInput naming it): edges parsed and deduplicated (one label is one edge), the nodes
@@ -106,6 +114,7 @@ class Circuit:
         for name in ("behaviour", "unit", "model"):
             if not isinstance(getattr(self, name), str):
                 raise BadInput(f"Circuit: {name}={getattr(self, name)!r}; expected a string.")
+        _check_eap_fields(self)
 
     @property
     def tau(self) -> float:
@@ -128,6 +137,8 @@ class Circuit:
         data = {"schema": SCHEMA, "nodes": list(self.nodes), "edges": list(self.edges), "scores": self.scores,
                 "method": self.method, "threshold": self.threshold, "behaviour": self.behaviour, "unit": self.unit,
                 "gap": None if math.isnan(self.gap) else self.gap, "n_prompts": self.n_prompts, "model": self.model}
+        data["selection"] = None if self.selection is None else self.selection.to_dict()
+        data["notes"] = list(self.notes)
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
@@ -147,9 +158,23 @@ class Circuit:
         try:
             return cls(data.get("nodes") or (), data["edges"], data.get("scores") or {}, data["method"], data["threshold"],
                        data.get("behaviour", ""), data.get("unit", ""), float("nan") if gap is None else gap,
-                       data.get("n_prompts", 0), data.get("model", ""))
+                       data.get("n_prompts", 0), data.get("model", ""),
+                       selection=None if data.get("selection") is None else Selection.from_dict(data["selection"]),
+                       notes=tuple(data.get("notes") or ()))
         except BadInput as error:
             raise type(error)(f"Circuit.from_json: {str(error).removeprefix('Circuit: ')}") from None
+
+
+def _check_eap_fields(circuit: Circuit) -> None:
+    """selection None or a Selection; notes strings (a list of them becomes a tuple)."""
+    if circuit.selection is not None and not isinstance(circuit.selection, Selection):
+        raise BadInput(f"Circuit: selection is a {type(circuit.selection).__name__}; expected None or a Selection.")
+    if isinstance(circuit.notes, str) or not isinstance(circuit.notes, Iterable):
+        raise BadInput(f"Circuit: notes={circuit.notes!r}; expected a list of strings.")
+    notes = tuple(circuit.notes)
+    if not all(isinstance(note, str) for note in notes):
+        raise BadInput(f"Circuit: notes={list(notes)!r}; expected strings.")
+    object.__setattr__(circuit, "notes", notes)
 
 
 def _json_object(text: Any) -> dict[str, Any]:
@@ -260,16 +285,120 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
     return prune(kept), scores, gap
 
 
-def eap(run: Run, threshold: float = EAP_THRESHOLD, *, source: PromptSet | None = None
-        ) -> tuple[set[Edge], dict[str, float], float]:
-    """EAP discovery on `run`'s prompts (see the module): the kept edges, every edge's estimate, and the gap."""
+@dataclass(frozen=True)
+class Selection:
+    """How "eap" chose its circuit: the candidates tried (top-n by |estimate|, n from MIB's fractions, dangling
+    edges pruned), each one's exact faithfulness on the proposing prompts, the one kept, and how well the
+    estimates rank edges as exact patching does (`attribution.estimate_agreement`)."""
+
+    target: float  # the faithfulness the kept candidate had to reach
+    fractions: tuple[float, ...]  # per candidate tried, smallest first
+    n_selected: tuple[int, ...]  # int(fraction x edges)
+    n_edges: tuple[int, ...]  # after pruning
+    faithfulness: tuple[float, ...]  # exact, on the proposing prompts
+    chosen: int  # index of the kept candidate
+    reached: bool  # whether it reached the target (False: none did; every edge is kept)
+    spearman: float  # estimates vs exact single-edge patches on the sample (NaN: one side constant)
+    n_sampled: int  # edges in that sample
+
+    @property
+    def fraction(self) -> float:
+        return self.fractions[self.chosen]
+
+    def frame(self) -> pd.DataFrame:
+        """One row per candidate: fraction, n_selected, n_edges, faithfulness, kept."""
+        return pd.DataFrame({"fraction": list(self.fractions), "n_selected": list(self.n_selected),
+                             "n_edges": list(self.n_edges), "faithfulness": list(self.faithfulness),
+                             "kept": [i == self.chosen for i in range(len(self.fractions))]})
+
+    def to_dict(self) -> dict[str, Any]:
+        def number(x: float) -> float | None:
+            return None if math.isnan(x) else x
+
+        return {"target": self.target, "fractions": list(self.fractions), "n_selected": list(self.n_selected),
+                "n_edges": list(self.n_edges), "faithfulness": [number(f) for f in self.faithfulness],
+                "chosen": self.chosen, "reached": self.reached, "spearman": number(self.spearman),
+                "n_sampled": self.n_sampled}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Selection":
+        if not isinstance(data, Mapping):
+            raise BadInput(f"Circuit: selection={data!r}; expected Selection.to_dict()'s object.")
+        def number(x: Any) -> float:
+            return float("nan") if x is None else float(x)
+
+        try:
+            return cls(float(data["target"]), tuple(float(f) for f in data["fractions"]),
+                       tuple(int(n) for n in data["n_selected"]), tuple(int(n) for n in data["n_edges"]),
+                       tuple(number(f) for f in data["faithfulness"]), int(data["chosen"]), bool(data["reached"]),
+                       number(data["spearman"]), int(data["n_sampled"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise BadInput(f"Circuit: selection is not Selection.to_dict()'s object ({error!r}).") from None
+
+
+def check_target(value: Any, where: str = "discover") -> float:
+    """The faithfulness target of "eap": a number in (0, 1]."""
+    number = as_real(value, "target", where)
+    if not (math.isfinite(number) and 0 < number <= 1):
+        raise BadInput(f"{where}: target={value!r}; expected the exact faithfulness the EAP circuit must reach on the "
+                       f"proposing prompts, a fraction in (0, 1], e.g. {EAP_TARGET}.")
+    return number
+
+
+def _smallest_faithful(run: Run, scores: dict[str, float], every: list[Edge], gap: float, target: float,
+                       source: PromptSet | None) -> tuple[set[Edge], list[tuple[float, int, int, float]], bool]:
+    """The smallest top-n by |score| (n from MIB's fractions, dangling edges pruned, as `curve` keeps them) whose
+    exact faithfulness 1 - (B(C) - B(clean)) / gap reaches `target`; each candidate one multi-edge patch, tried
+    smallest first. The candidates tried, and whether one reached it (if none did, every edge is kept)."""
+    from interp.analyses.circuits.curve import MIB_FRACTIONS, _kept, _ranked
+
+    selected, sets = _kept(_ranked(scores, every, absolute=True), MIB_FRACTIONS)
+    clean = float(run.sweep(source).clean().mean())
+    tried: list[tuple[float, int, int, float]] = []
+    seen: set[frozenset[Edge]] = set()
+    for fraction, n, kept in zip(MIB_FRACTIONS, selected, sets):
+        if kept in seen:
+            continue
+        seen.add(kept)
+        patched = float(patched_values(run, [[e for e in every if e not in kept]], source)[0].mean())
+        faithfulness = 1.0 - (patched - clean) / gap
+        tried.append((fraction, n, len(kept), faithfulness))
+        if faithfulness >= target:
+            return set(kept), tried, True
+    return set(every), tried, False
+
+
+def eap(run: Run, threshold: float = EAP_THRESHOLD, *, source: PromptSet | None = None, target: float = EAP_TARGET
+        ) -> tuple[set[Edge], dict[str, float], float, Selection]:
+    """EAP discovery on `run`'s prompts (see the module): the kept edges, every edge's estimate, the gap, and how the
+    circuit was chosen. `threshold` is not a cut on the estimates: it is the circuit's minimality resolution."""
     every = graph(run.model)
     gap = _checked_gap(run, every, source)
     result = attribution_patching(run, source=source)
     means = result.edge_values.mean(1)  # (edge,)
     scores = {edge.label: float(score) for edge, score in zip(result.edges, means)}
-    kept = {edge for edge, score in zip(result.edges, means) if abs(float(score)) >= threshold * abs(gap)}
-    return prune(kept), scores, gap
+    kept, tried, reached = _smallest_faithful(run, scores, every, gap, check_target(target, "eap"), source)
+    agreement = estimate_agreement(run, result, min(AGREEMENT_SAMPLE, len(every)), source=source)
+    fractions, n_selected, n_edges, faithfulness = (tuple(column) for column in zip(*tried))
+    selection = Selection(target, fractions, n_selected, n_edges, faithfulness, len(tried) - 1, reached,
+                          agreement.spearman, len(agreement.edges))
+    return prune(kept), scores, gap, selection
+
+
+def eap_notes(selection: Selection) -> tuple[str, ...]:
+    """What a reader of an EAP circuit must be told (each note also a UserWarning when discovered)."""
+    notes = []
+    rho = selection.spearman
+    if not rho >= EAP_MIN_SPEARMAN:
+        shown = "undefined (one side constant)" if math.isnan(rho) else f"{rho:.2f}"
+        notes.append(f"EAP estimates unreliable here: their Spearman correlation with exact patching on "
+                     f"{selection.n_sampled} sampled edges is {shown}, below {EAP_MIN_SPEARMAN}; the edges were kept "
+                     "by exact faithfulness, but their order and scores are not the edges' effects (use "
+                     "method='acdc' or 'nodes')")
+    if not selection.reached:
+        notes.append(f"no top-n circuit reached faithfulness {selection.target} on the proposing prompts (best "
+                     f"{max(selection.faithfulness):.3f}): every edge is kept")
+    return tuple(notes)
 
 
 def _too_many_edges(sweep: PatchSweep, every: list[Edge], max_edges: int) -> str:
@@ -316,18 +445,21 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
     return prune(edges), scores, gap
 
 
-_METHODS = {"acdc": acdc, "eap": eap, "nodes": nodes_acdc}
+_METHODS = {"acdc": acdc, "nodes": nodes_acdc}  # and "eap", which also says how it chose
 
 
 def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: DiscoveryMethod = "acdc",
              threshold: float | None = None, behaviour: Any = None, seed: int = 0, batch_size: int = 16,
-             split: bool = True, source: PromptSet | None = None, max_edges: int = ACDC_MAX_EDGES) -> Circuit:
+             split: bool = True, source: PromptSet | None = None, max_edges: int = ACDC_MAX_EDGES,
+             target: float | None = None) -> Circuit:
     """A circuit for the behaviour (see the module): proposed on one half of the prompts (`PromptSet.split`,
     seeded) and tested on the other (`.test`), or on all of them with `split=False` (no test). `threshold`:
     a fraction of the clean-vs-patched gap (default: the method's constant). `source`: a corrupted set, row
     for row (default: resampled prompts); with a split, each half reads its own rows of it. `max_edges`:
-    ACDC's budget (see the module)."""
-    if method not in _METHODS:
+    ACDC's budget (see the module). `target`: the exact faithfulness "eap"'s circuit must reach on the proposing
+    half (default `EAP_TARGET`); its choice is `.selection`, and `.notes` (each also a UserWarning) say when
+    its estimates disagree with exact patching."""
+    if method not in DISCOVERY_METHODS:
         raise BadInput(f"discover: method={method!r}; expected one of {list(DISCOVERY_METHODS)}.")
     if isinstance(model_or_run, Run):
         run = as_run(model_or_run, prompts, where="discover")
@@ -336,6 +468,7 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
     default = {"acdc": ACDC_THRESHOLD, "eap": EAP_THRESHOLD, "nodes": NODES_THRESHOLD}[method]
     fraction = check_fraction(default if threshold is None else threshold, "threshold", "discover",
                               what="a fraction of the clean-vs-patched gap", example=ACDC_THRESHOLD)
+    goal = _eap_target(method, target)
     propose_source, test_source = source, None
     if split:
         propose_half, test_half = run.prompts.split(0.5, seed=run.seed)
@@ -347,18 +480,38 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
             propose_source, test_source = source.split(0.5, seed=run.seed)
     else:
         propose_run, test_run = run, None
-    options = {"max_edges": max_edges} if method == "acdc" else {}
-    kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
+    selection: Selection | None = None
+    if method == "eap":
+        kept, scores, gap, selection = eap(propose_run, float(fraction), source=propose_source, target=goal)
+    else:
+        options = {"max_edges": max_edges} if method == "acdc" else {}
+        kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
+    notes = () if selection is None else eap_notes(selection)
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=2)
     edges = sorted(kept)
     circuit = Circuit(tuple(nodes_of(edges)), tuple(e.label for e in edges), scores, method, float(fraction),
                       run.behaviour.describe(propose_run.prompts), run.behaviour.unit, gap, len(propose_run.prompts),
-                      str(getattr(getattr(run.model, "cfg", None), "model_name", "") or type(run.model).__name__))
+                      str(getattr(getattr(run.model, "cfg", None), "model_name", "") or type(run.model).__name__),
+                      selection=selection, notes=notes)
     if test_run is None:
         return circuit
     return Circuit(circuit.nodes, circuit.edges, circuit.scores, circuit.method, circuit.threshold, circuit.behaviour,
                    circuit.unit, circuit.gap, circuit.n_prompts, circuit.model,
-                   (test_node_circuit if method == "nodes" else test_circuit)(test_run, circuit, source=test_source))
+                   (test_node_circuit if method == "nodes" else test_circuit)(test_run, circuit, source=test_source),
+                   selection=circuit.selection, notes=circuit.notes)
 
 
-__all__ = ["ACDC_MAX_EDGES", "ACDC_THRESHOLD", "Circuit", "DISCOVERY_METHODS", "DiscoveryMethod", "EAP_THRESHOLD",
-           "NODES_THRESHOLD", "acdc", "discover", "eap", "nodes_acdc", "prune"]
+def _eap_target(method: str, target: Any) -> float:
+    """discover's `target`: EAP_TARGET by default for "eap", checked; refused for the other methods."""
+    if target is None:
+        return EAP_TARGET
+    if method != "eap":
+        raise BadInput(f"discover: target={target!r} is the faithfulness method='eap' chooses its circuit by; "
+                       f"method={method!r} keeps edges by threshold. Leave target out, or pass method='eap'.")
+    return check_target(target)
+
+
+__all__ = ["ACDC_MAX_EDGES", "ACDC_THRESHOLD", "Circuit", "DISCOVERY_METHODS", "DiscoveryMethod", "EAP_MIN_SPEARMAN",
+           "EAP_TARGET", "EAP_THRESHOLD", "NODES_THRESHOLD", "Selection", "acdc", "discover", "eap", "eap_notes",
+           "nodes_acdc", "prune"]
