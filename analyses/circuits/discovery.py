@@ -12,8 +12,18 @@ Methods (both patch from the corrupted run, `interp.paths.EdgePatch`'s resampled
   less than the threshold it stays removed. Exact patched runs, each the Run's `EdgePatch` effect (memoised there;
   swept by `run.sweep`, resumed from the receiver's layer). A receiver none of whose outgoing edges is kept cannot be seen through any edge, so its incoming
   edges are removed without a run (score 0: patching them changes nothing, exactly).
-- "eap": attribution patching (`interp.analyses.circuits.attribution`): keep the edges whose estimated
-  effect is at least the threshold. One corrupted forward and one forward and backward per batch.
+- "eap": attribution patching (`interp.analyses.circuits.attribution`) ranks the edges by |estimate|; the
+  circuit is the smallest top-n (n = int(fraction x edges) for MIB's fractions, `curve.MIB_FRACTIONS`, dangling
+  edges pruned as the faithfulness curve prunes them) whose *exact* faithfulness on the proposing prompts
+  reaches `target` (0.9): each candidate one multi-edge patch through the Run, smallest first, at most ten.
+  (All edges kept is the clean run, faithfulness 1, so one always reaches it; were none to, every edge is kept
+  and a note says so.) The estimates only order the candidates: on saturated circuits they are 30 to 10^13
+  times smaller than the exact effects and often of the wrong sign (see `attribution`), so no cut on them
+  keeps the right edges. Their Spearman correlation with exact single-edge patches on 32 edges (the 16 of
+  largest |estimate| and 16 seeded others: `attribution.estimate_agreement`) is recorded; below 0.5 the
+  circuit carries a note (and discover warns) that the estimates are unreliable there. `Circuit.selection`
+  holds the candidates tried, their faithfulness and the one kept. One corrupted forward and one forward and
+  backward per batch, then up to ten patched forwards and 32 single-edge patches.
 - "nodes": ACDC over heads and MLPs instead of edges (a head-level circuit): from the last layer backwards,
   patch a node's write for every reader of it (all its outgoing edges, `PatchSweep.node_values`) on top of
   the nodes removed so far; it stays removed if the behaviour moves by less than the threshold. The circuit
@@ -26,7 +36,7 @@ estimates the time from one timed patched forward), and "nodes" or "eap" are the
 Both then drop edges that cannot carry anything: from a sender none of whose inputs is kept (it computes its
 corrupted output, so patching its edges is a no-op) and into a receiver none of whose outputs is kept.
 
-Thresholds are fixed fractions of the gap |B(all patched) - B(clean)| on the proposing prompts, the same on
+Thresholds ("eap": only the circuit's minimality resolution) are fixed fractions of the gap |B(all patched) - B(clean)| on the proposing prompts, the same on
 every model and not tuned per model (module constants below). Prompts on which that gap is within its own noise
 (its 95% bootstrap CI over prompts holds 0: `evaluation.check_gap`) are refused: there is no behaviour to explain,
 and any fraction of a noise gap keeps edges at random.
@@ -395,6 +405,11 @@ def eap_notes(selection: Selection) -> tuple[str, ...]:
                      f"{selection.n_sampled} sampled edges is {shown}, below {EAP_MIN_SPEARMAN}; the edges were kept "
                      "by exact faithfulness, but their order and scores are not the edges' effects (use "
                      "method='acdc' or 'nodes')")
+    if selection.reached and selection.fraction == 1.0 and len(selection.fractions) > 1:
+        best = max(range(selection.chosen), key=lambda i: selection.faithfulness[i])
+        notes.append(f"no top-n smaller than every edge reached faithfulness {selection.target:g} on the proposing "
+                     f"prompts (the best: {selection.faithfulness[best]:.3f} with {selection.n_edges[best]} edges): the "
+                     "circuit is the whole model")
     if not selection.reached:
         notes.append(f"no top-n circuit reached faithfulness {selection.target} on the proposing prompts (best "
                      f"{max(selection.faithfulness):.3f}): every edge is kept")

@@ -51,6 +51,7 @@ def cmd_circuit(args) -> int:
         console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "
                                    f"({found.behaviour})", width=console.width,
                                    columns=["test", "value", "ci_low", "ci_high", "unit"]))
+    _print_eap(console, circuit)
     if found.curve is not None:
         _print_curve(console, found.curve)
     if png is not None:
@@ -117,3 +118,16 @@ def _draw(found, spec: str, png: Path) -> None:
     fig = draw_circuit(found.edges_to_draw(), title=title, unit=found.unit,
                        max_labels=0 if found.nodes is not None else MAX_LABELS)
     write_output(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}), what="PNG")
+
+
+def _print_eap(console, circuit) -> None:
+    """How an EAP circuit was chosen (top-n by |estimate|, exact faithfulness on the proposing half), and its notes."""
+    selection = circuit.selection
+    if selection is not None:
+        i = selection.chosen
+        console.print(f"EAP kept the top {selection.n_selected[i]} edges by |estimate| (fraction {selection.fraction:g}; "
+                      f"{selection.n_edges[i]} after pruning): exact faithfulness {selection.faithfulness[i]:.3f} on the "
+                      f"proposing half (target {selection.target:g}); estimates vs exact patching, Spearman "
+                      f"{selection.spearman:.2f} on {selection.n_sampled} edges")
+    for note in circuit.notes:
+        console.print(f"[yellow]note[/yellow]: {note}")

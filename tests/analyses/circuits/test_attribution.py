@@ -117,3 +117,33 @@ def test_per_node_integrated_scores_rank_toy_induction_heads_as_exact_patching_d
     estimate = torch.stack([result.node_values[result.nodes.index(h)] for h in heads]).mean(1)
     assert spearman(estimate, exact) >= 0.9
     assert exact.min() > 0.3  # every head matters under resampling: the ranking is not of zeros
+
+
+def test_estimate_agreement_ranks_the_estimates_against_exact_single_edge_patches():
+    """The sample: the 16 edges of largest |estimate| and 16 seeded others; exact = each edge's EdgePatch effect."""
+    import pandas as pd
+
+    from interp.analyses.circuits.attribution import estimate_agreement
+    from interp.data import repeated_tokens
+    from interp.models.constructed import induction_circuit
+    from interp.paths import EdgePatch
+
+    run = interp.Run(induction_circuit(), repeated_tokens(8, 10, 63, bos=63))
+    result = attribution_patching(run)
+    agreement = estimate_agreement(run, result)
+    assert len(agreement.edges) == 32 == len(set(agreement.edges))
+    means = result.edge_values.mean(1)
+    top = {result.edges[i] for i in torch.argsort(means.abs(), descending=True, stable=True)[:16].tolist()}
+    assert top <= set(agreement.edges)
+    some = agreement.edges[:3]
+    exact = [run.effect(EdgePatch((edge,))).mean for edge in some]
+    assert list(agreement.exact[:3]) == pytest.approx(exact)
+    frame = agreement.frame()
+    assert list(frame.columns) == ["edge", "estimate", "exact"] and len(frame) == 32
+    rho = pd.Series(frame.estimate).rank().corr(pd.Series(frame.exact).rank())
+    assert agreement.spearman == pytest.approx(rho) and agreement.spearman < 0.5  # saturated: wrong signs
+    assert estimate_agreement(run, result).edges == agreement.edges  # seeded
+    with pytest.raises(BadInput, match="n_edges=1"):
+        estimate_agreement(run, result, 1)
+    with pytest.raises(BadInput, match="over 8 prompts, the run has 4"):
+        estimate_agreement(run.on(run.prompts[:4]), result)
