@@ -11,7 +11,7 @@ Definitions, as MIB's `evaluate_area_under_curve` computes them (its `MIB_circui
 
 - edges are ranked by their score, descending; at each fraction p of `MIB_FRACTIONS` the top
   n = int(p x number of edges) are kept (so a model of 118 edges keeps none at p <= 0.005: an empty circuit),
-  then dangling edges are pruned (`discovery.prune`: from senders with no kept input, into receivers with no
+  then dangling edges are pruned (`topn.prune`: from senders with no kept input, into receivers with no
   kept output, until none is left), as MIB's `apply_topn(..., prune=True)` does after its top-n selection;
 - faithfulness f(C) = (B(C) - B(empty)) / (B(clean) - B(empty)), B the behaviour's mean over prompts, B(C)
   the model with every edge outside C patched from the corrupted run (`interp.paths.EdgePatch`'s resampled
@@ -43,6 +43,7 @@ import torch
 from transformer_lens.utilities.statistics import derive_generator
 
 from interp.analyses.circuits.evaluation import Interval
+from interp.analyses.circuits.topn import MIB_FRACTIONS, ranked, top_n
 from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.paths import Edge, graph, parse_edge
@@ -50,7 +51,6 @@ from interp.run import Run
 from interp.stats import ratio_bootstrap
 from interp.sweep import PatchSweep, patched_values
 
-MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 N_RANDOM = 5  # random rankings in the baseline
 N_RESAMPLES = 1000  # bootstrap resamples of the prompts
 RANKINGS = ("signed", "absolute")  # CPR's and CMD's
@@ -211,20 +211,6 @@ class FaithfulnessCurve:
         return json.dumps(data, indent=1, sort_keys=True)
 
 
-def _kept(ranked: list[Edge], fractions: Sequence[float]) -> tuple[list[int], list[frozenset[Edge]]]:
-    """Per fraction: int(fraction x edges) selected from the top of `ranked`, then dangling edges pruned."""
-    from interp.analyses.circuits.discovery import prune
-
-    selected = [int(fraction * len(ranked)) for fraction in fractions]
-    return selected, [frozenset(prune(set(ranked[:n]))) for n in selected]
-
-
-def _ranked(scores: dict[str, float], every: list[Edge], absolute: bool) -> list[Edge]:
-    """Edges by score, descending (|score| with `absolute`); ties in graph order (stable)."""
-    key = (lambda e: -abs(scores[e.label])) if absolute else (lambda e: -scores[e.label])
-    return sorted(every, key=key)
-
-
 def _faithfulness(values: torch.Tensor, clean: torch.Tensor, empty: torch.Tensor, seed: int, label: str
                   ) -> tuple[Interval, ...]:
     """Per fraction f with its bootstrap CI: values (fraction, prompt)."""
@@ -293,7 +279,7 @@ def _measure(sweep: PatchSweep, every: list[Edge], rankings: dict[str, list[Edge
              ) -> dict[str, tuple[list[int], list[int], torch.Tensor]]:
     """Per ranking: n selected, n kept after pruning, and B(C) per fraction and prompt; each distinct circuit
     patched once (every edge outside it), the empty circuit taken as every edge patched."""
-    plans = {name: _kept(ranked, fractions) for name, ranked in rankings.items()}
+    plans = {name: top_n(order, fractions) for name, order in rankings.items()}
     distinct = sorted({kept for _, sets in plans.values() for kept in sets}, key=len)
     values = patched_values(sweep.run, [[e for e in every if e not in kept] for kept in distinct], sweep.source)
     row = {kept: i for i, kept in enumerate(distinct)}
@@ -330,7 +316,7 @@ def faithfulness_curve(run: Run, scores: str | Mapping[str, float] | Any, fracti
                        f"have none (e.g. {missing[:3]}).")
     sweep = test_run.sweep(test_source)
     clean, empty = sweep.clean(), patched_values(test_run, [every], test_source)[0]
-    rankings = {"signed": _ranked(table, every, False), "absolute": _ranked(table, every, True)}
+    rankings = {"signed": ranked(table, every, False), "absolute": ranked(table, every, True)}
     for i in range(n_random):
         order = torch.randperm(len(every), generator=derive_generator(test_run.seed, f"curve-random-{i}"))
         rankings[f"random-{i}"] = [every[j] for j in order.tolist()]

@@ -17,9 +17,9 @@ Methods (both patch from the corrupted run, `interp.paths.EdgePatch`'s resampled
   edges pruned as the faithfulness curve prunes them) whose *exact* faithfulness on the proposing prompts
   reaches `target` (0.9): each candidate one multi-edge patch through the Run, smallest first, at most ten.
   (All edges kept is the clean run, faithfulness 1, so one always reaches it; were none to, every edge is kept
-  and a note says so.) The estimates only order the candidates: on saturated circuits they are 30 to 10^13
-  times smaller than the exact effects and often of the wrong sign (see `attribution`), so no cut on them
-  keeps the right edges. Their Spearman correlation with exact single-edge patches on 32 edges (the 16 of
+  and a note says so.) The estimates only order the candidates: on saturated circuits they are of the wrong
+  sign on key, value and direct edges and up to 10^13 times smaller than the exact effects (see `attribution`),
+  so no cut on them keeps the right edges. Their Spearman correlation with exact single-edge patches on 32 edges (the 16 of
   largest |estimate| and 16 seeded others: `attribution.estimate_agreement`) is recorded; below 0.5 the
   circuit carries a note (and discover warns) that the estimates are unreliable there. `Circuit.selection`
   holds the candidates tried, their faithfulness and the one kept. One corrupted forward and one forward and
@@ -58,6 +58,7 @@ from torch import nn
 from interp.analyses.circuits.attribution import AGREEMENT_SAMPLE, attribution_patching, estimate_agreement
 from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PatchSweep
+from interp.analyses.circuits.topn import MIB_FRACTIONS, prune, ranked, top_n
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
@@ -234,20 +235,6 @@ def _edge_label(key: Any) -> str:
     return parse_edge(key).label
 
 
-def prune(edges: set[Edge]) -> set[Edge]:
-    """Drop edges from senders with no kept input (but the embeddings) and into receivers with no kept output
-    (but the logits), until none is left to drop: patching those changes nothing."""
-    kept = set(edges)
-    while True:
-        has_input = {e.receiver for e in kept}
-        has_output = {e.sender for e in kept}
-        drop = {e for e in kept if (e.sender.kind != "embed" and e.sender not in has_input)
-                or (e.receiver.kind != "logits" and e.receiver not in has_output)}
-        if not drop:
-            return kept
-        kept -= drop
-
-
 def _receivers_backwards(model: nn.Module) -> list[Node]:
     """Receivers in reverse forward order: the logits, then the last layer's MLP, its heads, ..."""
     order = [node for node in nodes(model) if node.kind != "embed"]
@@ -360,9 +347,7 @@ def _smallest_faithful(run: Run, scores: dict[str, float], every: list[Edge], ga
     """The smallest top-n by |score| (n from MIB's fractions, dangling edges pruned, as `curve` keeps them) whose
     exact faithfulness 1 - (B(C) - B(clean)) / gap reaches `target`; each candidate one multi-edge patch, tried
     smallest first. The candidates tried, and whether one reached it (if none did, every edge is kept)."""
-    from interp.analyses.circuits.curve import MIB_FRACTIONS, _kept, _ranked
-
-    selected, sets = _kept(_ranked(scores, every, absolute=True), MIB_FRACTIONS)
+    selected, sets = top_n(ranked(scores, every, absolute=True), MIB_FRACTIONS)
     clean = float(run.sweep(source).clean().mean())
     tried: list[tuple[float, int, int, float]] = []
     seen: set[frozenset[Edge]] = set()

@@ -266,3 +266,16 @@ def test_report_circuit_section_draws_the_curve(tmp_path):
     document = section.to_json()
     assert document["curve"]["cpr"]["mean"] == pytest.approx(curve.cpr.mean)
     json.dumps(document, allow_nan=False)
+
+
+def test_cli_circuit_eap_prints_how_it_chose_and_its_note(tmp_path, capsys, monkeypatch):
+    """issue 42 item 5: the top-n EAP kept, its exact faithfulness, and the note that its estimates are unreliable."""
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.warns(UserWarning, match="EAP estimates unreliable"):
+        code = cli.main(["circuit", CONSTRUCTED, "-q", "--method", "eap", "--n", "32", "--json", str(tmp_path / "c.json")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "EAP kept the top 8 edges by |estimate| (fraction 0.1; 7 after pruning): exact faithfulness 1.000" in out
+    assert "note: EAP estimates unreliable here" in out
+    circuit = json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]
+    assert circuit["selection"]["n_selected"][circuit["selection"]["chosen"]] == 8 and len(circuit["notes"]) == 1

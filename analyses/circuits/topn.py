@@ -1,0 +1,42 @@
+"""The top-n circuits of an edge ranking: MIB's fractions of the edges, the top n by score, dangling edges pruned.
+Shared by the faithfulness curve (`curve`: every fraction, on held-out prompts) and EAP discovery (`discovery`:
+the smallest fraction whose circuit is faithful on the proposing prompts).
+
+    kept = top_n(ranked(scores, graph(model), absolute=True), MIB_FRACTIONS)   # (n selected, pruned sets)
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from interp.paths import Edge
+
+MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def prune(edges: set[Edge]) -> set[Edge]:
+    """Drop edges from senders with no kept input (but the embeddings) and into receivers with no kept output
+    (but the logits), until none is left to drop: patching those changes nothing."""
+    kept = set(edges)
+    while True:
+        has_input = {e.receiver for e in kept}
+        has_output = {e.sender for e in kept}
+        drop = {e for e in kept if (e.sender.kind != "embed" and e.sender not in has_input)
+                or (e.receiver.kind != "logits" and e.receiver not in has_output)}
+        if not drop:
+            return kept
+        kept -= drop
+
+
+def ranked(scores: dict[str, float], every: list[Edge], absolute: bool) -> list[Edge]:
+    """Edges by score, descending (|score| with `absolute`); ties in graph order (stable)."""
+    key = (lambda e: -abs(scores[e.label])) if absolute else (lambda e: -scores[e.label])
+    return sorted(every, key=key)
+
+
+def top_n(order: list[Edge], fractions: Sequence[float]) -> tuple[list[int], list[frozenset[Edge]]]:
+    """Per fraction: int(fraction x edges) selected from the top of `order`, then dangling edges pruned."""
+    selected = [int(fraction * len(order)) for fraction in fractions]
+    return selected, [frozenset(prune(set(order[:n]))) for n in selected]
+
+
+__all__ = ["MIB_FRACTIONS", "prune", "ranked", "top_n"]
