@@ -297,7 +297,8 @@ def estimate_agreement(run: Run, result: Attribution, n_edges: int = AGREEMENT_S
                        f"{len(run.prompts)}; pass the Run the estimates were computed on.")
     means = result.edge_values.mean(1)  # (edge,)
     top = torch.argsort(means.abs(), descending=True, stable=True)[: n_edges // 2].tolist()
-    rest = [i for i in range(len(result.edges)) if i not in set(top)]
+    chosen = set(top)
+    rest = [i for i in range(len(result.edges)) if i not in chosen]
     order = torch.randperm(len(rest), generator=derive_generator(run.seed, "eap-agreement"))
     picked = sorted(top + [rest[j] for j in order[: n_edges - len(top)].tolist()])
     edges = tuple(result.edges[i] for i in picked)
