@@ -171,7 +171,7 @@ class Circuit:
                        data.get("behaviour", ""), data.get("unit", ""), float("nan") if gap is None else gap,
                        data.get("n_prompts", 0), data.get("model", ""),
                        selection=None if data.get("selection") is None else Selection.from_dict(data["selection"]),
-                       notes=tuple(data.get("notes") or ()))
+                       notes=data.get("notes") or ())
         except BadInput as error:
             raise type(error)(f"Circuit.from_json: {str(error).removeprefix('Circuit: ')}") from None
 

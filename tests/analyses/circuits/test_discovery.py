@@ -98,6 +98,8 @@ def test_eap_notes_and_the_circuit_checks_its_eap_fields():
         Circuit((), ("L1H0 -> logits",), {}, "eap", 0.01, selection={"target": 0.9})
     with pytest.raises(BadInput, match="notes='careful'"):
         Circuit((), ("L1H0 -> logits",), {}, "eap", 0.01, notes="careful")
+    with pytest.raises(BadInput, match="Circuit.from_json: notes='careful'"):
+        Circuit.from_json({"edges": [], "method": "eap", "threshold": 0.01, "notes": "careful"})
     with pytest.raises(BadInput, match="selection is not Selection.to_dict"):
         Circuit.from_json({"edges": [], "method": "eap", "threshold": 0.01, "selection": {"target": 0.9}})
 
