@@ -50,6 +50,7 @@ from interp.analyses.circuits.patching import PatchSweep
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
+from interp.progress import Bar
 from interp.run import Run, as_run
 from interp.validate import as_real, check_fraction
 
@@ -288,10 +289,10 @@ def _too_many_edges(sweep: PatchSweep, every: list[Edge], max_edges: int) -> str
             "patching), or raise max_edges (CLI --max-edges) to run it anyway.")
 
 
-def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSet | None = None
+def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSet | None = None, progress: bool = False
                ) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC over nodes on `run`'s prompts (see the module): every edge between the kept nodes, each edge scored with
-    its sender's removal effect, and the gap."""
+    its sender's removal effect, and the gap. `progress`: a bar over the nodes tried (one patched forward each)."""
     sweep = run.sweep(source)
     every_node = nodes(run.model)
     candidates = [node for node in every_node if node.kind in ("head", "mlp")]
@@ -304,12 +305,14 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
     removed: list[Node] = []
     node_scores: dict[Node, float] = {}
     current = clean
-    for node in sorted(candidates, reverse=True):  # last layer's MLP, its heads, ... layer 0's heads
-        trial = float(sweep.node_values([removed + [node]])[0].mean())
-        node_scores[node] = trial - current
-        if abs(trial - current) < tau:
-            removed.append(node)
-            current = trial
+    with Bar(len(candidates), "discovering (nodes)", enabled=progress, unit="nodes") as bar:
+        for node in sorted(candidates, reverse=True):  # last layer's MLP, its heads, ... layer 0's heads
+            trial = float(sweep.node_values([removed + [node]])[0].mean())
+            node_scores[node] = trial - current
+            if abs(trial - current) < tau:
+                removed.append(node)
+                current = trial
+            bar.advance(note=f"{node.label}: {len(removed)} removed")
     kept_nodes = set(every_node) - set(removed)
     edges = {e for e in graph(run.model) if e.sender in kept_nodes and e.receiver in kept_nodes}
     scores = {e.label: node_scores.get(e.sender, 0.0) for e in graph(run.model)}
@@ -321,12 +324,13 @@ _METHODS = {"acdc": acdc, "eap": eap, "nodes": nodes_acdc}
 
 def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: DiscoveryMethod = "acdc",
              threshold: float | None = None, behaviour: Any = None, seed: int = 0, batch_size: int = 16,
-             split: bool = True, source: PromptSet | None = None, max_edges: int = ACDC_MAX_EDGES) -> Circuit:
+             split: bool = True, source: PromptSet | None = None, max_edges: int = ACDC_MAX_EDGES,
+             progress: bool = False) -> Circuit:
     """A circuit for the behaviour (see the module): proposed on one half of the prompts (`PromptSet.split`,
     seeded) and tested on the other (`.test`), or on all of them with `split=False` (no test). `threshold`:
     a fraction of the clean-vs-patched gap (default: the method's constant). `source`: a corrupted set, row
     for row (default: resampled prompts); with a split, each half reads its own rows of it. `max_edges`:
-    ACDC's budget (see the module)."""
+    ACDC's budget (see the module). `progress`: a bar over the nodes tried (method "nodes")."""
     if method not in _METHODS:
         raise BadInput(f"discover: method={method!r}; expected one of {list(DISCOVERY_METHODS)}.")
     if isinstance(model_or_run, Run):
@@ -347,7 +351,7 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
             propose_source, test_source = source.split(0.5, seed=run.seed)
     else:
         propose_run, test_run = run, None
-    options = {"max_edges": max_edges} if method == "acdc" else {}
+    options = {"acdc": {"max_edges": max_edges}, "nodes": {"progress": progress}}.get(method, {})
     kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
     edges = sorted(kept)
     circuit = Circuit(tuple(nodes_of(edges)), tuple(e.label for e in edges), scores, method, float(fraction),

@@ -28,7 +28,7 @@ def cmd_circuit(args) -> int:
                        "resampling gives each prompt another one's activations, so each half needs 2 prompts.")
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
                             seed=args.seed, max_edges=getattr(args, "max_edges", None),
-                            curve=getattr(args, "curve", False))
+                            curve=getattr(args, "curve", False), progress=not args.quiet)
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "

@@ -292,6 +292,14 @@ def test_nodes_discovery_keeps_the_circuits_heads(model, prompts):
     assert frame[frame.sender == "L1H0"].score.abs().min() > 5 * circuit.tau
 
 
+def test_nodes_discovery_shows_its_progress_and_finds_the_same_circuit(model, prompts, capsys):
+    quiet = discover(model, prompts, method="nodes")
+    shown = discover(model, prompts, method="nodes", progress=True)
+    assert shown.edges == quiet.edges and shown.scores == quiet.scores
+    err = capsys.readouterr().err
+    assert "discovering (nodes)" in err and "8/8" in err and "removed" in err  # every head and MLP tried, counted
+
+
 def test_discovery_with_a_corrupted_source_splits_it_row_for_row(model, prompts):
     source = repeated_tokens(32, 10, 63, bos=63, seed=9)
     circuit = discover(model, prompts, method="nodes", source=source)
