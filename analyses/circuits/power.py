@@ -20,6 +20,7 @@ never by itself support for a claim (`interp.claims.SUPPORTING_KINDS`).
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -29,7 +30,7 @@ from torch import nn
 from interp.claims import POWER_FLOOR
 from interp.data import PromptSet
 from interp.errors import BadInput
-from interp.hooks import hooked
+from interp.hooks import attention_sites, hooked
 from interp.paths import (
     Edge,
     Node,
@@ -38,6 +39,7 @@ from interp.paths import (
     check_graph_model,
     corrupted_prompts,
     edge_hooks,
+    node_write,
     sender_writes,
 )
 from interp.run import prompt_fingerprint
@@ -63,10 +65,15 @@ class WriteChange:
         return self.max < POWER_FLOOR and not self.silent
 
     def reason(self) -> str:
-        return (f"inconclusive: the corruption does not change {self.node}'s write (largest relative change over "
-                f"{len(self.values)} prompts {self.max:.2g} < {POWER_FLOOR:g}; {self.how}), so patching it changes "
-                "nothing whether or not it matters; mean ablation has no power either (the mean of a constant is "
-                "the constant)")
+        """Why a test through this sender has no power, in words ("the corruption does not change L0H0's write ...")."""
+        measured = f"largest relative change over {len(self.values)} prompts {self.max:.2g} < {POWER_FLOOR:g}"
+        if self.how.endswith("ablation"):
+            return (f"the {self.how} does not change {self.node}'s write ({measured}): the write is the same on every "
+                    "prompt (the mean of a constant is the constant), so the ablation changes nothing whether or not "
+                    "the head matters; zero ablation (off-distribution) shows whether it does")
+        return (f"the corruption does not change {self.node}'s write ({measured}; {self.how}), so patching it changes "
+                "nothing whether or not it matters (mean ablation has no power either: the mean of a constant is the "
+                "constant)")
 
 
 def relative_change(clean: torch.Tensor, corrupted: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +132,59 @@ def sweep_write_changes(sweep: Any) -> dict[Node, WriteChange]:
             for node in ratios}
 
 
+def ablation_write_changes(run: Any, ablation: Any) -> dict[Node, WriteChange]:
+    """Each ablated head's `WriteChange` under a `HeadAblation` at `z` on `run`'s prompts: its write with the
+    ablation's values (the mean at the same role, a resampled prompt's, zero) against its clean write. One clean
+    and one ablated forward per batch, stopped after the last ablated layer, memoised on the Run; {} for an ablation
+    at another site (its write is not read at z)."""
+    if getattr(ablation, "site", "z") != "z":
+        return {}
+    heads = [Node(int(layer), "head", int(head)) for layer, head in ablation.heads]
+    sites = attention_sites(run.model)
+    names = {node: sites[node.layer].hook("z") for node in heads}
+    how = f"{ablation.kind} ablation"
+
+    def compute() -> dict[Node, WriteChange]:
+        ratios: dict[Node, list[torch.Tensor]] = {node: [] for node in heads}
+        norms: dict[Node, list[torch.Tensor]] = {node: [] for node in heads}
+        stop = max(node.layer for node in heads) + 1
+        for batch in run.prompts.batches(run.batch_size):
+            read = run.behaviour.model_prompts(batch)
+            clean = _z_writes(run.model, read, names, stop)
+            with ablation.intervene(run, read):
+                ablated = _z_writes(run.model, read, names, stop)
+            for node in heads:
+                ratio, norm = relative_change(clean[node], ablated[node], read.attention_mask)
+                ratios[node].append(ratio)
+                norms[node].append(norm)
+        return {node: WriteChange(node.label, torch.cat(ratios[node]), bool(torch.cat(norms[node]).max() == 0), how)
+                for node in heads}
+
+    result: dict[Node, WriteChange] = run.cached(("ablation-write-change", json.dumps(ablation.spec(), sort_keys=True)),
+                                                 compute)
+    return result
+
+
+@torch.no_grad()
+def _z_writes(model: nn.Module, prompts: PromptSet, names: dict[Node, str], stop: int) -> dict[Node, torch.Tensor]:
+    """Each head's write (batch, pos, d_model) from its `z` hook (as a hook attached before this one left it)."""
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        acts[hook.name] = act.detach().clone()
+
+    with hooked(model, [(name, keep) for name in set(names.values())]):
+        model(prompts.tokens, attention_mask=prompts.attention_mask, stop_at_layer=stop)
+    out = {}
+    for node, name in names.items():
+        z = acts[name][:, :, node.head]  # (batch, pos, d_head)
+        try:
+            out[node] = node_write(model, node, acts[name])
+        except (AttributeError, TypeError):  # no head_write: z itself (zero exactly when the write is)
+            out[node] = z
+    return out
+
+
 @dataclass(frozen=True)
 class EdgeZero:
     """Zero ablation of edges: each receiver reads zero in place of its sender's write along the edge (nothing else
@@ -156,5 +216,5 @@ def powerless(changes: Sequence[WriteChange]) -> list[WriteChange]:
     return [change for change in changes if change.powerless]
 
 
-__all__ = ["POWER_FLOOR", "EdgeZero", "WriteChange", "powerless", "relative_change", "sweep_write_changes",
+__all__ = ["POWER_FLOOR", "EdgeZero", "ablation_write_changes", "WriteChange", "powerless", "relative_change", "sweep_write_changes",
            "write_changes"]

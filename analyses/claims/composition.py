@@ -55,6 +55,7 @@ from torch import nn
 
 from interp.analyses.circuits.power import EdgeZero, WriteChange, write_changes
 from interp.analyses.claims.causal import behaviour_text, claims_run, resolve_behaviour
+from interp.analyses.claims.common import with_power
 from interp.analyses.claims.qk_attribution import QK_VIAS, EdgeAttribution
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, equivalence_evidence, min_effect
@@ -153,16 +154,6 @@ class _PathPatch:
         return write_changes(claims_run(ctx, chosen), [sender])[sender]
 
 
-def _with_power(ev: Evidence, change: WriteChange) -> Evidence:
-    """The evidence with its sender's `write_change`; without power, undecided and saying why (never refuting nor
-    supporting: `interp.claims.lacks_power`)."""
-    extra = {**ev.extra, "write_change": change.max, **({"silent_sender": "yes"} if change.silent else {})}
-    ev = dataclasses.replace(ev, write_change=change.max, extra=extra)
-    if not change.powerless:
-        return ev
-    return dataclasses.replace(ev, passed=None, detail=f"{change.reason()}; {ev.detail}")
-
-
 def _composition_extra(ctx: Context, edge: Edge) -> tuple[dict[str, float | str], str]:
     """The composition score's extras and a sentence on it (supporting only)."""
     row = composition_row(ctx.model, edge, ctx)
@@ -195,7 +186,7 @@ class EdgeEffect(_PathPatch):
             ev = equivalence_evidence("observational", values, ctx, band=floor, what=what, unit=unit, extra=extra)
             ev = dataclasses.replace(ev, detail=f"{text}: {ev.detail}; {score}",
                                      rule=f"{ev.rule}; refuted when the CI excludes 0 and |effect| >= {floor:g}")
-            return _with_power(ev, self.power(ctx, chosen, self.edge.sender))
+            return with_power(ev, self.power(ctx, chosen, self.edge.sender))
         ev = difference_evidence("observational", values, torch.zeros_like(values), ctx, decisive=True, min_effect=floor,
                                  unit=unit, what=what, extra=extra)
         suffix = f" {unit}" if unit else ""
@@ -206,7 +197,7 @@ class EdgeEffect(_PathPatch):
                    None: f"neither clears {floor:g}{suffix} nor lies within {band}"}[passed]
         detail = f"{text}: {what} = {ev.effect:.4g} [{ev.ci_low:.4g}, {ev.ci_high:.4g}]{suffix}, {verdict}; {score}"
         ev = dataclasses.replace(ev, passed=passed, detail=detail, rule=f"{ev.rule}; refuted when the CI lies within {band}")
-        return _with_power(ev, self.power(ctx, chosen, self.edge.sender))
+        return with_power(ev, self.power(ctx, chosen, self.edge.sender))
 
 
 @dataclass(frozen=True)
@@ -232,7 +223,7 @@ class EdgeControl(_PathPatch):
         ev = dataclasses.replace(ev, detail=(f"{text}: {ev.detail} (claimed {float(claimed.mean()):.4g}, control "
                                              f"{float(other.mean()):.4g}; {control}: the other head of layer {control.layer} with the smallest "
                                              f"{self.edge.via}-composition score into {self.edge.receiver})"))
-        return _with_power(ev, self.power(ctx, chosen, self.edge.sender))
+        return with_power(ev, self.power(ctx, chosen, self.edge.sender))
 
 
 @dataclass(frozen=True)
