@@ -20,6 +20,14 @@ Methods (both patch from the corrupted run, `interp.paths.EdgePatch`'s resampled
   is every edge between the kept nodes (the embeddings and the logits always kept); an edge's score is its
   sender's. One patched forward per node (about 300 on SmolLM2-135M) against one per edge for "acdc".
 
+Power: a patch can only see a sender whose write the corruption changes (`interp.analyses.circuits.power`: a layer-0
+head writing positions is the same on every prompt, so resampling its edges changes nothing, exactly). ACDC keeps an
+edge whose sender's largest relative write change is below `interp.claims.POWER_FLOOR` (1e-6), however it scores,
+and marks it untested (`Circuit.untested`: the reason, and the behaviour's change when the edge alone is zeroed,
+off-distribution); `prune` never drops it for its sender's inputs, only when nothing reads its receiver. ACDC and
+"nodes" record every sender's change (`Circuit.write_change`); "nodes" removes a powerless node like any other (its
+score is 0), and EAP records none (its estimate of such an edge is 0 as well).
+
 ACDC patches each edge once: a model with more than `ACDC_MAX_EDGES` edges is refused (the message
 estimates the time from one timed patched forward), and "nodes" or "eap" are the ways to go.
 
@@ -32,7 +40,8 @@ every model and not tuned per model (module constants below). Prompts on which t
 and any fraction of a noise gap keeps edges at random.
 
 `Circuit` checks its fields (edges parsed and deduplicated, nodes those the edges touch, the method, the threshold
-in [0, 1), numbers where numbers belong); `Circuit.from_json` reads only this version's schema.
+in [0, 1), numbers where numbers belong, untested edges among the kept ones); `Circuit.from_json` reads this version's
+schema and version 1 (written before `untested` and `write_change`).
 """
 from __future__ import annotations
 
