@@ -136,8 +136,13 @@ def ablation_write_changes(run: Any, ablation: Any) -> dict[Node, WriteChange]:
     """Each ablated head's `WriteChange` under a `HeadAblation` at `z` on `run`'s prompts: its write with the
     ablation's values (the mean at the same role, a resampled prompt's, zero) against its clean write. One clean
     and one ablated forward per batch, stopped after the last ablated layer, memoised on the Run; {} for an ablation
-    at another site (its write is not read at z)."""
+    at another site (its write is not read at z), and on a model without a graph (`interp.paths.check_graph_model`: no
+    split head writes to read; the evidence then says nothing of its power)."""
     if getattr(ablation, "site", "z") != "z":
+        return {}
+    try:
+        check_graph_model(run.model, "ablation_write_changes")
+    except BadInput:
         return {}
     heads = [Node(int(layer), "head", int(head)) for layer, head in ablation.heads]
     sites = attention_sites(run.model)
@@ -177,11 +182,7 @@ def _z_writes(model: nn.Module, prompts: PromptSet, names: dict[Node, str], stop
         model(prompts.tokens, attention_mask=prompts.attention_mask, stop_at_layer=stop)
     out = {}
     for node, name in names.items():
-        z = acts[name][:, :, node.head]  # (batch, pos, d_head)
-        try:
-            out[node] = node_write(model, node, acts[name])
-        except (AttributeError, TypeError):  # no head_write: z itself (zero exactly when the write is)
-            out[node] = z
+        out[node] = node_write(model, node, acts[name])
     return out
 
 
