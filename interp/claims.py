@@ -287,6 +287,12 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _without_power(evidence: Evidence) -> Evidence:
+    """A powerless evidence as `decide` counts it: undecided, its detail saying why."""
+    return replace(evidence, passed=None, detail=f"inconclusive: no power, the corruption changes the sender's write by "
+                                                 f"{evidence.write_change:.2g} < {POWER_FLOOR:g} (relative); {evidence.detail}")
+
+
 def lacks_power(evidence: Evidence) -> bool:
     """The evidence's corruption left the sender's (nonzero) write unchanged (`write_change` < `POWER_FLOOR`): its
     number is no test of the claim, so it counts neither as support nor as refutation (`decide`). A sender whose
@@ -602,7 +608,7 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     # counts neither for nor against the claim
     evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS]
     # evidence without power (the corruption does not change the sender's write) is undecided, whatever it computed
-    evidence = [replace(e, passed=None) if lacks_power(e) and e.passed is not None else e for e in evidence]
+    evidence = [_without_power(e) if lacks_power(e) and e.passed is not None else e for e in evidence]
     failed = [e for e in evidence if e.passed is False]
     decisive = [e for e in failed if e.decisive]
     if decisive:

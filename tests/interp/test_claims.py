@@ -164,7 +164,8 @@ def test_evidence_without_power_neither_refutes_nor_supports(passed):
                         passed=passed, decisive=True, n_prompts=32, detail="patch", write_change=change, extra=extra)
 
     verdict, reasons = decide([ev(0.0)], 0.001, 0.05, 32)
-    assert verdict == "inconclusive" and reasons == ("observational undecided: patch",)
+    assert verdict == "inconclusive" and reasons == ("observational undecided: inconclusive: no power, the corruption "
+                                                     "changes the sender's write by 0 < 1e-06 (relative); patch",)
     assert decide([ev(POWER_FLOOR / 2)], 0.001, 0.05, 32)[0] == "inconclusive"
     expected = "supported" if passed else "refuted"
     assert decide([ev(POWER_FLOOR * 2)], 0.001, 0.05, 32)[0] == expected
