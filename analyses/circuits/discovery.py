@@ -24,9 +24,9 @@ Power: a patch can only see a sender whose write the corruption changes (`interp
 head writing positions is the same on every prompt, so resampling its edges changes nothing, exactly). ACDC keeps an
 edge whose sender's largest relative write change is below `interp.claims.POWER_FLOOR` (1e-6), however it scores,
 and marks it untested (`Circuit.untested`: the reason, and the behaviour's change when the edge alone is zeroed,
-off-distribution); `prune` never drops it for its sender's inputs, only when nothing reads its receiver. ACDC and
-"nodes" record every sender's change (`Circuit.write_change`); "nodes" removes a powerless node like any other (its
-score is 0), and EAP records none (its estimate of such an edge is 0 as well).
+off-distribution); `prune` never drops it for its sender's inputs, only when nothing reads its receiver. ACDC
+records every sender's change (`Circuit.write_change`); "nodes" removes a powerless node like any other (its score is
+0) and EAP drops such an edge (its estimate is 0 as well): neither records the change.
 
 ACDC patches each edge once: a model with more than `ACDC_MAX_EDGES` edges is refused (the message
 estimates the time from one timed patched forward), and "nodes" or "eap" are the ways to go.
@@ -97,7 +97,7 @@ class Circuit:
     test: CircuitTest | None = field(default=None, repr=False)  # on the held-out prompts (discover's split)
     # kept edges the method could not test: their sender's write is the same under the corruption (edge -> why)
     untested: Mapping[str, str] = field(default_factory=dict)
-    # each sender's largest relative write change under the corruption (`interp.analyses.circuits.power`); acdc, nodes
+    # each sender's largest relative write change under the corruption (`interp.analyses.circuits.power`); acdc
     write_change: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -432,7 +432,7 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
     options = {"max_edges": max_edges} if method == "acdc" else {}
     kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
     edges = sorted(kept)
-    swept = method in ("acdc", "nodes")  # their sweep holds every sender's clean and corrupted writes: power for free
+    swept = method == "acdc"  # its sweep holds every sender's clean and corrupted writes: power for free
     circuit = Circuit(tuple(nodes_of(edges)), tuple(e.label for e in edges), scores, method, float(fraction),
                       run.behaviour.describe(propose_run.prompts), run.behaviour.unit, gap, len(propose_run.prompts),
                       str(getattr(getattr(run.model, "cfg", None), "model_name", "") or type(run.model).__name__),
