@@ -25,8 +25,9 @@ head writing positions is the same on every prompt, so resampling its edges chan
 edge whose sender's largest relative write change is below `interp.claims.POWER_FLOOR` (1e-6), however it scores,
 and marks it untested (`Circuit.untested`: the reason, and the behaviour's change when the edge alone is zeroed,
 off-distribution); `prune` never drops it for its sender's inputs, only when nothing reads its receiver. ACDC
-records every sender's change (`Circuit.write_change`); "nodes" removes a powerless node like any other (its score is
-0) and EAP drops such an edge (its estimate is 0 as well): neither records the change.
+and "nodes" record every sender's change (`Circuit.write_change`); "nodes" never removes a powerless head or MLP
+either (its outgoing edges between kept nodes are untested); EAP drops such an edge (its estimate is 0 as well) and
+records no change.
 
 ACDC patches each edge once: a model with more than `ACDC_MAX_EDGES` edges is refused (the message
 estimates the time from one timed patched forward), and "nodes" or "eap" are the ways to go.
@@ -384,6 +385,7 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
     check_gap(corrupted, "discover", sweep.run.behaviour.unit, sweep.run.seed)
     gap = float(corrupted.mean())
     tau = threshold * abs(gap)
+    power = sweep_write_changes(sweep)  # a node whose write the corruption does not change: kept, untested
     removed: list[Node] = []
     node_scores: dict[Node, float] = {}
     current = clean
@@ -391,14 +393,14 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
         for node in sorted(candidates, reverse=True):  # last layer's MLP, its heads, ... layer 0's heads
             trial = float(sweep.node_values([removed + [node]])[0].mean())
             node_scores[node] = trial - current
-            if abs(trial - current) < tau:
+            if abs(trial - current) < tau and not power[node].powerless:
                 removed.append(node)
                 current = trial
             bar.advance(note=f"{node.label}: {len(removed)} removed")
     kept_nodes = set(every_node) - set(removed)
     edges = {e for e in graph(run.model) if e.sender in kept_nodes and e.receiver in kept_nodes}
     scores = {e.label: node_scores.get(e.sender, 0.0) for e in graph(run.model)}
-    return prune(edges), scores, gap
+    return prune(edges, {e for e in edges if power[e.sender].powerless}), scores, gap
 
 
 _METHODS = {"acdc": acdc, "eap": eap, "nodes": nodes_acdc}
@@ -436,7 +438,7 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
     options = {"acdc": {"max_edges": max_edges}, "nodes": {"progress": progress}}.get(method, {})
     kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
     edges = sorted(kept)
-    swept = method == "acdc"  # its sweep holds every sender's clean and corrupted writes: power for free
+    swept = method in ("acdc", "nodes")  # their sweep holds every sender's clean and corrupted writes: power for free
     circuit = Circuit(tuple(nodes_of(edges)), tuple(e.label for e in edges), scores, method, float(fraction),
                       run.behaviour.describe(propose_run.prompts), run.behaviour.unit, gap, len(propose_run.prompts),
                       str(getattr(getattr(run.model, "cfg", None), "model_name", "") or type(run.model).__name__),

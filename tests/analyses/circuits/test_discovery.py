@@ -344,6 +344,18 @@ def test_node_level_test_equals_the_edge_level_test_of_a_node_circuit(model, pro
     assert circuit.method == "nodes"
 
 
+def test_nodes_discovery_keeps_a_positional_sender_untested():
+    """The same for a head-level circuit: patching L0H0's write for every reader changes nothing (its write is the same
+    on every prompt), so it is never removed; its edges to kept nodes are untested, with why."""
+    from interp.models import handbuilt
+
+    circuit = discover(handbuilt.positional_sender(), repeated_tokens(32, 2, 63, bos=63, n_repeats=10), method="nodes")
+    assert "L0H0" in circuit.nodes and "L1H0" in circuit.nodes
+    assert "L0H0 -> L1H0 via k" in circuit.untested and all(label.startswith("L0H0 ") for label in circuit.untested)
+    assert circuit.untested["L0H0 -> L1H0 via k"].startswith("untested: the corruption does not change L0H0's write")
+    assert circuit.write_change["L0H0"] == 0.0 and circuit.write_change["L0H1"] > 1
+
+
 def test_acdc_keeps_a_positional_senders_edges_untested_never_drops_them():
     """Issue 42: L0H0 of the positional sender writes positions, the same on every prompt, and L1H0's key reads them (a
     real K-composition: zeroing the edge costs ~2 nats). Resampling cannot change L0H0's write, so ACDC's patch of its

@@ -266,3 +266,14 @@ def test_report_circuit_section_draws_the_curve(tmp_path):
     document = section.to_json()
     assert document["curve"]["cpr"]["mean"] == pytest.approx(curve.cpr.mean)
     json.dumps(document, allow_nan=False)
+
+
+def test_cli_circuit_names_the_edges_it_kept_untested(tmp_path, capsys):
+    """A positional sender's edges cannot be tested by resampling: the terminal says which were kept untested and why."""
+    argv = ["circuit", "interp.models.handbuilt:positional_sender", "-q", "--n", "32", "--prompts", "repeated",
+            "--prefix-len", "2", "--json", str(tmp_path / "c.json")]
+    assert cli.main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    untested = json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]["untested"]
+    assert untested and f"{len(untested)} edges kept untested" in out
+    assert "the corruption does not change L0H0's write" in out
