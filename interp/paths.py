@@ -234,11 +234,12 @@ def _nanogpt_args(model: nn.Module) -> dict[str, Any] | None:
     try:
         body = model.get_submodule("transformer")
         wte, wpe, first = body.get_submodule("wte"), body.get_submodule("wpe"), body.get_submodule("h.0.attn.c_attn")
-        n_layer, n_head = len(body.get_submodule("h")), attention_sites(model)[0].n_heads
+        blocks = body.get_submodule("h")
+        n_layer, n_head = len(blocks) if isinstance(blocks, nn.ModuleList) else 0, attention_sites(model)[0].n_heads
         model.get_submodule("lm_head")
     except (AttributeError, TypeError, IndexError, BadInput):
         return None
-    if not isinstance(wte, nn.Embedding) or not isinstance(wpe, nn.Embedding) or not isinstance(first, nn.Linear):
+    if not (n_layer and isinstance(wte, nn.Embedding) and isinstance(wpe, nn.Embedding) and isinstance(first, nn.Linear)):
         return None
     return {"n_layer": n_layer, "n_head": n_head, "n_embd": wte.embedding_dim, "block_size": wpe.num_embeddings,
             "vocab_size": wte.num_embeddings, "bias": first.bias is not None}

@@ -6,11 +6,17 @@
   `F.scaled_dot_product_attention`) or the hand-written path (`flash=False`).
 - `EncoderLM`: a causal language model on `nn.TransformerEncoder` with a causal mask.
 - `DirectSDPA`: one module calling `scaled_dot_product_attention` (imported by name) itself.
+- `nanogpt_induction()`: a `NanoStyleGPT` trained on varied-length repeats (`train_nanogpt_induction`, the weights
+  shipped in tests/data/nanogpt-induction.safetensors + .json, remade by tests/data/make_nanogpt_induction.py):
+  a user's own trained model with a real induction head.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -84,7 +90,7 @@ class NanoBlock(nn.Module):
 class NanoStyleGPT(nn.Module):
     """nanoGPT's layout: transformer.wte / wpe / h.{l} / ln_f, lm_head tied to wte."""
 
-    def __init__(self, args: NanoArgs | None = None, flash: bool = True, seed: int = 0):
+    def __init__(self, args: NanoArgs | None = None, flash: bool = True, seed: int = 0, init_std: float = 0.2):
         super().__init__()
         self.config = args = args or NanoArgs()
         torch.manual_seed(seed)
@@ -97,9 +103,9 @@ class NanoStyleGPT(nn.Module):
         ))
         self.lm_head = nn.Linear(args.n_embd, args.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
-        for name, param in self.named_parameters():  # larger than nanoGPT's 0.02, so heads differ visibly
+        for name, param in self.named_parameters():  # default larger than nanoGPT's 0.02, so heads differ visibly
             if param.dim() == 2:
-                nn.init.normal_(param, std=0.2)
+                nn.init.normal_(param, std=init_std)
             elif name.endswith("bias"):
                 nn.init.normal_(param, std=0.02)
 
@@ -153,6 +159,64 @@ class DirectSDPA(nn.Module):
         z = scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=0.3)
         x = x + self.proj(z.transpose(1, 2).flatten(2))
         return self.unembed(x)
+
+
+# ----------------------------------------------------------------- a trained one: nanoGPT on varied-length repeats
+
+DATA = Path(__file__).resolve().parent / "data"
+INDUCTION_WEIGHTS = DATA / "nanogpt-induction.safetensors"
+INDUCTION_ARGS = NanoArgs(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=128)
+INDUCTION_STEPS, INDUCTION_LR, INDUCTION_BATCH = 6000, 3e-3, 32
+
+
+def induction_task():
+    """Repeated random tokens with varied prefix length (4-24; 7 and 16 held out), up to 8 random tokens before
+    the first copy and a BOS half the time (`interp.experiments.tasks.InductionTask`): no fixed offset to copy from."""
+    from interp.experiments.tasks import InductionTask
+
+    return InductionTask(d_vocab=INDUCTION_ARGS.vocab_size, n_pos=INDUCTION_ARGS.block_size,
+                         prefix_lens=tuple(n for n in range(4, 25) if n not in (7, 16)), held_out_prefix_lens=(7, 16),
+                         max_offset=8, distinct_prefix=True)
+
+
+def train_nanogpt_induction(steps: int = INDUCTION_STEPS, seed: int = 0) -> NanoStyleGPT:
+    """Train a NanoStyleGPT as a user would: nanoGPT's N(0, 0.02) init, AdamW (betas 0.9 / 0.98, weight decay 0.01),
+    50 warm-up steps then cosine to 10% of the learning rate, next-token loss on `induction_task` batches.
+    Deterministic for a seed and a thread count."""
+    model = NanoStyleGPT(INDUCTION_ARGS, flash=True, seed=seed, init_std=0.02)
+    task, generator = induction_task(), torch.Generator().manual_seed(seed + 1)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=INDUCTION_LR, weight_decay=0.01, betas=(0.9, 0.98))
+    model.train()
+    for step in range(steps):
+        warm = min(1.0, (step + 1) / 50)
+        for group in optimiser.param_groups:
+            group["lr"] = INDUCTION_LR * warm * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
+        tokens = task.sample(INDUCTION_BATCH, generator)  # (batch, pos)
+        logits = model(tokens[:, :-1])  # (batch, pos - 1, vocab)
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    return model.eval()
+
+
+def save_nanogpt_induction(model: NanoStyleGPT, path: Path = INDUCTION_WEIGHTS, **record) -> None:
+    """The weights as safetensors (the tied head once) and a JSON beside them: model_args and `record`."""
+    from safetensors.torch import save_model
+
+    save_model(model, str(path))
+    meta = {"model_args": dataclasses.asdict(model.config), **record}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def nanogpt_induction(flash: bool = True) -> NanoStyleGPT:
+    """The shipped trained NanoStyleGPT (safetensors + JSON: nothing unpickled)."""
+    from safetensors.torch import load_model
+
+    meta = json.loads(INDUCTION_WEIGHTS.with_suffix(".json").read_text(encoding="utf-8"))
+    model = NanoStyleGPT(NanoArgs(**meta["model_args"]), flash=flash)
+    load_model(model, str(INDUCTION_WEIGHTS))
+    return model.eval()
 
 
 def nanogpt_flash() -> NanoStyleGPT:

@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Protocol, cast, get_args
+from typing import Any, Callable, Protocol, cast, get_args
 
 import numpy as np
 import torch
@@ -105,7 +105,8 @@ def random_init_model(model: nn.Module, seed: int) -> nn.Module:
 def random_init(model: nn.Module, seed: int) -> RandomInit:
     """`random_init_model` with how the copy was made."""
     if _rebuilt_from_config(model):
-        fresh = type(model)(dataclasses.replace(model.cfg, seed=seed))  # type: ignore[call-arg]
+        cfg: Any = model.cfg  # a dataclass with a seed field (_rebuilt_from_config)
+        fresh = cast(Callable[[Any], nn.Module], type(model))(dataclasses.replace(cfg, seed=seed))
         parameter = next(model.parameters())
         fresh = fresh.to(device=parameter.device, dtype=parameter.dtype).eval()
         return RandomInit(fresh, "config", len(list(fresh.parameters())))
