@@ -11,7 +11,7 @@ from torch import nn
 import interp
 from interp.analyses import claims as hc
 from interp.analyses.claims.evidence import NotReinitialised, random_init, random_init_model, reset_init
-from interp.claims import Context, decide, evaluate_claims
+from interp.claims import Context, Evidence, decide, evaluate_claims
 from interp.data import repeated_tokens
 from interp.models.constructed import induction_circuit
 
@@ -135,3 +135,13 @@ def test_our_models_are_rebuilt_from_their_config():
     verdict = evaluate_claims(circuit, [hc.induction_head(1, 0)], repeated_tokens(32, 12, 31, bos=31, seed=1),
                               evidence=["observational", "control_random_init"])[0]
     assert verdict.get("control_random_init").extra["initialised_by"] == "config"
+
+
+def test_only_a_control_can_be_not_applicable():
+    """A claim still needs its causal evidence: a necessity that could not run withholds support, whatever it says."""
+    passing = Evidence("observational", effect=0.9, ci_low=0.8, ci_high=1.0, p_value=0.001, rule="CI > 0.5", passed=True,
+                       decisive=True, n_prompts=32)
+    missing = Evidence.unmeasured("necessity", rule="", n_prompts=32, detail="could not run",
+                                  extra={"applicable": "no"})
+    verdict, reasons = decide([passing, missing], 0.001, 0.05, 32)
+    assert verdict == "inconclusive" and "necessity undecided" in reasons[0]
