@@ -6,17 +6,14 @@
   `F.scaled_dot_product_attention`) or the hand-written path (`flash=False`).
 - `EncoderLM`: a causal language model on `nn.TransformerEncoder` with a causal mask.
 - `DirectSDPA`: one module calling `scaled_dot_product_attention` (imported by name) itself.
-- `nanogpt_induction()`: a `NanoStyleGPT` trained on varied-length repeats (`train_nanogpt_induction`, the weights
-  shipped in tests/data/nanogpt-induction.safetensors + .json, remade by tests/data/make_nanogpt_induction.py):
-  a user's own trained model with a real induction head.
+- `RotaryGPT` (`rotary_gpt_trained()`): a nanoGPT fork as modded-nanogpt writes them (nanoGPT's module names,
+  rotary positions instead of `wpe`, an untied head), attention-only, carrying the trained weights of the shipped
+  `toy-induction` checkpoint (trained on varied-length repeats): a user's own model with real induction heads.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -90,7 +87,7 @@ class NanoBlock(nn.Module):
 class NanoStyleGPT(nn.Module):
     """nanoGPT's layout: transformer.wte / wpe / h.{l} / ln_f, lm_head tied to wte."""
 
-    def __init__(self, args: NanoArgs | None = None, flash: bool = True, seed: int = 0, init_std: float = 0.2):
+    def __init__(self, args: NanoArgs | None = None, flash: bool = True, seed: int = 0):
         super().__init__()
         self.config = args = args or NanoArgs()
         torch.manual_seed(seed)
@@ -103,9 +100,9 @@ class NanoStyleGPT(nn.Module):
         ))
         self.lm_head = nn.Linear(args.n_embd, args.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
-        for name, param in self.named_parameters():  # default larger than nanoGPT's 0.02, so heads differ visibly
+        for name, param in self.named_parameters():  # larger than nanoGPT's 0.02, so heads differ visibly
             if param.dim() == 2:
-                nn.init.normal_(param, std=init_std)
+                nn.init.normal_(param, std=0.2)
             elif name.endswith("bias"):
                 nn.init.normal_(param, std=0.02)
 
@@ -161,61 +158,83 @@ class DirectSDPA(nn.Module):
         return self.unembed(x)
 
 
-# ----------------------------------------------------------------- a trained one: nanoGPT on varied-length repeats
-
-DATA = Path(__file__).resolve().parent / "data"
-INDUCTION_WEIGHTS = DATA / "nanogpt-induction.safetensors"
-INDUCTION_ARGS = NanoArgs(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=128)
-INDUCTION_STEPS, INDUCTION_LR, INDUCTION_BATCH = 6000, 3e-3, 32
-
-
-def induction_task():
-    """Repeated random tokens with varied prefix length (4-24; 7 and 16 held out), up to 8 random tokens before
-    the first copy and a BOS half the time (`interp.experiments.tasks.InductionTask`): no fixed offset to copy from."""
-    from interp.experiments.tasks import InductionTask
-
-    return InductionTask(d_vocab=INDUCTION_ARGS.vocab_size, n_pos=INDUCTION_ARGS.block_size,
-                         prefix_lens=tuple(n for n in range(4, 25) if n not in (7, 16)), held_out_prefix_lens=(7, 16),
-                         max_offset=8, distinct_prefix=True)
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) of q or k, (batch, head, pos, d_head): the pairs (i, i + d/2)
+    turned by pos * 10000^(-i / (d/2)) (GPT-NeoX's halves convention)."""
+    half, n_pos = x.shape[-1] // 2, x.shape[-2]
+    angle = torch.arange(n_pos, device=x.device)[:, None] * 10000.0 ** (-torch.arange(half, device=x.device) / half)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # (pos, half)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
 
 
-def train_nanogpt_induction(steps: int = INDUCTION_STEPS, seed: int = 0) -> NanoStyleGPT:
-    """Train a NanoStyleGPT as a user would: nanoGPT's N(0, 0.02) init, AdamW (betas 0.9 / 0.98, weight decay 0.01),
-    50 warm-up steps then cosine to 10% of the learning rate, next-token loss on `induction_task` batches.
-    Deterministic for a seed and a thread count."""
-    model = NanoStyleGPT(INDUCTION_ARGS, flash=True, seed=seed, init_std=0.02)
-    task, generator = induction_task(), torch.Generator().manual_seed(seed + 1)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=INDUCTION_LR, weight_decay=0.01, betas=(0.9, 0.98))
-    model.train()
-    for step in range(steps):
-        warm = min(1.0, (step + 1) / 50)
-        for group in optimiser.param_groups:
-            group["lr"] = INDUCTION_LR * warm * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
-        tokens = task.sample(INDUCTION_BATCH, generator)  # (batch, pos)
-        logits = model(tokens[:, :-1])  # (batch, pos - 1, vocab)
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-    return model.eval()
+class RotaryAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head = n_head
+
+    def forward(self, x):
+        q, k, v = (t.unflatten(-1, (self.n_head, -1)).transpose(1, 2) for t in self.c_attn(x).chunk(3, dim=-1))
+        y = F.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)  # (batch, head, pos, d_head)
+        return self.c_proj(y.transpose(1, 2).flatten(2))
 
 
-def save_nanogpt_induction(model: NanoStyleGPT, path: Path = INDUCTION_WEIGHTS, **record) -> None:
-    """The weights as safetensors (the tied head once) and a JSON beside them: model_args and `record`."""
-    from safetensors.torch import save_model
+class RotaryBlock(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = RotaryAttention(n_embd, n_head)
 
-    save_model(model, str(path))
-    meta = {"model_args": dataclasses.asdict(model.config), **record}
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x))
 
 
-def nanogpt_induction(flash: bool = True) -> NanoStyleGPT:
-    """The shipped trained NanoStyleGPT (safetensors + JSON: nothing unpickled)."""
-    from safetensors.torch import load_model
+class RotaryGPT(nn.Module):
+    """A nanoGPT fork as modded-nanogpt writes them: nanoGPT's names (transformer.wte / h.{l}.attn.c_attn, c_proj /
+    ln_f, lm_head), rotary positions in place of `wpe`, an untied head; attention-only. No config object, nothing
+    the toolkit knows: it is hooked by SDPA interception, and has no conversion (from_nanogpt needs `wpe`)."""
 
-    meta = json.loads(INDUCTION_WEIGHTS.with_suffix(".json").read_text(encoding="utf-8"))
-    model = NanoStyleGPT(NanoArgs(**meta["model_args"]), flash=flash)
-    load_model(model, str(INDUCTION_WEIGHTS))
+    def __init__(self, vocab_size: int = 256, n_embd: int = 64, n_head: int = 4, n_layer: int = 2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            h=nn.ModuleList(RotaryBlock(n_embd, n_head) for _ in range(n_layer)),
+            ln_f=nn.LayerNorm(n_embd),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab_size)
+
+    def forward(self, idx):
+        x = self.transformer.wte(idx)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def rotary_gpt_trained() -> RotaryGPT:
+    """A RotaryGPT with the weights of the shipped `toy-induction` checkpoint (a 2-layer attention-only model trained
+    on repeated random tokens of varied prefix length, offset and BOS; safetensors + JSON), ported into the user's
+    layout as a user ports weights: the same function (the same rotary convention) to 2e-5."""
+    import einops
+
+    from interp.loading import load
+
+    source = load("toy-induction").state_dict()
+    model = RotaryGPT(n_head=source["blocks.0.attn.W_Q"].shape[0])
+    state = {"transformer.wte.weight": source["embed.W_E"], "transformer.ln_f.weight": source["ln_final.w"],
+             "transformer.ln_f.bias": source["ln_final.b"], "lm_head.weight": source["unembed.W_U"].T,
+             "lm_head.bias": source["unembed.b_U"]}
+    for layer in range(len(model.transformer.h)):
+        ours, theirs = f"transformer.h.{layer}.", f"blocks.{layer}."
+        state[ours + "ln_1.weight"], state[ours + "ln_1.bias"] = source[theirs + "ln1.w"], source[theirs + "ln1.b"]
+        state[ours + "attn.c_attn.weight"] = torch.cat([
+            einops.rearrange(source[theirs + f"attn.W_{r}"], "head d_model d_head -> (head d_head) d_model") for r in "QKV"])
+        state[ours + "attn.c_attn.bias"] = torch.cat([source[theirs + f"attn.b_{r}"].flatten() for r in "QKV"])
+        state[ours + "attn.c_proj.weight"] = einops.rearrange(source[theirs + "attn.W_O"],
+                                                              "head d_head d_model -> d_model (head d_head)")
+        state[ours + "attn.c_proj.bias"] = source[theirs + "attn.b_O"]
+    model.load_state_dict(state)
     return model.eval()
 
 
