@@ -30,7 +30,8 @@ of it: `decide` and the claim's p-value leave them out, so a claim's verdict is 
 
 Verdict rules (`decide`):
   supported     every evidence that ran passed, and the claim's Benjamini-Hochberg adjusted
-                p-value clears `alpha`;
+                p-value clears `alpha` (a control marked not applicable, `extra["applicable"] = "no"`,
+                e.g. no random-init copy of a user's module, counts neither way and is named);
   refuted       a decisive evidence failed clearly (the observational CI lies wholly on the wrong
                 side of the threshold, or a decisive control fails);
   inconclusive  otherwise, with the reason (too few prompts, a CI straddling the threshold, a
@@ -604,9 +605,14 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     if n_prompts < min_prompts:
         return "inconclusive", (f"too few prompts: n < {min_prompts} (got {n_prompts}); below it a 95% interval on a "
                                 "skewed attention metric covers less than it says; pass more prompts.",)
-    # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal)
-    # counts neither for nor against the claim
-    evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS]
+    # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal), and a
+    # control marked not applicable (it could not run on this model: no random-init copy of a user's module), count
+    # neither for nor against the claim; any other evidence that could not run withholds support
+    def applies(e: Evidence) -> bool:
+        return not (e.kind.startswith("control_") and e.extra.get("applicable") == "no")
+
+    not_applicable = [e for e in evidence if not applies(e)]
+    evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS and applies(e)]
     # evidence without power (the corruption does not change the sender's write) is undecided, whatever it computed
     evidence = [_without_power(e) if lacks_power(e) and e.passed is not None else e for e in evidence]
     failed = [e for e in evidence if e.passed is False]
@@ -620,7 +626,8 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     if not math.isfinite(p_adjusted) or p_adjusted > alpha:
         return "inconclusive", (f"every evidence passed but the adjusted p-value {p_adjusted:.3g} does not clear "
                                 f"alpha={alpha:g} after correcting for all claims tested; pass more prompts.",)
-    return "supported", tuple(f"{e.kind} passed: {e.detail}" for e in evidence)
+    return "supported", tuple(f"{e.kind} passed: {e.detail}" for e in evidence) + tuple(
+        f"{e.kind} {e.detail}" for e in not_applicable)
 
 
 def evaluate_claims(
