@@ -19,20 +19,29 @@ Evidence kinds (`EvidenceKind`):
                        (for head roles: the attention on the target keys vs an equal mass elsewhere)
   sufficiency          substituting the idealised pattern keeps the behaviour (loss recovered)
   faithfulness         the claim's ideal pattern reproduces the effect of the attention it describes
+  zero                 (composition claims; supporting only) zero ablation of the edge: the receiver reads zero in place of
+                       the sender's write. Off-distribution (zero is no value the model sees), so never part of a verdict
   qk_attribution       (composition claims; supporting only) how much of the receiver's preference for the key
                        it attends to the sender's write carries, from the exact QK attribution
   stability            verdict and head ranking hold across prompt seeds, batches and dtypes
 
-Supporting kinds (`SUPPORTING_KINDS`: qk_attribution) are gathered and reported beside the verdict, never part
+Supporting kinds (`SUPPORTING_KINDS`: zero, qk_attribution) are gathered and reported beside the verdict, never part
 of it: `decide` and the claim's p-value leave them out, so a claim's verdict is the same with or without them.
 
 Verdict rules (`decide`):
   supported     every evidence that ran passed, and the claim's Benjamini-Hochberg adjusted
-                p-value clears `alpha`;
+                p-value clears `alpha` (a control marked not applicable, `extra["applicable"] = "no"`,
+                e.g. no random-init copy of a user's module, counts neither way and is named);
   refuted       a decisive evidence failed clearly (the observational CI lies wholly on the wrong
                 side of the threshold, or a decisive control fails);
   inconclusive  otherwise, with the reason (too few prompts, a CI straddling the threshold, a
                 prompt set lacking what the claim needs, evidence that did not pass...).
+
+Power before verdicts: a causal evidence records `write_change`, the largest relative change over prompts of the
+sender's write under its corruption (`interp.analyses.circuits.power`). Below `POWER_FLOOR` (1e-6) the corruption
+changes nothing (a layer-0 head writing positions, the same on every prompt), so the evidence's zero tests nothing:
+`lacks_power` evidence is undecided, never refuting nor supporting ("inconclusive: the corruption does not change
+L0H0's write"). Each evidence keeps its per-prompt numbers (`Evidence.values`, float64; `to_dict` for JSON).
 
 A claim's p-value is the largest p-value among its evidence (an intersection-union test: the
 claim needs every requirement, so it is only as strong as its weakest one); the p-values of all
@@ -84,13 +93,15 @@ EvidenceKind = Literal[
     "necessity",
     "sufficiency",
     "faithfulness",
+    "zero",
     "qk_attribution",
     "stability",
 ]
 EVIDENCE_KINDS: tuple[str, ...] = get_args(EvidenceKind)
-# evidence reported beside the verdict, never part of it (neither `decide` nor the claim's p-value reads it):
-# a description of the mechanism that supports a causal claim without testing it
-SUPPORTING_KINDS: tuple[str, ...] = ("qk_attribution",)
+# evidence reported beside the verdict, never part of it (neither `decide` nor the claim's p-value reads it): zero
+# ablation (off-distribution: zero is no value the model sees) and a description of the mechanism (qk_attribution),
+# each informative beside a causal claim without testing it
+SUPPORTING_KINDS: tuple[str, ...] = ("zero", "qk_attribution")
 # stability reruns the observational test under several conditions: costly, so asked for explicitly
 DEFAULT_EVIDENCE: tuple[str, ...] = tuple(k for k in EVIDENCE_KINDS if k != "stability")
 VerdictName = Literal["supported", "refuted", "inconclusive"]
@@ -108,6 +119,9 @@ INTERVAL_METHOD: IntervalMethod = "studentized"
 # percentile of MiniLM-L6's 72 single-head mean-ablation effects on its sentence embedding (median
 # 0.0016, on 32 corpus sentences); a fraction (of loss recovered, of a write taken over) must reach 0.1.
 MIN_EFFECT: dict[str, float] = {"nats": 0.01, "cosine distance": 1e-3, "fraction": 0.1}
+# A causal evidence whose corruption changes the sender's write by less than this (relative, the largest over prompts:
+# `Evidence.write_change`) has no power: float32 round-off is ~1e-7, so below 1e-6 the corrupted write is the clean one
+POWER_FLOOR = 1e-6
 
 
 def min_effect(unit: str) -> float:
@@ -241,6 +255,12 @@ class Evidence:
     n_resamples: int = 0
     alternative: str = "greater"  # the p-value's test: one-sided "greater" (the requirement holds) unless stated
     metric: str = ""  # what the effect measures, e.g. "argmax_at:-1" (the offset a positional claim was tested at)
+    # the per-prompt numbers behind the effect (prompt,) float64 (a difference evidence: a - b; a ratio evidence: each
+    # prompt's own ratio); None when the evidence has none
+    values: torch.Tensor | None = field(default=None, compare=False, hash=False, repr=False)
+    # causal evidence: the largest relative change of the sender's write under the corruption, over prompts
+    # (`interp.analyses.circuits.power`); below POWER_FLOOR the evidence has no power (`lacks_power`). NaN: not measured
+    write_change: float = math.nan
 
     @classmethod
     def unmeasured(cls, kind: str, *, rule: str, n_prompts: int, detail: str, passed: bool | None = None,
@@ -253,8 +273,33 @@ class Evidence:
         return {
             "kind": self.kind, "effect": self.effect, "ci_low": self.ci_low, "ci_high": self.ci_high,
             "p_value": self.p_value, "rule": self.rule, "passed": self.passed, "decisive": self.decisive,
-            "n_prompts": self.n_prompts, "detail": self.detail, **dict(self.extra),
+            "n_prompts": self.n_prompts, "detail": self.detail, "write_change": self.write_change, **dict(self.extra),
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: `row()`'s fields with `values` a list of floats (None where not finite, or no values) and
+        every non-finite number None."""
+        values = None if self.values is None else [_json_number(v) for v in self.values.double().flatten().tolist()]
+        return {key: _json_number(value) if isinstance(value, float) else value
+                for key, value in {**self.row(), "values": values}.items()}
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _without_power(evidence: Evidence) -> Evidence:
+    """A powerless evidence as `decide` counts it: undecided, its detail saying why."""
+    return replace(evidence, passed=None, detail=f"inconclusive: no power, the corruption changes the sender's write by "
+                                                 f"{evidence.write_change:.2g} < {POWER_FLOOR:g} (relative); {evidence.detail}")
+
+
+def lacks_power(evidence: Evidence) -> bool:
+    """The evidence's corruption left the sender's (nonzero) write unchanged (`write_change` < `POWER_FLOOR`): its
+    number is no test of the claim, so it counts neither as support nor as refutation (`decide`). A sender whose
+    write is zero on every prompt (`extra["silent_sender"] == "yes"`) carries nothing: its zero effect stands."""
+    change = evidence.write_change
+    return math.isfinite(change) and change < POWER_FLOOR and evidence.extra.get("silent_sender") != "yes"
 
 
 @dataclass(frozen=True)
@@ -368,7 +413,7 @@ def threshold_evidence(
     detail = f"{what} = {mean:.3f} [{low:.3f}, {high:.3f}] {verb} the threshold {threshold.rule('')[1:]} ({threshold.source})"
     return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=threshold.rule(), passed=passed,
                     decisive=decisive, n_prompts=len(values), detail=detail, extra=dict(extra or {}),
-                    n_resamples=ctx.n_permutations)
+                    n_resamples=ctx.n_permutations, values=values.detach().cpu().clone())
 
 
 def difference_evidence(
@@ -410,7 +455,7 @@ def difference_evidence(
     rule = f"CI > {margin:g}" + (f" and effect >= {practical:g}{suffix}" if min_effect > 0 else "")
     return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=rule, passed=passed,
                     decisive=decisive, n_prompts=len(diff), detail=detail, extra=dict(extra or {}),
-                    n_resamples=ctx.n_permutations)
+                    n_resamples=ctx.n_permutations, values=diff.detach().cpu().clone())
 
 
 def equivalence_evidence(
@@ -447,7 +492,7 @@ def equivalence_evidence(
     rule = f"CI within +-{band:g}{suffix}"
     return Evidence(kind, effect=mean, ci_low=low, ci_high=high, p_value=p, rule=rule, passed=passed, decisive=decisive,
                     n_prompts=len(values), detail=detail, extra=dict(extra or {}), n_resamples=ctx.n_permutations,
-                    alternative="equivalence")
+                    alternative="equivalence", values=values.detach().cpu().clone())
 
 
 def ratio_evidence(
@@ -480,9 +525,10 @@ def ratio_evidence(
     p = _p_greater(sign * (num - threshold.value * den), ctx, label)
     passed = threshold.judge(low, high) if math.isfinite(low) else None
     detail = f"{what} = {ratio:.3f} [{low:.3f}, {high:.3f}] against {threshold.rule('')[1:]} ({threshold.source})"
+    per_prompt = torch.where(den != 0, num / torch.where(den != 0, den, 1.0), torch.nan)  # each prompt's own ratio
     return Evidence(kind, effect=ratio, ci_low=low, ci_high=high, p_value=p, rule=threshold.rule(), passed=passed,
                     decisive=decisive, n_prompts=n, detail=detail, extra=dict(extra or {}),
-                    n_resamples=ctx.n_permutations)
+                    n_resamples=ctx.n_permutations, values=per_prompt.cpu())
 
 
 def abstain(kind: str, reason: str, n_prompts: int = 0, rule: str = "") -> Evidence:
@@ -559,9 +605,16 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     if n_prompts < min_prompts:
         return "inconclusive", (f"too few prompts: n < {min_prompts} (got {n_prompts}); below it a 95% interval on a "
                                 "skewed attention metric covers less than it says; pass more prompts.",)
-    # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal)
-    # counts neither for nor against the claim
-    evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS]
+    # evidence marked not informative (a tautology, e.g. substituting a pattern that already is the ideal), and a
+    # control marked not applicable (it could not run on this model: no random-init copy of a user's module), count
+    # neither for nor against the claim; any other evidence that could not run withholds support
+    def applies(e: Evidence) -> bool:
+        return not (e.kind.startswith("control_") and e.extra.get("applicable") == "no")
+
+    not_applicable = [e for e in evidence if not applies(e)]
+    evidence = [e for e in evidence if e.extra.get("informative") != "no" and e.kind not in SUPPORTING_KINDS and applies(e)]
+    # evidence without power (the corruption does not change the sender's write) is undecided, whatever it computed
+    evidence = [_without_power(e) if lacks_power(e) and e.passed is not None else e for e in evidence]
     failed = [e for e in evidence if e.passed is False]
     decisive = [e for e in failed if e.decisive]
     if decisive:
@@ -573,7 +626,8 @@ def decide(evidence: Sequence[Evidence], p_adjusted: float, alpha: float, n_prom
     if not math.isfinite(p_adjusted) or p_adjusted > alpha:
         return "inconclusive", (f"every evidence passed but the adjusted p-value {p_adjusted:.3g} does not clear "
                                 f"alpha={alpha:g} after correcting for all claims tested; pass more prompts.",)
-    return "supported", tuple(f"{e.kind} passed: {e.detail}" for e in evidence)
+    return "supported", tuple(f"{e.kind} passed: {e.detail}" for e in evidence) + tuple(
+        f"{e.kind} {e.detail}" for e in not_applicable)
 
 
 def evaluate_claims(

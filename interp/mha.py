@@ -129,6 +129,11 @@ class HookedMultiheadAttention(HookedRootModule):
         self.hook_result = HookPoint()  # (batch, pos, head, d_model)
         self.setup()
 
+    def reset_parameters(self) -> None:
+        """Re-initialise the shared parameters as nn.MultiheadAttention does (`_reset_parameters`: Xavier-uniform
+        input projections, zero biases); the random-init control's copy of a user's model uses it."""
+        nn.MultiheadAttention._reset_parameters(cast(nn.MultiheadAttention, self))
+
     @property
     def original(self) -> nn.MultiheadAttention:
         return self._original

@@ -6,6 +6,9 @@
   `F.scaled_dot_product_attention`) or the hand-written path (`flash=False`).
 - `EncoderLM`: a causal language model on `nn.TransformerEncoder` with a causal mask.
 - `DirectSDPA`: one module calling `scaled_dot_product_attention` (imported by name) itself.
+- `RotaryGPT` (`rotary_gpt_trained()`): a nanoGPT fork as modded-nanogpt writes them (nanoGPT's module names,
+  rotary positions instead of `wpe`, an untied head), attention-only, carrying the trained weights of the shipped
+  `toy-induction` checkpoint (trained on varied-length repeats): a user's own model with real induction heads.
 """
 from __future__ import annotations
 
@@ -153,6 +156,86 @@ class DirectSDPA(nn.Module):
         z = scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=0.3)
         x = x + self.proj(z.transpose(1, 2).flatten(2))
         return self.unembed(x)
+
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) of q or k, (batch, head, pos, d_head): the pairs (i, i + d/2)
+    turned by pos * 10000^(-i / (d/2)) (GPT-NeoX's halves convention)."""
+    half, n_pos = x.shape[-1] // 2, x.shape[-2]
+    angle = torch.arange(n_pos, device=x.device)[:, None] * 10000.0 ** (-torch.arange(half, device=x.device) / half)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)  # (pos, half)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+class RotaryAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head = n_head
+
+    def forward(self, x):
+        q, k, v = (t.unflatten(-1, (self.n_head, -1)).transpose(1, 2) for t in self.c_attn(x).chunk(3, dim=-1))
+        y = F.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)  # (batch, head, pos, d_head)
+        return self.c_proj(y.transpose(1, 2).flatten(2))
+
+
+class RotaryBlock(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = RotaryAttention(n_embd, n_head)
+
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x))
+
+
+class RotaryGPT(nn.Module):
+    """A nanoGPT fork as modded-nanogpt writes them: nanoGPT's names (transformer.wte / h.{l}.attn.c_attn, c_proj /
+    ln_f, lm_head), rotary positions in place of `wpe`, an untied head; attention-only. No config object, nothing
+    the toolkit knows: it is hooked by SDPA interception, and has no conversion (from_nanogpt needs `wpe`)."""
+
+    def __init__(self, vocab_size: int = 256, n_embd: int = 64, n_head: int = 4, n_layer: int = 2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            h=nn.ModuleList(RotaryBlock(n_embd, n_head) for _ in range(n_layer)),
+            ln_f=nn.LayerNorm(n_embd),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab_size)
+
+    def forward(self, idx):
+        x = self.transformer.wte(idx)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def rotary_gpt_trained() -> RotaryGPT:
+    """A RotaryGPT with the weights of the shipped `toy-induction` checkpoint (a 2-layer attention-only model trained
+    on repeated random tokens of varied prefix length, offset and BOS; safetensors + JSON), ported into the user's
+    layout as a user ports weights: the same function (the same rotary convention) to 2e-5."""
+    import einops
+
+    from interp.loading import load
+
+    source = load("toy-induction").state_dict()
+    model = RotaryGPT(n_head=source["blocks.0.attn.W_Q"].shape[0])
+    state = {"transformer.wte.weight": source["embed.W_E"], "transformer.ln_f.weight": source["ln_final.w"],
+             "transformer.ln_f.bias": source["ln_final.b"], "lm_head.weight": source["unembed.W_U"].T,
+             "lm_head.bias": source["unembed.b_U"]}
+    for layer in range(len(model.transformer.h)):
+        ours, theirs = f"transformer.h.{layer}.", f"blocks.{layer}."
+        state[ours + "ln_1.weight"], state[ours + "ln_1.bias"] = source[theirs + "ln1.w"], source[theirs + "ln1.b"]
+        state[ours + "attn.c_attn.weight"] = torch.cat([
+            einops.rearrange(source[theirs + f"attn.W_{r}"], "head d_model d_head -> (head d_head) d_model") for r in "QKV"])
+        state[ours + "attn.c_attn.bias"] = torch.cat([source[theirs + f"attn.b_{r}"].flatten() for r in "QKV"])
+        state[ours + "attn.c_proj.weight"] = einops.rearrange(source[theirs + "attn.W_O"],
+                                                              "head d_head d_model -> d_model (head d_head)")
+        state[ours + "attn.c_proj.bias"] = source[theirs + "attn.b_O"]
+    model.load_state_dict(state)
+    return model.eval()
 
 
 def nanogpt_flash() -> NanoStyleGPT:

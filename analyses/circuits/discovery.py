@@ -30,6 +30,15 @@ Methods (both patch from the corrupted run, `interp.paths.EdgePatch`'s resampled
   is every edge between the kept nodes (the embeddings and the logits always kept); an edge's score is its
   sender's. One patched forward per node (about 300 on SmolLM2-135M) against one per edge for "acdc".
 
+Power: a patch can only see a sender whose write the corruption changes (`interp.analyses.circuits.power`: a layer-0
+head writing positions is the same on every prompt, so resampling its edges changes nothing, exactly). ACDC keeps an
+edge whose sender's largest relative write change is below `interp.claims.POWER_FLOOR` (1e-6), however it scores,
+and marks it untested (`Circuit.untested`: the reason, and the behaviour's change when the edge alone is zeroed,
+off-distribution); `prune` never drops it for its sender's inputs, only when nothing reads its receiver. ACDC
+and "nodes" record every sender's change (`Circuit.write_change`); "nodes" never removes a powerless head or MLP
+either (its outgoing edges between kept nodes are untested); EAP drops such an edge (its estimate is 0 as well) and
+records no change.
+
 ACDC patches each edge once: a model with more than `ACDC_MAX_EDGES` edges is refused (the message
 estimates the time from one timed patched forward), and "nodes" or "eap" are the ways to go.
 
@@ -42,15 +51,17 @@ every model and not tuned per model (module constants below). Prompts on which t
 and any fraction of a noise gap keeps edges at random.
 
 `Circuit` checks its fields (edges parsed and deduplicated, nodes those the edges touch, the method, the threshold
-in [0, 1), numbers where numbers belong); `Circuit.from_json` reads only this version's schema.
+in [0, 1), numbers where numbers belong, untested edges among the kept ones); `Circuit.from_json` reads this version's
+schema and version 1 (written before `untested` and `write_change`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, get_args
+from typing import Any, Callable, Iterable, Literal, Mapping, get_args
 
 import pandas as pd
 from torch import nn
@@ -58,10 +69,12 @@ from torch import nn
 from interp.analyses.circuits.attribution import AGREEMENT_SAMPLE, attribution_patching, estimate_agreement
 from interp.analyses.circuits.evaluation import CircuitTest, check_gap, nodes_of, test_circuit, test_node_circuit
 from interp.analyses.circuits.patching import PatchSweep
+from interp.analyses.circuits.power import EdgeZero, sweep_write_changes
 from interp.analyses.circuits.topn import MIB_FRACTIONS, prune, ranked, top_n
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
 from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
+from interp.progress import Bar
 from interp.run import Run, as_run
 from interp.sweep import patched_values
 from interp.validate import as_real, check_fraction
@@ -82,7 +95,8 @@ NODES_THRESHOLD = 0.01
 # ACDC's budget: one exact patched forward per edge; beyond this many edges it would take hours on a CPU
 # (SmolLM2-135M has about 70,000), and "nodes" (one per head or MLP) or "eap" (one backward) answer instead.
 ACDC_MAX_EDGES = 5000
-SCHEMA = "interp.circuit/1"
+SCHEMA = "interp.circuit/2"  # 2: `untested` (edges kept without power) and `write_change` (each sender's)
+READABLE_SCHEMAS = ("interp.circuit/1", SCHEMA)  # version 1 files have neither field
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +114,10 @@ class Circuit:
     n_prompts: int = 0  # the proposing prompts
     model: str = ""
     test: CircuitTest | None = field(default=None, repr=False)  # on the held-out prompts (discover's split)
+    # kept edges the method could not test: their sender's write is the same under the corruption (edge -> why)
+    untested: Mapping[str, str] = field(default_factory=dict)
+    # each sender's largest relative write change under the corruption (`interp.analyses.circuits.power`); acdc
+    write_change: Mapping[str, float] = field(default_factory=dict)
     selection: Selection | None = field(default=None, repr=False)  # "eap": the top-n candidates and the one kept
     notes: tuple[str, ...] = ()  # what a reader must be told with the circuit (e.g. unreliable estimates)
 
@@ -125,6 +143,8 @@ class Circuit:
         for name in ("behaviour", "unit", "model"):
             if not isinstance(getattr(self, name), str):
                 raise BadInput(f"Circuit: {name}={getattr(self, name)!r}; expected a string.")
+        object.__setattr__(self, "untested", _untested_field(self.untested, edges))
+        object.__setattr__(self, "write_change", _write_change_field(self.write_change))
         _check_eap_fields(self)
 
     @property
@@ -133,21 +153,28 @@ class Circuit:
         return self.threshold * abs(self.gap)
 
     def frame(self) -> pd.DataFrame:
-        """One row per scored edge: sender, receiver, via, score, in_circuit, method, threshold (unit), unit."""
+        """One row per scored edge: sender, receiver, via, score, in_circuit, method, threshold (unit), unit, then
+        `untested` (kept without power: the corruption does not change the sender's write) and `write_change` (the
+        sender's largest relative write change; NaN where not recorded)."""
         kept = set(self.edges)
         rows = []
         for label, score in self.scores.items():
             edge = parse_edge(label)
             rows.append({"sender": edge.sender.label, "receiver": edge.receiver.label, "via": edge.via, "score": score,
-                         "in_circuit": label in kept, "method": self.method, "threshold": self.tau, "unit": self.unit})
-        columns = ["sender", "receiver", "via", "score", "in_circuit", "method", "threshold", "unit"]
+                         "in_circuit": label in kept, "method": self.method, "threshold": self.tau, "unit": self.unit,
+                         "untested": label in self.untested,
+                         "write_change": self.write_change.get(edge.sender.label, float("nan"))})
+        columns = ["sender", "receiver", "via", "score", "in_circuit", "method", "threshold", "unit", "untested",
+                   "write_change"]
         return pd.DataFrame(rows, columns=columns)
 
     def to_json(self) -> str:
         """Plain JSON: edges, nodes, scores, method, threshold and what they were measured on (not the test)."""
         data = {"schema": SCHEMA, "nodes": list(self.nodes), "edges": list(self.edges), "scores": self.scores,
                 "method": self.method, "threshold": self.threshold, "behaviour": self.behaviour, "unit": self.unit,
-                "gap": None if math.isnan(self.gap) else self.gap, "n_prompts": self.n_prompts, "model": self.model}
+                "gap": None if math.isnan(self.gap) else self.gap, "n_prompts": self.n_prompts, "model": self.model,
+                "untested": dict(self.untested),
+                "write_change": {k: v if math.isfinite(v) else None for k, v in self.write_change.items()}}
         data["selection"] = None if self.selection is None else self.selection.to_dict()
         data["notes"] = list(self.notes)
         return json.dumps(data, indent=1, sort_keys=True)
@@ -158,18 +185,22 @@ class Circuit:
         constructor checks it (BadInput naming the field); a schema other than this version's is refused."""
         data = _json_object(text)
         schema = data.get("schema", SCHEMA)  # files written before the schema field are version 1
-        if schema != SCHEMA:
-            raise BadInput(f"Circuit.from_json: schema {schema!r}; this version of the toolkit reads {SCHEMA!r} "
-                           "(write the circuit again with Circuit.to_json()).")
+        if schema not in READABLE_SCHEMAS:
+            raise BadInput(f"Circuit.from_json: schema {schema!r}; this version of the toolkit reads "
+                           f"{' and '.join(map(repr, READABLE_SCHEMAS))} (write the circuit again with Circuit.to_json()).")
         missing = [k for k in ("edges", "method", "threshold") if k not in data]
         if missing:
             raise BadInput(f"Circuit.from_json: {missing} missing; expected Circuit.to_json()'s fields "
                            "(edges, nodes, scores, method, threshold, ...).")
         gap = data.get("gap")
         try:
+            changes = data.get("write_change") or {}
+            if isinstance(changes, Mapping):
+                changes = {k: float("nan") if v is None else v for k, v in changes.items()}
             return cls(data.get("nodes") or (), data["edges"], data.get("scores") or {}, data["method"], data["threshold"],
                        data.get("behaviour", ""), data.get("unit", ""), float("nan") if gap is None else gap,
-                       data.get("n_prompts", 0), data.get("model", ""),
+                       data.get("n_prompts", 0), data.get("model", ""), untested=data.get("untested") or {},
+                       write_change=changes,
                        selection=None if data.get("selection") is None else Selection.from_dict(data["selection"]),
                        notes=data.get("notes") or ())
         except BadInput as error:
@@ -229,6 +260,38 @@ def _nodes(given: Any, edges: list[str]) -> tuple[str, ...]:
     return tuple(derived)
 
 
+def _untested_field(given: Any, edges: list[str]) -> dict[str, str]:
+    """`Circuit.untested` checked: edge labels of the circuit, each with its reason in words."""
+    if not isinstance(given, Mapping):
+        raise BadInput(f"Circuit: untested is a {type(given).__name__}; expected a mapping of edge labels to the reason "
+                       "each was kept untested.")
+    out = {}
+    for key, reason in given.items():
+        label = _edge_label(key)
+        if label not in edges:
+            raise BadInput(f"Circuit: untested edge {label!r} is not one of the circuit's edges; an untested edge is kept.")
+        if not isinstance(reason, str):
+            raise BadInput(f"Circuit: untested[{label!r}]={reason!r}; expected the reason in words (a string).")
+        out[label] = reason
+    return out
+
+
+def _write_change_field(given: Any) -> dict[str, float]:
+    """`Circuit.write_change` checked: node labels (senders) to numbers >= 0 (NaN: unknown)."""
+    if not isinstance(given, Mapping):
+        raise BadInput(f"Circuit: write_change is a {type(given).__name__}; expected a mapping of sender labels to "
+                       "numbers (each sender's largest relative write change).")
+    out = {}
+    for key, value in given.items():
+        if not isinstance(key, (str, Node)):
+            raise BadInput(f"Circuit: write_change key {key!r} is not a node label such as 'L0H0'.")
+        number = as_real(value, f"write_change[{key!r}]", "Circuit")
+        if number < 0:
+            raise BadInput(f"Circuit: write_change[{key!r}]={number}; a relative change is >= 0.")
+        out[parse_node(key).label] = number
+    return out
+
+
 def _edge_label(key: Any) -> str:
     if not isinstance(key, (str, Edge)):
         raise BadInput(f"Circuit: scores key {key!r} is not an edge label such as 'L0H0 -> L1H1 via k'.")
@@ -260,6 +323,7 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
     gap = _checked_gap(run, every, source)
     clean = float(sweep.clean().mean())
     tau = threshold * abs(gap)
+    power = sweep_write_changes(sweep)  # each sender's write under the corruption: no power, no test
     removed: list[Edge] = []
     kept = set(every)
     scores: dict[str, float] = {}
@@ -275,11 +339,29 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
         for edge in sorted(incoming, key=lambda e: e.sender, reverse=True):
             trial = float(run.effect(EdgePatch((*removed, edge), source=source)).intervened.mean())
             scores[edge.label] = trial - current
+            if power[edge.sender].powerless:
+                continue  # untested: the patch cannot change the sender's write, so its score is no test; kept
             if abs(trial - current) < tau:
                 removed.append(edge)
                 kept.discard(edge)
                 current = trial
-    return prune(kept), scores, gap
+    return prune(kept, {e for e in kept if power[e.sender].powerless}), scores, gap
+
+
+def untested_edges(run: Run, edges: Iterable[Edge], source: PromptSet | None = None) -> dict[str, str]:
+    """The edges among `edges` whose sender's write the corruption does not change (`sweep_write_changes` of the Run's
+    sweep for `source`), each with why and what zero-ablating it alone does (off-distribution, said beside)."""
+    power = sweep_write_changes(run.sweep(source))
+    out = {}
+    for edge in sorted(edges):
+        change = power.get(edge.sender)
+        if change is None or not change.powerless:
+            continue
+        zero = run.effect(EdgeZero((edge,)))
+        out[edge.label] = (f"untested: {change.reason()}; zero-ablating the edge alone moves the behaviour by "
+                           f"{zero.mean:.4g} [{zero.ci_low:.4g}, {zero.ci_high:.4g}] {run.behaviour.unit} "
+                           "(off-distribution, never support by itself)")
+    return out
 
 
 @dataclass(frozen=True)
@@ -417,10 +499,10 @@ def _too_many_edges(sweep: PatchSweep, every: list[Edge], max_edges: int) -> str
             "patching), or raise max_edges (CLI --max-edges) to run it anyway.")
 
 
-def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSet | None = None
+def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSet | None = None, progress: bool = False
                ) -> tuple[set[Edge], dict[str, float], float]:
     """ACDC over nodes on `run`'s prompts (see the module): every edge between the kept nodes, each edge scored with
-    its sender's removal effect, and the gap."""
+    its sender's removal effect, and the gap. `progress`: a bar over the nodes tried (one patched forward each)."""
     sweep = run.sweep(source)
     every_node = nodes(run.model)
     candidates = [node for node in every_node if node.kind in ("head", "mlp")]
@@ -430,35 +512,39 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
     check_gap(corrupted, "discover", sweep.run.behaviour.unit, sweep.run.seed)
     gap = float(corrupted.mean())
     tau = threshold * abs(gap)
+    power = sweep_write_changes(sweep)  # a node whose write the corruption does not change: kept, untested
     removed: list[Node] = []
     node_scores: dict[Node, float] = {}
     current = clean
-    for node in sorted(candidates, reverse=True):  # last layer's MLP, its heads, ... layer 0's heads
-        trial = float(sweep.node_values([removed + [node]])[0].mean())
-        node_scores[node] = trial - current
-        if abs(trial - current) < tau:
-            removed.append(node)
-            current = trial
+    with Bar(len(candidates), "discovering (nodes)", enabled=progress, unit="nodes") as bar:
+        for node in sorted(candidates, reverse=True):  # last layer's MLP, its heads, ... layer 0's heads
+            trial = float(sweep.node_values([removed + [node]])[0].mean())
+            node_scores[node] = trial - current
+            if abs(trial - current) < tau and not power[node].powerless:
+                removed.append(node)
+                current = trial
+            bar.advance(note=f"{node.label}: {len(removed)} removed")
     kept_nodes = set(every_node) - set(removed)
     edges = {e for e in graph(run.model) if e.sender in kept_nodes and e.receiver in kept_nodes}
     scores = {e.label: node_scores.get(e.sender, 0.0) for e in graph(run.model)}
-    return prune(edges), scores, gap
+    return prune(edges, {e for e in edges if power[e.sender].powerless}), scores, gap
 
 
-_METHODS = {"acdc": acdc, "nodes": nodes_acdc}  # and "eap", which also says how it chose
+# "eap" apart: it also says how it chose
+_METHODS: dict[str, Callable[..., tuple[set[Edge], dict[str, float], float]]] = {"acdc": acdc, "nodes": nodes_acdc}
 
 
 def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: DiscoveryMethod = "acdc",
              threshold: float | None = None, behaviour: Any = None, seed: int = 0, batch_size: int = 16,
              split: bool = True, source: PromptSet | None = None, max_edges: int = ACDC_MAX_EDGES,
-             target: float | None = None) -> Circuit:
+             progress: bool = False, target: float | None = None) -> Circuit:
     """A circuit for the behaviour (see the module): proposed on one half of the prompts (`PromptSet.split`,
     seeded) and tested on the other (`.test`), or on all of them with `split=False` (no test). `threshold`:
     a fraction of the clean-vs-patched gap (default: the method's constant). `source`: a corrupted set, row
     for row (default: resampled prompts); with a split, each half reads its own rows of it. `max_edges`:
-    ACDC's budget (see the module). `target`: the exact faithfulness "eap"'s circuit must reach on the proposing
-    half (default `EAP_TARGET`); its choice is `.selection`, and `.notes` (each also a UserWarning) say when
-    its estimates disagree with exact patching."""
+    ACDC's budget (see the module). `progress`: a bar over the nodes tried (method "nodes"). `target`: the exact
+    faithfulness "eap"'s circuit must reach on the proposing half (default `EAP_TARGET`); its choice is
+    `.selection`, and `.notes` (each also a UserWarning) say when its estimates disagree with exact patching."""
     if method not in DISCOVERY_METHODS:
         raise BadInput(f"discover: method={method!r}; expected one of {list(DISCOVERY_METHODS)}.")
     if isinstance(model_or_run, Run):
@@ -484,22 +570,24 @@ def discover(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *,
     if method == "eap":
         kept, scores, gap, selection = eap(propose_run, float(fraction), source=propose_source, target=goal)
     else:
-        options = {"max_edges": max_edges} if method == "acdc" else {}
+        options: dict[str, Any] = {"max_edges": max_edges} if method == "acdc" else {"progress": progress}
         kept, scores, gap = _METHODS[method](propose_run, float(fraction), source=propose_source, **options)
     notes = () if selection is None else eap_notes(selection)
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)
     edges = sorted(kept)
+    swept = method in ("acdc", "nodes")  # their sweep holds every sender's clean and corrupted writes: power for free
     circuit = Circuit(tuple(nodes_of(edges)), tuple(e.label for e in edges), scores, method, float(fraction),
                       run.behaviour.describe(propose_run.prompts), run.behaviour.unit, gap, len(propose_run.prompts),
                       str(getattr(getattr(run.model, "cfg", None), "model_name", "") or type(run.model).__name__),
+                      untested=untested_edges(propose_run, edges, propose_source) if swept else {},
+                      write_change={node.label: change.max for node, change in
+                                    sweep_write_changes(propose_run.sweep(propose_source)).items()} if swept else {},
                       selection=selection, notes=notes)
     if test_run is None:
         return circuit
-    return Circuit(circuit.nodes, circuit.edges, circuit.scores, circuit.method, circuit.threshold, circuit.behaviour,
-                   circuit.unit, circuit.gap, circuit.n_prompts, circuit.model,
-                   (test_node_circuit if method == "nodes" else test_circuit)(test_run, circuit, source=test_source),
-                   selection=circuit.selection, notes=circuit.notes)
+    return dataclasses.replace(circuit, test=(test_node_circuit if method == "nodes" else test_circuit)(
+        test_run, circuit, source=test_source))
 
 
 def _eap_target(method: str, target: Any) -> float:
@@ -514,4 +602,4 @@ def _eap_target(method: str, target: Any) -> float:
 
 __all__ = ["ACDC_MAX_EDGES", "ACDC_THRESHOLD", "Circuit", "DISCOVERY_METHODS", "DiscoveryMethod", "EAP_MIN_SPEARMAN",
            "EAP_TARGET", "EAP_THRESHOLD", "NODES_THRESHOLD", "Selection", "acdc", "discover", "eap", "eap_notes",
-           "nodes_acdc", "prune"]
+           "nodes_acdc", "prune", "untested_edges"]

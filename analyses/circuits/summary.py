@@ -98,18 +98,19 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def circuit_summary(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, method: str = "acdc",
                     threshold: float | None = None, behaviour: Any = None, seed: int = 0,
-                    batch_size: int = 16, max_edges: int | None = None, curve: bool = False) -> CircuitSummary:
+                    batch_size: int = 16, max_edges: int | None = None, curve: bool = False,
+                    progress: bool = False) -> CircuitSummary:
     """Discover a circuit (`discover`: proposed on one half of the prompts, tested on the other) and measure each
     kept edge's own path-patching effect on the held-out half (see the module; at most `MAX_EDGE_EFFECTS` of them,
     those of largest |score|; a head-level circuit gets its nodes' removal costs instead). `max_edges`: ACDC's budget (`discover`). `curve`: also MIB's faithfulness curve of
-    discovery's scores on the held-out half (`faithfulness_curve`)."""
+    discovery's scores on the held-out half (`faithfulness_curve`). `progress`: discovery's bar (`discover`)."""
     if isinstance(model_or_run, Run):
         run = as_run(model_or_run, prompts, where="circuit_summary")
     else:
         run = as_run(model_or_run, prompts, where="circuit_summary", behaviour=behaviour, seed=seed,
                      batch_size=batch_size)
     budget = {} if max_edges is None else {"max_edges": max_edges}
-    circuit = discover(run, method=method, threshold=threshold, **budget)  # type: ignore[arg-type]  # discover checks the name
+    circuit = discover(run, method=method, threshold=threshold, progress=progress, **budget)  # type: ignore[arg-type]  # discover checks the name
     _, held_out = run.prompts.split(0.5, seed=run.seed)  # the half discover tests on (its split, same seed)
     test_run = run.on(held_out)
     node_level = circuit.method == "nodes" and circuit.test is not None

@@ -6,21 +6,23 @@ the smallest fraction whose circuit is faithful on the proposing prompts).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from interp.paths import Edge
 
 MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
-def prune(edges: set[Edge]) -> set[Edge]:
+def prune(edges: set[Edge], untested: Iterable[Edge] = ()) -> set[Edge]:
     """Drop edges from senders with no kept input (but the embeddings) and into receivers with no kept output
-    (but the logits), until none is left to drop: patching those changes nothing."""
-    kept = set(edges)
+    (but the logits), until none is left to drop: patching those changes nothing. `untested` edges (their sender's
+    write is the same under the corruption, so no patch can test them) are never dropped for their sender's inputs,
+    only when nothing reads their receiver."""
+    kept, exempt = set(edges), set(untested)
     while True:
         has_input = {e.receiver for e in kept}
         has_output = {e.sender for e in kept}
-        drop = {e for e in kept if (e.sender.kind != "embed" and e.sender not in has_input)
+        drop = {e for e in kept if (e.sender.kind != "embed" and e.sender not in has_input and e not in exempt)
                 or (e.receiver.kind != "logits" and e.receiver not in has_output)}
         if not drop:
             return kept

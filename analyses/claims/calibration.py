@@ -13,6 +13,9 @@ matters"? Four truth labels:
   Also consumers as backups: `backup_claim(consumer, producer)` for toy-induction's induction
   heads reading its previous-token heads (full: every layer-0 head), and the hand-set induction
   head reading the hand-set previous-token head of `interp.models.constructed.induction_circuit`.
+  And the positional sender (`interp.models.handbuilt.positional_sender`): "L0H0 -> L1H0 via k does not compose"
+  and "L0H0 is dispensable" are false (zeroing L0H0 costs ~2 nats), yet their causal tests have no power (L0H0's
+  write is the same on every prompt, so resampling and mean ablation change nothing): never to be supported.
 - true: the hand-set heads of `interp.models.constructed` that the output needs (the model's
   `metadata["essential_heads"]`), and the trained models' known heads, found by their metrics
   (more than half the attention on the role's targets: toy-induction's previous-token and
@@ -37,7 +40,8 @@ heads, whose roles are no claim kind.
 The verdict is the causal evidence's alone (`interp.claims.decide` over necessity, sufficiency,
 faithfulness and any other causal kind, with Benjamini-Hochberg over the causal p-values of the
 claims tested on one model): the observational metric defines the truth label, so judging with it
-would be circular. A backup claim's evidence is all causal (ablation-measured), so all of it counts.
+would be circular. A pair or edge claim's evidence is all causal (ablation-measured, path patches), so all of it
+counts.
 
 Entry points: `calibration_table(suite, seed)` (one row per claim) and `calibration_summary(table)`
 (the targets, per suite); `python -m interp.analyses.claims.calibration [--full]` prints both.
@@ -92,6 +96,8 @@ CONTAINS: dict[str, tuple[str, ...]] = {"local_window": ("previous_token", "self
 # evidence kinds that describe the attention pattern (or, qk_attribution, the score with the norm frozen), not its
 # effect: never part of the causal verdict of a role claim
 NOT_CAUSAL = ("observational", "control_shuffled", "control_random_init", "qk_attribution", "stability")
+# claims whose every evidence is causal (ablation-measured or a path patch): the study judges all of it
+ALL_CAUSAL = ("backs_up", "redundant", "dispensable", "composes", "does_not_compose")
 CAUSAL_FLAGS = ("necessity", "sufficiency", "faithfulness")  # the passed flags the table shows
 # how an evidence detail says "the head has no effect" (today's wording and the issue's)
 NO_EFFECT = re.compile(r"no effect|does not raise the loss|leaves the loss unchanged|below the practical minimum", re.I)
@@ -343,6 +349,7 @@ def constructed_cases(seed: int = 0) -> list[Case]:
             claims.append(Labelled(backup_claim((1, 0), (0, 0)), "false", note="L1H0 is the induction head: it reads "
                                    "L0H0's previous-token output (K-composition); nothing backs L0H0 up"))
         cases.append(Case(name, model, prompts, tuple(claims)))
+    cases.append(positional_sender_case(seed))
     silenced = constructed.induction_circuit(d_vocab=d_vocab, n_ctx=n_ctx)
     with torch.no_grad():
         silenced.blocks[1].attn.W_O[0].zero_()  # L1H0 keeps its induction pattern but writes nothing
@@ -350,6 +357,24 @@ def constructed_cases(seed: int = 0) -> list[Case]:
                                  note="L1H0's W_O zeroed: L1H0 writes nothing, and L0H0 feeds only L1H0")
     cases.append(Case("constructed induction_circuit, L1H0 W_O zeroed", silenced, copies, tuple(claims)))
     return cases
+
+
+def positional_sender_case(seed: int = 0) -> Case:
+    """`interp.models.handbuilt.positional_sender`: L0H0 writes positions, the same on every prompt, and L1H0's key reads
+    them (zeroing L0H0 costs ~2 nats). Two false claims whose causal test has no power (resampling and mean ablation
+    leave a constant write unchanged, so their effect is exactly 0): "L0H0 -> L1H0 via k does not compose" and "L0H0
+    is dispensable". Power before verdicts (issue 42) keeps them from being supported."""
+    from interp.analyses.claims.composition import composition_claim
+    from interp.analyses.claims.pair import dispensable_claim
+    from interp.models import handbuilt
+
+    model = handbuilt.positional_sender(n_ctx=32)
+    prompts = repeated_tokens(N_PROMPTS, 2, 63, bos=63, n_repeats=10, seed=seed)
+    cost = "zeroing L0H0 costs ~2 nats: L1H0's previous-token pattern exists only through L0H0's position write"
+    claims = (Labelled(composition_claim("L0H0 -> L1H0 via k", composes=False), "false",
+                       note=f"{cost}; resampling cannot change that write"),
+              Labelled(dispensable_claim((0, 0)), "false", note=f"{cost}; mean ablation of a constant write changes nothing"))
+    return Case("handbuilt positional_sender", model, prompts, claims)
 
 
 SUITES: dict[str, Callable[[int], list[Case]]] = {
@@ -363,9 +388,10 @@ SUITES: dict[str, Callable[[int], list[Case]]] = {
 
 
 def judged_evidence(verdict: Verdict) -> tuple[Any, ...]:
-    """The evidence the study judges: a role claim's causal kinds; a pair claim's evidence, all of it causal (a
-    supporting kind, `interp.claims.SUPPORTING_KINDS`, never: it is no part of any verdict)."""
-    if verdict.claim.name == "backs_up":
+    """The evidence the study judges: a role claim's causal kinds; a pair or edge claim's evidence, all of it causal
+    (ablations, path patches; a supporting kind, `interp.claims.SUPPORTING_KINDS`, never: it is no part of any
+    verdict)."""
+    if verdict.claim.name in ALL_CAUSAL:
         return tuple(e for e in verdict.evidence if e.kind not in SUPPORTING_KINDS)
     return tuple(e for e in verdict.evidence if e.kind not in NOT_CAUSAL)
 

@@ -56,7 +56,8 @@ from typing import Any, Iterator, Literal, get_args
 
 import torch
 
-from interp.analyses.claims.common import PositionalParams, claim_head_type, subject
+from interp.analyses.circuits.power import WriteChange, ablation_write_changes
+from interp.analyses.claims.common import PositionalParams, claim_head_type, subject, with_power
 from interp.analyses.head_types import HeadType, TargetBatch, WindowTarget, get_head_type, offset_type
 from interp.behaviour import (
     Behaviour,
@@ -87,6 +88,7 @@ from interp.interventions import (
     PatternSubstitution,
 )
 from interp.models.gpt import masked_next_token_loss
+from interp.paths import Node
 from interp.run import Run, Strategy
 
 Part = Literal["behaviour", "first_copy"]
@@ -179,6 +181,13 @@ def _intervened_loss(ctx: Context, intervention: Any, behaviour: Behaviour) -> t
 
 def _ablated_loss(ctx: Context, layer: int, head: int, behaviour: Behaviour) -> torch.Tensor:
     return _intervened_loss(ctx, HeadAblation(((layer, head),), "mean"), behaviour)
+
+
+def _mean_ablation_power(ctx: Context, behaviour: Behaviour, layer: int, head: int) -> WriteChange | None:
+    """How much the whole-head mean ablation changes the head's write (`interp.analyses.circuits.power`; None on a model
+    without a graph): a head writing the same on every prompt is not changed by it."""
+    changes = ablation_write_changes(claims_run(ctx, behaviour), HeadAblation(((layer, head),), "mean"))
+    return changes.get(Node(layer, "head", head))
 
 
 def _first_copy_loss(ctx: Context) -> torch.Tensor:
@@ -437,7 +446,11 @@ class Sufficiency:
     own average pattern over the prompts, a content-free version of what it really does. When the
     idealised pattern fails but the average one recovers, the head's role is positional but not the
     exact one the claim describes (e.g. a 'previous-token' head whose readers need its mix of
-    previous, current and earlier tokens)."""
+    previous, current and earlier tokens).
+
+    Power (`write_change`): how much the mean ablation changes the head's write; a head writing the same on every
+    prompt is not changed by it (the mean of a constant is the constant), so the fraction is undefined and the
+    evidence says why (`interp.analyses.circuits.power`)."""
 
     behaviour: BehaviourLike = dataclasses.field(default=None, compare=False)
 
@@ -455,11 +468,12 @@ class Sufficiency:
                                          "loss_substituted": float(substituted.mean()), "ideal_distance": distance,
                                          "behaviour": behaviour, "ablation": "mean"}
         scale = max(float(clean.mean().abs()), 1e-3)
+        power = _mean_ablation_power(ctx, chosen, layer, head)
         if float(denominator.mean()) <= 1e-3 * scale:
-            return Evidence.unmeasured(
+            return with_power(Evidence.unmeasured(
                 "sufficiency", rule=claim.thresholds["sufficiency"].rule(), n_prompts=len(clean), extra=extra,
                 detail=f"{behaviour}: ablating {claim.label} does not raise the loss (dL = {float(denominator.mean()):.3g}), "
-                       "so the fraction recovered is undefined")
+                       "so the fraction recovered is undefined"), power)
         note = ""
         if ctx.prompts.attention_mask is None:  # padded prompts' positions do not line up: no average pattern
             averaged = _substituted(ctx, claim, HeadMeanPattern(layer, head), chosen)
@@ -471,8 +485,8 @@ class Sufficiency:
         detail = (f"{behaviour}: {ev.detail} (L clean {extra['loss_clean']:.4f}, ablated {extra['loss_ablated']:.4f}, "
                   f"substituted {extra['loss_substituted']:.4f}; mean L1 distance per query to the ideal {distance:.4f}){note}")
         if distance < TAUTOLOGY_TOLERANCE:
-            return _not_informative(ev, distance, f"so substituting it changes nothing; {detail}")
-        return dataclasses.replace(ev, detail=detail)
+            return with_power(_not_informative(ev, distance, f"so substituting it changes nothing; {detail}"), power)
+        return with_power(dataclasses.replace(ev, detail=detail), power)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,33 @@
-"""What the claims' evidence shares: the head a claim is about, its head type, and a positional claim's parameters."""
+"""What the claims' evidence shares: the head a claim is about, its head type, a positional claim's parameters, and
+the power of a causal evidence (`with_power`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
+from interp.analyses.circuits.power import WriteChange
 from interp.analyses.head_types import HEAD_TYPES, HeadType, HeadTypeParams, PlainParams, offset_type
-from interp.claims import Claim
+from interp.claims import Claim, Evidence
 from interp.errors import BadInput
+
+
+def weakest(changes: Iterable[WriteChange]) -> WriteChange | None:
+    """Of the senders a causal evidence corrupts, the one whose test has the least power (a powerless one first)."""
+    return min(changes, key=lambda c: (not c.powerless, c.max), default=None)
+
+
+def with_power(ev: Evidence, change: WriteChange | None) -> Evidence:
+    """The evidence with its sender's `write_change` (`extra` too, for tables); without power, undecided and saying
+    why ("inconclusive: the corruption does not change L0H0's write ..."): never refuting nor supporting
+    (`interp.claims.lacks_power`). `change` None: nothing measured, the evidence as it is."""
+    if change is None:
+        return ev
+    extra = {**ev.extra, "write_change": change.max, **({"silent_sender": "yes"} if change.silent else {})}
+    ev = dataclasses.replace(ev, write_change=change.max, extra=extra)
+    if not change.powerless:
+        return ev
+    return dataclasses.replace(ev, passed=None, detail=f"inconclusive: {change.reason()}; {ev.detail}")
 
 
 def claim_head_type(claim: Claim) -> HeadType | None:

@@ -53,7 +53,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from interp.analyses.circuits.power import EdgeZero, WriteChange, write_changes
 from interp.analyses.claims.causal import behaviour_text, claims_run, resolve_behaviour
+from interp.analyses.claims.common import with_power
 from interp.analyses.claims.qk_attribution import QK_VIAS, EdgeAttribution
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, equivalence_evidence, min_effect
@@ -146,6 +148,11 @@ class _PathPatch:
     def floor(self, unit: str) -> float:
         return min_effect(unit) if self.min_effect is None else float(self.min_effect)
 
+    @staticmethod
+    def power(ctx: Context, chosen: Behaviour, sender: Node) -> WriteChange:
+        """How much resampling changes the sender's write (`interp.analyses.circuits.power`), memoised on the Run."""
+        return write_changes(claims_run(ctx, chosen), [sender])[sender]
+
 
 def _composition_extra(ctx: Context, edge: Edge) -> tuple[dict[str, float | str], str]:
     """The composition score's extras and a sentence on it (supporting only)."""
@@ -177,8 +184,9 @@ class EdgeEffect(_PathPatch):
                 raise Inconclusive(f"the behaviour's unit {unit!r} has no practical minimum (interp.claims.MIN_EFFECT), so "
                                    "no band tells no composition from a small one; pass composition_claim(min_effect=...)")
             ev = equivalence_evidence("observational", values, ctx, band=floor, what=what, unit=unit, extra=extra)
-            return dataclasses.replace(ev, detail=f"{text}: {ev.detail}; {score}",
-                                       rule=f"{ev.rule}; refuted when the CI excludes 0 and |effect| >= {floor:g}")
+            ev = dataclasses.replace(ev, detail=f"{text}: {ev.detail}; {score}",
+                                     rule=f"{ev.rule}; refuted when the CI excludes 0 and |effect| >= {floor:g}")
+            return with_power(ev, self.power(ctx, chosen, self.edge.sender))
         ev = difference_evidence("observational", values, torch.zeros_like(values), ctx, decisive=True, min_effect=floor,
                                  unit=unit, what=what, extra=extra)
         suffix = f" {unit}" if unit else ""
@@ -188,7 +196,8 @@ class EdgeEffect(_PathPatch):
         verdict = {True: "clears the practical minimum", False: f"lies within {band}: no composition",
                    None: f"neither clears {floor:g}{suffix} nor lies within {band}"}[passed]
         detail = f"{text}: {what} = {ev.effect:.4g} [{ev.ci_low:.4g}, {ev.ci_high:.4g}]{suffix}, {verdict}; {score}"
-        return dataclasses.replace(ev, passed=passed, detail=detail, rule=f"{ev.rule}; refuted when the CI lies within {band}")
+        ev = dataclasses.replace(ev, passed=passed, detail=detail, rule=f"{ev.rule}; refuted when the CI lies within {band}")
+        return with_power(ev, self.power(ctx, chosen, self.edge.sender))
 
 
 @dataclass(frozen=True)
@@ -208,11 +217,43 @@ class EdgeControl(_PathPatch):
         extra: dict[str, float | str] = {"behaviour": text, "control_edge": control_edge.label,
                                          "effect_claimed": float(claimed.mean()), "effect_control": float(other.mean()),
                                          "control_rule": CONTROL_RULE}
+        extra["control_write_change"] = self.power(ctx, chosen, control).max
         ev = difference_evidence("necessity", claimed, other, ctx, min_effect=floor, unit=chosen.unit, extra=extra,
                                  what=f"path patching {self.edge.label} minus the control {control_edge.label}")
-        return dataclasses.replace(ev, detail=(f"{text}: {ev.detail} (claimed {float(claimed.mean()):.4g}, control "
-                                               f"{float(other.mean()):.4g}; {control}: the other head of layer {control.layer} with the smallest "
-                                               f"{self.edge.via}-composition score into {self.edge.receiver})"))
+        ev = dataclasses.replace(ev, detail=(f"{text}: {ev.detail} (claimed {float(claimed.mean()):.4g}, control "
+                                             f"{float(other.mean()):.4g}; {control}: the other head of layer {control.layer} with the smallest "
+                                             f"{self.edge.via}-composition score into {self.edge.receiver})"))
+        return with_power(ev, self.power(ctx, chosen, self.edge.sender))
+
+
+@dataclass(frozen=True)
+class EdgeZeroEffect(_PathPatch):
+    """zero (supporting only, `interp.claims.SUPPORTING_KINDS`): the behaviour's change when the receiver reads zero in
+    place of the sender's write along the edge (`interp.analyses.circuits.power.EdgeZero`), per prompt with a CI. It
+    says whether the write matters at all where resampling cannot change it (a sender writing positions); zero is
+    off-distribution, so it never makes a verdict by itself. `passed`: its CI clears the practical minimum (for
+    "does not compose": lies within +-it)."""
+
+    composes: bool = True
+
+    def __call__(self, claim: Claim, ctx: Context) -> Evidence:
+        self.check(ctx)
+        chosen = resolve_behaviour(ctx, self.behaviour)
+        text = behaviour_text(ctx, chosen)
+        try:
+            values = claims_run(ctx, chosen).effect(EdgeZero((self.edge,))).values
+        except UndefinedOnPrompts as error:
+            raise Inconclusive(f"the prompts cannot define the behaviour {chosen.name}: {error}") from None
+        floor, unit = self.floor(chosen.unit), chosen.unit
+        extra: dict[str, float | str] = {"behaviour": text, "edge": self.edge.label, "ablation": "zero (off-distribution)",
+                                         "intervention": "edge zero ablation"}
+        what = f"zero-ablating {self.edge.label} (off-distribution, supporting only)"
+        if not self.composes and floor > 0:
+            ev = equivalence_evidence("zero", values, ctx, band=floor, what=what, unit=unit, extra=extra, decisive=False)
+        else:
+            ev = difference_evidence("zero", values, torch.zeros_like(values), ctx, min_effect=floor, unit=unit,
+                                     what=what, extra=extra)
+        return dataclasses.replace(ev, detail=f"{text}: {ev.detail}")
 
 
 def composition_claim(edge: Edge | str, *, composes: bool = True, min_effect: float | None = None,
@@ -233,11 +274,13 @@ def composition_claim(edge: Edge | str, *, composes: bool = True, min_effect: fl
                      f"through its {parsed.via} input", params=params, target=parsed.label,
                      evidence={"observational": EdgeEffect(parsed, composes=True, **common),
                                "necessity": EdgeControl(parsed, **common),
+                               "zero": EdgeZeroEffect(parsed, composes=True, **common),
                                **({"qk_attribution": EdgeAttribution(parsed)} if parsed.via in QK_VIAS else {})})
     return Claim("does_not_compose", heads, f"{parsed.label} does not compose: {parsed.receiver}'s {parsed.via} input "
                  f"does not use {parsed.sender}'s write", params=params, target=parsed.label,
-                 evidence={"observational": EdgeEffect(parsed, composes=False, **common)})
+                 evidence={"observational": EdgeEffect(parsed, composes=False, **common),
+                           "zero": EdgeZeroEffect(parsed, composes=False, **common)})
 
 
-__all__ = ["CONTROL_RULE", "EdgeControl", "EdgeEffect", "composition_claim", "composition_edge", "composition_row",
+__all__ = ["CONTROL_RULE", "EdgeControl", "EdgeEffect", "EdgeZeroEffect", "composition_claim", "composition_edge", "composition_row",
            "control_sender"]

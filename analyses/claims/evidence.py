@@ -10,21 +10,24 @@
   looks like an induction head on repeats of one length, keeps that attention, and is refuted;
   conversely a `positional` claim at the repeat distance can hold on the repeated prompts and is
   refuted on shuffled ones when the head really does induction;
-- control_random_init: the metric on a randomly initialised model of the same shape
-  (`type(model)(dataclasses.replace(model.cfg, seed=...))`) must be below the threshold and
-  below the trained model's (paired per prompt); a random model that clears the threshold shows
-  the metric is an artefact of architecture or prompt length, and refutes the claim.
+- control_random_init: the metric on a randomly initialised model of the same shape (`random_init_model`: our
+  models rebuilt from their config with a new seed; any other `nn.Module`, intercepted or not, a deep copy
+  re-initialised module by module) must be below the threshold and below the trained model's (paired per
+  prompt); a random model that clears the threshold shows the metric is an artefact of architecture or prompt
+  length, and refutes the claim. A model some of whose parameters nothing re-initialises gets no copy: the
+  control is then "not applicable", names them, and counts neither way.
 
 Limits: the copying score (`interp.analyses.induction.copying_scores`) is read from the weights, with
 no interval; a positional claim without an offset takes the modal offset of the prompts it is tested on.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Protocol, cast, get_args
+from typing import Any, Callable, Protocol, cast, get_args
 
 import numpy as np
 import torch
@@ -64,24 +67,115 @@ def _shuffled(ctx: Context, prompts: PromptSet, *, keep_repeats: bool = False) -
     return ctx.cached(("shuffled", prompts, keep_repeats), make)
 
 
+class NotReinitialised(Inconclusive):
+    """No random-init copy of the model: it cannot be copied, or nothing re-initialises some of its parameters
+    (`remained`, their names). The random-init control is then not applicable."""
+
+    def __init__(self, message: str, remained: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.remained = remained
+
+    @classmethod
+    def listing(cls, model_name: str, remained: tuple[str, ...]) -> "NotReinitialised":
+        shown = ", ".join(remained[:8]) + (f" and {len(remained) - 8} more" if len(remained) > 8 else "")
+        return cls(f"nothing re-initialises {len(remained)} parameter(s) of {model_name}: {shown} (no reset_parameters "
+                   "on their module, and not a linear, embedding or norm weight); give that module a reset_parameters() "
+                   "that initialises them", remained)
+
+
+@dataclass(frozen=True)
+class RandomInit:
+    """A randomly initialised copy of a model, and how it was made."""
+
+    model: nn.Module
+    how: str  # "config" (our models: rebuilt from the config with a new seed) or "reset" (a deep copy re-initialised)
+    n_parameters: int  # parameter tensors re-initialised (tied ones once)
+
+
 def random_init_model(model: nn.Module, seed: int) -> nn.Module:
-    """A freshly initialised model of the same class and shape (our models: a new seed in the config)."""
-    cfg = getattr(model, "cfg", None)
-    if cfg is None or not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
-        raise Inconclusive(
-            f"cannot build a randomly initialised {type(model).__name__}: it has no dataclass config to "
-            "re-seed; the random-init control applies to HookedGPT / HookedEncoder models."
-        )
+    """A randomly initialised model of the same class and shape; the original is untouched.
+
+    Our models (HookedGPT, HookedEncoder) are rebuilt from their config with a new seed, their own initialisation.
+    Any other `nn.Module` (a user's model, intercepted by `interp.hook_sdpa` / `hook_attention` or not) is deep-copied
+    and every module with parameters of its own re-initialised (`reset_init`). Raises `NotReinitialised`
+    (an `Inconclusive`) naming the parameters nothing re-initialised, if any."""
+    return random_init(model, seed).model
+
+
+def random_init(model: nn.Module, seed: int) -> RandomInit:
+    """`random_init_model` with how the copy was made."""
+    if _rebuilt_from_config(model):
+        cfg: Any = model.cfg  # a dataclass with a seed field (_rebuilt_from_config)
+        fresh = cast(Callable[[Any], nn.Module], type(model))(dataclasses.replace(cfg, seed=seed))
+        parameter = next(model.parameters())
+        fresh = fresh.to(device=parameter.device, dtype=parameter.dtype).eval()
+        return RandomInit(fresh, "config", len(list(fresh.parameters())))
     try:
-        fresh = type(model)(dataclasses.replace(cfg, seed=seed))
-    except (TypeError, ValueError) as error:
-        raise Inconclusive(f"cannot build a randomly initialised {type(model).__name__}: {error}") from None
-    parameter = next(model.parameters())
-    return fresh.to(device=parameter.device, dtype=parameter.dtype).eval()
+        fresh = copy.deepcopy(model)
+    except Exception as error:  # a user's module holding something deepcopy refuses (a lock, a file handle)
+        raise NotReinitialised(f"cannot copy {type(model).__name__} to re-initialise it ({error})") from None
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        remained = reset_init(fresh)
+    if remained:
+        raise NotReinitialised.listing(type(model).__name__, remained)
+    return RandomInit(fresh.eval(), "reset", len(list(fresh.parameters())))
 
 
-def _random_model(ctx: Context) -> nn.Module:
-    return ctx.cached(("random_init", ctx.model), lambda: random_init_model(ctx.model, ctx.seed + 7919))
+def _rebuilt_from_config(model: nn.Module) -> bool:
+    """Whether `model` is one of the toolkit's own models, rebuilt from a dataclass config with a seed field."""
+    cfg = getattr(model, "cfg", None)
+    return (type(model).__module__.startswith("interp.models.") and dataclasses.is_dataclass(cfg)
+            and not isinstance(cfg, type) and "seed" in {f.name for f in dataclasses.fields(cfg)})
+
+
+def reset_init(model: nn.Module) -> tuple[str, ...]:
+    """Re-initialise `model`'s parameters in place, module by module, from torch's global generator: a module's
+    own `reset_parameters()` (or `_reset_parameters()`, nn.MultiheadAttention's), else `torch.nn.init` where its
+    own parameters are a linear or embedding weight (2-D `weight`, normal with std 0.02, the GPT-2 / nanoGPT
+    initialisation; `bias` zeros, e.g. Hugging Face's Conv1D) or a norm's (a module named `*Norm*` with a 1-D
+    `weight`: ones, `bias` zeros). Returns the names of the parameters nothing re-initialised (tied ones once)."""
+    done: set[int] = set()
+    for module in model.modules():
+        own = dict(module.named_parameters(recurse=False))
+        if not own:
+            continue
+        reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
+        if callable(reset):
+            reset()
+        elif not _init_by_kind(module, own):
+            continue
+        done.update(id(p) for p in own.values())
+    return tuple(name for name, p in model.named_parameters() if id(p) not in done)
+
+
+def _init_by_kind(module: nn.Module, own: dict[str, nn.Parameter]) -> bool:
+    """`torch.nn.init` on a module whose own parameters are a linear / embedding / norm weight and bias."""
+    weight, bias = own.get("weight"), own.get("bias")
+    if weight is None or set(own) - {"weight", "bias"} or (bias is not None and bias.dim() != 1):
+        return False
+    if weight.dim() == 2:
+        nn.init.normal_(weight, std=0.02)
+    elif weight.dim() == 1 and "norm" in type(module).__name__.lower():
+        nn.init.ones_(weight)
+    else:
+        return False
+    if bias is not None:
+        nn.init.zeros_(bias)
+    return True
+
+
+def _random_model(ctx: Context) -> RandomInit:
+    """The context's random-init copy, made once per model (a model that has none is also found out once)."""
+    def make() -> RandomInit | NotReinitialised:
+        try:
+            return random_init(ctx.model, ctx.seed + 7919)
+        except NotReinitialised as error:
+            return error
+    made = ctx.cached(("random_init", ctx.model), make)
+    if isinstance(made, NotReinitialised):
+        raise NotReinitialised(str(made), made.remained)  # a fresh exception: the memoised one keeps no traceback
+    return made
 
 
 def reduce_argmax_offsets(pattern: torch.Tensor, ctx: BatchContext) -> dict[str, torch.Tensor]:
@@ -371,12 +465,21 @@ class ShuffledControl:
 
 @dataclass(frozen=True)
 class RandomInitControl:
-    """The metric on a randomly initialised model of the same shape: must be below the threshold and
-    below the trained model's (paired per prompt). A random model clearing the threshold refutes."""
+    """The metric on a randomly initialised model of the same shape (`random_init_model`): must be below the
+    threshold and below the trained model's (paired per prompt). A random model clearing the threshold refutes.
+    On a model with no random-init copy (`NotReinitialised`) the control is not applicable (`extra["applicable"]
+    = "no"`, what remained in its detail) and counts neither for nor against the claim."""
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         observe = _metric_evidence(claim)
-        random_model = _random_model(ctx)
+        try:
+            made = _random_model(ctx)
+        except NotReinitialised as error:
+            return Evidence.unmeasured(
+                "control_random_init", rule="not applicable", n_prompts=len(ctx.prompts),
+                detail=f"not applicable, counted neither way: {error}", extra={
+                    "applicable": "no", "not_reinitialised": ", ".join(error.remained)})
+        random_model = made.model
         trained = observe.values(claim, ctx)
         random = observe.values(claim, ctx, model=random_model)
         threshold = claim.thresholds["observational"]
@@ -395,4 +498,5 @@ class RandomInitControl:
         return Evidence("control_random_init", effect=gap.effect, ci_low=gap.ci_low, ci_high=gap.ci_high,
                         p_value=max(level.p_value, gap.p_value), rule=f"random-init {below.rule()} and trained - random CI > 0",
                         passed=passed, decisive=True, n_prompts=len(trained), detail=f"{level.detail}; {gap.detail}",
-                        extra={"random_init": level.effect}, n_resamples=gap.n_resamples, metric="trained minus random-init")
+                        extra={"random_init": level.effect, "initialised_by": made.how}, n_resamples=gap.n_resamples,
+                        metric="trained minus random-init")

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from interp.ablation import resumable
+from interp.analyses.circuits.power import WriteChange, ablation_write_changes
+from interp.analyses.claims.common import weakest, with_power
 from interp.analyses.redundancy.common import DEFAULT_MARGIN, MARGIN_SOURCE, _check_n, _parse_pairs, redundancy_run
 from interp.analyses.redundancy.interaction import compensation
 from interp.behaviour import BehaviourLike
@@ -66,6 +68,14 @@ class _AblationDeltas:
         run = pair_run(ctx, self.behaviour, self.batch_size)
         return [e.values for e in run.effects([HeadAblation(tuple(sorted(heads)), self.method) for heads in head_sets])]
 
+    def power(self, ctx: Context, heads: Sequence[tuple[int, int]]) -> WriteChange | None:
+        """The ablated head whose write the ablation changes least (`common.weakest`): a head whose write is the same
+        on every prompt is not changed by mean or resample ablation, so an effect of 0 tests nothing. Each head's
+        change alone is its change in any set (the ablation replaces its own z whatever else is ablated)."""
+        run = pair_run(ctx, self.behaviour, self.batch_size)
+        return weakest(change for head in sorted(set(heads))
+                       for change in ablation_write_changes(run, HeadAblation((head,), self.method)).values())
+
 
 @dataclass(frozen=True)
 class _Superadditive(_AblationDeltas):
@@ -76,11 +86,12 @@ class _Superadditive(_AblationDeltas):
         a, b = claim.heads
         delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
         unit = pair_run(ctx, self.behaviour, self.batch_size).behaviour.unit
-        return difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
-                                   min_effect=min_effect(unit), unit=unit,
-                                   what=f"interaction delta({claim.label}) - delta({head_label(a)}) - delta({head_label(b)})",
-                                   extra=self.named(ctx, delta_a=float(delta_a.mean()), delta_b=float(delta_b.mean()),
-                                                    delta_both=float(both.mean())))
+        ev = difference_evidence("observational", both, delta_a + delta_b, ctx, margin=0.0, decisive=True,
+                                 min_effect=min_effect(unit), unit=unit,
+                                 what=f"interaction delta({claim.label}) - delta({head_label(a)}) - delta({head_label(b)})",
+                                 extra=self.named(ctx, delta_a=float(delta_a.mean()), delta_b=float(delta_b.mean()),
+                                                  delta_both=float(both.mean())))
+        return with_power(ev, self.power(ctx, (a, b)))
 
 
 @dataclass(frozen=True)
@@ -92,10 +103,11 @@ class _EachAloneLess(_AblationDeltas):
         a, b = claim.heads
         delta_a, delta_b, both = self.deltas(ctx, [(a,), (b,), (a, b)])
         unit = pair_run(ctx, self.behaviour, self.batch_size).behaviour.unit
-        return difference_evidence("necessity", both, torch.maximum(delta_a, delta_b), ctx, margin=0.0, decisive=True,
-                                   min_effect=min_effect(unit), unit=unit,
-                                   what=f"delta({claim.label}) - the larger of delta({head_label(a)}), delta({head_label(b)})",
-                                   extra=self.named(ctx))
+        ev = difference_evidence("necessity", both, torch.maximum(delta_a, delta_b), ctx, margin=0.0, decisive=True,
+                                 min_effect=min_effect(unit), unit=unit,
+                                 what=f"delta({claim.label}) - the larger of delta({head_label(a)}), delta({head_label(b)})",
+                                 extra=self.named(ctx))
+        return with_power(ev, self.power(ctx, (a, b)))
 
 
 @dataclass(frozen=True)
@@ -106,8 +118,9 @@ class _Cheap(_AblationDeltas):
 
     def __call__(self, claim: Claim, ctx: Context) -> Evidence:
         (delta,) = self.deltas(ctx, [tuple(claim.heads)])
-        return threshold_evidence("observational", delta, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
-                                  what=f"loss change ablating {claim.label}", decisive=True, extra=self.named(ctx))
+        ev = threshold_evidence("observational", delta, Threshold(self.margin, MARGIN_SOURCE, "below"), ctx,
+                                what=f"loss change ablating {claim.label}", decisive=True, extra=self.named(ctx))
+        return with_power(ev, self.power(ctx, claim.heads))
 
 
 BACKUP_FRACTION_SOURCE = ("a backup's response must make up at least this fraction of what the ablated head's loss "

@@ -155,7 +155,7 @@ class EdgeAttribution:
                   + "; supporting only, never in the verdict")
         return Evidence("qk_attribution", effect=ev.effect, ci_low=ev.ci_low, ci_high=ev.ci_high, p_value=ev.p_value,
                         rule=RULE, passed=passed, decisive=False, n_prompts=ev.n_prompts, detail=detail,
-                        extra=ev.extra, n_resamples=ev.n_resamples, metric="sender's terms (score units)")
+                        extra=ev.extra, n_resamples=ev.n_resamples, metric="sender's terms (score units)", values=ev.values)
 
 
 __all__ = ["EdgeAttribution", "QK_VIAS", "edge_amounts", "receiver_attribution", "scored_queries"]

@@ -103,7 +103,8 @@ def run_claims(
 
     Columns: `name` ("L1H2: induction"), `claim`, `label`, `layer`, `head`, `expect`, `verdict`,
     `passed` (verdict == expect), `p_adjusted`, `reasons`, `line`, then the evidence columns
-    of `interp.claims.test_claims`. `prompts` overrides the file's [prompts] table;
+    of `interp.claims.test_claims`, and `evidence`: each evidence of the claim as `Evidence.to_dict()` (its numbers,
+    `write_change`, and the per-prompt `values` as a list; [] for a whole-model claim). `prompts` overrides the file's [prompts] table;
     `prompt_overrides` changes some of its fields (n, seed, prefix_len). A model whose
     interventions would measure nothing (an encoder or random-head model through the
     TransformerLens bridge) gets the observational test and the shuffled-token control only
@@ -128,11 +129,12 @@ def run_claims(
         frame = test_claims(model, [claim_object(e) for e in head_entries], prompts, alpha=claims_file.alpha, seed=seed,
                             evidence=claim_evidence_for(model), progress=progress, behaviour=behaviour)
         for entry, (_, row), verdict in zip(head_entries, frame.iterrows(), frame.attrs["verdicts"]):
-            rows.append({**_entry_columns(entry), **row.to_dict()})
+            rows.append({**_entry_columns(entry), **row.to_dict(),
+                         "evidence": [e.to_dict() for e in verdict.evidence]})
             reasons[entry.name] = verdict.reasons
     for entry in claims_file.claims:
         if not entry.heads:
-            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed)})
+            rows.append({**_entry_columns(entry), **_model_claim(model, entry, seed=seed), "evidence": []})
             reasons[entry.name] = (rows[-1]["reasons"],)
     order = {entry.name: i for i, entry in enumerate(claims_file.claims)}
     frame = pd.DataFrame(rows)

@@ -163,6 +163,7 @@ _MEASURES = {
     "observational": "metric", "control_shuffled": "metric on shuffled tokens",
     "control_random_init": "trained minus random-init", "necessity": "targeted knockout minus equal-mass control",
     "sufficiency": "fraction of loss recovered", "faithfulness": "fraction of the knockout's effect the ideal reproduces",
+    "zero": "behaviour change with the edge zeroed (off-distribution, supporting only)",
     "qk_attribution": "sender's terms in the receiver's score difference (supporting only)",
     "stability": "agreement rate",
 }
@@ -268,6 +269,9 @@ GLOSSARY: dict[str, str] = {
                     "/ (L_knocked_out - L_clean), the knockout being the costlier of the targeted knockout and the "
                     "whole-head mean ablation; threshold 0.5 (the toolkit's convention); 'inconclusive: no effect' "
                     "when neither costs the practical minimum",
+    "zero": "composition claims, supporting only (never part of the verdict): the behaviour's change when the receiver "
+            "reads zero in place of the sender's write along the edge (off-distribution: zero is no value the model "
+            "sees); beside the path patch, it shows whether a write that resampling cannot change matters at all",
     "qk_attribution": "composition claims through a query or key, supporting only (never part of the verdict): the "
                       "sender's exact terms in the receiver's score difference between the key it attends to and the "
                       "next-best key (ln1's scale frozen; score units, mean over the repeated copies' queries, CI over "

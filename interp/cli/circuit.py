@@ -28,7 +28,7 @@ def cmd_circuit(args) -> int:
                        "resampling gives each prompt another one's activations, so each half needs 2 prompts.")
     found = circuit_summary(model, prompts, method=args.method, threshold=args.threshold, behaviour=args.behaviour,
                             seed=args.seed, max_edges=getattr(args, "max_edges", None),
-                            curve=getattr(args, "curve", False))
+                            curve=getattr(args, "curve", False), progress=not args.quiet)
     console = _out_console(args)
     circuit = found.circuit
     title = (f"Circuit of {spec} ({circuit.method}, threshold {circuit.threshold:g} of the gap = {circuit.tau:.3g} "
@@ -46,6 +46,12 @@ def cmd_circuit(args) -> int:
     if unmeasured and found.nodes is None:
         console.print(f"{unmeasured} of {len(found.edges)} edges have no effect measured (the {len(found.edges) - unmeasured} "
                       "of largest |score| were path patched); --json lists them all")
+    if circuit.untested:
+        shown = sorted(circuit.untested)[:5]
+        console.print(f"[yellow]{len(circuit.untested)} edges kept untested[/yellow] (the corruption does not change "
+                      f"their sender's write, so no patch can test them): {', '.join(shown)}"
+                      + (f" and {len(circuit.untested) - len(shown)} more" if len(circuit.untested) > len(shown) else "")
+                      + f". First: {circuit.untested[shown[0]]}")
     tests = found.tests_frame()
     if len(tests):
         console.print(_frame_table(tests, title=f"Tests on {int(tests['n_prompts'].iloc[0])} held-out prompts "

@@ -200,7 +200,7 @@ def _verdicts(frame) -> list | None:
 
 # evidence kind (interp.claims.EVIDENCE_KINDS, in its order) -> its short name in the terminal (tested to match)
 EVIDENCE_SHORT = {"observational": "obs", "control_shuffled": "shuf", "control_random_init": "rand",
-                  "necessity": "nec", "sufficiency": "suf", "faithfulness": "faith", "qk_attribution": "qk",
+                  "necessity": "nec", "sufficiency": "suf", "faithfulness": "faith", "zero": "zero", "qk_attribution": "qk",
                   "stability": "stab"}
 MARKS = {"utf-8": {True: "\u2713", False: "\u2717", None: "?", "absent": "\u2013"},  # check, cross, ?, en dash
          "ascii": {True: "+", False: "x", None: "?", "absent": "-"}}
@@ -230,7 +230,7 @@ def _passed_cell(value) -> bool | None | str:
 
 
 EVIDENCE_NAMES = {"obs": "observational", "shuf": "shuffled control", "rand": "random-init control", "nec": "necessity",
-                  "suf": "sufficiency", "faith": "faithfulness",
+                  "suf": "sufficiency", "faith": "faithfulness", "zero": "zero ablation (off-distribution, supporting only)",
                   "qk": "QK attribution (supporting only)", "stab": "stability"}
 
 

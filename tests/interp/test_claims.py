@@ -1,6 +1,7 @@
 """The claims machinery (interp.claims) with hand-made evidence: verdict rules, p-value correction, errors."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from interp.claims import (
     EVIDENCE_KINDS,
     INTERVAL_METHOD,
     MIN_PROMPTS_FOR_VERDICT,
+    POWER_FLOOR,
     SUPPORTING_KINDS,
     Claim,
     Context,
@@ -21,7 +23,9 @@ from interp.claims import (
     Threshold,
     decide,
     difference_evidence,
+    equivalence_evidence,
     evaluate_claims,
+    lacks_power,
     ratio_evidence,
     threshold_evidence,
     verdict_frame,
@@ -136,17 +140,58 @@ def test_verdict_rules():
 
 @pytest.mark.parametrize("passed", [True, False, None])
 def test_supporting_kinds_never_enter_the_verdict_or_the_p_value(passed):
-    """qk_attribution is reported beside the verdict: whatever it says, and whatever its p-value, the verdict, its
-    reasons and the claim's p-value are those of the other evidence."""
+    """zero and qk_attribution are reported beside the verdict: whatever they say, and whatever their p-values, the
+    verdict, its reasons and the claim's p-value are those of the other evidence."""
     from interp.claims import _claim_p
 
-    assert SUPPORTING_KINDS == ("qk_attribution",) and set(SUPPORTING_KINDS) <= set(EVIDENCE_KINDS)
+    assert SUPPORTING_KINDS == ("zero", "qk_attribution") and set(SUPPORTING_KINDS) <= set(EVIDENCE_KINDS)
     base = [Evidence("observational", effect=1.0, ci_low=0.9, ci_high=1.1, p_value=0.002, rule="CI > 0.5", passed=True,
                      decisive=True, n_prompts=32, detail="obs")]
-    side = Evidence("qk_attribution", effect=-1.0, ci_low=-2.0, ci_high=-0.5, p_value=0.9, rule="supporting only",
-                    passed=passed, decisive=True, n_prompts=32, detail="qk")
-    assert decide(base + [side], 0.01, 0.05, 32) == decide(base, 0.01, 0.05, 32) == ("supported", ("observational passed: obs",))
-    assert _claim_p(base + [side]) == _claim_p(base) == 0.002
+    for kind in SUPPORTING_KINDS:
+        side = Evidence(kind, effect=-1.0, ci_low=-2.0, ci_high=-0.5, p_value=0.9, rule="supporting only",
+                        passed=passed, decisive=True, n_prompts=32, detail="side")
+        assert decide(base + [side], 0.01, 0.05, 32) == decide(base, 0.01, 0.05, 32) == (
+            "supported", ("observational passed: obs",))
+        assert _claim_p(base + [side]) == _claim_p(base) == 0.002
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_evidence_without_power_neither_refutes_nor_supports(passed):
+    """An evidence whose corruption leaves the sender's write unchanged (write_change < POWER_FLOOR) is undecided in the
+    verdict, whatever it computed; a silent sender (its write is zero) keeps its outcome, and so does one with power."""
+    def ev(change, **extra):
+        return Evidence("observational", effect=0.0, ci_low=0.0, ci_high=0.0, p_value=0.001, rule="CI within +-0.01",
+                        passed=passed, decisive=True, n_prompts=32, detail="patch", write_change=change, extra=extra)
+
+    verdict, reasons = decide([ev(0.0)], 0.001, 0.05, 32)
+    assert verdict == "inconclusive" and reasons == ("observational undecided: inconclusive: no power, the corruption "
+                                                     "changes the sender's write by 0 < 1e-06 (relative); patch",)
+    assert decide([ev(POWER_FLOOR / 2)], 0.001, 0.05, 32)[0] == "inconclusive"
+    expected = "supported" if passed else "refuted"
+    assert decide([ev(POWER_FLOOR * 2)], 0.001, 0.05, 32)[0] == expected
+    assert decide([ev(math.nan)], 0.001, 0.05, 32)[0] == expected  # not a causal evidence: no power to judge
+    assert decide([ev(0.0, silent_sender="yes")], 0.001, 0.05, 32)[0] == expected
+    assert lacks_power(ev(0.0)) and not lacks_power(ev(1.0)) and not lacks_power(ev(0.0, silent_sender="yes"))
+
+
+def test_evidence_keeps_its_per_prompt_values(ctx):
+    """Every helper keeps the per-prompt numbers behind its effect (float64, on the CPU), and `to_dict` writes them as a
+    list (None where not finite) beside the write change."""
+    a = torch.linspace(0.5, 1.5, 32)
+    b = torch.linspace(0.0, 0.2, 32)
+    threshold = threshold_evidence("observational", a, Threshold(0.2, "test"), ctx, what="a")
+    difference = difference_evidence("necessity", a, b, ctx, what="a - b")
+    equivalence = equivalence_evidence("observational", b / 100, ctx, band=0.01, what="b")
+    ratio = ratio_evidence("sufficiency", a, torch.cat([torch.zeros(1), a[1:] * 2]), Threshold(0.2, "test"), ctx, what="r")
+    assert threshold.values.dtype == torch.float64 and torch.allclose(threshold.values, a.double())
+    assert torch.allclose(difference.values, (a - b).double()) and difference.effect == pytest.approx(float((a - b).mean()))
+    assert torch.allclose(equivalence.values, (b / 100).double())
+    assert math.isnan(float(ratio.values[0])) and torch.allclose(ratio.values[1:], torch.full((31,), 0.5, dtype=torch.float64))
+    data = ratio.to_dict()
+    assert data["values"][0] is None and data["values"][1] == pytest.approx(0.5) and len(data["values"]) == 32
+    assert data["write_change"] is None and data["kind"] == "sufficiency"
+    json.dumps(data, allow_nan=False)  # plain JSON
+    assert Evidence.unmeasured("necessity", rule="", n_prompts=3, detail="none").to_dict()["values"] is None
 
 
 def test_evaluate_claims_verdicts_and_bh(tiny_gpt, prompts):

@@ -295,3 +295,18 @@ def test_hook_root_is_the_model_itself():
 
     model = hook_attention(make_encoder(True))
     assert hook_root(model) is model and "layers.0.self_attn.hook_pattern" in hook_root(model).hook_dict
+
+
+def test_reset_parameters_reinitialises_the_shared_parameters_as_torch_does():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():
+        for param in mha.parameters():
+            param.fill_(0.5)
+    hooked = HookedMultiheadAttention(mha)
+    torch.manual_seed(1)
+    hooked.reset_parameters()
+    assert mha.in_proj_weight is hooked.in_proj_weight  # still shared with the wrapped module
+    assert not hooked.in_proj_bias.any() and not hooked.out_proj.bias.any()
+    assert float(hooked.in_proj_weight.detach().abs().max()) <= (6 / (8 + 24)) ** 0.5  # Xavier-uniform bound
+    assert not torch.equal(hooked.in_proj_weight, torch.full_like(hooked.in_proj_weight, 0.5))

@@ -242,3 +242,30 @@ def test_modelinfo_reexports_the_config_facts_of_modelconfig():
     for name in ("model_config", "vocab_size", "context_length", "CONTEXT_FIELDS", "VOCAB_FIELDS"):
         assert getattr(modelinfo, name) is getattr(modelconfig, name)
     assert modelconfig.vocab_size(torch.nn.Embedding(11, 4)) == 11 and modelconfig.context_length(dataclasses.make_dataclass("M", [("config", dict)])({"n_ctx": 7})) == 7
+
+
+# --------------------------------------------------------------------------- a user's trained nanoGPT fork: claims
+
+
+def test_a_users_nanogpt_fork_gets_its_induction_heads_supported_by_default():
+    """The user's call (test_claims, default evidence) on a nanoGPT fork hooked by interception, with trained weights
+    (own_models.rotary_gpt_trained: toy-induction's). Before issue 42 the random-init control could not copy the
+    module and every claim was "inconclusive"; now the control re-initialises a copy and the induction heads are
+    supported, while layer 0's heads (previous-token heads, no induction) are refuted."""
+    from own_models import rotary_gpt_trained
+
+    from interp.analyses.claims import induction_head
+
+    model = interp.load(rotary_gpt_trained())
+    assert type(model).__name__ == "SDPAHookedRotaryGPT"
+    prompts = interp.repeated_tokens(64, 7, 255, seed=5)  # prefix length 7: held out of toy-induction's training
+    table = interp.test_claims(model, [induction_head(1, 0), induction_head(1, 3), induction_head(0, 0)], prompts)
+    found, other, layer0 = table.attrs["verdicts"]
+    for verdict in (found, other):
+        assert verdict.verdict == "supported", verdict.reasons
+        assert verdict.p_adjusted < 0.05
+        control = verdict.get("control_random_init")  # ran: a re-initialised copy of the intercepted module
+        assert control.passed is True and control.extra["initialised_by"] == "reset"
+        assert control.extra["random_init"] < 0.5 < verdict.get("observational").effect
+        assert {e.kind for e in verdict.evidence} >= {"observational", "control_shuffled", "necessity", "sufficiency"}
+    assert layer0.verdict == "refuted"

@@ -119,9 +119,14 @@ def test_circuit_tests_flag_missing_and_useless_edges(model, prompts):
 def test_circuit_json_round_trip(acdc_circuit):
     text = acdc_circuit.to_json()
     data = json.loads(text)
-    assert data["schema"] == "interp.circuit/1" and data["method"] == "acdc" and len(data["scores"]) == 81
+    assert data["schema"] == "interp.circuit/2" and data["method"] == "acdc" and len(data["scores"]) == 81
+    assert data["untested"] == {} and set(data["write_change"]) == {"embed"} | {f"L{l}H{h}" for l in (0, 1) for h in range(4)}
     again = Circuit.from_json(text)
     assert again.edges == acdc_circuit.edges and again.nodes == acdc_circuit.nodes
+    assert again.write_change == pytest.approx(acdc_circuit.write_change) and again.untested == {}
+    version_1 = {k: v for k, v in data.items() if k not in ("untested", "write_change")} | {"schema": "interp.circuit/1"}
+    old = Circuit.from_json(version_1)  # files written before the power fields read as before
+    assert old.edges == acdc_circuit.edges and old.untested == {} and old.write_change == {}
     assert again.scores == pytest.approx(acdc_circuit.scores) and again.gap == pytest.approx(acdc_circuit.gap)
     assert again.test is None
     with pytest.raises(BadInput, match="missing"):
@@ -246,7 +251,18 @@ def test_one_edge_label_is_one_edge(model, prompts):
     ('{"edges": [], "method": "acdc", "threshold": "abc"}', r"threshold='abc' is not a number"),
     ('{"edges": [], "method": "bogus", "threshold": 0.01}', r"method='bogus'; expected one of \['acdc', 'eap', 'nodes'\]"),
     ('{"schema": "interp.circuit/9", "edges": [], "method": "acdc", "threshold": 0.01}',
-     r"schema 'interp.circuit/9'; this version of the toolkit reads 'interp.circuit/1'"),
+     r"schema 'interp.circuit/9'; this version of the toolkit reads 'interp.circuit/1' and 'interp.circuit/2'"),
+    ('{"edges": ["L0H2 -> L1H2 via k"], "method": "acdc", "threshold": 0.01, "untested": ["L0H2 -> L1H2 via k"]}',
+     r"untested is a list; expected a mapping of edge labels to the reason"),
+    ('{"edges": ["L0H2 -> L1H2 via k"], "method": "acdc", "threshold": 0.01, "untested": {"L0H0 -> L1H2 via k": "x"}}',
+     r"untested edge 'L0H0 -> L1H2 via k' is not one of the circuit's edges"),
+    ('{"edges": ["L0H2 -> L1H2 via k"], "method": "acdc", "threshold": 0.01, "untested": {"L0H2 -> L1H2 via k": 1}}',
+     r"untested\['L0H2 -> L1H2 via k'\]=1; expected the reason in words"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "write_change": {"L0H0": -1}}',
+     r"write_change\['L0H0'\]=-1.0; a relative change is >= 0"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "write_change": {"L0H0": "big"}}',
+     r"write_change\['L0H0'\]='big' is not a number"),
+    ('{"edges": [], "method": "acdc", "threshold": 0.01, "write_change": {"L9": 1}}', r"'L9' is not a node"),
     ('{"edges": [], "method": "acdc", "threshold": 0.01, "scores": {"L1H0 -> logits": "x"}}',
      r"scores\['L1H0 -> logits'\]='x' is not a number"),
     ('{"edges": [], "method": "acdc", "threshold": 0.01, "gap": "big"}', r"gap='big' is not a number"),
@@ -334,6 +350,14 @@ def test_nodes_discovery_keeps_the_circuits_heads(model, prompts):
     assert frame[frame.sender == "L1H0"].score.abs().min() > 5 * circuit.tau
 
 
+def test_nodes_discovery_shows_its_progress_and_finds_the_same_circuit(model, prompts, capsys):
+    quiet = discover(model, prompts, method="nodes")
+    shown = discover(model, prompts, method="nodes", progress=True)
+    assert shown.edges == quiet.edges and shown.scores == quiet.scores
+    err = capsys.readouterr().err
+    assert "discovering (nodes)" in err and "8/8" in err and "removed" in err  # every head and MLP tried, counted
+
+
 def test_discovery_with_a_corrupted_source_splits_it_row_for_row(model, prompts):
     source = repeated_tokens(32, 10, 63, bos=63, seed=9)
     circuit = discover(model, prompts, method="nodes", source=source)
@@ -360,6 +384,54 @@ def test_node_level_test_equals_the_edge_level_test_of_a_node_circuit(model, pro
     assert by_nodes.all_patched == pytest.approx(by_edges.all_patched, abs=1e-4)
     assert set(by_nodes.minimality_frame.sender) == {"L0H0", "L1H0"} and by_nodes.minimal
     assert circuit.method == "nodes"
+
+
+def test_nodes_discovery_keeps_a_positional_sender_untested():
+    """The same for a head-level circuit: patching L0H0's write for every reader changes nothing (its write is the same
+    on every prompt), so it is never removed; its edges to kept nodes are untested, with why."""
+    from interp.models import handbuilt
+
+    circuit = discover(handbuilt.positional_sender(), repeated_tokens(32, 2, 63, bos=63, n_repeats=10), method="nodes")
+    assert "L0H0" in circuit.nodes and "L1H0" in circuit.nodes
+    assert "L0H0 -> L1H0 via k" in circuit.untested and all(label.startswith("L0H0 ") for label in circuit.untested)
+    assert circuit.untested["L0H0 -> L1H0 via k"].startswith("untested: the corruption does not change L0H0's write")
+    assert circuit.write_change["L0H0"] == 0.0 and circuit.write_change["L0H1"] > 1
+
+
+def test_acdc_keeps_a_positional_senders_edges_untested_never_drops_them():
+    """Issue 42: L0H0 of the positional sender writes positions, the same on every prompt, and L1H0's key reads them (a
+    real K-composition: zeroing the edge costs ~2 nats). Resampling cannot change L0H0's write, so ACDC's patch of its
+    edges is exactly 0: it keeps them as untested, saying why and what zeroing does, instead of dropping them; edges
+    into a head nothing reads (L1H1) still go. The JSON keeps which edges are untested and every sender's change."""
+    from interp.models import handbuilt
+
+    model = handbuilt.positional_sender()
+    circuit = discover(model, repeated_tokens(32, 2, 63, bos=63, n_repeats=10), method="acdc")
+    l0h0 = {"L0H0 -> L1H0 via k", "L0H0 -> L1H0 via q", "L0H0 -> L1H0 via v", "L0H0 -> logits"}
+    assert set(circuit.untested) == l0h0 and set(circuit.edges) == l0h0 | {"embed -> L1H0 via v", "L1H0 -> logits"}
+    reason = circuit.untested["L0H0 -> L1H0 via k"]
+    assert reason.startswith("untested: the corruption does not change L0H0's write (largest relative change over 16 "
+                             "prompts 0 < 1e-06")
+    zero = float(reason.split("moves the behaviour by ")[1].split(" ")[0])
+    assert zero > 1.5 and "off-distribution, never support by itself" in reason
+    assert "moves the behaviour by 0 [0, 0]" in circuit.untested["L0H0 -> logits"]  # zeroing it changes nothing either
+    assert circuit.write_change["L0H0"] == 0.0 and circuit.write_change["L0H1"] == pytest.approx(2 ** 0.5)
+    frame = circuit.frame().set_index(["sender", "receiver", "via"])
+    assert frame.loc[("L0H0", "L1H0", "k")].untested and frame.loc[("L0H0", "L1H0", "k")].in_circuit
+    assert not frame.loc[("L1H0", "logits", "direct")].untested
+    assert frame.loc[("L0H0", "L1H0", "k")].write_change == 0.0
+    again = Circuit.from_json(circuit.to_json())
+    assert again.untested == circuit.untested and again.write_change == circuit.write_change
+    assert circuit.test is not None and circuit.test.faithfulness.mean == pytest.approx(1.0, abs=1e-6)
+
+
+def test_prune_never_drops_an_untested_edge_for_its_senders_inputs():
+    untested = parse_edge("L0H0 -> L1H0 via k")
+    kept = {untested, parse_edge("embed -> L1H0 via v"), parse_edge("L1H0 -> logits")}
+    assert prune(kept) == kept - {untested}  # L0H0 has no kept input
+    assert prune(kept, {untested}) == kept
+    dead = {parse_edge("L0H0 -> L1H1 via k"), parse_edge("L1H0 -> logits")}  # nothing reads L1H1
+    assert prune(dead, dead) == {parse_edge("L1H0 -> logits")}
 
 
 # --------------------------------------------------------------------------- issue 42: one EAP discovery rule

@@ -13,6 +13,7 @@ import torch
 from interp.analyses import claims as hc
 from interp.analyses.claims.causal import TAUTOLOGY_TOLERANCE, RoleTargets
 from interp.analyses.head_types import get_head_type
+from interp.claims import evaluate_claims
 from interp.claims import test_claims as run_test_claims
 from interp.data import PromptSet, repeated_tokens
 from interp.interventions import (
@@ -22,6 +23,7 @@ from interp.interventions import (
     knock_out,
     off_target_pattern,
 )
+from interp.models import handbuilt
 from interp.models.constructed import induction_circuit
 from interp.run import Run, Strategy
 
@@ -207,3 +209,16 @@ def test_minilm_role_specific_evidence():
     assert prev.get("sufficiency").passed is None and prev.get("sufficiency").detail.startswith("not informative")
     necessity = sink.get("necessity")
     assert necessity.passed is True and necessity.extra["delta_loss_targeted"] > 10 * necessity.extra["delta_loss"]
+
+
+def test_sufficiency_records_the_mean_ablations_power():
+    """The positional sender's L0H0 writes the same positions on every prompt: its mean ablation changes nothing, so
+    sufficiency (against the mean-ablated head) is undecided and says so; L1H0's write varies, and its power is recorded."""
+    model = handbuilt.positional_sender()
+    prompts = repeated_tokens(32, 2, 63, bos=63, n_repeats=10)
+    constant, varied = evaluate_claims(model, [hc.make_claim("self_token", 0, 0), hc.make_claim("previous_token", 1, 0)],
+                                       prompts, evidence=["observational", "sufficiency"])
+    sufficiency = constant.get("sufficiency")
+    assert sufficiency.passed is None and sufficiency.write_change == 0.0
+    assert sufficiency.detail.startswith("inconclusive: the mean ablation does not change L0H0's write")
+    assert varied.get("sufficiency").write_change == pytest.approx(0.994, abs=1e-3)

@@ -163,3 +163,48 @@ def test_a_claim_on_a_shared_key_input_named_by_the_wrong_head_is_refused_before
     prompts = repeated_tokens(32, 5, d_vocab=20, seed=0)
     with pytest.raises(BadInput, match=r"'L0H0 -> L1H1 via k' is not an edge of this model's graph.*use 'L0H0 -> L1H0 via k'"):
         run_test_claims(model, [composition_claim("L0H0 -> L1H0 via k"), composition_claim("L0H0 -> L1H1 via k")], prompts)
+
+
+def test_composition_evidence_records_the_write_change_and_zero_ablation_beside(circuit_verdicts):
+    """On the constructed circuit every sender's write changes under resampling (the test has power); the edge's zero
+    ablation is reported beside the verdict, never in it; every evidence keeps its per-prompt values."""
+    composes, _, _, _, absent = circuit_verdicts.attrs["verdicts"]
+    obs, nec, zero = composes.get("observational"), composes.get("necessity"), composes.get("zero")
+    assert obs.write_change > 1.0 and obs.extra["write_change"] == obs.write_change and nec.write_change == obs.write_change
+    assert nec.extra["control_write_change"] > 1.0
+    assert zero.extra["ablation"] == "zero (off-distribution)" and zero.effect > 1.0 and zero.passed is True
+    assert obs.values.dtype == torch.float64 and obs.values.shape == (32,) and float(obs.values.mean()) == obs.effect
+    assert absent.get("zero") is not None and absent.get("zero").passed is False  # zeroing it matters: outside the band
+    assert absent.verdict == "refuted" and absent.reasons[0].startswith("observational failed")  # zero is not a reason
+
+
+@pytest.fixture(scope="module")
+def positional_verdicts():
+    """The positional sender (`interp.models.handbuilt`): L0H0 writes positions only, the same on every prompt."""
+    from interp.models import handbuilt
+
+    model = handbuilt.positional_sender()
+    prompts = repeated_tokens(32, 2, 63, bos=63, n_repeats=10)
+    claims = [composition_claim("L0H0 -> L1H0 via k"), composition_claim("L0H0 -> L1H0 via k", composes=False),
+              composition_claim("L0H1 -> L1H0 via k", composes=False)]
+    return model, prompts, run_test_claims(model, claims, prompts)
+
+
+def test_a_positional_sender_is_neither_refuted_nor_cleared(positional_verdicts):
+    """Issue 42's case: zeroing L0H0 costs ~2 nats and its K-composition score is 2x the baseline, yet resampling
+    cannot change its write, so the path patch is exactly 0 [0, 0]. Without power, "composes" is not refuted and
+    "does not compose" not supported: both inconclusive, saying why; the zero ablation beside shows the write matters.
+    A sender with power (L0H1, whose write changes) is still judged: its absence is supported."""
+    model, prompts, frame = positional_verdicts
+    composes, absent, other = frame.attrs["verdicts"]
+    assert list(frame.verdict) == ["inconclusive", "inconclusive", "supported"]
+    for verdict in (composes, absent):
+        obs = verdict.get("observational")
+        assert (obs.effect, obs.ci_low, obs.ci_high) == (0.0, 0.0, 0.0) and obs.write_change == 0.0
+        assert obs.passed is None and obs.extra["composition_ratio"] == pytest.approx(2.0, rel=1e-3)
+        assert verdict.reasons[0].startswith("observational undecided: inconclusive: the corruption does not change "
+                                             "L0H0's write")
+        assert verdict.get("zero").effect > 1.5 and verdict.get("zero").ci_low > 1.5
+    assert composes.get("necessity").passed is None and "does not change L0H0's write" in composes.get("necessity").detail
+    assert absent.get("zero").passed is False  # zero ablation disagrees with "does not compose", beside the verdict
+    assert other.get("observational").write_change == pytest.approx(2 ** 0.5) and other.get("observational").passed

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from interp import cli  # noqa: E402
+from interp.schemas import JSON_SCHEMA  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def test_a_broken_contract_is_its_own_sarif_rule_junit_case_and_json_entry(on_pa
     sarif, junit = tmp_path / "audit.sarif", tmp_path / "audit.xml"
     code, envelope = run(["leakzoo.packed:eos_over_masks", "--packed", "--sarif", str(sarif), "--junit", str(junit)],
                          tmp_path)
-    assert code == 1 and envelope is not None and envelope["schema"] == 3
+    assert code == 1 and envelope is not None and envelope["schema"] == JSON_SCHEMA
     result = envelope["result"]
     assert result["leaks"] == ["document"] and result["verdict"] == "leak"
     contract = result["contracts"]["document"]

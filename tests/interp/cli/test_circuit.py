@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from interp import cli
 from interp.data import random_tokens, repeated_tokens
@@ -83,11 +84,43 @@ def test_report_circuit_section(found, tmp_path):
 
 
 def test_c019_FD5_a_model_without_split_inputs_is_told_what_works(capsys):
-    """The advice was interp.load(..., backend='native'), which returns the same intercepted model."""
+    """The advice was interp.load(..., backend='native'), which returns the same intercepted model. A nanoGPT-layout
+    module is told its own conversion, with its model_args; following it gives a model the circuit runs on."""
     assert cli.main(["circuit", "own_models:nanogpt_flash", "-q", "--n", "8"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "split q/k/v inputs" in err and "backend='native'" not in err
-    assert "a nanoGPT ckpt.pt through interp.load('ckpt.pt')" in err and "a checkpoint saved with interp.save" in err
+    args = "{'n_layer': 2, 'n_head': 4, 'n_embd': 32, 'block_size': 32, 'vocab_size': 61, 'bias': True}"
+    assert "NanoStyleGPT has nanoGPT's layout" in err and f"from_nanogpt({args}, model.state_dict())" in err
+    assert f"torch.save({{'model_args': {args}, 'model': model.state_dict()}}, 'ckpt.pt')" in err
+
+
+def test_following_the_nanogpt_advice_gives_a_model_with_split_inputs(tmp_path, capsys):
+    from own_models import nanogpt_flash
+
+    import interp
+    from interp.paths import check_graph_model
+
+    model = nanogpt_flash()
+    args = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab_size": 61, "bias": True}
+    torch.save({"model_args": args, "model": model.state_dict()}, tmp_path / "ckpt.pt")
+    converted = interp.load(tmp_path / "ckpt.pt")
+    check_graph_model(converted)  # what the circuit needs
+    tokens = torch.randint(0, 61, (2, 16))
+    torch.testing.assert_close(converted(tokens), model(tokens), atol=1e-4, rtol=0)
+    # the CLI then gets past the model's structure to its behaviour (a random model has none to explain)
+    assert cli.main(["circuit", str(tmp_path / "ckpt.pt"), "-q", "--n", "8", "--method", "nodes"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "split q/k/v" not in err and "within its noise" in err
+
+
+@pytest.mark.parametrize("spec, backend, says", [
+    ("own_models:direct_sdpa", "auto", "No conversion exists for DirectSDPA, a module of your own"),
+    ("own_models:hf_gpt2", "sdpa", "GPT2LMHeadModel is a Hugging Face model hooked by interception"),
+])
+def test_other_intercepted_models_are_told_what_works_for_them(spec, backend, says, capsys):
+    assert cli.main(["circuit", spec, "-q", "--n", "8", "--backend", backend]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert says in err and "backend='native'" not in err and "head claims (interp.test_claims" in err
 
 
 def test_FD5_the_reports_circuit_note_ends_in_one_full_stop():
@@ -99,7 +132,7 @@ def test_FD5_the_reports_circuit_note_ends_in_one_full_stop():
 
     skipped = report_circuit(interp.load(nanogpt_flash()), repeated_tokens(8, 4, 60), seed=0)
     assert skipped.note.endswith(".") and "backend='native'" not in skipped.note
-    assert circuit_html(skipped, {}).endswith("as they are.</p>")  # one full stop, not ".." as before
+    assert circuit_html(skipped, {}).endswith("claims) work.</p>")  # one full stop, not ".." as before
     assert not any(line.endswith("..") for line in circuit_markdown(skipped))
 
 
@@ -279,3 +312,14 @@ def test_cli_circuit_eap_prints_how_it_chose_and_its_note(tmp_path, capsys, monk
     assert "note: EAP estimates unreliable here" in out
     circuit = json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]
     assert circuit["selection"]["n_selected"][circuit["selection"]["chosen"]] == 8 and len(circuit["notes"]) == 1
+
+
+def test_cli_circuit_names_the_edges_it_kept_untested(tmp_path, capsys):
+    """A positional sender's edges cannot be tested by resampling: the terminal says which were kept untested and why."""
+    argv = ["circuit", "interp.models.handbuilt:positional_sender", "-q", "--n", "32", "--prompts", "repeated",
+            "--prefix-len", "2", "--json", str(tmp_path / "c.json")]
+    assert cli.main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    untested = json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]["untested"]
+    assert untested and f"{len(untested)} edges kept untested" in out
+    assert "the corruption does not change L0H0's write" in out

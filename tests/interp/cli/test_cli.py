@@ -436,3 +436,22 @@ def test_report_progress_covers_rendering_and_writing(tmp_path):
     run = list(stages.timings)  # in the order they ran
     assert run[-2:] == report.RENDER_STAGES and "leakage audit" in run[:-2] and set(run) == set(stages.names)
     assert set(report.RENDER_STAGES) <= set(result.timings) and (tmp_path / "r" / "report.html").is_file()
+
+
+@pytest.mark.heavy
+def test_claims_json_carries_each_evidence_with_its_power_and_per_prompt_values(tmp_path, monkeypatch, capsys):
+    """`interp claims --json`: every claim's `evidence` (`Evidence.to_dict()`), with `write_change` and the per-prompt
+    `values`. On the positional sender the path patch of L0H0's edge is exactly 0 without power: inconclusive, the zero
+    ablation beside it (issue 42)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('[prompts]\nkind = "repeated"\nn = 32\nprefix_len = 2\n'
+                                     '[claims]\n"L0H0 -> L1H0 via k" = "composes"\n')
+    assert cli.main(["claims", "interp.models.handbuilt:positional_sender", "c.toml", "-q", "--json", "-"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["result"]["claims"]
+    assert row["verdict"] == "inconclusive" and "does not change L0H0's write" in row["reasons"]
+    evidence = {e["kind"]: e for e in row["evidence"]}
+    assert list(evidence) == ["observational", "necessity", "zero", "qk_attribution"]
+    observational = evidence["observational"]
+    assert observational["values"] == [0.0] * 32 and observational["write_change"] == 0.0
+    assert observational["passed"] is None and observational["effect"] == 0.0
+    assert evidence["zero"]["effect"] > 1.0 and len(evidence["zero"]["values"]) == 32
