@@ -82,6 +82,12 @@ class CircuitTest:
     values: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
+    def _kept_item(self) -> str:
+        """What minimality removes one at a time: an edge, or a head or MLP (a node test's rows read every receiver)."""
+        node_level = len(self.minimality_frame) and (self.minimality_frame["receiver"] == "*").all()
+        return "node" if node_level else "edge"
+
+    @property
     def minimal(self) -> bool:
         """Whether every kept edge's removal costs at least the threshold (on the mean); False for an empty circuit,
         which has no edge to be minimal with."""
@@ -95,7 +101,7 @@ class CircuitTest:
         rows = [("faithfulness", self.faithfulness, "fraction of the clean-vs-patched gap", float("nan"), noisy),
                 ("completeness", self.completeness, "fraction of the clean-vs-patched gap (max over K)", float("nan"),
                  untested or noisy),
-                ("minimality", self.minimality, f"{self.unit} (smallest kept edge's removal cost)", self.threshold,
+                ("minimality", self.minimality, f"{self.unit} (smallest kept {self._kept_item}'s removal cost)", self.threshold,
                  untested)]
         return pd.DataFrame([{"test": name, "value": iv.mean, "ci_low": iv.ci_low, "ci_high": iv.ci_high, "unit": unit,
                               "threshold": threshold, "n_edges": self.n_edges, "n_prompts": self.n_prompts,

@@ -190,6 +190,7 @@ def test_cli_circuit_nodes_method_and_the_acdc_budget(tmp_path, capsys):
     assert set(by_node) == {"L0H0", "L1H0"} and all(row["effect"] > 0.1 and row["ci_low"] > 0 for row in by_node.values())
     minimality = {row["test"]: row for row in result["tests"]}["minimality"]
     assert min(row["effect"] for row in by_node.values()) == pytest.approx(minimality["value"])
+    assert "smallest kept node's removal cost" in minimality["unit"]
     assert all(edge["effect"] is None for edge in result["edges"]) and len(result["edges"]) == len(result["circuit"]["edges"])
     printed = " ".join(capsys.readouterr().out.split())
     assert "removal cost from the circuit" in printed and "L1H0" in printed and "edges between these nodes" in printed
