@@ -408,9 +408,14 @@ def _load_with_backend(spec: Any, backend: str, device: str | torch.device) -> n
             return _hf_model(spec, "native").to(device)
         if folder is not None:
             return load_hf(folder, device=device, backend="native")
+        if isinstance(spec, nn.Module) and not hasattr(spec, "hook_dict"):  # no hooks: load would intercept it
+            raise BadInput(_not_native(type(spec).__name__, spec))  # before `load` hooks the user's module in place
         model = load(spec, device=device)
         if type(model).__name__ == "TransformerBridge":
             raise BadInput(f"backend='native': {type(model).__name__} is not a native hooked model.")
+        sdpa = sys.modules.get("interp.sdpa")  # loaded when `load` hooked the module by interception
+        if sdpa is not None and sdpa.is_intercepted(model):  # a factory's module of the user's: nothing to convert
+            raise BadInput(_not_native(repr(spec), model))
         return model  # built-ins, checkpoints and hooked modules are native already
     if backend == "bridge":
         if folder is None:
@@ -450,6 +455,15 @@ def _declared(folder: Path) -> list[str]:
     except (ValueError, AttributeError) as error:  # not JSON (or not UTF-8), or JSON but not an object
         raise CheckpointError(f"{folder / 'config.json'} is not a JSON object ({error}); is the folder complete?") from None
     return list(declared) if isinstance(declared, list) else []
+
+
+def _not_native(what: str, model: nn.Module) -> str:
+    """Why backend='native' refuses a module of the user's, and what works on it instead."""
+    from interp.paths import split_inputs_advice
+
+    return (f"backend='native': {what} is not a model the native converters read (a checkpoint, a Hugging Face "
+            "model or folder, a GGUF file); it is hooked by interception as it is (backend='auto' or 'sdpa'). "
+            + split_inputs_advice(model))
 
 
 def _sdpa_module() -> ModuleType:

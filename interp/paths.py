@@ -235,7 +235,9 @@ def _nanogpt_args(model: nn.Module) -> dict[str, Any] | None:
         body = model.get_submodule("transformer")
         wte, wpe, first = body.get_submodule("wte"), body.get_submodule("wpe"), body.get_submodule("h.0.attn.c_attn")
         blocks = body.get_submodule("h")
-        n_layer, n_head = len(blocks) if isinstance(blocks, nn.ModuleList) else 0, attention_sites(model)[0].n_heads
+        n_layer = len(blocks) if isinstance(blocks, nn.ModuleList) else 0
+        # nanoGPT's attention keeps its head count (a module not hooked yet has no attention sites to read it from)
+        n_head = getattr(body.get_submodule("h.0.attn"), "n_head", None) or attention_sites(model)[0].n_heads
         model.get_submodule("lm_head")
     except (AttributeError, TypeError, IndexError, BadInput):
         return None

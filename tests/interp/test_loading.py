@@ -130,6 +130,24 @@ def test_module_spec():
         load(mha_model)
 
 
+def test_native_backend_refuses_a_module_it_can_only_intercept():
+    """backend='native' on a user's own module used to return the intercepted module as it is, so advice to use it led
+    back to the same model; now it says there is nothing to convert and what does work (a nanoGPT layout converts)."""
+    import own_models
+
+    gpt = HookedGPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, d_vocab=30, n_ctx=12, seed=1))
+    assert load(gpt, backend="native") is gpt  # a hooked model is native already
+    user_model = own_models.nanogpt_flash()
+    with pytest.raises(ValueError, match=r"backend='native': NanoStyleGPT is not a model the native converters read.*"
+                                         r"hooked by interception as it is \(backend='auto' or 'sdpa'\)\. NanoStyleGPT "
+                                         r"has nanoGPT's layout.*from_nanogpt"):
+        load(user_model, backend="native")
+    assert type(user_model).__name__ == "NanoStyleGPT"  # refused before anything hooked the user's module
+    assert type(load(user_model)).__name__.startswith("SDPAHooked")  # 'auto' intercepts it
+    with pytest.raises(ValueError, match=r"backend='native': 'own_models:nanogpt_flash' is not a model the native"):
+        load("own_models:nanogpt_flash", backend="native")  # a factory's module: refused once built
+
+
 @pytest.mark.parametrize(
     "spec,match",
     [
