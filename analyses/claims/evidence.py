@@ -499,4 +499,4 @@ class RandomInitControl:
                         p_value=max(level.p_value, gap.p_value), rule=f"random-init {below.rule()} and trained - random CI > 0",
                         passed=passed, decisive=True, n_prompts=len(trained), detail=f"{level.detail}; {gap.detail}",
                         extra={"random_init": level.effect, "initialised_by": made.how}, n_resamples=gap.n_resamples,
-                        metric="trained minus random-init")
+                        metric="trained minus random-init", values=gap.values)

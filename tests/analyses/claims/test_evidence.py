@@ -134,7 +134,11 @@ def test_our_models_are_rebuilt_from_their_config():
     assert made.how == "config" and made.model.cfg.seed == 5
     verdict = evaluate_claims(circuit, [hc.induction_head(1, 0)], repeated_tokens(32, 12, 31, bos=31, seed=1),
                               evidence=["observational", "control_random_init"])[0]
-    assert verdict.get("control_random_init").extra["initialised_by"] == "config"
+    control = verdict.get("control_random_init")
+    assert control.extra["initialised_by"] == "config"
+    # per prompt: trained minus random-init, float64, one per prompt, their mean the evidence's effect
+    assert control.values is not None and control.values.dtype.is_floating_point and len(control.values) == 32
+    assert float(control.values.double().mean()) == pytest.approx(control.effect, rel=1e-6, abs=1e-9)
 
 
 def test_only_a_control_can_be_not_applicable():
