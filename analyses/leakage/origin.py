@@ -248,24 +248,18 @@ def call_site(frame: FrameType | None) -> tuple[Frame | None, Frame | None]:
 # Masks: what the op's mask argument lets through
 # ---------------------------------------------------------------------------------------------
 
-def _visible_later(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Tensor | None:
-    """(query, key) True where the op's mask lets a query see a later key; None when the op takes no mask."""
+def op_visibility(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Tensor | None:
+    """(..., query, key) bool, True where an attention op's mask lets a query see a key, as the op was called
+    (`scaled_dot_product_attention`'s mask or `is_causal`, an additive mask letting through > -1e4, or the boolean
+    mask of `masked_fill`); None when the op takes no square mask over the positions."""
     name = _op_name(func)
     if name == "scaled_dot_product_attention":
         mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
-        causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
-        if causal:
-            return torch.zeros(n_pos, n_pos, dtype=torch.bool)
+        if bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False)):
+            return torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
         if mask is None:
-            return torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
-        visible = mask if mask.dtype == torch.bool else mask.float() > -1e4  # an additive mask lets through > -1e4
-    elif name in ("matmul", "bmm", "einsum"):  # attention weights times values: weight on a later key leaks
-        weights = [t for t in args if isinstance(t, torch.Tensor) and t.ndim >= 2
-                   and tuple(t.shape[-2:]) == (n_pos, n_pos) and t.is_floating_point()]
-        if not weights or bool((weights[0] < 0).any()):
-            return None
-        square = weights[0].detach().reshape(-1, n_pos, n_pos).cpu().gt(0).any(dim=0)  # (query, key)
-        return square & torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
+            return torch.ones(n_pos, n_pos, dtype=torch.bool)
+        visible = mask if mask.dtype == torch.bool else mask.float() > -1e4
     elif name in ("masked_fill", "masked_fill_"):
         mask = args[1] if len(args) > 1 else kwargs.get("mask")
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -275,8 +269,22 @@ def _visible_later(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Te
         return None
     if visible.ndim < 2 or tuple(visible.shape[-2:]) != (n_pos, n_pos):
         return None
-    square = visible.detach().reshape(-1, n_pos, n_pos).cpu().all(dim=0)  # (query, key): visible in every row and head
-    return square & torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
+    return visible.detach()
+
+
+def _visible_later(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Tensor | None:
+    """(query, key) True where the op's mask lets a query see a later key; None when the op takes no mask."""
+    later = torch.ones(n_pos, n_pos, dtype=torch.bool).triu(1)
+    if _op_name(func) in ("matmul", "bmm", "einsum"):  # attention weights times values: weight on a later key leaks
+        weights = [t for t in args if isinstance(t, torch.Tensor) and t.ndim >= 2
+                   and tuple(t.shape[-2:]) == (n_pos, n_pos) and t.is_floating_point()]
+        if not weights or bool((weights[0] < 0).any()):
+            return None
+        return weights[0].detach().reshape(-1, n_pos, n_pos).cpu().gt(0).any(dim=0) & later  # (query, key)
+    visible = op_visibility(func, args, kwargs, n_pos)
+    if visible is None:
+        return None
+    return visible.reshape(-1, n_pos, n_pos).cpu().all(dim=0) & later  # (query, key): visible in every row and head
 
 
 def mask_words(visible: torch.Tensor | None, weights: bool = False) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from interp.analyses.leakage.methods import localisation_threshold
-from interp.analyses.leakage.origin import OpPair, Origin, _op_name, _run, call_site, find_origin
+from interp.analyses.leakage.origin import OpPair, Origin, _op_name, _run, call_site, find_origin, op_visibility
 from interp.analyses.leakage.types import DEFAULT_TOL
 
 
@@ -56,25 +56,11 @@ def origin_of_hidden(model: Any, tokens: torch.Tensor, query: int, key: int, *, 
 
 def visibility(func: Any, args: tuple, kwargs: dict, n_pos: int) -> torch.Tensor | None:
     """(query, key) bool: what an attention op's mask lets a query of the first row see (any head); None when the op
-    takes no square mask over the positions."""
-    name = _op_name(func)
-    if name == "scaled_dot_product_attention":
-        mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
-        if bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False)):
-            return torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
-        if mask is None:
-            return torch.ones(n_pos, n_pos, dtype=torch.bool)
-        visible = mask if mask.dtype == torch.bool else mask.float() > -1e4
-    elif name in ("masked_fill", "masked_fill_"):
-        mask = args[1] if len(args) > 1 else kwargs.get("mask")
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            return None
-        visible = ~mask
-    else:
+    takes no square mask over the positions (`op_visibility`)."""
+    visible = op_visibility(func, args, kwargs, n_pos)
+    if visible is None:
         return None
-    if visible.ndim < 2 or tuple(visible.shape[-2:]) != (n_pos, n_pos):
-        return None
-    first = visible.detach().reshape(-1, *visible.shape[-3:]) if visible.ndim >= 3 else visible[None]
+    first = visible.reshape(-1, *visible.shape[-3:]) if visible.ndim >= 3 else visible[None]
     return first[0].reshape(-1, n_pos, n_pos).any(dim=0).cpu()  # (query, key)
 
 
