@@ -535,8 +535,7 @@ def audit(
     dtype: DType = None,
     bidirectional: bool | None = None,
     packed: bool = False, doc_sep: int | None = None, kv_cache: bool = False, window: int | str | None = None,
-    attn_impls: Sequence[str] | None = None, packed_prompts: Sequence[Sequence[int]] | None = None,
-    compiled: bool = False,
+    attn_impls: Sequence[str] | None = None, packed_prompts: Sequence[Sequence[int]] | None = None, compiled: bool = False,
 ) -> LeakageReport:
     """Audit `model` for dependence of any output position on later tokens (and on other examples
     of its batch, and on padding). Returns a `LeakageReport`; see `interp.analyses.leakage` for the methods.
@@ -553,13 +552,10 @@ def audit(
     reads the model's own declaration (`declaration`: our HookedEncoder, a Hugging Face encoder config). An undeclared
     model is expected to be causal, whatever its attention calls look like.
 
-    The contracts of modern stacks (`interp.analyses.leakage.contracts`: kinds `document`, `kv_cache`, `window`,
-    `backend`), each on top of causality, its verdict in `report.contracts[kind]`: packed / doc_sep (packed documents;
-    the forward's `position_ids`, `cu_seq_lens`, `document_ids`... or the separator token), window (W keys per windowed
-    layer, itself included, or "config"), kv_cache (prefill + decode), attn_impls (the implementations compared);
-    packed_prompts: your own packed rows (token-id lists) for the documents contract, documents separated by doc_sep
-    (the first row holding it is audited, its first max_len tokens); compiled: FlexAttention as the model calls it
-    (compiled where the model compiles it; float32 on CPU) instead of forced unfused, under attn_impls.
+    The contracts of modern stacks (`interp.analyses.leakage.contracts`; verdicts in `report.contracts[kind]`): packed /
+    doc_sep (the forward's `position_ids`, `cu_seq_lens`, `document_ids`... or a separator token; packed_prompts: your
+    own packed rows, the first holding doc_sep audited), window (W keys per windowed layer, itself included, or
+    "config"), kv_cache (prefill + decode), attn_impls (compiled: FlexAttention as the model calls it, not unfused).
     """
     start = time.perf_counter()
     model = _audited_model(model, device=device, dtype=dtype)
@@ -568,19 +564,24 @@ def audit(
     plan = plan_audit(model, adapter, max_len=max_len, vocab_size=vocab_size, n_prompts=n_prompts, seed=seed, tol=tol,
                       lengths=lengths, methods=methods, draws=draws, max_cuts=max_cuts, gradient_len=gradient_len,
                       localise_leaks=localise_leaks, pad_token_id=pad_token_id, bidirectional=bidirectional)
-    _check_contracts(model, plan, packed=packed, doc_sep=doc_sep, window=window, kv_cache=kv_cache, attn_impls=attn_impls,
-                     packed_prompts=packed_prompts, compiled=compiled)
-    if progress and not plan.bidirectional:
-        plan = replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
+    contract_options: dict[str, Any] = {"packed": packed, "doc_sep": doc_sep, "window": window, "kv_cache": kv_cache,
+                                        "attn_impls": attn_impls, "packed_prompts": packed_prompts, "compiled": compiled}
+    _check_contracts(model, plan, **contract_options)
+    plan = _announced(model, adapter, plan, progress)
     tick = _Progress(progress, plan.passes)
     sites = site_modules(model) if plan.localise else []
     with _evaluating(model, tick):
         found = _find_leaks(model, adapter, plan, tick, sites)
     decision = decide_leaks(found.table, plan, leaks=found.leaks, located=found.located, localised=bool(sites))
-    contracts = _run_contracts(model, plan, packed=packed, doc_sep=doc_sep, kv_cache=kv_cache, window=window,
-                               attn_impls=attn_impls, progress=progress, packed_prompts=packed_prompts,
-                               compiled=compiled)
+    contracts = _run_contracts(model, plan, progress=progress, **contract_options)
     return _leakage_report(model, adapter, plan, found, decision, started=start, contracts=contracts)
+
+
+def _announced(model: Any, adapter: ModelAdapter, plan: AuditPlan, progress: bool) -> AuditPlan:
+    """The plan with its cost estimate printed first (a decoder audited with `progress`), else as it is."""
+    if progress and not plan.bidirectional:
+        return replace(plan, cost=leakage_fast.announce(model, adapter, **plan.cost_arguments()))
+    return plan
 
 
 def _check_contracts(model: Any, plan: AuditPlan, *, packed: bool, doc_sep: Any, window: Any, kv_cache: bool,
