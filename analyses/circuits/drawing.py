@@ -93,8 +93,10 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
     unit = unit if unit is not None else (str(edges["unit"].iloc[0]) if "unit" in edges.columns and len(edges) else "")
     labelled = set(edges["effect"].abs().sort_values(ascending=False, kind="stable").index[:max_labels])
     hidden = len(edges) - len(labelled)
-    ax.set_title(f"{title}" + (f" (edge effects in {unit})" if unit else "")
-                 + (f"\nlabels on the {len(labelled)} largest of {len(edges)} edges" if hidden else ""), fontsize=9)
+    what = "edge effects" if max_labels else "widths"  # unlabelled edges: the caller's title says what a width is
+    ax.set_title(f"{title}" + (f" ({what} in {unit})" if unit else "")
+                 + (f"\nlabels on the {len(labelled)} largest of {len(edges)} edges" if hidden and labelled else ""),
+                 fontsize=9)
     ax.set_axis_off()
     if edges.empty:
         ax.text(0.5, 0.5, "no edges", ha="center", va="center", fontsize=9, transform=ax.transAxes)

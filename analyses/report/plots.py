@@ -197,6 +197,8 @@ def circuit_figures(section: Any, plots: Path) -> dict[str, str]:
     found = section.summary
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{found.circuit.method} circuit" + (f", faithfulness {faith:.2f} (held-out)" if math.isfinite(faith) else "")
+    if found.nodes is not None:
+        title += "; an edge's width: its sender's removal cost"
     drawing = draw_circuit(found.edges_to_draw(), title=title, unit=found.unit,
                            max_labels=0 if found.nodes is not None else MAX_LABELS)
     images = {"circuit": save_png(drawing, plots / "circuit.png")}

@@ -35,9 +35,10 @@ def cmd_circuit(args) -> int:
              f"{found.unit}): {len(circuit.edges)} edges, {len(circuit.nodes)} nodes; ")
     unmeasured = int(found.edges["effect"].isna().sum())
     if found.nodes is not None:
+        console.print(title + "each kept head's or MLP's removal cost from the circuit on the held-out half (effect: "
+                      "its write patched for every reader; score: its removal on the proposing half)")
         console.print(_frame_table(found.nodes, width=console.width, columns=["node", "score", "effect", "ci_low", "ci_high"],
-                                   title=title + "each kept head's or MLP's removal cost from the circuit on the held-out "
-                                   "half (its write patched for every reader; score: its removal on the proposing half)"))
+                                   title=f"Kept nodes ({found.unit})"))
         console.print(f"the {len(found.edges)} edges between these nodes are the circuit (--json lists them); a head-level "
                       "circuit is measured by its nodes, not edge by edge")
     else:
@@ -121,6 +122,8 @@ def _draw(found, spec: str, png: Path) -> None:
 
     faith = found.test.faithfulness.mean if found.test is not None else math.nan
     title = f"{spec}: {found.circuit.method} circuit" + (f", faithfulness {faith:.2f}" if math.isfinite(faith) else "")
+    if found.nodes is not None:
+        title += "; an edge's width: its sender's removal cost"
     fig = draw_circuit(found.edges_to_draw(), title=title, unit=found.unit,
                        max_labels=0 if found.nodes is not None else MAX_LABELS)
     write_output(png, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}), what="PNG")
