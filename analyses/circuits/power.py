@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -99,20 +99,15 @@ def write_changes(run: Any, senders: Iterable[Node], source: PromptSet | None = 
     how = "resampled from the other prompts" if source is None else "from the corrupted prompts given"
     key = ("write-change", tuple(node.label for node in senders), "resample" if source is None else prompt_fingerprint(source))
 
-    def compute() -> dict[Node, WriteChange]:
-        check_graph_model(run.model, "write_change")
-        ratios: dict[Node, list[torch.Tensor]] = {node: [] for node in senders}
-        norms: dict[Node, list[torch.Tensor]] = {node: [] for node in senders}
+    def writes() -> Iterator[tuple[dict[Node, torch.Tensor], dict[Node, torch.Tensor], torch.Tensor | None]]:
         for batch in run.prompts.batches(run.batch_size):
             read = run.behaviour.model_prompts(batch)
-            clean = sender_writes(run.model, read, senders)
-            corrupted = sender_writes(run.model, corrupted_prompts(run, batch, source), senders)
-            for node in senders:
-                ratio, norm = relative_change(clean[node], corrupted[node], read.attention_mask)
-                ratios[node].append(ratio)
-                norms[node].append(norm)
-        return {node: WriteChange(node.label, torch.cat(ratios[node]), bool(torch.cat(norms[node]).max() == 0), how)
-                for node in senders}
+            yield (sender_writes(run.model, read, senders),
+                   sender_writes(run.model, corrupted_prompts(run, batch, source), senders), read.attention_mask)
+
+    def compute() -> dict[Node, WriteChange]:
+        check_graph_model(run.model, "write_change")
+        return _changes(writes(), how)
 
     result: dict[Node, WriteChange] = run.cached(key, compute)
     return result
@@ -121,11 +116,17 @@ def write_changes(run: Any, senders: Iterable[Node], source: PromptSet | None = 
 def sweep_write_changes(sweep: Any) -> dict[Node, WriteChange]:
     """Every sender's `WriteChange` from an `interp.sweep.PatchSweep`'s cached clean and corrupted writes (no forward)."""
     how = "resampled from the other prompts" if sweep.source is None else "from the corrupted prompts given"
+    return _changes(((b.clean_writes, b.corrupted_writes, b.mask) for b in sweep.batches), how)
+
+
+def _changes(batches: Iterable[tuple[dict[Node, torch.Tensor], dict[Node, torch.Tensor], torch.Tensor | None]],
+             how: str) -> dict[Node, WriteChange]:
+    """Each node's `WriteChange` over batches of (clean writes, changed writes, attention mask)."""
     ratios: dict[Node, list[torch.Tensor]] = {}
     norms: dict[Node, list[torch.Tensor]] = {}
-    for b in sweep.batches:
-        for node, clean in b.clean_writes.items():
-            ratio, norm = relative_change(clean, b.corrupted_writes[node], b.mask)
+    for clean, changed, mask in batches:
+        for node, write in clean.items():
+            ratio, norm = relative_change(write, changed[node], mask)
             ratios.setdefault(node, []).append(ratio)
             norms.setdefault(node, []).append(norm)
     return {node: WriteChange(node.label, torch.cat(ratios[node]), bool(torch.cat(norms[node]).max() == 0), how)
@@ -149,21 +150,17 @@ def ablation_write_changes(run: Any, ablation: Any) -> dict[Node, WriteChange]:
     names = {node: sites[node.layer].hook("z") for node in heads}
     how = f"{ablation.kind} ablation"
 
-    def compute() -> dict[Node, WriteChange]:
-        ratios: dict[Node, list[torch.Tensor]] = {node: [] for node in heads}
-        norms: dict[Node, list[torch.Tensor]] = {node: [] for node in heads}
+    def writes() -> Iterator[tuple[dict[Node, torch.Tensor], dict[Node, torch.Tensor], torch.Tensor | None]]:
         stop = max(node.layer for node in heads) + 1
         for batch in run.prompts.batches(run.batch_size):
             read = run.behaviour.model_prompts(batch)
             clean = _z_writes(run.model, read, names, stop)
             with ablation.intervene(run, read):
                 ablated = _z_writes(run.model, read, names, stop)
-            for node in heads:
-                ratio, norm = relative_change(clean[node], ablated[node], read.attention_mask)
-                ratios[node].append(ratio)
-                norms[node].append(norm)
-        return {node: WriteChange(node.label, torch.cat(ratios[node]), bool(torch.cat(norms[node]).max() == 0), how)
-                for node in heads}
+            yield clean, ablated, read.attention_mask
+
+    def compute() -> dict[Node, WriteChange]:
+        return _changes(writes(), how)
 
     result: dict[Node, WriteChange] = run.cached(("ablation-write-change", json.dumps(ablation.spec(), sort_keys=True)),
                                                  compute)
