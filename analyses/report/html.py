@@ -366,6 +366,8 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
                 for r in found.edges.itertuples()]
         parts.append(scroll(table_html(["edge", "via", "discovery score", f"path patch effect ({found.unit}) [CI]"], rows,
                                        numeric=(2, 3))) if rows else '<p class="muted">No edge was kept.</p>')
+    if circuit.untested:
+        parts.append(f'<p class="muted">{esc(_untested_sentence(circuit.untested))}</p>')
     tests = _tests_rows(found)
     if tests:
         parts.append("<h3>Circuit tests (held-out prompts)</h3>"
@@ -373,6 +375,14 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     if found.curve is not None:
         parts.append(_curve_html(found.curve, images))
     return "".join(parts)
+
+
+def _untested_sentence(untested: dict[str, str]) -> str:
+    """How many edges were kept untested, which (the first ten) and the first one's reason."""
+    shown = sorted(untested)[:10]
+    more = f" and {len(untested) - len(shown)} more" if len(untested) > len(shown) else ""
+    return (f"{len(untested)} edges kept untested (the corruption does not change their sender's write, so no patch "
+            f"can test them): {', '.join(shown)}{more}. {_sentence(untested[shown[0]])}")
 
 
 def _curve_sentence(curve: Any) -> str:
@@ -430,6 +440,8 @@ def circuit_markdown(section: Any) -> list[str]:
         lines += [f"- {r.node}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.nodes.itertuples()]
     else:
         lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}" for r in found.edges.itertuples()]
+    if found.circuit.untested:
+        lines += ["", _untested_sentence(found.circuit.untested), ""]
     lines += [f"- {test}: {value} ({unit})" for test, value, unit in _tests_rows(found)]
     if found.curve is not None:
         lines += ["", f"Faithfulness over circuit sizes ({found.curve.score_name} scores, MIB, held-out prompts): "

@@ -324,3 +324,18 @@ def test_cli_circuit_names_the_edges_it_kept_untested(tmp_path, capsys):
     untested = json.loads((tmp_path / "c.json").read_text())["result"]["circuit"]["untested"]
     assert untested and f"{len(untested)} edges kept untested" in out
     assert "the corruption does not change L0H0's write" in out
+
+
+def test_report_circuit_section_names_the_untested_edges():
+    from interp.analyses.circuits.summary import circuit_summary
+    from interp.analyses.report.circuit import CircuitSection
+    from interp.analyses.report.html import circuit_html, circuit_markdown
+    from interp.models import handbuilt
+
+    found = circuit_summary(handbuilt.positional_sender(), repeated_tokens(32, 2, 63, bos=63, n_repeats=10))
+    assert found.circuit.untested
+    page, lines = circuit_html(CircuitSection(found), {}), "\n".join(circuit_markdown(CircuitSection(found)))
+    assert "L0H0 -&gt; L1H0 via k" in page and "L0H0 -> L1H0 via k" in lines  # escaped in HTML, plain in markdown
+    for text in (page, lines):
+        assert f"{len(found.circuit.untested)} edges kept untested" in text
+        assert "the corruption does not change L0H0" in text and "never support by itself)." in text
