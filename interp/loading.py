@@ -459,7 +459,7 @@ def _declared(folder: Path) -> list[str]:
 
 def _not_native(what: str, model: nn.Module) -> str:
     """Why backend='native' refuses a module of the user's, and what works on it instead."""
-    from interp.paths import split_inputs_advice
+    from interp.advice import split_inputs_advice
 
     return (f"backend='native': {what} is not a model the native converters read (a checkpoint, a Hugging Face "
             "model or folder, a GGUF file); it is hooked by interception as it is (backend='auto' or 'sdpa'). "

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, get_args
 import torch
 from torch import nn
 
+from interp.advice import split_inputs_advice
 from interp.data import PromptSet, prompt_fingerprint
 from interp.errors import BadInput
 from interp.heads import KVHead, head_label, parse_label
@@ -199,52 +200,20 @@ def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
     blocks = getattr(model, "blocks", None)
     if blocks is None or not all(hasattr(block, "hook_q_input") for block in blocks):
         raise BadInput(f"{where} needs {SPLIT_INPUTS_NEEDED}; {type(model).__name__} has none (hooked by intercepting its "
-                       f"attention, it computes q, k and v from one input). {split_inputs_advice(model)}")
+                       f"attention, it computes q, k and v from one input). {split_inputs_advice(model, _head_count(model))}")
     if any(block.cfg.post_norm for block in blocks):
         raise BadInput(f"{where} needs a pre-norm model: {type(model).__name__}'s post-norm blocks normalise the residual "
                        "stream between writers, so it is not a sum of node outputs. Use head ablations (interp.Run) there.")
 
 
-def split_inputs_advice(model: nn.Module) -> str:
-    """What works instead on a model without split q/k/v inputs, for this model: the conversion that exists for
-    it (nanoGPT's layout: with its own model_args; a Hugging Face model: the native converter), else what runs on it
-    as it is. Never advice that leads back to the same model (backend='native' returns an intercepted module as is)."""
-    as_is = ("On this model as it is: head ablations and importance (interp.Run), attention patterns and head claims "
-             "(interp.test_claims, interp claims) work.")
-    name = getattr(type(model), "_interp_original_class", type(model)).__name__  # the user's class, not the hooked one
-    args = _nanogpt_args(model)
-    if args is not None:
-        return (f"{name} has nanoGPT's layout (transformer.wte, transformer.h.{{l}}.attn.c_attn, lm_head): "
-                "convert it into a HookedGPT, where this works: in Python interp.models.nanogpt.from_nanogpt("
-                f"{args}, model.state_dict()); from the shell torch.save({{'model_args': {args}, 'model': "
-                f"model.state_dict()}}, 'ckpt.pt') and pass ckpt.pt as the model. {as_is}")
-    if type(model).__module__.startswith("transformers."):
-        return (f"{name} is a Hugging Face model hooked by interception (backend='sdpa'): load its folder "
-                "with the default backend (interp.load(folder), --backend auto), which converts GPT-2, Llama, Qwen2, ... "
-                f"into a HookedGPT; an architecture the converter lacks has no split inputs anywhere. {as_is}")
-    return (f"No conversion exists for {name}, a module of your own; written in nanoGPT's layout "
-            "(transformer.wte / wpe / h.{l}.attn.c_attn / lm_head) it would convert (interp.load('ckpt.pt')), and "
-            f"HookedGPT (interp.models) has split inputs. {as_is}")
-
-
-def _nanogpt_args(model: nn.Module) -> dict[str, Any] | None:
-    """nanoGPT's model_args of a live module in its layout (what `interp.models.nanogpt.from_nanogpt` reads), or None."""
+def _head_count(model: nn.Module) -> int | None:
+    """The first attention site's head count, or None where no site can be found."""
     from interp.hooks import attention_sites
 
     try:
-        body = model.get_submodule("transformer")
-        wte, wpe, first = body.get_submodule("wte"), body.get_submodule("wpe"), body.get_submodule("h.0.attn.c_attn")
-        blocks = body.get_submodule("h")
-        n_layer = len(blocks) if isinstance(blocks, nn.ModuleList) else 0
-        # nanoGPT's attention keeps its head count (a module not hooked yet has no attention sites to read it from)
-        n_head = getattr(body.get_submodule("h.0.attn"), "n_head", None) or attention_sites(model)[0].n_heads
-        model.get_submodule("lm_head")
-    except (AttributeError, TypeError, IndexError, BadInput):
+        return attention_sites(model)[0].n_heads
+    except (BadInput, TypeError, IndexError):
         return None
-    if not (n_layer and isinstance(wte, nn.Embedding) and isinstance(wpe, nn.Embedding) and isinstance(first, nn.Linear)):
-        return None
-    return {"n_layer": n_layer, "n_head": n_head, "n_embd": wte.embedding_dim, "block_size": wpe.num_embeddings,
-            "vocab_size": wte.num_embeddings, "bias": first.bias is not None}
 
 
 def nodes(model: nn.Module) -> list[Node]:
