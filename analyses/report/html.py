@@ -348,8 +348,9 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     circuit = found.circuit
     parts = [head, f'<p class="muted">{esc(circuit.method)} at threshold {circuit.threshold:g} of the clean-vs-patched '
              f"gap ({circuit.tau:.3g} {esc(found.unit)}), proposed on {circuit.n_prompts} prompts; every number below is "
-             f"measured on the other half: {esc(found.behaviour)}. Each edge's effect is its own path patch "
-             "(the receiver reads the sender's write from another prompt, nothing else changes).</p>"]
+             f"measured on the other half: {esc(found.behaviour)}."
+             + (" Each edge's effect is its own path patch (the receiver reads the sender's write from another prompt, "
+                "nothing else changes)." if found.nodes is None else "") + "</p>"]
     if "circuit" in images:
         parts.append(scroll(f'<img src="{esc(images["circuit"])}" alt="the circuit: nodes by layer, edges labelled with '
                             'their input and effect">'))
