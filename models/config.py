@@ -59,6 +59,7 @@ class GPTConfig:
     window_size: int | None = None  # sliding-window attention: a query sees its last window_size keys (Mistral)
     post_norm: bool = False  # norm after each residual add (BERT) instead of before each sublayer
     original_architecture: str | None = None  # the Hugging Face class a converted model came from
+    tie_word_embeddings: bool = False  # W_U is W_E^T, one tensor (no unembed.W_U of its own): saved and updated once
     # Llama 3's rotary scaling ("NTK by parts", rope_type "llama3"): low frequencies divided by the factor
     use_NTK_by_parts_rope: bool = False
     NTK_by_parts_factor: float = 8.0  # divisor of the low frequencies

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformer_lens.hook_points import HookPoint
 
-from interp.models.components import LayerNorm, MLMHead, TokenTypeEmbed, Unembed
+from interp.models.components import LayerNorm, MLMHead, TokenTypeEmbed, make_unembed
 from interp.models.config import EncoderConfig, GPTConfig
 from interp.models.gpt import HookedGPT, ReturnType
 
@@ -56,7 +56,7 @@ class HookedEncoder(HookedGPT):
         if cfg.lm_head == "mlm":
             self.mlm_head = MLMHead(cfg)
         if cfg.lm_head is not None:
-            self.unembed = Unembed(cfg)
+            self.unembed = make_unembed(cfg, self.embed)
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.cfg.lm_head is None:

@@ -29,9 +29,11 @@ from interp.models.components import (
     ModuleStack,
     PosEmbed,
     TransformerBlock,
+    TiedUnembed,
     Unembed,
     init_weights,
     make_norm,
+    make_unembed,
 )
 from interp.models.config import GPTConfig
 from interp.models.tokenizers import TokenMethods
@@ -88,7 +90,7 @@ class HookedGPT(TokenMethods, CachingRoot):
         return resid
 
     def build_head(self, cfg: GPTConfig) -> None:
-        self.unembed = Unembed(cfg)
+        self.unembed = make_unembed(cfg, self.embed)
 
     def head(self, resid: torch.Tensor) -> torch.Tensor:
         """Final residual stream (batch, pos, d_model) -> logits (batch, pos, d_vocab)."""
@@ -163,8 +165,8 @@ class HookedGPT(TokenMethods, CachingRoot):
                                  "not a learned table.")
         return self.pos_embed.W_pos
 
-    def _unembed_or_raise(self) -> Unembed:
-        if not isinstance(getattr(self, "unembed", None), Unembed):
+    def _unembed_or_raise(self) -> Unembed | TiedUnembed:
+        if not isinstance(getattr(self, "unembed", None), (Unembed, TiedUnembed)):
             raise AttributeError(f"{type(self).__name__} has no unembedding (cfg.lm_head is None): no W_U / b_U.")
         return self.unembed
 

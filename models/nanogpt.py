@@ -13,6 +13,7 @@ what was found and what was expected.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Literal, Mapping, overload
 
@@ -122,11 +123,14 @@ def _copy_norm(norm, keys: _Keys, prefix: str, width: int) -> None:
 def from_nanogpt(model_args: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> HookedGPT:
     """A HookedGPT computing what the nanoGPT model of `model_args` + `state_dict` computes."""
     cfg = config_from_args(model_args)
-    model = HookedGPT(cfg)
     keys = _Keys(state_dict)
     width, mlp = cfg.d_model, cfg.d_mlp
+    # lm_head is tied to wte in nanoGPT (one tensor here too); a checkpoint may store it, tied or not
+    wte = keys.take("transformer.wte.weight", (cfg.d_vocab, width))
+    head = keys.take("lm_head.weight", (cfg.d_vocab, width), optional=True)
+    model = HookedGPT(dataclasses.replace(cfg, tie_word_embeddings=head is None or torch.equal(head, wte)))
     with torch.no_grad():
-        model.embed.W_E.copy_(keys.take("transformer.wte.weight", (cfg.d_vocab, width)))
+        model.embed.W_E.copy_(wte)
         model.pos_embed.W_pos.copy_(keys.take("transformer.wpe.weight", (cfg.n_ctx, width)))
         for layer, block in enumerate(model.blocks):
             prefix = f"transformer.h.{layer}"
@@ -138,9 +142,8 @@ def from_nanogpt(model_args: Mapping[str, Any], state_dict: Mapping[str, torch.T
             block.mlp.W_out.copy_(keys.take(f"{prefix}.mlp.c_proj.weight", (width, mlp)).t())
             _copy_bias(block.mlp.b_out, keys.take(f"{prefix}.mlp.c_proj.bias", (width,), optional=True))
         _copy_norm(model.ln_final, keys, "transformer.ln_f", width)
-        # lm_head is tied to wte in nanoGPT; a checkpoint may store it or not
-        head = keys.take("lm_head.weight", (cfg.d_vocab, width), optional=True)
-        model.unembed.W_U.copy_((head if head is not None else model.embed.W_E).t())
+        if head is not None and not model.cfg.tie_word_embeddings:
+            model.unembed.W_U.copy_(head.t())
         model.unembed.b_U.zero_()
     keys.check_all_used()
     return model.eval()

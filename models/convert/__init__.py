@@ -170,6 +170,7 @@ pad_token_id + 1, so n_ctx = max_position_embeddings - pad_token_id - 1)
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -233,7 +234,19 @@ def convert(hf_config: Any, tensors: dict[str, torch.Tensor], architecture: str 
     check_config_values(hf_config)
     cfg = family.config(hf_config, name)
     state = family.state_dict(hf_config, cfg, tensors)
-    return _build(cfg, state)
+    return _build(*_tie_unembedding(hf_config, cfg, state))
+
+
+def _tie_unembedding(hf_config: Any, cfg: GPTConfig, state: dict[str, torch.Tensor]
+                     ) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+    """A tied model (`tie_word_embeddings`) whose converted W_U is exactly W_E^T keeps one tensor
+    (`GPTConfig.tie_word_embeddings`); a scaled embedding (Gemma's) or an untied head keeps its own W_U."""
+    W_U, W_E = state.get("unembed.W_U"), state.get("embed.W_E")
+    if (not getattr(hf_config, "tie_word_embeddings", False) or W_U is None or W_E is None
+            or W_U.shape != W_E.T.shape or not torch.equal(W_U, W_E.T)):
+        return cfg, state
+    del state["unembed.W_U"]
+    return dataclasses.replace(cfg, tie_word_embeddings=True), state
 
 
 def _build(cfg: GPTConfig, state: dict[str, torch.Tensor]) -> HookedGPT:

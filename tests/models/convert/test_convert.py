@@ -269,6 +269,44 @@ def test_converted_model_saves_and_loads_bit_exactly(case, tmp_path):
         assert torch.equal(loaded(tokens), model(tokens))
 
 
+TIED = {"gpt2-tied-3heads", "llama-mha-tied", "bert-mlm", "roberta-mlm"}  # Gemma scales W_E: its W_U is not W_E^T
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tied_unembedding_is_one_tensor_exactly_where_hugging_face_ties_it(case):
+    _, model = _build(case)
+    tied = case in TIED
+    assert model.cfg.tie_word_embeddings is tied
+    if getattr(model.cfg, "lm_head", "unembed") is None:  # a bare encoder: no unembedding
+        return
+    assert ("unembed.W_U" in model.state_dict()) is not tied
+    assert (model.W_U.data_ptr() == model.embed.W_E.data_ptr()) is tied
+
+
+def test_tied_unembedding_trains_as_one_tensor_and_saves_once(tmp_path):
+    """The gradient of W_E is the sum of its two uses (an untied copy's W_E and W_U gradients), and a saved tied
+    model loads tied, bit-exactly."""
+    import dataclasses
+
+    from interp.loading import load, save
+    from interp.models import HookedGPT
+
+    _, tied = _build("llama-mha-tied")
+    untied = HookedGPT(dataclasses.replace(tied.cfg, tie_word_embeddings=False))
+    state = tied.state_dict()
+    untied.load_state_dict({**state, "unembed.W_U": state["embed.W_E"].T.clone()})
+    tokens = torch.randint(0, VOCAB, (2, N_POS), generator=torch.Generator().manual_seed(3))
+    for model in (tied, untied):
+        model.zero_grad()
+        model(tokens, return_type="loss").backward()
+    assert torch.allclose(tied.embed.W_E.grad, untied.embed.W_E.grad + untied.unembed.W_U.grad.T, atol=1e-6)
+    save(tied, tmp_path / "tied")
+    loaded = load(tmp_path / "tied")
+    assert loaded.cfg.tie_word_embeddings and loaded.W_U.data_ptr() == loaded.embed.W_E.data_ptr()
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), tied(tokens))
+
+
 def test_variant_configs_refuse_impossible_settings():
     from interp.models import GPTConfig
 
