@@ -272,6 +272,13 @@ def receivers(model: nn.Module) -> list[Node]:
     return out + [Node(LOGITS_LAYER, "logits")]
 
 
+def kv_readers(model: nn.Module) -> dict[Node, tuple[Node, ...]]:
+    """Each key/value head of the model's grouped layers and the query heads that read it (its outputs: an edge into
+    it matters only through them); empty without grouped-query attention."""
+    return {kv: tuple(group_heads(kv, group_of(model, kv.layer)))
+            for layer in range(_n_layers(model)) for kv in kv_nodes(model, layer)}
+
+
 def group_of(model: nn.Module, layer: int) -> int:
     """Query heads per key/value head on `layer` (1: each head is its own key/value head)."""
     return int(_blocks(model)[layer].attn.group)
@@ -535,5 +542,5 @@ def patch_edges(model: nn.Module, edges: Iterable[Edge | str], prompts: PromptSe
 
 __all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "as_edges", "check_edges",
            "check_graph_model", "corrupted_prompts", "donors", "edge_hooks", "graph", "group_heads", "group_of",
-           "input_hook", "kv_edge", "kv_node", "kv_nodes", "nodes", "parse_edge", "parse_node", "patch_edges", "reads", "receivers",
+           "input_hook", "kv_edge", "kv_node", "kv_nodes", "kv_readers", "nodes", "parse_edge", "parse_node", "patch_edges", "reads", "receivers",
            "refuse_kv_alias", "sender_writes", "write_hook"]
