@@ -129,8 +129,9 @@ def group_baseline(model: nn.Module, receiver_layer: int, via: str, group: int, 
                    ) -> tuple[float, float]:
     """The mean and 95th percentile of the largest of `group` random scores into `receiver_layer` through `via`
     (each of `n_draws` draws the maximum over `group` independent receivers): the baseline of a key/value head's
-    strongest query head, taken the same way as its score, so the maximum cannot inflate the ratio. The query heads
-    of a group share their key/value weights, so their scores are not independent and this is the stricter bar."""
+    strongest query head, taken the same way as its score, so the maximum does not inflate the ratio. The query heads
+    of a group share their key/value weights, so their scores are correlated, and the largest of independent draws is
+    if anything the stricter bar."""
     weights = _weights(model)
     W_Q, centres = weights[0], weights[5]  # (layer, head, d_model, d_head), (layer,)
     d_model, d_head = int(W_Q.shape[2]), int(W_Q.shape[3])
