@@ -4,12 +4,16 @@ Nodes are what writes to (or reads the whole of) the residual stream:
 
     embed      the embeddings (the residual stream entering block 0)
     L{l}H{h}   attention head h of layer l (its `hook_result`: z @ W_O[h]); read by `interp.heads.parse_label`
+    L{l}KV{g}  key/value head g of a grouped-query layer l (receives only: its key and value inputs, shared by
+               the query heads g * group ... (g + 1) * group - 1; `receivers`, not `nodes`)
     MLP{l}     layer l's MLP (`hook_mlp_out`)
     logits     the final residual stream, read by the final norm and the unembedding
 
 An `Edge` is one sender's write reaching one input of a receiver: `via` "q", "k" or "v" (a head's
 query, key or value input: `blocks.{l}.attn.hook_q_input`...), "in" (an MLP's input: `hook_mlp_in`) or
-"direct" (the logits). The residual stream a receiver reads is the sum of its senders' writes
+"direct" (the logits). On a grouped-query layer (several query heads per key/value head) a head has only its
+query input and the key and value inputs are the key/value head's: 'L0H0 -> L1KV0 via k'; on every other layer
+each head is its own key/value head and keeps 'L0H0 -> L1H1 via k'. The residual stream a receiver reads is the sum of its senders' writes
 (plus biases, which no patch changes), so an edge can be patched alone.
 
 `EdgePatch(edges)` is an intervention for `interp.Run`: in the forward, every patched edge's receiver
@@ -49,16 +53,19 @@ _EDGE = re.compile(r"^\s*(.+?)\s*->\s*(.+?)(?:\s+via\s+(\w+))?\s*$", re.IGNORECA
 
 @dataclass(frozen=True, order=True)
 class Node:
-    """One component: kind "embed", "head", "mlp" or "logits"; `layer` orders them (embed -1, logits last)."""
+    """One component: kind "embed", "head", "kv" (a key/value head: receives only), "mlp" or "logits"; `layer`
+    orders them (embed -1, logits last; within a layer heads, key/value heads, the MLP)."""
 
     layer: int
     kind: str
-    head: int = -1  # heads only
+    head: int = -1  # heads: the query head's index; "kv": the key/value head's index
 
     @property
     def label(self) -> str:
         if self.kind == "head":
             return head_label((self.layer, self.head))
+        if self.kind == "kv":
+            return KVHead(self.layer, self.head).label
         if self.kind == "mlp":
             return f"MLP{self.layer}"
         return self.kind
@@ -71,9 +78,8 @@ LOGITS_LAYER = 2**31 - 1  # the logits sort after every layer of any model
 
 
 def parse_node(node: "Node | str") -> Node:
-    """A Node from 'embed', a head label 'L1H2' (`interp.heads.parse_label`: 'L1 H2' too), 'MLP0' or 'logits'
-    (case ignored). A key/value head label 'L1KV0' is refused: the graph names no key/value heads yet (the
-    key / value input of a group is named by its first query head, `kv_edge`)."""
+    """A Node from 'embed', a head label 'L1H2' or a key/value head label 'L1KV0' (`interp.heads.parse_label`:
+    'L1 H2' too), 'MLP0' or 'logits' (case ignored)."""
     if isinstance(node, Node):
         return node
     if not isinstance(node, str):
@@ -85,12 +91,10 @@ def parse_node(node: "Node | str") -> Node:
     try:
         head = parse_label(node)
     except BadInput:
-        raise BadInput(f"{node!r} is not a node; expected 'embed', a head 'L{{layer}}H{{head}}', 'MLP{{layer}}' or "
-                       "'logits'.") from None
+        raise BadInput(f"{node!r} is not a node; expected 'embed', a head 'L{{layer}}H{{head}}', a key/value head "
+                       "'L{layer}KV{kv_head}', 'MLP{layer}' or 'logits'.") from None
     if isinstance(head, KVHead):
-        raise BadInput(f"{node!r} is key/value head {head.label}, which is not a node of the graph: its nodes are "
-                       "embed, query heads L{layer}H{head}, MLP{layer} and logits, and on grouped-query attention a key "
-                       f"or value input is named by its group's first query head (e.g. 'L0H0 -> L{head.layer}H0 via k').")
+        return Node(head.layer, "kv", head.kv_head)
     return Node(head.layer, "head", head.head)
 
 
@@ -112,8 +116,8 @@ class Edge:
 
 
 def parse_edge(edge: "Edge | str", model: nn.Module | None = None) -> Edge:
-    """An Edge from 'L0H0 -> L1H1 via k', 'L0H0 -> MLP1' (via in), 'MLP1 -> logits' (direct); checked
-    against `model`'s graph when given."""
+    """An Edge from 'L0H0 -> L1H1 via k', 'L0H0 -> L1KV0 via k' (a grouped layer's key/value head), 'L0H0 -> MLP1'
+    (via in), 'MLP1 -> logits' (direct); checked against `model`'s graph when given."""
     if isinstance(edge, Edge):
         parsed = edge
     else:
@@ -124,7 +128,9 @@ def parse_edge(edge: "Edge | str", model: nn.Module | None = None) -> Edge:
         sender, receiver = parse_node(match.group(1)), parse_node(match.group(2))
         via = (match.group(3) or "").lower() or {"mlp": "in", "logits": "direct"}.get(receiver.kind, "")
         if not via:
-            raise BadInput(f"edge {edge!r} into a head needs 'via q', 'via k' or 'via v' (which input the sender reaches).")
+            wanted = "'via k' or 'via v'" if receiver.kind == "kv" else "'via q', 'via k' or 'via v'"
+            raise BadInput(f"edge {edge!r} into a {'key/value ' if receiver.kind == 'kv' else ''}head needs {wanted} "
+                           "(which input the sender reaches).")
         parsed = Edge(sender, receiver, via)
     if parsed.via not in VIAS:
         raise BadInput(f"edge {parsed.label!r}: via {parsed.via!r}; expected one of {list(VIAS)}.")
@@ -153,28 +159,54 @@ def as_edges(edges: Any, where: str) -> list[Edge]:
     return list(out)
 
 
+def kv_node(layer: int, head: int, group: int) -> Node:
+    """The key/value head that query head `head` of a layer with `group` query heads per key/value head reads."""
+    return Node(layer, "kv", head // group)
+
+
+def group_heads(node: Node, group: int) -> list[Node]:
+    """The query heads that read key/value head `node` (kind "kv") on a layer with `group` query heads per key/value
+    head: the heads whose keys and values an edge into it changes."""
+    return [Node(node.layer, "head", head) for head in range(node.head * group, (node.head + 1) * group)]
+
+
 def kv_edge(edge: Edge, group: int) -> Edge:
-    """The graph's name for `edge` when its receiver's layer shares each key / value head among `group` query
-    heads (grouped-query attention): a key or value input belongs to the kv head, and the graph names it by the
-    group's first head ('L0H0 -> L1H1 via k' is 'L0H0 -> L1H0 via k' with groups of 2). Every other edge is its
-    own name. The one place such aliases are resolved."""
+    """The graph's name for `edge` when its receiver's layer shares each key/value head among `group` query heads
+    (grouped-query attention): a head's key or value input is its key/value head's ('L0H0 -> L1H1 via k' is
+    'L0H0 -> L1KV0 via k' with groups of 2). Every other edge is its own name."""
     receiver = edge.receiver
     if receiver.kind != "head" or edge.via not in ("k", "v") or group <= 1:
         return edge
-    return Edge(edge.sender, Node(receiver.layer, "head", receiver.head - receiver.head % group), edge.via)
+    return Edge(edge.sender, kv_node(receiver.layer, receiver.head, group), edge.via)
 
 
-def refuse_kv_alias(edge: Edge, group: int) -> None:
-    """BadInput when `edge` names a shared key / value input by a head other than its group's first (`kv_edge`),
-    naming the graph's edge for it."""
-    named = kv_edge(edge, group)
-    if named == edge:
+def refuse_kv_alias(edge: Edge, group: int, n_kv: int | None = None) -> None:
+    """BadInput when `edge` names a head's input the way a layer with `group` query heads per key/value head (and
+    `n_kv` key/value heads, when given) does not: a query head's key or value input on a grouped layer (naming the
+    key/value head's edge, `kv_edge`), a key/value head on an ungrouped layer (naming the head's), a key/value head's
+    query input, a key/value head out of range."""
+    receiver = edge.receiver
+    if receiver.kind == "kv":
+        if group <= 1:
+            named = Edge(edge.sender, Node(receiver.layer, "head", receiver.head), edge.via)
+            raise BadInput(f"edge {edge.label!r}: layer {receiver.layer} does not group its query heads (each head is its "
+                           f"own key/value head), so it has no key/value head {receiver}: use {named.label!r}.")
+        heads = group_heads(receiver, group)
+        if edge.via not in ("k", "v"):
+            raise BadInput(f"edge {edge.label!r}: a key/value head is reached via k or v only; the query heads reading "
+                           f"{receiver} are {heads[0]}..{heads[-1]}: name one, e.g. "
+                           f"{Edge(edge.sender, heads[0], 'q').label!r}.")
+        if n_kv is not None and receiver.head >= n_kv:
+            raise BadInput(f"edge {edge.label!r}: layer {receiver.layer} has {n_kv} key/value heads (L{receiver.layer}KV0.."
+                           f"L{receiver.layer}KV{n_kv - 1}); {receiver} does not exist.")
         return
-    layer, first = named.receiver.layer, named.receiver.head
-    which = "key" if edge.via == "k" else "value"
+    named = kv_edge(edge, group)
+    if named == edge or n_kv is not None and receiver.head >= group * n_kv:
+        return
+    heads, which = group_heads(named.receiver, group), "key" if edge.via == "k" else "value"
     raise BadInput(f"edge {edge.label!r} is not an edge of this model's graph: with grouped-query attention heads "
-                   f"L{layer}H{first}..L{layer}H{first + group - 1} share one {which} head (kv head {first // group}), "
-                   f"and the graph names its {which} input by the group's first head: use {named.label!r}.")
+                   f"{heads[0]}..{heads[-1]} share one {which} head ({named.receiver}), and the graph names its {which} "
+                   f"input by it: use {named.label!r}.")
 
 
 def _blocks(model: nn.Module) -> Any:
@@ -217,7 +249,8 @@ def _head_count(model: nn.Module) -> int | None:
 
 
 def nodes(model: nn.Module) -> list[Node]:
-    """Every node, in forward order: embed, each layer's heads then its MLP, logits."""
+    """Every component, in forward order: embed, each layer's heads then its MLP, logits. These are what writes
+    (and the logits); a grouped layer's key/value heads only receive, and are in `receivers`."""
     check_graph_model(model)
     out = [Node(-1, "embed")]
     for layer, block in enumerate(_blocks(model)):
@@ -227,13 +260,43 @@ def nodes(model: nn.Module) -> list[Node]:
     return out + [Node(LOGITS_LAYER, "logits")]
 
 
+def receivers(model: nn.Module) -> list[Node]:
+    """Every node an edge can reach, in forward order: each layer's heads, its key/value heads where the layer
+    groups query heads (grouped-query attention), its MLP; the logits."""
+    check_graph_model(model)
+    out = []
+    for layer, block in enumerate(_blocks(model)):
+        out += [Node(layer, "head", head) for head in range(block.cfg.n_heads)] + kv_nodes(model, layer)
+        if not block.cfg.attn_only:
+            out.append(Node(layer, "mlp"))
+    return out + [Node(LOGITS_LAYER, "logits")]
+
+
+def kv_readers(model: nn.Module) -> dict[Node, tuple[Node, ...]]:
+    """Each key/value head of the model's grouped layers and the query heads that read it (its outputs: an edge into
+    it matters only through them); empty without grouped-query attention."""
+    return {kv: tuple(group_heads(kv, group_of(model, kv.layer)))
+            for layer in range(_n_layers(model)) for kv in kv_nodes(model, layer)}
+
+
+def group_of(model: nn.Module, layer: int) -> int:
+    """Query heads per key/value head on `layer` (1: each head is its own key/value head)."""
+    return int(_blocks(model)[layer].attn.group)
+
+
+def kv_nodes(model: nn.Module, layer: int) -> list[Node]:
+    """A grouped layer's key/value heads (none on an ungrouped layer)."""
+    attn = _blocks(model)[layer].attn
+    return [Node(layer, "kv", g) for g in range(attn.n_kv_heads)] if attn.group > 1 else []
+
+
 def reads(model: nn.Module, sender: Node, receiver: Node) -> bool:
     """Whether `receiver`'s input holds `sender`'s write (the sender runs earlier in the forward)."""
     if sender.kind == "logits" or receiver.kind == "embed":
         return False
     if receiver.kind == "logits" or sender.kind == "embed":
         return True
-    if receiver.kind == "head":
+    if receiver.kind in ("head", "kv"):
         return sender.layer < receiver.layer
     # an MLP reads its own layer's heads unless the block is parallel (its MLP reads resid_pre)
     parallel = bool(_blocks(model)[receiver.layer].cfg.parallel_attn_mlp)
@@ -241,50 +304,63 @@ def reads(model: nn.Module, sender: Node, receiver: Node) -> bool:
 
 
 def _vias(model: nn.Module, receiver: Node) -> tuple[str, ...]:
-    """The inputs of a receiver that are edges of the graph. On grouped-query models a key or value
-    input belongs to a kv head, read by every query head of its group: the group's first head names it."""
+    """The inputs of a receiver that are edges of the graph: on a grouped layer a head's query only, its key/value
+    head's key and value."""
     if receiver.kind == "mlp":
         return ("in",)
     if receiver.kind == "logits":
         return ("direct",)
-    if receiver.head % _blocks(model)[receiver.layer].attn.group:
-        return ("q",)
-    return HEAD_VIAS
+    if receiver.kind == "kv":
+        return ("k", "v")
+    return ("q",) if group_of(model, receiver.layer) > 1 else HEAD_VIAS
 
 
 def graph(model: nn.Module) -> list[Edge]:
     """Every edge of the model: each sender into each later receiver's q, k and v (heads), in (MLPs) or
-    direct (logits); on grouped-query models k and v once per kv head (`_vias`)."""
-    every = nodes(model)
+    direct (logits); on a grouped layer q into each head and k and v into each key/value head (`_vias`)."""
+    senders = [node for node in nodes(model) if node.kind != "logits"]
     edges = []
-    for receiver in every:
+    for receiver in receivers(model):
         vias = _vias(model, receiver)
-        for sender in every:
+        for sender in senders:
             if reads(model, sender, receiver):
                 edges += [Edge(sender, receiver, via) for via in vias]
     return sorted(edges, key=lambda e: (e.receiver, VIAS.index(e.via), e.sender))
 
 
 def check_edges(model: nn.Module, edges: Iterable[Edge]) -> None:
-    """Each edge exists in the model's graph; the error names what does."""
-    every = set(nodes(model))
+    """Each edge exists in the model's graph; the error names what does (on a grouped layer, the key/value head's
+    edge for a head's key or value input, and the other way round)."""
+    writers, reached = set(nodes(model)), set(receivers(model))
     for edge in edges:
-        for node in (edge.sender, edge.receiver):
-            if node.kind == "logits":
-                continue
-            if node not in every:
-                shown = ", ".join(n.label for n in sorted(every)[:6])
+        if edge.sender.kind == "kv":
+            raise BadInput(f"edge {edge.label!r}: {edge.sender} is a key/value head, which writes nothing to the residual "
+                           "stream; it can only receive (its query heads write: L{layer}H{head}).")
+        if edge.receiver.kind in ("head", "kv"):
+            _check_head_input(model, edge)
+        for node, known in ((edge.sender, writers), (edge.receiver, reached)):
+            if node.kind != "logits" and node not in known:
+                shown = ", ".join(n.label for n in sorted(known)[:6])
                 raise BadInput(f"edge {edge.label!r}: {node.label} does not exist in this {type(model).__name__} "
                                f"(its nodes: {shown}, ..., logits).")
-        wanted = HEAD_VIAS if edge.receiver.kind == "head" else ("in",) if edge.receiver.kind == "mlp" else ("direct",)
+        wanted = _wanted_vias(edge.receiver)
         if edge.via not in wanted:
             raise BadInput(f"edge {edge.label!r}: a {edge.receiver.kind} receiver is reached via {' / '.join(wanted)}, "
                            f"not {edge.via!r}.")
-        if edge.receiver.kind == "head":
-            refuse_kv_alias(edge, _blocks(model)[edge.receiver.layer].attn.group)
         if not reads(model, edge.sender, edge.receiver):
             raise BadInput(f"edge {edge.label!r}: {edge.receiver} does not read {edge.sender} (a receiver reads only "
                            "nodes earlier in the forward).")
+
+
+def _wanted_vias(receiver: Node) -> tuple[str, ...]:
+    return {"head": HEAD_VIAS, "kv": ("k", "v"), "mlp": ("in",)}.get(receiver.kind, ("direct",))
+
+
+def _check_head_input(model: nn.Module, edge: Edge) -> None:
+    """`refuse_kv_alias` with the receiver layer's grouping (nothing for a layer the model lacks: check_edges names it)."""
+    if 0 <= edge.receiver.layer < _n_layers(model):
+        attn = _blocks(model)[edge.receiver.layer].attn
+        refuse_kv_alias(edge, int(attn.group), int(attn.n_kv_heads))
 
 
 # -- what the forward carries at each node
@@ -302,15 +378,16 @@ def write_hook(node: Node) -> str:
 
 
 def input_hook(model: nn.Module, edge: Edge) -> tuple[str, int | None]:
-    """The hook of the receiver's input an edge reaches, and the head (kv head for k / v) index in it."""
+    """The hook of the receiver's input an edge reaches, and the head index in it (the key/value head's for k / v:
+    the receiver itself, a key/value head on a grouped layer or a head that is its own elsewhere)."""
     receiver = edge.receiver
     if receiver.kind == "logits":
         return f"blocks.{_n_layers(model) - 1}.hook_resid_post", None
     if receiver.kind == "mlp":
         return f"blocks.{receiver.layer}.hook_mlp_in", None
-    attn = _blocks(model)[receiver.layer].attn
-    index = receiver.head if edge.via == "q" else receiver.head // attn.group
-    return f"blocks.{receiver.layer}.attn.hook_{edge.via}_input", index
+    if receiver.kind == "head" and edge.via != "q" or receiver.kind == "kv":
+        _check_head_input(model, edge)  # a grouped head's k / v is its key/value head's: never patched under its name
+    return f"blocks.{receiver.layer}.attn.hook_{edge.via}_input", receiver.head
 
 
 def node_write(model: nn.Module, node: Node, act: torch.Tensor) -> torch.Tensor:
@@ -352,7 +429,7 @@ def edge_hooks(model: nn.Module, edges: Iterable[Edge], corrupted: dict[Node, to
     by_input: dict[str, list[tuple[int | None, Node]]] = {}
     for edge in edges:
         name, index = input_hook(model, edge)
-        if (index, edge.sender) not in by_input.setdefault(name, []):  # grouped k / v: one kv head, patched once
+        if (index, edge.sender) not in by_input.setdefault(name, []):  # each input patched once per sender
             by_input[name].append((index, edge.sender))
 
     def make_patch(targets: list[tuple[int | None, Node]]) -> Callable[..., torch.Tensor]:
@@ -464,5 +541,6 @@ def patch_edges(model: nn.Module, edges: Iterable[Edge | str], prompts: PromptSe
 
 
 __all__ = ["Edge", "EdgePatch", "HEAD_VIAS", "LOGITS_LAYER", "Node", "VIAS", "Via", "as_edges", "check_edges",
-           "check_graph_model", "corrupted_prompts", "donors", "edge_hooks", "graph", "input_hook", "kv_edge", "nodes",
-           "parse_edge", "parse_node", "patch_edges", "reads", "refuse_kv_alias", "sender_writes", "write_hook"]
+           "check_graph_model", "corrupted_prompts", "donors", "edge_hooks", "graph", "group_heads", "group_of",
+           "input_hook", "kv_edge", "kv_node", "kv_nodes", "kv_readers", "nodes", "parse_edge", "parse_node", "patch_edges", "reads", "receivers",
+           "refuse_kv_alias", "sender_writes", "write_hook"]

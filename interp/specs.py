@@ -476,7 +476,8 @@ def _claim_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, t
 
 def _edge_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tuple[Head, ...]]:
     """An edge key as (its label, (sender head, receiver head)): "L0H0->L1H2 via K" -> ("L0H0 -> L1H2 via k", ...).
-    Edges join two heads through q, k or v, the receiver in a later layer."""
+    Edges join two heads through q, k or v, the receiver in a later layer; into a key/value head of grouped-query
+    attention ("L0H0 -> L1KV0 via k") the heads are the sender's alone (the edge, the claim's target, names the rest)."""
     from interp.paths import HEAD_VIAS, parse_edge  # torch: only a file that claims an edge pays for it
 
     example = "write it as \"L0H0 -> L1H2 via k\" (via q, k or v)"
@@ -484,13 +485,16 @@ def _edge_target(target: str, source: _ClaimsSource, line: int) -> tuple[str, tu
         edge = parse_edge(target)
     except BadInput as error:
         raise source.fail(f"{error} An edge claim joins two heads: {example}.", line) from None
-    if edge.sender.kind != "head" or edge.receiver.kind != "head" or edge.via not in HEAD_VIAS:
-        raise source.fail(f"{target!r}: an edge claim joins two heads through q, k or v; {example}.", line)
+    kv = edge.receiver.kind == "kv"  # a key/value head of grouped-query attention: via k or v
+    if edge.sender.kind != "head" or edge.receiver.kind not in ("head", "kv") or edge.via not in (("k", "v") if kv
+                                                                                                    else HEAD_VIAS):
+        raise source.fail(f"{target!r}: an edge claim joins two heads through q, k or v (a key/value head "
+                          f"\"L1KV0\" through k or v); {example}.", line)
     if edge.receiver.layer <= edge.sender.layer:
         raise source.fail(f"{target!r}: the receiver {edge.receiver} (layer {edge.receiver.layer}) must sit in a later layer "
                           f"than the sender {edge.sender} (layer {edge.sender.layer}): a head reads only earlier layers; "
                           "swap them or pick a later receiver.", line)
-    heads = (Head(edge.sender.layer, edge.sender.head), Head(edge.receiver.layer, edge.receiver.head))
+    heads = (Head(edge.sender.layer, edge.sender.head),) + (() if kv else (Head(edge.receiver.layer, edge.receiver.head),))
     return edge.label, heads
 
 

@@ -126,13 +126,17 @@ for _, row in scan.iterrows():
 # from another prompt (resampled), everything else runs clean. A composition claim compares that with the
 # same edge from a control sender (a head of the same layer), so that an edge effect is not just the
 # induction head being important. Under grouped-query attention three query heads share one key and one value
-# head, so a key or value edge belongs to the group: the graph names it by the group's first head
-# (`interp.paths.kv_edge`), and two induction heads of one group share one key edge, tested once.
-# A "composes" claim through a query or key also carries `qk_attribution`, **supporting only** (never part of
-# the verdict): the sender's exact terms in the receiver's score difference at the key it attends to, in score
-# units, over the repeated copy's queries (the next section explains them). On this model it is the costliest
-# evidence of the cell (one attribution per receiver, about 200 x 200 source pairs per query, and a rank of
-# every source per edge: about 6 minutes on one thread for the three query and key edges, a few hundred MB).
+# head, so a key or value edge goes into that key/value head: `L18KV2` is layer 18's third key/value head, read
+# by L18H6..L18H8 (`interp.paths.kv_edge` names a query head's key input that way). Two induction heads of one
+# group share one key edge, asked once; a query edge belongs to one query head and keeps the head's name. A key
+# edge's composition score is its group's strongest query head's, named in the evidence, against the baseline of
+# the largest of as many random scores. A "composes" claim through a query head's query also carries
+# `qk_attribution`, **supporting only** (never part of the verdict): the sender's exact terms in the receiver's
+# score difference at the key it attends to, in score units, over the repeated copy's queries (the next section
+# explains them, and attributes each induction head's key side head by head). A key/value head is read by several
+# query heads, each with its own scores, so its key edges carry none. On this model it is the costliest evidence
+# of the cell (one attribution of the query edge's receiver, about 200 x 200 source pairs per query, and a rank
+# of every source; a few hundred MB).
 
 # %% tags=["composition"]
 from interp.claims import test_claims
@@ -142,7 +146,8 @@ from interp.paths import kv_edge, parse_edge
 group = model.cfg.n_heads // model.cfg.n_key_value_heads  # query heads per key/value head
 asked = [f"{previous_heads[0]} -> {head} via k" for head in induction_heads[:3]]
 asked += [f"{previous_heads[0]} -> {induction_heads[0]} via q", f"{previous_heads[0]} -> {induction_heads[0]} via v"]
-edges = list(dict.fromkeys(kv_edge(parse_edge(edge), group).label for edge in asked))  # shared inputs named once
+# k and v into each head's key/value head (L{layer}KV{head // group}), a group asked once; q into the head itself
+edges = list(dict.fromkeys(kv_edge(parse_edge(edge), group).label for edge in asked))
 print(edges)
 composition = test_claims(model, [claims.composition_claim(edge) for edge in edges], held_out, seed=0)
 composition[["label", "verdict", "p_adjusted", "observational", "observational_ci_low", "observational_ci_high",
@@ -391,6 +396,7 @@ results = {
     "completion": completion,
     "induction_heads": induction_heads,
     "previous_heads": previous_heads,
+    "group": group,
     "metrics": {label: {m: round(float(metrics.set_index("label").loc[label, m]), 4) for m in ("prev_token", "induction")}
                 for label in induction_heads + previous_heads},
     "claims": [{"label": r.label, "claim": r.claim, "verdict": r.verdict} for r in scan.itertuples()],
@@ -463,8 +469,9 @@ display(Markdown(f"""
 **(a)** The highest induction scores are {', '.join(r['induction_heads'])} and the highest previous-token
 scores {', '.join(r['previous_heads'])}. Tested as claims on held-out prompts, supported:
 {', '.join(supported) or 'none'}; not supported: {', '.join(other) or 'none'}. Path patching
-{r['previous_heads'][0]}'s write into the induction heads' keys: {len(k_supported)} of {len(k_edges)} key edges
-compose ({', '.join(k_supported) or 'none'}), each against a control sender; through the query and value inputs:
+{r['previous_heads'][0]}'s write into the induction heads' keys (their key/value heads, shared by groups of
+{r['group']} query heads): {len(k_supported)} of {len(k_edges)} key edges compose ({', '.join(k_supported) or 'none'}),
+each against a control sender; through the query and value inputs:
 {'; '.join(f"{c['edge']} {c['verdict']}" for c in qv)}. That is the induction circuit of Olsson et al. (2022) as far
 as these edges go: the previous-token head feeds the induction heads' keys{'' if k_supported else ' (not shown here)'}.
 

@@ -35,6 +35,34 @@ def induction_prompts(n: int = 16) -> interp.PromptSet:
     return interp.data.repeated_tokens(n, 10, CONSTRUCTED_VOCAB - 1, bos=CONSTRUCTED_VOCAB - 1)
 
 
+GROUPED_INDUCTION_EDGES = {"embed -> L0KV0 via v", "L0H0 -> L1KV0 via k", "embed -> L1H0 via q", "embed -> L1KV0 via v",
+                           "L1H0 -> logits"}
+
+
+def grouped_induction_circuit() -> HookedGPT:
+    """The constructed induction circuit with grouped-query attention (2 key/value heads, groups of 2): key/value
+    head g is head 2g's, and every head but L0H0 and L1H0 writes nothing (W_O = 0), so the truth is
+    `GROUPED_INDUCTION_EDGES` (INDUCTION_EDGES with the key and value inputs named by L0KV0 / L1KV0). L1H1 reads
+    L1KV0 too: a query head that shares the induction head's key input."""
+    import dataclasses
+
+    from interp.models import constructed
+
+    plain = constructed.induction_circuit()
+    grouped = HookedGPT(dataclasses.replace(plain.cfg, n_key_value_heads=2)).eval()
+    state = {}
+    for name, tensor in plain.state_dict().items():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("W_K", "W_V", "b_K", "b_V"):
+            name, tensor = name[: -len(leaf)] + "_" + leaf, tensor[0::2]  # kv head g = head 2g
+        elif leaf == "W_O":
+            tensor = tensor.clone()
+            tensor[1:] = 0
+        state[name] = tensor
+    grouped.load_state_dict(state)
+    return grouped
+
+
 def period3_prompts(n: int = 16) -> interp.PromptSet:
     """Period-3 prompts for the V-composition circuit: BOS and 3 tokens repeated 6 times."""
     return interp.data.repeated_tokens(n, 3, CONSTRUCTED_VOCAB - 1, bos=CONSTRUCTED_VOCAB - 1, n_repeats=6)

@@ -82,10 +82,10 @@ class Attribution:
     kv_groups: tuple[int, ...] = ()  # per layer: query heads per key / value head (1 without grouped-query attention)
 
     def score(self, edge: Edge | str) -> float:
-        """The mean score of one edge of the graph; BadInput naming an edge the graph lacks (and, for a shared
-        key / value input named by another head of its group, the graph's name for it)."""
+        """The mean score of one edge of the graph; BadInput naming an edge the graph lacks (and, for a grouped
+        head's key / value input, the graph's name for it: its key/value head's edge, 'L0H0 -> L1KV0 via k')."""
         parsed = parse_edge(edge)
-        if parsed.receiver.kind == "head" and parsed.receiver.layer < len(self.kv_groups):
+        if parsed.receiver.kind in ("head", "kv") and parsed.receiver.layer < len(self.kv_groups):
             refuse_kv_alias(parsed, self.kv_groups[parsed.receiver.layer])
         if parsed not in self.edges:
             raise BadInput(f"attribution score: {parsed.label!r} is not an edge of this model's graph ({len(self.edges)} "

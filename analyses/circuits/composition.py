@@ -125,6 +125,21 @@ def _baseline(d_model: int, d_head: int, via: str, n_draws: int, seed: int, cent
     return torch.cat(out)
 
 
+def group_baseline(model: nn.Module, receiver_layer: int, via: str, group: int, *, n_draws: int = N_DRAWS
+                   ) -> tuple[float, float]:
+    """The mean and 95th percentile of the largest of `group` random scores into `receiver_layer` through `via`
+    (each of `n_draws` draws the maximum over `group` independent receivers): the baseline of a key/value head's
+    strongest query head, taken the same way as its score, so the maximum does not inflate the ratio. The query heads
+    of a group share their key/value weights, so their scores are correlated, and the largest of independent draws is
+    if anything the stricter bar."""
+    weights = _weights(model)
+    W_Q, centres = weights[0], weights[5]  # (layer, head, d_model, d_head), (layer,)
+    d_model, d_head = int(W_Q.shape[2]), int(W_Q.shape[3])
+    draws = baseline(d_model, d_head, via, n_draws=n_draws * group, centre=bool(centres[receiver_layer]))
+    best = draws.view(n_draws, group).amax(1)  # (draw,)
+    return float(best.mean()), float(best.quantile(0.95))
+
+
 def composition_scores(model: nn.Module, *, vias: tuple[str, ...] = HEAD_VIAS, n_draws: int = N_DRAWS) -> pd.DataFrame:
     """Every (earlier-layer sender, later-layer receiver, via) composition score with its random baseline.
 
@@ -162,4 +177,4 @@ def composition_scores(model: nn.Module, *, vias: tuple[str, ...] = HEAD_VIAS, n
     return pd.DataFrame(rows)
 
 
-__all__ = ["BASELINE_CHUNK", "BASELINE_SEED", "N_DRAWS", "baseline", "composition_scores"]
+__all__ = ["BASELINE_CHUNK", "BASELINE_SEED", "N_DRAWS", "baseline", "composition_scores", "group_baseline"]

@@ -46,7 +46,7 @@ from interp.analyses.circuits.evaluation import Interval
 from interp.analyses.circuits.topn import MIB_FRACTIONS, ranked, top_n
 from interp.data import PromptSet
 from interp.errors import BadInput
-from interp.paths import Edge, graph, parse_edge
+from interp.paths import Edge, graph, kv_readers, parse_edge
 from interp.run import Run
 from interp.stats import ratio_bootstrap
 from interp.sweep import PatchSweep, patched_values
@@ -279,7 +279,8 @@ def _measure(sweep: PatchSweep, every: list[Edge], rankings: dict[str, list[Edge
              ) -> dict[str, tuple[list[int], list[int], torch.Tensor]]:
     """Per ranking: n selected, n kept after pruning, and B(C) per fraction and prompt; each distinct circuit
     patched once (every edge outside it), the empty circuit taken as every edge patched."""
-    plans = {name: top_n(order, fractions) for name, order in rankings.items()}
+    readers = kv_readers(sweep.run.model)
+    plans = {name: top_n(order, fractions, readers) for name, order in rankings.items()}
     distinct = sorted({kept for _, sets in plans.values() for kept in sets}, key=len)
     values = patched_values(sweep.run, [[e for e in every if e not in kept] for kept in distinct], sweep.source)
     row = {kept: i for i, kept in enumerate(distinct)}

@@ -73,7 +73,7 @@ from interp.analyses.circuits.power import EdgeZero, sweep_write_changes
 from interp.analyses.circuits.topn import MIB_FRACTIONS, prune, ranked, top_n
 from interp.data import PromptSet
 from interp.errors import BadInput, BadType
-from interp.paths import Edge, EdgePatch, Node, as_edges, graph, nodes, parse_edge, parse_node
+from interp.paths import Edge, EdgePatch, Node, as_edges, graph, kv_readers, nodes, parse_edge, parse_node, receivers
 from interp.progress import Bar
 from interp.run import Run, as_run
 from interp.sweep import patched_values
@@ -299,9 +299,8 @@ def _edge_label(key: Any) -> str:
 
 
 def _receivers_backwards(model: nn.Module) -> list[Node]:
-    """Receivers in reverse forward order: the logits, then the last layer's MLP, its heads, ..."""
-    order = [node for node in nodes(model) if node.kind != "embed"]
-    return order[::-1]
+    """Receivers in reverse forward order: the logits, then the last layer's MLP, its key/value heads, its heads, ..."""
+    return receivers(model)[::-1]
 
 
 def _checked_gap(run: Run, every: list[Edge], source: PromptSet | None) -> float:
@@ -328,9 +327,11 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
     kept = set(every)
     scores: dict[str, float] = {}
     current = clean
+    readers = kv_readers(run.model)
     for receiver in _receivers_backwards(run.model):
         incoming = [e for e in every if e.receiver == receiver]
-        if receiver.kind != "logits" and not any(e.sender == receiver for e in kept):
+        outputs = readers.get(receiver, (receiver,))  # a key/value head is read through its query heads
+        if receiver.kind != "logits" and not any(e.sender in outputs for e in kept):
             for edge in incoming:  # nothing reads this receiver: its inputs change nothing
                 scores[edge.label] = 0.0
                 removed.append(edge)
@@ -345,7 +346,7 @@ def acdc(run: Run, threshold: float = ACDC_THRESHOLD, *, source: PromptSet | Non
                 removed.append(edge)
                 kept.discard(edge)
                 current = trial
-    return prune(kept, {e for e in kept if power[e.sender].powerless}), scores, gap
+    return prune(kept, {e for e in kept if power[e.sender].powerless}, readers), scores, gap
 
 
 def untested_edges(run: Run, edges: Iterable[Edge], source: PromptSet | None = None) -> dict[str, str]:
@@ -429,7 +430,7 @@ def _smallest_faithful(run: Run, scores: dict[str, float], every: list[Edge], ga
     """The smallest top-n by |score| (n from MIB's fractions, dangling edges pruned, as `curve` keeps them) whose
     exact faithfulness 1 - (B(C) - B(clean)) / gap reaches `target`; each candidate one multi-edge patch, tried
     smallest first. The candidates tried, and whether one reached it (if none did, every edge is kept)."""
-    selected, sets = top_n(ranked(scores, every, absolute=True), MIB_FRACTIONS)
+    selected, sets = top_n(ranked(scores, every, absolute=True), MIB_FRACTIONS, kv_readers(run.model))
     clean = float(run.sweep(source).clean().mean())
     tried: list[tuple[float, int, int, float]] = []
     seen: set[frozenset[Edge]] = set()
@@ -459,7 +460,7 @@ def eap(run: Run, threshold: float = EAP_THRESHOLD, *, source: PromptSet | None 
     fractions, n_selected, n_edges, faithfulness = (tuple(column) for column in zip(*tried))
     selection = Selection(target, fractions, n_selected, n_edges, faithfulness, len(tried) - 1, reached,
                           agreement.spearman, len(agreement.edges))
-    return prune(kept), scores, gap, selection
+    return prune(kept, readers=kv_readers(run.model)), scores, gap, selection
 
 
 def eap_notes(selection: Selection) -> tuple[str, ...]:
@@ -524,10 +525,12 @@ def nodes_acdc(run: Run, threshold: float = NODES_THRESHOLD, *, source: PromptSe
                 removed.append(node)
                 current = trial
             bar.advance(note=f"{node.label}: {len(removed)} removed")
+    readers = kv_readers(run.model)
     kept_nodes = set(every_node) - set(removed)
+    kept_nodes |= {kv for kv, heads in readers.items() if kept_nodes.intersection(heads)}  # read by a kept head
     edges = {e for e in graph(run.model) if e.sender in kept_nodes and e.receiver in kept_nodes}
     scores = {e.label: node_scores.get(e.sender, 0.0) for e in graph(run.model)}
-    return prune(edges, {e for e in edges if power[e.sender].powerless}), scores, gap
+    return prune(edges, {e for e in edges if power[e.sender].powerless}, readers), scores, gap
 
 
 # "eap" apart: it also says how it chose

@@ -9,7 +9,8 @@ behaviour's unit), optionally `ci_low`, `ci_high` (a CI over prompts) and `unit`
 of how the edges were found, so any edge list with effects can be drawn.
 
 Layout: one column per layer in forward order (embed first, logits last), a layer's heads top to bottom by
-index and its MLP below them; only nodes that an edge touches are drawn. Each edge is an arrow from its
+index, its key/value heads (grouped-query attention: `L1KV0`, receivers of k and v edges) below them and its
+MLP below those; only nodes that an edge touches are drawn. Each edge is an arrow from its
 sender to its receiver, coloured by its input, its width growing with |effect|, labelled
 "k +6.19" (the input and the effect); several edges between the same pair of nodes (a head read through
 q and k) bend apart so each label stays readable.
@@ -50,7 +51,7 @@ def check_edge_table(edges: pd.DataFrame) -> pd.DataFrame:
 
 def circuit_layout(edges: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Node label -> (x, y): x the node's column (embed 0, then each layer with a node, logits last), y from 0
-    (top) down: heads by index, then the MLP."""
+    (top) down: heads by index, then key/value heads by index, then the MLP."""
     check_edge_table(edges)
     nodes = sorted({parse_node(str(label)) for label in (*edges["sender"], *edges["receiver"])})
     columns = sorted({node.layer for node in nodes})
@@ -63,8 +64,9 @@ def circuit_layout(edges: pd.DataFrame) -> dict[str, tuple[float, float]]:
 
 
 def _row_key(node: Node) -> tuple[int, int]:
-    """Within a layer: heads by index, then the MLP (embed and logits are alone in their columns)."""
-    return (0, node.head) if node.kind == "head" else (1, 0)
+    """Within a layer: heads by index, key/value heads by index, then the MLP (embed and logits are alone in their
+    columns)."""
+    return {"head": (0, node.head), "kv": (1, node.head)}.get(node.kind, (2, 0))
 
 
 def edge_label(via: str, effect: float, ci_low: float = math.nan, ci_high: float = math.nan) -> str:

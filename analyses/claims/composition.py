@@ -38,6 +38,15 @@ the same on every model and stated before any run; `min_effect=` sets another ex
 a run, composition claims with the rest, is corrected together with Benjamini-Hochberg
 (`interp.claims.test_claims`).
 
+Grouped-query attention: on a layer whose query heads share key/value heads, a key or value edge goes into the
+key/value head, 'L16H0 -> L18KV2 via k' (`interp.paths`); its path patch is that edge (every query head of the
+group reads the patched key). The weights-based evidence is per query head, so for a key/value receiver it is
+taken over the group: the composition score is the group's strongest query head's (named in the evidence,
+`composition_head`), against the baseline of the largest of as many random scores (`group_baseline`), so the
+maximum does not inflate the ratio; the control sender is chosen by that same group score. QK attribution is
+per query head and is left out of a key/value receiver's claim (claim a query head's 'via q' edge, or read
+`interp.analyses.qk` head by head).
+
 Limits: edges between heads only (q, k, v; the composition score exists for those); pre-norm models with
 split inputs (`interp.paths.check_graph_model`; any other model makes the evidence undecided, said why);
 a behaviour in a unit without a practical minimum (`min_effect(unit) == 0`) can never refute "composes"
@@ -60,7 +69,7 @@ from interp.analyses.claims.qk_attribution import QK_VIAS, EdgeAttribution
 from interp.behaviour import Behaviour, BehaviourLike, UndefinedOnPrompts
 from interp.claims import Claim, Context, Evidence, Inconclusive, difference_evidence, equivalence_evidence, min_effect
 from interp.errors import BadInput
-from interp.paths import HEAD_VIAS, Edge, EdgePatch, Node, check_graph_model, parse_edge
+from interp.paths import HEAD_VIAS, Edge, EdgePatch, Node, check_graph_model, group_heads, group_of, parse_edge
 
 CONTROL_RULE = ("the other head of the sender's layer with the smallest composition score into the receiver through "
                 "the same input (ties: the lowest head index), chosen from the weights before any prompt runs")
@@ -68,11 +77,16 @@ CONTROL_RULE = ("the other head of the sender's layer with the smallest composit
 
 def composition_edge(edge: Edge | str) -> Edge:
     """The head-to-head edge a composition claim is about: a BadInput naming the edge unless both ends are
-    heads, the input is q, k or v and the receiver sits in a later layer than the sender."""
+    heads (the receiver a key/value head for k / v on a grouped layer: 'L0H0 -> L1KV0 via k'), the input is q, k
+    or v and the receiver sits in a later layer than the sender."""
     parsed = parse_edge(edge)
-    if parsed.sender.kind != "head" or parsed.receiver.kind != "head":
+    if parsed.sender.kind != "head" or parsed.receiver.kind not in ("head", "kv"):
         raise BadInput(f"composition claim on {parsed.label!r}: both ends must be heads (a composition score exists "
-                       "between heads only); write 'L0H0 -> L1H0 via k'.")
+                       "between heads only); write 'L0H0 -> L1H0 via k' (or 'L0H0 -> L1KV0 via k' into a key/value "
+                       "head of grouped-query attention).")
+    if parsed.receiver.kind == "kv" and parsed.via not in ("k", "v"):
+        raise BadInput(f"composition claim on {parsed.label!r}: a key/value head is reached via k or v only; a query "
+                       "input belongs to one query head, 'L{layer}H{head}'.")
     if parsed.via not in HEAD_VIAS:
         raise BadInput(f"composition claim on {parsed.label!r}: via {parsed.via!r}; expected one of {list(HEAD_VIAS)}.")
     if parsed.receiver.layer <= parsed.sender.layer:
@@ -96,12 +110,35 @@ def composition_row(model: nn.Module, edge: Edge | str, ctx: Context | None = No
     """The edge's row of `interp.analyses.circuits.composition.composition_scores(model)`: score, baseline,
     baseline_p95, ratio ... (memoised in `ctx` when given)."""
     edge = composition_edge(edge)
-    frame = _scores(model, edge.via, ctx)
-    rows = frame[(frame.sender == edge.sender.label) & (frame.receiver == edge.receiver.label)]
+    frame = _receiver_scores(model, edge, ctx)
+    rows = frame[frame.sender == edge.sender.label]
     if rows.empty:
         raise BadInput(f"edge {edge.label!r} is not in this {type(model).__name__}'s composition scores; check that both "
                        "heads exist.")
     return dict(rows.iloc[0])
+
+
+def _receiver_scores(model: nn.Module, edge: Edge, ctx: Context | None) -> Any:
+    """The composition scores into the edge's receiver through its input, one row per sender; for a key/value head,
+    each sender's strongest query head of the group (`receiver` names it) with the group's baseline
+    (`group_baseline`: the largest of as many random scores)."""
+    frame = _scores(model, edge.via, ctx)
+    receiver = edge.receiver
+    if receiver.kind != "kv":
+        return frame[frame.receiver == receiver.label]
+    from interp.analyses.circuits.composition import group_baseline
+
+    heads = [h.label for h in group_heads(receiver, group_of(model, receiver.layer))]
+    rows = frame[frame.receiver.isin(heads)].sort_values(["score", "receiver_head"], ascending=[False, True],
+                                                          kind="stable")
+    best = rows.groupby("sender", sort=False).head(1).sort_values(["sender_layer", "sender_head"]).copy()
+    if best.empty:
+        return best
+    n_draws = int(best["n_draws"].iloc[0])
+    mean, p95 = (group_baseline(model, receiver.layer, edge.via, len(heads), n_draws=n_draws) if ctx is None else
+                 ctx.cached(("composition-group-baseline", model, receiver.layer, edge.via, len(heads)),
+                            lambda: group_baseline(model, receiver.layer, edge.via, len(heads), n_draws=n_draws)))
+    return best.assign(baseline=mean, baseline_p95=p95, ratio=best["score"] / mean)
 
 
 def control_sender(model: nn.Module, edge: Edge | str, ctx: Context | None = None) -> Node | None:
@@ -109,9 +146,8 @@ def control_sender(model: nn.Module, edge: Edge | str, ctx: Context | None = Non
     the smallest composition score into the receiver through the same input, ties to the lowest head index;
     None when the sender's layer has no other head."""
     edge = composition_edge(edge)
-    frame = _scores(model, edge.via, ctx)
-    rivals = frame[(frame.receiver == edge.receiver.label) & (frame.sender_layer == edge.sender.layer)
-                   & (frame.sender_head != edge.sender.head)]
+    frame = _receiver_scores(model, edge, ctx)
+    rivals = frame[(frame.sender_layer == edge.sender.layer) & (frame.sender_head != edge.sender.head)]
     if rivals.empty:
         return None
     best = rivals.sort_values(["score", "sender_head"], kind="stable").iloc[0]
@@ -163,6 +199,10 @@ def _composition_extra(ctx: Context, edge: Edge) -> tuple[dict[str, float | str]
                                      "composition_clears_p95": "yes" if clears else "no"}
     sentence = (f"composition score {row['score']:.3g} = {row['ratio']:.2f}x its random baseline, "
                 f"{'above' if clears else 'not above'} the baseline's p95 {row['baseline_p95']:.3g} (weights; supporting only)")
+    if edge.receiver.kind == "kv":
+        extra["composition_head"] = str(row["receiver"])
+        sentence = (f"{sentence}; the strongest query head of {edge.receiver}'s group, {row['receiver']}, against the "
+                    "largest of as many random scores")
     return extra, sentence
 
 
@@ -266,7 +306,8 @@ def composition_claim(edge: Edge | str, *, composes: bool = True, min_effect: fl
         raise BadInput(f"composition_claim: min_effect={min_effect!r} must be a finite number > 0 (the band +-min_effect "
                        "that tells no composition from composition), or None for interp.claims.min_effect(unit).")
     common: dict[str, Any] = dict(min_effect=min_effect, behaviour=behaviour)
-    heads = ((parsed.sender.layer, parsed.sender.head), (parsed.receiver.layer, parsed.receiver.head))
+    heads = ((parsed.sender.layer, parsed.sender.head),) + (
+        ((parsed.receiver.layer, parsed.receiver.head),) if parsed.receiver.kind == "head" else ())  # a KV head: target
     params = {"edge": parsed.label, "via": parsed.via, "composes": composes, "min_effect": min_effect,
               "control_rule": CONTROL_RULE}
     if composes:
@@ -275,7 +316,8 @@ def composition_claim(edge: Edge | str, *, composes: bool = True, min_effect: fl
                      evidence={"observational": EdgeEffect(parsed, composes=True, **common),
                                "necessity": EdgeControl(parsed, **common),
                                "zero": EdgeZeroEffect(parsed, composes=True, **common),
-                               **({"qk_attribution": EdgeAttribution(parsed)} if parsed.via in QK_VIAS else {})})
+                               **({"qk_attribution": EdgeAttribution(parsed)}
+                                  if parsed.via in QK_VIAS and parsed.receiver.kind == "head" else {})})
     return Claim("does_not_compose", heads, f"{parsed.label} does not compose: {parsed.receiver}'s {parsed.via} input "
                  f"does not use {parsed.sender}'s write", params=params, target=parsed.label,
                  evidence={"observational": EdgeEffect(parsed, composes=False, **common),

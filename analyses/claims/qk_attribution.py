@@ -135,6 +135,9 @@ class EdgeAttribution:
         sender, receiver, via = self.edge.sender, self.edge.receiver, self.edge.via
         if via not in QK_VIAS:
             raise Inconclusive(f"{self.edge.label}: a value read changes what {receiver} moves, not where it attends")
+        if receiver.kind != "head":
+            raise Inconclusive(f"{self.edge.label}: {receiver} is a key/value head, read by several query heads, each with "
+                               "its own score difference; attribute one query head's scores (interp.analyses.qk)")
         att, mask, left_out = receiver_attribution(ctx, receiver)
         amounts, totals, n_pairs = edge_amounts(att, sender.label, via, mask)
         rank, strongest = _rank(att, sender.label, via, mask)

@@ -1,6 +1,8 @@
 """interp.paths: the graph of a pre-norm transformer and edge patching, with known answers (a hand-set
 induction circuit) and identities (patching every edge is the corrupted forward; patching every edge
 out of one head is patching that head's output)."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -20,7 +22,9 @@ from interp.paths import (
     parse_node,
     patch_edges,
     reads,
+    receivers,
     sender_writes,
+    write_hook,
 )
 
 
@@ -64,10 +68,21 @@ def test_nodes_read_head_labels_with_the_one_parser():
     assert parse_edge("L0H0->L1H1 via K").label == "L0H0 -> L1H1 via k"
 
 
-@pytest.mark.parametrize("bad", ["L1KV0", "L0H0 -> L1KV0 via k", "l1kv0 -> MLP1"])
-def test_key_value_head_labels_parse_but_are_not_nodes_yet(bad):
-    with pytest.raises(BadInput, match=r"key/value head L1KV0, which is not a node of the graph.*first query head"):
-        parse_edge(bad) if "->" in bad else parse_node(bad)
+def test_key_value_head_labels_are_receivers():
+    """'L1KV0' is read by the one label parser into a key/value head node: it receives (k and v) and writes nothing."""
+    assert parse_node("L1KV0") == parse_node("l1 kv0") == Node(1, "kv", 0) and str(Node(1, "kv", 0)) == "L1KV0"
+    assert parse_edge("L0H0 -> L1KV1 via V").label == "L0H0 -> L1KV1 via v"
+    with pytest.raises(BadInput, match=r"into a key/value head needs 'via k' or 'via v'"):
+        parse_edge("L0H0 -> L1KV0")
+    with pytest.raises(BadInput, match="writes nothing"):
+        write_hook(Node(1, "kv", 0))
+    grouped = small(n_key_value_heads=2)
+    with pytest.raises(BadInput, match="L1KV0 is a key/value head, which writes nothing"):
+        check_edges(grouped, [parse_edge("L1KV0 -> logits")])
+    assert Node(1, "kv", 0) not in nodes(grouped)  # senders / components only
+    assert [n.label for n in receivers(grouped) if n.layer == 1] == ["L1H0", "L1H1", "L1H2", "L1H3", "L1KV0", "L1KV1",
+                                                                     "MLP1"]
+    assert receivers(small()) == [n for n in nodes(small()) if n.kind != "embed"]  # ungrouped: as before
 
 
 def test_edges_the_model_lacks_are_refused(circuit):
@@ -98,12 +113,50 @@ def test_an_mlp_reads_its_own_layers_heads_unless_the_block_is_parallel():
     assert len(graph(parallel)) == len(graph(sequential)) - 8  # MLP0 and MLP1 each lose their layer's 4 heads
 
 
-def test_grouped_query_models_have_one_key_and_value_edge_per_kv_head():
+def test_grouped_query_models_have_query_edges_per_head_and_key_value_edges_per_kv_head():
     grouped = small(n_key_value_heads=2)
-    into = [e for e in graph(grouped) if e.receiver.layer == 1 and e.receiver.kind == "head" and e.sender.label == "L0H0"]
-    assert sorted(e.label for e in into) == ["L0H0 -> L1H0 via k", "L0H0 -> L1H0 via q", "L0H0 -> L1H0 via v",
-                                             "L0H0 -> L1H1 via q", "L0H0 -> L1H2 via k", "L0H0 -> L1H2 via q",
-                                             "L0H0 -> L1H2 via v", "L0H0 -> L1H3 via q"]
+    into = [e for e in graph(grouped) if e.receiver.layer == 1 and e.receiver.kind != "mlp" and e.sender.label == "L0H0"]
+    assert [e.label for e in into] == ["L0H0 -> L1H0 via q", "L0H0 -> L1H1 via q", "L0H0 -> L1H2 via q",
+                                       "L0H0 -> L1H3 via q", "L0H0 -> L1KV0 via k", "L0H0 -> L1KV0 via v",
+                                       "L0H0 -> L1KV1 via k", "L0H0 -> L1KV1 via v"]
+    # k and v reach 2 key/value heads instead of 4 heads, from each sender: layer 0's (embed), layer 1's (6)
+    assert len(graph(grouped)) == len(graph(small())) - 2 * 2 * (1 + 6)
+    assert len({e for e in graph(grouped)}) == len(graph(grouped))
+
+
+def ungrouped_copy(grouped: HookedGPT) -> HookedGPT:
+    """The same function with each key/value head repeated for each of its query heads (no grouping): an
+    independent model whose head h reads its own copy of kv head h // group."""
+    cfg = grouped.cfg
+    plain = HookedGPT(dataclasses.replace(cfg, n_key_value_heads=None)).eval()
+    state = {}
+    for name, tensor in grouped.state_dict().items():
+        if name.split(".")[-1] in ("_W_K", "_W_V", "_b_K", "_b_V"):
+            layer = int(name.split(".")[1])
+            tensor = tensor.repeat_interleave(grouped.blocks[layer].attn.group, dim=0)
+            name = name.replace("._", ".")
+        state[name] = tensor
+    plain.load_state_dict(state)
+    return plain
+
+
+def test_a_key_value_edge_is_the_k_input_of_every_head_of_its_group_patched_by_hand():
+    """Known answer: patching 'L0H0 -> L1KV0 via k' on a grouped model equals patching L0H0 into the key input of
+    L1H0 and L1H1 on the ungrouped copy (each head its own key head); its value input likewise."""
+    grouped = small(n_key_value_heads=2, attn_only=True, init_range=0.3, seed=3)
+    plain = ungrouped_copy(grouped)
+    prompts = random_tokens(12, 6, d_vocab=40, seed=0)
+    corrupted = random_tokens(12, 6, d_vocab=40, seed=1)
+    assert torch.allclose(grouped(prompts.tokens), plain(prompts.tokens), atol=1e-5)
+    for via in ("k", "v"):
+        with patch_edges(grouped, [f"L0H0 -> L1KV0 via {via}", f"L0H2 -> L1KV1 via {via}"], prompts, corrupted):
+            got = grouped(prompts.tokens)
+        by_hand = [f"L0H0 -> L1H{h} via {via}" for h in (0, 1)] + [f"L0H2 -> L1H{h} via {via}" for h in (2, 3)]
+        with patch_edges(plain, by_hand, prompts, corrupted):
+            want = plain(prompts.tokens)
+        with patch_edges(plain, by_hand[:1], prompts, corrupted):
+            one_head = plain(prompts.tokens)
+        assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, one_head, atol=1e-3)
 
 
 def post_norm_encoder() -> HookedEncoder:
@@ -238,18 +291,27 @@ def test_as_edges_takes_one_label_or_many_and_names_what_is_not_an_edge():
             as_edges(bad, "f")
 
 
-def test_kv_edge_names_a_shared_key_value_input_by_its_groups_first_head():
+def test_kv_edge_names_a_grouped_heads_key_value_input_by_its_key_value_head():
     from interp.paths import kv_edge, refuse_kv_alias
 
     alias = parse_edge("L0H0 -> L1H3 via v")
-    assert kv_edge(alias, 2) == parse_edge("L0H0 -> L1H2 via v") and kv_edge(alias, 4) == parse_edge("L0H0 -> L1H0 via v")
+    assert kv_edge(alias, 2) == parse_edge("L0H0 -> L1KV1 via v") and kv_edge(alias, 4) == parse_edge("L0H0 -> L1KV0 via v")
     assert kv_edge(alias, 1) == alias  # no grouping
-    for own in ("L0H0 -> L1H3 via q", "L0H0 -> L1H2 via k", "L1H3 -> logits"):
+    for own in ("L0H0 -> L1H3 via q", "L0H0 -> L1KV1 via k", "L1H3 -> logits"):
         assert kv_edge(parse_edge(own), 2) == parse_edge(own)
-        refuse_kv_alias(parse_edge(own), 2)
-    with pytest.raises(BadInput, match=r"heads L1H2..L1H3 share one value head \(kv head 1\).*use 'L0H0 -> L1H2 via v'"):
+        refuse_kv_alias(parse_edge(own), 2, 2)
+    with pytest.raises(BadInput, match=r"heads L1H2..L1H3 share one value head \(L1KV1\).*use 'L0H0 -> L1KV1 via v'"):
         refuse_kv_alias(alias, 2)
-    grouped = small(n_key_value_heads=2)
-    with pytest.raises(BadInput, match="use 'L0H0 -> L1H2 via v'"):
-        check_edges(grouped, [alias])
-    check_edges(grouped, [e for e in graph(grouped)])  # every edge of the graph is its own name
+    grouped, plain = small(n_key_value_heads=2), small()
+    for model, bad, match in [
+        (grouped, alias, "use 'L0H0 -> L1KV1 via v'"),
+        (grouped, "L0H0 -> L1H1 via k", "use 'L0H0 -> L1KV0 via k'"),
+        (grouped, "L0H0 -> L1KV0 via q", r"reached via k or v only; the query heads reading L1KV0 are L1H0..L1H1"),
+        (grouped, "L0H0 -> L1KV2 via k", r"layer 1 has 2 key/value heads \(L1KV0..L1KV1\); L1KV2 does not exist"),
+        (plain, "L0H0 -> L1KV0 via k", r"own key/value head\), so it has no key/value head L1KV0: use 'L0H0 -> L1H0 via k'"),
+    ]:
+        with pytest.raises(BadInput, match=match):
+            check_edges(model, [parse_edge(bad)])
+        with pytest.raises(BadInput, match=match):
+            parse_edge(bad, model)
+    check_edges(grouped, graph(grouped))  # every edge of the graph is its own name

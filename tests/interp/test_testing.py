@@ -117,6 +117,11 @@ def test_edge_claims_parse_and_are_checked_for_their_kind(tmp_path):
         ("L0H0 -> L1H2 via k: composes", ((0, 0), (1, 2)), "L0H0 -> L1H2 via k", "supported"),
         ("L0H1 -> L1H2 via q: not composes", ((0, 1), (1, 2)), "L0H1 -> L1H2 via q", "refuted"),
     ]
+    grouped = parse_claims_text('[claims]\n"L16H0 -> L18KV2 via k" = "composes"\n', "f.toml", valid_kinds=claim_kinds())
+    assert [(c.heads, c.edge) for c in grouped.claims] == [(((16, 0),), "L16H0 -> L18KV2 via k")]  # a KV head: the target
+    with pytest.raises(ClaimsFileError, match=r"^f\.toml:2:1: 'L0H0 -> L1KV0 via q': an edge claim joins two heads through "
+                                              r"q, k or v \(a key/value head \"L1KV0\" through k or v\)"):
+        parse_claims_text('[claims]\n"L0H0 -> L1KV0 via q" = "composes"\n', "f.toml", valid_kinds=claim_kinds())
     from interp.analyses.claims.registry import EDGE_CLAIM_KINDS, edge_claim_kinds
 
     assert tuple(edge_claim_kinds()) == EDGE_CLAIM_KINDS

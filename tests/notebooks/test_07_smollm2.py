@@ -122,8 +122,10 @@ def test_qk_attribution_says_why_the_induction_head_attends_there(committed):
     assert all(name != q["previous_head"] for name, _ in q["key_side_runner_up"].values())
     assert check["frozen_error_below_1e-4"] and abs(check["measured_frozen"] - check["predicted"]) < 1e-3
     assert check["live_ci"][0] <= check["measured_live"] <= check["live_ci"][1]
-    k_edges = {c["edge"] for c in r["composition"] if not c["edge"].endswith("via v")}
-    assert set(q["evidence"]) == k_edges  # qk_attribution: query and key edges only
+    # qk_attribution: query and key edges into query heads only (a key/value head's, L18KV2, has several query heads)
+    qk_edges = {c["edge"] for c in r["composition"] if not c["edge"].endswith("via v") and "KV" not in c["edge"]}
+    assert set(q["evidence"]) == qk_edges
+    assert all("KV" in c["edge"] for c in r["composition"] if not c["edge"].endswith("via q"))  # grouped: k, v by KV
     for edge, (mean, low, high) in q["evidence"].items():
         assert low <= mean <= high and (low > 0 or not edge.endswith("via k")), edge  # raises the key's preference
     conclusion = next(c for c in _code(committed) if "conclusion" in c.metadata.get("tags", []))

@@ -5,7 +5,7 @@ unreliable; faithfulness, completeness and minimality have known answers."""
 import json
 
 import pytest
-from factories import INDUCTION_EDGES
+from factories import GROUPED_INDUCTION_EDGES, INDUCTION_EDGES, grouped_induction_circuit, induction_prompts
 
 import interp
 from interp.analyses.circuits import ACDC_THRESHOLD, Circuit, discover, test_circuit
@@ -481,3 +481,44 @@ def test_eap_on_fewer_prompts_may_miss_the_pattern_edges_and_then_says_so():
     assert set(circuit.edges) == {"embed -> L2H0 via v", "L2H0 -> logits"}
     assert circuit.selection.faithfulness[circuit.selection.chosen] == pytest.approx(1.0, abs=1e-3)
     assert circuit.selection.spearman < 0.5 and any("EAP estimates unreliable" in w for w in warned)
+
+
+@pytest.fixture(scope="module")
+def grouped_run():
+    return interp.Run(grouped_induction_circuit(), induction_prompts(32))
+
+
+def test_grouped_query_circuit_kept_through_its_key_value_head_is_faithful(grouped_run):
+    """Issue 42's GQA bug: the kept key edge was read as removed (faithfulness 0.12). Named by its key/value head it
+    is kept: the truth's circuit is 1.00 faithful, and without its key edge it loses what the ungrouped model loses
+    without 'L0H0 -> L1H0 via k' (the same function: key/value head 0 is head 0's)."""
+    whole = test_circuit(grouped_run, sorted(GROUPED_INDUCTION_EDGES), threshold=0.01)
+    assert whole.faithfulness.mean == pytest.approx(1.0, abs=1e-6) and whole.n_edges == 5
+    without = test_circuit(grouped_run, sorted(GROUPED_INDUCTION_EDGES - {"L0H0 -> L1KV0 via k"}), threshold=0.01)
+    plain = interp.Run(induction_circuit(), induction_prompts(32))
+    truth = test_circuit(plain, sorted(INDUCTION_EDGES - {"L0H0 -> L1H0 via k"}), threshold=0.01)
+    assert without.faithfulness.mean == pytest.approx(truth.faithfulness.mean, abs=1e-4) and without.faithfulness.mean < 0.9
+    with pytest.raises(BadInput, match=r"use 'L0H0 -> L1KV0 via k'"):
+        test_circuit(grouped_run, ["L0H0 -> L1H1 via k"], threshold=0.01)
+
+
+def test_discovery_on_grouped_query_attention_names_key_value_heads(grouped_run):
+    """ACDC recovers exactly the truth's edges, key and value inputs named by L0KV0 / L1KV0; the head-level method
+    keeps a key/value head read by a kept query head, never as a sender."""
+    found = discover(grouped_run, method="acdc")
+    assert set(found.edges) == GROUPED_INDUCTION_EDGES
+    assert found.nodes == ("embed", "L0H0", "L0KV0", "L1H0", "L1KV0", "logits")
+    heads = discover(grouped_run, method="nodes")
+    assert "L0H0 -> L1KV0 via k" in heads.edges and not any(e.startswith("L1KV") for e in heads.edges)
+    assert {n for n in heads.nodes if "KV" in n} == {"L0KV0", "L1KV0"}
+    assert test_circuit(grouped_run, heads, threshold=0.01).faithfulness.mean == pytest.approx(1.0, abs=1e-6)
+
+
+def test_an_old_query_head_name_for_a_key_input_read_from_json_is_refused_with_the_new_name(grouped_run):
+    """A circuit file written before key/value heads were named ('L0H0 -> L1H0 via k' for L1KV0's key) reads, but
+    testing it on the grouped model is refused naming the graph's edge, never silently read as another edge."""
+    old = Circuit((), ("L0H0 -> L1H0 via k", "L1H0 -> logits"), {}, "acdc", 0.01).to_json()
+    circuit = Circuit.from_json(old)
+    with pytest.raises(BadInput, match=r"'L0H0 -> L1H0 via k' is not an edge of this model's graph.*\(L1KV0\).*"
+                                       r"use 'L0H0 -> L1KV0 via k'"):
+        test_circuit(grouped_run, circuit)

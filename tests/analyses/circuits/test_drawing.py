@@ -83,3 +83,11 @@ def test_draw_curve_plots_the_rankings_with_their_areas(induction):
     assert [list(line.get_ydata()) for line in ax.get_lines()[:2]] == [
         list(curve.frame().query("ranking == @r").faithfulness) for r in ("signed", "absolute")]
     assert ax.get_xscale() == "log" and ax.get_title().startswith("t (given scores, 4 held-out prompts)")
+
+
+def test_a_key_value_head_is_drawn_in_its_layers_column_below_the_heads():
+    grouped = pd.DataFrame([("L0H0", "L1KV0", "k", 2.0), ("embed", "L1H0", "q", 1.0), ("L1H0", "logits", "direct", 3.0),
+                            ("L0H0", "MLP1", "in", 0.1)], columns=["sender", "receiver", "via", "effect"])
+    positions = circuit_layout(grouped)
+    assert [positions[n] for n in ("L1H0", "L1KV0", "MLP1")] == [(2.0, 1.0), (2.0, 0.0), (2.0, -1.0)]
+    assert draw_circuit(grouped) is not None

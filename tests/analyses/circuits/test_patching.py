@@ -104,14 +104,14 @@ def test_one_edge_string_is_one_edge(induction_run):
 
 GQA = dict(n_layers=2, n_heads=4, n_key_value_heads=2, d_model=32, n_ctx=32, d_vocab=20, attn_only=True, seed=1,
            init_range=0.3)
-ALIAS = r"'L0H0 -> L1H1 via {via}' is not an edge of this model's graph: .*heads L1H0..L1H1 share one {which} head .*use 'L0H0 -> L1H0 via {via}'"
+ALIAS = r"'L0H0 -> L1H1 via {via}' is not an edge of this model's graph: .*heads L1H0..L1H1 share one {which} head \(L1KV0\).*use 'L0H0 -> L1KV0 via {via}'"
 
 
 @pytest.mark.parametrize("via, which", [("k", "key"), ("v", "value")])
 def test_a_shared_key_value_input_named_by_the_wrong_head_is_refused(via, which):
-    """g001 g003 g006 g005 g007: with grouped-query attention L1H1's key and value are L1H0's (one kv head); the
-    graph names them by L1H0, and every entry point refuses the alias naming the graph's edge, instead of measuring
-    L1H0's number under L1H1's label."""
+    """g001 g003 g006 g005 g007: with grouped-query attention L1H1's key and value are L1H0's (key/value head L1KV0);
+    the graph names them by L1KV0, and every entry point refuses a query head's name for them naming the graph's
+    edge, instead of measuring the key/value head's number under one query head's label."""
     from interp.analyses.circuits import attribution_patching, test_circuit
 
     model = HookedGPT(GPTConfig(**GQA)).eval()
@@ -125,9 +125,12 @@ def test_a_shared_key_value_input_named_by_the_wrong_head_is_refused(via, which)
     with pytest.raises(BadInput, match=match):
         run.effect(EdgePatch([alias]))
     with pytest.raises(BadInput, match=match):
-        test_circuit(run, [alias, f"L0H0 -> L1H0 via {via}"], threshold=0.0)
+        test_circuit(run, [alias, f"L0H0 -> L1KV0 via {via}"], threshold=0.0)
     attribution = attribution_patching(run)
     with pytest.raises(BadInput, match=match):
         attribution.score(alias)
-    assert isinstance(attribution.score(f"L0H0 -> L1H0 via {via}"), float)
+    assert isinstance(attribution.score(f"L0H0 -> L1KV0 via {via}"), float)
+    kv = path_patch(run, sender="L0H0", receiver="L1KV0", via=via)
+    assert kv.edge.label == f"L0H0 -> L1KV0 via {via}"
+    assert edge_effects(run, [kv.edge])[0].mean == pytest.approx(kv.effect.mean)  # the sweep engine: the same number
     assert path_patch(run, sender="L0H0", receiver="L1H1", via="q").edge.label == "L0H0 -> L1H1 via q"  # its own

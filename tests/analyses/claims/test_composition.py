@@ -161,8 +161,37 @@ def test_a_claim_on_a_shared_key_input_named_by_the_wrong_head_is_refused_before
     model = HookedGPT(GPTConfig(n_layers=2, n_heads=4, n_key_value_heads=2, d_model=32, n_ctx=32, d_vocab=20,
                                 attn_only=True, seed=1)).eval()
     prompts = repeated_tokens(32, 5, d_vocab=20, seed=0)
-    with pytest.raises(BadInput, match=r"'L0H0 -> L1H1 via k' is not an edge of this model's graph.*use 'L0H0 -> L1H0 via k'"):
-        run_test_claims(model, [composition_claim("L0H0 -> L1H0 via k"), composition_claim("L0H0 -> L1H1 via k")], prompts)
+    with pytest.raises(BadInput, match=r"'L0H0 -> L1H1 via k' is not an edge of this model's graph.*use 'L0H0 -> L1KV0 via k'"):
+        run_test_claims(model, [composition_claim("L0H0 -> L1KV0 via k"), composition_claim("L0H0 -> L1H1 via k")], prompts)
+    with pytest.raises(BadInput, match=r"'L0H0 -> L1KV0 via q': a key/value head is reached via k or v only"):
+        composition_claim("L0H0 -> L1KV0 via q")
+
+
+def test_a_claim_into_a_key_value_head_is_its_path_patch_with_group_evidence():
+    """Grouped-query attention (notebook 07's question): 'L0H0 -> L1KV0 via k' on the grouped induction circuit is
+    supported by its path patch (the ungrouped circuit's +6.19 nats: key/value head 0 is the induction head's key);
+    the composition score is the group's strongest query head's, named, against the group's baseline (the largest of
+    as many random scores, so above the single-head baseline); the control is chosen by that group score; no QK
+    attribution (per query head)."""
+    from factories import grouped_induction_circuit, induction_prompts
+
+    from interp.analyses.circuits.composition import composition_scores
+
+    model = grouped_induction_circuit()
+    claim = composition_claim("L0H0 -> L1KV0 via k")
+    assert claim.heads == ((0, 0),) and claim.target == "L0H0 -> L1KV0 via k" and "qk_attribution" not in claim.evidence
+    frame = run_test_claims(model, [claim], induction_prompts(32))
+    verdict = frame.attrs["verdicts"][0]
+    obs, nec = verdict.get("observational"), verdict.get("necessity")
+    assert verdict.verdict == "supported" and obs.effect == pytest.approx(6.19, abs=0.01)
+    single = composition_scores(model, vias=("k",))
+    row = single[(single.sender == "L0H0") & (single.receiver == obs.extra["composition_head"])].iloc[0]
+    group = single[(single.sender == "L0H0") & single.receiver.isin(["L1H0", "L1H1"])]
+    assert obs.extra["composition_head"] == "L1H0" and obs.extra["composition_score"] == pytest.approx(group.score.max())
+    assert obs.extra["composition_baseline_p95"] > row.baseline_p95  # the max of two draws: a higher bar
+    assert obs.extra["composition_ratio"] == pytest.approx(row.score / composition_row(model, claim.target)["baseline"])
+    assert "the strongest query head of L1KV0's group, L1H0" in obs.detail
+    assert nec.extra["control_edge"] == "L0H1 -> L1KV0 via k" and nec.passed is True
 
 
 def test_composition_evidence_records_the_write_change_and_zero_ablation_beside(circuit_verdicts):

@@ -339,3 +339,17 @@ def test_report_circuit_section_names_the_untested_edges():
     for text in (page, lines):
         assert f"{len(found.circuit.untested)} edges kept untested" in text
         assert "the corruption does not change L0H0" in text and "never support by itself)." in text
+
+
+def test_cli_circuit_on_grouped_query_attention_names_key_value_heads(tmp_path, capsys):
+    """`interp circuit` on the grouped induction circuit (tests/factories.py): its key and value edges are named by
+    the key/value heads in the table and the JSON, and the circuit is faithful (the kept key edge is kept)."""
+    path = tmp_path / "c.json"
+    assert cli.main(["circuit", "factories:grouped_induction_circuit", "-q", "--json", str(path)]) == 0
+    assert "L0H0 -> L1KV0 via k" in capsys.readouterr().out
+    result = json.loads(path.read_text())["result"]
+    assert set(result["circuit"]["edges"]) == {"embed -> L0KV0 via v", "L0H0 -> L1KV0 via k", "embed -> L1H0 via q",
+                                               "embed -> L1KV0 via v", "L1H0 -> logits"}
+    assert {e["receiver"] for e in result["edges"]} == {"L0KV0", "L1KV0", "L1H0", "logits"}
+    faithfulness = next(t for t in result["tests"] if t["test"] == "faithfulness")
+    assert faithfulness["value"] == pytest.approx(1.0, abs=0.02)
