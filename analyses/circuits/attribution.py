@@ -39,6 +39,7 @@ on a model: their Spearman correlation with exact patches of a seeded sample of 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -149,9 +150,11 @@ def _groups(senders: list[Node], per: str = "layer") -> list[tuple[str, tuple[No
 
 
 def _input_grads(run: Run, batch: PromptSet, tokens: torch.Tensor, mask: torch.Tensor | None, names: list[str],
-                 shift: tuple[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                 shift: tuple[str, torch.Tensor] | None = None, clean: torch.Tensor | None = None
+                 ) -> dict[str, torch.Tensor]:
     """The behaviour's gradient at each receiver input `names`, with `shift` = (hook, (batch, pos, d_model))
-    added to that hook's activation (None: the clean run): one forward and backward."""
+    added to that hook's activation (None: the clean run): one forward and backward. `clean`: the clean run's
+    summary for a behaviour that compares to it (None: this forward is the clean run)."""
     model = run.model
     assert isinstance(model, HookedGPT)
     acts: dict[str, torch.Tensor] = {}
@@ -175,7 +178,7 @@ def _input_grads(run: Run, batch: PromptSet, tokens: torch.Tensor, mask: torch.T
     with torch.enable_grad(), hooked(model, hooks + [(name, keep) for name in names]):
         resid = model(tokens, attention_mask=mask, stop_at_layer=int(model.cfg.n_layers))
         output = model.head(resid) if run.behaviour.reads == "logits" else model.ln_final(resid)
-        summary = run.behaviour.clean_summary(output.detach(), batch) if run.behaviour.compares_to_clean else None
+        summary = clean if clean is not None else run.behaviour.clean_summary(output.detach(), batch)
         values = run.behaviour(output, batch, summary)  # (batch,)
         grads = torch.autograd.grad(values.sum(), [acts[name] for name in names], allow_unused=True)
     return {name: torch.zeros_like(acts[name]) if g is None else g for name, g in zip(names, grads)}
@@ -218,7 +221,10 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
         clean_writes, _, _ = node_writes(model, tokens, mask)
         _scores(model, edges, clean_grads, {s: corrupted_writes[s] - clean_writes[s] for s in senders}, out)
         return out
-    clean_writes, _, _ = node_writes(model, tokens, mask)
+    clean_writes, _, final = node_writes(model, tokens, mask)
+    # a behaviour measured from the clean run's output (a squared change) keeps that reference along the path
+    clean = run.behaviour.clean_summary(model.head(final) if run.behaviour.reads == "logits" else model.ln_final(final),
+                                        batch)
     alphas, weights = _rule(steps)
     clean_grads = _input_grads(run, batch, tokens, mask, names) if 0.0 in alphas else {}
     for hook, group in _groups(senders, per):
@@ -226,7 +232,7 @@ def _batch_scores(run: Run, batch: PromptSet, edges: list[Edge], senders: list[N
         total = torch.stack(list(deltas.values())).sum(0)  # (batch, pos, d_model): the group's summed change of write
         grads: dict[str, torch.Tensor] = {}
         for alpha, weight in zip(alphas, weights):
-            at = clean_grads if alpha == 0.0 else _input_grads(run, batch, tokens, mask, names, (hook, alpha * total))
+            at = clean_grads if alpha == 0.0 else _input_grads(run, batch, tokens, mask, names, (hook, alpha * total), clean)
             for name, grad in at.items():
                 grads[name] = grads[name] + weight * grad if name in grads else weight * grad
         _scores(model, edges, grads, deltas, out)
@@ -252,6 +258,10 @@ def attribution_patching(model_or_run: nn.Module | Run, prompts: PromptSet | Non
     _rule(steps)
     if per not in PERS:
         raise BadInput(f"attribution_patching: per={per!r}; expected one of {list(PERS)} (what eap-ig interpolates together).")
+    if method == "eap" and run.behaviour.compares_to_clean:
+        warnings.warn(f"attribution_patching: {run.behaviour.name} is a distance from the clean run, smallest there, so "
+                      "its gradient at the clean run (EAP's estimate) is 0 for every edge; use method='eap-ig', which "
+                      "reads the gradient along the path to the corrupted run.", UserWarning, stacklevel=2)
     parts = [_batch_scores(run, batch, edges, senders, source, method, steps, per) for batch in run.prompts.batches(run.batch_size)]
     edge_values = torch.cat(parts, 1)  # (edge, prompt)
     node_values = torch.zeros(len(senders), edge_values.shape[1], dtype=torch.float64)

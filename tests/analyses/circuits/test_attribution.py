@@ -6,7 +6,7 @@ import torch
 
 import interp
 from interp.analyses.circuits import PatchSweep, attribution_patching
-from interp.behaviour import custom_behaviour
+from interp.behaviour import custom_behaviour, output_squared_error
 from interp.data import random_tokens
 from interp.errors import BadInput
 from interp.hooks import hooked
@@ -89,6 +89,36 @@ def test_integrated_scores_follow_each_groups_path(per):
         summed = sum(result.node_values[result.nodes.index(n)] for n in heads)  # (prompt,)
         torch.testing.assert_close(summed, simpson, atol=5e-3, rtol=1e-2)
         assert simpson.abs().max() > 1e-2
+
+
+def test_integrated_scores_keep_the_clean_reference_of_a_distance_behaviour():
+    """A behaviour measured from the clean run's output (a squared change) keeps the clean output as its reference
+    along the path: the scores are Simpson's rule on d/dalpha ||y(alpha) - y(0)||^2 (each shifted forward used to be
+    its own reference, so every score was 0); plain EAP warns that its estimate is 0 there by construction."""
+    model = small()
+    behaviour = output_squared_error([0, 1, 2])
+    run = interp.Run(model, random_tokens(8, 7, 20, seed=4), batch_size=8, behaviour=behaviour)
+    result = attribution_patching(run, method="eap-ig", steps=3, per="layer")
+    batch = PatchSweep(run).batches[0]
+    with torch.no_grad():
+        clean = behaviour.clean_summary(model(batch.tokens), batch.batch)
+    for layer in (0, 1):
+        heads = [n for n in result.nodes if n.kind == "head" and n.layer == layer]
+        change = sum(batch.corrupted_writes[h] - batch.clean_writes[h] for h in heads)  # (batch, pos, d_model)
+
+        def value(alpha, layer=layer, change=change):
+            with torch.no_grad(), hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
+                return behaviour(model(batch.tokens), batch.batch, clean).double()  # (batch,)
+
+        h = 1e-3
+        slope = [(value(a + h) - value(a - h)) / (2 * h) for a in (0.0, 0.5, 1.0)]
+        simpson = (slope[0] + 4 * slope[1] + slope[2]) / 6
+        summed = sum(result.node_values[result.nodes.index(n)] for n in heads)  # (prompt,)
+        torch.testing.assert_close(summed, simpson, atol=5e-3, rtol=1e-2)
+        assert simpson.abs().max() > 1e-3
+    with pytest.warns(UserWarning, match="use method='eap-ig'"):
+        eap = attribution_patching(run, method="eap")
+    assert eap.edge_values.abs().max() < 1e-9
 
 
 def test_bad_input():
