@@ -328,7 +328,9 @@ class TiedUnembed(nn.Module):
     """The unembedding as the token embedding transposed (`cfg.tie_word_embeddings`): W_U reads `embed.W_E`,
     so the one tensor is held, saved and trained once (a second copy cost 113 MB on SmolLM2-135M)."""
 
-    def __init__(self, cfg: GPTConfig, embed: nn.Module):
+    embed: Embed
+
+    def __init__(self, cfg: GPTConfig, embed: Embed):
         super().__init__()
         object.__setattr__(self, "embed", embed)  # not a submodule: its W_E is saved once, as embed.W_E
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
@@ -336,14 +338,13 @@ class TiedUnembed(nn.Module):
     @property
     def W_U(self) -> torch.Tensor:
         """(d_model, d_vocab) a view of embed.W_E."""
-        W_E: torch.Tensor = self.embed.W_E
-        return W_E.T
+        return self.embed.W_E.T
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:
         return F.linear(residual, self.embed.W_E, self.b_U)  # (batch, pos, d_vocab)
 
 
-def make_unembed(cfg: GPTConfig, embed: nn.Module) -> Unembed | TiedUnembed:
+def make_unembed(cfg: GPTConfig, embed: Embed) -> Unembed | TiedUnembed:
     """The model's unembedding: tied to `embed` when the config says so, else a W_U of its own."""
     return TiedUnembed(cfg, embed) if cfg.tie_word_embeddings else Unembed(cfg)
 
