@@ -1,0 +1,306 @@
+"""What a model hooked by intercepting its attention (`interp.hook_sdpa`, `hook_attention`) exposes beyond its
+attention hooks: the norm before its unembedding, each attention layer's input norm and output projection.
+
+Such a model has per-head q, k, v, pattern and z hooks but no split q/k/v inputs, so edge patching into one
+head's query, key or value is impossible there. Two things still are, given these modules:
+
+- direct logit attribution per head: z_h @ W_O[h] read through the final norm (its scale frozen at the clean
+  run's value, which makes it affine) into the unembedding (`interp.analyses.circuits.dla`);
+- head -> layer patching (`LayerInputPatch`): a sender head's write from a corrupted run replacing its clean
+  write in what one later attention layer reads, q, k and v of all its heads at once. The change enters the
+  layer's input norm (a forward pre-hook adding it to the norm's input), so the norm sees the patched
+  residual stream, as HookedGPT's split inputs do; the residual stream itself keeps the clean write.
+
+Both assume a pre-norm model (each attention layer reads `norm(resid)` and adds its output projection's
+output to `resid`), the layout of GPT-2, nanoGPT, Llama and their forks. The modules are found by one probe
+forward: a norm is the attention's input norm when its output is the attention module's input, and the final
+norm when its output is the unembedding's input. Norms are recognised by kind (LayerNorm, RMSNorm) and checked
+on the probe: the frozen-scale formula must give the norm's own output, or the norm counts as unknown.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from interp.data import PromptSet, prompt_fingerprint
+from interp.errors import BadInput
+from interp.heads import Head
+from interp.hooks import attention_sites, hooked
+from interp.modelinfo import ov_weights, vocab_size
+from interp.sites import AttentionSite
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A norm the toolkit can freeze: y = ((x - mean x if centres) / scale) * weight + bias,
+    scale = sqrt(mean((x - mean x if centres)^2) + eps)."""
+
+    path: str
+    centres: bool  # LayerNorm centres, RMSNorm does not
+    eps: float
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., 1) float64 the norm's per-position scale on its input x."""
+        x = x.double()
+        if self.centres:
+            x = x - x.mean(-1, keepdim=True)
+        return (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
+
+    def affine(self, model: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The norm's weight and bias (None where it has none)."""
+        module = model.get_submodule(self.path)
+        weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+        return (weight if isinstance(weight, torch.Tensor) else None, bias if isinstance(bias, torch.Tensor) else None)
+
+    def frozen(self, model: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        x = x.double()
+        centred = x - x.mean(-1, keepdim=True) if self.centres else x
+        weight, bias = self.affine(model)
+        out = centred / scale * (1.0 if weight is None else weight.double())
+        return out + (0.0 if bias is None else bias.double())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The modules around an intercepted model's attention, by path ("" none found)."""
+
+    readout: str  # the unembedding (the last Linear to the vocabulary)
+    final_norm: Norm | None  # the norm whose output the unembedding reads; None: it reads something else
+    input_norms: dict[int, Norm | None] = field(default_factory=dict)  # attention layer -> its input norm
+    # what produced the readout's / an attention's input where it is no norm the toolkit can freeze ("" none: the stream)
+    final_unknown: str = ""
+    input_unknown: dict[int, str] = field(default_factory=dict)
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[nn.Module, Layout] = weakref.WeakKeyDictionary()
+
+
+def layout(model: nn.Module) -> Layout:
+    """The readout, the final norm and each attention layer's input norm of an intercepted model (memoised)."""
+    if model not in _LAYOUTS:
+        _LAYOUTS[model] = _probe(model)
+    return _LAYOUTS[model]
+
+
+def _norm_kind(module: nn.Module) -> bool | None:
+    """True: a LayerNorm (centres), False: an RMSNorm, None: not a norm the toolkit can freeze."""
+    name = type(module).__name__
+    if isinstance(module, nn.LayerNorm) or name.endswith("LayerNorm"):
+        return True
+    if isinstance(module, nn.RMSNorm) or name.endswith("RMSNorm"):
+        return False
+    return None
+
+
+def _eps(module: nn.Module) -> float:
+    eps = getattr(module, "eps", None)
+    eps = getattr(module, "variance_epsilon", None) if eps is None else eps
+    return float(torch.finfo(torch.float32).eps if eps is None else eps)
+
+
+def readout_module(model: nn.Module) -> tuple[str, nn.Module] | None:
+    """The last nn.Linear mapping to the vocabulary (a language-model head), with its path."""
+    d_vocab = vocab_size(model)
+    heads = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == d_vocab]
+    return heads[-1] if heads else None
+
+
+def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value
+    return None
+
+
+@torch.no_grad()
+def _probe(model: nn.Module) -> Layout:
+    from interp.sdpa import default_example
+
+    found = readout_module(model)
+    if found is None:
+        raise BadInput(f"{type(model).__name__} has no nn.Linear to its vocabulary ({vocab_size(model)}) as its last "
+                       "layer, so its logits are no linear readout of the residual stream.")
+    readout_path, readout = found
+    # every submodule's output (but those that pass their input on), to tell which one a reader's input came from
+    modules = {path: m for path, m in model.named_modules() if path and not isinstance(m, (nn.Dropout, nn.Identity))}
+    sites = attention_sites(model)
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module path -> (input, output)
+    inputs: dict[str, torch.Tensor] = {}  # site module path or "readout" -> its input
+    handles = [m.register_forward_hook(_keep_io(seen, path)) for path, m in modules.items()]
+    handles.append(readout.register_forward_pre_hook(_keep_input(inputs, "readout"), with_kwargs=True))
+    handles += [model.get_submodule(s.module).register_forward_pre_hook(_keep_input(inputs, s.module), with_kwargs=True)
+                for s in sites if s.module]
+    try:
+        model(*default_example(model))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    def norm_of(x: torch.Tensor | None) -> tuple[Norm | None, str]:
+        """The norm whose output `x` is, or None and what else produced it ("": no module, the residual stream itself
+        summed in a forward)."""
+        for path, (inp, out) in seen.items():
+            if x is not None and out.shape == x.shape and torch.equal(out, x):
+                module = modules[path]
+                norm = _checked(model, path, module, inp, out) if _norm_kind(module) is not None else None
+                return norm, "" if norm is not None else f"{path} ({type(module).__name__})"
+        return None, ""
+
+    final, final_unknown = norm_of(inputs.get("readout"))
+    per_site = {s.layer: norm_of(inputs.get(s.module)) if s.module else (None, "the model itself") for s in sites}
+    return Layout(readout_path, final, {layer: norm for layer, (norm, _) in per_site.items()}, final_unknown,
+                  {layer: what for layer, (_, what) in per_site.items() if what})
+
+
+def _keep_io(seen: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
+            seen[path] = (args[0].detach(), output.detach())
+    return hook
+
+
+def _keep_input(inputs: dict[str, torch.Tensor], key: str) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        x = _first_tensor(args, kwargs)
+        if x is not None:
+            inputs[key] = x.detach()
+    return hook
+
+
+def _checked(model: nn.Module, path: str, module: nn.Module, x: torch.Tensor, out: torch.Tensor) -> Norm | None:
+    """The norm, if the frozen-scale formula reproduces its output on the probe (else None: unknown)."""
+    norm = Norm(path, bool(_norm_kind(module)), _eps(module))
+    mine = norm.frozen(model, x, norm.scale(x))
+    return norm if torch.allclose(mine, out.double(), atol=1e-4, rtol=1e-4) else None
+
+
+def output_projection(model: nn.Module, site: AttentionSite) -> nn.Module | None:
+    """The module applied to the merged heads: the SDPA probe's out_proj, nn.MultiheadAttention's out_proj."""
+    from interp.sdpa import is_intercepted, sdpa_sites
+
+    if is_intercepted(model):
+        found = sdpa_sites(model).get(site.module)
+        return None if found is None or found.out_proj is None else model.get_submodule(found.out_proj)
+    module = model.get_submodule(site.module) if site.module else model
+    out = getattr(module, "out_proj", None)
+    return out if isinstance(out, nn.Module) else None
+
+
+def head_writes(model: nn.Module, site: AttentionSite, z: torch.Tensor) -> torch.Tensor:
+    """(batch, pos, head, d_model) each head's write z_h @ W_O[h] (no output bias), from hook_z (batch, pos, head, d_head)."""
+    ov = ov_weights(model, site)
+    if ov is None:
+        raise BadInput(f"the attention at {site.module!r} has no visible output projection (a Linear taking the merged "
+                       "heads), so its heads' writes cannot be split.")
+    return torch.einsum("bphd,hdm->bphm", z.double(), ov.W_O.double())
+
+
+@contextlib.contextmanager
+def norm_input(model: nn.Module, norm: Norm) -> Iterator[dict[str, torch.Tensor]]:
+    """Capture the input of `norm` during the forwards inside the block: `kept["x"]` (detached)."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(module: nn.Module, args: tuple[Any, ...]) -> None:
+        kept["x"] = args[0].detach()
+
+    handle = model.get_submodule(norm.path).register_forward_pre_hook(keep)
+    try:
+        yield kept
+    finally:
+        handle.remove()
+
+
+def site_of(model: nn.Module, layer: int) -> AttentionSite:
+    sites = attention_sites(model)
+    if not 0 <= layer < len(sites):
+        raise BadInput(f"layer {layer} is not an attention layer of {type(model).__name__}; it has {len(sites)} "
+                       f"(0 .. {len(sites) - 1}).")
+    return sites[layer]
+
+
+def check_patchable(model: nn.Module, sender: Head, layer: int) -> Norm:
+    """The receiver layer's input norm, after checking that `sender` -> `layer` (attention input) can be patched."""
+    sender_site = site_of(model, sender[0])
+    site_of(model, layer)
+    if not 0 <= sender[1] < sender_site.n_heads:
+        raise BadInput(f"{sender_site.label(sender[1])}: layer {sender[0]} has {sender_site.n_heads} heads.")
+    if sender[0] >= layer:
+        raise BadInput(f"{sender_site.label(sender[1])} -> L{layer} (attention input): a head writes only into later "
+                       f"layers; choose a receiver layer after {sender[0]}.")
+    if "z" not in sender_site.hooks or ov_weights(model, sender_site) is None:
+        raise BadInput(f"{sender_site.label(sender[1])}'s write cannot be split from its layer's: the attention at "
+                       f"{sender_site.module!r} exposes no hook_z or no output projection.")
+    norm = layout(model).input_norms.get(layer)
+    if norm is None:
+        raise BadInput(f"the attention of layer {layer} reads no LayerNorm / RMSNorm the toolkit recognises (a pre-norm "
+                       "block's input norm), so there is no place to add the sender's change before the norm. What "
+                       "works on this model: direct logit attribution per head, head ablations (interp.Run) and "
+                       "attention patterns.")
+    return norm
+
+
+@dataclass(frozen=True)
+class LayerInputPatch:
+    """`sender`'s write from a corrupted run replacing its clean write in what attention layer `layer` reads
+    (q, k and v of all its heads): an `interp.Run` intervention for intercepted models (see the module)."""
+
+    sender: Head
+    layer: int
+    source: PromptSet | None = field(default=None, compare=False, hash=False)  # None: resample within the Run
+
+    @property
+    def label(self) -> str:
+        return f"L{self.sender[0]}H{self.sender[1]} -> L{self.layer} (attention input)"
+
+    def spec(self) -> dict[str, Any]:
+        source = "resample" if self.source is None else {"prompts": prompt_fingerprint(self.source)}
+        return {"intervention": "layer_input_patch", "edges": [self.label], "source": source}
+
+    def intervene(self, run: Any, batch: PromptSet) -> contextlib.AbstractContextManager[nn.Module]:
+        from interp.paths import corrupted_prompts
+
+        norm = check_patchable(run.model, self.sender, self.layer)
+        site = site_of(run.model, self.sender[0])
+        clean = _sender_write(run.model, site, self.sender[1], batch)
+        corrupted = _sender_write(run.model, site, self.sender[1], corrupted_prompts(run, batch, self.source))
+        return _added(run.model, norm, (corrupted - clean))
+
+
+@torch.no_grad()
+def _sender_write(model: nn.Module, site: AttentionSite, head: int, prompts: PromptSet) -> torch.Tensor:
+    """(batch, pos, d_model) one head's write on `prompts`."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        kept["z"] = act.detach()
+
+    device = next(model.parameters()).device
+    with hooked(model, [(site.hooks["z"], keep)]):
+        model(prompts.tokens.to(device), **{k: v.to(device) for k, v in prompts.model_kwargs().items()})
+    return head_writes(model, site, kept["z"])[:, :, head]
+
+
+@contextlib.contextmanager
+def _added(model: nn.Module, norm: Norm, delta: torch.Tensor) -> Iterator[nn.Module]:
+    """The forward with `delta` (batch, pos, d_model) added to the input of `norm`; the hook removed after."""
+    def add(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = args[0]
+        if x.shape != delta.shape:
+            raise BadInput(f"{norm.path} read a {tuple(x.shape)} input; the patch is {tuple(delta.shape)}: the norm is "
+                           "called on something else than the batch's residual stream.")
+        return (x + delta.to(x.dtype), *args[1:])
+
+    handle = model.get_submodule(norm.path).register_forward_pre_hook(add)
+    try:
+        yield model
+    finally:
+        handle.remove()
+
+
+__all__ = ["Layout", "LayerInputPatch", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
+           "output_projection", "readout_module"]
