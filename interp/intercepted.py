@@ -235,12 +235,15 @@ def check_patchable(model: nn.Module, sender: Head, layer: int) -> Norm:
     if "z" not in sender_site.hooks or ov_weights(model, sender_site) is None:
         raise BadInput(f"{sender_site.label(sender[1])}'s write cannot be split from its layer's: the attention at "
                        f"{sender_site.module!r} exposes no hook_z or no output projection.")
-    norm = layout(model).input_norms.get(layer)
+    found = layout(model)
+    norm = found.input_norms.get(layer)
     if norm is None:
-        raise BadInput(f"the attention of layer {layer} reads no LayerNorm / RMSNorm the toolkit recognises (a pre-norm "
-                       "block's input norm), so there is no place to add the sender's change before the norm. What "
-                       "works on this model: direct logit attribution per head, head ablations (interp.Run) and "
-                       "attention patterns.")
+        reads = found.input_unknown.get(layer) or "the residual stream without a norm"
+        raise BadInput(f"{sender_site.label(sender[1])} -> L{layer} (attention input) needs layer {layer}'s attention to "
+                       f"read a LayerNorm or RMSNorm of the residual stream (a pre-norm block), where the sender's change "
+                       f"can be added before the norm; in {type(model).__name__} it reads {reads}. What works on this "
+                       "model: direct logit attribution per head (interp.analyses.circuits.direct_logit_attribution), "
+                       "head ablations (interp.Run) and attention patterns.")
     return norm
 
 

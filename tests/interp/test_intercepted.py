@@ -1,0 +1,70 @@
+"""`interp.intercepted`: the modules around an intercepted model's attention, found by a probe, and the
+head -> layer patch (`LayerInputPatch`) as an `interp.Run` intervention."""
+from __future__ import annotations
+
+import pytest
+import torch
+from own_models import direct_sdpa, hf_gpt2, nanogpt_flash, nanogpt_manual
+
+import interp
+from interp.errors import BadInput
+from interp.intercepted import LayerInputPatch, Norm, layout, norm_input, readout_module
+
+
+@pytest.mark.parametrize("factory, backend", [(nanogpt_flash, "auto"), (nanogpt_manual, "auto"), (hf_gpt2, "sdpa")])
+def test_layout_finds_the_final_norm_and_each_input_norm(factory, backend):
+    model = interp.load(factory(), backend=backend)
+    found = layout(model)
+    assert found.readout == "lm_head"
+    assert found.final_norm == Norm("transformer.ln_f", centres=True, eps=1e-5)
+    assert {layer: norm.path for layer, norm in found.input_norms.items() if norm} == {
+        0: "transformer.h.0.ln_1", 1: "transformer.h.1.ln_1"}
+    assert found.final_unknown == "" and found.input_unknown == {}
+
+
+def test_layout_of_a_model_without_norms_says_what_its_attention_reads():
+    found = layout(interp.load(direct_sdpa()))
+    assert found.readout == "unembed" and found.final_norm is None and found.final_unknown == ""
+    assert found.input_unknown == {0: "the model itself"}
+
+
+def test_an_rms_norm_is_recognised_and_its_frozen_formula_reproduces_it():
+    model = nanogpt_flash()
+    model.transformer.ln_f = torch.nn.RMSNorm(32, eps=1e-6)
+    torch.nn.init.normal_(model.transformer.ln_f.weight)
+    hooked = interp.load(model)
+    norm = layout(hooked).final_norm
+    assert norm == Norm("transformer.ln_f", centres=False, eps=1e-6)
+    x = torch.randn(2, 3, 32)
+    torch.testing.assert_close(norm.frozen(hooked, x, norm.scale(x)).float(), hooked.transformer.ln_f(x))
+
+
+def test_norm_input_keeps_the_norms_input_and_removes_its_hook():
+    model = interp.load(nanogpt_flash())
+    norm = layout(model).final_norm
+    tokens = torch.randint(0, 61, (2, 5))
+    with norm_input(model, norm) as kept:
+        model(tokens)
+    assert kept["x"].shape == (2, 5, 32)
+    assert not model.transformer.ln_f._forward_pre_hooks
+    assert readout_module(model)[0] == "lm_head"
+
+
+def test_layer_input_patch_is_a_run_intervention_with_its_own_spec():
+    model = interp.load(nanogpt_flash())
+    prompts = interp.data.repeated_tokens(6, 5, 61, bos=0, seed=3)
+    patch = LayerInputPatch((0, 2), 1)
+    assert patch.label == "L0H2 -> L1 (attention input)"
+    assert patch.spec() == {"intervention": "layer_input_patch", "edges": ["L0H2 -> L1 (attention input)"],
+                            "source": "resample"}
+    run = interp.Run(model, prompts)
+    effect = run.effect(patch)
+    assert effect.values.shape == (6,) and effect.values.abs().max() > 0
+    same = interp.Run(model, prompts).effect(LayerInputPatch((0, 2), 1, source=prompts))  # its own prompts: no change
+    torch.testing.assert_close(same.values, torch.zeros(6, dtype=torch.float64), atol=1e-6, rtol=0)
+    assert not model.transformer.h[1].ln_1._forward_pre_hooks
+
+
+def test_layer_input_patch_refuses_a_model_with_nothing_to_patch():
+    with pytest.raises(BadInput, match="writes only into later layers"):
+        interp.Run(interp.load(direct_sdpa()), interp.data.repeated_tokens(4, 4, 37)).effect(LayerInputPatch((0, 0), 0))
