@@ -157,6 +157,81 @@ def _probe(model: nn.Module) -> Layout:
                   {layer: what for layer, (_, what) in per_site.items() if what})
 
 
+_PROJECTIONS: weakref.WeakKeyDictionary[nn.Module, dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """Per attention layer, the query ("q") and key ("k") maps where visible: (head, d_model, d_head) weights and
+    (head, d_head) biases of the Linear whose output holds the call's q (k) as a column block, exactly (k's repeated
+    to one per query head under grouped-query attention). A side is missing where the model transforms it after the
+    projection (rotary positions, a norm on q and k): the call's q is then no Linear's output. Memoised."""
+    if model not in _PROJECTIONS:
+        _PROJECTIONS[model] = _find_projections(model)
+    return _PROJECTIONS[model]
+
+
+@torch.no_grad()
+def _find_projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    from interp.sdpa import default_example, linear_weight
+
+    linears = {path: m for path, m in model.named_modules() if linear_weight(m) is not None}
+    outputs: list[tuple[str, torch.Tensor]] = []
+    calls: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        calls[hook.name] = act.detach()
+
+    sites = attention_sites(model)
+    names = [site.hooks[side] for site in sites for side in ("q", "k") if side in site.hooks]
+    handles = [m.register_forward_hook(_keep_output(outputs, path)) for path, m in linears.items()]
+    try:
+        with hooked(model, [(name, keep) for name in names]):
+            model(*default_example(model))
+    finally:
+        for handle in handles:
+            handle.remove()
+    found: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+    for site in sites:
+        for side in ("q", "k"):
+            act = calls.get(site.hooks.get(side, ""))  # (batch, pos, head, d_head)
+            block = None if act is None else _column_block(model, linears, outputs, act)
+            if block is not None:
+                repeat = site.n_heads // block[0].shape[0]  # key/value heads shared by query heads
+                found.setdefault(site.layer, {})[side] = (block[0].repeat_interleave(repeat, 0),
+                                                          block[1].repeat_interleave(repeat, 0))
+    return found
+
+
+def _keep_output(outputs: list[tuple[str, torch.Tensor]], path: str) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            outputs.append((path, output.detach()))
+    return hook
+
+
+def _column_block(model: nn.Module, linears: dict[str, nn.Module], outputs: list[tuple[str, torch.Tensor]],
+                  act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (head, d_model, d_head) map and (head, d_head) bias of the Linear output that holds `act` as columns."""
+    from interp.sdpa import linear_weight
+
+    n_heads, d_head = act.shape[2], act.shape[3]
+    merged = act.flatten(2)  # (batch, pos, head * d_head)
+    width = merged.shape[-1]
+    for path, out in outputs:
+        if out.shape[:-1] != merged.shape[:-1]:
+            continue
+        for start in range(0, out.shape[-1] - width + 1, d_head):
+            if torch.equal(out[..., start:start + width], merged):
+                weight = linear_weight(linears[path])  # (d_model, out)
+                assert weight is not None  # only such modules are recorded
+                bias = getattr(linears[path], "bias", None)
+                bias = torch.zeros(out.shape[-1]) if not isinstance(bias, torch.Tensor) else bias
+                W = weight[:, start:start + width].reshape(-1, n_heads, d_head).transpose(0, 1)  # (head, d_model, d_head)
+                return W.detach(), bias[start:start + width].reshape(n_heads, d_head).detach()
+    return None
+
+
 def _keep_io(seen: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str) -> Any:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
@@ -306,4 +381,4 @@ def _added(model: nn.Module, norm: Norm, delta: torch.Tensor) -> Iterator[nn.Mod
 
 
 __all__ = ["Layout", "LayerInputPatch", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
-           "output_projection", "readout_module"]
+           "output_projection", "projections", "readout_module"]
