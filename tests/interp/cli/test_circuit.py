@@ -339,3 +339,24 @@ def test_report_circuit_section_names_the_untested_edges():
     for text in (page, lines):
         assert f"{len(found.circuit.untested)} edges kept untested" in text
         assert "the corruption does not change L0H0" in text and "never support by itself)." in text
+
+
+@pytest.mark.parametrize("spec, backend, patch", [
+    ("own_models:nanogpt_flash", "auto", True), ("own_models:hf_gpt2", "sdpa", True),
+    ("own_models:direct_sdpa", "auto", False), ("own_models:rotary_gpt_trained", "auto", True),
+])
+def test_what_the_refusal_says_works_on_an_intercepted_model_runs(spec, backend, patch, capsys):
+    """interp circuit's refusal names direct logit attribution per head and head -> layer patching: each runs on the
+    model as it is (the patch where its attention reads a norm; DirectSDPA has one layer and none)."""
+    import interp
+    from interp.analyses.circuits import attention_input_patch, direct_logit_attribution
+    from interp.modelinfo import vocab_size
+
+    assert cli.main(["circuit", spec, "-q", "--n", "8", "--backend", backend]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "direct_logit_attribution" in err and "attention_input_patch" in err and "(interp qk)" in err
+    model = interp.load(spec, backend=backend)
+    prompts = repeated_tokens(8, 4, vocab_size(model), bos=0)
+    assert direct_logit_attribution(model, prompts)["mean"].notna().all()
+    if patch:
+        assert attention_input_patch(model, prompts, sender="L0H0", layer=1)["effect"].notna().all()
