@@ -75,10 +75,10 @@ def plan(model: nn.Module, head: Any) -> Plan:
     maps = projections(model).get(parsed.layer, {})
     missing = [side for side in ("q", "k") if side not in maps]
     if missing:
-        raise BadInput(f"QK attribution of {parsed.label} needs the query and key as a Linear's output columns; "
-                       f"{type(model).__name__}'s {' and '.join(missing)} at {site.module!r} is no column block of any "
-                       "Linear's output (your code transforms it after the projection: rotary positions, a norm on q "
-                       f"and k, ...), so the toolkit cannot see how a score is made. {works}")
+        raise BadInput(f"QK attribution needs the query and key as a Linear's output columns; in "
+                       f"{type(model).__name__}, {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} no column "
+                       "block of any Linear's output (your code transforms them after the projection: rotary "
+                       f"positions, a norm on q and k, ...), so the toolkit cannot see how a score is made. {works}")
     norm = layout(model).input_norms.get(parsed.layer)
     if norm is None:
         reads = layout(model).input_unknown.get(parsed.layer) or "the residual stream without a norm"

@@ -65,7 +65,7 @@ def test_projections_are_found_where_visible_and_missing_where_the_model_rotates
 def test_a_rotary_fork_is_refused_and_what_the_advice_names_runs():
     model = interp.load(rotary_gpt_trained())
     prompts = interp.data.repeated_tokens(4, 6, 256, bos=0)
-    with pytest.raises(BadInput, match="no column block of any Linear's output") as info:
+    with pytest.raises(BadInput, match="q and k are no column block of any Linear.s output") as info:
         qk.attribute(model, prompts, "L1H0")
     assert "attention_input_patch" in str(info.value)
     assert len(attention_input_patch(model, prompts, sender="L0H0", layer=1)) == 1
