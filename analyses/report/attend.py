@@ -86,7 +86,7 @@ def report_attend(model: nn.Module, prompts: PromptSet, claims: pd.DataFrame,
     if not heads:
         return AttendSection(note="no claim about a single head was supported, so no head's attention is explained")
     chosen, query = _common_query(prompts)
-    reasons, refused = [], {}
+    reasons, refused = [], dict[str, list[str]]()
     for head, claim in heads:
         try:
             reasons.append(_reason(model, chosen, head, claim, query))
