@@ -75,6 +75,7 @@ class Layout:
     # what produced the readout's / an attention's input where it is no norm the toolkit can freeze ("" none: the stream)
     final_unknown: str = ""
     input_unknown: dict[int, str] = field(default_factory=dict)
+    post_norm: tuple[str, ...] = ()  # attention inputs read from a norm outside their block (a post-norm layout)
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[nn.Module, Layout] = weakref.WeakKeyDictionary()
@@ -142,19 +143,35 @@ def _probe(model: nn.Module) -> Layout:
             handle.remove()
 
     def norm_of(x: torch.Tensor | None) -> tuple[Norm | None, str]:
-        """The norm whose output `x` is, or None and what else produced it ("": no module, the residual stream itself
-        summed in a forward)."""
+        """The norm whose output `x` is, or None and what else produced it ("": the residual stream itself, summed in a
+        forward or returned by a block)."""
         for path, (inp, out) in seen.items():
             if x is not None and out.shape == x.shape and torch.equal(out, x):
                 module = modules[path]
+                if _norm_kind(module) is None and any(True for _ in module.children()):
+                    return None, ""  # a block's output: the stream as the block returns it
                 norm = _checked(model, path, module, inp, out) if _norm_kind(module) is not None else None
                 return norm, "" if norm is not None else f"{path} ({type(module).__name__})"
         return None, ""
 
     final, final_unknown = norm_of(inputs.get("readout"))
-    per_site = {s.layer: norm_of(inputs.get(s.module)) if s.module else (None, "the model itself") for s in sites}
+    per_site = {s.layer: _own_norm(s, *norm_of(inputs.get(s.module))) if s.module else (None, "the model itself")
+                for s in sites}
+    post_norm = tuple(what for _, what in per_site.values() if what.endswith(POST_NORM))
     return Layout(readout_path, final, {layer: norm for layer, (norm, _) in per_site.items()}, final_unknown,
-                  {layer: what for layer, (_, what) in per_site.items() if what})
+                  {layer: what for layer, (_, what) in per_site.items() if what}, post_norm)
+
+
+POST_NORM = "a norm outside the attention's block: a post-norm layout, which normalises the stream between writers"
+
+
+def _own_norm(site: AttentionSite, norm: Norm | None, what: str) -> tuple[Norm | None, str]:
+    """A pre-norm block's input norm sits beside its attention (`h.0.ln_1` and `h.0.attn`); a norm elsewhere (an
+    earlier block's `norm2`, an embedding norm) is a post-norm layout's, where a head's write is normalised again
+    before any later layer reads it."""
+    if norm is None or norm.path.rpartition(".")[0] == site.module.rpartition(".")[0]:
+        return norm, what
+    return None, f"{norm.path}, {POST_NORM}"
 
 
 _PROJECTIONS: weakref.WeakKeyDictionary[nn.Module, dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]] = \
@@ -185,6 +202,9 @@ def _find_projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tenso
     sites = attention_sites(model)
     names = [site.hooks[side] for site in sites for side in ("q", "k") if side in site.hooks]
     handles = [m.register_forward_hook(_keep_output(outputs, path)) for path, m in linears.items()]
+    inputs: dict[str, torch.Tensor] = {}
+    handles += [model.get_submodule(s.module).register_forward_pre_hook(_keep_input(inputs, s.module), with_kwargs=True)
+                for s in sites if s.module]
     try:
         with hooked(model, [(name, keep) for name in names]):
             model(*default_example(model))
@@ -196,11 +216,31 @@ def _find_projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tenso
         for side in ("q", "k"):
             act = calls.get(site.hooks.get(side, ""))  # (batch, pos, head, d_head)
             block = None if act is None else _column_block(model, linears, outputs, act)
+            if block is None and act is not None:
+                block = _mha_block(model, site, side, inputs.get(site.module), act)
             if block is not None:
                 repeat = site.n_heads // block[0].shape[0]  # key/value heads shared by query heads
                 found.setdefault(site.layer, {})[side] = (block[0].repeat_interleave(repeat, 0),
                                                           block[1].repeat_interleave(repeat, 0))
     return found
+
+
+def _mha_block(model: nn.Module, site: AttentionSite, side: str, x: torch.Tensor | None,
+               act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """nn.MultiheadAttention's packed query or key map, where the call's q (k) is exactly its input through it."""
+    from interp.mha import HookedMultiheadAttention
+
+    module = model.get_submodule(site.module)
+    if not isinstance(module, HookedMultiheadAttention) or x is None:
+        return None
+    weight = module.in_weights()["qk".index(side)]  # (embed_dim, d_model)
+    biases = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else None
+    bias = biases["qk".index(side)] if biases is not None else torch.zeros(weight.shape[0])
+    n_heads, d_head = act.shape[2], act.shape[3]
+    if x.shape[-1] != weight.shape[1] or not torch.allclose(x @ weight.t() + bias, act.flatten(2), atol=1e-5, rtol=1e-5):
+        return None
+    W = weight.t().reshape(-1, n_heads, d_head).transpose(0, 1)  # (head, d_model, d_head)
+    return W.detach(), bias.reshape(n_heads, d_head).detach()
 
 
 def _keep_output(outputs: list[tuple[str, torch.Tensor]], path: str) -> Any:

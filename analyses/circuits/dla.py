@@ -340,6 +340,9 @@ def _intercepted_readout(model: nn.Module) -> _Readout:
                            f"the merged heads); the attention at {site.module!r} of {type(model).__name__} has none "
                            f"visible, so its heads' writes cannot be split. {what_works}")
     found = layout(model)
+    if found.post_norm:
+        raise BadInput(f"direct logit attribution needs a pre-norm model; an attention of {type(model).__name__} reads "
+                       f"{found.post_norm[0]}, so the final stream is no sum of the heads' writes. {what_works}")
     if found.final_unknown:
         raise BadInput(f"direct logit attribution: {type(model).__name__}'s unembedding reads the output of "
                        f"{found.final_unknown}, neither a LayerNorm nor an RMSNorm whose output the toolkit can reproduce, "

@@ -80,6 +80,9 @@ def plan(model: nn.Module, head: Any) -> Plan:
                        "block of any Linear's output (your code transforms them after the projection: rotary "
                        f"positions, a norm on q and k, ...), so the toolkit cannot see how a score is made. {works}")
     norm = layout(model).input_norms.get(parsed.layer)
+    if layout(model).post_norm:
+        raise BadInput(f"QK attribution needs a pre-norm model; an attention of {type(model).__name__} reads "
+                       f"{layout(model).post_norm[0]}, so its input is no sum of the earlier writes. {works}")
     if norm is None:
         reads = layout(model).input_unknown.get(parsed.layer) or "the residual stream without a norm"
         raise BadInput(f"QK attribution of {parsed.label} needs its attention to read a LayerNorm or RMSNorm of the "

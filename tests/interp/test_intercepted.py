@@ -68,3 +68,38 @@ def test_layer_input_patch_is_a_run_intervention_with_its_own_spec():
 def test_layer_input_patch_refuses_a_model_with_nothing_to_patch():
     with pytest.raises(BadInput, match="writes only into later layers"):
         interp.Run(interp.load(direct_sdpa()), interp.data.repeated_tokens(4, 4, 37)).effect(LayerInputPatch((0, 0), 0))
+
+
+def _post_norm_encoder():
+    from own_models import EncoderLM
+
+    model = EncoderLM()
+    for layer in model.encoder.layers:
+        layer.norm_first = False  # x = norm1(x + attn(x)): the stream is normalised between writers
+    return model.eval()
+
+
+def test_an_nn_multihead_attention_model_gives_all_three_and_a_post_norm_one_none():
+    """EncoderLM (pre-norm nn.TransformerEncoder, hooked through nn.MultiheadAttention): DLA rows sum to its logit,
+    QK terms to its score differences, the head -> layer patch runs. Its post-norm twin reads an earlier block's norm:
+    each is refused, saying so."""
+    from own_models import encoder_lm
+
+    from interp.analyses import qk
+    from interp.analyses.circuits import attention_input_patch, logit_attributions
+
+    model = interp.load(encoder_lm())
+    prompts = interp.data.repeated_tokens(8, 6, 53, bos=0, seed=1)
+    dla = logit_attributions(interp.Run(model, prompts))
+    torch.testing.assert_close(dla.values.sum(1), dla.logit, atol=1e-5, rtol=1e-6)
+    attribution = qk.attribute(model, prompts, "L1H0")
+    terms, keep = attribution.terms()
+    torch.testing.assert_close(terms.sum((1, 2)), torch.tensor(attribution.pairs["difference"].to_numpy()[keep]),
+                               atol=1e-5, rtol=0)
+    assert attention_input_patch(model, prompts, sender="L0H0", layer=1)["effect"].notna().all()
+    post = interp.load(_post_norm_encoder())
+    assert layout(post).post_norm and layout(post).input_norms[1] is None
+    for call in (lambda: logit_attributions(interp.Run(post, prompts)), lambda: qk.attribute(post, prompts, "L1H0"),
+                 lambda: attention_input_patch(post, prompts, sender="L0H0", layer=1)):
+        with pytest.raises(BadInput, match="post-norm"):
+            call()
