@@ -11,11 +11,16 @@ head's query, key or value is impossible there. Two things still are, given thes
   layer's input norm (a forward pre-hook adding it to the norm's input), so the norm sees the patched
   residual stream, as HookedGPT's split inputs do; the residual stream itself keeps the clean write.
 
-Both assume a pre-norm model (each attention layer reads `norm(resid)` and adds its output projection's
-output to `resid`), the layout of GPT-2, nanoGPT, Llama and their forks. The modules are found by one probe
-forward: a norm is the attention's input norm when its output is the attention module's input, and the final
-norm when its output is the unembedding's input. Norms are recognised by kind (LayerNorm, RMSNorm) and checked
-on the probe: the frozen-scale formula must give the norm's own output, or the norm counts as unknown.
+and QK attribution (`interp.analyses.qk.intercepted`) where q and k are a Linear's output columns as they are
+(`projections`), or nn.MultiheadAttention's packed maps.
+
+All three need a pre-norm model (each attention layer reads `norm(resid)` and adds its output projection's output
+to `resid`), the layout of GPT-2, nanoGPT, Llama and their forks. The modules are found by one probe forward: a
+norm is the attention's input norm when its output is the attention module's input and it sits in the same block
+(`h.0.ln_1` beside `h.0.attn`); a norm elsewhere (an earlier block's, an embedding norm) marks a post-norm layout
+(`Layout.post_norm`, refused). The final norm is the one whose output the unembedding reads; a block's output
+read directly is the stream itself (no final norm). Norms are recognised by kind (LayerNorm, RMSNorm) and checked
+on the probe: the frozen-scale formula must give the norm's own output, or the norm counts as unknown (refused).
 """
 from __future__ import annotations
 
