@@ -137,10 +137,13 @@ def _probe(model: nn.Module) -> Layout:
     sites = attention_sites(model)
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module path -> (input, output)
     inputs: dict[str, torch.Tensor] = {}  # site module path or "readout" -> its input
+    outputs: dict[str, torch.Tensor] = {}  # site module path -> its output (the first tensor of a tuple)
     handles = [m.register_forward_hook(_keep_io(seen, path)) for path, m in modules.items()]
     handles.append(readout.register_forward_pre_hook(_keep_input(inputs, "readout"), with_kwargs=True))
-    handles += [model.get_submodule(s.module).register_forward_pre_hook(_keep_input(inputs, s.module), with_kwargs=True)
-                for s in sites if s.module]
+    for site in [s for s in sites if s.module]:
+        module = model.get_submodule(site.module)
+        handles.append(module.register_forward_pre_hook(_keep_input(inputs, site.module), with_kwargs=True))
+        handles.append(module.register_forward_hook(_keep_output_of(outputs, site.module)))
     try:
         model(*default_example(model))
     finally:
@@ -160,23 +163,39 @@ def _probe(model: nn.Module) -> Layout:
         return None, ""
 
     final, final_unknown = norm_of(inputs.get("readout"))
-    per_site = {s.layer: _own_norm(s, *norm_of(inputs.get(s.module))) if s.module else (None, "the model itself")
-                for s in sites}
-    post_norm = tuple(what for _, what in per_site.values() if what.endswith(POST_NORM))
+    norm_inputs = {path: io[0] for path, io in seen.items() if _norm_kind(modules[path]) is not None}
+    per_site = {s.layer: _unless_post_norm(s, norm_inputs, inputs, outputs, *norm_of(inputs.get(s.module)))
+                if s.module else (None, "the model itself") for s in sites}
+    post_norm = tuple(what for _, what in per_site.values() if POST_NORM in what)
     return Layout(readout_path, final, {layer: norm for layer, (norm, _) in per_site.items()}, final_unknown,
                   {layer: what for layer, (_, what) in per_site.items() if what}, post_norm)
 
 
-POST_NORM = "a norm outside the attention's block: a post-norm layout, which normalises the stream between writers"
+POST_NORM = "a post-norm layout, which normalises the stream between writers"
 
 
-def _own_norm(site: AttentionSite, norm: Norm | None, what: str) -> tuple[Norm | None, str]:
-    """A pre-norm block's input norm sits beside its attention (`h.0.ln_1` and `h.0.attn`); a norm elsewhere (an
-    earlier block's `norm2`, an embedding norm) is a post-norm layout's, where a head's write is normalised again
-    before any later layer reads it."""
-    if norm is None or norm.path.rpartition(".")[0] == site.module.rpartition(".")[0]:
+def _unless_post_norm(site: AttentionSite, norm_inputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor],
+                      outputs: dict[str, torch.Tensor], norm: Norm | None, what: str) -> tuple[Norm | None, str]:
+    """The site's input norm, unless the block is post-norm: the attention's output added to its own *input* is
+    what a norm then reads (x = norm(x + attn(x))), where a pre-norm block adds it to the norm's input instead."""
+    x, out = inputs.get(site.module), outputs.get(site.module)
+    if x is None or out is None or x.shape != out.shape:
         return norm, what
-    return None, f"{norm.path}, {POST_NORM}"
+    summed = x + out
+    for path, seen_input in norm_inputs.items():
+        if seen_input.shape == summed.shape and torch.allclose(seen_input, summed, atol=1e-5, rtol=1e-5):
+            return None, f"its input from {norm.path if norm else 'the stream'}, and {site.module}'s input plus its output " \
+                         f"is what {path} normalises: {POST_NORM}"
+    return norm, what
+
+
+def _keep_output_of(outputs: dict[str, torch.Tensor], key: str) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        first = output if isinstance(output, torch.Tensor) else next(
+            (t for t in output if isinstance(t, torch.Tensor)), None) if isinstance(output, (tuple, list)) else None
+        if first is not None:
+            outputs[key] = first.detach()
+    return hook
 
 
 _PROJECTIONS: weakref.WeakKeyDictionary[nn.Module, dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]] = \
@@ -361,10 +380,24 @@ def check_patchable(model: nn.Module, sender: Head, layer: int) -> Norm:
         reads = found.input_unknown.get(layer) or "the residual stream without a norm"
         raise BadInput(f"{sender_site.label(sender[1])} -> L{layer} (attention input) needs layer {layer}'s attention to "
                        f"read a LayerNorm or RMSNorm of the residual stream (a pre-norm block), where the sender's change "
-                       f"can be added before the norm; in {type(model).__name__} it reads {reads}. What works on this "
-                       "model: direct logit attribution per head (interp.analyses.circuits.direct_logit_attribution), "
-                       "head ablations (interp.Run) and attention patterns.")
+                       f"can be added before the norm; in {type(model).__name__} it reads {reads}. {what_works(model)}")
     return norm
+
+
+def what_works(model: nn.Module) -> str:
+    """What runs on this intercepted model as it is, for refusals: only what its layout allows (never advice that
+    leads to another refusal)."""
+    found = layout(model)
+    sites = attention_sites(model)
+    works = []
+    if not found.post_norm and not found.final_unknown and all(
+            "z" in site.hooks and output_projection(model, site) is not None for site in sites):
+        works.append("direct logit attribution per head (interp.analyses.circuits.direct_logit_attribution)")
+    if not found.post_norm and any(found.input_norms.get(site.layer) is not None for site in sites[1:]):
+        works.append("head -> layer patching where a later attention reads a norm "
+                     "(interp.analyses.circuits.attention_input_patch)")
+    works.append("head ablations (interp.Run) and attention patterns")
+    return "What works on this model: " + ", ".join(works) + "."
 
 
 @dataclass(frozen=True)
@@ -425,5 +458,5 @@ def _added(model: nn.Module, norm: Norm, delta: torch.Tensor) -> Iterator[nn.Mod
         handle.remove()
 
 
-__all__ = ["Layout", "LayerInputPatch", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
+__all__ = ["Layout", "LayerInputPatch", "what_works", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
            "output_projection", "projections", "readout_module"]

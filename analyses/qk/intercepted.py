@@ -24,7 +24,7 @@ from interp.data import PromptSet
 from interp.errors import BadInput
 from interp.heads import Head, parse_head
 from interp.hooks import attention_sites, hooked
-from interp.intercepted import Norm, head_writes, layout, norm_input, output_projection, projections
+from interp.intercepted import Norm, head_writes, layout, norm_input, output_projection, projections, what_works
 from interp.sites import AttentionSite
 
 
@@ -70,8 +70,7 @@ def plan(model: nn.Module, head: Any) -> Plan:
         raise BadInput(f"head {parsed.label} does not exist: {type(model).__name__} has {len(sites)} attention layers of "
                        f"{sites[0].n_heads} heads.")
     site = sites[parsed.layer]
-    works = ("What works on this model: direct logit attribution per head, head -> layer patching "
-             "(interp.analyses.circuits.attention_input_patch), head ablations (interp.Run) and attention patterns.")
+    works = what_works(model)
     maps = projections(model).get(parsed.layer, {})
     missing = [side for side in ("q", "k") if side not in maps]
     if missing:

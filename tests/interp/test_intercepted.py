@@ -101,5 +101,7 @@ def test_an_nn_multihead_attention_model_gives_all_three_and_a_post_norm_one_non
     assert layout(post).post_norm and layout(post).input_norms[1] is None
     for call in (lambda: logit_attributions(interp.Run(post, prompts)), lambda: qk.attribute(post, prompts, "L1H0"),
                  lambda: attention_input_patch(post, prompts, sender="L0H0", layer=1)):
-        with pytest.raises(BadInput, match="post-norm"):
+        with pytest.raises(BadInput, match="post-norm") as info:
             call()
+        assert "direct logit attribution per head" not in str(info.value)  # it is refused here too
+    interp.Run(post, prompts).effect(interp.HeadAblation([(1, 0)]))  # what the refusals name runs
