@@ -34,6 +34,7 @@ from interp.paths import (
     as_edges,
     check_edges,
     check_graph_model,
+    graph,
     parse_edge,
     parse_node,
 )
@@ -158,9 +159,10 @@ def attention_input_patch(model_or_run: nn.Module | Run, prompts: PromptSet | No
         if head.layer >= layer or n_heads == 0:
             raise BadInput(f"{head.label} -> L{layer} (attention input): the receiver layer must be a later layer of the "
                            f"model (after {head.layer}, at most {len(run.model.blocks) - 1}).")
-        edges = [f"{head.label} -> L{layer}H{h} via {via}" for h in range(n_heads) for via in "qkv"]
-        intervention = EdgePatch(tuple(parse_edge(e) for e in edges), source=source,
-                                 label_=f"{head.label} -> L{layer} (attention input)")
+        # the graph's own edges from the sender into the layer's heads (grouped-query k and v once per kv head)
+        edges = [edge for edge in graph(run.model) if edge.sender.kind == "head" and tuple(head) == (
+            edge.sender.layer, edge.sender.head) and edge.receiver.layer == layer and edge.via in ("q", "k", "v")]
+        intervention = EdgePatch(tuple(edges), source=source, label_=f"{head.label} -> L{layer} (attention input)")
     else:
         check_patchable(run.model, head, layer)
         intervention = LayerInputPatch(head, layer, source=source)

@@ -76,7 +76,7 @@ def plan(model: nn.Module, head: Any) -> Plan:
     if missing:
         raise BadInput(f"QK attribution needs the query and key as a Linear's output columns; in "
                        f"{type(model).__name__}, {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} no column "
-                       "block of any Linear's output (your code transforms them after the projection: rotary "
+                       "block of any Linear's output (the model's code transforms them after the projection: rotary "
                        f"positions, a norm on q and k, ...), so the toolkit cannot see how a score is made. {works}")
     norm = layout(model).input_norms.get(parsed.layer)
     if layout(model).post_norm:

@@ -78,3 +78,37 @@ def test_bad_senders_and_layers_are_refused(rotary, kwargs, message):
     prompts = interp.data.repeated_tokens(4, 4, 256, bos=0)
     with pytest.raises(BadInput, match=message):
         attention_input_patch(rotary, prompts, **kwargs)
+
+
+def _tiny_llama():
+    """A random grouped-query Llama (RMSNorm, rotary, 4 query heads on 2 key/value heads), built offline."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                      attn_implementation="sdpa", tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # larger than the default init, so heads differ visibly
+            param.normal_(0, 0.2) if param.dim() > 1 else param.normal_(1, 0.1)
+    return model
+
+
+def test_grouped_query_llama_under_interception_matches_its_conversion():
+    """RMSNorm, grouped-query attention: per-head DLA and the head -> layer patch equal the converted HookedGPT's
+    (whose patch is the graph's edges, k and v once per kv head); QK attribution is refused (rotary q and k)."""
+    from interp.analyses import qk
+
+    own, converted = interp.load(_tiny_llama(), backend="sdpa"), interp.load(_tiny_llama())
+    prompts = interp.data.repeated_tokens(8, 6, 100, bos=0, seed=1)
+    a = direct_logit_attribution(own, prompts).set_index("component")
+    b = direct_logit_attribution(converted, prompts).set_index("component")
+    heads = [c for c in b.index if c.startswith("L")]
+    torch.testing.assert_close(torch.tensor(a.loc[heads, "mean"].to_numpy()), torch.tensor(b.loc[heads, "mean"].to_numpy()),
+                               atol=1e-4, rtol=0)
+    own_patch = attention_input_patch(own, prompts, sender="L0H1", layer=1).iloc[0]
+    ref_patch = attention_input_patch(converted, prompts, sender="L0H1", layer=1).iloc[0]
+    assert own_patch["effect"] == pytest.approx(ref_patch["effect"], abs=1e-4) and own_patch["effect"] != 0
+    with pytest.raises(BadInput, match="no column block"):
+        qk.attribute(own, prompts, "L1H0")
