@@ -40,6 +40,13 @@ from interp.modelinfo import ov_weights, vocab_size
 from interp.sites import AttentionSite
 
 
+def has_split_inputs(model: nn.Module) -> bool:
+    """A HookedGPT-like model: blocks whose heads read split q/k/v inputs (`blocks.{l}.attn.hook_q_input`), where
+    edges can be patched; the analyses here are for hooked models without them."""
+    blocks = getattr(model, "blocks", None)
+    return blocks is not None and all(hasattr(block, "hook_q_input") for block in blocks)
+
+
 @dataclass(frozen=True)
 class Norm:
     """A norm the toolkit can freeze: y = ((x - mean x if centres) / scale) * weight + bias,
@@ -458,5 +465,5 @@ def _added(model: nn.Module, norm: Norm, delta: torch.Tensor) -> Iterator[nn.Mod
         handle.remove()
 
 
-__all__ = ["Layout", "LayerInputPatch", "what_works", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
+__all__ = ["Layout", "LayerInputPatch", "has_split_inputs", "what_works", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
            "output_projection", "projections", "readout_module"]

@@ -146,7 +146,7 @@ def attention_input_patch(model_or_run: nn.Module | Run, prompts: PromptSet | No
     The patch a model hooked by interception allows (`interp.intercepted.LayerInputPatch`: the change enters the
     layer's input norm), where one head's q, k or v input cannot be patched alone; on a HookedGPT it is the
     path patch of the edges from `sender` into every head of `layer` via q, k and v at once, the same number."""
-    from interp.intercepted import LayerInputPatch, check_patchable
+    from interp.intercepted import LayerInputPatch, check_patchable, has_split_inputs
 
     run = as_run(model_or_run, prompts, where="attention_input_patch", behaviour=behaviour, batch_size=batch_size,
                  seed=seed)
@@ -154,7 +154,7 @@ def attention_input_patch(model_or_run: nn.Module | Run, prompts: PromptSet | No
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise BadInput(f"attention_input_patch: layer={layer!r}; expected the receiver layer's index (an int).")
     intervention: Any
-    if _has_split_inputs(run.model):
+    if has_split_inputs(run.model):
         n_heads = run.model.blocks[layer].cfg.n_heads if 0 <= layer < len(run.model.blocks) else 0
         if head.layer >= layer or n_heads == 0:
             raise BadInput(f"{head.label} -> L{layer} (attention input): the receiver layer must be a later layer of the "
@@ -172,11 +172,6 @@ def attention_input_patch(model_or_run: nn.Module | Run, prompts: PromptSet | No
         "via": "q,k,v", "effect": effect.mean, "ci_low": effect.ci_low, "ci_high": effect.ci_high,
         "clean": float(effect.clean.mean()), "n_prompts": effect.n_prompts, "behaviour": effect.behaviour,
         "unit": effect.unit, "source": "resample" if source is None else "corrupted prompts"}])
-
-
-def _has_split_inputs(model: nn.Module) -> bool:
-    blocks = getattr(model, "blocks", None)
-    return blocks is not None and all(hasattr(block, "hook_q_input") for block in blocks)
 
 
 __all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "attention_input_patch", "edge_effects", "edge_frame",
