@@ -112,3 +112,12 @@ def test_grouped_query_llama_under_interception_matches_its_conversion():
     assert own_patch["effect"] == pytest.approx(ref_patch["effect"], abs=1e-4) and own_patch["effect"] != 0
     with pytest.raises(BadInput, match="no column block"):
         qk.attribute(own, prompts, "L1H0")
+
+
+def test_composition_scores_on_an_intercepted_model_are_refused_naming_what_runs(rotary):
+    """They read HookedGPT's blocks; the intercepted model used to fail with an AttributeError."""
+    from interp.analyses.circuits import composition_scores
+
+    with pytest.raises(BadInput, match="hooked by interception") as info:
+        composition_scores(rotary)
+    assert "attention_input_patch" in str(info.value) and "direct_logit_attribution" in str(info.value)
