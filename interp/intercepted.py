@@ -25,6 +25,7 @@ on the probe: the frozen-scale formula must give the norm's own output, or the n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -205,22 +206,54 @@ def _keep_output_of(outputs: dict[str, torch.Tensor], key: str) -> Any:
     return hook
 
 
-_PROJECTIONS: weakref.WeakKeyDictionary[nn.Module, dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]] = \
-    weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Projection:
+    """Where one side's map lives: columns [start, start + n_heads * d_head) of a Linear's output, or the packed
+    map `side` (0 q, 1 k) of an nn.MultiheadAttention; read from the live weights on each use."""
+
+    path: str
+    start: int
+    n_heads: int
+    d_head: int
+    repeat: int  # query heads per key/value head
+    mha_side: int | None = None
+
+    def read(self, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """(head, d_model, d_head) map and (head, d_head) bias, repeated to one per query head."""
+        from interp.sdpa import linear_weight
+
+        module = model.get_submodule(self.path)
+        width = self.n_heads * self.d_head
+        if self.mha_side is not None:
+            weight = module.in_weights()[self.mha_side].t()  # type: ignore[operator]  # (d_model, embed_dim)
+            packed = getattr(module, "in_proj_bias", None)
+            bias = packed.chunk(3)[self.mha_side] if isinstance(packed, torch.Tensor) else torch.zeros(width)
+        else:
+            weight = linear_weight(module)[:, self.start:self.start + width]  # type: ignore[index]  # (d_model, width)
+            full = getattr(module, "bias", None)
+            bias = full[self.start:self.start + width] if isinstance(full, torch.Tensor) else torch.zeros(width)
+        W = weight.reshape(-1, self.n_heads, self.d_head).transpose(0, 1)  # (head, d_model, d_head)
+        b = bias.reshape(self.n_heads, self.d_head)
+        return W.detach().repeat_interleave(self.repeat, 0), b.detach().repeat_interleave(self.repeat, 0)
+
+
+_PROJECTIONS: weakref.WeakKeyDictionary[nn.Module, dict[int, dict[str, _Projection]]] = weakref.WeakKeyDictionary()
 
 
 def projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
     """Per attention layer, the query ("q") and key ("k") maps where visible: (head, d_model, d_head) weights and
     (head, d_head) biases of the Linear whose output holds the call's q (k) as a column block, exactly (k's repeated
     to one per query head under grouped-query attention). A side is missing where the model transforms it after the
-    projection (rotary positions, a norm on q and k): the call's q is then no Linear's output. Memoised."""
+    projection (rotary positions, a norm on q and k): the call's q is then no Linear's output. Where the maps are
+    is found once (memoised); their weights are read as they are now."""
     if model not in _PROJECTIONS:
         _PROJECTIONS[model] = _find_projections(model)
-    return _PROJECTIONS[model]
+    return {layer: {side: where.read(model) for side, where in sides.items()}
+            for layer, sides in _PROJECTIONS[model].items()}
 
 
 @torch.no_grad()
-def _find_projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+def _find_projections(model: nn.Module) -> dict[int, dict[str, _Projection]]:
     from interp.sdpa import default_example, linear_weight
 
     linears = {path: m for path, m in model.named_modules() if linear_weight(m) is not None}
@@ -242,50 +275,20 @@ def _find_projections(model: nn.Module) -> dict[int, dict[str, tuple[torch.Tenso
     finally:
         for handle in handles:
             handle.remove()
-    found: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+    found: dict[int, dict[str, _Projection]] = {}
     for site in sites:
         for side in ("q", "k"):
             act = calls.get(site.hooks.get(side, ""))  # (batch, pos, head, d_head)
-            block = None if act is None else _column_block(model, linears, outputs, act)
-            if block is None and act is not None:
-                block = _mha_block(model, site, side, inputs.get(site.module), act)
-            if block is not None:
-                repeat = site.n_heads // block[0].shape[0]  # key/value heads shared by query heads
-                found.setdefault(site.layer, {})[side] = (block[0].repeat_interleave(repeat, 0),
-                                                          block[1].repeat_interleave(repeat, 0))
+            if act is None:
+                continue
+            where = _column_block(outputs, act) or _mha_block(model, site, side, inputs.get(site.module), act)
+            if where is not None:  # key/value heads shared by query heads: repeated to one per query head
+                found.setdefault(site.layer, {})[side] = dataclasses.replace(where, repeat=site.n_heads // where.n_heads)
     return found
 
 
-def _mha_block(model: nn.Module, site: AttentionSite, side: str, x: torch.Tensor | None,
-               act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """nn.MultiheadAttention's packed query or key map, where the call's q (k) is exactly its input through it."""
-    from interp.mha import HookedMultiheadAttention
-
-    module = model.get_submodule(site.module)
-    if not isinstance(module, HookedMultiheadAttention) or x is None:
-        return None
-    weight = module.in_weights()["qk".index(side)]  # (embed_dim, d_model)
-    biases = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else None
-    bias = biases["qk".index(side)] if biases is not None else torch.zeros(weight.shape[0])
-    n_heads, d_head = act.shape[2], act.shape[3]
-    if x.shape[-1] != weight.shape[1] or not torch.allclose(x @ weight.t() + bias, act.flatten(2), atol=1e-5, rtol=1e-5):
-        return None
-    W = weight.t().reshape(-1, n_heads, d_head).transpose(0, 1)  # (head, d_model, d_head)
-    return W.detach(), bias.reshape(n_heads, d_head).detach()
-
-
-def _keep_output(outputs: list[tuple[str, torch.Tensor]], path: str) -> Any:
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            outputs.append((path, output.detach()))
-    return hook
-
-
-def _column_block(model: nn.Module, linears: dict[str, nn.Module], outputs: list[tuple[str, torch.Tensor]],
-                  act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The (head, d_model, d_head) map and (head, d_head) bias of the Linear output that holds `act` as columns."""
-    from interp.sdpa import linear_weight
-
+def _column_block(outputs: list[tuple[str, torch.Tensor]], act: torch.Tensor) -> _Projection | None:
+    """The Linear output that holds `act` (batch, pos, head, d_head) as a block of columns, exactly."""
     n_heads, d_head = act.shape[2], act.shape[3]
     merged = act.flatten(2)  # (batch, pos, head * d_head)
     width = merged.shape[-1]
@@ -294,13 +297,31 @@ def _column_block(model: nn.Module, linears: dict[str, nn.Module], outputs: list
             continue
         for start in range(0, out.shape[-1] - width + 1, d_head):
             if torch.equal(out[..., start:start + width], merged):
-                weight = linear_weight(linears[path])  # (d_model, out)
-                assert weight is not None  # only such modules are recorded
-                bias = getattr(linears[path], "bias", None)
-                bias = torch.zeros(out.shape[-1]) if not isinstance(bias, torch.Tensor) else bias
-                W = weight[:, start:start + width].reshape(-1, n_heads, d_head).transpose(0, 1)  # (head, d_model, d_head)
-                return W.detach(), bias[start:start + width].reshape(n_heads, d_head).detach()
+                return _Projection(path, start, n_heads, d_head, 1)
     return None
+
+
+def _mha_block(model: nn.Module, site: AttentionSite, side: str, x: torch.Tensor | None,
+               act: torch.Tensor) -> _Projection | None:
+    """nn.MultiheadAttention's packed query or key map, where the call's q (k) is exactly its input through it."""
+    from interp.mha import HookedMultiheadAttention
+
+    module = model.get_submodule(site.module)
+    if not isinstance(module, HookedMultiheadAttention) or x is None:
+        return None
+    where = _Projection(site.module, 0, act.shape[2], act.shape[3], 1, "qk".index(side))
+    W, b = where.read(model)
+    if x.shape[-1] != W.shape[1]:
+        return None
+    projected = torch.einsum("bpm,hmd->bphd", x, W) + b
+    return where if torch.allclose(projected, act, atol=1e-5, rtol=1e-5) else None
+
+
+def _keep_output(outputs: list[tuple[str, torch.Tensor]], path: str) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            outputs.append((path, output.detach()))
+    return hook
 
 
 def _keep_io(seen: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str) -> Any:

@@ -105,3 +105,21 @@ def test_an_nn_multihead_attention_model_gives_all_three_and_a_post_norm_one_non
             call()
         assert "direct logit attribution per head" not in str(info.value)  # it is refused here too
     interp.Run(post, prompts).effect(interp.HeadAblation([(1, 0)]))  # what the refusals name runs
+
+
+def test_projections_are_read_from_the_live_weights():
+    """Where the maps are is memoised, not their values: a weight edited after the first call is seen by the next."""
+    from own_models import encoder_lm
+
+    from interp.intercepted import projections
+
+    model = interp.load(nanogpt_flash())
+    before = projections(model)[1]["k"][0].clone()
+    with torch.no_grad():
+        model.transformer.h[1].attn.c_attn.weight[32:40] *= 2  # layer 1's key rows of head 0
+    after = projections(model)[1]["k"][0]
+    torch.testing.assert_close(after[0], 2 * before[0])
+    torch.testing.assert_close(after[1:], before[1:])
+    mha = interp.load(encoder_lm())
+    W_q, b_q = projections(mha)[0]["q"]
+    assert W_q.shape == (4, 32, 8) and b_q.shape == (4, 8)
