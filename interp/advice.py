@@ -13,8 +13,12 @@ def split_inputs_advice(model: nn.Module, n_heads: int | None = None) -> str:
     """What works instead on a model without split q/k/v inputs, for this model: the conversion that exists for
     it (nanoGPT's layout: with its own model_args; a Hugging Face model: the native converter), else what runs on it
     as it is. Never advice that leads back to the same model (backend='native' returns an intercepted module as is)."""
-    as_is = ("On this model as it is: head ablations and importance (interp.Run), attention patterns and head claims "
-             "(interp.test_claims, interp claims) work.")
+    as_is = ("On this model as it is, where its blocks are pre-norm: direct logit attribution per head (interp.analyses."
+             "circuits.direct_logit_attribution); where an attention reads a LayerNorm or RMSNorm of the residual "
+             "stream, a head's write patched into that layer's whole attention input (interp.analyses.circuits."
+             "attention_input_patch, 'L0H1 -> L1 (attention input)'); where q and k are a Linear's output as they are, "
+             "QK attribution (interp qk); and on any: head ablations and importance (interp.Run), attention patterns and "
+             "head claims (interp.test_claims, interp claims) work.")
     name = getattr(type(model), "_interp_original_class", type(model)).__name__  # the user's class, not the hooked one
     args = _nanogpt_args(model, n_heads)
     if args is not None:

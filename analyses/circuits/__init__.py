@@ -8,7 +8,8 @@
 - the edges and their patching live in `interp.paths` (`Edge`, `EdgePatch`): a path patch is
   `interp.Run(...).effect(EdgePatch([edge]))`.
 - `patching`: `path_patch` (one edge's effect per prompt, with a CI) and `edge_effects` (many edges' exact
-  effects at once, each forward resumed from the receiver's layer);
+  effects at once, each forward resumed from the receiver's layer); `attention_input_patch`, a head's write into
+  a later layer's whole attention input (q, k and v of all its heads), which models hooked by interception allow;
 - `attribution`: `attribution_patching`, every edge's and node's gradient estimate of its patching effect
   (EAP, Syed et al. 2023; "eap-ig": integrated along each layer's path) from one backward pass;
 - `discovery`: `discover(..., method="acdc" | "eap")` -> a `Circuit` (nodes, edges, scores; JSON), proposed
@@ -29,7 +30,7 @@ from interp.analyses.circuits.discovery import Circuit, discover
 from interp.analyses.circuits.dla import LogitAttribution, direct_logit_attribution, logit_attributions
 from interp.analyses.circuits.drawing import draw_circuit, draw_curve
 from interp.analyses.circuits.evaluation import CircuitTest, test_circuit
-from interp.analyses.circuits.patching import PathPatch, edge_effects, path_patch, path_patches
+from interp.analyses.circuits.patching import PathPatch, attention_input_patch, edge_effects, path_patch, path_patches
 from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
 
 # what a user calls: one entry point per question above, and the result types they return
@@ -41,6 +42,7 @@ __all__ = [
     "path_patch",
     "path_patches",
     "PathPatch",
+    "attention_input_patch",
     "edge_effects",
     "attribution_patching",
     "Attribution",

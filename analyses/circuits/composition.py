@@ -75,6 +75,11 @@ def _weights(model: nn.Module) -> tuple[torch.Tensor, ...]:
         if not hasattr(model, name):
             raise BadInput(f"composition scores need the stacked weights (model.W_Q ...) of per-head q/k/v projections; "
                            f"{type(model).__name__} has no {name}. {SPLIT_INPUTS_WORK}")
+    if getattr(model, "blocks", None) is None:  # stacked weights through a hooked model's surface, but no blocks
+        from interp.intercepted import what_works
+
+        raise BadInput(f"composition scores read each layer's input norm from HookedGPT's blocks; {type(model).__name__} "
+                       f"is hooked by interception and has none. {what_works(model)}")
     W_Q, W_K, W_V, W_O = (getattr(model, name).detach().double().cpu() for name in ("W_Q", "W_K", "W_V", "W_O"))
     gains, centres = [], []
     for block in model.blocks:  # type: ignore[union-attr]

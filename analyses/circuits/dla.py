@@ -32,13 +32,20 @@ The model reads the prompts as given (a masked-LM behaviour's masking is not app
 target, so pass `answer=`). Only pre-norm models with a plain unembedding qualify: post-norm blocks
 normalise the stream between writers, so it is no sum of components there (refused, as `interp.paths`).
 
+On a model hooked by intercepting its attention (a user's own module, `interp.load(module)`), which has no
+blocks to read, the rows are each head's write z_h @ W_O[h] (hook_z through the output projection the probe
+found), `bias` (the output projections' biases), `rest` (everything else in the final residual stream: the
+embeddings, MLPs and any other writer, which the toolkit cannot tell apart there) and `readout_bias`, through
+the final norm and unembedding that `interp.intercepted.layout` finds (a pre-norm model is assumed, as above).
+
 Computed per batch from one forward with only the hooks needed (memory independent of the number of
 prompts); per-prompt values kept, a 95% bootstrap CI over prompts (`interp.stats.bootstrap`).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import pandas as pd
 import torch
@@ -48,8 +55,10 @@ import interp.distributed as distributed
 from interp.behaviour import BehaviourLike
 from interp.data import PromptSet
 from interp.errors import BadInput
-from interp.hooks import hooked
+from interp.hooks import attention_sites, hooked
+from interp.intercepted import Norm, head_writes, layout, norm_input, output_projection
 from interp.launch import Device, DType
+from interp.modelinfo import vocab_size
 from interp.paths import check_graph_model
 from interp.run import Run, as_run
 from interp.stats import bootstrap
@@ -66,8 +75,8 @@ class LogitAttribution:
     """Per-prompt direct contributions: `values[:, i]` is component `labels[i]`'s, in logits; `logit` the clean
     logit (or logit difference) read off the model's own output, so `values.sum(1)` equals it."""
 
-    labels: tuple[str, ...]  # "embed", "pos_embed", "L0H0", ..., "MLP0", ..., "bias", "readout_bias"
-    kinds: tuple[str, ...]  # "embed", "pos_embed", "head", "mlp", "bias", "readout_bias"
+    labels: tuple[str, ...]  # "embed", "pos_embed", "L0H0", ..., "MLP0", ..., "bias", "readout_bias" ("rest": intercepted)
+    kinds: tuple[str, ...]  # "embed", "pos_embed", "head", "mlp", "bias", "readout_bias", "rest"
     layers: tuple[int | None, ...]
     heads: tuple[int | None, ...]
     values: torch.Tensor  # (prompt, component) float64
@@ -110,7 +119,7 @@ def logit_attributions(run: Run, *, answer: AnswerLike = None, incorrect: Answer
     """`direct_logit_attribution`'s per-prompt values on a Run (memoised in it by target)."""
     model: Any = run.model  # a HookedGPT-like model, checked next
     _check_model(model)
-    n, d_vocab = len(run.prompts), int(model.cfg.d_vocab)
+    n, d_vocab = len(run.prompts), int(model.cfg.d_vocab) if _has_blocks(model) else int(vocab_size(model) or 0)
     answers = _tokens(answer, n, d_vocab, "answer")
     wrong = _tokens(incorrect, n, d_vocab, "incorrect")
     if wrong is not None and answers is None:
@@ -122,7 +131,16 @@ def logit_attributions(run: Run, *, answer: AnswerLike = None, incorrect: Answer
     return run.cached(key, lambda: _attribute(run, answers, wrong))
 
 
+def _has_blocks(model: Any) -> bool:
+    """A HookedGPT-like model (blocks with split inputs), read through its own weights and hooks."""
+    blocks = getattr(model, "blocks", None)
+    return blocks is not None and all(hasattr(block, "hook_q_input") for block in blocks)
+
+
 def _check_model(model: Any) -> None:
+    if not _has_blocks(model) and hasattr(model, "hook_dict"):
+        _intercepted_readout(model)
+        return
     check_graph_model(model, "direct logit attribution")
     cfg = model.cfg
     if getattr(cfg, "lm_head", "unembed") != "unembed" or not hasattr(model, "unembed"):
@@ -171,6 +189,13 @@ class _Layout:
 
 
 def _layout(model: Any) -> _Layout:
+    if not _has_blocks(model):
+        rows_: list[tuple[str, str, int | None, int | None]] = [("rest", "rest", None, None)]
+        for site in attention_sites(model):
+            rows_ += [(site.label(head), "head", site.layer, head) for head in range(site.n_heads)]
+        rows_ += [("bias", "bias", None, None), ("readout_bias", "readout_bias", None, None)]
+        labels_, kinds_, layers_, heads_ = zip(*rows_)
+        return _Layout(labels_, kinds_, layers_, heads_, False, False, len(attention_sites(model)))
     cfg = model.cfg
     # the position embedding is its own row only where it is added to the stream as it is (not normalised with
     # the token embedding, as an encoder's embedding LayerNorm does)
@@ -193,7 +218,8 @@ def _attribute(run: Run, answers: torch.Tensor | None, wrong: torch.Tensor | Non
         rows = torch.as_tensor(list(indices), dtype=torch.long)
         targets, weights = _targets(run, batch, None if answers is None else answers[rows],
                                     None if wrong is None else wrong[rows])
-        part, logit = _batch(model, layout, batch, targets, weights)
+        compute = _batch if _has_blocks(model) else _batch_intercepted
+        part, logit = compute(model, layout, batch, targets, weights)
         values.append(part.cpu())
         logits.append(logit.cpu())
     empty = torch.zeros(0, len(layout.labels), dtype=torch.float64)
@@ -290,6 +316,111 @@ def _contributions(model: Any, layout: _Layout, acts: dict[str, torch.Tensor], r
             columns.append(dot(acts[f"blocks.{layer}.hook_mlp_out"]))
     columns += [reader.sum(1) @ bias, readout]
     return torch.stack(columns, -1)  # (batch, component)
+
+
+# --------------------------------------------------------------------------- models hooked by interception
+
+
+@dataclass(frozen=True)
+class _Readout:
+    """An intercepted model's logits: unembedding (d_model, d_vocab), its bias, the final norm (None: none)."""
+
+    W_U: torch.Tensor
+    b_U: torch.Tensor | None
+    norm: Norm | None
+
+
+def _intercepted_readout(model: nn.Module) -> _Readout:
+    """The readout of an intercepted model, after checking that each head's write and the final norm are visible."""
+    what_works = ("What works on it: head ablations (interp.Run), attention patterns and head claims; "
+                  "a nanoGPT-layout model converts to a HookedGPT (interp.load('ckpt.pt')), where everything works.")
+    for site in attention_sites(model):
+        if "z" not in site.hooks or output_projection(model, site) is None:
+            raise BadInput(f"direct logit attribution per head needs each attention's output projection (a Linear taking "
+                           f"the merged heads); the attention at {site.module!r} of {type(model).__name__} has none "
+                           f"visible, so its heads' writes cannot be split. {what_works}")
+    found = layout(model)
+    if found.post_norm:
+        raise BadInput(f"direct logit attribution needs a pre-norm model; an attention of {type(model).__name__} reads "
+                       f"{found.post_norm[0]}, so the final stream is no sum of the heads' writes. {what_works}")
+    if found.final_unknown:
+        raise BadInput(f"direct logit attribution: {type(model).__name__}'s unembedding reads the output of "
+                       f"{found.final_unknown}, neither a LayerNorm nor an RMSNorm whose output the toolkit can reproduce, "
+                       f"so it cannot be made linear (its scale frozen) and read back to the heads. {what_works}")
+    readout = model.get_submodule(found.readout)
+    assert isinstance(readout, nn.Linear)  # readout_module finds only nn.Linear
+    bias = readout.bias
+    return _Readout(readout.weight.t(), bias if isinstance(bias, torch.Tensor) else None, found.final_norm)
+
+
+def _read_intercepted(model: nn.Module, readout: _Readout, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_read` for an intercepted model: (batch, pos, d_model) readout directions, (batch, pos) constants, float64."""
+    W_U = readout.W_U.double()
+    tokens = tokens.to(W_U.device)
+    gain, bias = readout.norm.affine(model) if readout.norm is not None else (None, None)
+    columns = W_U.T[tokens]  # (batch, pos, d_model)
+    constant = (0.0 if readout.b_U is None else readout.b_U.double()[tokens]) + (
+        0.0 if bias is None else columns @ bias.double())
+    constant = constant if isinstance(constant, torch.Tensor) else torch.zeros(tokens.shape, dtype=torch.float64)
+    return (columns if gain is None else columns * gain.double()), constant
+
+
+@torch.no_grad()
+def _batch_intercepted(model: Any, layout_: _Layout, batch: PromptSet, targets: tuple[torch.Tensor, torch.Tensor | None],
+                       weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_batch` on an intercepted model: per-head writes from hook_z, the rest from the final residual stream."""
+    from interp.modelinfo import output_logits
+
+    readout, sites = _intercepted_readout(model), attention_sites(model)
+    acts: dict[str, torch.Tensor] = {}
+
+    def keep(act: torch.Tensor, hook: Any) -> None:
+        acts[hook.name] = act.detach()
+
+    device = next(model.parameters()).device
+    # the final residual stream: the final norm's input, or the unembedding's where it reads the stream itself
+    stream = _readout_input(model) if readout.norm is None else norm_input(model, readout.norm)
+    with hooked(model, [(site.hooks["z"], keep) for site in sites]), stream as resid:
+        output = output_logits(model(batch.tokens.to(device), **{k: v.to(device) for k, v in batch.model_kwargs().items()}),
+                               model)
+    final = resid["x"]
+    direction, constant = _read_intercepted(model, readout, targets[0])
+    logit = output.gather(-1, targets[0].to(device)[..., None])[..., 0].double()  # (batch, pos)
+    if targets[1] is not None:
+        wrong_direction, wrong_constant = _read_intercepted(model, readout, targets[1])
+        direction, constant = direction - wrong_direction, constant - wrong_constant
+        logit = logit - output.gather(-1, targets[1].to(device)[..., None])[..., 0].double()
+    weights = weights.to(device)
+    scale = torch.ones_like(weights)[..., None] if readout.norm is None else readout.norm.scale(final)
+    if readout.norm is not None and readout.norm.centres:
+        direction = direction - direction.mean(-1, keepdim=True)
+    reader = direction * (weights[..., None] / scale)  # (batch, pos, d_model): d logit / d component write
+    heads = [torch.einsum("bphm,bpm->bh", head_writes(model, site, acts[site.hooks["z"]]), reader) for site in sites]
+    bias = sum((_out_bias(model, site, reader.shape[-1]) for site in sites), torch.zeros(reader.shape[-1], dtype=torch.float64))
+    bias_row = reader.sum(1) @ bias.to(reader.device)
+    rest = (final.double() * reader).sum((1, 2)) - torch.cat(heads, -1).sum(-1) - bias_row
+    values = torch.cat([rest[:, None], *heads, bias_row[:, None], (constant * weights).sum(-1)[:, None]], -1)
+    return values, (logit * weights).sum(-1)
+
+
+def _out_bias(model: nn.Module, site: Any, d_model: int) -> torch.Tensor:
+    """(d_model,) the output projection's bias (zeros where it has none)."""
+    bias = getattr(output_projection(model, site), "bias", None)
+    return bias.detach().double().cpu() if isinstance(bias, torch.Tensor) else torch.zeros(d_model, dtype=torch.float64)
+
+
+@contextlib.contextmanager
+def _readout_input(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(module: nn.Module, args: tuple[Any, ...]) -> None:
+        kept["x"] = args[0].detach()
+
+    handle = model.get_submodule(layout(model).readout).register_forward_pre_hook(keep)
+    try:
+        yield kept
+    finally:
+        handle.remove()
 
 
 __all__ = ["FROZEN_SCALE", "LogitAttribution", "direct_logit_attribution", "logit_attributions"]

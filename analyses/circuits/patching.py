@@ -27,12 +27,14 @@ from torch import nn
 
 from interp.data import PromptSet
 from interp.errors import BadInput
+from interp.heads import parse_head
 from interp.paths import (
     Edge,
     EdgePatch,
     as_edges,
     check_edges,
     check_graph_model,
+    graph,
     parse_edge,
     parse_node,
 )
@@ -134,5 +136,43 @@ def path_patches(model_or_run: nn.Module | Run, prompts: PromptSet | None = None
     return edge_frame(edge_effects(run, parsed, source=source), source="resample" if source is None else "corrupted prompts")
 
 
-__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "edge_effects", "edge_frame",
+def attention_input_patch(model_or_run: nn.Module | Run, prompts: PromptSet | None = None, *, sender: Any, layer: int,
+                          source: PromptSet | None = None, behaviour: Any = None, batch_size: int | None = None,
+                          seed: int | None = None) -> pd.DataFrame:
+    """Head -> layer patching, `L0H1 -> L1 (attention input)`: `sender`'s write from a corrupted run replaces its clean
+    write in what attention layer `layer` reads (q, k and v of all its heads together); the rest of the model keeps
+    the clean write. One row, `edge_frame`'s columns (via "q,k,v").
+
+    The patch a model hooked by interception allows (`interp.intercepted.LayerInputPatch`: the change enters the
+    layer's input norm), where one head's q, k or v input cannot be patched alone; on a HookedGPT it is the
+    path patch of the edges from `sender` into every head of `layer` via q, k and v at once, the same number."""
+    from interp.intercepted import LayerInputPatch, check_patchable, has_split_inputs
+
+    run = as_run(model_or_run, prompts, where="attention_input_patch", behaviour=behaviour, batch_size=batch_size,
+                 seed=seed)
+    head = parse_head(sender)
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise BadInput(f"attention_input_patch: layer={layer!r}; expected the receiver layer's index (an int).")
+    intervention: Any
+    if has_split_inputs(run.model):
+        n_heads = run.model.blocks[layer].cfg.n_heads if 0 <= layer < len(run.model.blocks) else 0
+        if head.layer >= layer or n_heads == 0:
+            raise BadInput(f"{head.label} -> L{layer} (attention input): the receiver layer must be a later layer of the "
+                           f"model (after {head.layer}, at most {len(run.model.blocks) - 1}).")
+        # the graph's own edges from the sender into the layer's heads (grouped-query k and v once per kv head)
+        edges = [edge for edge in graph(run.model) if edge.sender.kind == "head" and tuple(head) == (
+            edge.sender.layer, edge.sender.head) and edge.receiver.layer == layer and edge.via in ("q", "k", "v")]
+        intervention = EdgePatch(tuple(edges), source=source, label_=f"{head.label} -> L{layer} (attention input)")
+    else:
+        check_patchable(run.model, head, layer)
+        intervention = LayerInputPatch(head, layer, source=source)
+    effect = run.effect(intervention)
+    return pd.DataFrame([{
+        "edge": f"{head.label} -> L{layer} (attention input)", "sender": head.label, "receiver": f"L{layer}",
+        "via": "q,k,v", "effect": effect.mean, "ci_low": effect.ci_low, "ci_high": effect.ci_high,
+        "clean": float(effect.clean.mean()), "n_prompts": effect.n_prompts, "behaviour": effect.behaviour,
+        "unit": effect.unit, "source": "resample" if source is None else "corrupted prompts"}])
+
+
+__all__ = ["DEFAULT_STACK", "PatchSweep", "PathPatch", "as_edge_set", "attention_input_patch", "edge_effects", "edge_frame",
            "node_writes", "path_patch", "path_patches"]

@@ -44,7 +44,10 @@ score, not for anything downstream of it.
 
 Scope: pre-norm models (post-norm blocks normalise between writers, so the stream is no sum of sources:
 refused, as `interp.paths` and direct logit attribution refuse them); QK-norm, soft-capped scores and
-ALiBi are refused. References: Elhage et al. 2021 (QK circuits), Kamath et al. 2025 (QK attributions
+ALiBi are refused. On a model hooked by interception (a user's own module) the same attribution runs where the query
+and key projections are visible (`interp.analyses.qk.intercepted`: sources `rest`, earlier heads, `b_O{l}`,
+`ln_bias`, `b_Q` / `b_K`); q or k rotated or normalised in the model's own code is refused, and `check` is (it needs
+split q/k inputs). References: Elhage et al. 2021 (QK circuits), Kamath et al. 2025 (QK attributions
 over features). The docs page "Why a head attends where it does" says more.
 """
 from interp.analyses.qk.attribution import QKAttribution, attribute

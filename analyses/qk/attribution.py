@@ -13,8 +13,10 @@ import pandas as pd
 import torch
 from torch import nn
 
+import interp.analyses.qk.intercepted as intercepted
 from interp.analyses.qk.check import QKCheck, check
 from interp.analyses.qk.common import FROZEN_NORM, UNIT, VIEWS, View
+from interp.analyses.qk.intercepted import is_intercepted_model
 from interp.analyses.qk.items import (
     KeyLike,
     QueryLike,
@@ -246,6 +248,8 @@ def attribute(model_or_run: nn.Module | Run, prompts: PromptSet | HeadLike | Non
     The prompts are streamed `batch_size` at a time (default the Run's, else 8): one forward each, stopped
     after the head's layer."""
     model, prompts, head, batch_size, seed = _inputs(model_or_run, prompts, head, batch_size)
+    if is_intercepted_model(model):
+        return _attribute_intercepted(model, prompts, head, batch_size, seed, (query, key, against))
     parsed = check_qk_head(model, head)
     attn = model.blocks[parsed.layer].attn
     request = check_request(query, key, against, prompts.n_pos)
@@ -302,6 +306,15 @@ def _batch(model: Any, head: Head, batch: PromptSet, start: int, request: Any, q
     K = project_sources(model, batch, head, "k", kept).cpu()
     scores = kept[f"blocks.{head.layer}.attn.hook_attn_scores"][:, head.head].double().cpu()  # (batch, query, key)
     pattern = kept[f"blocks.{head.layer}.attn.hook_pattern"][:, head.head].double().cpu()
+    return _pairs(batch, start, request, queries, allowed, (Q, K, scores, pattern))
+
+
+def _pairs(batch: PromptSet, start: int, request: Any, queries: list[list[int]], allowed: torch.Tensor,
+           read: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+           ) -> tuple[list[dict[str, Any]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The chosen pairs of one batch: records and factors from its projected sources Q, K (source, batch, pos,
+    d_head), scores and pattern (batch, query, key)."""
+    Q, K, scores, pattern = read
     records, at = [], []
     for b in range(len(batch)):
         p = start + b
@@ -314,6 +327,35 @@ def _batch(model: Any, head: Head, batch: PromptSet, start: int, request: Any, q
     rows, queries_at, keys_at, against_at, has = (torch.tensor(column) for column in zip(*at))
     against = K[:, rows, against_at].transpose(0, 1) * has[:, None, None]
     return records, (Q[:, rows, queries_at].transpose(0, 1), K[:, rows, keys_at].transpose(0, 1), against)
+
+
+def _attribute_intercepted(model: nn.Module, prompts: PromptSet, head: Any, batch_size: int, seed: int,
+                           asked: tuple[QueryLike, KeyLike, int | None]) -> QKAttribution:
+    """`attribute` on a model hooked by interception (`interp.analyses.qk.intercepted`)."""
+    chosen = intercepted.plan(model, head)
+    mask = intercepted.SiteMask(bool(chosen.site.causal))
+    request = check_request(*asked, prompts.n_pos)
+    allowed = allowed_keys(mask, prompts)  # type: ignore[arg-type]  # what items reads of an attention
+    queries = queries_of(request, prompts, allowed, mask)  # type: ignore[arg-type]
+    q_sources, k_sources = (intercepted.sources(model, chosen.head.layer, side) for side in ("q", "k"))
+    check_cost(count_items(request, queries, allowed), len(q_sources), len(k_sources))
+    records: list[dict[str, Any]] = []
+    factors = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        with torch.no_grad():
+            kept = intercepted.capture(model, chosen, batch)
+            Q, K = (intercepted.project(model, chosen, side, kept).cpu() for side in ("q", "k"))
+        scores, pattern = (kept[chosen.site.hooks[role]][:, chosen.head.head].double().cpu()
+                           for role in ("attn_scores", "pattern"))
+        part, terms = _pairs(batch, start, request, queries, allowed, (Q, K, scores, pattern))
+        records += part
+        factors.append(terms)
+    constant = tuple(src.kind in ("ln_bias", "bias") for src in k_sources)
+    q_terms, k_terms, a_terms = (torch.cat([f[i] for f in factors]) for i in range(3))
+    return QKAttribution(chosen.head, tuple(s.name for s in q_sources), tuple(s.name for s in k_sources),
+                         pd.DataFrame(records, columns=PAIR_COLUMNS), q_terms, k_terms, a_terms, constant, len(prompts),
+                         prompt_fingerprint(prompts), seed)
 
 
 def _record(batch: PromptSet, b: int, p: int, q: int, k: int, a: int, scores: torch.Tensor,

@@ -309,6 +309,14 @@ def check(attribution: Attributed, run: Run, *, n: int = 5, view: View = "differ
                        "(or attribute(run, head) on this Run).")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BadInput(f"check(n={n!r}); expected a whole number of at least 1.")
+    from interp.analyses.qk.intercepted import is_intercepted_model
+
+    if is_intercepted_model(run.model):
+        raise BadInput(f"check patches sources out of only the query or only the key input of {attribution.head.label}, "
+                       f"which needs split q/k inputs; {type(run.model).__name__} is hooked by interception and has none. "
+                       "The attribution itself is exact (its rows sum to the score); to test a source causally here, "
+                       "patch its head's write into the layer's whole attention input "
+                       "(interp.analyses.circuits.attention_input_patch).")
     if len(run.prompts) < MIN_PROMPTS:
         raise BadInput(f"check needs at least {MIN_PROMPTS} prompts (each measurement is a Run effect with a CI over "
                        f"prompts); the Run has {len(run.prompts)}. Attribute and check more prompts.")

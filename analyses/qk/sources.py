@@ -46,7 +46,8 @@ _REFUSED_SWITCHES = {"use_qk_norm": "QK-norm (a norm on q and k after the projec
 class Source:
     """One term of a head's query or key input.
 
-    `kind`: "embed" (an embedding hook's output), "head" (a head's write z @ W_O[h]), "mlp" (an MLP's output,
+    `kind`: "embed" (an embedding hook's output), "rest" (on a model hooked by interception: the residual stream
+    less the heads' writes and output biases), "head" (a head's write z @ W_O[h]), "mlp" (an MLP's output,
     its b_out included), "b_O" (a layer's attention output bias): all in the residual stream, so the norm
     centres and scales them; "ln_bias" (the norm's own bias) and "b_Q" / "b_K" (the projection's bias),
     added after the norm."""
@@ -60,7 +61,7 @@ class Source:
     @property
     def in_stream(self) -> bool:
         """Whether the term enters before the norm (the norm's scale divides it)."""
-        return self.kind in ("embed", "head", "mlp", "b_O")
+        return self.kind in ("embed", "head", "mlp", "b_O", "rest")
 
 
 def check_qk_head(model: nn.Module, head: Any) -> Head:

@@ -86,13 +86,13 @@ def report_attend(model: nn.Module, prompts: PromptSet, claims: pd.DataFrame,
     if not heads:
         return AttendSection(note="no claim about a single head was supported, so no head's attention is explained")
     chosen, query = _common_query(prompts)
-    reasons, refused = [], []
+    reasons, refused = [], dict[str, list[str]]()
     for head, claim in heads:
         try:
             reasons.append(_reason(model, chosen, head, claim, query))
-        except BadInput as error:
-            refused.append(f"{head_label(head)}: {error}")
-    return AttendSection(tuple(reasons), "; ".join(refused))
+        except BadInput as error:  # one reason shared by many heads (a model that hides its projections) said once
+            refused.setdefault(str(error), []).append(head_label(head))
+    return AttendSection(tuple(reasons), "; ".join(f"{', '.join(labels)}: {why}" for why, labels in refused.items()))
 
 
 def _common_query(prompts: PromptSet) -> tuple[PromptSet, int]:

@@ -12,6 +12,11 @@ otherwise the section says why it is absent. With the circuit comes MIB's faithf
 (`draw_curve`), an HTML table of the kept edges, the tests and the curve's points and lines in summary.md
 (`.html.circuit_html`, `.html.circuit_markdown`), and `report.json`'s "circuit" entry (`CircuitSection.to_json`:
 `CircuitSummary.to_json` with its `curve` and the tests' per-prompt `values`, or {"skipped": reason}).
+
+On a model hooked by interception (no split q/k/v inputs, so no edge can be patched) the section gives what the
+model allows instead, where it allows it: each head's write patched into each later layer's whole attention
+input (`interp.analyses.circuits.attention_input_patch`, `L0H1 -> L1 (attention input)`), at most
+`MAX_LAYER_PATCHES` of them (`CircuitSection.layer_patches`; report.json's "layer_patches" beside "skipped").
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from interp.data import PromptSet
 from interp.errors import BadInput
 
 MAX_GRAPH_EDGES = 2000  # ACDC runs one patched forward per edge: beyond this, a report waits too long
+MAX_LAYER_PATCHES = 64  # head -> later layer patches on an intercepted model (three forwards each)
 
 
 @dataclass(frozen=True)
@@ -32,9 +38,15 @@ class CircuitSection:
 
     summary: Any  # interp.analyses.circuits.summary.CircuitSummary | None
     note: str = ""  # why there is no circuit (empty when there is one)
+    layer_patches: Any = None  # pd.DataFrame of attention_input_patch rows on an intercepted model, else None
 
     def to_json(self) -> dict[str, Any]:
-        return self.summary.to_json() if self.summary is not None else {"skipped": self.note}
+        if self.summary is not None:
+            return self.summary.to_json()
+        skipped: dict[str, Any] = {"skipped": self.note}
+        if self.layer_patches is not None:
+            skipped["layer_patches"] = self.layer_patches.to_dict("records")
+        return skipped
 
 
 def report_circuit(model: nn.Module, prompts: PromptSet, *, seed: int, behaviour: Any = None,
@@ -47,7 +59,7 @@ def report_circuit(model: nn.Module, prompts: PromptSet, *, seed: int, behaviour
     try:
         check_graph_model(model, "the circuit section")
     except BadInput as error:
-        return CircuitSection(None, str(error))
+        return CircuitSection(None, str(error), _layer_patches(model, prompts, seed, behaviour))
     n_edges = len(graph(model))
     if n_edges > MAX_GRAPH_EDGES:
         return CircuitSection(None, f"the model's graph has {n_edges} edges, more than the report's {MAX_GRAPH_EDGES} "
@@ -63,4 +75,33 @@ def report_circuit(model: nn.Module, prompts: PromptSet, *, seed: int, behaviour
         return CircuitSection(None, str(error))
 
 
-__all__ = ["CircuitSection", "MAX_GRAPH_EDGES", "report_circuit"]
+def _layer_patches(model: nn.Module, prompts: PromptSet, seed: int, behaviour: Any) -> Any:
+    """Every head -> later layer (attention input) patch an intercepted model allows, or None (none, too many, too few
+    prompts, or a model with split inputs, refused for another reason)."""
+    import pandas as pd
+
+    from interp.analyses.circuits.patching import attention_input_patch
+    from interp.heads import Head
+    from interp.hooks import attention_sites
+    from interp.intercepted import check_patchable, has_split_inputs
+
+    if has_split_inputs(model) or not hasattr(model, "hook_dict") or len(prompts) < 4:
+        return None
+    sites = attention_sites(model)
+    pairs = []
+    for sender in sites:
+        for receiver in sites[sender.layer + 1:]:
+            for head in range(sender.n_heads):
+                try:
+                    check_patchable(model, Head(sender.layer, head), receiver.layer)
+                except BadInput:
+                    continue
+                pairs.append(((sender.layer, head), receiver.layer))
+    if not pairs or len(pairs) > MAX_LAYER_PATCHES:
+        return None
+    rows = [attention_input_patch(model, prompts, sender=head, layer=layer, behaviour=behaviour, seed=seed)
+            for head, layer in pairs]
+    return pd.concat(rows, ignore_index=True)
+
+
+__all__ = ["CircuitSection", "MAX_GRAPH_EDGES", "MAX_LAYER_PATCHES", "report_circuit"]

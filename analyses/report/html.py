@@ -343,7 +343,7 @@ def circuit_html(section: Any, images: dict[str, str]) -> str:
     if section is None:
         return ""
     if section.summary is None:
-        return head + f'<p class="muted">No circuit: {esc(_sentence(section.note))}</p>'
+        return head + f'<p class="muted">No circuit: {esc(_sentence(section.note))}</p>' + _layer_patches_html(section)
     found = section.summary
     circuit = found.circuit
     parts = [head, f'<p class="muted">{esc(circuit.method)} at threshold {circuit.threshold:g} of the clean-vs-patched '
@@ -427,12 +427,40 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
+LAYER_PATCHES_NOTE = ("What this model allows instead: each head's write from another prompt (resampled) patched into a "
+                      "later layer's whole attention input, q, k and v of all its heads together (nothing else changes); "
+                      "the behaviour's change over {n} prompts ({behaviour}).")
+
+
+def _layer_patches_html(section: Any) -> str:
+    frame = getattr(section, "layer_patches", None)
+    if frame is None or not len(frame):
+        return ""
+    first = frame.iloc[0]
+    rows = [[r.edge, f"{fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)}"] for r in frame.itertuples()]
+    note = LAYER_PATCHES_NOTE.format(n=int(first["n_prompts"]), behaviour=first["behaviour"])
+    return (f'<p class="muted">{esc(note)}</p>'
+            + scroll(table_html(["head -> layer (attention input)", f"effect ({esc(first['unit'])}) [CI]"], rows,
+                                numeric=(1,))))
+
+
+def _layer_patches_markdown(section: Any) -> list[str]:
+    frame = getattr(section, "layer_patches", None)
+    if frame is None or not len(frame):
+        return []
+    first = frame.iloc[0]
+    lines = [LAYER_PATCHES_NOTE.format(n=int(first["n_prompts"]), behaviour=first["behaviour"]), ""]
+    lines += [f"- {r.edge}: {fmt.format_num(r.effect)} {fmt.format_ci(r.ci_low, r.ci_high)} {first['unit']}"
+              for r in frame.itertuples()]
+    return lines + [""]
+
+
 def circuit_markdown(section: Any) -> list[str]:
     """summary.md lines: the edges and the tests, or why there is no circuit."""
     if section is None:
         return []
     if section.summary is None:
-        return ["## Circuit", "", f"No circuit: {_sentence(section.note)}", ""]
+        return ["## Circuit", "", f"No circuit: {_sentence(section.note)}", ""] + _layer_patches_markdown(section)
     found = section.summary
     lines = ["## Circuit", "", f"{found.circuit.method}: {len(found.circuit.edges)} edges (effects on held-out prompts, "
              f"{found.unit}).", ""]

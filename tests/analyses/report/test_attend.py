@@ -103,3 +103,18 @@ def test_viewer_pairs_are_in_viewer_positions_and_kept_within_the_budget(monkeyp
     monkeypatch.setattr(attend, "MAX_VIEWER_BYTES", 500)
     small = attend.viewer_pairs(model, prompts, [(1, 0)])
     assert small["heads"] == {} and small["omitted"] == ["L1H0: past the viewer's budget of 0 KB"]
+
+
+def test_an_intercepted_model_is_attributed_where_its_projections_show_and_one_reason_is_said_once():
+    """A user's nanoGPT (intercepted) gets its heads attributed; a rotary fork, whose q and k nothing shows, gets one
+    reason naming every head it applies to, not the same sentence per head."""
+    from own_models import nanogpt_flash, rotary_gpt_trained
+
+    claims, heads = _claims([("induction", "supported", (head,)) for head in INDUCTION])
+    shown = report_attend(interp.load(nanogpt_flash()), interp.data.repeated_tokens(8, 6, 61, bos=0, seed=1), claims,
+                          heads)
+    assert len(shown.heads) == 4 and shown.note == ""
+    hidden = report_attend(interp.load(rotary_gpt_trained()), interp.data.repeated_tokens(8, 6, 256, bos=0, seed=1),
+                           claims, heads)
+    assert hidden.heads == () and hidden.note.startswith("L1H0, L1H1, L1H2, L1H3: QK attribution needs")
+    assert hidden.note.count("QK attribution needs") == 1

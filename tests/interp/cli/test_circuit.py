@@ -132,7 +132,7 @@ def test_FD5_the_reports_circuit_note_ends_in_one_full_stop():
 
     skipped = report_circuit(interp.load(nanogpt_flash()), repeated_tokens(8, 4, 60), seed=0)
     assert skipped.note.endswith(".") and "backend='native'" not in skipped.note
-    assert circuit_html(skipped, {}).endswith("claims) work.</p>")  # one full stop, not ".." as before
+    assert circuit_html(skipped, {}).split("</p>")[0].endswith("claims) work.")  # one full stop, not ".." as before
     assert not any(line.endswith("..") for line in circuit_markdown(skipped))
 
 
@@ -353,3 +353,22 @@ def test_cli_circuit_on_grouped_query_attention_names_key_value_heads(tmp_path, 
     assert {e["receiver"] for e in result["edges"]} == {"L0KV0", "L1KV0", "L1H0", "logits"}
     faithfulness = next(t for t in result["tests"] if t["test"] == "faithfulness")
     assert faithfulness["value"] == pytest.approx(1.0, abs=0.02)
+@pytest.mark.parametrize("spec, backend, patch", [
+    ("own_models:nanogpt_flash", "auto", True), ("own_models:hf_gpt2", "sdpa", True),
+    ("own_models:direct_sdpa", "auto", False), ("own_models:rotary_gpt_trained", "auto", True),
+])
+def test_what_the_refusal_says_works_on_an_intercepted_model_runs(spec, backend, patch, capsys):
+    """interp circuit's refusal names direct logit attribution per head and head -> layer patching: each runs on the
+    model as it is (the patch where its attention reads a norm; DirectSDPA has one layer and none)."""
+    import interp
+    from interp.analyses.circuits import attention_input_patch, direct_logit_attribution
+    from interp.modelinfo import vocab_size
+
+    assert cli.main(["circuit", spec, "-q", "--n", "8", "--backend", backend]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "direct_logit_attribution" in err and "attention_input_patch" in err and "(interp qk)" in err
+    model = interp.load(spec, backend=backend)
+    prompts = repeated_tokens(8, 4, vocab_size(model), bos=0)
+    assert direct_logit_attribution(model, prompts)["mean"].notna().all()
+    if patch:
+        assert attention_input_patch(model, prompts, sender="L0H0", layer=1)["effect"].notna().all()

@@ -98,3 +98,15 @@ def test_flag_types_are_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         cli.main(["qk"])  # --head is required
     assert "--head" in capsys.readouterr().err
+
+
+def test_a_users_own_module_by_its_factory_spec(tmp_path, capsys):
+    """`interp qk own_models:nanogpt_flash` (a package.module:factory spec, hooked by interception): the attribution
+    runs and its JSON names the intercepted sources; a rotary fork exits 2 naming what works on it."""
+    path = tmp_path / "qk.json"
+    assert cli.main(["qk", "own_models:nanogpt_flash", "--head", "L1H2", "-q", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())["result"]
+    assert result["attribution"]["query_sources"][0] == "rest" and "L0H0" in result["attribution"]["key_sources"]
+    assert cli.main(["qk", "own_models:rotary_gpt_trained", "--head", "L1H2", "-q"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no column block of any Linear's output" in err and "attention_input_patch" in err
