@@ -65,6 +65,17 @@ def test_node_scores_sum_their_outgoing_edges_and_frames_are_tidy():
     assert result.score("L1H0 -> logits") == pytest.approx(edges.set_index(["sender", "receiver"]).loc[("L1H0", "logits")].score)
 
 
+def _simpson_along(model, tokens, layer, change, measure, h=1e-3):
+    """Simpson's rule on d/dalpha measure(logits) (batch,), the layer's attention output shifted by alpha * change,
+    each derivative a central finite difference of forwards (another path than the scores' gradients)."""
+    def value(alpha):
+        with torch.no_grad(), hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
+            return measure(model(tokens)).double()  # (batch,)
+
+    slope = [(value(a + h) - value(a - h)) / (2 * h) for a in (0.0, 0.5, 1.0)]
+    return (slope[0] + 4 * slope[1] + slope[2]) / 6
+
+
 @pytest.mark.parametrize("per", ["layer", "node"])
 def test_integrated_scores_follow_each_groups_path(per):
     """A layer's heads' scores sum to Simpson's rule on d/dalpha B(clean writes + alpha * their change), the
@@ -79,13 +90,7 @@ def test_integrated_scores_follow_each_groups_path(per):
         layer = heads[0].layer
         change = sum(batch.corrupted_writes[h] - batch.clean_writes[h] for h in heads)  # (batch, pos, d_model)
 
-        def behaviour(alpha, layer=layer, change=change):
-            with hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
-                return run.behaviour(model(batch.tokens), batch.batch).double()  # (batch,)
-
-        h = 1e-3
-        slope = [(behaviour(a + h) - behaviour(a - h)) / (2 * h) for a in (0.0, 0.5, 1.0)]
-        simpson = (slope[0] + 4 * slope[1] + slope[2]) / 6
+        simpson = _simpson_along(model, batch.tokens, layer, change, lambda out: run.behaviour(out, batch.batch))
         summed = sum(result.node_values[result.nodes.index(n)] for n in heads)  # (prompt,)
         torch.testing.assert_close(summed, simpson, atol=5e-3, rtol=1e-2)
         assert simpson.abs().max() > 1e-2
@@ -106,13 +111,7 @@ def test_integrated_scores_keep_the_clean_reference_of_a_distance_behaviour():
         heads = [n for n in result.nodes if n.kind == "head" and n.layer == layer]
         change = sum(batch.corrupted_writes[h] - batch.clean_writes[h] for h in heads)  # (batch, pos, d_model)
 
-        def value(alpha, layer=layer, change=change):
-            with torch.no_grad(), hooked(model, [(f"blocks.{layer}.hook_attn_out", lambda act, hook: act + alpha * change)]):
-                return behaviour(model(batch.tokens), batch.batch, clean).double()  # (batch,)
-
-        h = 1e-3
-        slope = [(value(a + h) - value(a - h)) / (2 * h) for a in (0.0, 0.5, 1.0)]
-        simpson = (slope[0] + 4 * slope[1] + slope[2]) / 6
+        simpson = _simpson_along(model, batch.tokens, layer, change, lambda out: behaviour(out, batch.batch, clean))
         summed = sum(result.node_values[result.nodes.index(n)] for n in heads)  # (prompt,)
         torch.testing.assert_close(summed, simpson, atol=5e-3, rtol=1e-2)
         assert simpson.abs().max() > 1e-3
