@@ -359,10 +359,11 @@ fig.tight_layout()
 
 # %% tags=["circuit"]
 from interp.analyses.circuits import discover
+from interp.paths import parse_node
 
 circuit = discover(run, method="nodes", source=abc)
 test = circuit.test
-heads_kept = [n for n in circuit.nodes if n.startswith("L")]
+heads_kept = [n for n in circuit.nodes if parse_node(n).kind == "head"]  # query heads (not key/value heads L{l}KV{g})
 mlps_kept = [n for n in circuit.nodes if n.startswith("MLP")]
 print(f"{len(heads_kept)} heads and {len(mlps_kept)} MLPs kept of 270 and 30; {len(circuit.edges)} edges")
 print("heads:", ", ".join(heads_kept))
