@@ -29,6 +29,8 @@ VIA_COLOURS = {"q": "#4c72b0", "k": "#dd8452", "v": "#55a868", "in": "#8172b3", 
 REQUIRED = ("sender", "receiver", "via", "effect")
 MAX_LABELS = 12  # edges labelled in one drawing (the largest |effect| first)
 BENDS = (0.0, 0.35, -0.35, 0.6, -0.6)  # arc3 rad of the 1st, 2nd, ... edge between the same two nodes
+COLUMN_GAP = 2.0  # drawing units between layers (rows are 1 apart): room for the labels on the arcs
+INCHES = 1.4  # figure inches per drawing unit, the same both ways: arc3 bends in display units, so the aspect is 1
 
 
 def check_edge_table(edges: pd.DataFrame) -> pd.DataFrame:
@@ -86,10 +88,13 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
     from matplotlib.figure import Figure
     from matplotlib.patches import FancyArrowPatch
 
-    positions = circuit_layout(edges)
-    n_columns = 1 + max((x for x, _ in positions.values()), default=0)
-    height = 1 + max((abs(y) for _, y in positions.values()), default=0)
-    size = (max(4.0, 2.8 * n_columns), max(2.6, 1.4 * height * 2))
+    positions = {node: (COLUMN_GAP * x, y) for node, (x, y) in circuit_layout(edges).items()}
+    arcs = _arcs(edges, positions)
+    xs = [x for x, _ in positions.values()] + [x for _, x, _ in arcs]
+    ys = [y for _, y in positions.values()] + [y for _, _, y in arcs]
+    x_range = (min(xs, default=0.0) - 0.7, max(xs, default=0.0) + 0.7)
+    y_range = (min(ys, default=0.0) - 0.7, max(ys, default=0.0) + 0.7)
+    size = (max(4.0, INCHES * (x_range[1] - x_range[0])), max(2.6, INCHES * (y_range[1] - y_range[0]) + 0.5))
     fig = ax.figure if ax is not None else Figure(figsize=size, dpi=100)
     ax = ax or fig.add_subplot()
     unit = unit if unit is not None else (str(edges["unit"].iloc[0]) if "unit" in edges.columns and len(edges) else "")
@@ -104,39 +109,43 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
         ax.text(0.5, 0.5, "no edges", ha="center", va="center", fontsize=9, transform=ax.transAxes)
         return fig
     largest = max(float(edges["effect"].abs().max()), 1e-12)
-    pairs: dict[tuple[str, str], int] = {}
-    for index, row in zip(edges.index, edges.itertuples(index=False)):
-        sender, receiver = str(row.sender), str(row.receiver)
-        rank = pairs.get((sender, receiver), 0)
-        pairs[(sender, receiver)] = rank + 1
-        (x0, y0), (x1, y1) = positions[sender], positions[receiver]
-        # an edge skipping a column along one row would run through the nodes between: bow it; further edges of a
-        # pair (a head read through q and k) bend one way then the other, further out
-        base = 0.25 if y0 == y1 and x1 - x0 > 1 else 0.0
-        bend = base + BENDS[rank % len(BENDS)]
-        effect = float(row.effect)
+    for index, row, (bend, mx, my) in zip(edges.index, edges.itertuples(index=False), arcs):
         colour = VIA_COLOURS[str(row.via)]
-        arrow = FancyArrowPatch(positions[sender], positions[receiver], arrowstyle="-|>", mutation_scale=10,
-                                connectionstyle=f"arc3,rad={bend}", color=colour, alpha=0.85,
-                                linewidth=0.8 + 3.2 * abs(effect) / largest, shrinkA=14, shrinkB=14)
-        ax.add_patch(arrow)
+        effect = float(row.effect)
+        ax.add_patch(FancyArrowPatch(positions[str(row.sender)], positions[str(row.receiver)], arrowstyle="-|>",
+                                     mutation_scale=10, connectionstyle=f"arc3,rad={bend}", color=colour, alpha=0.85,
+                                     linewidth=0.8 + 3.2 * abs(effect) / largest, shrinkA=14, shrinkB=14))
         if index not in labelled:
             continue
         low = float(getattr(row, "ci_low", math.nan)) if show_ci else math.nan
         high = float(getattr(row, "ci_high", math.nan)) if show_ci else math.nan
-        # the label sits near the arc's midpoint: arc3's control point is the chord's midpoint moved by
-        # rad x (dy, -dx), and a quadratic Bezier passes halfway to it (exact when the axes' aspect is 1)
-        mx, my = (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2
         ax.text(mx, my, edge_label(str(row.via), effect, low, high), fontsize=7, ha="center", va="center", color=colour,
                 bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     for label, (x, y) in positions.items():
         ax.text(x, y, label, ha="center", va="center", fontsize=8,
                 bbox={"boxstyle": "round,pad=0.3", "facecolor": "#f2f2f2", "edgecolor": "#333333"})
-    xs = [x for x, _ in positions.values()]
-    ys = [y for _, y in positions.values()]
-    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
-    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+    ax.set_xlim(*x_range)
+    ax.set_ylim(*y_range)
+    ax.set_aspect("equal", adjustable="datalim")  # a caller's axes of another shape widen the limits, never clip
     return fig
+
+
+def _arcs(edges: pd.DataFrame, positions: dict[str, tuple[float, float]]) -> list[tuple[float, float, float]]:
+    """Per edge, in the table's order: its arc's bend (arc3's rad) and the arc's midpoint, its farthest point from
+    the chord, where its label goes and which the frame must hold. Edges of one pair (a head read through q and k)
+    bend one way then the other, further out; an edge skipping a column along one row bows, so as not to run
+    through the nodes between. arc3's control point is the chord's midpoint moved by rad x (dy, -dx), and a
+    quadratic Bezier passes halfway to it (exact at an aspect of 1)."""
+    pairs: dict[tuple[str, str], int] = {}
+    out = []
+    for row in edges.itertuples(index=False):
+        sender, receiver = str(row.sender), str(row.receiver)
+        rank = pairs.get((sender, receiver), 0)
+        pairs[(sender, receiver)] = rank + 1
+        (x0, y0), (x1, y1) = positions[sender], positions[receiver]
+        bend = (0.25 if y0 == y1 and x1 - x0 > COLUMN_GAP else 0.0) + BENDS[rank % len(BENDS)]
+        out.append((bend, (x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2))
+    return out
 
 
 def draw_curve(curve: Any, *, title: str = "faithfulness curve", ax: Any = None) -> Any:

@@ -1,4 +1,5 @@
 """The circuit drawing: layout by layer, edge labels, bad tables (independent of how the edges were found)."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -91,3 +92,21 @@ def test_a_key_value_head_is_drawn_in_its_layers_column_below_the_heads():
     positions = circuit_layout(grouped)
     assert [positions[n] for n in ("L1H0", "L1KV0", "MLP1")] == [(2.0, 1.0), (2.0, 0.0), (2.0, -1.0)]
     assert draw_circuit(grouped) is not None
+
+
+def test_the_frame_holds_every_arc_not_only_the_nodes():
+    """Edges between the same two nodes bend apart, and an edge skipping columns along one row bows: an arc between
+    far columns reaches beyond the outermost nodes, and the frame must still hold all of it (they were clipped)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    edges = pd.DataFrame([("embed", "L3H0", via, 1.0) for via in "qkv"] + [("L3H0", "logits", "direct", 2.0),
+                          ("embed", "L0H0", "v", 1.0), ("L0H0", "L1H0", "k", 1.0), ("L1H0", "L2H0", "k", 1.0)],
+                         columns=["sender", "receiver", "via", "effect"])
+    fig = draw_circuit(edges)
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    (x_low, x_high), (y_low, y_high) = ax.get_xlim(), ax.get_ylim()
+    for arrow in ax.patches:
+        points = np.concatenate(arrow.get_path().to_polygons(closed_only=False))  # the drawn curve in data coordinates
+        assert (points[:, 1] >= y_low).all() and (points[:, 1] <= y_high).all(), arrow
+        assert (points[:, 0] >= x_low).all() and (points[:, 0] <= x_high).all(), arrow
