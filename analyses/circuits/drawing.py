@@ -126,7 +126,7 @@ def draw_circuit(edges: pd.DataFrame, *, title: str = "circuit", unit: str | Non
                 bbox={"boxstyle": "round,pad=0.3", "facecolor": "#f2f2f2", "edgecolor": "#333333"})
     ax.set_xlim(*x_range)
     ax.set_ylim(*y_range)
-    ax.set_aspect("equal", adjustable="datalim")  # a caller's axes of another shape widen the limits, never clip
+    ax.set_aspect("equal", adjustable="box")  # the axes box takes the aspect: the limits (every arc) are kept
     return fig
 
 

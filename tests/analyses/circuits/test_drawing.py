@@ -1,4 +1,6 @@
 """The circuit drawing: layout by layer, edge labels, bad tables (independent of how the edges were found)."""
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -103,7 +105,9 @@ def test_the_frame_holds_every_arc_not_only_the_nodes():
                           ("embed", "L0H0", "v", 1.0), ("L0H0", "L1H0", "k", 1.0), ("L1H0", "L2H0", "k", 1.0)],
                          columns=["sender", "receiver", "via", "effect"])
     fig = draw_circuit(edges)
-    FigureCanvasAgg(fig).draw()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. matplotlib ignoring our limits to keep the aspect
+        FigureCanvasAgg(fig).draw()
     ax = fig.axes[0]
     (x_low, x_high), (y_low, y_high) = ax.get_xlim(), ax.get_ylim()
     for arrow in ax.patches:
