@@ -18,7 +18,7 @@ All three need a pre-norm model (each attention layer reads `norm(resid)` and ad
 to `resid`), the layout of GPT-2, nanoGPT, Llama and their forks. The modules are found by one probe forward: a
 norm is the attention's input norm when its output is the attention module's input and it sits in the same block
 (`h.0.ln_1` beside `h.0.attn`); a norm elsewhere (an earlier block's, an embedding norm) marks a post-norm layout
-(`Layout.post_norm`, refused). The final norm is the one whose output the unembedding reads; a block's output
+(`InterceptedLayout.post_norm`, refused). The final norm is the one whose output the unembedding reads; a block's output
 read directly is the stream itself (no final norm). Norms are recognised by kind (LayerNorm, RMSNorm) and checked
 on the probe: the frozen-scale formula must give the norm's own output, or the norm counts as unknown (refused).
 """
@@ -79,7 +79,7 @@ class Norm:
 
 
 @dataclass(frozen=True)
-class Layout:
+class InterceptedLayout:
     """The modules around an intercepted model's attention, by path ("" none found)."""
 
     readout: str  # the unembedding (the last Linear to the vocabulary)
@@ -91,10 +91,10 @@ class Layout:
     post_norm: tuple[str, ...] = ()  # attention inputs read from a norm outside their block (a post-norm layout)
 
 
-_LAYOUTS: weakref.WeakKeyDictionary[nn.Module, Layout] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[nn.Module, InterceptedLayout] = weakref.WeakKeyDictionary()
 
 
-def layout(model: nn.Module) -> Layout:
+def layout(model: nn.Module) -> InterceptedLayout:
     """The readout, the final norm and each attention layer's input norm of an intercepted model (memoised)."""
     if model not in _LAYOUTS:
         _LAYOUTS[model] = _probe(model)
@@ -132,7 +132,7 @@ def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor
 
 
 @torch.no_grad()
-def _probe(model: nn.Module) -> Layout:
+def _probe(model: nn.Module) -> InterceptedLayout:
     from interp.sdpa import default_example
 
     found = readout_module(model)
@@ -175,7 +175,7 @@ def _probe(model: nn.Module) -> Layout:
     per_site = {s.layer: _unless_post_norm(s, norm_inputs, inputs, outputs, *norm_of(inputs.get(s.module)))
                 if s.module else (None, "the model itself") for s in sites}
     post_norm = tuple(what for _, what in per_site.values() if POST_NORM in what)
-    return Layout(readout_path, final, {layer: norm for layer, (norm, _) in per_site.items()}, final_unknown,
+    return InterceptedLayout(readout_path, final, {layer: norm for layer, (norm, _) in per_site.items()}, final_unknown,
                   {layer: what for layer, (_, what) in per_site.items() if what}, post_norm)
 
 
@@ -486,5 +486,5 @@ def _added(model: nn.Module, norm: Norm, delta: torch.Tensor) -> Iterator[nn.Mod
         handle.remove()
 
 
-__all__ = ["Layout", "LayerInputPatch", "has_split_inputs", "what_works", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
+__all__ = ["InterceptedLayout", "LayerInputPatch", "has_split_inputs", "what_works", "Norm", "check_patchable", "head_writes", "layout", "norm_input",
            "output_projection", "projections", "readout_module"]

@@ -344,6 +344,9 @@ class TiedUnembed(nn.Module):
         return F.linear(residual, self.embed.W_E, self.b_U)  # (batch, pos, d_vocab)
 
 
+UNEMBED_CLASSES = (Unembed, TiedUnembed)  # our unembeddings: a linear map per position, by construction
+
+
 def make_unembed(cfg: GPTConfig, embed: Embed) -> Unembed | TiedUnembed:
     """The model's unembedding: tied to `embed` when the config says so, else a W_U of its own."""
     return TiedUnembed(cfg, embed) if cfg.tie_word_embeddings else Unembed(cfg)

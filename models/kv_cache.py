@@ -29,6 +29,7 @@ from torch import nn
 
 from interp.models.components import (
     MLP,
+    UNEMBED_CLASSES,
     Attention,
     Embed,
     GatedMLP,
@@ -37,7 +38,6 @@ from interp.models.components import (
     PosEmbed,
     RMSNorm,
     TransformerBlock,
-    Unembed,
 )
 from interp.models.gpt import HookedGPT
 
@@ -53,7 +53,7 @@ REUSED = ("forward", "project_qkv", "rotate", "per_query_head", "kv_weights")  #
 def supports_incremental(model: nn.Module) -> bool:
     """True for an exact HookedGPT whose blocks are the standard components (see the module docstring), with no
     hook attached and no method replaced on an instance: what the reference calls is then position-wise."""
-    if type(model) is not HookedGPT or type(model.embed) is not Embed or type(model.unembed) is not Unembed:
+    if type(model) is not HookedGPT or type(model.embed) is not Embed or type(model.unembed) not in UNEMBED_CLASSES:
         return False
     cfg = model.cfg
     if cfg.positional_embedding_type not in ("standard", "rotary"):

@@ -31,7 +31,8 @@ from interp.analyses.circuits.dla import LogitAttribution, direct_logit_attribut
 from interp.analyses.circuits.drawing import draw_circuit, draw_curve
 from interp.analyses.circuits.evaluation import CircuitTest, test_circuit
 from interp.analyses.circuits.patching import PathPatch, attention_input_patch, edge_effects, path_patch, path_patches
-from interp.analyses.circuits.summary import CircuitSummary, circuit_summary
+from interp.analyses.circuits.summary import CircuitSummary as CircuitSummary  # circuit_summary's result
+from interp.analyses.circuits.summary import circuit_summary
 
 # what a user calls: one entry point per question above, and the result types they return
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "test_circuit",
     "CircuitTest",
     "circuit_summary",
-    "CircuitSummary",
     "draw_circuit",
     "draw_curve",
     "faithfulness_curve",

@@ -157,10 +157,10 @@ def final_hidden_readable(model: Any) -> bool:
     unembedding, whose head is position-wise by construction (`ln_final`, then a linear map per position), so
     the hidden state carries every dependence the logits can show at a fraction of the width (576 vs 49,152 on
     SmolLM2-135M)."""
-    from interp.models.components import Unembed
+    from interp.models.components import UNEMBED_CLASSES
     from interp.models.gpt import HookedGPT
 
-    return type(model) is HookedGPT and type(getattr(model, "unembed", None)) is Unembed
+    return type(model) is HookedGPT and type(getattr(model, "unembed", None)) in UNEMBED_CLASSES
 
 
 class ModelAdapter:

@@ -337,14 +337,14 @@ def _attribute_intercepted(model: nn.Module, prompts: PromptSet, head: Any, batc
     request = check_request(*asked, prompts.n_pos)
     allowed = allowed_keys(mask, prompts)  # type: ignore[arg-type]  # what items reads of an attention
     queries = queries_of(request, prompts, allowed, mask)  # type: ignore[arg-type]
-    q_sources, k_sources = (intercepted.sources(model, chosen.head.layer, side) for side in ("q", "k"))
+    q_sources, k_sources = (intercepted.intercepted_sources(model, chosen.head.layer, side) for side in ("q", "k"))
     check_cost(count_items(request, queries, allowed), len(q_sources), len(k_sources))
     records: list[dict[str, Any]] = []
     factors = []
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start:start + batch_size]
         with torch.no_grad():
-            kept = intercepted.capture(model, chosen, batch)
+            kept = intercepted.capture_intercepted(model, chosen, batch)
             Q, K = (intercepted.project(model, chosen, side, kept).cpu() for side in ("q", "k"))
         scores, pattern = (kept[chosen.site.hooks[role]][:, chosen.head.head].double().cpu()
                            for role in ("attn_scores", "pattern"))

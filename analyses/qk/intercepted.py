@@ -96,7 +96,7 @@ def plan(model: nn.Module, head: Any) -> Plan:
     return Plan(parsed, site, norm, maps, site.scale if site.scale is not None else site.d_head ** -0.5)
 
 
-def sources(model: nn.Module, layer: int, side: Side) -> list[Source]:
+def intercepted_sources(model: nn.Module, layer: int, side: Side) -> list[Source]:
     """The terms of layer `layer`'s query or key input on an intercepted model, in forward order."""
     sites = attention_sites(model)
     out = [Source("rest", "rest")]
@@ -110,7 +110,7 @@ def sources(model: nn.Module, layer: int, side: Side) -> list[Source]:
 
 
 @torch.no_grad()
-def capture(model: nn.Module, chosen: Plan, batch: PromptSet) -> dict[str, torch.Tensor]:
+def capture_intercepted(model: nn.Module, chosen: Plan, batch: PromptSet) -> dict[str, torch.Tensor]:
     """One forward keeping the earlier heads' z, the layer's input-norm input ("resid"), its scores and pattern."""
     sites = attention_sites(model)
     names = [site.hooks["z"] for site in sites[:chosen.head.layer]]
@@ -152,4 +152,4 @@ def project(model: nn.Module, chosen: Plan, side: Side, kept: dict[str, torch.Te
     return stacked * chosen.scale if side == "q" else stacked
 
 
-__all__ = ["Plan", "SiteMask", "capture", "is_intercepted_model", "plan", "project", "sources"]
+__all__ = ["Plan", "SiteMask", "capture_intercepted", "intercepted_sources", "is_intercepted_model", "plan", "project"]

@@ -290,6 +290,7 @@ def test_tied_unembedding_trains_as_one_tensor_and_saves_once(tmp_path):
 
     from interp.loading import load, save
     from interp.models import HookedGPT
+    from interp.models.kv_cache import supports_incremental
 
     _, tied = _build("llama-mha-tied")
     untied = HookedGPT(dataclasses.replace(tied.cfg, tie_word_embeddings=False))
@@ -303,6 +304,7 @@ def test_tied_unembedding_trains_as_one_tensor_and_saves_once(tmp_path):
     save(tied, tmp_path / "tied")
     loaded = load(tmp_path / "tied")
     assert loaded.cfg.tie_word_embeddings and loaded.W_U.data_ptr() == loaded.embed.W_E.data_ptr()
+    assert supports_incremental(loaded)  # the audit's incremental reference reads a tied unembedding too
     with torch.no_grad():
         assert torch.equal(loaded(tokens), tied(tokens))
 
