@@ -37,7 +37,7 @@ from interp.data import PromptSet, prompt_fingerprint
 from interp.errors import BadInput
 from interp.heads import Head
 from interp.hooks import attention_sites, hooked
-from interp.modelinfo import ov_weights, vocab_size
+from interp.modelinfo import ov_weights, user_class, vocab_size
 from interp.sites import AttentionSite
 
 
@@ -137,7 +137,7 @@ def _probe(model: nn.Module) -> InterceptedLayout:
 
     found = readout_module(model)
     if found is None:
-        raise BadInput(f"{type(model).__name__} has no nn.Linear to its vocabulary ({vocab_size(model)}) as its last "
+        raise BadInput(f"{user_class(model).__name__} has no nn.Linear to its vocabulary ({vocab_size(model)}) as its last "
                        "layer, so its logits are no linear readout of the residual stream.")
     readout_path, readout = found
     # every submodule's output (but those that pass their input on), to tell which one a reader's input came from
@@ -385,7 +385,7 @@ def norm_input(model: nn.Module, norm: Norm) -> Iterator[dict[str, torch.Tensor]
 def site_of(model: nn.Module, layer: int) -> AttentionSite:
     sites = attention_sites(model)
     if not 0 <= layer < len(sites):
-        raise BadInput(f"layer {layer} is not an attention layer of {type(model).__name__}; it has {len(sites)} "
+        raise BadInput(f"layer {layer} is not an attention layer of {user_class(model).__name__}; it has {len(sites)} "
                        f"(0 .. {len(sites) - 1}).")
     return sites[layer]
 
@@ -408,7 +408,7 @@ def check_patchable(model: nn.Module, sender: Head, layer: int) -> Norm:
         reads = found.input_unknown.get(layer) or "the residual stream without a norm"
         raise BadInput(f"{sender_site.label(sender[1])} -> L{layer} (attention input) needs layer {layer}'s attention to "
                        f"read a LayerNorm or RMSNorm of the residual stream (a pre-norm block), where the sender's change "
-                       f"can be added before the norm; in {type(model).__name__} it reads {reads}. {what_works(model)}")
+                       f"can be added before the norm; in {user_class(model).__name__} it reads {reads}. {what_works(model)}")
     return norm
 
 

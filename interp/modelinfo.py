@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from interp.mha import HookedMultiheadAttention
 
 __all__ = [
+    "user_class",
     "CONTEXT_FIELDS", "VOCAB_FIELDS", "OVWeights", "check_finite_weights", "context_length", "final_norm", "model_config",
     "describe_output", "output_logits", "ov_weights", "token_embedding", "unembedding", "vocab_size",
 ]
@@ -68,6 +69,12 @@ def token_embedding(model: nn.Module) -> torch.Tensor | None:
     d_vocab = vocab_size(model)
     found = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == d_vocab]
     return found[0].weight if found else None
+
+
+def user_class(model: Any) -> Any:
+    """The model's class as its user wrote it: a model the toolkit hooked (`interp.load`, the CLI) runs as a subclass
+    made for the hooks (`SDPAHookedGPT` for a `GPT`), which no message should name."""
+    return getattr(type(model), "_interp_original_class", type(model))
 
 
 def unembedding(model: nn.Module) -> torch.Tensor | None:

@@ -42,6 +42,7 @@ from interp.data import PromptSet, prompt_fingerprint
 from interp.errors import BadInput
 from interp.heads import KVHead, head_label, parse_label
 from interp.hooks import hooked
+from interp.modelinfo import user_class
 
 Via = Literal["q", "k", "v", "in", "direct"]
 VIAS: tuple[str, ...] = get_args(Via)
@@ -231,10 +232,10 @@ def check_graph_model(model: nn.Module, where: str = "edge patching") -> None:
     """Refuse a model whose residual stream is not a sum of node writes, or that lacks split inputs."""
     blocks = getattr(model, "blocks", None)
     if blocks is None or not all(hasattr(block, "hook_q_input") for block in blocks):
-        raise BadInput(f"{where} needs {SPLIT_INPUTS_NEEDED}; {type(model).__name__} has none (hooked by intercepting its "
+        raise BadInput(f"{where} needs {SPLIT_INPUTS_NEEDED}; {user_class(model).__name__} has none (hooked by intercepting its "
                        f"attention, it computes q, k and v from one input). {split_inputs_advice(model, _head_count(model))}")
     if any(block.cfg.post_norm for block in blocks):
-        raise BadInput(f"{where} needs a pre-norm model: {type(model).__name__}'s post-norm blocks normalise the residual "
+        raise BadInput(f"{where} needs a pre-norm model: {user_class(model).__name__}'s post-norm blocks normalise the residual "
                        "stream between writers, so it is not a sum of node outputs. Use head ablations (interp.Run) there.")
 
 
@@ -341,7 +342,7 @@ def check_edges(model: nn.Module, edges: Iterable[Edge]) -> None:
         for node, known in ((edge.sender, writers), (edge.receiver, reached)):
             if node.kind != "logits" and node not in known:
                 shown = ", ".join(n.label for n in sorted(known)[:6])
-                raise BadInput(f"edge {edge.label!r}: {node.label} does not exist in this {type(model).__name__} "
+                raise BadInput(f"edge {edge.label!r}: {node.label} does not exist in this {user_class(model).__name__} "
                                f"(its nodes: {shown}, ..., logits).")
         wanted = _wanted_vias(edge.receiver)
         if edge.via not in wanted:

@@ -30,6 +30,7 @@ from torch import nn
 
 from interp.errors import BadInput
 from interp.heads import head_label
+from interp.modelinfo import user_class
 from interp.paths import HEAD_VIAS, SPLIT_INPUTS_WORK
 
 N_DRAWS = 200  # random weight draws per via for the baseline
@@ -74,11 +75,11 @@ def _weights(model: nn.Module) -> tuple[torch.Tensor, ...]:
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         if not hasattr(model, name):
             raise BadInput(f"composition scores need the stacked weights (model.W_Q ...) of per-head q/k/v projections; "
-                           f"{type(model).__name__} has no {name}. {SPLIT_INPUTS_WORK}")
+                           f"{user_class(model).__name__} has no {name}. {SPLIT_INPUTS_WORK}")
     if getattr(model, "blocks", None) is None:  # stacked weights through a hooked model's surface, but no blocks
         from interp.intercepted import what_works
 
-        raise BadInput(f"composition scores read each layer's input norm from HookedGPT's blocks; {type(model).__name__} "
+        raise BadInput(f"composition scores read each layer's input norm from HookedGPT's blocks; {user_class(model).__name__} "
                        f"is hooked by interception and has none. {what_works(model)}")
     W_Q, W_K, W_V, W_O = (getattr(model, name).detach().double().cpu() for name in ("W_Q", "W_K", "W_V", "W_O"))
     gains, centres = [], []
@@ -159,7 +160,7 @@ def composition_scores(model: nn.Module, *, vias: tuple[str, ...] = HEAD_VIAS, n
     W_Q, W_K, W_V, W_O, gains, centres = _weights(model)
     n_layers, n_heads, d_model, d_head = W_Q.shape
     if n_layers < 2:
-        raise BadInput(f"composition scores need at least two layers; this {type(model).__name__} has {n_layers}.")
+        raise BadInput(f"composition scores need at least two layers; this {user_class(model).__name__} has {n_layers}.")
     baselines: dict[tuple[str, bool], tuple[float, float]] = {}
     rows = []
     for via in vias:

@@ -58,7 +58,7 @@ from interp.errors import BadInput
 from interp.hooks import attention_sites, hooked
 from interp.intercepted import Norm, head_writes, layout, norm_input, output_projection
 from interp.launch import Device, DType
-from interp.modelinfo import vocab_size
+from interp.modelinfo import user_class, vocab_size
 from interp.paths import check_graph_model
 from interp.run import Run, as_run
 from interp.stats import bootstrap
@@ -145,7 +145,7 @@ def _check_model(model: Any) -> None:
     cfg = model.cfg
     if getattr(cfg, "lm_head", "unembed") != "unembed" or not hasattr(model, "unembed"):
         raise BadInput(f"direct logit attribution needs logits = ln_final(resid) @ W_U + b_U; this "
-                       f"{type(model).__name__} has lm_head={getattr(cfg, 'lm_head', None)!r}. Use a model with a plain "
+                       f"{user_class(model).__name__} has lm_head={getattr(cfg, 'lm_head', None)!r}. Use a model with a plain "
                        "unembedding (cfg.lm_head='unembed').")
     if cfg.normalization_type not in _CENTRES:
         raise BadInput(f"direct logit attribution: final norm {cfg.normalization_type!r}; expected one of {list(_CENTRES)}.")
@@ -337,14 +337,14 @@ def _intercepted_readout(model: nn.Module) -> _Readout:
     for site in attention_sites(model):
         if "z" not in site.hooks or output_projection(model, site) is None:
             raise BadInput(f"direct logit attribution per head needs each attention's output projection (a Linear taking "
-                           f"the merged heads); the attention at {site.module!r} of {type(model).__name__} has none "
+                           f"the merged heads); the attention at {site.module!r} of {user_class(model).__name__} has none "
                            f"visible, so its heads' writes cannot be split. {what_works}")
     found = layout(model)
     if found.post_norm:
-        raise BadInput(f"direct logit attribution needs a pre-norm model; an attention of {type(model).__name__} reads "
+        raise BadInput(f"direct logit attribution needs a pre-norm model; an attention of {user_class(model).__name__} reads "
                        f"{found.post_norm[0]}, so the final stream is no sum of the heads' writes. {what_works}")
     if found.final_unknown:
-        raise BadInput(f"direct logit attribution: {type(model).__name__}'s unembedding reads the output of "
+        raise BadInput(f"direct logit attribution: {user_class(model).__name__}'s unembedding reads the output of "
                        f"{found.final_unknown}, neither a LayerNorm nor an RMSNorm whose output the toolkit can reproduce, "
                        f"so it cannot be made linear (its scale frozen) and read back to the heads. {what_works}")
     readout = model.get_submodule(found.readout)

@@ -25,6 +25,7 @@ from interp.errors import BadInput
 from interp.heads import Head, parse_head
 from interp.hooks import attention_sites, hooked
 from interp.intercepted import Norm, head_writes, layout, norm_input, output_projection, projections, what_works
+from interp.modelinfo import user_class
 from interp.sites import AttentionSite
 
 
@@ -67,7 +68,7 @@ def plan(model: nn.Module, head: Any) -> Plan:
     parsed = parse_head(head)
     sites = attention_sites(model)
     if not 0 <= parsed.layer < len(sites) or not 0 <= parsed.head < sites[parsed.layer].n_heads:
-        raise BadInput(f"head {parsed.label} does not exist: {type(model).__name__} has {len(sites)} attention layers of "
+        raise BadInput(f"head {parsed.label} does not exist: {user_class(model).__name__} has {len(sites)} attention layers of "
                        f"{sites[0].n_heads} heads.")
     site = sites[parsed.layer]
     works = what_works(model)
@@ -75,17 +76,17 @@ def plan(model: nn.Module, head: Any) -> Plan:
     missing = [side for side in ("q", "k") if side not in maps]
     if missing:
         raise BadInput(f"QK attribution needs the query and key as a Linear's output columns; in "
-                       f"{type(model).__name__}, {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} no column "
+                       f"{user_class(model).__name__}, {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} no column "
                        "block of any Linear's output (the model's code transforms them after the projection: rotary "
                        f"positions, a norm on q and k, ...), so the toolkit cannot see how a score is made. {works}")
     norm = layout(model).input_norms.get(parsed.layer)
     if layout(model).post_norm:
-        raise BadInput(f"QK attribution needs a pre-norm model; an attention of {type(model).__name__} reads "
+        raise BadInput(f"QK attribution needs a pre-norm model; an attention of {user_class(model).__name__} reads "
                        f"{layout(model).post_norm[0]}, so its input is no sum of the earlier writes. {works}")
     if norm is None:
         reads = layout(model).input_unknown.get(parsed.layer) or "the residual stream without a norm"
         raise BadInput(f"QK attribution of {parsed.label} needs its attention to read a LayerNorm or RMSNorm of the "
-                       f"residual stream (a pre-norm block); in {type(model).__name__} it reads {reads}. {works}")
+                       f"residual stream (a pre-norm block); in {user_class(model).__name__} it reads {reads}. {works}")
     if site.causal is None:
         raise BadInput(f"QK attribution of {parsed.label}: whether {site.module!r} is causal is unknown (its mask is "
                        f"computed per call), so the keys a query sees cannot be told. {works}")

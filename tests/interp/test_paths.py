@@ -315,3 +315,17 @@ def test_kv_edge_names_a_grouped_heads_key_value_input_by_its_key_value_head():
         with pytest.raises(BadInput, match=match):
             parse_edge(bad, model)
     check_edges(grouped, graph(grouped))  # every edge of the graph is its own name
+
+def test_the_split_inputs_refusal_names_the_users_class_not_the_hooked_one():
+    """An intercepted model runs as a subclass made for the hooks (SDPAHookedRotaryGPT); the refusal names the class
+    its user wrote."""
+    from own_models import rotary_gpt_trained
+
+    from interp.loading import load
+    from interp.paths import check_graph_model
+
+    model = load(rotary_gpt_trained())
+    assert type(model).__name__ == "SDPAHookedRotaryGPT"
+    with pytest.raises(BadInput) as refused:
+        check_graph_model(model)
+    assert "RotaryGPT has none" in str(refused.value) and "SDPAHooked" not in str(refused.value)

@@ -22,6 +22,7 @@ import torch
 
 from interp.analyses.leakage.fast import _duration
 from interp.analyses.leakage.origin import Origin
+from interp.modelinfo import user_class as user_class  # the contracts' modules import it from here
 
 ContractKind = Literal["document", "kv_cache", "window", "backend"]
 CONTRACT_KINDS: tuple[str, ...] = ("document", "kv_cache", "window", "backend")
@@ -148,12 +149,6 @@ def threshold(dtype: str, floor: float) -> float:
 # ---------------------------------------------------------------------------------------------
 # Calling a model
 # ---------------------------------------------------------------------------------------------
-
-def user_class(model: Any) -> Any:
-    """The model's class as its user wrote it: a model the toolkit hooked (`interp.load`, the CLI) runs as a subclass
-    made for the hooks (`SDPAHookedGPT` for a `GPT`), which no message should name."""
-    return getattr(type(model), "_interp_original_class", type(model))
-
 
 def parameters(model: Any) -> set[str]:
     """The names the model's forward takes explicitly (not through **kwargs); a model the toolkit hooked (whose class
